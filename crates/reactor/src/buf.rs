@@ -1,0 +1,311 @@
+//! Per-reactor pools of 4 KiB-aligned payload buffers.
+//!
+//! Each pool owns two anonymous mappings (no hugepages): a class of small buffers (4 KiB) and a
+//! class of large ones (128 KiB). Both regions are registered with the reactor's io_uring as fixed
+//! buffers 0 and 1, so a module can use `READ_FIXED`/`WRITE_FIXED` on any pool buffer. A request
+//! larger than the large class, or one made while its class is exhausted, gets a heap buffer with
+//! the same alignment; such fallbacks are counted (`BufPool::stats`).
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::cell::{Cell, RefCell};
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use std::rc::Rc;
+
+/// Alignment of every payload buffer.
+pub const BUF_ALIGN: usize = 4096;
+/// Size of a small-class buffer.
+pub const SMALL_BUF: usize = 4096;
+/// Size of a large-class buffer (the largest pooled I/O).
+pub const LARGE_BUF: usize = 128 * 1024;
+
+/// How many buffers of each class a pool holds.
+#[derive(Debug, Clone, Copy)]
+pub struct BufPoolConfig {
+    /// Number of 4 KiB buffers.
+    pub small_count: usize,
+    /// Number of 128 KiB buffers.
+    pub large_count: usize,
+}
+
+impl Default for BufPoolConfig {
+    fn default() -> Self {
+        Self { small_count: 1024, large_count: 64 }
+    }
+}
+
+/// Counters of a pool, for metrics and tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BufPoolStats {
+    /// Buffers handed out from the pool.
+    pub pooled: u64,
+    /// Buffers that had to come from the heap.
+    pub heap_fallbacks: u64,
+    /// Small buffers free now.
+    pub small_free: usize,
+    /// Large buffers free now.
+    pub large_free: usize,
+}
+
+struct Region {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+impl Region {
+    fn map(len: usize) -> std::io::Result<Self> {
+        if len == 0 {
+            return Ok(Self { base: NonNull::dangling(), len: 0 });
+        }
+        // SAFETY: an anonymous private mapping with no address hint; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Self { base: NonNull::new(p as *mut u8).expect("mmap returned null"), len })
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: unmaps exactly the mapping made in `map`; no buffer outlives the pool
+            // because every IoBuf holds an Rc to it.
+            unsafe { libc::munmap(self.base.as_ptr() as *mut _, self.len) };
+        }
+    }
+}
+
+struct Class {
+    region: Region,
+    size: usize,
+    free: RefCell<Vec<u32>>,
+}
+
+impl Class {
+    fn new(size: usize, count: usize) -> std::io::Result<Self> {
+        Ok(Self { region: Region::map(size * count)?, size, free: RefCell::new((0..count as u32).rev().collect()) })
+    }
+}
+
+/// A pool of aligned buffers owned by one reactor (not `Send`).
+pub struct BufPool {
+    classes: [Class; 2],
+    pooled: Cell<u64>,
+    heap_fallbacks: Cell<u64>,
+}
+
+impl BufPool {
+    /// Maps the pool's regions.
+    pub fn new(cfg: BufPoolConfig) -> std::io::Result<Rc<Self>> {
+        Ok(Rc::new(Self {
+            classes: [Class::new(SMALL_BUF, cfg.small_count)?, Class::new(LARGE_BUF, cfg.large_count)?],
+            pooled: Cell::new(0),
+            heap_fallbacks: Cell::new(0),
+        }))
+    }
+
+    /// The regions as iovecs, in fixed-buffer index order, for `io_uring_register_buffers`.
+    pub fn regions(&self) -> Vec<libc::iovec> {
+        self.classes
+            .iter()
+            .filter(|c| c.region.len > 0)
+            .map(|c| libc::iovec { iov_base: c.region.base.as_ptr() as *mut _, iov_len: c.region.len })
+            .collect()
+    }
+
+    /// Takes a buffer of `len` bytes (its capacity may be larger). Never fails: falls back to
+    /// the heap when the class is empty or `len` exceeds the large class.
+    pub fn get(self: &Rc<Self>, len: usize) -> IoBuf {
+        let class = if len <= SMALL_BUF { 0 } else { 1 };
+        if len <= LARGE_BUF {
+            let c = &self.classes[class];
+            if let Some(idx) = c.free.borrow_mut().pop() {
+                self.pooled.set(self.pooled.get() + 1);
+                // SAFETY: idx < count, so the offset stays inside the mapped region.
+                let ptr = unsafe { c.region.base.as_ptr().add(idx as usize * c.size) };
+                return IoBuf {
+                    ptr: NonNull::new(ptr).expect("region pointer is non-null"),
+                    len,
+                    cap: c.size,
+                    origin: Origin::Pool { pool: self.clone(), class: class as u8, idx },
+                };
+            }
+        }
+        self.heap_fallbacks.set(self.heap_fallbacks.get() + 1);
+        IoBuf::heap(len)
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> BufPoolStats {
+        BufPoolStats {
+            pooled: self.pooled.get(),
+            heap_fallbacks: self.heap_fallbacks.get(),
+            small_free: self.classes[0].free.borrow().len(),
+            large_free: self.classes[1].free.borrow().len(),
+        }
+    }
+}
+
+enum Origin {
+    Pool { pool: Rc<BufPool>, class: u8, idx: u32 },
+    Heap(Layout),
+}
+
+/// An owned, 4 KiB-aligned payload buffer. Dereferences to its first `len` bytes; dropping it
+/// returns it to its pool.
+pub struct IoBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    cap: usize,
+    origin: Origin,
+}
+
+impl IoBuf {
+    /// A zero-filled heap buffer, aligned like pooled ones (for callers without a reactor).
+    pub fn heap(len: usize) -> Self {
+        let cap = len.max(1).next_multiple_of(BUF_ALIGN);
+        let layout = Layout::from_size_align(cap, BUF_ALIGN).expect("valid buffer layout");
+        // SAFETY: layout has a non-zero size.
+        let p = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Self { ptr, len, cap, origin: Origin::Heap(layout) }
+    }
+
+    /// Length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if the buffer holds no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Capacity in bytes (the most `set_len` accepts).
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Changes the length, up to the capacity.
+    pub fn set_len(&mut self, len: usize) {
+        assert!(len <= self.cap, "IoBuf::set_len({len}) beyond capacity {}", self.cap);
+        self.len = len;
+    }
+
+    /// Raw pointer to the first byte (for I/O submission).
+    #[inline]
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Raw pointer to the first byte.
+    #[inline]
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The io_uring fixed-buffer index of this buffer's region, if it came from a pool.
+    #[inline]
+    pub fn fixed_index(&self) -> Option<u16> {
+        match &self.origin {
+            Origin::Pool { class, .. } => Some(*class as u16),
+            Origin::Heap(_) => None,
+        }
+    }
+}
+
+impl Deref for IoBuf {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for cap >= len bytes, all initialised (zeroed mappings or
+        // alloc_zeroed), and uniquely owned by this IoBuf.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for IoBuf {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in deref; &mut self guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for IoBuf {
+    fn drop(&mut self) {
+        match &self.origin {
+            Origin::Pool { pool, class, idx } => pool.classes[*class as usize].free.borrow_mut().push(*idx),
+            // SAFETY: allocated in `heap` with exactly this layout.
+            Origin::Heap(layout) => unsafe { dealloc(self.ptr.as_ptr(), *layout) },
+        }
+    }
+}
+
+impl std::fmt::Debug for IoBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoBuf").field("len", &self.len).field("cap", &self.cap).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_aligned_and_returned() {
+        let pool = BufPool::new(BufPoolConfig { small_count: 2, large_count: 1 }).unwrap();
+        let a = pool.get(512);
+        let b = pool.get(4096);
+        let c = pool.get(100_000);
+        for buf in [&a, &b, &c] {
+            assert_eq!(buf.as_ptr() as usize % BUF_ALIGN, 0);
+        }
+        assert_eq!(a.fixed_index(), Some(0));
+        assert_eq!(c.fixed_index(), Some(1));
+        assert_ne!(a.as_ptr(), b.as_ptr());
+        assert_eq!(pool.stats().small_free, 0);
+        // Exhausted class: heap fallback, still aligned, counted.
+        let d = pool.get(4096);
+        assert_eq!(d.fixed_index(), None);
+        assert_eq!(d.as_ptr() as usize % BUF_ALIGN, 0);
+        assert_eq!(pool.stats().heap_fallbacks, 1);
+        drop((a, b, c, d));
+        let s = pool.stats();
+        assert_eq!((s.small_free, s.large_free, s.pooled), (2, 1, 3));
+    }
+
+    #[test]
+    fn oversized_requests_come_from_the_heap() {
+        let pool = BufPool::new(BufPoolConfig::default()).unwrap();
+        let mut big = pool.get(LARGE_BUF + 4096);
+        assert_eq!(big.len(), LARGE_BUF + 4096);
+        assert!(big.iter().all(|&b| b == 0));
+        big[LARGE_BUF] = 7;
+        assert_eq!(big[LARGE_BUF], 7);
+        assert_eq!(pool.stats().heap_fallbacks, 1);
+    }
+
+    #[test]
+    fn writes_persist_in_a_buffer() {
+        let pool = BufPool::new(BufPoolConfig::default()).unwrap();
+        let mut buf = pool.get(8192);
+        buf.fill(0xa5);
+        buf.set_len(100);
+        assert_eq!(buf.len(), 100);
+        assert!(buf.iter().all(|&b| b == 0xa5));
+    }
+}

@@ -1,0 +1,18 @@
+//! Ferrite's engine: one pinned reactor thread per core. Each reactor owns a local executor for
+//! tasks that need not be `Send`, pollers, timers, one io_uring, a buffer pool and a lock-free
+//! mailbox with an eventfd doorbell. Cores talk only by messages.
+
+pub mod buf;
+pub mod cpumask;
+pub mod mailbox;
+pub mod oneshot;
+mod reactor;
+pub mod ring;
+pub mod tsc;
+
+pub use async_task::Task;
+pub use buf::{BufPool, BufPoolConfig, IoBuf};
+pub use reactor::{
+    after, alloc_buf, buf_pool, current, engine, register_poller, sleep, spawn_local, unregister_poller, with_ring,
+    Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,
+};

@@ -1,0 +1,627 @@
+//! Reactors: one pinned thread per core, each running a loop over its mailbox, local tasks,
+//! pollers, timers and io_uring completions, and sleeping when idle (by mode).
+
+use crate::buf::{BufPool, BufPoolConfig, IoBuf};
+use crate::mailbox::{Mailbox, Message};
+use crate::oneshot;
+use crate::ring::Ring;
+use crate::tsc::{duration_to_ticks, ticks, ticks_per_sec};
+use async_task::{Runnable, Task};
+use std::cell::{Cell, RefCell};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How a reactor behaves when it has nothing to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReactorMode {
+    /// Busy-poll forever: lowest latency, one full core.
+    Poll,
+    /// Sleep in io_uring_enter whenever a loop turn finds no work.
+    Interrupt,
+    /// Poll while work arrives; sleep after [`EngineConfig::adaptive_idle`] without work.
+    Adaptive,
+}
+
+impl std::str::FromStr for ReactorMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "poll" => Ok(Self::Poll),
+            "interrupt" => Ok(Self::Interrupt),
+            "adaptive" => Ok(Self::Adaptive),
+            _ => Err(format!("unknown reactor mode {s:?} (expected poll, interrupt or adaptive)")),
+        }
+    }
+}
+
+impl ReactorMode {
+    /// The mode's name as accepted by `--reactor-mode`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Poll => "poll",
+            Self::Interrupt => "interrupt",
+            Self::Adaptive => "adaptive",
+        }
+    }
+}
+
+/// Settings of an engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// CPU numbers, one reactor each; reactor `i` runs on `cores[i]`.
+    pub cores: Vec<usize>,
+    /// Idle behaviour.
+    pub mode: ReactorMode,
+    /// How long an adaptive reactor polls without work before it sleeps.
+    pub adaptive_idle: Duration,
+    /// Submission queue size of each reactor's io_uring.
+    pub ring_entries: u32,
+    /// Buffer pool sizes per reactor.
+    pub bufs: BufPoolConfig,
+    /// Pin each reactor thread to its core.
+    pub pin: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            cores: vec![0],
+            mode: ReactorMode::Adaptive,
+            adaptive_idle: Duration::from_micros(500),
+            ring_entries: 512,
+            bufs: BufPoolConfig::default(),
+            pin: true,
+        }
+    }
+}
+
+/// What other threads may see of a reactor.
+struct ReactorShared {
+    core: usize,
+    mailbox: Arc<Mailbox>,
+    busy_ticks: AtomicU64,
+    idle_ticks: AtomicU64,
+    sleeps: AtomicU64,
+}
+
+struct Shared {
+    reactors: Vec<ReactorShared>,
+    mode: ReactorMode,
+    stop: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A handle to a running set of reactors. Cheap to clone; usable from any thread.
+#[derive(Clone)]
+pub struct Engine(Arc<Shared>);
+
+/// A snapshot of one reactor's counters.
+#[derive(Debug, Clone, Copy)]
+pub struct ReactorStats {
+    /// Reactor index.
+    pub id: usize,
+    /// CPU the reactor runs on.
+    pub core: usize,
+    /// Ticks spent in loop turns that did work.
+    pub busy_ticks: u64,
+    /// Ticks spent in loop turns that found nothing to do (including sleep).
+    pub idle_ticks: u64,
+    /// Times the reactor went to sleep.
+    pub sleeps: u64,
+}
+
+impl Engine {
+    /// Starts one reactor per configured core and waits until all are running.
+    pub fn start(cfg: EngineConfig) -> std::io::Result<Engine> {
+        if cfg.cores.is_empty() {
+            return Err(std::io::Error::other("no cores selected"));
+        }
+        let mut reactors = Vec::new();
+        for &core in &cfg.cores {
+            reactors.push(ReactorShared {
+                core,
+                mailbox: Arc::new(Mailbox::new()?),
+                busy_ticks: AtomicU64::new(0),
+                idle_ticks: AtomicU64::new(0),
+                sleeps: AtomicU64::new(0),
+            });
+        }
+        let engine = Engine(Arc::new(Shared {
+            reactors,
+            mode: cfg.mode,
+            stop: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+        }));
+        ticks_per_sec();
+        let mut readies = Vec::new();
+        for id in 0..cfg.cores.len() {
+            let (tx, rx) = oneshot::channel::<std::io::Result<()>>();
+            let eng = engine.clone();
+            let cfg = cfg.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("reactor_{id}"))
+                .spawn(move || reactor_main(eng, id, cfg, tx))?;
+            engine.0.threads.lock().unwrap().push(handle);
+            readies.push(rx);
+        }
+        for (id, rx) in readies.into_iter().enumerate() {
+            let res = rx.wait().unwrap_or_else(|_| Err(std::io::Error::other("reactor thread died")));
+            if let Err(e) = res {
+                engine.stop();
+                engine.join();
+                return Err(std::io::Error::new(e.kind(), format!("reactor {id} on core {}: {e}", cfg.cores[id])));
+            }
+        }
+        Ok(engine)
+    }
+
+    /// Number of reactors.
+    pub fn count(&self) -> usize {
+        self.0.reactors.len()
+    }
+
+    /// CPU of reactor `id`.
+    pub fn core_of(&self, id: usize) -> usize {
+        self.0.reactors[id].core
+    }
+
+    /// The configured idle mode.
+    pub fn mode(&self) -> ReactorMode {
+        self.0.mode
+    }
+
+    /// Runs `f` on reactor `id` (from any thread, including that reactor).
+    pub fn send(&self, id: usize, f: impl FnOnce() + Send + 'static) {
+        self.post(id, Box::new(f));
+    }
+
+    fn post(&self, id: usize, m: Message) {
+        self.0.reactors[id].mailbox.post(m);
+    }
+
+    /// Runs `f` on reactor `id` and delivers its result.
+    pub fn call<T: Send + 'static>(&self, id: usize, f: impl FnOnce() -> T + Send + 'static) -> oneshot::Receiver<T> {
+        let (tx, rx) = oneshot::channel();
+        self.send(id, move || tx.send(f()));
+        rx
+    }
+
+    /// Starts the future made by `f` as a task on reactor `id` and delivers its output.
+    /// The future itself need not be `Send`.
+    pub fn run_async<F, Fut>(&self, id: usize, f: F) -> oneshot::Receiver<Fut::Output>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future + 'static,
+        Fut::Output: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        self.send(id, move || {
+            let fut = f();
+            spawn_local(async move { tx.send(fut.await) }).detach();
+        });
+        rx
+    }
+
+    /// Runs `f(reactor_id)` on every reactor and delivers the results in reactor order.
+    pub fn on_all<T, F>(&self, f: F) -> oneshot::Receiver<Vec<T>>
+    where
+        T: Send + 'static,
+        F: Fn(usize) -> T + Send + Sync + 'static,
+    {
+        struct Gather<T> {
+            results: Mutex<Vec<Option<T>>>,
+            left: std::sync::atomic::AtomicUsize,
+            tx: Mutex<Option<oneshot::Sender<Vec<T>>>>,
+        }
+        let (tx, rx) = oneshot::channel();
+        let n = self.count();
+        let g = Arc::new(Gather {
+            results: Mutex::new((0..n).map(|_| None).collect()),
+            left: std::sync::atomic::AtomicUsize::new(n),
+            tx: Mutex::new(Some(tx)),
+        });
+        let f = Arc::new(f);
+        for id in 0..n {
+            let (g, f) = (g.clone(), f.clone());
+            self.send(id, move || {
+                let v = f(id);
+                g.results.lock().unwrap()[id] = Some(v);
+                if g.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    let all = g
+                        .results
+                        .lock()
+                        .unwrap()
+                        .iter_mut()
+                        .map(|v| v.take().expect("every reactor answered"))
+                        .collect();
+                    if let Some(tx) = g.tx.lock().unwrap().take() {
+                        tx.send(all);
+                    }
+                }
+            });
+        }
+        rx
+    }
+
+    /// Asks every reactor to leave its loop (pending messages are dropped).
+    pub fn stop(&self) {
+        self.0.stop.store(true, Ordering::SeqCst);
+        for r in &self.0.reactors {
+            r.mailbox.ring();
+        }
+    }
+
+    /// True once `stop` was called.
+    pub fn stopping(&self) -> bool {
+        self.0.stop.load(Ordering::Relaxed)
+    }
+
+    /// Waits for every reactor thread to exit (call after `stop`).
+    pub fn join(&self) {
+        let threads = std::mem::take(&mut *self.0.threads.lock().unwrap());
+        for t in threads {
+            if t.thread().id() == std::thread::current().id() {
+                continue;
+            }
+            let _ = t.join();
+        }
+    }
+
+    /// Counters of every reactor.
+    pub fn stats(&self) -> Vec<ReactorStats> {
+        self.0
+            .reactors
+            .iter()
+            .enumerate()
+            .map(|(id, r)| ReactorStats {
+                id,
+                core: r.core,
+                busy_ticks: r.busy_ticks.load(Ordering::Relaxed),
+                idle_ticks: r.idle_ticks.load(Ordering::Relaxed),
+                sleeps: r.sleeps.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}
+
+type PollerFn = Box<dyn FnMut() -> bool>;
+
+struct PollerEntry {
+    id: u64,
+    f: PollerFn,
+}
+
+/// Identifies a registered poller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PollerId(u64);
+
+/// The state a reactor keeps for itself (never shared across threads).
+struct Local {
+    id: usize,
+    engine: Engine,
+    ready: RefCell<VecDeque<Runnable>>,
+    pollers: RefCell<Vec<PollerEntry>>,
+    added_pollers: RefCell<Vec<PollerEntry>>,
+    removed_pollers: RefCell<Vec<u64>>,
+    next_id: Cell<u64>,
+    timers: RefCell<BinaryHeap<Reverse<(u64, u64)>>>,
+    timer_fns: RefCell<HashMap<u64, Box<dyn FnOnce()>>>,
+    ring: RefCell<Ring>,
+    bufs: Rc<BufPool>,
+}
+
+thread_local! {
+    static LOCAL: RefCell<Option<Rc<Local>>> = const { RefCell::new(None) };
+}
+
+fn with_local<R>(f: impl FnOnce(&Rc<Local>) -> R) -> R {
+    LOCAL.with(|l| {
+        let l = l.borrow();
+        f(l.as_ref().expect("not called on a reactor thread"))
+    })
+}
+
+fn try_local() -> Option<Rc<Local>> {
+    LOCAL.try_with(|l| l.borrow().clone()).ok().flatten()
+}
+
+fn pin_to(core: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it; sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(std::io::Error::new(e.kind(), format!("cannot pin to core {core}: {e}")));
+        }
+    }
+    Ok(())
+}
+
+fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Sender<std::io::Result<()>>) {
+    let setup = || -> std::io::Result<Rc<Local>> {
+        if cfg.pin {
+            pin_to(cfg.cores[id])?;
+        }
+        let mailbox = &engine.0.reactors[id].mailbox;
+        let mut ring = Ring::new(cfg.ring_entries, mailbox.doorbell_fd())?;
+        let bufs = BufPool::new(cfg.bufs)?;
+        if let Err(e) = ring.register_buffers(&bufs.regions()) {
+            // Without registration (e.g. RLIMIT_MEMLOCK) fixed-buffer I/O is off; still correct.
+            log::warn!("reactor {id}: io_uring buffer registration failed ({e}); using unregistered buffers");
+        }
+        Ok(Rc::new(Local {
+            id,
+            engine: engine.clone(),
+            ready: RefCell::new(VecDeque::with_capacity(256)),
+            pollers: RefCell::new(Vec::new()),
+            added_pollers: RefCell::new(Vec::new()),
+            removed_pollers: RefCell::new(Vec::new()),
+            next_id: Cell::new(1),
+            timers: RefCell::new(BinaryHeap::new()),
+            timer_fns: RefCell::new(HashMap::new()),
+            ring: RefCell::new(ring),
+            bufs,
+        }))
+    };
+    let local = match setup() {
+        Ok(l) => l,
+        Err(e) => {
+            ready.send(Err(e));
+            return;
+        }
+    };
+    LOCAL.with(|l| *l.borrow_mut() = Some(local.clone()));
+    ready.send(Ok(()));
+    run_loop(&local, &cfg);
+    // Drop tasks and pollers while the thread-local is still set, then clear it.
+    local.ready.borrow_mut().clear();
+    local.pollers.borrow_mut().clear();
+    local.added_pollers.borrow_mut().clear();
+    local.timer_fns.borrow_mut().clear();
+    LOCAL.with(|l| *l.borrow_mut() = None);
+}
+
+fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
+    let shared = &local.engine.0.reactors[local.id];
+    let mailbox = &shared.mailbox;
+    let stop = &local.engine.0.stop;
+    let adaptive_idle = duration_to_ticks(cfg.adaptive_idle);
+    let mut last = ticks();
+    let mut idle_since = last;
+    loop {
+        let mut work = 0usize;
+        for _ in 0..128 {
+            match mailbox.pop() {
+                Some(m) => {
+                    m();
+                    work += 1;
+                }
+                None => break,
+            }
+        }
+        for _ in 0..128 {
+            let r = local.ready.borrow_mut().pop_front();
+            match r {
+                Some(r) => {
+                    r.run();
+                    work += 1;
+                }
+                None => break,
+            }
+        }
+        work += local.run_pollers();
+        let now = ticks();
+        work += local.run_timers(now);
+        local.ring.borrow_mut().submit();
+        work += Ring::reap(&local.ring);
+
+        let now = ticks();
+        let elapsed = now.wrapping_sub(last);
+        last = now;
+        if work > 0 {
+            shared.busy_ticks.store(shared.busy_ticks.load(Ordering::Relaxed) + elapsed, Ordering::Relaxed);
+            idle_since = now;
+            continue;
+        }
+        shared.idle_ticks.store(shared.idle_ticks.load(Ordering::Relaxed) + elapsed, Ordering::Relaxed);
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let sleep = match cfg.mode {
+            ReactorMode::Poll => false,
+            ReactorMode::Interrupt => true,
+            ReactorMode::Adaptive => now.wrapping_sub(idle_since) > adaptive_idle,
+        };
+        if sleep && mailbox.prepare_sleep() {
+            if local.ready.borrow().is_empty() && !stop.load(Ordering::SeqCst) {
+                let timeout = local.next_timer().map(|deadline| {
+                    let t = deadline.saturating_sub(ticks());
+                    Duration::from_nanos(crate::tsc::ticks_to_nanos(t))
+                });
+                shared.sleeps.store(shared.sleeps.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                local.ring.borrow_mut().wait(timeout);
+            }
+            mailbox.woke();
+            let now = ticks();
+            shared
+                .idle_ticks
+                .store(shared.idle_ticks.load(Ordering::Relaxed) + now.wrapping_sub(last), Ordering::Relaxed);
+            last = now;
+        }
+    }
+}
+
+impl Local {
+    fn run_pollers(&self) -> usize {
+        {
+            let mut added = self.added_pollers.borrow_mut();
+            if !added.is_empty() {
+                self.pollers.borrow_mut().append(&mut added);
+            }
+            let mut removed = self.removed_pollers.borrow_mut();
+            if !removed.is_empty() {
+                self.pollers.borrow_mut().retain(|p| !removed.contains(&p.id));
+                removed.clear();
+            }
+        }
+        let mut pollers = std::mem::take(&mut *self.pollers.borrow_mut());
+        let mut work = 0;
+        for p in pollers.iter_mut() {
+            if (p.f)() {
+                work += 1;
+            }
+        }
+        let mut slot = self.pollers.borrow_mut();
+        pollers.append(&mut slot);
+        *slot = pollers;
+        work
+    }
+
+    fn run_timers(&self, now: u64) -> usize {
+        let mut fired = 0;
+        loop {
+            let due = {
+                let mut timers = self.timers.borrow_mut();
+                match timers.peek() {
+                    Some(Reverse((deadline, id))) if *deadline <= now => {
+                        let id = *id;
+                        timers.pop();
+                        Some(id)
+                    }
+                    _ => None,
+                }
+            };
+            let Some(id) = due else { return fired };
+            let f = self.timer_fns.borrow_mut().remove(&id);
+            if let Some(f) = f {
+                f();
+                fired += 1;
+            }
+        }
+    }
+
+    fn next_timer(&self) -> Option<u64> {
+        self.timers.borrow().peek().map(|Reverse((d, _))| *d)
+    }
+
+    fn next_id(&self) -> u64 {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        id
+    }
+}
+
+/// The index of the reactor running the calling thread, if it is one.
+pub fn current() -> Option<usize> {
+    try_local().map(|l| l.id)
+}
+
+/// The engine of the calling reactor. Panics off-reactor.
+pub fn engine() -> Engine {
+    with_local(|l| l.engine.clone())
+}
+
+/// Spawns a future as a task on the calling reactor. Panics off-reactor.
+pub fn spawn_local<F>(fut: F) -> Task<F::Output>
+where
+    F: Future + 'static,
+    F::Output: 'static,
+{
+    let (id, mailbox) = with_local(|l| (l.id, l.engine.0.reactors[l.id].mailbox.clone()));
+    let schedule = move |r: Runnable| {
+        if current() == Some(id) {
+            with_local(|l| l.ready.borrow_mut().push_back(r));
+        } else {
+            mailbox.post(Box::new(move || with_local(|l| l.ready.borrow_mut().push_back(r))));
+        }
+    };
+    let (runnable, task) = async_task::spawn_local(fut, schedule);
+    runnable.schedule();
+    task
+}
+
+/// Registers a function run on every loop turn of the calling reactor; it returns true when it
+/// found work (which keeps an adaptive reactor awake).
+pub fn register_poller(f: impl FnMut() -> bool + 'static) -> PollerId {
+    with_local(|l| {
+        let id = l.next_id();
+        l.added_pollers.borrow_mut().push(PollerEntry { id, f: Box::new(f) });
+        PollerId(id)
+    })
+}
+
+/// Removes a poller of the calling reactor (from the next loop turn on).
+pub fn unregister_poller(p: PollerId) {
+    with_local(|l| {
+        l.added_pollers.borrow_mut().retain(|e| e.id != p.0);
+        l.removed_pollers.borrow_mut().push(p.0);
+    })
+}
+
+/// Runs `f` once on the calling reactor after `delay`.
+pub fn after(delay: Duration, f: impl FnOnce() + 'static) {
+    with_local(|l| {
+        let id = l.next_id();
+        let deadline = ticks() + duration_to_ticks(delay);
+        l.timers.borrow_mut().push(Reverse((deadline, id)));
+        l.timer_fns.borrow_mut().insert(id, Box::new(f));
+    })
+}
+
+/// A future that completes after a delay (on a reactor).
+pub struct Sleep {
+    delay: Duration,
+    fired: Option<Rc<Cell<bool>>>,
+}
+
+/// Waits for `delay` on the calling reactor.
+pub fn sleep(delay: Duration) -> Sleep {
+    Sleep { delay, fired: None }
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match &self.fired {
+            Some(f) if f.get() => Poll::Ready(()),
+            Some(_) => Poll::Pending,
+            None => {
+                let fired = Rc::new(Cell::new(false));
+                let (f2, waker) = (fired.clone(), cx.waker().clone());
+                after(self.delay, move || {
+                    f2.set(true);
+                    waker.wake();
+                });
+                self.fired = Some(fired);
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// Gives the calling reactor's io_uring to `f`. Panics off-reactor.
+pub fn with_ring<R>(f: impl FnOnce(&mut Ring) -> R) -> R {
+    with_local(|l| f(&mut l.ring.borrow_mut()))
+}
+
+/// The calling reactor's buffer pool, or None off-reactor.
+pub fn buf_pool() -> Option<Rc<BufPool>> {
+    try_local().map(|l| l.bufs.clone())
+}
+
+/// A payload buffer from the calling reactor's pool (a heap buffer off-reactor).
+pub fn alloc_buf(len: usize) -> IoBuf {
+    match buf_pool() {
+        Some(p) => p.get(len),
+        None => IoBuf::heap(len),
+    }
+}

@@ -1,0 +1,184 @@
+//! Engine behaviour: messages, tasks, timers, pollers, every-core calls, io_uring and shutdown.
+
+use ferrite_reactor::ring::{uring_opcode, uring_types, CqeHandler};
+use ferrite_reactor::*;
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn engine(mode: ReactorMode) -> Engine {
+    let cores =
+        if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) >= 2 { vec![0, 1] } else { vec![0] };
+    Engine::start(EngineConfig { cores, mode, ..Default::default() }).expect("engine starts")
+}
+
+fn shutdown(e: Engine) {
+    e.stop();
+    e.join();
+}
+
+#[test]
+fn messages_run_on_their_reactor_in_order() {
+    for mode in [ReactorMode::Poll, ReactorMode::Interrupt, ReactorMode::Adaptive] {
+        let e = engine(mode);
+        for id in 0..e.count() {
+            let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+            for i in 0..1000 {
+                let seen = seen.clone();
+                e.send(id, move || seen.lock().unwrap().push((current(), i)));
+            }
+            e.call(id, || ()).wait().unwrap();
+            let seen = seen.lock().unwrap();
+            assert_eq!(seen.len(), 1000);
+            assert!(seen.iter().enumerate().all(|(i, &(r, v))| r == Some(id) && v == i), "{mode:?}");
+        }
+        shutdown(e);
+    }
+}
+
+#[test]
+fn messages_between_reactors_wake_a_sleeping_peer() {
+    let e = engine(ReactorMode::Interrupt);
+    let last = e.count() - 1;
+    // Reactor 0 sends to the last reactor and waits for the answer inside a task.
+    let got = e
+        .run_async(0, move || async move {
+            let mut sum = 0;
+            for i in 0..100u64 {
+                std::thread::sleep(Duration::from_micros(50)); // let the peer fall asleep
+                sum += ferrite_reactor::engine().call(last, move || i * 2).await.unwrap();
+            }
+            sum
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(got, (0..100u64).map(|i| i * 2).sum::<u64>());
+    shutdown(e);
+}
+
+#[test]
+fn on_all_runs_once_per_reactor() {
+    let e = engine(ReactorMode::Adaptive);
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    let res = e
+        .on_all(move |id| {
+            h.fetch_add(1, Ordering::SeqCst);
+            (id, current().unwrap())
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), e.count());
+    assert_eq!(res, (0..e.count()).map(|i| (i, i)).collect::<Vec<_>>());
+    shutdown(e);
+}
+
+#[test]
+fn timers_fire_in_order_and_not_early() {
+    let e = engine(ReactorMode::Interrupt);
+    let (order, took) = e
+        .run_async(0, || async {
+            let order = Rc::new(std::cell::RefCell::new(Vec::new()));
+            for (i, ms) in [(2, 30u64), (0, 10), (1, 20)] {
+                let o = order.clone();
+                after(Duration::from_millis(ms), move || o.borrow_mut().push(i));
+            }
+            let t0 = Instant::now();
+            sleep(Duration::from_millis(40)).await;
+            let v = order.borrow().clone();
+            (v, t0.elapsed())
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(order, vec![0, 1, 2]);
+    assert!(took >= Duration::from_millis(40), "slept only {took:?}");
+    shutdown(e);
+}
+
+#[test]
+fn pollers_run_until_unregistered() {
+    let e = engine(ReactorMode::Adaptive);
+    let count = e
+        .run_async(0, || async {
+            let n = Rc::new(Cell::new(0u32));
+            let n2 = n.clone();
+            let id = register_poller(move || {
+                n2.set(n2.get() + 1);
+                false
+            });
+            sleep(Duration::from_millis(20)).await;
+            unregister_poller(id);
+            let at_stop = n.get();
+            sleep(Duration::from_millis(20)).await;
+            (at_stop, n.get())
+        })
+        .wait()
+        .unwrap();
+    assert!(count.0 > 0, "poller never ran");
+    assert_eq!(count.0, count.1, "poller ran after unregister");
+    shutdown(e);
+}
+
+struct Done(Rc<Cell<Option<(u64, i32)>>>);
+impl CqeHandler for Done {
+    fn complete(&self, tag: u64, result: i32) {
+        self.0.set(Some((tag, result)));
+    }
+}
+
+#[test]
+fn ring_reads_a_file_into_a_pool_buffer() {
+    let path = std::env::temp_dir().join(format!("ferrite-ring-{}", std::process::id()));
+    let data: Vec<u8> = (0..8192u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&path, &data).unwrap();
+    let e = engine(ReactorMode::Interrupt);
+    let p = path.clone();
+    let got = e
+        .run_async(0, move || async move {
+            let file = std::fs::File::open(&p).unwrap();
+            let mut buf = alloc_buf(4096);
+            let done = Rc::new(Cell::new(None));
+            let entry = uring_opcode::Read::new(
+                uring_types::Fd(std::os::fd::AsRawFd::as_raw_fd(&file)),
+                buf.as_mut_ptr(),
+                4096,
+            )
+            .offset(4096)
+            .build();
+            // SAFETY: buf and file live until the completion is observed below.
+            unsafe { with_ring(|r| r.push(entry, Rc::new(Done(done.clone())), 42)).unwrap() };
+            while done.get().is_none() {
+                sleep(Duration::from_millis(1)).await;
+            }
+            (done.get().unwrap(), buf.to_vec())
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(got.0, (42, 4096));
+    assert_eq!(got.1, data[4096..]);
+    std::fs::remove_file(path).unwrap();
+    shutdown(e);
+}
+
+#[test]
+fn idle_interrupt_reactors_sleep_and_stop_promptly() {
+    let e = engine(ReactorMode::Adaptive);
+    std::thread::sleep(Duration::from_millis(200));
+    let stats = e.stats();
+    for s in &stats {
+        assert!(s.sleeps > 0, "reactor {} never slept", s.id);
+        assert!(s.idle_ticks > s.busy_ticks, "reactor {} busy while idle: {s:?}", s.id);
+    }
+    let t0 = Instant::now();
+    shutdown(e);
+    assert!(t0.elapsed() < Duration::from_millis(500), "stop took {:?}", t0.elapsed());
+}
+
+#[test]
+fn bad_core_is_a_clear_error() {
+    let err =
+        Engine::start(EngineConfig { cores: vec![1000], ..Default::default() }).err().expect("core 1000 rejected");
+    assert!(err.to_string().contains("core 1000"), "{err}");
+}
