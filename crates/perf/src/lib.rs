@@ -1,0 +1,4 @@
+//! The engine of `ferrite perf`: I/O jobs over bdevs, latency histograms and bdevperf-style reports.
+
+pub mod hist;
+pub mod report;
