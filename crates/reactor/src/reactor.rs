@@ -613,6 +613,14 @@ pub fn with_ring<R>(f: impl FnOnce(&mut Ring) -> R) -> R {
     with_local(|l| f(&mut l.ring.borrow_mut()))
 }
 
+/// Gives the calling reactor's io_uring to `f`, or returns None off-reactor (or while the
+/// reactor shuts down).
+pub fn try_with_ring<R>(f: impl FnOnce(&mut Ring) -> R) -> Option<R> {
+    let l = try_local()?;
+    let mut ring = l.ring.try_borrow_mut().ok()?;
+    Some(f(&mut ring))
+}
+
 /// The calling reactor's buffer pool, or None off-reactor.
 pub fn buf_pool() -> Option<Rc<BufPool>> {
     try_local().map(|l| l.bufs.clone())

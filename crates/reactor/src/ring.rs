@@ -17,6 +17,8 @@ pub trait CqeHandler {
 pub struct RingFull;
 
 const DOORBELL_TOKEN: u64 = u64::MAX;
+/// Size of each ring's fixed file table.
+const FILE_SLOTS: u32 = 64;
 
 struct Slot {
     handler: Option<Rc<dyn CqeHandler>>,
@@ -32,6 +34,7 @@ pub struct Ring {
     doorbell_fd: i32,
     doorbell_armed: bool,
     doorbell_buf: Box<u64>,
+    free_files: Vec<u32>,
     /// Number of io_uring_enter calls (for counting syscalls per I/O).
     pub enters: u64,
 }
@@ -53,8 +56,12 @@ impl Ring {
             doorbell_fd,
             doorbell_armed: false,
             doorbell_buf: Box::new(0),
+            free_files: Vec::new(),
             enters: 0,
         };
+        if r.ring.submitter().register_files_sparse(FILE_SLOTS).is_ok() {
+            r.free_files = (0..FILE_SLOTS).rev().collect();
+        }
         r.arm_doorbell();
         Ok(r)
     }
@@ -69,14 +76,25 @@ impl Ring {
         unsafe { self.ring.submitter().register_buffers(regions) }
     }
 
-    /// Registers a sparse table of `n` fixed files.
-    pub fn register_files_sparse(&mut self, n: u32) -> std::io::Result<()> {
-        self.ring.submitter().register_files_sparse(n)
+    /// Installs `fd` in the ring's fixed file table; returns its index, or None if the table is
+    /// full or unsupported (callers then use the plain descriptor).
+    pub fn install_file(&mut self, fd: i32) -> Option<u32> {
+        let slot = self.free_files.pop()?;
+        match self.ring.submitter().register_files_update(slot, &[fd]) {
+            Ok(_) => Some(slot),
+            Err(e) => {
+                log::debug!("fixed file registration failed: {e}");
+                self.free_files.push(slot);
+                None
+            }
+        }
     }
 
-    /// Installs `fd` at `index` of the fixed file table.
-    pub fn update_file(&mut self, index: u32, fd: i32) -> std::io::Result<()> {
-        self.ring.submitter().register_files_update(index, &[fd]).map(|_| ())
+    /// Removes a file installed with `install_file`.
+    pub fn remove_file(&mut self, slot: u32) {
+        if self.ring.submitter().register_files_update(slot, &[-1]).is_ok() {
+            self.free_files.push(slot);
+        }
     }
 
     fn arm_doorbell(&mut self) {
@@ -209,23 +227,6 @@ impl Ring {
     /// True if any entry is in flight (other than the doorbell).
     pub fn busy(&self) -> bool {
         self.free.len() < self.slots.len()
-    }
-}
-
-/// Builds a read of `len` bytes at `offset` into `ptr` from a fixed file, using the fixed buffer
-/// `buf_index` if given.
-pub fn read_entry(file: types::Fixed, ptr: *mut u8, len: u32, offset: u64, buf_index: Option<u16>) -> squeue::Entry {
-    match buf_index {
-        Some(i) => opcode::ReadFixed::new(file, ptr, len, i).offset(offset).build(),
-        None => opcode::Read::new(file, ptr, len).offset(offset).build(),
-    }
-}
-
-/// Builds a write of `len` bytes at `offset` from `ptr` to a fixed file.
-pub fn write_entry(file: types::Fixed, ptr: *const u8, len: u32, offset: u64, buf_index: Option<u16>) -> squeue::Entry {
-    match buf_index {
-        Some(i) => opcode::WriteFixed::new(file, ptr, len, i).offset(offset).build(),
-        None => opcode::Write::new(file, ptr, len).offset(offset).build(),
     }
 }
 

@@ -1,0 +1,63 @@
+//! The null bdev: discards writes, reads zeroes. For testing upper layers and measuring the
+//! stack's own overhead.
+
+use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps};
+use crate::io::{BdevIo, IoStatus, IoType, IoTypes};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Parameters of `bdev_null_create`.
+#[derive(Debug, Clone)]
+pub struct NullOpts {
+    /// Name.
+    pub name: String,
+    /// Number of blocks.
+    pub num_blocks: u64,
+    /// Bytes per block.
+    pub block_size: u32,
+    /// UUID (random if None).
+    pub uuid: Option<String>,
+}
+
+struct NullBackend;
+
+struct NullChannel;
+
+impl BackendChannel for NullChannel {
+    #[inline]
+    fn submit(&mut self, mut io: BdevIo) {
+        if io.req.io_type == IoType::Read {
+            for b in io.req.bufs.iter_mut() {
+                b.fill(0);
+            }
+        }
+        io.complete_deferred(IoStatus::Success);
+    }
+}
+
+impl BdevBackend for NullBackend {
+    fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
+        Ok(Box::new(NullChannel))
+    }
+
+    fn config_entry(&self, bdev: &Bdev) -> Option<Value> {
+        Some(json!({"method": "bdev_null_create", "params": {
+            "name": bdev.name(), "num_blocks": bdev.num_blocks(), "block_size": bdev.block_size(),
+            "uuid": bdev.uuid().to_string()}}))
+    }
+}
+
+/// Creates a null bdev.
+pub fn create(opts: NullOpts) -> Result<Bdev, BdevError> {
+    let props = BdevProps {
+        name: opts.name,
+        aliases: vec![],
+        uuid: super::parse_uuid(opts.uuid.as_deref())?,
+        block_size: opts.block_size,
+        num_blocks: opts.num_blocks,
+        product_name: "Null disk",
+        module: "null",
+        io_types: IoTypes::of(&IoType::ALL),
+    };
+    register(props, Arc::new(NullBackend))
+}

@@ -1,0 +1,238 @@
+//! The bdev subsystem's JSON-RPC methods, with SPDK's names, parameters and result shapes:
+//! bdev_get_bdevs, bdev_get_iostat, and create/delete for the null, malloc and uring modules.
+
+use crate::bdev::{list, lookup, unregister, Bdev, BdevError};
+use crate::channel::{local_iostat, prune_local_iostat};
+use crate::modules::{malloc, null, uring};
+use crate::stats::IoStat;
+use crate::IoType;
+use ferrite_rpc::{errno_error, Ctx, Params, Registry, RpcError, RpcResult, Subsystem};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+fn bdev_err(e: BdevError) -> RpcError {
+    errno_error(e.errno(), e.to_string())
+}
+
+fn not_found(name: &str) -> RpcError {
+    errno_error(libc::ENODEV, format!("No such device: bdev {name} not found"))
+}
+
+/// The `bdev_get_bdevs` object of one bdev.
+pub fn bdev_json(b: &Bdev) -> Value {
+    let io_types: serde_json::Map<String, Value> =
+        IoType::ALL.iter().map(|t| (t.name().to_string(), json!(b.supports(*t)))).collect();
+    let mut io_types = io_types;
+    for extra in ["compare", "compare_and_write", "abort", "nvme_admin", "nvme_io", "zcopy", "copy"] {
+        io_types.insert(extra.to_string(), json!(false));
+    }
+    json!({
+        "name": b.name(),
+        "aliases": b.aliases(),
+        "product_name": b.product_name(),
+        "block_size": b.block_size(),
+        "num_blocks": b.num_blocks(),
+        "uuid": b.uuid().to_string(),
+        "assigned_rate_limits": {"rw_ios_per_sec": 0, "rw_mbytes_per_sec": 0,
+            "r_mbytes_per_sec": 0, "w_mbytes_per_sec": 0},
+        "claimed": b.claimed_by().is_some(),
+        "zoned": false,
+        "supported_io_types": io_types,
+        "driver_specific": b.backend().driver_specific(),
+    })
+}
+
+fn iostat_json(b: &Bdev, s: &IoStat) -> Value {
+    json!({
+        "name": b.name(),
+        "bytes_read": s.bytes_read, "num_read_ops": s.num_read_ops,
+        "bytes_written": s.bytes_written, "num_write_ops": s.num_write_ops,
+        "bytes_unmapped": s.bytes_unmapped, "num_unmap_ops": s.num_unmap_ops,
+        "bytes_copied": 0, "num_copy_ops": 0,
+        "read_latency_ticks": s.read_latency_ticks, "max_read_latency_ticks": s.max_read_latency_ticks,
+        "write_latency_ticks": s.write_latency_ticks, "max_write_latency_ticks": s.max_write_latency_ticks,
+        "unmap_latency_ticks": s.unmap_latency_ticks,
+        "num_write_zeroes_ops": s.num_write_zeroes_ops, "bytes_write_zeroes": s.bytes_write_zeroes,
+        "num_flush_ops": s.num_flush_ops, "num_reset_ops": s.num_reset_ops,
+        "io_error": s.io_errors,
+    })
+}
+
+/// Sums every core's statistics of `bdevs` (each core answers by message).
+pub async fn iostat(ctx: &Ctx, bdevs: &[Bdev]) -> Vec<IoStat> {
+    let ids: Arc<Vec<u64>> = Arc::new(bdevs.iter().map(|b| b.id()).collect());
+    let live: Arc<Vec<u64>> = Arc::new(list().iter().map(|b| b.id()).collect());
+    let per_core = ctx
+        .engine
+        .on_all(move |_| {
+            prune_local_iostat(&live);
+            ids.iter().map(|id| local_iostat(*id)).collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+    let mut total = vec![IoStat::default(); bdevs.len()];
+    for core in per_core {
+        for (t, s) in total.iter_mut().zip(core.iter()) {
+            t.add(s);
+        }
+    }
+    total
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NameParam {
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OptionalName {
+    name: Option<String>,
+    #[allow(dead_code)]
+    timeout: Option<u64>,
+    #[allow(dead_code)]
+    per_channel: Option<bool>,
+}
+
+fn selected(name: Option<String>) -> Result<Vec<Bdev>, RpcError> {
+    match name {
+        Some(n) => lookup(&n).map(|b| vec![b]).ok_or_else(|| not_found(&n)),
+        None => Ok(list()),
+    }
+}
+
+async fn delete(name: String, module: &'static str) -> RpcResult {
+    let done = unregister(&name, Some(module)).map_err(|e| match e {
+        BdevError::NotFound(_) => not_found(&name),
+        e => bdev_err(e),
+    })?;
+    done.await.map_err(|e| RpcError::internal(e.to_string()))?;
+    log::info!("deleted {module} bdev {name}");
+    Ok(json!(true))
+}
+
+/// Ferrite supports no separate metadata or protection information: SPDK's parameters for them
+/// are accepted when they ask for none.
+fn check_no_metadata(md_size: Option<u32>, dif_type: Option<u32>) -> Result<(), RpcError> {
+    if md_size.unwrap_or(0) != 0 || dif_type.unwrap_or(0) != 0 {
+        return Err(errno_error(libc::ENOTSUP, "metadata and DIF are not supported"));
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NullCreate {
+    name: String,
+    num_blocks: u64,
+    block_size: u32,
+    uuid: Option<String>,
+    physical_block_size: Option<u32>,
+    md_size: Option<u32>,
+    md_interleave: Option<bool>,
+    dif_type: Option<u32>,
+    dif_is_head_of_md: Option<bool>,
+    dif_pi_format: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MallocCreate {
+    name: Option<String>,
+    num_blocks: u64,
+    block_size: u32,
+    uuid: Option<String>,
+    optimal_io_boundary: Option<u32>,
+    physical_block_size: Option<u32>,
+    md_size: Option<u32>,
+    md_interleave: Option<bool>,
+    dif_type: Option<u32>,
+    dif_is_head_of_md: Option<bool>,
+    dif_pi_format: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UringCreate {
+    name: String,
+    filename: String,
+    block_size: Option<u32>,
+    uuid: Option<String>,
+}
+
+/// Registers the bdev methods and the "bdev" subsystem (its saved config lists a create call per
+/// bdev, followed by bdev_wait_for_examine as SPDK writes it).
+pub fn register(reg: &mut Registry) {
+    reg.method("bdev_get_bdevs", |_, p: Params| async move {
+        let p: OptionalName = p.parse()?;
+        Ok(Value::Array(selected(p.name)?.iter().map(bdev_json).collect()))
+    });
+    reg.method("bdev_get_iostat", |ctx, p: Params| async move {
+        let p: OptionalName = p.parse()?;
+        let bdevs = selected(p.name)?;
+        let stats = iostat(&ctx, &bdevs).await;
+        let list: Vec<Value> = bdevs.iter().zip(stats.iter()).map(|(b, s)| iostat_json(b, s)).collect();
+        Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(),
+            "ticks": ferrite_reactor::tsc::ticks(), "bdevs": list}))
+    });
+    reg.method("bdev_null_create", |_, p: Params| async move {
+        let p: NullCreate = p.parse()?;
+        check_no_metadata(p.md_size, p.dif_type)?;
+        let _ = (p.physical_block_size, p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
+        let b = null::create(null::NullOpts {
+            name: p.name,
+            num_blocks: p.num_blocks,
+            block_size: p.block_size,
+            uuid: p.uuid,
+        })
+        .map_err(bdev_err)?;
+        Ok(json!(b.name()))
+    });
+    reg.method("bdev_null_delete", |_, p: Params| async move {
+        let p: NameParam = p.parse()?;
+        delete(p.name, "null").await
+    });
+    reg.method("bdev_malloc_create", |_, p: Params| async move {
+        let p: MallocCreate = p.parse()?;
+        check_no_metadata(p.md_size, p.dif_type)?;
+        let _ = (p.optimal_io_boundary, p.physical_block_size, p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
+        let b = malloc::create(malloc::MallocOpts {
+            name: p.name,
+            num_blocks: p.num_blocks,
+            block_size: p.block_size,
+            uuid: p.uuid,
+        })
+        .map_err(bdev_err)?;
+        Ok(json!(b.name()))
+    });
+    reg.method("bdev_malloc_delete", |_, p: Params| async move {
+        let p: NameParam = p.parse()?;
+        delete(p.name, "malloc").await
+    });
+    reg.method("bdev_uring_create", |_, p: Params| async move {
+        let p: UringCreate = p.parse()?;
+        let b = uring::create(uring::UringOpts {
+            name: p.name,
+            filename: p.filename,
+            block_size: p.block_size,
+            uuid: p.uuid,
+        })
+        .map_err(bdev_err)?;
+        Ok(json!(b.name()))
+    });
+    reg.method("bdev_uring_delete", |_, p: Params| async move {
+        let p: NameParam = p.parse()?;
+        delete(p.name, "uring").await
+    });
+    reg.subsystem(Subsystem {
+        name: "bdev",
+        depends_on: vec![],
+        config: Arc::new(|| {
+            let mut entries: Vec<Value> = list().iter().filter_map(|b| b.backend().config_entry(b)).collect();
+            entries.push(json!({"method": "bdev_wait_for_examine"}));
+            entries
+        }),
+    });
+}

@@ -1,0 +1,40 @@
+//! A minimal stderr logger for the `log` facade (level from `--log-level` or FERRITE_LOG).
+
+use log::{Level, LevelFilter, Metadata, Record};
+
+struct Stderr;
+
+impl log::Log for Stderr {
+    fn enabled(&self, m: &Metadata) -> bool {
+        m.level() <= log::max_level()
+    }
+    fn log(&self, r: &Record) {
+        if self.enabled(r.metadata()) {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            let lvl = match r.level() {
+                Level::Error => "ERROR",
+                Level::Warn => "WARN",
+                Level::Info => "INFO",
+                Level::Debug => "DEBUG",
+                Level::Trace => "TRACE",
+            };
+            let thread = std::thread::current();
+            eprintln!(
+                "[{}.{:06}] {lvl} {}: {}",
+                t.as_secs(),
+                t.subsec_micros(),
+                thread.name().unwrap_or("main"),
+                r.args()
+            );
+        }
+    }
+    fn flush(&self) {}
+}
+
+/// Installs the logger; `level` is one of error, warn, info, debug, trace.
+pub fn init(level: &str) {
+    let level = std::env::var("FERRITE_LOG").unwrap_or_else(|_| level.to_string());
+    let filter = level.parse::<LevelFilter>().unwrap_or(LevelFilter::Info);
+    let _ = log::set_logger(&Stderr);
+    log::set_max_level(filter);
+}

@@ -1,0 +1,43 @@
+//! `ferrite`: the target daemon (`serve`), its JSON-RPC client (`rpc`) and a bdevperf-style
+//! benchmark (`perf`).
+
+mod logger;
+mod perf_cmd;
+mod rpc_cmd;
+mod serve;
+mod signals;
+
+use clap::{Parser, Subcommand};
+
+/// Ferrite: a polled, lock-free, thread-per-core user-space storage stack.
+#[derive(Parser)]
+#[command(name = "ferrite", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the storage daemon: reactors, bdevs, and the JSON-RPC server.
+    Serve(serve::ServeArgs),
+    /// Call a JSON-RPC method of a running daemon (SPDK's method names and parameters).
+    Rpc(rpc_cmd::RpcArgs),
+    /// Benchmark bdevs in-process, like SPDK's bdevperf (same flags).
+    Perf(perf_cmd::PerfArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match cli.cmd {
+        Cmd::Serve(a) => serve::run(a),
+        Cmd::Rpc(a) => rpc_cmd::run(a),
+        Cmd::Perf(a) => perf_cmd::run(a),
+    };
+    std::process::exit(code);
+}
+
+/// Builds the method registry of everything this binary serves.
+pub(crate) fn registry() -> ferrite_rpc::Registry {
+    ferrite_rpc::app::registry(ferrite_bdev::rpc::register)
+}

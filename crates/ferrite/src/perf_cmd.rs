@@ -1,0 +1,194 @@
+//! `ferrite perf`: bdevperf's command line over Ferrite's engine.
+
+use ferrite_perf::{JobPlacement, JobResult, JobSpec, Progress, Workload};
+use ferrite_reactor::ReactorMode;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// Options of `ferrite perf` (bdevperf's flags where bdevperf has them).
+#[derive(clap::Args, Debug)]
+pub struct PerfArgs {
+    /// SPDK JSON config that creates the bdevs to test.
+    #[arg(short = 'c', long = "json", value_name = "FILE")]
+    json: PathBuf,
+    /// Queue depth per job.
+    #[arg(short = 'q', value_name = "DEPTH")]
+    queue_depth: u32,
+    /// I/O size in bytes (suffixes k, m accepted: 4k, 128K).
+    #[arg(short = 'o', value_name = "SIZE", value_parser = parse_size)]
+    io_size: u32,
+    /// Workload: read, write, randread, randwrite, rw, randrw, verify, unmap, flush.
+    #[arg(short = 'w', value_name = "TYPE")]
+    workload: Workload,
+    /// Read percentage of rw and randrw.
+    #[arg(short = 'M', value_name = "PERCENT", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    rw_mix_read: u8,
+    /// Run time in seconds.
+    #[arg(short = 't', value_name = "SECONDS")]
+    time: f64,
+    /// Cores: hexadecimal mask (0x3) or list (0-1). One job per bdev per core.
+    #[arg(short = 'm', long = "cpumask", default_value = "0x1")]
+    cpumask: String,
+    /// Only test this bdev (default: every bdev in the config).
+    #[arg(short = 'T', value_name = "BDEV")]
+    target: Option<String>,
+    /// Serve JSON-RPC on this socket during the run (to inspect or delete bdevs meanwhile).
+    #[arg(short = 'r', long = "rpc-socket")]
+    rpc_socket: Option<PathBuf>,
+    /// Write machine-readable results to FILE ("-" for stdout).
+    #[arg(long = "results-json", value_name = "FILE")]
+    results_json: Option<String>,
+    /// Reactor idle behaviour (bdevperf polls).
+    #[arg(long, default_value = "poll")]
+    reactor_mode: ReactorMode,
+    /// Do not pin reactor threads to their cores.
+    #[arg(long)]
+    no_pin: bool,
+    /// Log level: error, warn, info, debug or trace.
+    #[arg(long, default_value = "warn")]
+    log_level: String,
+}
+
+fn parse_size(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1024),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1024 * 1024),
+        _ => (t, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
+    u32::try_from(n * mult).map_err(|_| format!("{s:?} is too large"))
+}
+
+fn fail(msg: String) -> i32 {
+    eprintln!("ferrite perf: {msg}");
+    1
+}
+
+/// Runs the benchmark; returns the exit code (non-zero on failed I/O or verify errors).
+pub fn run(a: PerfArgs) -> i32 {
+    crate::logger::init(&a.log_level);
+    if a.queue_depth == 0 || a.queue_depth > 4096 {
+        return fail(format!("queue depth {} must be 1 to 4096", a.queue_depth));
+    }
+    if !(a.time > 0.0) {
+        return fail("run time must be positive".into());
+    }
+    crate::signals::block();
+    let (engine, ctx) = match crate::serve::start_engine(&a.cpumask, a.reactor_mode, !a.no_pin, Some(&a.json)) {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    let mut server = match a.rpc_socket.as_ref().map(|p| ferrite_rpc::server::RpcServer::start(p, ctx.clone())) {
+        Some(Err(e)) => {
+            crate::serve::shutdown(&engine);
+            return fail(e.to_string());
+        }
+        Some(Ok(s)) => Some(s),
+        None => None,
+    };
+    let bdevs: Vec<String> = match &a.target {
+        Some(t) => vec![t.clone()],
+        None => ferrite_bdev::list().iter().map(|b| b.name().to_string()).collect(),
+    };
+    if bdevs.is_empty() {
+        crate::serve::shutdown(&engine);
+        return fail(format!("{} creates no bdev", a.json.display()));
+    }
+    let abort = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spec = JobSpec {
+        workload: a.workload,
+        queue_depth: a.queue_depth,
+        io_size: a.io_size,
+        rw_mix_read: a.rw_mix_read,
+        duration: Duration::from_secs_f64(a.time),
+        abort: abort.clone(),
+    };
+    println!("Running I/O for {} seconds...", a.time);
+    let (tx, rx) = mpsc::channel::<(String, usize, Result<JobResult, String>)>();
+    let mut progress = Vec::new();
+    let n = engine.count() as u32;
+    for id in 0..engine.count() {
+        for bdev in &bdevs {
+            let p = Arc::new(Progress::default());
+            progress.push(p.clone());
+            let place = JobPlacement { bdev: bdev.clone(), core: engine.core_of(id), index: id as u32, of: n };
+            let spec = spec.clone();
+            let recv = engine.run_async(id, move || ferrite_perf::start(spec, place, p));
+            let (tx, name, core) = (tx.clone(), bdev.clone(), engine.core_of(id));
+            std::thread::spawn(move || {
+                let res = match recv.wait() {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(e)) | Err(e) => Err(e.to_string()),
+                };
+                let _ = tx.send((name, core, res));
+            });
+        }
+    }
+    drop(tx);
+    {
+        let abort = abort.clone();
+        std::thread::spawn(move || {
+            let sig = crate::signals::wait();
+            eprintln!("{sig}: stopping the run early");
+            abort.store(true, Ordering::SeqCst);
+        });
+    }
+    let total_jobs = progress.len();
+    let mut results = Vec::new();
+    let mut errors = Vec::new();
+    let t0 = Instant::now();
+    let (mut last_ios, mut last_bytes, mut last_t) = (0u64, 0u64, t0);
+    let mut tick = 1;
+    while results.len() + errors.len() < total_jobs {
+        let next_tick = t0 + Duration::from_secs(tick);
+        match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
+            Ok((_, _, Ok(r))) => results.push(r),
+            Ok((name, core, Err(e))) => errors.push(format!("job {name} on core {core}: {e}")),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let ios: u64 = progress.iter().map(|p| p.ios.load(Ordering::Relaxed)).sum();
+                let bytes: u64 = progress.iter().map(|p| p.bytes.load(Ordering::Relaxed)).sum();
+                let now = Instant::now();
+                println!(
+                    "{}",
+                    ferrite_perf::report::progress_line(
+                        tick,
+                        ios - last_ios,
+                        bytes - last_bytes,
+                        (now - last_t).as_secs_f64()
+                    )
+                );
+                (last_ios, last_bytes, last_t) = (ios, bytes, now);
+                tick += 1;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    results.sort_by(|a, b| (a.core, &a.bdev).cmp(&(b.core, &b.bdev)));
+    if !results.is_empty() {
+        print!("{}", ferrite_perf::report::format_table(&results));
+    }
+    for e in &errors {
+        eprintln!("ferrite perf: {e}");
+    }
+    if let Some(path) = &a.results_json {
+        let doc = serde_json::to_string_pretty(&ferrite_perf::report::to_json(&results)).unwrap_or_default();
+        if path == "-" {
+            println!("{doc}");
+        } else if let Err(e) = std::fs::write(path, doc + "\n") {
+            errors.push(format!("cannot write {path}: {e}"));
+        }
+    }
+    if let Some(s) = server.as_mut() {
+        s.stop();
+    }
+    crate::serve::shutdown(&engine);
+    let bad = results.iter().any(|r| r.failed > 0 || r.verify_errors > 0);
+    if bad || !errors.is_empty() {
+        1
+    } else {
+        0
+    }
+}

@@ -1,0 +1,140 @@
+//! `ferrite serve`: start the reactors, load a config, serve JSON-RPC, stop cleanly on a signal.
+
+use ferrite_reactor::{cpumask::parse_cpumask, Engine, EngineConfig, ReactorMode};
+use ferrite_rpc::{server::RpcServer, Ctx};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Options of `ferrite serve`.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Cores to run reactors on: SPDK's hexadecimal mask (0x3) or a core list (0-1, [0,2]).
+    #[arg(short = 'm', long = "cpumask", default_value = "0x1")]
+    cpumask: String,
+    /// Path of the JSON-RPC unix socket (created with mode 0600).
+    #[arg(short = 'r', long = "rpc-socket", default_value = ferrite_rpc::server::DEFAULT_SOCKET)]
+    rpc_socket: PathBuf,
+    /// SPDK-format JSON config to load at startup (e.g. one written by save_config).
+    #[arg(short = 'c', long = "json", value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Reactor idle behaviour: poll (busy loop), interrupt (sleep when idle) or adaptive
+    /// (poll while busy, sleep after 500 us idle).
+    #[arg(long, default_value = "adaptive")]
+    reactor_mode: ReactorMode,
+    /// Do not pin reactor threads to their cores.
+    #[arg(long)]
+    no_pin: bool,
+    /// Log level: error, warn, info, debug or trace (FERRITE_LOG overrides).
+    #[arg(long, default_value = "info")]
+    log_level: String,
+}
+
+/// Starts the engine and loads `json` (shared by serve and perf).
+pub fn start_engine(
+    cpumask: &str,
+    mode: ReactorMode,
+    pin: bool,
+    json: Option<&PathBuf>,
+) -> Result<(Engine, Ctx), String> {
+    let cores = parse_cpumask(cpumask).map_err(|e| e.to_string())?;
+    let engine = Engine::start(EngineConfig { cores, mode, pin, ..Default::default() }).map_err(|e| e.to_string())?;
+    let ctx = Ctx { engine: engine.clone(), registry: Arc::new(crate::registry()) };
+    if let Some(path) = json {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let doc: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("{} is not valid JSON: {e}", path.display()))?;
+        let c = ctx.clone();
+        let res = engine
+            .run_async(0, move || async move { ferrite_rpc::config::load(&c, &doc).await })
+            .wait()
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+        match res {
+            Ok(n) => log::info!("loaded {n} config entries from {}", path.display()),
+            Err(e) => {
+                shutdown(&engine);
+                return Err(format!("config {}: {e}", path.display()));
+            }
+        }
+    }
+    Ok((engine, ctx))
+}
+
+/// Deletes every bdev (waiting for openers to close, at most a few seconds) and stops the reactors.
+pub fn shutdown(engine: &Engine) {
+    let closed = engine
+        .run_async(0, || async {
+            let mut waits = Vec::new();
+            for b in ferrite_bdev::list() {
+                if let Ok(rx) = ferrite_bdev::unregister(b.name(), None) {
+                    waits.push((b.name().to_string(), rx));
+                }
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            for (name, rx) in waits {
+                let wait = async { rx.await.is_ok() };
+                let timeout = async {
+                    ferrite_reactor::sleep(deadline.saturating_duration_since(Instant::now())).await;
+                    false
+                };
+                if !race(wait, timeout).await {
+                    log::warn!("bdev {name} still open at shutdown");
+                }
+            }
+        })
+        .wait();
+    if closed.is_err() {
+        log::warn!("reactor 0 did not finish closing bdevs");
+    }
+    engine.stop();
+    engine.join();
+}
+
+/// Polls two futures and returns the first result.
+async fn race<T>(a: impl std::future::Future<Output = T>, b: impl std::future::Future<Output = T>) -> T {
+    let mut a = std::pin::pin!(a);
+    let mut b = std::pin::pin!(b);
+    std::future::poll_fn(move |cx| {
+        if let std::task::Poll::Ready(v) = a.as_mut().poll(cx) {
+            return std::task::Poll::Ready(v);
+        }
+        b.as_mut().poll(cx)
+    })
+    .await
+}
+
+/// Runs the daemon until SIGINT, SIGTERM or SIGQUIT; returns the exit code.
+pub fn run(a: ServeArgs) -> i32 {
+    crate::logger::init(&a.log_level);
+    let t0 = Instant::now();
+    crate::signals::block();
+    let (engine, ctx) = match start_engine(&a.cpumask, a.reactor_mode, !a.no_pin, a.json.as_ref()) {
+        Ok(v) => v,
+        Err(e) => {
+            log::error!("{e}");
+            return 1;
+        }
+    };
+    let mut server = match RpcServer::start(&a.rpc_socket, ctx) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("{e}");
+            shutdown(&engine);
+            return 1;
+        }
+    };
+    log::info!(
+        "ferrite serving: {} reactor(s) on cores {}, mode {}, started in {:.1} ms",
+        engine.count(),
+        a.cpumask,
+        a.reactor_mode.as_str(),
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    let sig = crate::signals::wait();
+    log::info!("{sig}: shutting down");
+    server.stop();
+    shutdown(&engine);
+    log::info!("stopped");
+    0
+}

@@ -1,0 +1,332 @@
+//! A job: one bdev driven at a fixed queue depth from one reactor until its time is up.
+//!
+//! Each queue slot owns one buffer for the whole run, and a completion resubmits from its own
+//! slot, so the steady state allocates nothing, takes no lock and makes no syscall of its own.
+
+use crate::hist::Histogram;
+use crate::report::JobResult;
+use crate::workload::{JobSpec, Workload};
+use ferrite_bdev::{Bdev, BdevDesc, Completed, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
+use ferrite_reactor::{oneshot, tsc, IoBuf};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Counters a job publishes for the once-a-second progress line (plain stores by the owner).
+#[derive(Default)]
+pub struct Progress {
+    /// I/Os completed so far.
+    pub ios: AtomicU64,
+    /// Bytes moved so far.
+    pub bytes: AtomicU64,
+}
+
+/// Where a job runs and what part of its bdev it may touch.
+#[derive(Debug, Clone)]
+pub struct JobPlacement {
+    /// Bdev name.
+    pub bdev: String,
+    /// CPU of the job's reactor (for the report).
+    pub core: usize,
+    /// This job's share of the bdev when several jobs share it: `index` of `of`.
+    pub index: u32,
+    /// Number of jobs on this bdev.
+    pub of: u32,
+}
+
+/// Why a job could not start.
+pub type JobError = String;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Write,
+    Read,
+}
+
+struct Slot {
+    /// For verify: the pattern seed the last write used, and where.
+    seed: u64,
+    offset: u64,
+    phase: Phase,
+}
+
+struct Job {
+    spec: JobSpec,
+    place: JobPlacement,
+    ch: IoChannel,
+    desc: Option<BdevDesc>,
+    me: Option<Rc<dyn IoCompleter>>,
+    io_blocks: u64,
+    start_block: u64,
+    span_ios: u64,
+    cursor: u64,
+    rng: u64,
+    null_bdev: bool,
+    slots: Vec<Slot>,
+    in_flight: u32,
+    stopping: bool,
+    removed: Arc<AtomicBool>,
+    start_tick: u64,
+    ns_per_tick_q32: u128,
+    hist: Histogram,
+    ios: u64,
+    bytes: u64,
+    failed: u64,
+    verify_errors: u64,
+    first_error: Option<String>,
+    progress: Arc<Progress>,
+    done: Option<oneshot::Sender<Result<JobResult, JobError>>>,
+}
+
+struct JobCell(RefCell<Job>);
+
+#[inline]
+fn xorshift(s: &mut u64) -> u64 {
+    let mut x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    x
+}
+
+fn fill_pattern(buf: &mut [u8], seed: u64) {
+    for (i, w) in buf.chunks_exact_mut(8).enumerate() {
+        w.copy_from_slice(&(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i as u64).to_le_bytes());
+    }
+}
+
+fn check_pattern(buf: &[u8], seed: u64, zeroes: bool) -> bool {
+    if zeroes {
+        return buf.iter().all(|&b| b == 0);
+    }
+    buf.chunks_exact(8)
+        .enumerate()
+        .all(|(i, w)| w == (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i as u64).to_le_bytes())
+}
+
+impl Job {
+    fn next_offset(&mut self) -> u64 {
+        let n = if self.spec.workload.random() {
+            ((xorshift(&mut self.rng) as u128 * self.span_ios as u128) >> 64) as u64
+        } else {
+            let n = self.cursor;
+            self.cursor = (self.cursor + 1) % self.span_ios;
+            n
+        };
+        self.start_block + n * self.io_blocks
+    }
+
+    /// Builds the next request for `slot`, reusing `buf`.
+    fn next_request(&mut self, slot: usize, mut buf: Option<IoBuf>) -> IoRequest {
+        let w = self.spec.workload;
+        if w == Workload::Verify && self.slots[slot].phase == Phase::Write {
+            // The write just completed: read the same blocks back.
+            self.slots[slot].phase = Phase::Read;
+            let off = self.slots[slot].offset;
+            return IoRequest::read(off, self.io_blocks, buf.take().expect("verify slot has a buffer"));
+        }
+        let off = self.next_offset();
+        match w {
+            Workload::Unmap => IoRequest::no_payload(IoType::Unmap, off, self.io_blocks),
+            Workload::Flush => IoRequest::no_payload(IoType::Flush, off, self.io_blocks),
+            Workload::Verify => {
+                let mut b = buf.take().expect("verify slot has a buffer");
+                let seed = xorshift(&mut self.rng);
+                fill_pattern(&mut b, seed);
+                self.slots[slot] = Slot { seed, offset: off, phase: Phase::Write };
+                IoRequest::write(off, self.io_blocks, b)
+            }
+            _ => {
+                let read = match w {
+                    Workload::Read | Workload::RandRead => true,
+                    Workload::Write | Workload::RandWrite => false,
+                    _ => (xorshift(&mut self.rng) % 100) < self.spec.rw_mix_read as u64,
+                };
+                let b = buf.take().expect("payload slot has a buffer");
+                if read {
+                    IoRequest::read(off, self.io_blocks, b)
+                } else {
+                    IoRequest::write(off, self.io_blocks, b)
+                }
+            }
+        }
+    }
+
+    fn submit(&mut self, slot: usize, buf: Option<IoBuf>) {
+        let req = self.next_request(slot, buf);
+        self.in_flight += 1;
+        let me = self.me.clone().expect("job running");
+        self.ch.submit(req, me, slot as u64);
+    }
+
+    fn finish(&mut self) {
+        let runtime = tsc::ticks_to_nanos(tsc::ticks() - self.start_tick) as f64 / 1e9;
+        self.me = None;
+        self.desc = None;
+        self.progress.ios.store(self.ios, Ordering::Relaxed);
+        let result = JobResult {
+            bdev: self.place.bdev.clone(),
+            core: self.place.core,
+            workload: self.spec.workload.name().to_string(),
+            queue_depth: self.spec.queue_depth,
+            io_size: self.spec.io_size,
+            runtime_secs: runtime,
+            ios: self.ios,
+            bytes: self.bytes,
+            failed: self.failed,
+            verify_errors: self.verify_errors,
+            latency: std::mem::take(&mut self.hist),
+        };
+        if let Some(tx) = self.done.take() {
+            let res = match (&self.first_error, self.removed.load(Ordering::Relaxed)) {
+                (_, true) => Err(format!("bdev {} was deleted during the run", self.place.bdev)),
+                _ => Ok(result),
+            };
+            tx.send(res);
+        }
+    }
+}
+
+impl IoCompleter for JobCell {
+    fn io_done(&self, tag: u64, io: Completed) {
+        let mut job = self.0.borrow_mut();
+        let job = &mut *job;
+        job.in_flight -= 1;
+        let slot = tag as usize;
+        let Completed { status, mut req, latency_ticks } = io;
+        let buf = req.bufs.pop();
+        if status == IoStatus::Success {
+            let verify_read = job.spec.workload == Workload::Verify && req.io_type == IoType::Read;
+            if verify_read {
+                let s = &mut job.slots[slot];
+                s.phase = Phase::Write;
+                let ok = buf.as_deref().is_some_and(|b| check_pattern(b, s.seed, job.null_bdev));
+                if !ok {
+                    job.verify_errors += 1;
+                    if job.first_error.is_none() {
+                        job.first_error = Some(format!("data mismatch at block {}", s.offset));
+                    }
+                }
+            }
+            // A verify pair (write + read) counts as one I/O, as in bdevperf.
+            if job.spec.workload != Workload::Verify || verify_read {
+                job.ios += 1;
+                job.bytes += job.spec.io_size as u64;
+                let ns = ((latency_ticks as u128 * job.ns_per_tick_q32) >> 32) as u64;
+                job.hist.record(ns);
+                job.progress.ios.store(job.ios, Ordering::Relaxed);
+                job.progress.bytes.store(job.bytes, Ordering::Relaxed);
+            }
+        } else {
+            job.failed += 1;
+            if job.first_error.is_none() {
+                job.first_error = Some(format!("{:?} failed: {status}", req.io_type));
+            }
+            if job.spec.workload == Workload::Verify {
+                job.slots[slot].phase = Phase::Write;
+            }
+            if matches!(status, IoStatus::Removed) {
+                job.stopping = true;
+            }
+        }
+        if job.removed.load(Ordering::Relaxed) || job.spec.abort.load(Ordering::Relaxed) {
+            job.stopping = true;
+        }
+        if job.stopping {
+            if job.in_flight == 0 {
+                job.finish();
+            }
+            return;
+        }
+        job.submit(slot, buf);
+    }
+}
+
+/// Starts a job on the calling reactor; the receiver yields its result when its time is up
+/// (or an error if its bdev goes away).
+pub fn start(spec: JobSpec, place: JobPlacement, progress: Arc<Progress>) -> oneshot::Receiver<Result<JobResult, JobError>> {
+    let (tx, rx) = oneshot::channel();
+    if let Err(e) = try_start(spec, place, progress, tx) {
+        let (tx, rx) = oneshot::channel();
+        tx.send(Err(e));
+        return rx;
+    }
+    rx
+}
+
+fn try_start(
+    spec: JobSpec,
+    place: JobPlacement,
+    progress: Arc<Progress>,
+    tx: oneshot::Sender<Result<JobResult, JobError>>,
+) -> Result<(), JobError> {
+    let removed = Arc::new(AtomicBool::new(false));
+    let r2 = removed.clone();
+    let desc = Bdev::open(&place.bdev, spec.workload.writes(), move || r2.store(true, Ordering::Relaxed))
+        .map_err(|e| e.to_string())?;
+    let bdev = desc.bdev().clone();
+    let bs = bdev.block_size() as u64;
+    if spec.io_size == 0 || spec.io_size as u64 % bs != 0 {
+        return Err(format!("I/O size {} is not a multiple of {}'s block size {bs}", spec.io_size, bdev.name()));
+    }
+    let io_blocks = spec.io_size as u64 / bs;
+    let share = bdev.num_blocks() / place.of as u64;
+    let span_ios = share / io_blocks;
+    if span_ios == 0 {
+        return Err(format!("bdev {} is too small for {}-byte I/O", bdev.name(), spec.io_size));
+    }
+    if spec.workload == Workload::Verify && span_ios < spec.queue_depth as u64 {
+        return Err(format!("bdev {} is too small for verify at queue depth {}", bdev.name(), spec.queue_depth));
+    }
+    let ch = desc.channel().map_err(|e| e.to_string())?;
+    let qd = spec.queue_depth as usize;
+    let duration = spec.duration;
+    let job = Rc::new(JobCell(RefCell::new(Job {
+        null_bdev: bdev.module() == "null",
+        io_blocks,
+        start_block: share * place.index as u64,
+        span_ios,
+        cursor: 0,
+        rng: 0x2545_f491_4f6c_dd1d ^ ((place.core as u64 + 1) << 32) ^ place.index as u64,
+        slots: (0..qd).map(|_| Slot { seed: 0, offset: 0, phase: Phase::Write }).collect(),
+        in_flight: 0,
+        stopping: false,
+        removed,
+        start_tick: tsc::ticks(),
+        ns_per_tick_q32: (1_000_000_000u128 << 32) / tsc::ticks_per_sec() as u128,
+        hist: Histogram::new(),
+        ios: 0,
+        bytes: 0,
+        failed: 0,
+        verify_errors: 0,
+        first_error: None,
+        progress,
+        done: Some(tx),
+        me: None,
+        desc: Some(desc),
+        ch,
+        spec,
+        place,
+    })));
+    let me: Rc<dyn IoCompleter> = job.clone();
+    {
+        let mut j = job.0.borrow_mut();
+        j.me = Some(me);
+        let with_payload = !matches!(j.spec.workload, Workload::Unmap | Workload::Flush);
+        for slot in 0..qd {
+            let buf = with_payload.then(|| ferrite_reactor::alloc_buf(j.spec.io_size as usize));
+            j.submit(slot, buf);
+        }
+    }
+    let j2 = job.clone();
+    ferrite_reactor::after(duration, move || {
+        let mut j = j2.0.borrow_mut();
+        j.stopping = true;
+        if j.in_flight == 0 {
+            j.finish();
+        }
+    });
+    Ok(())
+}
