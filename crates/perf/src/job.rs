@@ -48,6 +48,8 @@ struct Slot {
     /// For verify: the pattern seed the last write used, and where.
     seed: u64,
     offset: u64,
+    /// For verify: the kind of the slot's I/O in flight (a slot starts as if a read finished,
+    /// so its first I/O is a write).
     phase: Phase,
 }
 
@@ -200,8 +202,7 @@ impl IoCompleter for JobCell {
         if status == IoStatus::Success {
             let verify_read = job.spec.workload == Workload::Verify && req.io_type == IoType::Read;
             if verify_read {
-                let s = &mut job.slots[slot];
-                s.phase = Phase::Write;
+                let s = &job.slots[slot];
                 let ok = buf.as_deref().is_some_and(|b| check_pattern(b, s.seed, job.null_bdev));
                 if !ok {
                     job.verify_errors += 1;
@@ -225,7 +226,7 @@ impl IoCompleter for JobCell {
                 job.first_error = Some(format!("{:?} failed: {status}", req.io_type));
             }
             if job.spec.workload == Workload::Verify {
-                job.slots[slot].phase = Phase::Write;
+                job.slots[slot].phase = Phase::Read; // start over with a fresh write
             }
             if matches!(status, IoStatus::Removed) {
                 job.stopping = true;
@@ -290,7 +291,7 @@ fn try_start(
         span_ios,
         cursor: 0,
         rng: 0x2545_f491_4f6c_dd1d ^ ((place.core as u64 + 1) << 32) ^ place.index as u64,
-        slots: (0..qd).map(|_| Slot { seed: 0, offset: 0, phase: Phase::Write }).collect(),
+        slots: (0..qd).map(|_| Slot { seed: 0, offset: 0, phase: Phase::Read }).collect(),
         in_flight: 0,
         stopping: false,
         removed,
