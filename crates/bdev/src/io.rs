@@ -207,40 +207,32 @@ impl BdevIo {
     }
 }
 
-struct Deferred {
-    queue: RefCell<VecDeque<(BdevIo, IoStatus)>>,
-}
-
 thread_local! {
-    static DEFERRED: Rc<Deferred> = {
-        let d = Rc::new(Deferred { queue: RefCell::new(VecDeque::with_capacity(1024)) });
-        if ferrite_reactor::current().is_some() {
-            let d2 = d.clone();
-            ferrite_reactor::register_poller(move || drain(&d2) > 0);
-        }
-        d
-    };
+    static DEFERRED: RefCell<VecDeque<(BdevIo, IoStatus)>> = const { RefCell::new(VecDeque::new()) };
+    static DEFERRED_POLLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-fn drain(d: &Deferred) -> usize {
-    let mut n = 0;
+fn drain() -> usize {
     // Only the completions queued before this turn: new ones (from resubmissions) wait for the
     // next turn, so a busy caller cannot starve the loop.
-    let batch = d.queue.borrow().len();
-    while n < batch {
-        let Some((io, status)) = d.queue.borrow_mut().pop_front() else { break };
+    let batch = DEFERRED.with(|d| d.borrow().len());
+    for _ in 0..batch {
+        let Some((io, status)) = DEFERRED.with(|d| d.borrow_mut().pop_front()) else { break };
         io.complete(status);
-        n += 1;
     }
-    n
+    batch
 }
 
+#[inline]
 fn defer(io: BdevIo, status: IoStatus) {
-    DEFERRED.with(|d| d.queue.borrow_mut().push_back((io, status)));
+    DEFERRED.with(|d| d.borrow_mut().push_back((io, status)));
+    if !DEFERRED_POLLER.with(|p| p.replace(true)) && ferrite_reactor::current().is_some() {
+        ferrite_reactor::register_poller(|| drain() > 0);
+    }
 }
 
 /// Completes every deferred request of the calling thread now (for threads without a reactor
 /// loop, such as unit tests). Returns how many completed.
 pub fn run_deferred() -> usize {
-    DEFERRED.with(|d| drain(d))
+    drain()
 }

@@ -1,12 +1,11 @@
 //! I/O statistics: per-core counters updated on completion, summed across cores on request.
 
 use crate::io::{IoStatus, IoType};
-use std::cell::Cell;
 
 /// Counters of one bdev on one core (only that core writes them).
 #[derive(Default)]
 pub(crate) struct ChannelStats {
-    s: Cell<IoStat>,
+    s: std::cell::UnsafeCell<IoStat>,
 }
 
 /// A snapshot of a bdev's I/O counters, in SPDK's `bdev_get_iostat` terms.
@@ -49,7 +48,9 @@ pub struct IoStat {
 impl ChannelStats {
     #[inline]
     pub(crate) fn record(&self, t: IoType, bytes: u64, status: IoStatus, ticks: u64) {
-        let mut s = self.s.get();
+        // SAFETY: ChannelStats is !Sync (UnsafeCell) and lives in an Rc on one thread; no
+        // reference into it outlives this call or `snapshot`, so this is the only access.
+        let s = unsafe { &mut *self.s.get() };
         if status != IoStatus::Success {
             s.io_errors += 1;
         } else {
@@ -79,11 +80,11 @@ impl ChannelStats {
                 IoType::Reset => s.num_reset_ops += 1,
             }
         }
-        self.s.set(s);
     }
 
     pub(crate) fn snapshot(&self) -> IoStat {
-        self.s.get()
+        // SAFETY: as in `record`: single-threaded, no outstanding reference.
+        unsafe { *self.s.get() }
     }
 }
 

@@ -135,9 +135,12 @@ impl BufPool {
                 let ptr = unsafe { c.region.base.as_ptr().add(idx as usize * c.size) };
                 return IoBuf {
                     ptr: NonNull::new(ptr).expect("region pointer is non-null"),
-                    len,
-                    cap: c.size,
-                    origin: Origin::Pool { pool: self.clone(), class: class as u8, idx },
+                    len: len as u32,
+                    cap: c.size as u32,
+                    pool: Some(self.clone()),
+                    idx,
+                    class: class as u8,
+                    zeroed: false,
                 };
             }
         }
@@ -156,35 +159,41 @@ impl BufPool {
     }
 }
 
-enum Origin {
-    Pool { pool: Rc<BufPool>, class: u8, idx: u32 },
-    Heap(Layout),
-}
-
 /// An owned, 4 KiB-aligned payload buffer. Dereferences to its first `len` bytes; dropping it
 /// returns it to its pool.
 pub struct IoBuf {
     ptr: NonNull<u8>,
-    len: usize,
-    cap: usize,
-    origin: Origin,
+    len: u32,
+    cap: u32,
+    /// The owning pool, or None for a heap buffer (whose layout is `cap` at BUF_ALIGN).
+    pool: Option<Rc<BufPool>>,
+    idx: u32,
+    class: u8,
+    /// True while every byte is known to be zero (set by `mark_zeroed`, cleared by any mutable
+    /// access), so that a module that must return zeroes can skip refilling.
+    zeroed: bool,
 }
 
 impl IoBuf {
     /// A zero-filled heap buffer, aligned like pooled ones (for callers without a reactor).
     pub fn heap(len: usize) -> Self {
+        assert!(len <= u32::MAX as usize - BUF_ALIGN, "IoBuf of {len} bytes is too large");
         let cap = len.max(1).next_multiple_of(BUF_ALIGN);
-        let layout = Layout::from_size_align(cap, BUF_ALIGN).expect("valid buffer layout");
+        let layout = Self::heap_layout(cap);
         // SAFETY: layout has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Self { ptr, len, cap, origin: Origin::Heap(layout) }
+        Self { ptr, len: len as u32, cap: cap as u32, pool: None, idx: 0, class: 0, zeroed: true }
+    }
+
+    fn heap_layout(cap: usize) -> Layout {
+        Layout::from_size_align(cap, BUF_ALIGN).expect("valid buffer layout")
     }
 
     /// Length in bytes.
     #[inline]
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     /// True if the buffer holds no bytes.
@@ -196,19 +205,30 @@ impl IoBuf {
     /// Capacity in bytes (the most `set_len` accepts).
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.cap
+        self.cap as usize
     }
 
     /// Changes the length, up to the capacity.
     pub fn set_len(&mut self, len: usize) {
-        assert!(len <= self.cap, "IoBuf::set_len({len}) beyond capacity {}", self.cap);
-        self.len = len;
+        self.zeroed &= len <= self.len as usize;
+        assert!(len <= self.cap as usize, "IoBuf::set_len({len}) beyond capacity {}", self.cap);
+        self.len = len as u32;
     }
 
-    /// Raw pointer to the first byte (for I/O submission).
+    /// Raw pointer to the first byte (for I/O submission); the contents count as changed.
     #[inline]
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.zeroed = false;
         self.ptr.as_ptr()
+    }
+
+    /// Fills the first `len` bytes with zeroes, unless they are known to be zero already.
+    #[inline]
+    pub fn zero(&mut self) {
+        if !self.zeroed {
+            self.fill(0);
+            self.zeroed = true;
+        }
     }
 
     /// Raw pointer to the first byte.
@@ -220,10 +240,7 @@ impl IoBuf {
     /// The io_uring fixed-buffer index of this buffer's region, if it came from a pool.
     #[inline]
     pub fn fixed_index(&self) -> Option<u16> {
-        match &self.origin {
-            Origin::Pool { class, .. } => Some(*class as u16),
-            Origin::Heap(_) => None,
-        }
+        self.pool.as_ref().map(|_| self.class as u16)
     }
 }
 
@@ -233,24 +250,25 @@ impl Deref for IoBuf {
     fn deref(&self) -> &[u8] {
         // SAFETY: ptr is valid for cap >= len bytes, all initialised (zeroed mappings or
         // alloc_zeroed), and uniquely owned by this IoBuf.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len as usize) }
     }
 }
 
 impl DerefMut for IoBuf {
     #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
+        self.zeroed = false;
         // SAFETY: as in deref; &mut self guarantees exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len as usize) }
     }
 }
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
-        match &self.origin {
-            Origin::Pool { pool, class, idx } => pool.classes[*class as usize].free.borrow_mut().push(*idx),
+        match &self.pool {
+            Some(pool) => pool.classes[self.class as usize].free.borrow_mut().push(self.idx),
             // SAFETY: allocated in `heap` with exactly this layout.
-            Origin::Heap(layout) => unsafe { dealloc(self.ptr.as_ptr(), *layout) },
+            None => unsafe { dealloc(self.ptr.as_ptr(), Self::heap_layout(self.cap as usize)) },
         }
     }
 }
@@ -297,6 +315,30 @@ mod tests {
         big[LARGE_BUF] = 7;
         assert_eq!(big[LARGE_BUF], 7);
         assert_eq!(pool.stats().heap_fallbacks, 1);
+    }
+
+    #[test]
+    fn zero_tracks_mutation() {
+        let pool = BufPool::new(BufPoolConfig::default()).unwrap();
+        let mut buf = pool.get(4096);
+        buf.fill(9);
+        buf.zero();
+        assert!(buf.iter().all(|&b| b == 0));
+        buf[100] = 1; // mutable access clears the flag
+        buf.zero();
+        assert_eq!(buf[100], 0);
+        // SAFETY: writes one byte within the buffer through the raw pointer.
+        unsafe { *buf.as_mut_ptr().add(7) = 3 };
+        buf.zero();
+        assert_eq!(buf[7], 0);
+        buf.set_len(100);
+        buf.zero();
+        buf.set_len(4096);
+        buf[4000] = 5;
+        buf.set_len(100);
+        buf.set_len(4096);
+        buf.zero();
+        assert_eq!(buf[4000], 0, "growing the length must not keep a stale zero flag");
     }
 
     #[test]

@@ -28,7 +28,7 @@ impl BackendChannel for NullChannel {
     fn submit(&mut self, mut io: BdevIo) {
         if io.req.io_type == IoType::Read {
             for b in io.req.bufs.iter_mut() {
-                b.fill(0);
+                b.zero();
             }
         }
         io.complete_deferred(IoStatus::Success);
