@@ -5,7 +5,7 @@
 //! length) so that a bad request fails with a clear status and never reaches the module. Nothing
 //! here allocates, locks or makes a syscall per I/O.
 
-use crate::bdev::{Bdev, BackendChannel, BdevError, BdevShared};
+use crate::bdev::{BackendChannel, Bdev, BdevError, BdevShared};
 use crate::io::{BdevIo, IoCompleter, IoRequest, IoStatus, IoType, IoTypes};
 use crate::stats::{ChannelStats, IoStat};
 use std::cell::RefCell;

@@ -10,7 +10,7 @@ pub mod modules;
 pub mod rpc;
 pub mod stats;
 
-pub use bdev::{list, lookup, register, unregister, Bdev, BdevBackend, BdevError, BdevProps, BackendChannel};
+pub use bdev::{list, lookup, register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps};
 pub use channel::IoChannel;
 pub use desc::BdevDesc;
 pub use io::{BdevIo, Completed, IoCompleter, IoRequest, IoStatus, IoType, IoTypes};

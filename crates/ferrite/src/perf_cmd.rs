@@ -73,7 +73,7 @@ pub fn run(a: PerfArgs) -> i32 {
     if a.queue_depth == 0 || a.queue_depth > 4096 {
         return fail(format!("queue depth {} must be 1 to 4096", a.queue_depth));
     }
-    if !(a.time > 0.0) {
+    if !a.time.is_finite() || a.time <= 0.0 {
         return fail("run time must be positive".into());
     }
     crate::signals::block();

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 /// Options of `ferrite rpc`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Parameters: a JSON object (ferrite rpc bdev_malloc_create '{\"num_blocks\":256,\"block_size\":512}'),\n\
+#[command(
+    after_help = "Parameters: a JSON object (ferrite rpc bdev_malloc_create '{\"num_blocks\":256,\"block_size\":512}'),\n\
 or flags (ferrite rpc bdev_malloc_create --num-blocks 256 --block-size 512 --name M0), where dashes\n\
 in names become underscores and values that parse as JSON (numbers, true, false, objects) are sent\n\
-as such; others are strings.")]
+as such; others are strings."
+)]
 pub struct RpcArgs {
     /// Socket of the daemon.
     #[arg(short = 's', long = "server", default_value = ferrite_rpc::server::DEFAULT_SOCKET)]

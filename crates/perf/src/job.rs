@@ -247,7 +247,11 @@ impl IoCompleter for JobCell {
 
 /// Starts a job on the calling reactor; the receiver yields its result when its time is up
 /// (or an error if its bdev goes away).
-pub fn start(spec: JobSpec, place: JobPlacement, progress: Arc<Progress>) -> oneshot::Receiver<Result<JobResult, JobError>> {
+pub fn start(
+    spec: JobSpec,
+    place: JobPlacement,
+    progress: Arc<Progress>,
+) -> oneshot::Receiver<Result<JobResult, JobError>> {
     let (tx, rx) = oneshot::channel();
     if let Err(e) = try_start(spec, place, progress, tx) {
         let (tx, rx) = oneshot::channel();
@@ -269,7 +273,7 @@ fn try_start(
         .map_err(|e| e.to_string())?;
     let bdev = desc.bdev().clone();
     let bs = bdev.block_size() as u64;
-    if spec.io_size == 0 || spec.io_size as u64 % bs != 0 {
+    if spec.io_size == 0 || !(spec.io_size as u64).is_multiple_of(bs) {
         return Err(format!("I/O size {} is not a multiple of {}'s block size {bs}", spec.io_size, bdev.name()));
     }
     let io_blocks = spec.io_size as u64 / bs;

@@ -13,6 +13,6 @@ pub mod tsc;
 pub use async_task::Task;
 pub use buf::{BufPool, BufPoolConfig, IoBuf};
 pub use reactor::{
-    after, alloc_buf, buf_pool, current, engine, register_poller, sleep, spawn_local, unregister_poller, try_with_ring, with_ring,
-    Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,
+    after, alloc_buf, buf_pool, current, engine, register_poller, sleep, spawn_local, try_with_ring, unregister_poller,
+    with_ring, Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,
 };

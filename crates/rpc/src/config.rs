@@ -7,11 +7,8 @@ use serde_json::{json, Value};
 
 /// Builds the config of every subsystem (the result of `save_config`).
 pub fn save(registry: &Registry) -> Value {
-    let subsystems: Vec<Value> = registry
-        .subsystems()
-        .iter()
-        .map(|s| json!({"subsystem": s.name, "config": (s.config)()}))
-        .collect();
+    let subsystems: Vec<Value> =
+        registry.subsystems().iter().map(|s| json!({"subsystem": s.name, "config": (s.config)()})).collect();
     json!({ "subsystems": subsystems })
 }
 
@@ -123,8 +120,11 @@ mod tests {
     #[test]
     fn malformed_documents_are_rejected() {
         let (engine, ctx) = ctx_with(Registry::default());
-        for doc in [json!({}), json!({"subsystems": [{"config": []}]}), json!({"subsystems": [{"subsystem": "x", "config": 3}]})]
-        {
+        for doc in [
+            json!({}),
+            json!({"subsystems": [{"config": []}]}),
+            json!({"subsystems": [{"subsystem": "x", "config": 3}]}),
+        ] {
             let c = ctx.clone();
             let res = engine.run_async(0, move || async move { load(&c, &doc).await }).wait().unwrap();
             assert!(res.is_err());
