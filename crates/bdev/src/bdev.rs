@@ -295,13 +295,13 @@ pub fn unregister(name: &str, module: Option<&str>) -> Result<ferrite_reactor::o
         } else {
             st.removed_waiters.push(tx);
         }
-        st.descs.iter().map(|d| (d.core, d.on_remove.clone())).collect::<Vec<_>>()
+        st.descs.iter().map(|d| (d.core.clone(), d.on_remove.clone())).collect::<Vec<_>>()
     };
     log::info!("unregistering bdev {name}: {} opener(s) notified", notify.len());
     for (core, cb) in notify {
-        match (core, ferrite_reactor::current()) {
-            (Some(c), Some(_)) => ferrite_reactor::engine().send(c, move || cb()),
-            _ => cb(),
+        match core {
+            Some((c, engine)) => engine.send(c, move || cb()),
+            None => cb(),
         }
     }
     Ok(rx)

@@ -127,7 +127,8 @@ impl ChannelInner {
 
     #[inline]
     pub(crate) fn account(&self, req: &IoRequest, status: IoStatus, latency_ticks: u64) {
-        self.stats.record(req.io_type, req.num_blocks * self.block_size as u64, status, latency_ticks);
+        // Saturating: a rejected request may carry any block count.
+        self.stats.record(req.io_type, req.num_blocks.saturating_mul(self.block_size as u64), status, latency_ticks);
     }
 }
 

@@ -10,7 +10,8 @@ pub(crate) type RemoveCallback = Arc<dyn Fn() + Send + Sync>;
 pub(crate) struct DescEntry {
     pub(crate) id: u64,
     pub(crate) write: bool,
-    pub(crate) core: Option<usize>,
+    /// The reactor that opened it (and the engine to reach it), if any.
+    pub(crate) core: Option<(usize, ferrite_reactor::Engine)>,
     pub(crate) on_remove: RemoveCallback,
 }
 
@@ -39,7 +40,12 @@ impl BdevDesc {
                     )));
                 }
             }
-            st.descs.push(DescEntry { id, write, core: ferrite_reactor::current(), on_remove });
+            st.descs.push(DescEntry {
+                id,
+                write,
+                core: ferrite_reactor::current().map(|c| (c, ferrite_reactor::engine())),
+                on_remove,
+            });
         }
         Ok(Self { bdev, id, write })
     }
