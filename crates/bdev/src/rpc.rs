@@ -226,6 +226,11 @@ pub fn register(reg: &mut Registry) {
         let p: NameParam = p.parse()?;
         delete(p.name, "uring").await
     });
+    reg.method("bdev_wait_for_examine", |_, p: Params| async move {
+        // Ferrite has no asynchronous examine phase: every bdev is ready when its create returns.
+        p.none()?;
+        Ok(json!(true))
+    });
     reg.subsystem(Subsystem {
         name: "bdev",
         depends_on: vec![],

@@ -40,8 +40,9 @@ pub struct PerfArgs {
     /// Write machine-readable results to FILE ("-" for stdout).
     #[arg(long = "results-json", value_name = "FILE")]
     results_json: Option<String>,
-    /// Reactor idle behaviour (bdevperf polls).
-    #[arg(long, default_value = "poll")]
+    /// Reactor idle behaviour: poll, interrupt or adaptive (polls while completions flow, waits
+    /// in the kernel when only io_uring requests are outstanding).
+    #[arg(long, default_value = "adaptive")]
     reactor_mode: ReactorMode,
     /// Do not pin reactor threads to their cores.
     #[arg(long)]

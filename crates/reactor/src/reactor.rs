@@ -26,7 +26,8 @@ pub enum ReactorMode {
     Poll,
     /// Sleep in io_uring_enter whenever a loop turn finds no work.
     Interrupt,
-    /// Poll while work arrives; sleep after [`EngineConfig::adaptive_idle`] without work.
+    /// Poll while work arrives; sleep after [`EngineConfig::adaptive_idle`] without work, or at
+    /// once when a turn finds nothing to do but io_uring requests in flight.
     Adaptive,
 }
 
@@ -397,6 +398,7 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
     let adaptive_idle = duration_to_ticks(cfg.adaptive_idle);
     let mut last = ticks();
     let mut idle_since = last;
+    let mut held_turns = 0u32;
     loop {
         let mut work = 0usize;
         for _ in 0..128 {
@@ -421,8 +423,18 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
         work += local.run_pollers();
         let now = ticks();
         work += local.run_timers(now);
-        local.ring.borrow_mut().submit();
         work += Ring::reap(&local.ring);
+        // Submission is batched: SQEs queued in a busy turn wait one more turn (collecting more),
+        // an idle turn submits at once, and a reactor about to sleep submits in the same
+        // io_uring_enter that waits (`Ring::wait`), so QD 1 costs one syscall per I/O.
+        let pending = local.ring.borrow().pending() > 0;
+        let sleeping_soon = work == 0 && cfg.mode != ReactorMode::Poll;
+        if pending && !sleeping_soon && (work == 0 || held_turns > 0) {
+            local.ring.borrow_mut().submit();
+            held_turns = 0;
+        } else if pending && !sleeping_soon {
+            held_turns += 1;
+        }
 
         let now = ticks();
         let elapsed = now.wrapping_sub(last);
@@ -439,9 +451,15 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
         let sleep = match cfg.mode {
             ReactorMode::Poll => false,
             ReactorMode::Interrupt => true,
-            ReactorMode::Adaptive => now.wrapping_sub(idle_since) > adaptive_idle,
+            // Waiting only for the kernel: sleep in io_uring_enter at once, which wakes on the
+            // completion and leaves the core to the kernel workers that produce it.
+            ReactorMode::Adaptive => now.wrapping_sub(idle_since) > adaptive_idle || local.ring.borrow().busy(),
         };
-        if sleep && mailbox.prepare_sleep() {
+        if !sleep {
+            local.ring.borrow_mut().submit();
+            continue;
+        }
+        if mailbox.prepare_sleep() {
             if local.ready.borrow().is_empty() && !stop.load(Ordering::SeqCst) {
                 let timeout = local.next_timer().map(|deadline| {
                     let t = deadline.saturating_sub(ticks());

@@ -137,6 +137,11 @@ impl Ring {
         Ok(())
     }
 
+    /// Entries queued but not yet submitted.
+    pub fn pending(&self) -> u32 {
+        self.pending
+    }
+
     /// Entries that can still be pushed before the handler table is full.
     pub fn free_slots(&self) -> usize {
         self.free.len()
@@ -165,7 +170,9 @@ impl Ring {
         if !self.doorbell_armed {
             self.arm_doorbell();
         }
-        if self.ring.completion().is_empty() {
+        if !self.ring.completion().is_empty() {
+            self.submit();
+        } else {
             self.enters += 1;
             let res = match timeout {
                 Some(t) => {

@@ -52,8 +52,11 @@ pub fn register(reg: &mut Registry) {
         #[serde(deny_unknown_fields)]
         struct P {
             name: String,
+            /// Newer rpc.py sends this; Ferrite never writes batches, so it changes nothing.
+            #[allow(dead_code)]
+            with_batches: Option<bool>,
         }
-        let P { name } = p.parse()?;
+        let P { name, .. } = p.parse()?;
         let sub = ctx
             .registry
             .subsystems()

@@ -85,7 +85,7 @@ mod tests {
                 {"method": "bdev_set_options", "params": {"bdev_io_pool_size": 65535}},
                 {"method": "thing_create", "params": {"name": "a"}},
                 {"method": "thing_create", "params": {"name": "b"}},
-                {"method": "bdev_wait_for_examine"}]},
+                {"method": "sock_set_default_impl", "params": {"impl_name": "posix"}}]},
             {"subsystem": "empty", "config": null}]});
         let c = ctx.clone();
         let n = engine.run_async(0, move || async move { load(&c, &doc).await }).wait().unwrap().unwrap();
@@ -110,7 +110,7 @@ mod tests {
     fn unknown_methods_stop_the_load_and_are_named() {
         let (engine, ctx) = ctx_with(Registry::default());
         let doc = json!({"subsystems": [{"subsystem": "bdev", "config": [
-            {"method": "bdev_wait_for_examine"}, {"method": "bdev_frobnicate", "params": {}}]}]});
+            {"method": "iobuf_set_options", "params": {}}, {"method": "bdev_frobnicate", "params": {}}]}]});
         let err = engine.run_async(0, move || async move { load(&ctx, &doc).await }).wait().unwrap().unwrap_err();
         assert!(err.contains("bdev_frobnicate") && err.contains("entry 1"), "{err}");
         engine.stop();

@@ -71,7 +71,6 @@ pub struct Registry {
 /// Methods that SPDK writes into saved configs and Ferrite accepts without effect, so that a
 /// config written by SPDK loads. (Any `*_set_options` method is accepted as well.)
 pub const IGNORED_CONFIG_METHODS: &[&str] = &[
-    "bdev_wait_for_examine",
     "sock_set_default_impl",
     "bdev_nvme_set_hotplug",
     "nvmf_set_config",

@@ -1,0 +1,288 @@
+//! Helpers shared by the `ferrite` binary's integration tests: temporary directories, a daemon
+//! guard that always kills its process, child-process helpers and JSON-RPC shortcuts.
+#![allow(dead_code)]
+
+use ferrite_rpc::client::{CallError, RpcClient};
+use ferrite_rpc::RpcError;
+use serde_json::Value;
+use std::fs::File;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Path of the binary under test.
+pub const FERRITE: &str = env!("CARGO_BIN_EXE_ferrite");
+
+/// How long a daemon may take to start serving.
+pub const START_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Timeout of every RPC reply in the tests.
+pub const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates `/tmp/ferrite-it-<pid>-<n>-<tag>` (short enough for unix socket paths).
+    pub fn new(tag: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!("ferrite-it-{}-{n}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Creates a file of `len` bytes, each `byte`, and returns its path.
+    pub fn file_filled(&self, name: &str, len: usize, byte: u8) -> PathBuf {
+        let p = self.join(name);
+        std::fs::write(&p, vec![byte; len]).expect("write backing file");
+        p
+    }
+
+    /// Writes `doc` as JSON to `name` and returns its path.
+    pub fn write_json(&self, name: &str, doc: &Value) -> PathBuf {
+        let p = self.join(name);
+        std::fs::write(&p, serde_json::to_string_pretty(doc).unwrap()).expect("write json");
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A child process that is SIGKILLed (and reaped) on drop if it is still running, so that a
+/// failed assertion never leaks a process.
+pub struct Proc {
+    pub child: Child,
+    /// Where its stdout and stderr go (files, so the child never blocks on a full pipe).
+    pub stdout_path: PathBuf,
+    pub stderr_path: PathBuf,
+    pub started: Instant,
+}
+
+impl Proc {
+    /// Spawns `ferrite args...` with stdout and stderr captured to files in `dir`, named after
+    /// `tag`.
+    pub fn spawn(dir: &TempDir, tag: &str, args: &[&str]) -> Proc {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let stdout_path = dir.join(&format!("{tag}-{n}.stdout"));
+        let stderr_path = dir.join(&format!("{tag}-{n}.stderr"));
+        let child = Command::new(FERRITE)
+            .args(args)
+            .env_remove("FERRITE_LOG")
+            .stdin(Stdio::null())
+            .stdout(File::create(&stdout_path).unwrap())
+            .stderr(File::create(&stderr_path).unwrap())
+            .spawn()
+            .expect("spawn ferrite");
+        Proc { child, stdout_path, stderr_path, started: Instant::now() }
+    }
+
+    pub fn pid(&self) -> libc::pid_t {
+        self.child.id() as libc::pid_t
+    }
+
+    /// Sends `sig` to the process (if it has not been reaped yet).
+    pub fn signal(&mut self, sig: libc::c_int) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // SAFETY: kill with the pid of our own unreaped child.
+            let rc = unsafe { libc::kill(self.pid(), sig) };
+            assert_eq!(rc, 0, "kill({}, {sig}): {}", self.pid(), std::io::Error::last_os_error());
+        }
+    }
+
+    /// Sends SIGTERM.
+    pub fn sigterm(&mut self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return Some(st);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit; panics (the guard then kills it) if it
+    /// does not.
+    pub fn expect_exit(&mut self, timeout: Duration, what: &str) -> ExitStatus {
+        match self.wait_timeout(timeout) {
+            Some(st) => st,
+            None => panic!("{what}: still running after {timeout:?}; stderr:\n{}", self.stderr()),
+        }
+    }
+
+    /// Everything the process wrote to stdout so far.
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout_path).unwrap_or_default()
+    }
+
+    /// Everything the process wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill(); // SIGKILL
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A running `ferrite serve` with its own socket.
+pub struct Daemon {
+    pub proc: Proc,
+    pub sock: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `ferrite serve -m 0x1 -r <dir>/rpc.sock --reactor-mode interrupt [extra...]` and
+    /// waits until its socket accepts connections.
+    pub fn start(dir: &TempDir, extra: &[&str]) -> Daemon {
+        Self::start_with(dir, "rpc.sock", "0x1", extra)
+    }
+
+    /// Like [`Daemon::start`] with a chosen socket file name and core mask.
+    pub fn start_with(dir: &TempDir, sock_name: &str, cpumask: &str, extra: &[&str]) -> Daemon {
+        let mut d = Self::spawn(dir, sock_name, cpumask, extra);
+        d.wait_ready();
+        d
+    }
+
+    /// Spawns the daemon without waiting for it.
+    pub fn spawn(dir: &TempDir, sock_name: &str, cpumask: &str, extra: &[&str]) -> Daemon {
+        let sock = dir.join(sock_name);
+        let sock_s = sock.to_str().unwrap().to_string();
+        let mut args = vec!["serve", "-m", cpumask, "-r", &sock_s, "--reactor-mode", "interrupt"];
+        args.extend_from_slice(extra);
+        let tag = format!("serve-{}", sock_name.trim_end_matches(".sock").replace('/', "_"));
+        Daemon { proc: Proc::spawn(dir, &tag, &args), sock }
+    }
+
+    /// Polls the socket until it accepts a connection (panics after [`START_TIMEOUT`] or if the
+    /// daemon exits first).
+    pub fn wait_ready(&mut self) {
+        wait_for_socket(&mut self.proc, &self.sock, START_TIMEOUT);
+    }
+
+    /// A new connection.
+    pub fn client(&self) -> RpcClient {
+        RpcClient::connect(&self.sock, RPC_TIMEOUT).expect("connect to daemon")
+    }
+
+    /// Calls `method` on a new connection and expects success.
+    pub fn call(&self, method: &str, params: Option<Value>) -> Value {
+        call(&mut self.client(), method, params)
+    }
+
+    /// Calls `method` on a new connection and expects a JSON-RPC error.
+    pub fn call_err(&self, method: &str, params: Option<Value>) -> RpcError {
+        call_err(&mut self.client(), method, params)
+    }
+
+    /// Every bdev, by `bdev_get_bdevs`.
+    pub fn bdevs(&self) -> Vec<Value> {
+        self.call("bdev_get_bdevs", None).as_array().expect("bdev_get_bdevs returns an array").clone()
+    }
+
+    /// Names of every bdev.
+    pub fn bdev_names(&self) -> Vec<String> {
+        self.bdevs().iter().map(|b| b["name"].as_str().unwrap().to_string()).collect()
+    }
+
+    /// Asserts the daemon still serves: `bdev_get_bdevs` on a new connection succeeds.
+    pub fn assert_serving(&self) {
+        let mut c = RpcClient::connect(&self.sock, RPC_TIMEOUT)
+            .unwrap_or_else(|e| panic!("daemon refuses connections: {e}; stderr:\n{}", self.proc.stderr()));
+        let v = c
+            .call("bdev_get_bdevs", None)
+            .unwrap_or_else(|e| panic!("daemon stopped serving: {e}; stderr:\n{}", self.proc.stderr()));
+        assert!(v.is_array(), "{v}");
+    }
+
+    /// Runs `ferrite rpc -s <sock> args...`.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        let mut all = vec!["rpc", "-s", self.sock.to_str().unwrap(), "-t", "10"];
+        all.extend_from_slice(args);
+        run_ferrite(&all)
+    }
+}
+
+/// Polls `sock` until it accepts a connection; panics if `owner` exits first or after `timeout`.
+pub fn wait_for_socket(owner: &mut Proc, sock: &Path, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if UnixStream::connect(sock).is_ok() {
+            return;
+        }
+        if let Some(st) = owner.child.try_wait().expect("try_wait") {
+            panic!("ferrite exited ({st}) before {} accepted connections; stderr:\n{}", sock.display(), owner.stderr());
+        }
+        if Instant::now() >= deadline {
+            panic!("{} did not accept connections within {timeout:?}; stderr:\n{}", sock.display(), owner.stderr());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `ferrite args...` to completion (bounded by the process's own behaviour; used for
+/// short-lived commands such as `ferrite rpc`).
+pub fn run_ferrite(args: &[&str]) -> Output {
+    Command::new(FERRITE).args(args).env_remove("FERRITE_LOG").stdin(Stdio::null()).output().expect("run ferrite")
+}
+
+/// Calls and expects success.
+pub fn call(c: &mut RpcClient, method: &str, params: Option<Value>) -> Value {
+    match c.call(method, params.clone()) {
+        Ok(v) => v,
+        Err(e) => panic!("{method} {params:?} failed: {e}"),
+    }
+}
+
+/// Calls and expects a JSON-RPC error response.
+pub fn call_err(c: &mut RpcClient, method: &str, params: Option<Value>) -> RpcError {
+    match c.call(method, params.clone()) {
+        Ok(v) => panic!("{method} {params:?} succeeded with {v}, expected an error"),
+        Err(CallError::Rpc(e)) => e,
+        Err(e) => panic!("{method} {params:?}: expected an error response, got {e}"),
+    }
+}
+
+/// The bdev named `name` in a `bdev_get_bdevs` result.
+pub fn find_bdev<'a>(bdevs: &'a [Value], name: &str) -> Option<&'a Value> {
+    bdevs.iter().find(|b| b["name"] == name)
+}
+
+/// Decodes stdout/stderr of a finished command.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
