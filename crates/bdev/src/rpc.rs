@@ -105,7 +105,7 @@ fn selected(name: Option<String>) -> Result<Vec<Bdev>, RpcError> {
 
 async fn delete(name: String, module: &'static str) -> RpcResult {
     let done = unregister(&name, Some(module)).map_err(|e| match e {
-        BdevError::NotFound(_) => not_found(&name),
+        BdevError::NotFound(_) => errno_error(libc::ENODEV, format!("No such device: {e}")),
         e => bdev_err(e),
     })?;
     done.await.map_err(|e| RpcError::internal(e.to_string()))?;

@@ -151,8 +151,6 @@ fn wrong_parameter_type_is_invalid_params() {
 }
 
 #[test]
-#[ignore = "bug: a wrong-typed parameter's -32602 message does not name the field \
-            (\"Invalid parameters: invalid type: string \\\"256\\\", expected u64\")"]
 fn wrong_parameter_type_message_names_the_field() {
     let dir = TempDir::new("typename");
     let d = Daemon::start(&dir, &[]);

@@ -91,6 +91,9 @@ struct ReactorShared {
     busy_ticks: AtomicU64,
     idle_ticks: AtomicU64,
     sleeps: AtomicU64,
+    /// Tick at which the reactor went to sleep, 0 while awake (so readers can count the
+    /// current sleep as idle time).
+    asleep_since: AtomicU64,
 }
 
 struct Shared {
@@ -133,6 +136,7 @@ impl Engine {
                 busy_ticks: AtomicU64::new(0),
                 idle_ticks: AtomicU64::new(0),
                 sleeps: AtomicU64::new(0),
+                asleep_since: AtomicU64::new(0),
             });
         }
         let engine = Engine(Arc::new(Shared {
@@ -282,12 +286,16 @@ impl Engine {
             .reactors
             .iter()
             .enumerate()
-            .map(|(id, r)| ReactorStats {
-                id,
-                core: r.core,
-                busy_ticks: r.busy_ticks.load(Ordering::Relaxed),
-                idle_ticks: r.idle_ticks.load(Ordering::Relaxed),
-                sleeps: r.sleeps.load(Ordering::Relaxed),
+            .map(|(id, r)| {
+                let since = r.asleep_since.load(Ordering::Relaxed);
+                let sleeping = if since == 0 { 0 } else { ticks().saturating_sub(since) };
+                ReactorStats {
+                    id,
+                    core: r.core,
+                    busy_ticks: r.busy_ticks.load(Ordering::Relaxed),
+                    idle_ticks: r.idle_ticks.load(Ordering::Relaxed) + sleeping,
+                    sleeps: r.sleeps.load(Ordering::Relaxed),
+                }
             })
             .collect()
     }
@@ -466,7 +474,16 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
                     Duration::from_nanos(crate::tsc::ticks_to_nanos(t))
                 });
                 shared.sleeps.store(shared.sleeps.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                // Idle time so far is published before sleeping; the sleep itself is added by
+                // readers from `asleep_since` until the reactor wakes and adds it here.
+                let now = ticks();
+                shared
+                    .idle_ticks
+                    .store(shared.idle_ticks.load(Ordering::Relaxed) + now.wrapping_sub(last), Ordering::Relaxed);
+                last = now;
+                shared.asleep_since.store(now.max(1), Ordering::Relaxed);
                 local.ring.borrow_mut().wait(timeout);
+                shared.asleep_since.store(0, Ordering::Relaxed);
             }
             mailbox.woke();
             let now = ticks();

@@ -237,6 +237,82 @@ fn finish(encoded: serde_json::Result<Vec<u8>>) -> Vec<u8> {
     }
 }
 
+/// Nesting depth beyond which serde_json refuses a document (its recursion limit).
+const MAX_DEPTH: u32 = 128;
+
+/// Finds where the first top-level JSON object or array of a byte stream ends, looking at each
+/// byte once across calls, so that a large request arriving in many reads is parsed once (with
+/// [`split_value`]) instead of once per read.
+#[derive(Debug, Default, Clone)]
+pub struct FrameScanner {
+    pos: usize,
+    depth: u32,
+    started: bool,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl FrameScanner {
+    /// Continues scanning `buf` (which only grew since the last call) and returns the end of the
+    /// first complete value, or of its first byte if that cannot start an object or array (so
+    /// that `split_value` reports the error).
+    pub fn scan(&mut self, buf: &[u8]) -> Option<usize> {
+        while self.pos < buf.len() {
+            let b = buf[self.pos];
+            self.pos += 1;
+            if !self.started {
+                match b {
+                    b' ' | b'\t' | b'\n' | b'\r' => continue,
+                    b'{' | b'[' => {
+                        self.started = true;
+                        self.depth = 1;
+                        continue;
+                    }
+                    _ => return Some(self.pos),
+                }
+            }
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => {
+                    self.depth += 1;
+                    if self.depth > MAX_DEPTH {
+                        // Deeper than the parser accepts: hand over now so it reports the error.
+                        return Some(self.pos);
+                    }
+                }
+                b'}' | b']' => {
+                    self.depth -= 1;
+                    if self.depth == 0 {
+                        return Some(self.pos);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Forgets the scanned value (call after removing it from the front of the buffer).
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Bytes scanned so far.
+    pub fn scanned(&self) -> usize {
+        self.pos
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -609,5 +685,30 @@ mod tests {
                 let _ = parse_request(value);
             }
         }
+    }
+
+    #[test]
+    fn frame_scanner_finds_value_ends_incrementally() {
+        let text = br#"  {"a":"}{\"]","b":[1,{"c":2}]} {"x":1}"#;
+        let first_end = text.iter().position(|&b| b == b' ' && false).unwrap_or(0);
+        let _ = first_end;
+        let mut sc = FrameScanner::default();
+        let mut found = None;
+        for n in 1..=text.len() {
+            if let Some(end) = sc.scan(&text[..n]) {
+                found = Some(end);
+                break;
+            }
+        }
+        let end = found.expect("value end found");
+        let v: Value = serde_json::from_slice(&text[..end]).unwrap();
+        assert_eq!(v["b"][1]["c"], 2);
+        assert_eq!(v["a"], "}{\"]");
+        sc.reset();
+        let rest = &text[end..];
+        let end2 = sc.scan(rest).expect("second value");
+        assert_eq!(serde_json::from_slice::<Value>(&rest[..end2]).unwrap()["x"], 1);
+        let mut sc = FrameScanner::default();
+        assert_eq!(sc.scan(b"  7"), Some(3), "a non-object start ends the frame at once");
     }
 }

@@ -37,7 +37,14 @@ impl Params {
     /// "Invalid parameters" error naming the problem.
     pub fn parse<T: DeserializeOwned>(self) -> Result<T, RpcError> {
         let v = self.0.unwrap_or_else(|| Value::Object(Default::default()));
-        serde_json::from_value(v).map_err(|e| RpcError::new(INVALID_PARAMS, format!("Invalid parameters: {e}")))
+        serde_path_to_error::deserialize(v).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            // Name the offending field for type errors (serde names it itself for missing and
+            // unknown fields).
+            let msg = if path.is_empty() || path == "." { inner.to_string() } else { format!("{path}: {inner}") };
+            RpcError::new(INVALID_PARAMS, format!("Invalid parameters: {msg}"))
+        })
     }
 
     /// Fails unless there are no params (or an empty object).

@@ -2,7 +2,8 @@
 //! threads; every request runs on the first reactor, one at a time per connection, in order.
 
 use crate::jsonrpc::{
-    encode_error, encode_result, parse_request, split_value, RpcError, Split, INTERNAL_ERROR, MAX_REQUEST, PARSE_ERROR,
+    encode_error, encode_result, parse_request, split_value, FrameScanner, RpcError, Split, INTERNAL_ERROR,
+    MAX_REQUEST, PARSE_ERROR,
 };
 use crate::registry::{Ctx, Params, Registry};
 use std::io::{Read, Write};
@@ -108,9 +109,15 @@ pub fn dispatch(ctx: &Ctx, method: String, params: Params) -> Result<serde_json:
 fn serve_connection(mut conn: UnixStream, ctx: &Ctx, stopping: &AtomicBool) -> std::io::Result<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut chunk = [0u8; 16384];
+    let mut scanner = FrameScanner::default();
     loop {
         loop {
-            match split_value(&buf, MAX_REQUEST) {
+            let frame = match scanner.scan(&buf) {
+                Some(end) => &buf[..end],
+                None if buf.len() > MAX_REQUEST => &buf[..],
+                None => break,
+            };
+            match split_value(frame, MAX_REQUEST) {
                 Split::Incomplete => break,
                 Split::Invalid { message } => {
                     log::warn!("rpc: unparsable request: {message}");
@@ -120,6 +127,7 @@ fn serve_connection(mut conn: UnixStream, ctx: &Ctx, stopping: &AtomicBool) -> s
                 }
                 Split::Complete { consumed, value } => {
                     buf.drain(..consumed);
+                    scanner.reset();
                     let reply = match parse_request(value) {
                         Err((id, err)) => {
                             log::warn!("rpc: invalid request: {}", err.message);
