@@ -690,8 +690,6 @@ mod tests {
     #[test]
     fn frame_scanner_finds_value_ends_incrementally() {
         let text = br#"  {"a":"}{\"]","b":[1,{"c":2}]} {"x":1}"#;
-        let first_end = text.iter().position(|&b| b == b' ' && false).unwrap_or(0);
-        let _ = first_end;
         let mut sc = FrameScanner::default();
         let mut found = None;
         for n in 1..=text.len() {
