@@ -16,6 +16,21 @@ if ! command -v python3 >/dev/null && command -v apt-get >/dev/null; then
   apt-get install -y -qq python3 >/dev/null
 fi
 
+# SPDK's own rpc.py (PyPI package "spdk", command spdk-rpc) for the compatibility test.
+venv=target/spdk-venv
+if [ ! -x "$venv/bin/spdk-rpc" ]; then
+  echo "== installing SPDK's rpc.py (pip: spdk==26.9) into $venv"
+  mkdir -p target
+  if ! python3 -m venv "$venv" 2>/dev/null; then
+    command -v apt-get >/dev/null && apt-get install -y -qq python3-venv >/dev/null 2>&1 || true
+    python3 -m venv "$venv" || true
+  fi
+  "$venv/bin/pip" install -q spdk==26.9 || echo "could not install spdk-rpc: its test will say SKIP"
+fi
+if [ -x "$venv/bin/spdk-rpc" ]; then
+  export SPDK_RPC="$PWD/$venv/bin/spdk-rpc"
+fi
+
 echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -92,8 +92,17 @@ struct OptionalName {
     name: Option<String>,
     #[allow(dead_code)]
     timeout: Option<u64>,
-    #[allow(dead_code)]
+}
+
+/// `bdev_get_iostat` params: SPDK 24.01's `name`, and the `names` list and `reset_mode` of later
+/// releases.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IostatParams {
+    name: Option<String>,
+    names: Option<Vec<String>>,
     per_channel: Option<bool>,
+    reset_mode: Option<String>,
 }
 
 fn selected(name: Option<String>) -> Result<Vec<Bdev>, RpcError> {
@@ -170,8 +179,17 @@ pub fn register(reg: &mut Registry) {
         Ok(Value::Array(selected(p.name)?.iter().map(bdev_json).collect()))
     });
     reg.method("bdev_get_iostat", |ctx, p: Params| async move {
-        let p: OptionalName = p.parse()?;
-        let bdevs = selected(p.name)?;
+        let p: IostatParams = p.parse()?;
+        if !matches!(p.reset_mode.as_deref(), None | Some("none")) {
+            return Err(errno_error(libc::ENOTSUP, "reset_mode other than \"none\" is not supported"));
+        }
+        if p.per_channel == Some(true) {
+            return Err(errno_error(libc::ENOTSUP, "per_channel statistics are not supported"));
+        }
+        let bdevs = match p.names {
+            Some(names) => names.iter().map(|n| lookup(n).ok_or_else(|| not_found(n))).collect::<Result<_, _>>()?,
+            None => selected(p.name)?,
+        };
         let stats = iostat(&ctx, &bdevs).await;
         let list: Vec<Value> = bdevs.iter().zip(stats.iter()).map(|(b, s)| iostat_json(b, s)).collect();
         Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(),
