@@ -77,7 +77,7 @@ impl IoChannel {
     #[inline]
     pub fn submit(&self, req: IoRequest, done: Rc<dyn IoCompleter>, tag: u64) {
         let status = self.inner.check(&req, self.write);
-        let io = BdevIo { req, ch: self.inner.clone(), done, tag, submit_tick: ferrite_reactor::tsc::ticks() };
+        let io = BdevIo { req, ch: self.inner.clone(), done, tag, submit_tick: crate::io::submit_tick() };
         if status != IoStatus::Success {
             log::debug!("bdev {}: rejected {:?}: {status}", self.inner.bdev.name, io.req.io_type);
             io.complete_deferred(status);
