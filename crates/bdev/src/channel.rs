@@ -8,7 +8,7 @@
 use crate::bdev::{BackendChannel, Bdev, BdevError, BdevShared};
 use crate::io::{BdevIo, IoCompleter, IoRequest, IoStatus, IoType, IoTypes};
 use crate::stats::{ChannelStats, IoStat};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
@@ -21,6 +21,10 @@ pub(crate) struct ChannelInner {
     bdev: Arc<BdevShared>,
     backend: RefCell<Box<dyn BackendChannel>>,
     stats: Rc<ChannelStats>,
+    /// Requests handed to the module and not yet completed.
+    in_flight: Cell<u64>,
+    /// Resets waiting for those requests to finish.
+    resets: RefCell<Vec<BdevIo>>,
 }
 
 thread_local! {
@@ -50,6 +54,8 @@ impl IoChannel {
             bdev: bdev.0.clone(),
             backend: RefCell::new(backend),
             stats,
+            in_flight: Cell::new(0),
+            resets: RefCell::new(Vec::new()),
         });
         CHANNELS.with(|c| {
             let mut c = c.borrow_mut();
@@ -77,12 +83,25 @@ impl IoChannel {
     #[inline]
     pub fn submit(&self, req: IoRequest, done: Rc<dyn IoCompleter>, tag: u64) {
         let status = self.inner.check(&req, self.write);
-        let io = BdevIo { req, ch: self.inner.clone(), done, tag, submit_tick: crate::io::submit_tick() };
+        let mut io =
+            BdevIo { req, ch: self.inner.clone(), done, tag, submit_tick: crate::io::submit_tick(), counted: false };
         if status != IoStatus::Success {
             log::debug!("bdev {}: rejected {:?}: {status}", self.inner.bdev.name, io.req.io_type);
             io.complete_deferred(status);
             return;
         }
+        if io.req.io_type == IoType::Reset {
+            // A reset is handled here, not by the module: it completes once every request
+            // submitted before it on this channel has completed.
+            if self.inner.in_flight.get() == 0 {
+                io.complete_deferred(IoStatus::Success);
+            } else {
+                self.inner.resets.borrow_mut().push(io);
+            }
+            return;
+        }
+        io.counted = true;
+        self.inner.in_flight.set(self.inner.in_flight.get() + 1);
         self.inner.backend.borrow_mut().submit(io);
     }
 }
@@ -123,6 +142,18 @@ impl ChannelInner {
             }
         }
         IoStatus::Success
+    }
+
+    /// Notes that a counted request completed; releases resets waiting for the channel to drain.
+    #[inline]
+    pub(crate) fn finished(&self) {
+        let n = self.in_flight.get() - 1;
+        self.in_flight.set(n);
+        if n == 0 && !self.resets.borrow().is_empty() {
+            for reset in std::mem::take(&mut *self.resets.borrow_mut()) {
+                reset.complete_deferred(IoStatus::Success);
+            }
+        }
     }
 
     #[inline]

@@ -21,7 +21,8 @@ pub enum IoType {
     Unmap = 3,
     /// Write zeroes without a payload.
     WriteZeroes = 4,
-    /// Abort outstanding I/O and return the device to a known state.
+    /// Wait until every request submitted earlier on the same channel has completed (handled
+    /// by the bdev layer; it never reaches a module).
     Reset = 5,
 }
 
@@ -168,6 +169,8 @@ pub struct BdevIo {
     pub(crate) done: Rc<dyn IoCompleter>,
     pub(crate) tag: u64,
     pub(crate) submit_tick: u64,
+    /// True once handed to the module (counted in the channel's in-flight requests).
+    pub(crate) counted: bool,
 }
 
 impl BdevIo {
@@ -195,6 +198,9 @@ impl BdevIo {
         let now = ferrite_reactor::tsc::ticks();
         let latency_ticks = now.wrapping_sub(self.submit_tick);
         self.ch.account(&self.req, status, latency_ticks);
+        if self.counted {
+            self.ch.finished();
+        }
         let BdevIo { req, ch, done, tag, .. } = self;
         drop(ch);
         // Requests submitted from inside the callback take `now` as their submit time instead

@@ -74,6 +74,7 @@ impl BackendChannel for MallocChannel {
                     }
                 }
                 IoType::Unmap | IoType::WriteZeroes => std::ptr::write_bytes(base, 0, len),
+                // Resets are handled by the bdev layer and never arrive here.
                 IoType::Flush | IoType::Reset => {}
             }
         }

@@ -166,6 +166,7 @@ impl UringState {
                     | if zero { libc::FALLOC_FL_ZERO_RANGE } else { libc::FALLOC_FL_PUNCH_HOLE };
                 with_target!(this, |t| op::Fallocate::new(t, len).offset(off).mode(mode).build())
             }
+            // Resets are handled by the bdev layer and never arrive here.
             IoType::Reset => {
                 slots.free.push(slot);
                 drop(slots);
