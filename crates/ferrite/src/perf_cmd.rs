@@ -40,6 +40,23 @@ pub struct PerfArgs {
     /// Write machine-readable results to FILE ("-" for stdout).
     #[arg(long = "results-json", value_name = "FILE")]
     results_json: Option<String>,
+    /// Seconds between progress lines (bdevperf's -S).
+    #[arg(short = 'S', value_name = "SECONDS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    stats_interval: u64,
+    /// Every core runs a job on every bdev (bdevperf's -C; always the case here, accepted for
+    /// compatibility).
+    #[arg(short = 'C')]
+    multi_core: bool,
+    /// Keep going after failed I/O (bdevperf's -f; failed I/O never stops a job here except
+    /// when its bdev is deleted).
+    #[arg(short = 'f')]
+    continue_on_failure: bool,
+    /// Memory size in MiB (SPDK's -s; Ferrite needs no preallocated memory, ignored).
+    #[arg(short = 's', value_name = "MiB")]
+    mem_size: Option<String>,
+    /// Run without hugepages (SPDK's --no-huge; Ferrite never uses them, accepted).
+    #[arg(long = "no-huge")]
+    no_huge: bool,
     /// Reactor idle behaviour: poll, interrupt or adaptive (polls while completions flow, waits
     /// in the kernel when only io_uring requests are outstanding).
     #[arg(long, default_value = "adaptive")]
@@ -76,6 +93,10 @@ pub fn run(a: PerfArgs) -> i32 {
     }
     if !a.time.is_finite() || a.time <= 0.0 {
         return fail("run time must be positive".into());
+    }
+    let _ = (a.multi_core, a.continue_on_failure, a.no_huge);
+    if let Some(m) = &a.mem_size {
+        log::info!("-s {m}: Ferrite preallocates no memory; ignored");
     }
     crate::signals::block();
     let (engine, ctx) = match crate::serve::start_engine(&a.cpumask, a.reactor_mode, !a.no_pin, Some(&a.json)) {
@@ -144,7 +165,7 @@ pub fn run(a: PerfArgs) -> i32 {
     let (mut last_ios, mut last_bytes, mut last_t) = (0u64, 0u64, t0);
     let mut tick = 1;
     while results.len() + errors.len() < total_jobs {
-        let next_tick = t0 + Duration::from_secs(tick);
+        let next_tick = t0 + Duration::from_secs(tick * a.stats_interval);
         match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
             Ok((_, _, Ok(r))) => results.push(r),
             Ok((name, core, Err(e))) => errors.push(format!("job {name} on core {core}: {e}")),
@@ -155,7 +176,7 @@ pub fn run(a: PerfArgs) -> i32 {
                 println!(
                     "{}",
                     ferrite_perf::report::progress_line(
-                        tick,
+                        tick * a.stats_interval,
                         ios - last_ios,
                         bytes - last_bytes,
                         (now - last_t).as_secs_f64()
