@@ -90,7 +90,6 @@ struct NameParam {
 #[serde(deny_unknown_fields)]
 struct OptionalName {
     name: Option<String>,
-    #[allow(dead_code)]
     timeout: Option<u64>,
 }
 
@@ -176,6 +175,13 @@ struct UringCreate {
 pub fn register(reg: &mut Registry) {
     reg.method("bdev_get_bdevs", |_, p: Params| async move {
         let p: OptionalName = p.parse()?;
+        // As in SPDK, `timeout` (ms) waits for a named bdev to appear.
+        if let (Some(name), Some(ms)) = (&p.name, p.timeout) {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms.min(3_600_000));
+            while lookup(name).is_none() && std::time::Instant::now() < deadline {
+                ferrite_reactor::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
         Ok(Value::Array(selected(p.name)?.iter().map(bdev_json).collect()))
     });
     reg.method("bdev_get_iostat", |ctx, p: Params| async move {
