@@ -214,10 +214,6 @@ pub fn register(reg: &mut Registry) {
         .map_err(bdev_err)?;
         Ok(json!(b.name()))
     });
-    reg.method("bdev_null_delete", |_, p: Params| async move {
-        let p: NameParam = p.parse()?;
-        delete(p.name, "null").await
-    });
     reg.method("bdev_malloc_create", |_, p: Params| async move {
         let p: MallocCreate = p.parse()?;
         check_no_metadata(p.md_size, p.dif_type)?;
@@ -231,10 +227,6 @@ pub fn register(reg: &mut Registry) {
         .map_err(bdev_err)?;
         Ok(json!(b.name()))
     });
-    reg.method("bdev_malloc_delete", |_, p: Params| async move {
-        let p: NameParam = p.parse()?;
-        delete(p.name, "malloc").await
-    });
     reg.method("bdev_uring_create", |_, p: Params| async move {
         let p: UringCreate = p.parse()?;
         let b = uring::create(uring::UringOpts {
@@ -246,10 +238,14 @@ pub fn register(reg: &mut Registry) {
         .map_err(bdev_err)?;
         Ok(json!(b.name()))
     });
-    reg.method("bdev_uring_delete", |_, p: Params| async move {
-        let p: NameParam = p.parse()?;
-        delete(p.name, "uring").await
-    });
+    for (method, module) in
+        [("bdev_null_delete", "null"), ("bdev_malloc_delete", "malloc"), ("bdev_uring_delete", "uring")]
+    {
+        reg.method(method, move |_, p: Params| async move {
+            let p: NameParam = p.parse()?;
+            delete(p.name, module).await
+        });
+    }
     reg.method("bdev_wait_for_examine", |_, p: Params| async move {
         // Ferrite has no asynchronous examine phase: every bdev is ready when its create returns.
         p.none()?;
