@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Fuzzes the JSON-RPC request parser with cargo-fuzz (libFuzzer).
+# Fuzzes Ferrite's parsers with cargo-fuzz (libFuzzer), one target after the other:
+#   rpc_request  - the JSON-RPC stream codec
+#   nbd_parsers  - the NBD handshake and transmission codec
 #
-# Usage: fuzz/run.sh [SECONDS]    (default 30)
+# Usage: fuzz/run.sh [SECONDS]    (default 30; each target runs that long)
 #
 # Needs a nightly toolchain (installed with rustup if missing; skipped with exit 0 if that is
-# impossible) and cargo-fuzz (installed if missing). Starts from a fresh corpus made of
-# fuzz/seeds/rpc_request; crashes land in fuzz/artifacts/rpc_request and make this exit non-zero.
+# impossible) and cargo-fuzz (installed if missing). Each target starts from a fresh corpus made
+# of fuzz/seeds/TARGET; crashes land in fuzz/artifacts/TARGET. Every target runs even if an
+# earlier one failed; each prints an OK or FAIL line, and any FAIL makes this exit non-zero.
 set -euo pipefail
+
+TARGETS=(rpc_request nbd_parsers)
 
 SECONDS_TO_RUN="${1:-30}"
 if ! [[ "$SECONDS_TO_RUN" =~ ^[0-9]+$ ]] || [ "$SECONDS_TO_RUN" -eq 0 ]; then
@@ -15,7 +20,6 @@ if ! [[ "$SECONDS_TO_RUN" =~ ^[0-9]+$ ]] || [ "$SECONDS_TO_RUN" -eq 0 ]; then
 fi
 
 FUZZ_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-TARGET=rpc_request
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
     echo "no nightly toolchain; trying: rustup toolchain install nightly --profile minimal" >&2
@@ -35,28 +39,56 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 
 cd "$FUZZ_DIR"
-CORPUS="corpus/$TARGET"
-ARTIFACTS="artifacts/$TARGET"
-rm -rf "$CORPUS"
-mkdir -p "$CORPUS" "$ARTIFACTS"
-cp seeds/"$TARGET"/* "$CORPUS"/
-crashes_before=$(find "$ARTIFACTS" -type f | wc -l)
 
 LOG="$(mktemp "${TMPDIR:-/tmp}/ferrite-fuzz.XXXXXX")"
 trap 'rm -f "$LOG"' EXIT
 
-set +e
-cargo +nightly fuzz run "$TARGET" "$CORPUS" -- \
-    -max_total_time="$SECONDS_TO_RUN" -print_final_stats=1 2>&1 | tee "$LOG"
-status=${PIPESTATUS[0]}
-set -e
+# Fuzzes one target for SECONDS_TO_RUN, prints its summary line and keeps it in RESULT; returns
+# non-zero on a crash (or when the target cannot be set up).
+RESULT=""
+fuzz_target() {
+    local target="$1"
+    local corpus="corpus/$target"
+    local artifacts="artifacts/$target"
+    rm -rf "$corpus"
+    mkdir -p "$corpus" "$artifacts"
+    if ! cp seeds/"$target"/* "$corpus"/; then
+        RESULT="FAIL fuzz $target: no seeds in fuzz/seeds/$target"
+        echo "$RESULT"
+        return 1
+    fi
+    local crashes_before
+    crashes_before=$(find "$artifacts" -type f | wc -l)
 
-execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$LOG" | tail -n 1)
-corpus_files=$(find "$CORPUS" -type f | wc -l)
-crashes=$(( $(find "$ARTIFACTS" -type f | wc -l) - crashes_before ))
+    local status
+    set +e
+    cargo +nightly fuzz run "$target" "$corpus" -- \
+        -max_total_time="$SECONDS_TO_RUN" -print_final_stats=1 2>&1 | tee "$LOG"
+    status=${PIPESTATUS[0]}
+    set -e
 
-if [ "$status" -ne 0 ] || [ "$crashes" -gt 0 ]; then
-    echo "FAIL fuzz $TARGET: exit $status after ${execs:-?} execs, $crashes new artifact(s) in fuzz/$ARTIFACTS"
-    exit 1
-fi
-echo "OK fuzz $TARGET: ${execs:-?} execs in ${SECONDS_TO_RUN}s, corpus $corpus_files files, no crashes"
+    local execs corpus_files crashes
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$LOG" | tail -n 1)
+    corpus_files=$(find "$corpus" -type f | wc -l)
+    crashes=$(( $(find "$artifacts" -type f | wc -l) - crashes_before ))
+
+    if [ "$status" -ne 0 ] || [ "$crashes" -gt 0 ]; then
+        RESULT="FAIL fuzz $target: exit $status after ${execs:-?} execs, $crashes new artifact(s) in fuzz/$artifacts"
+        echo "$RESULT"
+        return 1
+    fi
+    RESULT="OK fuzz $target: ${execs:-?} execs in ${SECONDS_TO_RUN}s, corpus $corpus_files files, no crashes"
+    echo "$RESULT"
+}
+
+summary=()
+failed=0
+for target in "${TARGETS[@]}"; do
+    fuzz_target "$target" || failed=1
+    summary+=("$RESULT")
+done
+
+# Repeat the per-target lines together, since each was followed by the next target's log.
+echo "== fuzz summary"
+printf '%s\n' "${summary[@]}"
+exit "$failed"

@@ -39,5 +39,8 @@ fn main() {
 
 /// Builds the method registry of everything this binary serves.
 pub(crate) fn registry() -> ferrite_rpc::Registry {
-    ferrite_rpc::app::registry(ferrite_bdev::rpc::register)
+    ferrite_rpc::app::registry(|reg| {
+        ferrite_bdev::rpc::register(reg);
+        ferrite_nbd::rpc::register(reg);
+    })
 }

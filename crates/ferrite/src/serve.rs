@@ -65,6 +65,8 @@ pub fn start_engine(
 pub fn shutdown(engine: &Engine) {
     let closed = engine
         .run_async(0, || async {
+            // Stop accepting and close the targets' connections first, then the bdevs.
+            ferrite_nbd::rpc::shutdown(&ferrite_reactor::engine()).await;
             let mut waits = Vec::new();
             for b in ferrite_bdev::list() {
                 if let Ok(rx) = ferrite_bdev::unregister(b.name(), None) {

@@ -5,6 +5,7 @@
 pub mod buf;
 pub mod cpumask;
 pub mod mailbox;
+pub mod net;
 pub mod oneshot;
 mod reactor;
 pub mod ring;

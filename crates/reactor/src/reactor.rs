@@ -27,7 +27,7 @@ pub enum ReactorMode {
     /// Sleep in io_uring_enter whenever a loop turn finds no work.
     Interrupt,
     /// Poll while work arrives; sleep after [`EngineConfig::adaptive_idle`] without work, or at
-    /// once when a turn finds nothing to do but io_uring requests in flight.
+    /// once when a turn finds nothing to do but requests that io-wq workers complete.
     Adaptive,
 }
 
@@ -431,6 +431,7 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
         work += local.run_pollers();
         let now = ticks();
         work += local.run_timers(now);
+        local.ring.borrow_mut().run_task_work();
         work += Ring::reap(&local.ring);
         // Submission is batched: SQEs queued in a busy turn wait one more turn (collecting more),
         // an idle turn submits at once, and a reactor about to sleep submits in the same
@@ -459,10 +460,18 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
         let sleep = match cfg.mode {
             ReactorMode::Poll => false,
             ReactorMode::Interrupt => true,
-            // Waiting only for the kernel: sleep in io_uring_enter at once, which wakes on the
-            // completion and leaves the core to the kernel workers that produce it.
-            ReactorMode::Adaptive => now.wrapping_sub(idle_since) > adaptive_idle || local.ring.borrow().busy(),
+            // Waiting on io-wq workers: sleep at once, so the worker gets this core and its
+            // completion wakes us.
+            ReactorMode::Adaptive => {
+                now.wrapping_sub(idle_since) > adaptive_idle || local.ring.borrow().waits_on_workers()
+            }
         };
+        if !sleep && cfg.mode == ReactorMode::Adaptive && local.ring.borrow().busy() {
+            // Waiting on the kernel (sockets, device interrupts): keep polling, since waking a
+            // sleeping (in a VM: halted) core costs tens of microseconds, but let anything else
+            // runnable on this core go first.
+            std::thread::yield_now();
+        }
         if !sleep {
             local.ring.borrow_mut().submit();
             continue;

@@ -23,6 +23,8 @@ const FILE_SLOTS: u32 = 64;
 struct Slot {
     handler: Option<Rc<dyn CqeHandler>>,
     tag: u64,
+    /// Completed by an io-wq worker thread rather than inline or by an interrupt.
+    worker: bool,
 }
 
 /// One reactor's io_uring with its handler table.
@@ -35,6 +37,7 @@ pub struct Ring {
     doorbell_armed: bool,
     doorbell_buf: Box<u64>,
     free_files: Vec<u32>,
+    worker_ops: u32,
     /// Number of io_uring_enter calls (for counting syscalls per I/O).
     pub enters: u64,
 }
@@ -45,18 +48,20 @@ impl Ring {
         let ring = IoUring::builder()
             .setup_single_issuer()
             .setup_coop_taskrun()
+            .setup_taskrun_flag()
             .build(entries)
             .or_else(|_| IoUring::new(entries))?;
         let cap = (entries * 2) as usize;
         let mut r = Self {
             ring,
-            slots: (0..cap).map(|_| Slot { handler: None, tag: 0 }).collect(),
+            slots: (0..cap).map(|_| Slot { handler: None, tag: 0, worker: false }).collect(),
             free: (0..cap as u32).rev().collect(),
             pending: 0,
             doorbell_fd,
             doorbell_armed: false,
             doorbell_buf: Box::new(0),
             free_files: Vec::new(),
+            worker_ops: 0,
             enters: 0,
         };
         if r.ring.submitter().register_files_sparse(FILE_SLOTS).is_ok() {
@@ -127,14 +132,60 @@ impl Ring {
     /// Every buffer and file descriptor the entry refers to must stay valid until the handler
     /// is called.
     pub unsafe fn push(&mut self, e: squeue::Entry, handler: Rc<dyn CqeHandler>, tag: u64) -> Result<(), RingFull> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.push_as(e, handler, tag, false) }
+    }
+
+    /// Like [`Ring::push`], for an entry that the kernel is expected to hand to an io-wq worker
+    /// (e.g. O_DIRECT on a file system without async direct I/O). While such entries are in
+    /// flight an adaptive reactor sleeps rather than spins, so the worker gets the core.
+    ///
+    /// # Safety
+    /// As for [`Ring::push`].
+    pub unsafe fn push_worker_bound(
+        &mut self,
+        e: squeue::Entry,
+        handler: Rc<dyn CqeHandler>,
+        tag: u64,
+    ) -> Result<(), RingFull> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.push_as(e, handler, tag, true) }
+    }
+
+    unsafe fn push_as(
+        &mut self,
+        e: squeue::Entry,
+        handler: Rc<dyn CqeHandler>,
+        tag: u64,
+        worker: bool,
+    ) -> Result<(), RingFull> {
         let Some(slot) = self.free.pop() else { return Err(RingFull) };
-        self.slots[slot as usize] = Slot { handler: Some(handler), tag };
+        self.slots[slot as usize] = Slot { handler: Some(handler), tag, worker };
         if let Err(full) = self.push_raw(e.user_data(slot as u64)) {
             self.slots[slot as usize].handler = None;
             self.free.push(slot);
             return Err(full);
         }
+        self.worker_ops += worker as u32;
         Ok(())
+    }
+
+    /// True while entries pushed with `push_worker_bound` are in flight.
+    pub fn waits_on_workers(&self) -> bool {
+        self.worker_ops > 0
+    }
+
+    /// Runs completion work the kernel left for this thread (socket operations complete that
+    /// way). With cooperative task running the kernel does not interrupt a polling reactor; it
+    /// raises a flag instead, and any io_uring_enter runs the work. Returns true if it entered.
+    pub fn run_task_work(&mut self) -> bool {
+        if !self.ring.submission().taskrun() {
+            return false;
+        }
+        self.enters += 1;
+        let n = self.ring.submitter().submit().unwrap_or(0);
+        self.pending -= (n as u32).min(self.pending);
+        true
     }
 
     /// Entries queued but not yet submitted.
@@ -223,6 +274,8 @@ impl Ring {
                     let slot = &mut r.slots[token as usize];
                     let h = slot.handler.take().expect("completion for an empty ring slot");
                     let tag = slot.tag;
+                    let worker = slot.worker;
+                    r.worker_ops -= worker as u32;
                     r.free.push(token as u32);
                     (h, tag)
                 };

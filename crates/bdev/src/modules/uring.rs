@@ -179,7 +179,16 @@ impl UringState {
         let handler: Rc<dyn CqeHandler> = this.clone();
         // SAFETY: the entry's buffers (and iovec array) belong to the BdevIo stored in `slot`,
         // which stays there until `complete` runs for this tag; the file outlives the channel.
-        let pushed = ferrite_reactor::try_with_ring(|r| unsafe { r.push(entry, handler, slot as u64) });
+        // Regular files: O_DIRECT on many file systems (tmpfs among them) is completed by io-wq
+        // workers; block devices complete asynchronously from the device.
+        let worker = !this.block_device;
+        let pushed = ferrite_reactor::try_with_ring(|r| unsafe {
+            if worker {
+                r.push_worker_bound(entry, handler, slot as u64)
+            } else {
+                r.push(entry, handler, slot as u64)
+            }
+        });
         match pushed {
             Some(Ok(())) => Ok(()),
             _ => {

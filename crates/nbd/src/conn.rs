@@ -1,0 +1,540 @@
+//! One NBD connection, owned by one reactor: the newstyle handshake, then transmission.
+//!
+//! Transmission runs two local tasks over one socket: the reader parses requests from a staging
+//! buffer and submits bdev I/O (a write's payload is copied out of the staging buffer, or received
+//! straight into its I/O buffer when it was not read ahead yet); completions queue replies; the
+//! writer sends every queued reply in one `sendmsg` (read data goes from the I/O buffer to the
+//! socket without a copy in Ferrite).
+
+use crate::export::{self, ConnInfo, Export};
+use crate::handshake::{self as hs, OptionRequest};
+use crate::proto::*;
+use crate::transmission::{self as tx, Command, Limits, Request};
+use ferrite_bdev::{Bdev, BdevDesc, Completed, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
+use ferrite_reactor::net::Socket;
+use ferrite_reactor::{alloc_buf, IoBuf};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+/// Options a client may send before it must choose an export.
+const MAX_OPTIONS: usize = 128;
+/// Largest read or write payload accepted (advertised as the maximum block size).
+pub const MAX_PAYLOAD: u32 = 32 << 20;
+/// Requests in flight per connection before the reader stops reading.
+const MAX_IN_FLIGHT: u32 = 256;
+/// Size of the receive staging buffer.
+const STAGING: usize = 128 * 1024;
+
+/// The parts of a connection that closing needs (shared by the reader, the writer and the
+/// close path).
+pub(crate) struct Handle {
+    id: u64,
+    sock: Socket,
+    closing: Cell<bool>,
+    writer: RefCell<Option<Waker>>,
+    reader: RefCell<Option<Waker>>,
+    export: RefCell<Option<String>>,
+}
+
+impl Handle {
+    fn close(&self) {
+        if !self.closing.replace(true) {
+            log::info!("nbd connection {}: closing", self.id);
+        }
+        self.sock.shutdown();
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if let Some(w) = self.writer.borrow_mut().take() {
+            w.wake();
+        }
+        if let Some(w) = self.reader.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+thread_local! {
+    static LIVE: RefCell<HashMap<u64, Rc<Handle>>> = RefCell::new(HashMap::new());
+}
+
+/// Closes this reactor's connections that `pred` selects (by export name).
+pub(crate) fn close_local(pred: &dyn Fn(&Handle) -> bool) -> usize {
+    let hs: Vec<Rc<Handle>> = LIVE.with(|l| l.borrow().values().filter(|h| pred(h)).cloned().collect());
+    for h in &hs {
+        h.close();
+    }
+    hs.len()
+}
+
+/// Closes connections on this reactor using export `name`.
+pub(crate) fn close_export_local(name: &str) -> usize {
+    close_local(&|h: &Handle| h.export.borrow().as_deref() == Some(name))
+}
+
+/// Closes every connection on this reactor.
+pub(crate) fn close_all_local() -> usize {
+    close_local(&|_| true)
+}
+
+/// Serves one accepted connection to the end. Runs as a task on the reactor that owns it.
+pub(crate) async fn serve(sock: Socket, peer: String, listen: String) {
+    let reactor = ferrite_reactor::current().unwrap_or(0);
+    let id = {
+        let mut t = export::tables();
+        let id = t.next_conn;
+        t.next_conn += 1;
+        t.conns.insert(id, ConnInfo { id, export: None, reactor, peer: peer.clone(), listen });
+        id
+    };
+    let h = Rc::new(Handle {
+        id,
+        sock,
+        closing: Cell::new(false),
+        writer: RefCell::new(None),
+        reader: RefCell::new(None),
+        export: RefCell::new(None),
+    });
+    LIVE.with(|l| l.borrow_mut().insert(id, h.clone()));
+    log::info!("nbd connection {id} from {peer} on reactor {reactor}");
+    match handshake(&h).await {
+        Ok(Some(n)) => transmission(h.clone(), n).await,
+        Ok(None) => {}
+        Err(e) => log::warn!("nbd connection {id}: handshake ended: {e}"),
+    }
+    LIVE.with(|l| l.borrow_mut().remove(&id));
+    export::tables().conns.remove(&id);
+    log::info!("nbd connection {id} closed");
+}
+
+async fn recv_n(sock: &Socket, n: usize) -> Result<IoBuf, String> {
+    let (res, buf) = sock.recv_exact(alloc_buf(n), 0).await;
+    res.map(|_| buf).map_err(|e| format!("receive: {e}"))
+}
+
+/// What the handshake settled.
+struct Negotiated {
+    desc: BdevDesc,
+    limits: Limits,
+}
+
+fn transmission_flags(e: &Export, b: &Bdev, structured: bool) -> u16 {
+    let mut f = HAS_FLAGS | SEND_FUA | CAN_MULTI_CONN | SEND_CACHE;
+    if e.read_only {
+        f |= READ_ONLY;
+    }
+    if b.supports(IoType::Flush) {
+        f |= SEND_FLUSH;
+    }
+    if b.supports(IoType::Unmap) && !e.read_only {
+        f |= SEND_TRIM;
+    }
+    if b.supports(IoType::WriteZeroes) && !e.read_only {
+        f |= SEND_WRITE_ZEROES;
+    }
+    if structured {
+        f |= SEND_DF;
+    }
+    f
+}
+
+/// Opens the export's bdev for this connection; the bdev's removal closes the connection.
+fn open_export(h: &Rc<Handle>, name: &str, structured: bool) -> Result<(Export, Negotiated, u16), String> {
+    let e = export::get(name).ok_or_else(|| format!("no export named {name:?}"))?;
+    let id = h.id;
+    let desc = Bdev::open(&e.bdev, !e.read_only, move || {
+        close_local(&|h: &Handle| h.id == id);
+    })
+    .map_err(|err| format!("export {name}: {err}"))?;
+    let b = desc.bdev().clone();
+    let flags = transmission_flags(&e, &b, structured);
+    let limits = Limits {
+        size: b.size_bytes(),
+        block_size: b.block_size(),
+        max_payload: MAX_PAYLOAD,
+        read_only: e.read_only,
+        flush: flags & SEND_FLUSH != 0,
+        fua: true,
+        trim: flags & SEND_TRIM != 0,
+        write_zeroes: flags & SEND_WRITE_ZEROES != 0,
+        structured,
+    };
+    Ok((e, Negotiated { desc, limits }, flags))
+}
+
+async fn handshake(h: &Rc<Handle>) -> Result<Option<Negotiated>, String> {
+    let sock = &h.sock;
+    sock.send_all(hs::server_greeting().to_vec()).await.map_err(|e| format!("send: {e}"))?;
+    let b = recv_n(sock, 4).await?;
+    let cf = hs::parse_client_flags(&[b[0], b[1], b[2], b[3]]).map_err(|e| e.to_string())?;
+    let mut structured = false;
+    for _ in 0..MAX_OPTIONS {
+        let hb = recv_n(sock, 16).await?;
+        let mut hdr = [0u8; 16];
+        hdr.copy_from_slice(&hb);
+        let (opt, len) = hs::parse_option_header(&hdr).map_err(|e| e.to_string())?;
+        let data = if len > 0 { recv_n(sock, len as usize).await? } else { alloc_buf(0) };
+        let mut out = Vec::new();
+        let mut chosen = None;
+        match hs::parse_option(opt, &data) {
+            Err(e) if opt == OPT_EXPORT_NAME => return Err(format!("bad NBD_OPT_EXPORT_NAME: {}", e.message)),
+            Err(e) => {
+                log::info!("nbd connection {}: refusing option {opt}: {}", h.id, e.message);
+                hs::encode_error(&mut out, opt, e.reply, &e.message);
+            }
+            Ok(OptionRequest::ExportName(name)) => {
+                // This option has no error reply: an unknown name closes the connection.
+                let (e, n, flags) = open_export(h, &name, structured)?;
+                hs::encode_export_name_reply(&mut out, n.limits.size, flags, cf.no_zeroes);
+                chosen = Some((e, n));
+            }
+            Ok(OptionRequest::Abort) => {
+                hs::encode_ack(&mut out, opt);
+                let _ = sock.send_all(out).await;
+                return Ok(None);
+            }
+            Ok(OptionRequest::List) => {
+                for e in export::list() {
+                    hs::encode_server(&mut out, &e.name, &e.description);
+                }
+                hs::encode_ack(&mut out, opt);
+            }
+            Ok(OptionRequest::StartTls) => hs::encode_error(&mut out, opt, REP_ERR_POLICY, "TLS is not supported"),
+            Ok(OptionRequest::Info { name, requests } | OptionRequest::Go { name, requests }) => {
+                match open_export(h, &name, structured) {
+                    Err(msg) => hs::encode_error(&mut out, opt, REP_ERR_UNKNOWN, &msg),
+                    Ok((e, n, flags)) => {
+                        hs::encode_info_export(&mut out, opt, n.limits.size, flags);
+                        if requests.contains(&INFO_NAME) {
+                            hs::encode_info_name(&mut out, opt, &e.name);
+                        }
+                        if requests.contains(&INFO_DESCRIPTION) {
+                            hs::encode_info_description(&mut out, opt, &e.description);
+                        }
+                        let bs = n.limits.block_size;
+                        hs::encode_info_block_size(&mut out, opt, bs, bs.max(4096), MAX_PAYLOAD);
+                        hs::encode_ack(&mut out, opt);
+                        if opt == OPT_GO {
+                            chosen = Some((e, n));
+                        }
+                    }
+                }
+            }
+            Ok(OptionRequest::StructuredReply) if structured => {
+                hs::encode_error(&mut out, opt, REP_ERR_INVALID, "structured replies already negotiated")
+            }
+            Ok(OptionRequest::StructuredReply) => {
+                structured = true;
+                hs::encode_ack(&mut out, opt);
+            }
+            Ok(_) => hs::encode_error(&mut out, opt, REP_ERR_UNSUP, "option not supported"),
+        }
+        sock.send_all(out).await.map_err(|e| format!("send: {e}"))?;
+        if let Some((e, n)) = chosen {
+            *h.export.borrow_mut() = Some(e.name.clone());
+            if let Some(c) = export::tables().conns.get_mut(&h.id) {
+                c.export = Some(e.name.clone());
+            }
+            log::info!("nbd connection {}: export {} (bdev {}), structured replies {structured}", h.id, e.name, e.bdev);
+            return Ok(Some(n));
+        }
+    }
+    Err(format!("more than {MAX_OPTIONS} options"))
+}
+
+/// A request being served.
+#[derive(Clone, Copy)]
+struct Slot {
+    req: Request,
+    /// A FUA write whose flush is running.
+    flushing: bool,
+}
+
+/// A reply ready to send: its header bytes and, for a successful read, the data.
+struct Reply {
+    hdr: [u8; 32],
+    hdr_len: u8,
+    data: Option<IoBuf>,
+}
+
+struct Conn {
+    h: Rc<Handle>,
+    ch: IoChannel,
+    limits: Limits,
+    bs: u64,
+    slots: RefCell<Vec<Option<Slot>>>,
+    free: RefCell<Vec<u32>>,
+    replies: RefCell<Vec<Reply>>,
+    in_flight: Cell<u32>,
+    me: std::rc::Weak<Conn>,
+}
+
+fn nbd_error(s: IoStatus) -> u32 {
+    match s {
+        IoStatus::Success => 0,
+        IoStatus::OutOfRange | IoStatus::Misaligned => EINVAL,
+        IoStatus::Unsupported => ENOTSUP,
+        IoStatus::Removed => ESHUTDOWN,
+        IoStatus::Failed(e) if e == libc::ENOSPC => ENOSPC,
+        IoStatus::Failed(e) if e == libc::EPERM || e == libc::EBADF || e == libc::EROFS => EPERM,
+        IoStatus::Failed(e) if e == libc::ENOMEM => ENOMEM,
+        IoStatus::Failed(_) => EIO,
+    }
+}
+
+impl Conn {
+    fn me(&self) -> Rc<dyn IoCompleter> {
+        self.me.upgrade().expect("connection alive while it submits")
+    }
+
+    fn queue_reply(&self, req: &Request, error: u32, data: Option<IoBuf>) {
+        let mut r = Reply { hdr: [0; 32], hdr_len: 16, data: None };
+        if self.limits.structured && req.command == Command::Read {
+            match data {
+                Some(d) if error == 0 => {
+                    let mut h = [0u8; 28];
+                    tx::encode_offset_data_header(&mut h, req.cookie, req.offset, d.len() as u32, true);
+                    r.hdr[..28].copy_from_slice(&h);
+                    r.hdr_len = 28;
+                    r.data = Some(d);
+                }
+                _ => {
+                    let mut v = Vec::with_capacity(32);
+                    tx::encode_structured_error(&mut v, req.cookie, error.max(1), "");
+                    let n = v.len().min(32);
+                    r.hdr[..n].copy_from_slice(&v[..n]);
+                    r.hdr_len = n as u8;
+                }
+            }
+        } else {
+            let mut h = [0u8; 16];
+            tx::encode_simple_reply(&mut h, error, req.cookie);
+            r.hdr[..16].copy_from_slice(&h);
+            r.data = if error == 0 { data } else { None };
+        }
+        self.replies.borrow_mut().push(r);
+        if let Some(w) = self.h.writer.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    fn take_slot(&self, req: Request) -> u32 {
+        let mut slots = self.slots.borrow_mut();
+        let i = match self.free.borrow_mut().pop() {
+            Some(i) => i,
+            None => {
+                slots.push(None);
+                (slots.len() - 1) as u32
+            }
+        };
+        slots[i as usize] = Some(Slot { req, flushing: false });
+        self.in_flight.set(self.in_flight.get() + 1);
+        i
+    }
+
+    fn release(&self, i: u32) {
+        self.slots.borrow_mut()[i as usize] = None;
+        self.free.borrow_mut().push(i);
+        self.in_flight.set(self.in_flight.get() - 1);
+        if let Some(w) = self.h.reader.borrow_mut().take() {
+            w.wake();
+        }
+        if self.h.closing.get() && self.in_flight.get() == 0 {
+            self.h.wake();
+        }
+    }
+
+    /// Starts the bdev I/O for a valid request.
+    fn submit(&self, req: Request, payload: Option<IoBuf>) {
+        let off = req.offset / self.bs;
+        let n = req.length as u64 / self.bs;
+        let io = match req.command {
+            Command::Read => IoRequest::read(off, n, alloc_buf(req.length as usize)),
+            Command::Write => IoRequest::write(off, n, payload.expect("write payload")),
+            Command::Flush => IoRequest::no_payload(IoType::Flush, 0, 0),
+            Command::Trim => IoRequest::no_payload(IoType::Unmap, off, n),
+            Command::WriteZeroes => IoRequest::no_payload(IoType::WriteZeroes, off, n),
+            _ => {
+                // CACHE is a hint; validate() let nothing else through.
+                self.queue_reply(&req, 0, None);
+                return;
+            }
+        };
+        let tag = self.take_slot(req);
+        self.ch.submit(io, self.me(), tag as u64);
+    }
+}
+
+impl IoCompleter for Conn {
+    fn io_done(&self, tag: u64, mut io: Completed) {
+        let slot = self.slots.borrow()[tag as usize].expect("completion for a busy slot");
+        let req = slot.req;
+        let fua =
+            req.flags & FLAG_FUA != 0 && matches!(req.command, Command::Write | Command::Trim | Command::WriteZeroes);
+        if io.status.is_ok() && fua && !slot.flushing {
+            // Forced unit access: acknowledge only after a flush makes the write durable.
+            if let Some(s) = self.slots.borrow_mut()[tag as usize].as_mut() {
+                s.flushing = true;
+            }
+            self.ch.submit(IoRequest::no_payload(IoType::Flush, 0, 0), self.me(), tag);
+            return;
+        }
+        let data = if req.command == Command::Read { io.req.bufs.pop() } else { None };
+        self.queue_reply(&req, nbd_error(io.status), data);
+        self.release(tag as u32);
+    }
+}
+
+/// Waits until the reply queue has something, or the connection closes and drains.
+async fn writer(c: Rc<Conn>) {
+    let mut batch: Vec<Reply> = Vec::with_capacity(64);
+    let mut parts: Vec<(*const u8, usize)> = Vec::with_capacity(128);
+    loop {
+        let done = poll_fn(|cx| {
+            if !c.replies.borrow().is_empty() {
+                return Poll::Ready(false);
+            }
+            if c.h.closing.get() && c.in_flight.get() == 0 {
+                return Poll::Ready(true);
+            }
+            *c.h.writer.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+        if done {
+            return;
+        }
+        std::mem::swap(&mut *c.replies.borrow_mut(), &mut batch);
+        parts.clear();
+        for r in &batch {
+            parts.push((r.hdr.as_ptr(), r.hdr_len as usize));
+            if let Some(d) = &r.data {
+                parts.push((d.as_ptr(), d.len()));
+            }
+        }
+        // SAFETY: every part points into `batch` (headers inside its heap buffer, data in pool
+        // buffers it owns), which send_parts keeps until the send completes.
+        let (res, b) = unsafe { c.h.sock.send_parts(std::mem::take(&mut parts), batch).await };
+        batch = b;
+        batch.clear();
+        if let Err(e) = res {
+            if !c.h.closing.get() {
+                log::info!("nbd connection {}: send failed: {e}", c.h.id);
+            }
+            c.h.close();
+        }
+    }
+}
+
+async fn transmission(h: Rc<Handle>, n: Negotiated) {
+    let ch = match n.desc.channel() {
+        Ok(ch) => ch,
+        Err(e) => {
+            log::warn!("nbd connection {}: {e}", h.id);
+            return;
+        }
+    };
+    let c = Rc::new_cyclic(|me| Conn {
+        h: h.clone(),
+        ch,
+        limits: n.limits,
+        bs: n.limits.block_size as u64,
+        slots: RefCell::new(Vec::with_capacity(MAX_IN_FLIGHT as usize)),
+        free: RefCell::new(Vec::new()),
+        replies: RefCell::new(Vec::with_capacity(64)),
+        in_flight: Cell::new(0),
+        me: me.clone(),
+    });
+    let writer_task = ferrite_reactor::spawn_local(writer(c.clone()));
+    if let Err(e) = reader(&c).await {
+        if !h.closing.get() {
+            log::info!("nbd connection {}: {e}", h.id);
+        }
+    }
+    h.closing.set(true);
+    h.wake();
+    writer_task.await;
+    h.sock.shutdown();
+    drop(c);
+    drop(n.desc);
+}
+
+/// Reads and dispatches requests until the client disconnects, errs, or the connection closes.
+async fn reader(c: &Rc<Conn>) -> Result<(), String> {
+    let sock = &c.h.sock;
+    let mut st = alloc_buf(STAGING);
+    let (mut start, mut end) = (0usize, 0usize);
+    loop {
+        // Back-pressure: stop reading while too many requests are in flight.
+        poll_fn(|cx| {
+            if c.in_flight.get() < MAX_IN_FLIGHT || c.h.closing.get() {
+                return Poll::Ready(());
+            }
+            *c.h.reader.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+        while end - start < tx::REQUEST_LEN {
+            if c.h.closing.get() {
+                return Ok(());
+            }
+            if STAGING - end < tx::REQUEST_LEN {
+                st.copy_within(start..end, 0);
+                (start, end) = (0, end - start);
+            }
+            let (res, b) = sock.recv(st, end).await;
+            st = b;
+            match res {
+                Ok(0) => return Err("client went away without NBD_CMD_DISC".into()),
+                Ok(k) => end += k,
+                Err(e) => return Err(format!("receive: {e}")),
+            }
+        }
+        let mut raw = [0u8; tx::REQUEST_LEN];
+        raw.copy_from_slice(&st[start..start + tx::REQUEST_LEN]);
+        start += tx::REQUEST_LEN;
+        let req = tx::parse_request(&raw).map_err(|e| format!("bad request: {e}"))?;
+        let valid = tx::validate(&req, &c.limits);
+        // A write's payload follows its header whatever the verdict; one too large to take is
+        // a stream we cannot resynchronise.
+        let mut payload = None;
+        if req.command == Command::Write {
+            if req.length > MAX_PAYLOAD {
+                return Err(format!("write of {} bytes exceeds the maximum {MAX_PAYLOAD}", req.length));
+            }
+            let len = req.length as usize;
+            let mut buf = alloc_buf(len);
+            let have = (end - start).min(len);
+            buf[..have].copy_from_slice(&st[start..start + have]);
+            start += have;
+            if have < len {
+                let (res, b) = sock.recv_exact(buf, have).await;
+                buf = b;
+                res.map_err(|e| format!("receive write payload: {e}"))?;
+            }
+            payload = Some(buf);
+        }
+        if start == end {
+            (start, end) = (0, 0);
+        }
+        match valid {
+            Err(errno) => {
+                log::info!(
+                    "nbd connection {}: refusing {:?} at {} len {} flags {:#x}: error {errno}",
+                    c.h.id,
+                    req.command,
+                    req.offset,
+                    req.length,
+                    req.flags
+                );
+                c.queue_reply(&req, errno, None);
+            }
+            Ok(()) if req.command == Command::Disc => return Ok(()),
+            Ok(()) => c.submit(req, payload),
+        }
+    }
+}

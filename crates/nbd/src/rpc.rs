@@ -1,0 +1,122 @@
+//! The NBD server's JSON-RPC methods (Ferrite's own; SPDK has none for an NBD server), named in
+//! SPDK's style: nbd_server_start/stop, nbd_server_add_export/remove_export,
+//! nbd_server_get_exports, nbd_server_get_connections. Kept by save_config as the "nbd"
+//! subsystem.
+
+use crate::{conn, export, server};
+use ferrite_rpc::{errno_error, Params, Registry, RpcError, Subsystem};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Address {
+    address: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddExport {
+    bdev_name: String,
+    name: Option<String>,
+    read_only: Option<bool>,
+    description: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Name {
+    name: String,
+}
+
+fn invalid(msg: String) -> RpcError {
+    errno_error(libc::EINVAL, msg)
+}
+
+/// Registers the methods and the "nbd" subsystem.
+pub fn register(reg: &mut Registry) {
+    reg.method("nbd_server_start", |_, p: Params| async move {
+        let a: Address = p.parse()?;
+        server::start(&a.address).map_err(invalid)?;
+        Ok(json!(true))
+    });
+    reg.method("nbd_server_stop", |_, p: Params| async move {
+        let a: Address = p.parse()?;
+        server::stop(&a.address).map_err(|e| errno_error(libc::ENOENT, e))?;
+        Ok(json!(true))
+    });
+    reg.method("nbd_server_add_export", |_, p: Params| async move {
+        let a: AddExport = p.parse()?;
+        if ferrite_bdev::lookup(&a.bdev_name).is_none() {
+            return Err(errno_error(libc::ENODEV, format!("No such device: bdev {} not found", a.bdev_name)));
+        }
+        let name = a.name.unwrap_or_else(|| a.bdev_name.clone());
+        if name.is_empty() || name.len() > crate::proto::MAX_NAME_LEN {
+            return Err(invalid(format!("export name must be 1 to {} bytes", crate::proto::MAX_NAME_LEN)));
+        }
+        export::add(export::Export {
+            name: name.clone(),
+            bdev: a.bdev_name,
+            read_only: a.read_only.unwrap_or(false),
+            description: a.description.unwrap_or_default(),
+        })
+        .map_err(|e| errno_error(libc::EEXIST, e))?;
+        Ok(json!(name))
+    });
+    reg.method("nbd_server_remove_export", |ctx, p: Params| async move {
+        let a: Name = p.parse()?;
+        export::remove(&a.name).ok_or_else(|| errno_error(libc::ENOENT, format!("no export named {}", a.name)))?;
+        let name = a.name.clone();
+        let closed: usize =
+            ctx.engine.on_all(move |_| conn::close_export_local(&name)).await.unwrap_or_default().iter().sum();
+        log::info!("removed nbd export {} ({closed} connection(s) closed)", a.name);
+        Ok(json!(true))
+    });
+    reg.method("nbd_server_get_exports", |_, p: Params| async move {
+        p.none()?;
+        let conns = export::connections();
+        Ok(Value::Array(
+            export::list()
+                .into_iter()
+                .map(|e| {
+                    let n = conns.iter().filter(|c| c.export.as_deref() == Some(e.name.as_str())).count();
+                    json!({"name": e.name, "bdev_name": e.bdev, "read_only": e.read_only,
+                        "description": e.description, "connections": n})
+                })
+                .collect(),
+        ))
+    });
+    reg.method("nbd_server_get_connections", |_, p: Params| async move {
+        p.none()?;
+        Ok(Value::Array(
+            export::connections()
+                .into_iter()
+                .map(|c| json!({"id": c.id, "export": c.export, "reactor": c.reactor, "peer": c.peer, "listen": c.listen}))
+                .collect(),
+        ))
+    });
+    reg.subsystem(Subsystem {
+        name: "nbd",
+        depends_on: vec!["bdev"],
+        config: Arc::new(|| {
+            // Servers live on the first reactor; save_config runs there.
+            let mut v: Vec<Value> = server::addresses()
+                .into_iter()
+                .map(|a| json!({"method": "nbd_server_start", "params": {"address": a}}))
+                .collect();
+            v.extend(export::list().into_iter().map(|e| {
+                json!({"method": "nbd_server_add_export", "params": {"bdev_name": e.bdev, "name": e.name,
+                    "read_only": e.read_only, "description": e.description}})
+            }));
+            v
+        }),
+    });
+}
+
+/// Stops every listener and closes every connection (daemon shutdown; call on the first
+/// reactor).
+pub async fn shutdown(engine: &ferrite_reactor::Engine) {
+    server::stop_all();
+    let _ = engine.on_all(|_| conn::close_all_local()).await;
+}
