@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test Ferrite has: format, lints, unit/property/integration tests (which start the real
-# daemon), and a short fuzz run of each parser. Works on a fresh Debian machine with Rust
-# (rustup) installed; installs what else it needs. FUZZ_SECONDS=0 skips fuzzing.
+# daemon and use real clients), the guest-kernel NBD test, and a short fuzz run of each parser.
+# Works on a fresh Debian machine with Rust (rustup) installed; installs what else it needs.
+# FUZZ_SECONDS=0 skips fuzzing, VM_TESTS=0 the guest kernel tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,18 @@ if command -v rustup >/dev/null; then
 fi
 if ! command -v python3 >/dev/null && command -v apt-get >/dev/null; then
   apt-get install -y -qq python3 >/dev/null
+fi
+
+# Real clients of the targets (NBD: nbdinfo/nbdcopy, qemu-img/qemu-io, fio's nbd engine).
+need_pkgs=()
+command -v nbdinfo >/dev/null || need_pkgs+=(libnbd-bin)
+command -v qemu-io >/dev/null || need_pkgs+=(qemu-utils)
+command -v fio >/dev/null || need_pkgs+=(fio)
+if [ ${#need_pkgs[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "== installing ${need_pkgs[*]}"
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null 2>&1 ||
+    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null; } ||
+    echo "could not install ${need_pkgs[*]}: tests that need them will say SKIP"
 fi
 
 # SPDK's own rpc.py (PyPI package "spdk", command spdk-rpc) for the compatibility test.
@@ -37,6 +50,10 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+if [ "${VM_TESTS:-1}" != 0 ]; then
+  echo "== guest kernel tests (QEMU, ../shared/vm)"
+  bash tests/vm/nbd-guest.sh
+fi
 if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
   echo "== fuzz"
   bash fuzz/run.sh "${FUZZ_SECONDS:-30}"
