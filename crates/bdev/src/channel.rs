@@ -172,3 +172,36 @@ pub fn local_iostat(id: u64) -> IoStat {
 pub fn prune_local_iostat(live: &[u64]) {
     STATS.with(|s| s.borrow_mut().retain(|id, _| live.contains(id)));
 }
+
+/// Completion slot of [`IoChannel::submit_wait`].
+#[derive(Default)]
+struct WaitSlot {
+    done: RefCell<Option<crate::io::Completed>>,
+    waker: RefCell<Option<std::task::Waker>>,
+}
+
+impl IoCompleter for WaitSlot {
+    fn io_done(&self, _tag: u64, io: crate::io::Completed) {
+        *self.done.borrow_mut() = Some(io);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+impl IoChannel {
+    /// Submits one request and waits for it (for control paths and adapters such as FUSE;
+    /// allocates a small completion slot per call, so not for the hot path of a target).
+    pub async fn submit_wait(&self, req: IoRequest) -> crate::io::Completed {
+        let slot = Rc::new(WaitSlot::default());
+        self.submit(req, slot.clone(), 0);
+        std::future::poll_fn(|cx| match slot.done.borrow_mut().take() {
+            Some(c) => std::task::Poll::Ready(c),
+            None => {
+                *slot.waker.borrow_mut() = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        })
+        .await
+    }
+}

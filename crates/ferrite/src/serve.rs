@@ -63,6 +63,7 @@ pub fn start_engine(
 
 /// Deletes every bdev (waiting for openers to close, at most a few seconds) and stops the reactors.
 pub fn shutdown(engine: &Engine) {
+    ferrite_fuse::rpc::shutdown(engine);
     let closed = engine
         .run_async(0, || async {
             // Stop accepting and close the targets' connections first, then the bdevs.

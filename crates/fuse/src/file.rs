@@ -1,0 +1,389 @@
+//! One FUSE-exported bdev: the filesystem whose root is the bdev as a regular file.
+//!
+//! fuser runs the FUSE session on its own thread; each request is handed to the export's reactor
+//! as a message and answered from there when the bdev I/O completes, so the session thread never
+//! blocks on I/O. Byte ranges that are not block aligned are read-modify-written, one at a time
+//! per export; aligned writes go straight to the bdev.
+
+use ferrite_bdev::{Bdev, BdevDesc, IoChannel, IoRequest, IoStatus, IoType};
+use ferrite_reactor::{alloc_buf, Engine};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, OpenFlags, ReplyAttr, ReplyData,
+    ReplyEmpty, ReplyOpen, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::{Duration, SystemTime};
+
+const TTL: Duration = Duration::from_secs(1);
+
+/// The per-reactor half of an export: its descriptor, channel and RMW lock.
+struct Local {
+    _desc: BdevDesc,
+    ch: IoChannel,
+    rmw_busy: Cell<bool>,
+    rmw_waiters: RefCell<VecDeque<Waker>>,
+}
+
+thread_local! {
+    static LOCALS: RefCell<HashMap<u64, Rc<Local>>> = RefCell::new(HashMap::new());
+}
+
+/// Opens the bdev on the calling reactor for export `id`; `gone` is set when the bdev goes away.
+pub(crate) fn open_local(id: u64, bdev: &str, write: bool, gone: Arc<AtomicBool>) -> Result<(), String> {
+    let desc = Bdev::open(bdev, write, move || {
+        gone.store(true, Ordering::SeqCst);
+        LOCALS.with(|l| l.borrow_mut().remove(&id));
+    })
+    .map_err(|e| e.to_string())?;
+    let ch = desc.channel().map_err(|e| e.to_string())?;
+    let local =
+        Rc::new(Local { _desc: desc, ch, rmw_busy: Cell::new(false), rmw_waiters: RefCell::new(VecDeque::new()) });
+    LOCALS.with(|l| l.borrow_mut().insert(id, local));
+    Ok(())
+}
+
+/// Closes export `id`'s descriptor on the calling reactor.
+pub(crate) fn close_local(id: u64) {
+    LOCALS.with(|l| l.borrow_mut().remove(&id));
+}
+
+fn local(id: u64) -> Option<Rc<Local>> {
+    LOCALS.with(|l| l.borrow().get(&id).cloned())
+}
+
+/// The filesystem fuser serves for one export.
+pub(crate) struct BdevFile {
+    pub(crate) id: u64,
+    pub(crate) engine: Engine,
+    pub(crate) reactor: usize,
+    pub(crate) size: u64,
+    pub(crate) block_size: u64,
+    pub(crate) read_only: bool,
+    pub(crate) gone: Arc<AtomicBool>,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+fn errno(s: IoStatus) -> Errno {
+    match s {
+        IoStatus::Success => Errno::from_i32(libc::EIO),
+        IoStatus::OutOfRange => Errno::from_i32(libc::ENOSPC),
+        IoStatus::Misaligned => Errno::from_i32(libc::EINVAL),
+        IoStatus::Unsupported => Errno::from_i32(libc::EOPNOTSUPP),
+        IoStatus::Removed => Errno::from_i32(libc::ENODEV),
+        IoStatus::Failed(e) => Errno::from_i32(e),
+    }
+}
+
+/// Reads `[off, off+len)` (block aligned) from the bdev.
+async fn read_aligned(l: &Local, bs: u64, off: u64, len: u64) -> Result<ferrite_reactor::IoBuf, Errno> {
+    let c = l.ch.submit_wait(IoRequest::read(off / bs, len / bs, alloc_buf(len as usize))).await;
+    if !c.status.is_ok() {
+        return Err(errno(c.status));
+    }
+    let mut req = c.req;
+    Ok(req.bufs.pop().expect("read buffer returned"))
+}
+
+async fn write_aligned(l: &Local, bs: u64, off: u64, buf: ferrite_reactor::IoBuf) -> Result<(), Errno> {
+    let n = buf.len() as u64 / bs;
+    let c = l.ch.submit_wait(IoRequest::write(off / bs, n, buf)).await;
+    if c.status.is_ok() {
+        Ok(())
+    } else {
+        Err(errno(c.status))
+    }
+}
+
+/// Runs `f` holding the export's read-modify-write lock.
+async fn with_rmw_lock<T>(l: &Local, f: impl std::future::Future<Output = T>) -> T {
+    std::future::poll_fn(|cx| {
+        if !l.rmw_busy.get() {
+            l.rmw_busy.set(true);
+            return std::task::Poll::Ready(());
+        }
+        l.rmw_waiters.borrow_mut().push_back(cx.waker().clone());
+        std::task::Poll::Pending
+    })
+    .await;
+    let out = f.await;
+    l.rmw_busy.set(false);
+    if let Some(w) = l.rmw_waiters.borrow_mut().pop_front() {
+        w.wake();
+    }
+    out
+}
+
+/// Writes `data` at byte `off`, read-modify-writing unaligned edges (under the RMW lock).
+async fn write_bytes(l: &Local, bs: u64, off: u64, data: Vec<u8>) -> Result<(), Errno> {
+    let end = off + data.len() as u64;
+    if off.is_multiple_of(bs) && end.is_multiple_of(bs) {
+        let mut buf = alloc_buf(data.len());
+        buf.copy_from_slice(&data);
+        return write_aligned(l, bs, off, buf).await;
+    }
+    let (a_off, a_end) = (off / bs * bs, end.div_ceil(bs) * bs);
+    with_rmw_lock(l, async {
+        let mut buf = read_aligned(l, bs, a_off, a_end - a_off).await?;
+        let at = (off - a_off) as usize;
+        buf[at..at + data.len()].copy_from_slice(&data);
+        write_aligned(l, bs, a_off, buf).await
+    })
+    .await
+}
+
+/// Zeroes or unmaps `[off, off+len)`: whole blocks by `whole` (Unmap or WriteZeroes), edges by
+/// writing zeroes.
+async fn clear_range(l: &Local, bs: u64, off: u64, len: u64, whole: IoType) -> Result<(), Errno> {
+    let end = off + len;
+    let (in_off, in_end) = (off.div_ceil(bs) * bs, end / bs * bs);
+    if in_off < in_end {
+        let c = l.ch.submit_wait(IoRequest::no_payload(whole, in_off / bs, (in_end - in_off) / bs)).await;
+        if !c.status.is_ok() {
+            return Err(errno(c.status));
+        }
+    }
+    let edges = if in_off < in_end { [(off, in_off.min(end)), (in_end.max(off), end)] } else { [(off, end), (0, 0)] };
+    for (a, b) in edges {
+        if a < b {
+            write_bytes(l, bs, a, vec![0u8; (b - a) as usize]).await?;
+        }
+    }
+    Ok(())
+}
+
+impl BdevFile {
+    fn attr(&self) -> FileAttr {
+        let now = SystemTime::now();
+        FileAttr {
+            ino: INodeNo(1),
+            size: self.size,
+            blocks: self.size / 512,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            kind: FileType::RegularFile,
+            perm: if self.read_only { 0o444 } else { 0o644 },
+            nlink: 1,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: self.block_size as u32,
+            flags: 0,
+        }
+    }
+
+    /// Runs `f` on the export's reactor with its channel; errors with ENODEV if the bdev went away.
+    fn on_reactor<F, Fut>(&self, fail: impl FnOnce(Errno) + Send + 'static, f: F)
+    where
+        F: FnOnce(Rc<Local>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + 'static,
+    {
+        if self.gone.load(Ordering::SeqCst) {
+            fail(Errno::from_i32(libc::ENODEV));
+            return;
+        }
+        let id = self.id;
+        self.engine.send(self.reactor, move || match local(id) {
+            Some(l) => ferrite_reactor::spawn_local(f(l)).detach(),
+            None => fail(Errno::from_i32(libc::ENODEV)),
+        });
+    }
+}
+
+impl Filesystem for BdevFile {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if ino.0 != 1 {
+            return reply.error(Errno::from_i32(libc::ENOENT));
+        }
+        reply.attr(&TTL, &self.attr());
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // The size is the bdev's: only a no-op truncate is accepted.
+        match size {
+            Some(s) if s != self.size => reply.error(Errno::from_i32(libc::EPERM)),
+            _ => reply.attr(&TTL, &self.attr()),
+        }
+    }
+
+    fn open(&self, _req: &Request, _ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let acc = flags.0 & libc::O_ACCMODE;
+        if self.read_only && acc != libc::O_RDONLY {
+            return reply.error(Errno::from_i32(libc::EROFS));
+        }
+        // Direct I/O: every read and write reaches the bdev, so other exports of it stay coherent.
+        reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        let end = (offset + size as u64).min(self.size);
+        if offset >= end {
+            return reply.data(&[]);
+        }
+        let bs = self.block_size;
+        let (a_off, a_end) = (offset / bs * bs, end.div_ceil(bs) * bs);
+        let reply = Arc::new(std::sync::Mutex::new(Some(reply)));
+        let r2 = reply.clone();
+        self.on_reactor(
+            move |e| {
+                if let Some(r) = r2.lock().unwrap().take() {
+                    r.error(e)
+                }
+            },
+            move |l| async move {
+                let res = read_aligned(&l, bs, a_off, a_end - a_off).await;
+                let Some(r) = reply.lock().unwrap().take() else { return };
+                match res {
+                    Ok(buf) => {
+                        let at = (offset - a_off) as usize;
+                        r.data(&buf[at..at + (end - offset) as usize]);
+                    }
+                    Err(e) => r.error(e),
+                }
+            },
+        );
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        if self.read_only {
+            return reply.error(Errno::from_i32(libc::EROFS));
+        }
+        if offset.checked_add(data.len() as u64).is_none_or(|e| e > self.size) {
+            return reply.error(Errno::from_i32(libc::ENOSPC));
+        }
+        // The one copy FUSE forces: the data lives in the session's buffer.
+        let data = data.to_vec();
+        let n = data.len() as u32;
+        let bs = self.block_size;
+        let reply = Arc::new(std::sync::Mutex::new(Some(reply)));
+        let r2 = reply.clone();
+        self.on_reactor(
+            move |e| {
+                if let Some(r) = r2.lock().unwrap().take() {
+                    r.error(e)
+                }
+            },
+            move |l| async move {
+                let res = write_bytes(&l, bs, offset, data).await;
+                let Some(r) = reply.lock().unwrap().take() else { return };
+                match res {
+                    Ok(()) => r.written(n),
+                    Err(e) => r.error(e),
+                }
+            },
+        );
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: fuser::LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.empty_op(reply, move |l| async move {
+            let c = l.ch.submit_wait(IoRequest::no_payload(IoType::Flush, 0, 0)).await;
+            if c.status.is_ok() {
+                Ok(())
+            } else {
+                Err(errno(c.status))
+            }
+        });
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        if offset.checked_add(length).is_none_or(|e| e > self.size) {
+            return reply.error(Errno::from_i32(libc::ENOSPC));
+        }
+        let bs = self.block_size;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
+        if !punch && !zero {
+            // Plain allocation inside the (fixed) size: nothing to do.
+            return reply.ok();
+        }
+        if self.read_only {
+            return reply.error(Errno::from_i32(libc::EROFS));
+        }
+        let whole = if punch { IoType::Unmap } else { IoType::WriteZeroes };
+        self.empty_op(reply, move |l| async move { clear_range(&l, bs, offset, length, whole).await });
+    }
+}
+
+impl BdevFile {
+    fn empty_op<F, Fut>(&self, reply: ReplyEmpty, f: F)
+    where
+        F: FnOnce(Rc<Local>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<(), Errno>> + 'static,
+    {
+        let reply = Arc::new(std::sync::Mutex::new(Some(reply)));
+        let r2 = reply.clone();
+        self.on_reactor(
+            move |e| {
+                if let Some(r) = r2.lock().unwrap().take() {
+                    r.error(e)
+                }
+            },
+            move |l| async move {
+                let res = f(l).await;
+                let Some(r) = reply.lock().unwrap().take() else { return };
+                match res {
+                    Ok(()) => r.ok(),
+                    Err(e) => r.error(e),
+                }
+            },
+        );
+    }
+}
