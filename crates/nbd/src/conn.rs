@@ -270,6 +270,8 @@ struct Conn {
     free: RefCell<Vec<u32>>,
     replies: RefCell<Vec<Reply>>,
     in_flight: Cell<u32>,
+    /// Replies queued or being sent (they hold buffers until the client reads them).
+    unsent: Cell<u32>,
     me: std::rc::Weak<Conn>,
 }
 
@@ -317,6 +319,7 @@ impl Conn {
             r.data = if error == 0 { data } else { None };
         }
         self.replies.borrow_mut().push(r);
+        self.unsent.set(self.unsent.get() + 1);
         if let Some(w) = self.h.writer.borrow_mut().take() {
             w.wake();
         }
@@ -420,7 +423,11 @@ async fn writer(c: Rc<Conn>) {
         // buffers it owns), which send_parts keeps until the send completes.
         let (res, b) = unsafe { c.h.sock.send_parts(std::mem::take(&mut parts), batch).await };
         batch = b;
+        c.unsent.set(c.unsent.get() - batch.len() as u32);
         batch.clear();
+        if let Some(w) = c.h.reader.borrow_mut().take() {
+            w.wake();
+        }
         if let Err(e) = res {
             if !c.h.closing.get() {
                 log::info!("nbd connection {}: send failed: {e}", c.h.id);
@@ -447,6 +454,7 @@ async fn transmission(h: Rc<Handle>, n: Negotiated) {
         free: RefCell::new(Vec::new()),
         replies: RefCell::new(Vec::with_capacity(64)),
         in_flight: Cell::new(0),
+        unsent: Cell::new(0),
         me: me.clone(),
     });
     let writer_task = ferrite_reactor::spawn_local(writer(c.clone()));
@@ -469,9 +477,10 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
     let mut st = alloc_buf(STAGING);
     let (mut start, mut end) = (0usize, 0usize);
     loop {
-        // Back-pressure: stop reading while too many requests are in flight.
+        // Back-pressure: stop reading while too many requests are in flight or replies wait for
+        // the client to read them.
         poll_fn(|cx| {
-            if c.in_flight.get() < MAX_IN_FLIGHT || c.h.closing.get() {
+            if c.in_flight.get() + c.unsent.get() < MAX_IN_FLIGHT || c.h.closing.get() {
                 return Poll::Ready(());
             }
             *c.h.reader.borrow_mut() = Some(cx.waker().clone());

@@ -147,7 +147,8 @@ impl Socket {
                 return (Ok(()), mem.owners);
             }
             mem.hdr.msg_iov = mem.iovs[first..].as_mut_ptr();
-            mem.hdr.msg_iovlen = mem.iovs.len() - first;
+            // The kernel takes at most UIO_MAXIOV (1024) pieces per call.
+            mem.hdr.msg_iovlen = (mem.iovs.len() - first).min(1024);
             let entry = op::SendMsg::new(types::Fd(self.raw_fd()), &mem.hdr as *const _)
                 .flags(libc::MSG_NOSIGNAL as u32)
                 .build();

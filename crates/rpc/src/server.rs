@@ -21,6 +21,7 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// A running server. Dropping it (or `stop`) closes the listener and removes the socket file.
 pub struct RpcServer {
     path: PathBuf,
+    listen_fd: i32,
     stopping: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -42,9 +43,10 @@ impl RpcServer {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         let stopping = Arc::new(AtomicBool::new(false));
         let stop2 = stopping.clone();
+        let listen_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
         let thread = std::thread::Builder::new().name("rpc".into()).spawn(move || accept_loop(listener, ctx, stop2))?;
         log::info!("JSON-RPC listening on {}", path.display());
-        Ok(RpcServer { path: path.to_path_buf(), stopping, thread: Some(thread) })
+        Ok(RpcServer { path: path.to_path_buf(), listen_fd, stopping, thread: Some(thread) })
     }
 
     /// Stops accepting and removes the socket.
@@ -52,7 +54,12 @@ impl RpcServer {
         if self.stopping.swap(true, Ordering::SeqCst) {
             return;
         }
-        let _ = UnixStream::connect(&self.path); // wakes accept
+        // Wake the blocked accept: shutting the listener down works even if the socket file
+        // was deleted meanwhile (connecting to it would not).
+        // SAFETY: the listener is owned by the accept thread, which is still running (not yet
+        // joined), so the descriptor is valid.
+        unsafe { libc::shutdown(self.listen_fd, libc::SHUT_RDWR) };
+        let _ = UnixStream::connect(&self.path);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
