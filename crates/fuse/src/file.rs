@@ -80,6 +80,20 @@ fn errno(s: IoStatus) -> Errno {
     }
 }
 
+/// A FUSE reply that can be failed with an errno.
+trait Fail: Send + 'static {
+    fn fail(self, e: Errno);
+}
+
+macro_rules! impl_fail {
+    ($($t:ty),*) => {$(impl Fail for $t {
+        fn fail(self, e: Errno) {
+            self.error(e)
+        }
+    })*};
+}
+impl_fail!(ReplyData, ReplyWrite, ReplyEmpty);
+
 /// Reads `[off, off+len)` (block aligned) from the bdev.
 async fn read_aligned(l: &Local, bs: u64, off: u64, len: u64) -> Result<ferrite_reactor::IoBuf, Errno> {
     let c = l.ch.submit_wait(IoRequest::read(off / bs, len / bs, alloc_buf(len as usize))).await;
@@ -179,20 +193,21 @@ impl BdevFile {
         }
     }
 
-    /// Runs `f` on the export's reactor with its channel; errors with ENODEV if the bdev went away.
-    fn on_reactor<F, Fut>(&self, fail: impl FnOnce(Errno) + Send + 'static, f: F)
+    /// Runs `f` with the reply on the export's reactor; fails the reply with ENODEV if the bdev
+    /// went away.
+    fn on_reactor<R, F, Fut>(&self, reply: R, f: F)
     where
-        F: FnOnce(Rc<Local>) -> Fut + Send + 'static,
+        R: Fail,
+        F: FnOnce(Rc<Local>, R) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + 'static,
     {
         if self.gone.load(Ordering::SeqCst) {
-            fail(Errno::from_i32(libc::ENODEV));
-            return;
+            return reply.fail(Errno::from_i32(libc::ENODEV));
         }
         let id = self.id;
         self.engine.send(self.reactor, move || match local(id) {
-            Some(l) => ferrite_reactor::spawn_local(f(l)).detach(),
-            None => fail(Errno::from_i32(libc::ENODEV)),
+            Some(l) => ferrite_reactor::spawn_local(f(l, reply)).detach(),
+            None => reply.fail(Errno::from_i32(libc::ENODEV)),
         });
     }
 }
@@ -256,26 +271,15 @@ impl Filesystem for BdevFile {
         }
         let bs = self.block_size;
         let (a_off, a_end) = (offset / bs * bs, end.div_ceil(bs) * bs);
-        let reply = Arc::new(std::sync::Mutex::new(Some(reply)));
-        let r2 = reply.clone();
-        self.on_reactor(
-            move |e| {
-                if let Some(r) = r2.lock().unwrap().take() {
-                    r.error(e)
+        self.on_reactor(reply, move |l, r| async move {
+            match read_aligned(&l, bs, a_off, a_end - a_off).await {
+                Ok(buf) => {
+                    let at = (offset - a_off) as usize;
+                    r.data(&buf[at..at + (end - offset) as usize]);
                 }
-            },
-            move |l| async move {
-                let res = read_aligned(&l, bs, a_off, a_end - a_off).await;
-                let Some(r) = reply.lock().unwrap().take() else { return };
-                match res {
-                    Ok(buf) => {
-                        let at = (offset - a_off) as usize;
-                        r.data(&buf[at..at + (end - offset) as usize]);
-                    }
-                    Err(e) => r.error(e),
-                }
-            },
-        );
+                Err(e) => r.error(e),
+            }
+        });
     }
 
     fn write(
@@ -300,23 +304,12 @@ impl Filesystem for BdevFile {
         let data = data.to_vec();
         let n = data.len() as u32;
         let bs = self.block_size;
-        let reply = Arc::new(std::sync::Mutex::new(Some(reply)));
-        let r2 = reply.clone();
-        self.on_reactor(
-            move |e| {
-                if let Some(r) = r2.lock().unwrap().take() {
-                    r.error(e)
-                }
-            },
-            move |l| async move {
-                let res = write_bytes(&l, bs, offset, data).await;
-                let Some(r) = reply.lock().unwrap().take() else { return };
-                match res {
-                    Ok(()) => r.written(n),
-                    Err(e) => r.error(e),
-                }
-            },
-        );
+        self.on_reactor(reply, move |l, r| async move {
+            match write_bytes(&l, bs, offset, data).await {
+                Ok(()) => r.written(n),
+                Err(e) => r.error(e),
+            }
+        });
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: fuser::LockOwner, reply: ReplyEmpty) {
@@ -368,22 +361,11 @@ impl BdevFile {
         F: FnOnce(Rc<Local>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<(), Errno>> + 'static,
     {
-        let reply = Arc::new(std::sync::Mutex::new(Some(reply)));
-        let r2 = reply.clone();
-        self.on_reactor(
-            move |e| {
-                if let Some(r) = r2.lock().unwrap().take() {
-                    r.error(e)
-                }
-            },
-            move |l| async move {
-                let res = f(l).await;
-                let Some(r) = reply.lock().unwrap().take() else { return };
-                match res {
-                    Ok(()) => r.ok(),
-                    Err(e) => r.error(e),
-                }
-            },
-        );
+        self.on_reactor(reply, move |l, r| async move {
+            match f(l).await {
+                Ok(()) => r.ok(),
+                Err(e) => r.error(e),
+            }
+        });
     }
 }
