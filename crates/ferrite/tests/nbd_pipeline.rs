@@ -8,24 +8,11 @@ mod nbd_common;
 
 use common::TempDir;
 use ferrite_nbd::proto::*;
-use nbd_common::{pattern, NbdDaemon, Raw};
+use nbd_common::{pattern, request_bytes as req, NbdDaemon, Raw};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
-
-/// One request's bytes.
-fn req(flags: u16, cmd: u16, cookie: u64, offset: u64, length: u32, payload: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(28 + payload.len());
-    b.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-    b.extend_from_slice(&flags.to_be_bytes());
-    b.extend_from_slice(&cmd.to_be_bytes());
-    b.extend_from_slice(&cookie.to_be_bytes());
-    b.extend_from_slice(&offset.to_be_bytes());
-    b.extend_from_slice(&length.to_be_bytes());
-    b.extend_from_slice(payload);
-    b
-}
 
 /// Sends `bytes` from another thread (so that a deep pipeline cannot deadlock against replies
 /// the test has not read yet) and returns its handle.

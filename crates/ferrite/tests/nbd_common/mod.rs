@@ -516,15 +516,7 @@ impl Raw {
 
     /// Sends one transmission request header (and `payload` right after it).
     pub fn request(&mut self, flags: u16, cmd: u16, cookie: u64, offset: u64, length: u32, payload: &[u8]) {
-        let mut b = Vec::with_capacity(28 + payload.len());
-        b.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        b.extend_from_slice(&flags.to_be_bytes());
-        b.extend_from_slice(&cmd.to_be_bytes());
-        b.extend_from_slice(&cookie.to_be_bytes());
-        b.extend_from_slice(&offset.to_be_bytes());
-        b.extend_from_slice(&length.to_be_bytes());
-        b.extend_from_slice(payload);
-        self.send(&b);
+        self.send(&request_bytes(flags, cmd, cookie, offset, length, payload));
     }
 
     /// Reads a simple reply header: (error, cookie).
@@ -585,4 +577,17 @@ impl Raw {
             }
         }
     }
+}
+
+/// The bytes of one transmission request header followed by `payload`.
+pub fn request_bytes(flags: u16, cmd: u16, cookie: u64, offset: u64, length: u32, payload: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(28 + payload.len());
+    b.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    b.extend_from_slice(&flags.to_be_bytes());
+    b.extend_from_slice(&cmd.to_be_bytes());
+    b.extend_from_slice(&cookie.to_be_bytes());
+    b.extend_from_slice(&offset.to_be_bytes());
+    b.extend_from_slice(&length.to_be_bytes());
+    b.extend_from_slice(payload);
+    b
 }
