@@ -25,6 +25,9 @@ const MAX_OPTIONS: usize = 128;
 pub const MAX_PAYLOAD: u32 = 32 << 20;
 /// Requests in flight per connection before the reader stops reading.
 const MAX_IN_FLIGHT: u32 = 256;
+/// Read and write payload bytes a connection may hold (requests being served and replies not yet
+/// sent) before the reader stops reading; at least MAX_PAYLOAD, so any valid request can start.
+const MAX_HELD_BYTES: u64 = 2 * MAX_PAYLOAD as u64;
 /// Size of the receive staging buffer.
 const STAGING: usize = 128 * 1024;
 
@@ -259,6 +262,8 @@ struct Reply {
     hdr: [u8; 32],
     hdr_len: u8,
     data: Option<IoBuf>,
+    /// The request's payload bytes counted in `Conn::held_bytes`.
+    held: u64,
 }
 
 struct Conn {
@@ -272,7 +277,17 @@ struct Conn {
     in_flight: Cell<u32>,
     /// Replies queued or being sent (they hold buffers until the client reads them).
     unsent: Cell<u32>,
+    /// Payload bytes of reads and writes from request to sent reply (see `held_by`).
+    held_bytes: Cell<u64>,
     me: std::rc::Weak<Conn>,
+}
+
+/// The payload bytes a request holds while it is served: its length for reads and writes.
+fn held_by(req: &Request) -> u64 {
+    match req.command {
+        Command::Read | Command::Write => req.length as u64,
+        _ => 0,
+    }
 }
 
 fn nbd_error(s: IoStatus) -> u32 {
@@ -294,7 +309,7 @@ impl Conn {
     }
 
     fn queue_reply(&self, req: &Request, error: u32, data: Option<IoBuf>) {
-        let mut r = Reply { hdr: [0; 32], hdr_len: 16, data: None };
+        let mut r = Reply { hdr: [0; 32], hdr_len: 16, data: None, held: held_by(req) };
         if self.limits.structured && req.command == Command::Read {
             match data {
                 Some(d) if error == 0 => {
@@ -424,6 +439,7 @@ async fn writer(c: Rc<Conn>) {
         let (res, b) = unsafe { c.h.sock.send_parts(std::mem::take(&mut parts), batch).await };
         batch = b;
         c.unsent.set(c.unsent.get() - batch.len() as u32);
+        c.held_bytes.set(c.held_bytes.get() - batch.iter().map(|r| r.held).sum::<u64>());
         batch.clear();
         if let Some(w) = c.h.reader.borrow_mut().take() {
             w.wake();
@@ -455,6 +471,7 @@ async fn transmission(h: Rc<Handle>, n: Negotiated) {
         replies: RefCell::new(Vec::with_capacity(64)),
         in_flight: Cell::new(0),
         unsent: Cell::new(0),
+        held_bytes: Cell::new(0),
         me: me.clone(),
     });
     let writer_task = ferrite_reactor::spawn_local(writer(c.clone()));
@@ -477,10 +494,11 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
     let mut st = alloc_buf(STAGING);
     let (mut start, mut end) = (0usize, 0usize);
     loop {
-        // Back-pressure: stop reading while too many requests are in flight or replies wait for
-        // the client to read them.
+        // Back-pressure: stop reading while too many requests or payload bytes are in flight or
+        // replies wait for the client to read them.
         poll_fn(|cx| {
-            if c.in_flight.get() + c.unsent.get() < MAX_IN_FLIGHT || c.h.closing.get() {
+            let room = c.in_flight.get() + c.unsent.get() < MAX_IN_FLIGHT && c.held_bytes.get() < MAX_HELD_BYTES;
+            if room || c.h.closing.get() {
                 return Poll::Ready(());
             }
             *c.h.reader.borrow_mut() = Some(cx.waker().clone());
@@ -508,6 +526,8 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
         start += tx::REQUEST_LEN;
         let req = tx::parse_request(&raw).map_err(|e| format!("bad request: {e}"))?;
         let valid = tx::validate(&req, &c.limits);
+        // Every request but DISC gets exactly one reply, which gives these bytes back.
+        c.held_bytes.set(c.held_bytes.get() + held_by(&req));
         // A write's payload follows its header whatever the verdict; one too large to take is
         // a stream we cannot resynchronise.
         let mut payload = None;

@@ -1,10 +1,13 @@
 //! Per-reactor pools of 4 KiB-aligned payload buffers.
 //!
-//! Each pool owns two anonymous mappings (no hugepages): a class of small buffers (4 KiB) and a
-//! class of large ones (128 KiB). Both regions are registered with the reactor's io_uring as fixed
-//! buffers 0 and 1, so a module can use `READ_FIXED`/`WRITE_FIXED` on any pool buffer. A request
-//! larger than the large class, or one made while its class is exhausted, gets a heap buffer with
-//! the same alignment; such fallbacks are counted (`BufPool::stats`).
+//! Each pool owns three anonymous mappings (no hugepages): a class of small buffers (4 KiB), a
+//! class of large ones (128 KiB) and a class of jumbo ones (2 MiB). The small and large regions
+//! are registered with the reactor's io_uring as fixed buffers 0 and 1, so a module can use
+//! `READ_FIXED`/`WRITE_FIXED` on them. The jumbo region serves the big requests of copy tools
+//! (nbdcopy, qemu-img: 256 KiB to 2 MiB); it is reserved with `MAP_NORESERVE` and not registered,
+//! so only the pages that requests have used become resident, and a LIFO free list keeps reusing
+//! the same ones. A request larger than the jumbo class, or one made while its class is exhausted,
+//! gets a heap buffer with the same alignment; such fallbacks are counted (`BufPool::stats`).
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::cell::{Cell, RefCell};
@@ -16,8 +19,12 @@ use std::rc::Rc;
 pub const BUF_ALIGN: usize = 4096;
 /// Size of a small-class buffer.
 pub const SMALL_BUF: usize = 4096;
-/// Size of a large-class buffer (the largest pooled I/O).
+/// Size of a large-class buffer (the largest registered buffer).
 pub const LARGE_BUF: usize = 128 * 1024;
+/// Size of a jumbo-class buffer (the largest pooled I/O).
+pub const JUMBO_BUF: usize = 2 << 20;
+/// The classes registered with io_uring (the first ones).
+const REGISTERED_CLASSES: usize = 2;
 
 /// How many buffers of each class a pool holds.
 #[derive(Debug, Clone, Copy)]
@@ -26,11 +33,13 @@ pub struct BufPoolConfig {
     pub small_count: usize,
     /// Number of 128 KiB buffers.
     pub large_count: usize,
+    /// Number of 2 MiB buffers (address space only until used).
+    pub jumbo_count: usize,
 }
 
 impl Default for BufPoolConfig {
     fn default() -> Self {
-        Self { small_count: 1024, large_count: 64 }
+        Self { small_count: 1024, large_count: 64, jumbo_count: 128 }
     }
 }
 
@@ -45,6 +54,8 @@ pub struct BufPoolStats {
     pub small_free: usize,
     /// Large buffers free now.
     pub large_free: usize,
+    /// Jumbo buffers free now.
+    pub jumbo_free: usize,
 }
 
 struct Region {
@@ -53,7 +64,7 @@ struct Region {
 }
 
 impl Region {
-    fn map(len: usize) -> std::io::Result<Self> {
+    fn map(len: usize, extra_flags: i32) -> std::io::Result<Self> {
         if len == 0 {
             return Ok(Self { base: NonNull::dangling(), len: 0 });
         }
@@ -63,7 +74,7 @@ impl Region {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
                 -1,
                 0,
             )
@@ -92,14 +103,19 @@ struct Class {
 }
 
 impl Class {
-    fn new(size: usize, count: usize) -> std::io::Result<Self> {
-        Ok(Self { region: Region::map(size * count)?, size, free: RefCell::new((0..count as u32).rev().collect()) })
+    fn new(size: usize, count: usize, map_flags: i32) -> std::io::Result<Self> {
+        Ok(Self {
+            region: Region::map(size * count, map_flags)?,
+            size,
+            free: RefCell::new((0..count as u32).rev().collect()),
+        })
     }
 }
 
 /// A pool of aligned buffers owned by one reactor (not `Send`).
 pub struct BufPool {
-    classes: [Class; 2],
+    /// Small, large (both registered with io_uring) and jumbo (not registered).
+    classes: [Class; 3],
     pooled: Cell<u64>,
     heap_fallbacks: Cell<u64>,
 }
@@ -108,15 +124,20 @@ impl BufPool {
     /// Maps the pool's regions.
     pub fn new(cfg: BufPoolConfig) -> std::io::Result<Rc<Self>> {
         Ok(Rc::new(Self {
-            classes: [Class::new(SMALL_BUF, cfg.small_count)?, Class::new(LARGE_BUF, cfg.large_count)?],
+            classes: [
+                Class::new(SMALL_BUF, cfg.small_count, 0)?,
+                Class::new(LARGE_BUF, cfg.large_count, 0)?,
+                Class::new(JUMBO_BUF, cfg.jumbo_count, libc::MAP_NORESERVE)?,
+            ],
             pooled: Cell::new(0),
             heap_fallbacks: Cell::new(0),
         }))
     }
 
-    /// The regions as iovecs, in fixed-buffer index order, for `io_uring_register_buffers`.
+    /// The registered regions (small, large) as iovecs, in fixed-buffer index order, for
+    /// `io_uring_register_buffers`.
     pub fn regions(&self) -> Vec<libc::iovec> {
-        self.classes
+        self.classes[..REGISTERED_CLASSES]
             .iter()
             .filter(|c| c.region.len > 0)
             .map(|c| libc::iovec { iov_base: c.region.base.as_ptr() as *mut _, iov_len: c.region.len })
@@ -126,8 +147,12 @@ impl BufPool {
     /// Takes a buffer of `len` bytes (its capacity may be larger). Never fails: falls back to
     /// the heap when the class is empty or `len` exceeds the large class.
     pub fn get(self: &Rc<Self>, len: usize) -> IoBuf {
-        let class = if len <= SMALL_BUF { 0 } else { 1 };
-        if len <= LARGE_BUF {
+        let class = match len {
+            0..=SMALL_BUF => 0,
+            0..=LARGE_BUF => 1,
+            _ => 2,
+        };
+        if len <= JUMBO_BUF {
             let c = &self.classes[class];
             if let Some(idx) = c.free.borrow_mut().pop() {
                 self.pooled.set(self.pooled.get() + 1);
@@ -155,6 +180,7 @@ impl BufPool {
             heap_fallbacks: self.heap_fallbacks.get(),
             small_free: self.classes[0].free.borrow().len(),
             large_free: self.classes[1].free.borrow().len(),
+            jumbo_free: self.classes[2].free.borrow().len(),
         }
     }
 }
@@ -237,10 +263,14 @@ impl IoBuf {
         self.ptr.as_ptr()
     }
 
-    /// The io_uring fixed-buffer index of this buffer's region, if it came from a pool.
+    /// The io_uring fixed-buffer index of this buffer's region, if it came from a registered
+    /// class of a pool.
     #[inline]
     pub fn fixed_index(&self) -> Option<u16> {
-        self.pool.as_ref().map(|_| self.class as u16)
+        match self.pool {
+            Some(_) if (self.class as usize) < REGISTERED_CLASSES => Some(self.class as u16),
+            _ => None,
+        }
     }
 }
 
@@ -285,7 +315,7 @@ mod tests {
 
     #[test]
     fn buffers_are_aligned_and_returned() {
-        let pool = BufPool::new(BufPoolConfig { small_count: 2, large_count: 1 }).unwrap();
+        let pool = BufPool::new(BufPoolConfig { small_count: 2, large_count: 1, jumbo_count: 1 }).unwrap();
         let a = pool.get(512);
         let b = pool.get(4096);
         let c = pool.get(100_000);
@@ -307,14 +337,27 @@ mod tests {
     }
 
     #[test]
-    fn oversized_requests_come_from_the_heap() {
-        let pool = BufPool::new(BufPoolConfig::default()).unwrap();
-        let mut big = pool.get(LARGE_BUF + 4096);
-        assert_eq!(big.len(), LARGE_BUF + 4096);
-        assert!(big.iter().all(|&b| b == 0));
-        big[LARGE_BUF] = 7;
-        assert_eq!(big[LARGE_BUF], 7);
-        assert_eq!(pool.stats().heap_fallbacks, 1);
+    fn big_requests_use_the_jumbo_class_then_the_heap() {
+        let pool = BufPool::new(BufPoolConfig { small_count: 1, large_count: 1, jumbo_count: 1 }).unwrap();
+        let mut j = pool.get(LARGE_BUF + 4096);
+        assert_eq!(j.len(), LARGE_BUF + 4096);
+        assert_eq!(j.capacity(), JUMBO_BUF);
+        assert_eq!(j.as_ptr() as usize % BUF_ALIGN, 0);
+        assert_eq!(j.fixed_index(), None, "the jumbo class is not registered");
+        j[LARGE_BUF] = 7;
+        assert_eq!(j[LARGE_BUF], 7);
+        assert_eq!((pool.stats().jumbo_free, pool.stats().heap_fallbacks), (0, 0));
+        // Class exhausted, and beyond the class: heap buffers, zero-filled, counted.
+        let mut h = pool.get(4096 * 3 + LARGE_BUF);
+        let big = pool.get(JUMBO_BUF + 1);
+        assert!(h.iter().all(|&b| b == 0) && big.iter().all(|&b| b == 0));
+        assert_eq!(big.len(), JUMBO_BUF + 1);
+        h[0] = 1;
+        assert_eq!(pool.stats().heap_fallbacks, 2);
+        let p = j.as_ptr();
+        drop((j, h, big));
+        assert_eq!(pool.stats().jumbo_free, 1);
+        assert_eq!(pool.get(JUMBO_BUF).as_ptr(), p, "a returned jumbo buffer is reused");
     }
 
     #[test]
