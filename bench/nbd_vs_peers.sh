@@ -2,13 +2,16 @@
 # Ferrite's NBD server vs nbdkit (memory plugin) vs qemu-storage-daemon, all in this run, all
 # driven by the same client: fio's nbd engine (libnbd), 4 KiB, one job, time-based.
 #   ferrite: `ferrite serve -m 0x1` (one reactor, pinned to core 0), 1 GiB malloc bdev M0.
+#   ferrite2: the same with `-m 0x3` (a reactor on each core), for the whole-export copy only,
+#            where the peers use both cores too (nbdkit's threads, nbdcopy's four connections).
 #   nbdkit:  `nbdkit -f memory 1G` (RAM, sparse allocator), unpinned.
 #   qsd:     qemu has no RAM-disk driver, so by default it exports a 1 GiB file on tmpfs
 #            (/dev/shm) with driver=file; QSD_BACKEND=null uses driver=null-co instead
 #            (read-zeroes=on; writes are discarded, so it does less work than the others).
 # Matrix: {tcp, unix} x {randread, randwrite} x QD {1, 32}. Per cell and server: IOPS, mean
-# completion latency (fio's clat mean, shown at QD 1), and the server's CPU time per I/O
-# (utime+stime of the whole process from /proc/PID/stat around the fio run, / I/O count).
+# completion latency (fio's clat mean, shown at QD 1), the server's CPU time per I/O
+# (utime+stime of the whole process from /proc/PID/stat around the fio run, / I/O count), and
+# fio's own CPU use (usr+sys %): near 100% the client, not the server, sets the pace.
 # Plus: seconds for `nbdcopy --no-extents URI null:` to read the whole export, after it was
 # filled with random data (a file made from /dev/urandom, written with nbdcopy).
 # For each transport the three servers run side by side (idle ones sleep), and each cell runs
@@ -24,7 +27,8 @@ ROUNDS=${ROUNDS:-1}
 QSD_BACKEND=${QSD_BACKEND:-file}
 FERRITE_MODE=${FERRITE_MODE:-adaptive}
 SIZE_MIB=1024
-SERVERS=(ferrite nbdkit qsd)
+SERVERS=(ferrite nbdkit qsd)              # measured by fio
+COPY_SERVERS=(ferrite ferrite2 nbdkit qsd) # measured by nbdcopy
 HZ=$(getconf CLK_TCK)
 RECORDS="$TMP/records.tsv"                 # one line per measurement, turned into the report
 SEED=/dev/shm/ferrite-nbd-seed-$$          # random data written into every export first
@@ -101,10 +105,16 @@ wait_until() { # wait_until SERVER CMD...: poll CMD for up to 10 s while SERVER 
 
 # --- servers: start_NAME TRANSPORT runs the server in the background on $ADDR ----------------
 start_ferrite() { # malloc bdev M0 of 1 GiB, one reactor on core 0, NBD set up by RPC
-  local rpc="$TMP/ferrite-rpc-$1.sock"
-  "$FERRITE" serve -m 0x1 -r "$rpc" --reactor-mode "$FERRITE_MODE" --log-level warn >"$TMP/ferrite.log" 2>&1 &
-  PID[ferrite]=$!; LIVE[$!]=1
-  wait_until ferrite "$FERRITE" rpc -s "$rpc" -t 1 spdk_get_version
+  start_ferrite_on ferrite 0x1 "$1"
+}
+start_ferrite2() { # the same with a reactor on each core
+  start_ferrite_on ferrite2 0x3 "$1"
+}
+start_ferrite_on() { # start_ferrite_on NAME MASK TRANSPORT
+  local rpc="$TMP/$1-rpc-$3.sock"
+  "$FERRITE" serve -m "$2" -r "$rpc" --reactor-mode "$FERRITE_MODE" --log-level warn >"$TMP/$1.log" 2>&1 &
+  PID[$1]=$!; LIVE[$!]=1
+  wait_until "$1" "$FERRITE" rpc -s "$rpc" -t 1 spdk_get_version
   "$FERRITE" rpc -s "$rpc" bdev_malloc_create --name M0 --num-blocks $((SIZE_MIB * 256)) --block-size 4096 >/dev/null
   "$FERRITE" rpc -s "$rpc" nbd_server_start --address "$ADDR" >/dev/null
   "$FERRITE" rpc -s "$rpc" nbd_server_add_export --bdev-name M0 >/dev/null
@@ -168,23 +178,25 @@ import json, sys
 out, server, transport, rw, qd, ticks, hz = sys.argv[1:]
 j = json.load(open(out))["jobs"][0]["write" if rw.endswith("write") else "read"]
 cpu_us = int(ticks) / int(hz) * 1e6 / max(j["total_ios"], 1)
-print("fio", server, transport, rw, qd, j["iops"], j["clat_ns"]["mean"] / 1000, cpu_us, sep="\t")
+job = json.load(open(out))["jobs"][0]
+print("fio", server, transport, rw, qd, j["iops"], j["clat_ns"]["mean"] / 1000, cpu_us,
+      job["usr_cpu"] + job["sys_cpu"], sep="\t")
 PY
   echo "  $2 $3 qd$4 $1: $(tail -1 "$RECORDS" | cut -f6 | cut -d. -f1) IOPS" >&2
 }
 bench_transport() { # bench_transport TRANSPORT: all three servers up, filled, then measured
   local s rw qd
-  echo "bench: $1: starting and filling ${SERVERS[*]}" >&2
-  for s in "${SERVERS[@]}"; do start_server "$s" "$1"; fill_export "$s"; done
+  echo "bench: $1: starting and filling ${COPY_SERVERS[*]}" >&2
+  for s in "${COPY_SERVERS[@]}"; do start_server "$s" "$1"; fill_export "$s"; done
   for _ in $(seq "$ROUNDS"); do
-    for s in "${SERVERS[@]}"; do time_copy "$s" "$1"; done
+    for s in "${COPY_SERVERS[@]}"; do time_copy "$s" "$1"; done
     for rw in randread randwrite; do
       for qd in 1 32; do
         for s in "${SERVERS[@]}"; do run_fio "$s" "$1" "$rw" "$qd"; done
       done
     done
   done
-  for s in "${SERVERS[@]}"; do stop_pid "${PID[$s]}"; done
+  for s in "${COPY_SERVERS[@]}"; do stop_pid "${PID[$s]}"; done
 }
 
 # --- report: tables on stdout, summary in $OUT/nbd_vs_peers.json -----------------------------
@@ -193,12 +205,13 @@ report() {
 import json, statistics, sys
 recs, out = sys.argv[1], sys.argv[2]
 servers = "${SERVERS[*]}".split()
+copy_servers = "${COPY_SERVERS[*]}".split()
 peers = servers[1:]
 fio, copy = {}, {}   # key -> list of rounds
 for line in open(recs):
     f = line.rstrip("\n").split("\t")
     if f[0] == "fio":
-        fio.setdefault((f[2], f[3], int(f[4]), f[1]), []).append([float(x) for x in f[5:8]])
+        fio.setdefault((f[2], f[3], int(f[4]), f[1]), []).append([float(x) for x in f[5:9]])
     else:
         copy.setdefault((f[2], f[1]), []).append(float(f[3]))
 def med(rows):  # median of each column over the rounds
@@ -210,11 +223,13 @@ print(f"NBD servers, fio ioengine=nbd, 4 KiB, 1 job, {$T} s per cell"
       + (f", median of {rounds} rounds" if rounds > 1 else "") + "; fio cpus_allowed="
       f"{'${FIO_CPUS}' or 'none (unpinned)'}; ferrite -m 0x1 ({'$FERRITE_MODE'} reactor); peers unpinned")
 print(f"ferrite: malloc bdev 1 GiB | nbdkit: memory plugin 1G | qsd: {qsd}")
-print("ratio = ferrite/peer IOPS; clat = fio clat mean (QD 1 only); cpu = server utime+stime per I/O")
+print("ratio = ferrite/peer IOPS; clat = fio clat mean (QD 1 only); cpu = server utime+stime per I/O;")
+print("fio % = the client's own CPU use (usr+sys) while it drove that server")
+short = lambda s: f"{s[:7]:>7}"
 hdr = (f"{'transport':9} {'rw':9} {'qd':>3} | " + " ".join(f"{s:>9}" for s in servers) + " | "
-       + " ".join(f"{'f/'+p:>8}" for p in peers) + " | " + " ".join(f"{s[:7]:>7}" for s in servers)
-       + " | " + " ".join(f"{s[:7]:>7}" for s in servers))
-print(f"{'':24}| {'IOPS':^29} | {'ratio':^17} | {'clat us (QD1)':^23} | {'cpu us/IO':^23}")
+       + " ".join(f"{'f/'+p:>8}" for p in peers) + " | " + " ".join(map(short, servers))
+       + " | " + " ".join(map(short, servers)) + " | " + " ".join(map(short, servers)))
+print(f"{'':24}| {'IOPS':^29} | {'ratio':^17} | {'clat us (QD1)':^23} | {'cpu us/IO':^23} | {'fio %':^23}")
 print(hdr)
 print("-" * len(hdr))
 cells = []
@@ -224,25 +239,30 @@ for transport in ("tcp", "unix"):
             rows = {s: fio.get((transport, rw, qd, s)) for s in servers}
             if not all(rows.values()):
                 continue
-            r = {s: dict(zip(("iops", "clat_us", "cpu_us_per_io"), med(rows[s])),
+            r = {s: dict(zip(("iops", "clat_us", "cpu_us_per_io", "fio_cpu_pct"), med(rows[s])),
                          iops_rounds=[x[0] for x in rows[s]]) for s in servers}
             ratio = {p: r["ferrite"]["iops"] / r[p]["iops"] for p in peers}
             clat = " ".join(f"{r[s]['clat_us']:7.1f}" if qd == 1 else f"{'-':>7}" for s in servers)
             print(f"{transport:9} {rw:9} {qd:>3} | " + " ".join(f"{r[s]['iops']:9.0f}" for s in servers)
                   + " | " + " ".join(f"{ratio[p]:8.2f}" for p in peers) + " | " + clat + " | "
-                  + " ".join(f"{r[s]['cpu_us_per_io']:7.2f}" for s in servers))
+                  + " ".join(f"{r[s]['cpu_us_per_io']:7.2f}" for s in servers) + " | "
+                  + " ".join(f"{r[s]['fio_cpu_pct']:7.1f}" for s in servers))
             cells.append(dict(transport=transport, rw=rw, qd=qd, servers=r, ratio=ratio))
 print()
 print("nbdcopy --no-extents URI null: of the whole 1 GiB export (filled first with /dev/urandom data),")
-print("nbdcopy defaults otherwise (all three servers advertise multi-conn); ratio = peer s / ferrite s")
-print(f"{'transport':9} | " + " ".join(f"{s+' s':>9}" for s in servers) + " | " + " ".join(f"{'f/'+p:>8}" for p in peers))
+print("nbdcopy defaults otherwise (all servers advertise multi-conn); ferrite2 = Ferrite with a reactor")
+print("on each core (-m 0x3); ratio = peer s / ferrite s, for the one- and the two-reactor Ferrite")
+fs = [k for k in copy_servers if k.startswith("ferrite")]
+print(f"{'transport':9} | " + " ".join(f"{s+' s':>10}" for s in copy_servers) + " | "
+      + " ".join(f"{f+'/'+p:>17}" for f in fs for p in peers))
 copies = []
 for transport in ("tcp", "unix"):
-    if not all(copy.get((transport, k)) for k in servers):
+    if not all(copy.get((transport, k)) for k in copy_servers):
         continue
-    s = {k: statistics.median(copy[(transport, k)]) for k in servers}
-    ratio = {p: s[p] / s["ferrite"] for p in peers}
-    print(f"{transport:9} | " + " ".join(f"{s[k]:9.2f}" for k in servers) + " | " + " ".join(f"{ratio[p]:8.2f}" for p in peers))
+    s = {k: statistics.median(copy[(transport, k)]) for k in copy_servers}
+    ratio = {f"{f}/{p}": s[p] / s[f] for f in fs for p in peers}
+    print(f"{transport:9} | " + " ".join(f"{s[k]:10.2f}" for k in copy_servers) + " | "
+          + " ".join(f"{v:17.2f}" for v in ratio.values()))
     copies.append(dict(transport=transport, seconds=s, ratio=ratio))
 json.dump(dict(seconds=$T, rounds=rounds, fio_cpus_allowed="${FIO_CPUS}" or None,
                ferrite_reactor_mode="$FERRITE_MODE", qsd_backend="$QSD_BACKEND",

@@ -39,7 +39,7 @@ pub struct BufPoolConfig {
 
 impl Default for BufPoolConfig {
     fn default() -> Self {
-        Self { small_count: 1024, large_count: 64, jumbo_count: 128 }
+        Self { small_count: 1024, large_count: 64, jumbo_count: 256 }
     }
 }
 
