@@ -52,6 +52,7 @@ fn nbdinfo_lists_exports_with_sizes_and_flags() {
         ("can_fua", true),
         ("can_trim", true),
         ("can_zero", true),
+        ("can_fast_zero", true),
         ("can_multi_conn", true),
     ] {
         assert_eq!(rw[k], v, "disk-rw {k}: {rw}");
@@ -65,6 +66,7 @@ fn nbdinfo_lists_exports_with_sizes_and_flags() {
     assert_eq!(ro["is_read_only"], true, "{ro}");
     assert_eq!(ro["can_trim"], false, "{ro}");
     assert_eq!(ro["can_zero"], false, "{ro}");
+    assert_eq!(ro["can_fast_zero"], false, "{ro}");
     assert_eq!(ro["block_size_minimum"], 512, "{ro}");
     assert_eq!(ro["block_size_maximum"], 33554432, "{ro}");
 

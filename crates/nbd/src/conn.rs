@@ -137,7 +137,9 @@ fn transmission_flags(e: &Export, b: &Bdev, structured: bool) -> u16 {
         f |= SEND_TRIM;
     }
     if b.supports(IoType::WriteZeroes) && !e.read_only {
-        f |= SEND_WRITE_ZEROES;
+        // Every module that supports write-zeroes does it without writing a payload (malloc:
+        // memset; null: nothing; uring: fallocate), so FAST_ZERO requests never need refusing.
+        f |= SEND_WRITE_ZEROES | SEND_FAST_ZERO;
     }
     if structured {
         f |= SEND_DF;

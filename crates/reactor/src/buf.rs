@@ -147,10 +147,12 @@ impl BufPool {
     /// Takes a buffer of `len` bytes (its capacity may be larger). Never fails: falls back to
     /// the heap when the class is empty or `len` exceeds the large class.
     pub fn get(self: &Rc<Self>, len: usize) -> IoBuf {
-        let class = match len {
-            0..=SMALL_BUF => 0,
-            0..=LARGE_BUF => 1,
-            _ => 2,
+        let class = if len <= SMALL_BUF {
+            0
+        } else if len <= LARGE_BUF {
+            1
+        } else {
+            2
         };
         if len <= JUMBO_BUF {
             let c = &self.classes[class];
