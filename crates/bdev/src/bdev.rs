@@ -57,6 +57,11 @@ pub trait BackendChannel {
     /// Starts `io`. The module completes it later with `io.complete(..)` or
     /// `io.complete_deferred(..)`, exactly once, and never calls `complete` inside `submit`.
     fn submit(&mut self, io: BdevIo);
+    /// True if the module serves zero-copy reads (`IoRequest::read_zcopy`) by lending its own
+    /// memory; otherwise the bdev layer turns them into plain reads into a pool buffer.
+    fn lends_reads(&self) -> bool {
+        false
+    }
 }
 
 /// What a bdev module implements for each bdev it creates.

@@ -20,6 +20,8 @@ pub(crate) struct ChannelInner {
     io_types: IoTypes,
     bdev: Arc<BdevShared>,
     backend: RefCell<Box<dyn BackendChannel>>,
+    /// The module lends its memory for zero-copy reads.
+    lends_reads: bool,
     stats: Rc<ChannelStats>,
     /// Requests handed to the module and not yet completed.
     in_flight: Cell<u64>,
@@ -52,6 +54,7 @@ impl IoChannel {
             num_blocks: bdev.num_blocks(),
             io_types: bdev.0.io_types,
             bdev: bdev.0.clone(),
+            lends_reads: backend.lends_reads(),
             backend: RefCell::new(backend),
             stats,
             in_flight: Cell::new(0),
@@ -81,8 +84,13 @@ impl IoChannel {
     /// request handed back; an invalid request completes with an error status without reaching
     /// the module.
     #[inline]
-    pub fn submit(&self, req: IoRequest, done: Rc<dyn IoCompleter>, tag: u64) {
+    pub fn submit(&self, mut req: IoRequest, done: Rc<dyn IoCompleter>, tag: u64) {
         let status = self.inner.check(&req, self.write);
+        if status == IoStatus::Success && req.is_zcopy_read() && !self.inner.lends_reads {
+            // The module cannot lend: a plain read into a pool buffer serves the caller the same.
+            let len = req.num_blocks * self.inner.block_size as u64;
+            req.bufs.push(ferrite_reactor::alloc_buf(len as usize));
+        }
         let mut io =
             BdevIo { req, ch: self.inner.clone(), done, tag, submit_tick: crate::io::submit_tick(), counted: false };
         if status != IoStatus::Success {
@@ -129,7 +137,7 @@ impl ChannelInner {
             Some(end) if end <= self.num_blocks => {}
             _ => return IoStatus::OutOfRange,
         }
-        if t.has_payload() {
+        if t.has_payload() && !req.is_zcopy_read() {
             let mut total = 0u64;
             for b in &req.bufs {
                 if b.len() % 512 != 0 {

@@ -127,6 +127,22 @@ impl IoRequest {
         Self { io_type: IoType::Read, offset_blocks, num_blocks, bufs: smallvec::smallvec![buf] }
     }
 
+    /// A zero-copy read of `num_blocks` at `offset_blocks`: the request carries no buffer, and
+    /// completes with one or more read-only buffers that the module lends (`IoBuf::is_lent`),
+    /// as SPDK's zcopy with populate. Modules that cannot lend get a pool buffer and a plain
+    /// read from the bdev layer, so callers need not know which they talk to. Lent data is the
+    /// bdev's live memory: a write that lands while the caller still holds it shows through,
+    /// as it would for a read racing that write.
+    pub fn read_zcopy(offset_blocks: u64, num_blocks: u64) -> Self {
+        Self { io_type: IoType::Read, offset_blocks, num_blocks, bufs: IoBufs::new() }
+    }
+
+    /// True for a zero-copy read (a read without buffers; see `read_zcopy`).
+    #[inline]
+    pub fn is_zcopy_read(&self) -> bool {
+        self.io_type == IoType::Read && self.bufs.is_empty()
+    }
+
     /// A write of `num_blocks` at `offset_blocks` from `buf`.
     pub fn write(offset_blocks: u64, num_blocks: u64, buf: IoBuf) -> Self {
         Self { io_type: IoType::Write, offset_blocks, num_blocks, bufs: smallvec::smallvec![buf] }

@@ -52,7 +52,8 @@ fn invalid_requests_fail_without_reaching_the_module() {
                 vectored(IoType::Write, 0, 2, [buf_filled(100, 0x5a), buf_filled(924, 0x5a)].into_iter().collect()),
                 IoStatus::Misaligned,
             ),
-            ("read without payload", IoRequest::no_payload(IoType::Read, 0, 1), IoStatus::Misaligned),
+            ("zero-copy read at the end", IoRequest::read_zcopy(64, 1), IoStatus::OutOfRange),
+            ("zero-length zero-copy read", IoRequest::read_zcopy(0, 0), IoStatus::OutOfRange),
         ];
         let mut errors = 0;
         for (what, req, want) in bad {
@@ -94,7 +95,7 @@ fn invalid_requests_fail_without_reaching_the_module() {
         assert_eq!((st.num_read_ops, st.bytes_read), (3, 64 * 512 + 1024 + 62 * 512));
         errors
     });
-    assert_eq!(errors, 18);
+    assert_eq!(errors, 19);
     unregister(NAME, Some("malloc")).unwrap();
     shutdown(e);
 }

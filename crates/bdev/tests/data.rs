@@ -353,3 +353,43 @@ fn uring_create_errors() {
     unregister("data_uring_4k", Some("uring")).unwrap();
     unregister("data_uring_default", Some("uring")).unwrap();
 }
+
+/// Zero-copy reads: malloc lends its memory (read-only views that outlive the bdev's removal);
+/// null cannot lend, so the bdev layer reads into a pool buffer instead. Both return the data.
+#[test]
+fn zero_copy_reads_lend_memory_or_fall_back() {
+    let e = engine(1, ReactorMode::Interrupt);
+    const M: &str = "data_zcopy_malloc";
+    const N: &str = "data_zcopy_null";
+    malloc::create(MallocOpts { name: Some(M.into()), num_blocks: 64, block_size: 512, uuid: None }).unwrap();
+    null::create(NullOpts { name: N.into(), num_blocks: 64, block_size: 512, uuid: None }).unwrap();
+    run(&e, 0, || async {
+        let desc = Bdev::open(M, true, || {}).unwrap();
+        let ch = desc.channel().unwrap();
+        let data = pattern(9, 8 * 512);
+        io_ok(&ch, IoRequest::write(4, 8, buf_from(&data))).await;
+        let c = io(&ch, IoRequest::read_zcopy(4, 8)).await;
+        assert_eq!(c.status, IoStatus::Success);
+        assert!(c.req.bufs.iter().all(|b| b.is_lent()), "malloc lends its memory");
+        assert_bytes_eq(&payload(&c), &data, "zero-copy read of malloc");
+        // A lent view keeps the memory mapped after the bdev is gone.
+        let held = c;
+        drop(ch);
+        drop(desc);
+        unregister(M, None).unwrap().await.unwrap();
+        assert!(ferrite_bdev::lookup(M).is_none(), "bdev gone");
+        assert_bytes_eq(&payload(&held), &data, "lent view after the bdev's removal");
+
+        let desc = Bdev::open(N, false, || {}).unwrap();
+        let ch = desc.channel().unwrap();
+        let c = io(&ch, IoRequest::read_zcopy(0, 3)).await;
+        assert_eq!(c.status, IoStatus::Success);
+        assert_eq!(c.req.bufs.len(), 1);
+        assert!(!c.req.bufs[0].is_lent(), "null reads into a pool buffer");
+        assert_eq!(payload(&c), vec![0u8; 3 * 512]);
+        drop(ch);
+        drop(desc);
+        unregister(N, None).unwrap().await.unwrap();
+    });
+    shutdown(e);
+}

@@ -3,8 +3,8 @@
 //! Transmission runs two local tasks over one socket: the reader parses requests from a staging
 //! buffer and submits bdev I/O (a write's payload is copied out of the staging buffer, or received
 //! straight into its I/O buffer when it was not read ahead yet); completions queue replies; the
-//! writer sends every queued reply in one `sendmsg` (read data goes from the I/O buffer to the
-//! socket without a copy in Ferrite).
+//! writer sends every queued reply in one `sendmsg` (read data goes from the I/O buffer, or from
+//! memory the bdev lends for a zero-copy read, to the socket without a copy in Ferrite).
 
 use crate::export::{self, ConnInfo, Export};
 use crate::handshake::{self as hs, OptionRequest};
@@ -373,7 +373,8 @@ impl Conn {
         let off = req.offset / self.bs;
         let n = req.length as u64 / self.bs;
         let io = match req.command {
-            Command::Read => IoRequest::read(off, n, alloc_buf(req.length as usize)),
+            // Zero-copy where the bdev can lend its memory (malloc): the reply is sent from it.
+            Command::Read => IoRequest::read_zcopy(off, n),
             Command::Write => IoRequest::write(off, n, payload.expect("write payload")),
             Command::Flush => IoRequest::no_payload(IoType::Flush, 0, 0),
             Command::Trim => IoRequest::no_payload(IoType::Unmap, off, n),
@@ -403,6 +404,7 @@ impl IoCompleter for Conn {
             self.ch.submit(IoRequest::no_payload(IoType::Flush, 0, 0), self.me(), tag);
             return;
         }
+        debug_assert!(req.command != Command::Read || !io.status.is_ok() || io.req.bufs.len() == 1);
         let data = if req.command == Command::Read { io.req.bufs.pop() } else { None };
         self.queue_reply(&req, nbd_error(io.status), data);
         self.release(tag as u32);

@@ -165,6 +165,7 @@ impl BufPool {
                     len: len as u32,
                     cap: c.size as u32,
                     pool: Some(self.clone()),
+                    lender: None,
                     idx,
                     class: class as u8,
                     zeroed: false,
@@ -187,14 +188,29 @@ impl BufPool {
     }
 }
 
+/// What keeps lent memory alive (see `IoBuf::lent`): any value, behind a thin pointer so that an
+/// `IoBuf` stays small. An owner lending from several cores keeps one `Rc<Lender>` per core, so
+/// lending touches no reference count that other cores write.
+pub struct Lender(#[allow(dead_code)] Box<dyn std::any::Any>);
+
+impl Lender {
+    /// Wraps `keep`, dropped when the last lent buffer and the lender's own handle are gone.
+    pub fn new(keep: impl std::any::Any) -> Self {
+        Self(Box::new(keep))
+    }
+}
+
 /// An owned, 4 KiB-aligned payload buffer. Dereferences to its first `len` bytes; dropping it
 /// returns it to its pool.
 pub struct IoBuf {
     ptr: NonNull<u8>,
     len: u32,
     cap: u32,
-    /// The owning pool, or None for a heap buffer (whose layout is `cap` at BUF_ALIGN).
+    /// The owning pool, or None for a heap or lent buffer.
     pool: Option<Rc<BufPool>>,
+    /// For a lent buffer (see `IoBuf::lent`): what keeps the memory alive. None with no pool: a
+    /// heap buffer, whose layout is `cap` at BUF_ALIGN.
+    lender: Option<Rc<Lender>>,
     idx: u32,
     class: u8,
     /// True while every byte is known to be zero (set by `mark_zeroed`, cleared by any mutable
@@ -211,7 +227,34 @@ impl IoBuf {
         // SAFETY: layout has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Self { ptr, len: len as u32, cap: cap as u32, pool: None, idx: 0, class: 0, zeroed: true }
+        Self { ptr, len: len as u32, cap: cap as u32, pool: None, lender: None, idx: 0, class: 0, zeroed: true }
+    }
+
+    /// A read-only view of `len` bytes at `ptr` that another owner lends for a zero-copy read
+    /// (the malloc bdev lends its memory); `lender` keeps that memory alive while the view
+    /// exists. Writing through the view (`DerefMut`, `as_mut_ptr`) panics: it would bypass the
+    /// owner.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes for as long as `lender` lives.
+    pub unsafe fn lent(ptr: NonNull<u8>, len: usize, lender: Rc<Lender>) -> Self {
+        assert!(len <= u32::MAX as usize, "IoBuf of {len} bytes is too large");
+        Self {
+            ptr,
+            len: len as u32,
+            cap: len as u32,
+            pool: None,
+            lender: Some(lender),
+            idx: 0,
+            class: 0,
+            zeroed: false,
+        }
+    }
+
+    /// True for a read-only view lent by another owner (`IoBuf::lent`).
+    #[inline]
+    pub fn is_lent(&self) -> bool {
+        self.lender.is_some()
     }
 
     fn heap_layout(cap: usize) -> Layout {
@@ -246,6 +289,7 @@ impl IoBuf {
     /// Raw pointer to the first byte (for I/O submission); the contents count as changed.
     #[inline]
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        assert!(self.lender.is_none(), "a lent IoBuf is read-only");
         self.zeroed = false;
         self.ptr.as_ptr()
     }
@@ -289,6 +333,7 @@ impl Deref for IoBuf {
 impl DerefMut for IoBuf {
     #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
+        assert!(self.lender.is_none(), "a lent IoBuf is read-only");
         self.zeroed = false;
         // SAFETY: as in deref; &mut self guarantees exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len as usize) }
@@ -297,10 +342,11 @@ impl DerefMut for IoBuf {
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
-        match &self.pool {
-            Some(pool) => pool.classes[self.class as usize].free.borrow_mut().push(self.idx),
+        match (&self.pool, &self.lender) {
+            (Some(pool), _) => pool.classes[self.class as usize].free.borrow_mut().push(self.idx),
+            (None, Some(_)) => {} // the lender's memory; dropping the field releases it
             // SAFETY: allocated in `heap` with exactly this layout.
-            None => unsafe { dealloc(self.ptr.as_ptr(), Self::heap_layout(self.cap as usize)) },
+            (None, None) => unsafe { dealloc(self.ptr.as_ptr(), Self::heap_layout(self.cap as usize)) },
         }
     }
 }
@@ -360,6 +406,23 @@ mod tests {
         drop((j, h, big));
         assert_eq!(pool.stats().jumbo_free, 1);
         assert_eq!(pool.get(JUMBO_BUF).as_ptr(), p, "a returned jumbo buffer is reused");
+    }
+
+    #[test]
+    fn lent_buffers_are_read_only_views_that_keep_their_lender() {
+        let owner: Rc<Vec<u8>> = Rc::new((0..=255).collect());
+        let lender = Rc::new(Lender::new(owner.clone()));
+        // SAFETY: the view covers bytes 16..48 of the vector, which `lender` keeps alive.
+        let view = unsafe { IoBuf::lent(NonNull::new(owner.as_ptr().add(16) as *mut u8).unwrap(), 32, lender) };
+        assert!(view.is_lent());
+        assert_eq!(&view[..], &owner[16..48]);
+        assert_eq!(view.fixed_index(), None);
+        assert_eq!(Rc::strong_count(&owner), 2);
+        let mut view2 = view;
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| view2[0] = 1)).is_err());
+        drop(view2);
+        assert_eq!(Rc::strong_count(&owner), 1, "dropping the view releases the lender");
+        assert_eq!(owner[16], 16);
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod ring;
 pub mod tsc;
 
 pub use async_task::Task;
-pub use buf::{BufPool, BufPoolConfig, IoBuf};
+pub use buf::{BufPool, BufPoolConfig, IoBuf, Lender};
 pub use reactor::{
     after, alloc_buf, buf_pool, current, engine, register_poller, sleep, spawn_local, try_with_ring, unregister_poller,
     with_ring, Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,
