@@ -145,16 +145,9 @@ impl BufPool {
     }
 
     /// Takes a buffer of `len` bytes (its capacity may be larger). Never fails: falls back to
-    /// the heap when the class is empty or `len` exceeds the large class.
+    /// the heap when the smallest class that fits is empty or `len` exceeds the jumbo class.
     pub fn get(self: &Rc<Self>, len: usize) -> IoBuf {
-        let class = if len <= SMALL_BUF {
-            0
-        } else if len <= LARGE_BUF {
-            1
-        } else {
-            2
-        };
-        if len <= JUMBO_BUF {
+        if let Some(class) = self.classes.iter().position(|c| len <= c.size) {
             let c = &self.classes[class];
             if let Some(idx) = c.free.borrow_mut().pop() {
                 self.pooled.set(self.pooled.get() + 1);
@@ -164,8 +157,7 @@ impl BufPool {
                     ptr: NonNull::new(ptr).expect("region pointer is non-null"),
                     len: len as u32,
                     cap: c.size as u32,
-                    pool: Some(self.clone()),
-                    lender: None,
+                    owner: Owner::Pool(self.clone()),
                     idx,
                     class: class as u8,
                     zeroed: false,
@@ -200,17 +192,23 @@ impl Lender {
     }
 }
 
+/// Where an `IoBuf`'s memory comes from, and so where it goes when the buffer is dropped.
+enum Owner {
+    /// The global allocator, with layout `cap` at BUF_ALIGN.
+    Heap,
+    /// Slot `idx` of class `class` of this pool.
+    Pool(Rc<BufPool>),
+    /// Memory lent read-only for a zero-copy read (see `IoBuf::lent`), kept alive by the lender.
+    Lent(#[allow(dead_code)] Rc<Lender>), // held, never read: dropping it releases the memory
+}
+
 /// An owned, 4 KiB-aligned payload buffer. Dereferences to its first `len` bytes; dropping it
 /// returns it to its pool.
 pub struct IoBuf {
     ptr: NonNull<u8>,
     len: u32,
     cap: u32,
-    /// The owning pool, or None for a heap or lent buffer.
-    pool: Option<Rc<BufPool>>,
-    /// For a lent buffer (see `IoBuf::lent`): what keeps the memory alive. None with no pool: a
-    /// heap buffer, whose layout is `cap` at BUF_ALIGN.
-    lender: Option<Rc<Lender>>,
+    owner: Owner,
     idx: u32,
     class: u8,
     /// True while every byte is known to be zero (set by `mark_zeroed`, cleared by any mutable
@@ -227,7 +225,7 @@ impl IoBuf {
         // SAFETY: layout has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Self { ptr, len: len as u32, cap: cap as u32, pool: None, lender: None, idx: 0, class: 0, zeroed: true }
+        Self { ptr, len: len as u32, cap: cap as u32, owner: Owner::Heap, idx: 0, class: 0, zeroed: true }
     }
 
     /// A read-only view of `len` bytes at `ptr` that another owner lends for a zero-copy read
@@ -239,22 +237,13 @@ impl IoBuf {
     /// `ptr` must be valid for reads of `len` bytes for as long as `lender` lives.
     pub unsafe fn lent(ptr: NonNull<u8>, len: usize, lender: Rc<Lender>) -> Self {
         assert!(len <= u32::MAX as usize, "IoBuf of {len} bytes is too large");
-        Self {
-            ptr,
-            len: len as u32,
-            cap: len as u32,
-            pool: None,
-            lender: Some(lender),
-            idx: 0,
-            class: 0,
-            zeroed: false,
-        }
+        Self { ptr, len: len as u32, cap: len as u32, owner: Owner::Lent(lender), idx: 0, class: 0, zeroed: false }
     }
 
     /// True for a read-only view lent by another owner (`IoBuf::lent`).
     #[inline]
     pub fn is_lent(&self) -> bool {
-        self.lender.is_some()
+        matches!(self.owner, Owner::Lent(_))
     }
 
     fn heap_layout(cap: usize) -> Layout {
@@ -289,7 +278,7 @@ impl IoBuf {
     /// Raw pointer to the first byte (for I/O submission); the contents count as changed.
     #[inline]
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        assert!(self.lender.is_none(), "a lent IoBuf is read-only");
+        assert!(!self.is_lent(), "a lent IoBuf is read-only");
         self.zeroed = false;
         self.ptr.as_ptr()
     }
@@ -313,8 +302,8 @@ impl IoBuf {
     /// class of a pool.
     #[inline]
     pub fn fixed_index(&self) -> Option<u16> {
-        match self.pool {
-            Some(_) if (self.class as usize) < REGISTERED_CLASSES => Some(self.class as u16),
+        match self.owner {
+            Owner::Pool(_) if (self.class as usize) < REGISTERED_CLASSES => Some(self.class as u16),
             _ => None,
         }
     }
@@ -333,7 +322,7 @@ impl Deref for IoBuf {
 impl DerefMut for IoBuf {
     #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
-        assert!(self.lender.is_none(), "a lent IoBuf is read-only");
+        assert!(!self.is_lent(), "a lent IoBuf is read-only");
         self.zeroed = false;
         // SAFETY: as in deref; &mut self guarantees exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len as usize) }
@@ -342,11 +331,11 @@ impl DerefMut for IoBuf {
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
-        match (&self.pool, &self.lender) {
-            (Some(pool), _) => pool.classes[self.class as usize].free.borrow_mut().push(self.idx),
-            (None, Some(_)) => {} // the lender's memory; dropping the field releases it
+        match &self.owner {
+            Owner::Pool(pool) => pool.classes[self.class as usize].free.borrow_mut().push(self.idx),
+            Owner::Lent(_) => {} // dropping the field releases the lender
             // SAFETY: allocated in `heap` with exactly this layout.
-            (None, None) => unsafe { dealloc(self.ptr.as_ptr(), Self::heap_layout(self.cap as usize)) },
+            Owner::Heap => unsafe { dealloc(self.ptr.as_ptr(), Self::heap_layout(self.cap as usize)) },
         }
     }
 }
