@@ -3,4 +3,5 @@
 //! zeroes; `losetup` on the file gives the host a block device.
 
 pub mod file;
+pub mod range_lock;
 pub mod rpc;
