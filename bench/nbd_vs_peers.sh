@@ -18,12 +18,15 @@
 # the three back to back, so a slow patch of the machine hits all of them alike.
 # Knobs (environment): FIO_CPUS (default 1: fio pinned to core 1, away from Ferrite's reactor;
 # empty = unpinned), ROUNDS (default 1; >1 repeats the whole matrix and reports medians),
+# COPIES (default 3: whole-export copies per server and round, interleaved; one copy takes
+# about half a second, so a single one is at the mercy of the machine's noise),
 # QSD_BACKEND (file|null), FERRITE_MODE (reactor mode, default adaptive).
 # Usage: bench/nbd_vs_peers.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
 T=${1:-5}
 FIO_CPUS=${FIO_CPUS-1}
 ROUNDS=${ROUNDS:-1}
+COPIES=${COPIES:-3}
 QSD_BACKEND=${QSD_BACKEND:-file}
 FERRITE_MODE=${FERRITE_MODE:-adaptive}
 SIZE_MIB=1024
@@ -189,7 +192,9 @@ bench_transport() { # bench_transport TRANSPORT: all three servers up, filled, t
   echo "bench: $1: starting and filling ${COPY_SERVERS[*]}" >&2
   for s in "${COPY_SERVERS[@]}"; do start_server "$s" "$1"; fill_export "$s"; done
   for _ in $(seq "$ROUNDS"); do
-    for s in "${COPY_SERVERS[@]}"; do time_copy "$s" "$1"; done
+    for _ in $(seq "$COPIES"); do
+      for s in "${COPY_SERVERS[@]}"; do time_copy "$s" "$1"; done
+    done
     for rw in randread randwrite; do
       for qd in 1 32; do
         for s in "${SERVERS[@]}"; do run_fio "$s" "$1" "$rw" "$qd"; done
@@ -251,7 +256,8 @@ for transport in ("tcp", "unix"):
 print()
 print("nbdcopy --no-extents URI null: of the whole 1 GiB export (filled first with /dev/urandom data),")
 print("nbdcopy defaults otherwise (all servers advertise multi-conn); ferrite2 = Ferrite with a reactor")
-print("on each core (-m 0x3); ratio = peer s / ferrite s, for the one- and the two-reactor Ferrite")
+print("on each core (-m 0x3); ratio = peer s / ferrite s, for the one- and the two-reactor Ferrite;")
+print(f"seconds = median of {$COPIES * rounds} copies ($COPIES per round, servers interleaved)")
 fs = [k for k in copy_servers if k.startswith("ferrite")]
 print(f"{'transport':9} | " + " ".join(f"{s+' s':>10}" for s in copy_servers) + " | "
       + " ".join(f"{f+'/'+p:>17}" for f in fs for p in peers))
@@ -263,7 +269,8 @@ for transport in ("tcp", "unix"):
     ratio = {f"{f}/{p}": s[p] / s[f] for f in fs for p in peers}
     print(f"{transport:9} | " + " ".join(f"{s[k]:10.2f}" for k in copy_servers) + " | "
           + " ".join(f"{v:17.2f}" for v in ratio.values()))
-    copies.append(dict(transport=transport, seconds=s, ratio=ratio))
+    copies.append(dict(transport=transport, seconds=s, ratio=ratio,
+                       samples={k: copy[(transport, k)] for k in copy_servers}))
 json.dump(dict(seconds=$T, rounds=rounds, fio_cpus_allowed="${FIO_CPUS}" or None,
                ferrite_reactor_mode="$FERRITE_MODE", qsd_backend="$QSD_BACKEND",
                peers=dict(nbdkit="memory 1G", qsd=qsd), versions=json.load(open("$TMP/versions.json")),
