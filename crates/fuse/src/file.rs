@@ -10,8 +10,8 @@ use crate::range_lock::RangeLock;
 use ferrite_bdev::{Bdev, BdevDesc, IoChannel, IoRequest, IoStatus, IoType};
 use ferrite_reactor::{alloc_buf, Engine};
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, OpenFlags, ReplyAttr, ReplyData,
-    ReplyEmpty, ReplyOpen, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, InitFlags, KernelConfig, OpenFlags,
+    ReplyAttr, ReplyData, ReplyEmpty, ReplyOpen, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -209,6 +209,15 @@ impl BdevFile {
 }
 
 impl Filesystem for BdevFile {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Asynchronous direct I/O: the kernel keeps several reads and writes of one file in
+        // flight (a loop device at queue depth 16 sends 16), instead of one at a time.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_ASYNC_DIO) {
+            log::info!("fuse export {}: kernel lacks {missing:?}; direct I/O one request at a time", self.id);
+        }
+        Ok(())
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         if ino.0 != 1 {
             return reply.error(Errno::from_i32(libc::ENOENT));
@@ -247,7 +256,9 @@ impl Filesystem for BdevFile {
             return reply.error(Errno::from_i32(libc::EROFS));
         }
         // Direct I/O: every read and write reaches the bdev, so other exports of it stay coherent.
-        reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
+        // Parallel direct writes: the kernel does not serialize writes on the inode; the range
+        // lock orders the ones that share blocks.
+        reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES);
     }
 
     fn read(
