@@ -213,9 +213,10 @@ fn fuse_loop_device_survives_fio_verify_with_sub_block_writes() {
         assert!(!text.contains("verify: bad"), "fio found corrupt blocks:\n{text}");
     });
     sh(&format!("losetup -d {lo}"));
+    // Unmount before any failure is reported: a daemon killed with the mount up leaves it dead.
+    d.call("fuse_export_remove", Some(json!({"path": img.to_str().unwrap()})));
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
-    d.call("fuse_export_remove", Some(json!({"path": img.to_str().unwrap()})));
     d.assert_serving();
 }
