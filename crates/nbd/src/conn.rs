@@ -11,7 +11,7 @@ use crate::handshake::{self as hs, OptionRequest};
 use crate::proto::*;
 use crate::transmission::{self as tx, Command, Limits, Request};
 use ferrite_bdev::{Bdev, BdevDesc, Completed, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
-use ferrite_reactor::net::Socket;
+use ferrite_reactor::net::{SendCache, Socket};
 use ferrite_reactor::{alloc_buf, IoBuf};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -415,6 +415,7 @@ impl IoCompleter for Conn {
 async fn writer(c: Rc<Conn>) {
     let mut batch: Vec<Reply> = Vec::with_capacity(64);
     let mut parts: Vec<(*const u8, usize)> = Vec::with_capacity(128);
+    let send_memory = SendCache::default();
     loop {
         let done = poll_fn(|cx| {
             if !c.replies.borrow().is_empty() {
@@ -440,7 +441,7 @@ async fn writer(c: Rc<Conn>) {
         }
         // SAFETY: every part points into `batch` (headers inside its heap buffer, data in pool
         // buffers it owns), which send_parts keeps until the send completes.
-        let (res, b) = unsafe { c.h.sock.send_parts(std::mem::take(&mut parts), batch).await };
+        let (res, b) = unsafe { c.h.sock.send_parts(&send_memory, &parts, batch).await };
         batch = b;
         c.unsent.set(c.unsent.get() - batch.len() as u32);
         c.held_bytes.set(c.held_bytes.get() - batch.iter().map(|r| r.held).sum::<u64>());
