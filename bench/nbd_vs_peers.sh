@@ -43,6 +43,7 @@ fail() { echo "bench: $*" >&2; exit 1; }
 # --- processes: every server started here is tracked and killed on exit --------------------
 declare -A LIVE       # pids of servers started here and not yet stopped
 declare -A PID URI    # per server, for the current transport
+declare -A RPC        # Ferrite's RPC socket, per Ferrite server
 alive() { # alive PID: the process exists and is not a zombie
   local s
   s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
@@ -116,7 +117,7 @@ start_ferrite2() { # the same with a reactor on each core
 start_ferrite_on() { # start_ferrite_on NAME MASK TRANSPORT
   local rpc="$TMP/$1-rpc-$3.sock"
   "$FERRITE" serve -m "$2" -r "$rpc" --reactor-mode "$FERRITE_MODE" --log-level warn >"$TMP/$1.log" 2>&1 &
-  PID[$1]=$!; LIVE[$!]=1
+  PID[$1]=$!; LIVE[$!]=1; RPC[$1]=$rpc
   wait_until "$1" "$FERRITE" rpc -s "$rpc" -t 1 spdk_get_version
   "$FERRITE" rpc -s "$rpc" bdev_malloc_create --name M0 --num-blocks $((SIZE_MIB * 256)) --block-size 4096 >/dev/null
   "$FERRITE" rpc -s "$rpc" nbd_server_start --address "$ADDR" >/dev/null
@@ -169,21 +170,29 @@ time_copy() { # time_copy SERVER TRANSPORT: seconds to read the whole export to 
   t1=$(date +%s%N)
   printf 'copy\t%s\t%s\t%s\n' "$1" "$2" "$(python3 -c "print(($t1-$t0)/1e9)")" >>"$RECORDS"
 }
+busy_ticks() { # busy_ticks SERVER: "BUSY TICK_RATE" of a Ferrite's reactors (its own accounting)
+  if [[ -z ${RPC[$1]:-} ]]; then echo "0 1"; return; fi
+  "$FERRITE" rpc -s "${RPC[$1]}" framework_get_reactors |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(r["busy"] for r in d["reactors"]), d["tick_rate"])'
+}
 run_fio() { # run_fio SERVER TRANSPORT RW QD: IOPS, clat mean and server CPU per I/O of one run
-  local out="$OUT/nbd_${1}_${2}_${3}_qd${4}.json" c0 c1
+  local out="$OUT/nbd_${1}_${2}_${3}_qd${4}.json" c0 c1 b0 b1 rate
+  read -r b0 rate < <(busy_ticks "$1")
   c0=$(cpu_ticks "${PID[$1]}")
   fio --name=nbd --ioengine=nbd --uri="${URI[$1]}" --rw="$3" --bs=4k --iodepth="$4" --numjobs=1 \
     --runtime="$T" --time_based ${FIO_CPUS:+--cpus_allowed=$FIO_CPUS} \
     --output-format=json --output="$out" >/dev/null
   c1=$(cpu_ticks "${PID[$1]}")
-  python3 - "$out" "$1" "$2" "$3" "$4" "$((c1 - c0))" "$HZ" >>"$RECORDS" <<'PY'
+  read -r b1 rate < <(busy_ticks "$1")
+  python3 - "$out" "$1" "$2" "$3" "$4" "$((c1 - c0))" "$HZ" "$((b1 - b0))" "$rate" >>"$RECORDS" <<'PY'
 import json, sys
-out, server, transport, rw, qd, ticks, hz = sys.argv[1:]
+out, server, transport, rw, qd, ticks, hz, busy, rate = sys.argv[1:]
 j = json.load(open(out))["jobs"][0]["write" if rw.endswith("write") else "read"]
 cpu_us = int(ticks) / int(hz) * 1e6 / max(j["total_ios"], 1)
 job = json.load(open(out))["jobs"][0]
+busy_us = int(busy) / int(rate) * 1e6 / max(j["total_ios"], 1)
 print("fio", server, transport, rw, qd, j["iops"], j["clat_ns"]["mean"] / 1000, cpu_us,
-      job["usr_cpu"] + job["sys_cpu"], sep="\t")
+      job["usr_cpu"] + job["sys_cpu"], busy_us, sep="\t")
 PY
   echo "  $2 $3 qd$4 $1: $(tail -1 "$RECORDS" | cut -f6 | cut -d. -f1) IOPS" >&2
 }
@@ -216,7 +225,7 @@ fio, copy = {}, {}   # key -> list of rounds
 for line in open(recs):
     f = line.rstrip("\n").split("\t")
     if f[0] == "fio":
-        fio.setdefault((f[2], f[3], int(f[4]), f[1]), []).append([float(x) for x in f[5:9]])
+        fio.setdefault((f[2], f[3], int(f[4]), f[1]), []).append([float(x) for x in f[5:10]])
     else:
         copy.setdefault((f[2], f[1]), []).append(float(f[3]))
 def med(rows):  # median of each column over the rounds
@@ -229,12 +238,13 @@ print(f"NBD servers, fio ioengine=nbd, 4 KiB, 1 job, {$T} s per cell"
       f"{'${FIO_CPUS}' or 'none (unpinned)'}; ferrite -m 0x1 ({'$FERRITE_MODE'} reactor); peers unpinned")
 print(f"ferrite: malloc bdev 1 GiB | nbdkit: memory plugin 1G | qsd: {qsd}")
 print("ratio = ferrite/peer IOPS; clat = fio clat mean (QD 1 only); cpu = server utime+stime per I/O;")
-print("fio % = the client's own CPU use (usr+sys) while it drove that server")
+print("fio % = the client's own CPU use (usr+sys) while it drove that server; busy = Ferrite's reactor")
+print("time spent in loop turns that did work, per I/O (its own accounting: the cpu column less polling)")
 short = lambda s: f"{s[:7]:>7}"
 hdr = (f"{'transport':9} {'rw':9} {'qd':>3} | " + " ".join(f"{s:>9}" for s in servers) + " | "
        + " ".join(f"{'f/'+p:>8}" for p in peers) + " | " + " ".join(map(short, servers))
-       + " | " + " ".join(map(short, servers)) + " | " + " ".join(map(short, servers)))
-print(f"{'':24}| {'IOPS':^29} | {'ratio':^17} | {'clat us (QD1)':^23} | {'cpu us/IO':^23} | {'fio %':^23}")
+       + " | " + " ".join(map(short, servers)) + " | " + " ".join(map(short, servers)) + " | us/IO")
+print(f"{'':24}| {'IOPS':^29} | {'ratio':^17} | {'clat us (QD1)':^23} | {'cpu us/IO':^23} | {'fio %':^23} | busy")
 print(hdr)
 print("-" * len(hdr))
 cells = []
@@ -244,14 +254,15 @@ for transport in ("tcp", "unix"):
             rows = {s: fio.get((transport, rw, qd, s)) for s in servers}
             if not all(rows.values()):
                 continue
-            r = {s: dict(zip(("iops", "clat_us", "cpu_us_per_io", "fio_cpu_pct"), med(rows[s])),
+            r = {s: dict(zip(("iops", "clat_us", "cpu_us_per_io", "fio_cpu_pct", "busy_us_per_io"), med(rows[s])),
                          iops_rounds=[x[0] for x in rows[s]]) for s in servers}
             ratio = {p: r["ferrite"]["iops"] / r[p]["iops"] for p in peers}
             clat = " ".join(f"{r[s]['clat_us']:7.1f}" if qd == 1 else f"{'-':>7}" for s in servers)
             print(f"{transport:9} {rw:9} {qd:>3} | " + " ".join(f"{r[s]['iops']:9.0f}" for s in servers)
                   + " | " + " ".join(f"{ratio[p]:8.2f}" for p in peers) + " | " + clat + " | "
                   + " ".join(f"{r[s]['cpu_us_per_io']:7.2f}" for s in servers) + " | "
-                  + " ".join(f"{r[s]['fio_cpu_pct']:7.1f}" for s in servers))
+                  + " ".join(f"{r[s]['fio_cpu_pct']:7.1f}" for s in servers)
+                  + f" | {r['ferrite']['busy_us_per_io']:5.2f}")
             cells.append(dict(transport=transport, rw=rw, qd=qd, servers=r, ratio=ratio))
 print()
 print("nbdcopy --no-extents URI null: of the whole 1 GiB export (filled first with /dev/urandom data),")
