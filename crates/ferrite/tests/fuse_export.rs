@@ -220,3 +220,50 @@ fn fuse_loop_device_survives_fio_verify_with_sub_block_writes() {
     }
     d.assert_serving();
 }
+
+#[test]
+fn fuse_export_removed_under_a_loop_device_fails_its_io_without_hanging() {
+    // The loop device keeps the exported file open while the export goes away: the unmount is
+    // lazy, the loop device's I/O fails at once (nothing hangs), and the daemon serves on.
+    if let Some(why) = missing_prerequisite() {
+        eprintln!("SKIP fuse_export_removed_under_a_loop_device_fails_its_io_without_hanging: {why}");
+        return;
+    }
+    let dir = TempDir::new("fusegone");
+    let d = Daemon::start(&dir, &[]);
+    d.call("bdev_malloc_create", Some(json!({"name": "Gone0", "num_blocks": 1024, "block_size": 4096})));
+    let img = dir.join("gone.img");
+    let p = img.to_str().unwrap();
+    d.call("fuse_export_add", Some(json!({"bdev_name": "Gone0", "path": p})));
+    let lo = sh(&format!("losetup -f --show --direct-io=on {p}"));
+    let result = std::panic::catch_unwind(|| {
+        let data = pattern(9, 1 << 20);
+        let mut dev = std::fs::OpenOptions::new().read(true).write(true).open(&lo).unwrap();
+        dev.write_all(&data).unwrap();
+        dev.sync_all().unwrap();
+        d.call("fuse_export_remove", Some(json!({"path": p})));
+        let started = std::time::Instant::now();
+        let out = Command::new("timeout")
+            .args(["20", "dd", &format!("if={lo}"), "of=/dev/null", "bs=4k", "count=16", "iflag=direct"])
+            .output()
+            .expect("dd runs");
+        assert!(!out.status.success(), "reads through the removed export must fail");
+        assert_ne!(out.status.code(), Some(124), "dd hung: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "the failure took {:?}", started.elapsed());
+    });
+    sh(&format!("losetup -d {lo}"));
+    if let Err(e) = result {
+        // Unmount if the failure came before the removal (a killed daemon leaves a dead mount).
+        let _ = d.client().call("fuse_export_remove", Some(json!({"path": p})));
+        std::panic::resume_unwind(e);
+    }
+    assert!(!std::fs::read_to_string("/proc/mounts").unwrap().contains(p), "no mount left behind");
+    assert_eq!(d.call("fuse_get_exports", None), json!([]));
+    // The bdev still holds what was written before the removal: export it again and compare.
+    d.call("fuse_export_add", Some(json!({"bdev_name": "Gone0", "path": p})));
+    let mut back = vec![0u8; 1 << 20];
+    std::fs::File::open(&img).unwrap().read_exact(&mut back).unwrap();
+    assert!(back == pattern(9, 1 << 20), "acknowledged data survives the export's removal");
+    d.call("fuse_export_remove", Some(json!({"path": p})));
+    d.assert_serving();
+}
