@@ -14,14 +14,8 @@ SIZE_MIB=256
 QSD_IMG=/dev/shm/ferrite-fuse-qsd-$$.img
 declare -A PID DEV
 
-fail() { echo "bench: $*" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || fail "needs root (FUSE mounts and loop devices)"
 [[ -e /dev/fuse ]] || fail "no /dev/fuse"
-need() { # need COMMAND PACKAGE: install PACKAGE if COMMAND is missing
-  command -v "$1" >/dev/null && return
-  apt-get install -y -qq "$2" >/dev/null 2>&1 || true
-  command -v "$1" >/dev/null || fail "$1 (package $2) is missing and could not be installed"
-}
 need fio fio
 need losetup mount
 need qemu-storage-daemon qemu-system-common
@@ -67,12 +61,6 @@ for s in ferrite qsd; do
 done
 
 # --- measurements ---------------------------------------------------------------------------
-cpu_ticks() { # cpu_ticks PID: utime+stime of all its threads, in clock ticks
-  local s f
-  s=$(<"/proc/$1/stat"); s=${s##*) }
-  read -r -a f <<<"$s"
-  echo $((f[11] + f[12]))
-}
 HZ=$(getconf CLK_TCK)
 run() { # run SERVER RW QD: prints "IOPS CPU_US_PER_IO"
   local out="$OUT/fuse_${1}_${2}_qd${3}.json" c0 c1

@@ -38,8 +38,6 @@ SEED=/dev/shm/ferrite-nbd-seed-$$          # random data written into every expo
 QSD_IMG=/dev/shm/ferrite-nbd-qsd-$$.img    # qsd's backing file (QSD_BACKEND=file)
 : >"$RECORDS"
 
-fail() { echo "bench: $*" >&2; exit 1; }
-
 # --- processes: every server started here is tracked and killed on exit --------------------
 declare -A LIVE       # pids of servers started here and not yet stopped
 declare -A PID URI    # per server, for the current transport
@@ -65,12 +63,6 @@ cleanup() {
 trap cleanup EXIT
 
 # --- tools ----------------------------------------------------------------------------------
-need() { # need COMMAND PACKAGE: install PACKAGE if COMMAND is missing, fail if still missing
-  command -v "$1" >/dev/null && return
-  echo "bench: $1 missing, installing package $2" >&2
-  apt-get install -y -qq "$2" >/dev/null 2>&1 || true
-  command -v "$1" >/dev/null || fail "$1 (package $2) is missing and could not be installed"
-}
 need fio fio
 need nbdkit nbdkit
 need qemu-storage-daemon qemu-system-common
@@ -153,12 +145,6 @@ start_server() { # start_server NAME TRANSPORT: start it, wait until its export 
 }
 
 # --- measurements ---------------------------------------------------------------------------
-cpu_ticks() { # cpu_ticks PID: utime+stime (fields 14, 15) of all its threads, in clock ticks
-  local s f
-  s=$(<"/proc/$1/stat"); s=${s##*) }
-  read -r -a f <<<"$s"
-  echo $((f[11] + f[12]))
-}
 fill_export() { # fill_export SERVER: write the random seed over the whole export (real data)
   nbdcopy "$SEED" "${URI[$1]}"
 }

@@ -3,7 +3,7 @@
 # core, QD 1 and 32, both in this run. Usage: bench/uring_vs_fio.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
 T=${1:-5}
-command -v fio >/dev/null || { echo "bench: installing fio"; apt-get install -y -qq fio >/dev/null; }
+need fio fio
 FILE=/dev/shm/ferrite-bench-$$
 trap 'rm -rf "$TMP" "$FILE"' EXIT
 dd if=/dev/urandom of="$FILE" bs=1M count=1024 status=none
