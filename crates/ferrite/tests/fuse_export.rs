@@ -38,6 +38,17 @@ fn sh(cmd: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Attaches `file` to a free loop device (with extra losetup `opts`), runs `f` with the
+/// device's path, then unmounts whatever `f` left mounted from it and detaches it, whatever
+/// happened; returns `f`'s outcome (a panic is caught for the caller to clean up and rethrow).
+fn with_loop_device(file: &std::path::Path, opts: &str, f: impl FnOnce(&str)) -> std::thread::Result<()> {
+    let lo = sh(&format!("losetup -f --show {opts} {}", file.display()));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&lo)));
+    let _ = Command::new("umount").arg(&lo).output();
+    sh(&format!("losetup -d {lo}"));
+    result
+}
+
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[1] ^ seed).collect()
 }
@@ -91,11 +102,10 @@ fn fuse_file_serves_bytes_ext4_and_matches_nbd() {
     }
 
     // The host kernel on top: loop device, ext4, files survive a remount.
-    let lo = sh(&format!("losetup -f --show {}", img.display()));
     let mnt = dir.join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let data = pattern(3, 8 << 20);
-    let result = std::panic::catch_unwind(|| {
+    let result = with_loop_device(&img, "", |lo| {
         sh(&format!("mkfs.ext4 -q -F {lo}"));
         sh(&format!("mount {lo} {}", mnt.display()));
         std::fs::write(mnt.join("file"), &data).unwrap();
@@ -106,8 +116,6 @@ fn fuse_file_serves_bytes_ext4_and_matches_nbd() {
         sh(&format!("umount {}", mnt.display()));
         assert!(back == data, "ext4 file read back differs");
     });
-    let _ = Command::new("umount").arg(&mnt).status();
-    sh(&format!("losetup -d {lo}"));
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
@@ -189,8 +197,7 @@ fn fuse_loop_device_survives_fio_verify_with_sub_block_writes() {
     d.call("bdev_malloc_create", Some(json!({"name": "Fio0", "num_blocks": 16384, "block_size": 4096})));
     let img = dir.join("fio.img");
     d.call("fuse_export_add", Some(json!({"bdev_name": "Fio0", "path": img.to_str().unwrap()})));
-    let lo = sh(&format!("losetup -f --show --direct-io=on --sector-size 512 {}", img.display()));
-    let result = std::panic::catch_unwind(|| {
+    let result = with_loop_device(&img, "--direct-io=on --sector-size 512", |lo| {
         let out = Command::new("fio")
             .args([
                 "--name=rmw",
@@ -214,7 +221,6 @@ fn fuse_loop_device_survives_fio_verify_with_sub_block_writes() {
         assert!(out.status.success(), "fio failed:\n{text}");
         assert!(!text.contains("verify: bad"), "fio found corrupt blocks:\n{text}");
     });
-    sh(&format!("losetup -d {lo}"));
     // Unmount before any failure is reported: a daemon killed with the mount up leaves it dead.
     d.call("fuse_export_remove", Some(json!({"path": img.to_str().unwrap()})));
     if let Err(e) = result {
@@ -237,10 +243,9 @@ fn fuse_export_removed_under_a_loop_device_fails_its_io_without_hanging() {
     let img = dir.join("gone.img");
     let p = img.to_str().unwrap();
     d.call("fuse_export_add", Some(json!({"bdev_name": "Gone0", "path": p})));
-    let lo = sh(&format!("losetup -f --show --direct-io=on {p}"));
-    let result = std::panic::catch_unwind(|| {
+    let result = with_loop_device(&img, "--direct-io=on", |lo| {
         let data = pattern(9, 1 << 20);
-        let mut dev = std::fs::OpenOptions::new().read(true).write(true).open(&lo).unwrap();
+        let mut dev = std::fs::OpenOptions::new().read(true).write(true).open(lo).unwrap();
         dev.write_all(&data).unwrap();
         dev.sync_all().unwrap();
         d.call("fuse_export_remove", Some(json!({"path": p})));
@@ -253,7 +258,6 @@ fn fuse_export_removed_under_a_loop_device_fails_its_io_without_hanging() {
         assert_ne!(out.status.code(), Some(124), "dd hung: {}", String::from_utf8_lossy(&out.stderr));
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "the failure took {:?}", started.elapsed());
     });
-    sh(&format!("losetup -d {lo}"));
     if let Err(e) = result {
         // Unmount if the failure came before the removal (a killed daemon leaves a dead mount).
         let _ = d.client().call("fuse_export_remove", Some(json!({"path": p})));

@@ -411,16 +411,20 @@ mod tests {
         block
     }
 
+    /// Starts `write_bytes` of `data` at `off` as its own task on the calling reactor.
+    fn write_task(l: &Rc<Local>, off: u64, data: Vec<u8>) -> ferrite_reactor::Task<Result<(), Errno>> {
+        let l = l.clone();
+        ferrite_reactor::spawn_local(async move { write_bytes(&l, BS, off, data).await })
+    }
+
     #[test]
     fn aligned_write_during_a_read_modify_write_is_not_lost() {
         // The RMW of bytes 100..200 starts first and reads the block; the aligned write of the
         // whole block arrives while that read is in flight. The aligned write must land after
         // the RMW's write-back, not be overwritten by the stale block the RMW read.
         let block = with_export(1, |l| async move {
-            let l2 = l.clone();
-            let rmw = ferrite_reactor::spawn_local(async move { write_bytes(&l2, BS, 100, vec![0xaa; 100]).await });
-            let l3 = l.clone();
-            let whole = ferrite_reactor::spawn_local(async move { write_bytes(&l3, BS, 0, vec![0xbb; 4096]).await });
+            let rmw = write_task(&l, 100, vec![0xaa; 100]);
+            let whole = write_task(&l, 0, vec![0xbb; 4096]);
             rmw.await.expect("rmw write");
             whole.await.expect("aligned write");
         });
@@ -431,8 +435,7 @@ mod tests {
     fn punch_during_a_read_modify_write_is_not_lost() {
         let block = with_export(2, |l| async move {
             write_bytes(&l, BS, 0, vec![0x11; 4096]).await.expect("fill");
-            let l2 = l.clone();
-            let rmw = ferrite_reactor::spawn_local(async move { write_bytes(&l2, BS, 100, vec![0xaa; 100]).await });
+            let rmw = write_task(&l, 100, vec![0xaa; 100]);
             let l3 = l.clone();
             let punch = ferrite_reactor::spawn_local(async move { clear_range(&l3, BS, 0, 4096, IoType::Unmap).await });
             rmw.await.expect("rmw write");
@@ -445,14 +448,7 @@ mod tests {
     fn unaligned_writes_to_one_block_all_land() {
         // Eight RMWs of disjoint byte ranges of the same block, all in flight at once.
         let block = with_export(3, |l| async move {
-            let tasks: Vec<_> = (0..8u8)
-                .map(|i| {
-                    let l = l.clone();
-                    ferrite_reactor::spawn_local(async move {
-                        write_bytes(&l, BS, 1 + i as u64 * 500, vec![i + 1; 300]).await
-                    })
-                })
-                .collect();
+            let tasks: Vec<_> = (0..8u8).map(|i| write_task(&l, 1 + i as u64 * 500, vec![i + 1; 300])).collect();
             for t in tasks {
                 t.await.expect("rmw write");
             }

@@ -7,6 +7,8 @@
 
 use ferrite_bdev::modules::malloc::{self, MallocOpts};
 use ferrite_nbd::export::{self, Export};
+use ferrite_nbd::proto::*;
+use ferrite_nbd::transmission::REQUEST_LEN;
 use ferrite_reactor::{Engine, EngineConfig, ReactorMode};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -52,11 +54,11 @@ fn reactor_allocs(e: &Engine) -> u64 {
 fn handshake(s: &mut UnixStream, name: &str) {
     let mut greeting = [0u8; 18];
     s.read_exact(&mut greeting).unwrap();
-    assert_eq!(&greeting[..8], b"NBDMAGIC");
-    s.write_all(&3u32.to_be_bytes()).unwrap(); // FIXED_NEWSTYLE | NO_ZEROES
+    assert_eq!(greeting[..8], NBDMAGIC.to_be_bytes());
+    s.write_all(&(C_FIXED_NEWSTYLE | C_NO_ZEROES).to_be_bytes()).unwrap();
     let mut opt = Vec::new();
-    opt.extend_from_slice(&0x4948_4156_454F_5054u64.to_be_bytes()); // IHAVEOPT
-    opt.extend_from_slice(&7u32.to_be_bytes()); // NBD_OPT_GO
+    opt.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    opt.extend_from_slice(&OPT_GO.to_be_bytes());
     opt.extend_from_slice(&(4 + name.len() as u32 + 2).to_be_bytes());
     opt.extend_from_slice(&(name.len() as u32).to_be_bytes());
     opt.extend_from_slice(name.as_bytes());
@@ -69,16 +71,16 @@ fn handshake(s: &mut UnixStream, name: &str) {
         let len = u32::from_be_bytes(hdr[16..20].try_into().unwrap());
         let mut data = vec![0u8; len as usize];
         s.read_exact(&mut data).unwrap();
-        assert!(kind & 0x8000_0000 == 0, "NBD_OPT_GO refused: type {kind:#x}");
-        if kind == 1 {
-            return; // NBD_REP_ACK
+        assert!(kind & REP_FLAG_ERROR == 0, "NBD_OPT_GO refused: type {kind:#x}");
+        if kind == REP_ACK {
+            return;
         }
     }
 }
 
-fn request(cmd: u16, cookie: u64, block: u64) -> [u8; 28] {
-    let mut r = [0u8; 28];
-    r[..4].copy_from_slice(&0x2560_9513u32.to_be_bytes());
+fn request(cmd: u16, cookie: u64, block: u64) -> [u8; REQUEST_LEN] {
+    let mut r = [0u8; REQUEST_LEN];
+    r[..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
     r[6..8].copy_from_slice(&cmd.to_be_bytes());
     r[8..16].copy_from_slice(&cookie.to_be_bytes());
     r[16..24].copy_from_slice(&(block * BS).to_be_bytes());
@@ -97,16 +99,16 @@ fn every_block(s: &mut UnixStream, write: bool, qd: u64, seed: u8) {
     while done < BLOCKS {
         while sent < BLOCKS && sent - done < qd {
             if write {
-                s.write_all(&request(1, sent, sent)).unwrap();
+                s.write_all(&request(CMD_WRITE, sent, sent)).unwrap();
                 s.write_all(&payload(seed, sent)).unwrap();
             } else {
-                s.write_all(&request(0, sent, sent)).unwrap();
+                s.write_all(&request(CMD_READ, sent, sent)).unwrap();
             }
             sent += 1;
         }
         let mut reply = [0u8; 16];
         s.read_exact(&mut reply).unwrap();
-        assert_eq!(u32::from_be_bytes(reply[..4].try_into().unwrap()), 0x6744_6698, "simple reply magic");
+        assert_eq!(u32::from_be_bytes(reply[..4].try_into().unwrap()), SIMPLE_REPLY_MAGIC, "simple reply magic");
         assert_eq!(u32::from_be_bytes(reply[4..8].try_into().unwrap()), 0, "error in reply");
         let block = u64::from_be_bytes(reply[8..16].try_into().unwrap());
         if !write {
@@ -154,7 +156,7 @@ fn steady_state_transmission_allocates_nothing_per_io() {
     let per_io = (after - before) as f64 / N as f64;
     eprintln!("{} allocations on the reactor for {N} I/Os", after - before);
     assert!(after - before < 16, "{} allocations on the reactor for {N} I/Os ({per_io:.2} per I/O)", after - before);
-    s.write_all(&request(2, 0, 0)).unwrap(); // NBD_CMD_DISC
+    s.write_all(&request(CMD_DISC, 0, 0)).unwrap();
     drop(s);
     e.stop();
     e.join();

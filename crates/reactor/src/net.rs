@@ -134,11 +134,15 @@ struct SendMemory<O> {
 
 /// The reusable memory of one sender's sends (one in flight at a time): the slot, the msghdr
 /// and the iovec array, kept between sends so that later ones allocate nothing.
-pub struct SendCache<O>(SlotCache<SendMemory<O>>, RefCell<Vec<libc::iovec>>);
+pub struct SendCache<O> {
+    slot: SlotCache<SendMemory<O>>,
+    /// The iovec array of the last send, emptied and refilled by the next one.
+    iovs: RefCell<Vec<libc::iovec>>,
+}
 
 impl<O> Default for SendCache<O> {
     fn default() -> Self {
-        Self(SlotCache::new(), RefCell::new(Vec::new()))
+        Self { slot: SlotCache::new(), iovs: RefCell::new(Vec::new()) }
     }
 }
 
@@ -196,7 +200,7 @@ impl Socket {
         parts: &[(*const u8, usize)],
         owners: O,
     ) -> (std::io::Result<()>, O) {
-        let mut iovs = std::mem::take(&mut *cache.1.borrow_mut());
+        let mut iovs = std::mem::take(&mut *cache.iovs.borrow_mut());
         iovs.clear();
         iovs.extend(parts.iter().filter(|p| p.1 > 0).map(|&(p, l)| libc::iovec { iov_base: p as *mut _, iov_len: l }));
         // SAFETY: msghdr is plain data; zeroed is a valid empty header.
@@ -215,7 +219,7 @@ impl Socket {
             // SAFETY: the header is read from its place in the slot; it points at the iovec
             // array, and the iovecs at memory `owners` owns (the caller's promise).
             let (res, m) = unsafe {
-                submit(&cache.0, mem, |m| {
+                submit(&cache.slot, mem, |m| {
                     op::SendMsg::new(types::Fd(fd), &m.hdr as *const _).flags(libc::MSG_NOSIGNAL as u32).build()
                 })
             }
@@ -241,7 +245,7 @@ impl Socket {
             }
         };
         let owners = mem.owners.take().expect("owners present");
-        *cache.1.borrow_mut() = mem.iovs;
+        *cache.iovs.borrow_mut() = mem.iovs;
         (res, owners)
     }
 
