@@ -35,11 +35,14 @@ pub struct BufPoolConfig {
     pub large_count: usize,
     /// Number of 2 MiB buffers (address space only until used).
     pub jumbo_count: usize,
+    /// Bytes of heap buffers that [`BufPool::try_get`] may have outstanding when a class runs
+    /// dry; past it, `try_get` says no and the caller waits (the bdev layer's NoMem).
+    pub heap_budget: usize,
 }
 
 impl Default for BufPoolConfig {
     fn default() -> Self {
-        Self { small_count: 1024, large_count: 64, jumbo_count: 256 }
+        Self { small_count: 1024, large_count: 64, jumbo_count: 256, heap_budget: 64 << 20 }
     }
 }
 
@@ -56,6 +59,10 @@ pub struct BufPoolStats {
     pub large_free: usize,
     /// Jumbo buffers free now.
     pub jumbo_free: usize,
+    /// Bytes of heap fallbacks outstanding now.
+    pub heap_bytes: usize,
+    /// Times `try_get` refused because its class was empty and the heap budget spent.
+    pub refused: u64,
 }
 
 struct Region {
@@ -118,6 +125,9 @@ pub struct BufPool {
     classes: [Class; 3],
     pooled: Cell<u64>,
     heap_fallbacks: Cell<u64>,
+    heap_budget: usize,
+    heap_bytes: Cell<usize>,
+    refused: Cell<u64>,
 }
 
 impl BufPool {
@@ -131,6 +141,9 @@ impl BufPool {
             ],
             pooled: Cell::new(0),
             heap_fallbacks: Cell::new(0),
+            heap_budget: cfg.heap_budget,
+            heap_bytes: Cell::new(0),
+            refused: Cell::new(0),
         }))
     }
 
@@ -147,25 +160,50 @@ impl BufPool {
     /// Takes a buffer of `len` bytes (its capacity may be larger). Never fails: falls back to
     /// the heap when the smallest class that fits is empty or `len` exceeds the jumbo class.
     pub fn get(self: &Rc<Self>, len: usize) -> IoBuf {
-        if let Some(class) = self.classes.iter().position(|c| len <= c.size) {
-            let c = &self.classes[class];
-            if let Some(idx) = c.free.borrow_mut().pop() {
-                self.pooled.set(self.pooled.get() + 1);
-                // SAFETY: idx < count, so the offset stays inside the mapped region.
-                let ptr = unsafe { c.region.base.as_ptr().add(idx as usize * c.size) };
-                return IoBuf {
-                    ptr: NonNull::new(ptr).expect("region pointer is non-null"),
-                    len: len as u32,
-                    cap: c.size as u32,
-                    owner: Owner::Pool(self.clone()),
-                    idx,
-                    class: class as u8,
-                    zeroed: false,
-                };
-            }
+        match self.take_pooled(len) {
+            Some(b) => b,
+            None => self.heap_fallback(len),
         }
+    }
+
+    /// Takes a buffer of `len` bytes from its class, or from the heap while the heap budget
+    /// lasts; None when both are spent (the caller should wait for buffers to come back).
+    pub fn try_get(self: &Rc<Self>, len: usize) -> Option<IoBuf> {
+        if let Some(b) = self.take_pooled(len) {
+            return Some(b);
+        }
+        if self.heap_bytes.get() + len > self.heap_budget {
+            self.refused.set(self.refused.get() + 1);
+            return None;
+        }
+        Some(self.heap_fallback(len))
+    }
+
+    fn take_pooled(self: &Rc<Self>, len: usize) -> Option<IoBuf> {
+        let class = self.classes.iter().position(|c| len <= c.size)?;
+        let c = &self.classes[class];
+        let idx = c.free.borrow_mut().pop()?;
+        self.pooled.set(self.pooled.get() + 1);
+        // SAFETY: idx < count, so the offset stays inside the mapped region.
+        let ptr = unsafe { c.region.base.as_ptr().add(idx as usize * c.size) };
+        Some(IoBuf {
+            ptr: NonNull::new(ptr).expect("region pointer is non-null"),
+            len: len as u32,
+            cap: c.size as u32,
+            owner: Owner::Pool(self.clone()),
+            idx,
+            class: class as u8,
+            zeroed: false,
+            read_only: false,
+        })
+    }
+
+    fn heap_fallback(self: &Rc<Self>, len: usize) -> IoBuf {
         self.heap_fallbacks.set(self.heap_fallbacks.get() + 1);
-        IoBuf::heap(len)
+        let mut b = IoBuf::heap(len);
+        self.heap_bytes.set(self.heap_bytes.get() + b.capacity());
+        b.owner = Owner::PoolHeap(self.clone());
+        b
     }
 
     /// Current counters.
@@ -176,6 +214,8 @@ impl BufPool {
             small_free: self.classes[0].free.borrow().len(),
             large_free: self.classes[1].free.borrow().len(),
             jumbo_free: self.classes[2].free.borrow().len(),
+            heap_bytes: self.heap_bytes.get(),
+            refused: self.refused.get(),
         }
     }
 }
@@ -196,10 +236,19 @@ impl Lender {
 enum Owner {
     /// The global allocator, with layout `cap` at BUF_ALIGN.
     Heap,
+    /// As `Heap`, a fallback of this pool: counted against its heap budget until dropped.
+    PoolHeap(Rc<BufPool>),
     /// Slot `idx` of class `class` of this pool.
     Pool(Rc<BufPool>),
     /// Memory lent read-only for a zero-copy read (see `IoBuf::lent`), kept alive by the lender.
     Lent(#[allow(dead_code)] Rc<Lender>), // held, never read: dropping it releases the memory
+    /// Writable memory that a target registered (a VM's guest memory), kept alive by the lender.
+    External(#[allow(dead_code)] Rc<Lender>),
+    /// A read-only part of a shared buffer (a received capsule's data), which it keeps alive.
+    Slice(#[allow(dead_code)] Rc<IoBuf>),
+    /// Memory owned elsewhere whose owner outlives this view by construction (the bdev layer's
+    /// split children point into their parent's buffers).
+    View,
 }
 
 /// An owned, 4 KiB-aligned payload buffer. Dereferences to its first `len` bytes; dropping it
@@ -214,6 +263,8 @@ pub struct IoBuf {
     /// True while every byte is known to be zero (set by `mark_zeroed`, cleared by any mutable
     /// access), so that a module that must return zeroes can skip refilling.
     zeroed: bool,
+    /// Lent, slices and read-only views: writing through the buffer panics.
+    read_only: bool,
 }
 
 impl IoBuf {
@@ -225,7 +276,16 @@ impl IoBuf {
         // SAFETY: layout has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Self { ptr, len: len as u32, cap: cap as u32, owner: Owner::Heap, idx: 0, class: 0, zeroed: true }
+        Self {
+            ptr,
+            len: len as u32,
+            cap: cap as u32,
+            owner: Owner::Heap,
+            idx: 0,
+            class: 0,
+            zeroed: true,
+            read_only: false,
+        }
     }
 
     /// A read-only view of `len` bytes at `ptr` that another owner lends for a zero-copy read
@@ -237,13 +297,54 @@ impl IoBuf {
     /// `ptr` must be valid for reads of `len` bytes for as long as `lender` lives.
     pub unsafe fn lent(ptr: NonNull<u8>, len: usize, lender: Rc<Lender>) -> Self {
         assert!(len <= u32::MAX as usize, "IoBuf of {len} bytes is too large");
-        Self { ptr, len: len as u32, cap: len as u32, owner: Owner::Lent(lender), idx: 0, class: 0, zeroed: false }
+        Self::borrowed(ptr, len, Owner::Lent(lender), true)
+    }
+
+    /// A writable view of `len` bytes at `ptr` of memory that a target registered (a VM's guest
+    /// memory for vhost); `keep` keeps the mapping alive while the view exists. Its address and
+    /// length need no alignment: the bdev layer bounces what a module cannot take.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes for as long as `keep` lives, and
+    /// nothing else may access those bytes while the view is used for I/O.
+    pub unsafe fn external(ptr: NonNull<u8>, len: usize, keep: Rc<Lender>) -> Self {
+        assert!(len <= u32::MAX as usize, "IoBuf of {len} bytes is too large");
+        Self::borrowed(ptr, len, Owner::External(keep), false)
+    }
+
+    /// A read-only view of `len` bytes at `offset` of `whole`, which it keeps alive (a write
+    /// payload taken from a received capsule without a copy). Panics if out of range.
+    pub fn slice(whole: &Rc<IoBuf>, offset: usize, len: usize) -> Self {
+        assert!(offset.checked_add(len).is_some_and(|e| e <= whole.len()), "IoBuf slice out of range");
+        // SAFETY: the range lies within `whole`, which the new view keeps alive.
+        let ptr = unsafe { NonNull::new_unchecked(whole.ptr.as_ptr().add(offset)) };
+        Self::borrowed(ptr, len, Owner::Slice(whole.clone()), true)
+    }
+
+    /// A view of `len` bytes at `ptr` that owns nothing.
+    ///
+    /// # Safety
+    /// The memory must stay valid (and, if `writable`, unaliased by other writers) for as long
+    /// as the view exists.
+    pub unsafe fn view(ptr: NonNull<u8>, len: usize, writable: bool) -> Self {
+        assert!(len <= u32::MAX as usize, "IoBuf of {len} bytes is too large");
+        Self::borrowed(ptr, len, Owner::View, !writable)
+    }
+
+    fn borrowed(ptr: NonNull<u8>, len: usize, owner: Owner, read_only: bool) -> Self {
+        Self { ptr, len: len as u32, cap: len as u32, owner, idx: 0, class: 0, zeroed: false, read_only }
     }
 
     /// True for a read-only view lent by another owner (`IoBuf::lent`).
     #[inline]
     pub fn is_lent(&self) -> bool {
         matches!(self.owner, Owner::Lent(_))
+    }
+
+    /// True if writing through the buffer is not allowed (lent memory, slices, read-only views).
+    #[inline]
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     fn heap_layout(cap: usize) -> Layout {
@@ -278,7 +379,7 @@ impl IoBuf {
     /// Raw pointer to the first byte (for I/O submission); the contents count as changed.
     #[inline]
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        assert!(!self.is_lent(), "a lent IoBuf is read-only");
+        assert!(!self.read_only, "a lent IoBuf is read-only");
         self.zeroed = false;
         self.ptr.as_ptr()
     }
@@ -322,7 +423,7 @@ impl Deref for IoBuf {
 impl DerefMut for IoBuf {
     #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
-        assert!(!self.is_lent(), "a lent IoBuf is read-only");
+        assert!(!self.read_only, "a lent IoBuf is read-only");
         self.zeroed = false;
         // SAFETY: as in deref; &mut self guarantees exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len as usize) }
@@ -333,9 +434,15 @@ impl Drop for IoBuf {
     fn drop(&mut self) {
         match &self.owner {
             Owner::Pool(pool) => pool.classes[self.class as usize].free.borrow_mut().push(self.idx),
-            Owner::Lent(_) => {} // dropping the field releases the lender
+            // Dropping the field releases what keeps the memory alive.
+            Owner::Lent(_) | Owner::External(_) | Owner::Slice(_) | Owner::View => {}
             // SAFETY: allocated in `heap` with exactly this layout.
             Owner::Heap => unsafe { dealloc(self.ptr.as_ptr(), Self::heap_layout(self.cap as usize)) },
+            Owner::PoolHeap(pool) => {
+                pool.heap_bytes.set(pool.heap_bytes.get() - self.cap as usize);
+                // SAFETY: allocated in `heap` with exactly this layout.
+                unsafe { dealloc(self.ptr.as_ptr(), Self::heap_layout(self.cap as usize)) }
+            }
         }
     }
 }
@@ -352,7 +459,8 @@ mod tests {
 
     #[test]
     fn buffers_are_aligned_and_returned() {
-        let pool = BufPool::new(BufPoolConfig { small_count: 2, large_count: 1, jumbo_count: 1 }).unwrap();
+        let pool =
+            BufPool::new(BufPoolConfig { small_count: 2, large_count: 1, jumbo_count: 1, heap_budget: 0 }).unwrap();
         let a = pool.get(512);
         let b = pool.get(4096);
         let c = pool.get(100_000);
@@ -375,7 +483,8 @@ mod tests {
 
     #[test]
     fn big_requests_use_the_jumbo_class_then_the_heap() {
-        let pool = BufPool::new(BufPoolConfig { small_count: 1, large_count: 1, jumbo_count: 1 }).unwrap();
+        let pool =
+            BufPool::new(BufPoolConfig { small_count: 1, large_count: 1, jumbo_count: 1, heap_budget: 0 }).unwrap();
         let mut j = pool.get(LARGE_BUF + 4096);
         assert_eq!(j.len(), LARGE_BUF + 4096);
         assert_eq!(j.capacity(), JUMBO_BUF);
@@ -446,5 +555,57 @@ mod tests {
         buf.set_len(100);
         assert_eq!(buf.len(), 100);
         assert!(buf.iter().all(|&b| b == 0xa5));
+    }
+
+    #[test]
+    fn try_get_refuses_past_the_heap_budget_and_counts() {
+        let pool =
+            BufPool::new(BufPoolConfig { small_count: 1, large_count: 0, jumbo_count: 0, heap_budget: 8192 }).unwrap();
+        let a = pool.try_get(4096).expect("from the class");
+        let b = pool.try_get(4096).expect("heap, within budget");
+        let c = pool.try_get(4096).expect("heap, budget exactly spent");
+        assert_eq!(pool.stats().heap_bytes, 8192);
+        assert!(pool.try_get(512).is_none(), "budget spent: refused");
+        assert_eq!(pool.stats().refused, 1);
+        drop(b);
+        assert_eq!(pool.stats().heap_bytes, 4096, "a dropped fallback gives its bytes back");
+        let d = pool.try_get(4096).expect("room again");
+        drop((a, c, d));
+        let s = pool.stats();
+        assert_eq!((s.small_free, s.heap_bytes), (1, 0));
+    }
+
+    #[test]
+    fn external_memory_is_writable_and_kept_alive() {
+        let owner = Rc::new(RefCell::new(vec![0u8; 64]));
+        let ptr = NonNull::new(owner.borrow_mut().as_mut_ptr()).unwrap();
+        // SAFETY: the view covers the vector's 64 bytes, which `keep` keeps alive; nothing else
+        // touches them while the view is used.
+        let mut v = unsafe { IoBuf::external(ptr, 64, Rc::new(Lender::new(owner.clone()))) };
+        assert!(!v.is_read_only() && !v.is_lent());
+        v[3] = 9;
+        assert_eq!(Rc::strong_count(&owner), 2);
+        drop(v);
+        assert_eq!(Rc::strong_count(&owner), 1);
+        assert_eq!(owner.borrow()[3], 9);
+    }
+
+    #[test]
+    fn slices_are_read_only_and_keep_their_buffer() {
+        let mut whole = IoBuf::heap(8192);
+        whole[4096..].fill(7);
+        let whole = Rc::new(whole);
+        let s = IoBuf::slice(&whole, 4096, 100);
+        assert!(s.is_read_only());
+        assert!(s.iter().all(|&b| b == 7) && s.len() == 100);
+        drop(whole);
+        assert_eq!(s[99], 7, "the slice keeps the buffer alive");
+        let mut s = s;
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s[0] = 1)).is_err());
+        let w = Rc::new(IoBuf::heap(10));
+        assert!(
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| IoBuf::slice(&w, 5, 6))).is_err(),
+            "out of range"
+        );
     }
 }

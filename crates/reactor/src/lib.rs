@@ -14,6 +14,6 @@ pub mod tsc;
 pub use async_task::Task;
 pub use buf::{BufPool, BufPoolConfig, IoBuf, Lender};
 pub use reactor::{
-    after, alloc_buf, buf_pool, current, engine, register_poller, sleep, spawn_local, try_with_ring, unregister_poller,
-    with_ring, Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,
+    after, alloc_buf, buf_pool, current, engine, register_poller, sleep, spawn_local, try_alloc_buf, try_with_ring,
+    unregister_poller, with_ring, Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,
 };

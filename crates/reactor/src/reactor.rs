@@ -677,3 +677,13 @@ pub fn alloc_buf(len: usize) -> IoBuf {
         None => IoBuf::heap(len),
     }
 }
+
+/// A payload buffer from the calling reactor's pool, or from the heap while the pool's heap
+/// budget lasts; None when both are spent (the bdev layer then answers NoMem and retries).
+/// Off-reactor it always gives a heap buffer.
+pub fn try_alloc_buf(len: usize) -> Option<IoBuf> {
+    match buf_pool() {
+        Some(p) => p.try_get(len),
+        None => Some(IoBuf::heap(len)),
+    }
+}
