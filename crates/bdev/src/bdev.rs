@@ -22,6 +22,8 @@ pub enum BdevError {
     Removing(String),
     /// An operating-system error (file missing, permission, ...).
     Os(String),
+    /// Not enough memory.
+    NoMemory(String),
 }
 
 impl std::fmt::Display for BdevError {
@@ -29,7 +31,7 @@ impl std::fmt::Display for BdevError {
         match self {
             BdevError::NotFound(n) => write!(f, "bdev {n} not found"),
             BdevError::Exists(n) => write!(f, "bdev {n} already exists"),
-            BdevError::Invalid(m) | BdevError::Os(m) => f.write_str(m),
+            BdevError::Invalid(m) | BdevError::Os(m) | BdevError::NoMemory(m) => f.write_str(m),
             BdevError::Claimed(m) => f.write_str(m),
             BdevError::Removing(n) => write!(f, "bdev {n} is being removed"),
         }
@@ -48,6 +50,7 @@ impl BdevError {
             BdevError::Claimed(_) => libc::EPERM,
             BdevError::Removing(_) => libc::EBUSY,
             BdevError::Os(_) => libc::EIO,
+            BdevError::NoMemory(_) => libc::ENOMEM,
         }
     }
 }
@@ -62,18 +65,106 @@ pub trait BackendChannel {
     fn lends_reads(&self) -> bool {
         false
     }
+    /// Aborts the requests the module holds that `named` picks (an abort request of a caller),
+    /// completing each with `IoStatus::Aborted`; returns how many. Modules that hold no request
+    /// they could stop (the I/O is already with a device) keep the default.
+    fn abort(&mut self, named: &dyn Fn(&BdevIo) -> bool) -> usize {
+        let _ = named;
+        0
+    }
 }
 
 /// What a bdev module implements for each bdev it creates.
 pub trait BdevBackend: Send + Sync + 'static {
     /// Makes this core's channel. Called on the core that will submit through it.
     fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError>;
+    /// True if the module lends its memory for zero-copy reads (`zcopy` in `bdev_get_bdevs`).
+    fn zcopy(&self) -> bool {
+        false
+    }
     /// The `driver_specific` object of `bdev_get_bdevs`.
     fn driver_specific(&self) -> Value {
         Value::Object(Default::default())
     }
     /// The `{"method":..,"params":..}` entry that recreates this bdev in a saved config.
     fn config_entry(&self, bdev: &Bdev) -> Option<Value>;
+}
+
+/// What a module can take in one request; the bdev layer splits and bounces requests to fit, so
+/// callers never have to. Zero means "no limit" for every count and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes per physical block (0: the logical block size).
+    pub physical_block_size: u32,
+    /// Required alignment, in bytes, of every segment's address and length (1: none). Requests
+    /// whose segments break it are bounced through an aligned buffer.
+    pub buf_align: u32,
+    /// Optimal I/O boundary in blocks (0: none).
+    pub optimal_io_boundary: u32,
+    /// Split reads and writes that cross the optimal I/O boundary.
+    pub split_on_optimal_io_boundary: bool,
+    /// Most blocks per read or write.
+    pub max_io_blocks: u32,
+    /// Most payload segments per request.
+    pub max_segments: u32,
+    /// Most bytes per segment (a multiple of the block size).
+    pub max_segment_size: u32,
+    /// Most blocks per unmap.
+    pub max_unmap_blocks: u64,
+    /// Most blocks per write-zeroes.
+    pub max_write_zeroes_blocks: u64,
+    /// Blocks written atomically (0 or 1: one block).
+    pub atomic_write_unit: u32,
+    /// The bdev has a volatile write cache (flush makes writes durable).
+    pub write_cache: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            physical_block_size: 0,
+            buf_align: 1,
+            optimal_io_boundary: 0,
+            split_on_optimal_io_boundary: false,
+            max_io_blocks: 0,
+            max_segments: 0,
+            max_segment_size: 0,
+            max_unmap_blocks: 0,
+            max_write_zeroes_blocks: 0,
+            atomic_write_unit: 0,
+            write_cache: false,
+        }
+    }
+}
+
+impl Limits {
+    /// True if a read or write may need fitting (alignment, boundary, size or segment limits).
+    pub(crate) fn shape_payload(&self) -> bool {
+        self.buf_align > 1
+            || (self.split_on_optimal_io_boundary && self.optimal_io_boundary > 0)
+            || self.max_io_blocks > 0
+            || self.max_segments > 0
+            || self.max_segment_size > 0
+    }
+
+    fn check(&self, block_size: u32) -> Result<(), BdevError> {
+        let pbs = self.physical_block_size;
+        if pbs != 0 && (pbs < block_size || !pbs.is_multiple_of(block_size)) {
+            return Err(BdevError::Invalid(format!(
+                "physical_block_size {pbs} must be a multiple of the block size {block_size}"
+            )));
+        }
+        if !self.buf_align.is_power_of_two() || self.buf_align > 65536 {
+            return Err(BdevError::Invalid(format!("buffer alignment {} must be a power of two", self.buf_align)));
+        }
+        if self.max_segment_size != 0 && !self.max_segment_size.is_multiple_of(block_size) {
+            return Err(BdevError::Invalid(format!(
+                "max_segment_size {} must be a multiple of the block size {block_size}",
+                self.max_segment_size
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Properties a module gives when it registers a bdev.
@@ -85,7 +176,7 @@ pub struct BdevProps {
     pub aliases: Vec<String>,
     /// Stable identity; random when not given.
     pub uuid: Option<uuid::Uuid>,
-    /// Bytes per block (a power of two, 512 to 64 KiB).
+    /// Bytes per block (a multiple of 512, from 512 to 64 KiB).
     pub block_size: u32,
     /// Number of blocks.
     pub num_blocks: u64,
@@ -95,6 +186,8 @@ pub struct BdevProps {
     pub module: &'static str,
     /// I/O types the module serves.
     pub io_types: IoTypes,
+    /// What one request may be.
+    pub limits: Limits,
 }
 
 pub(crate) struct BdevShared {
@@ -107,9 +200,14 @@ pub(crate) struct BdevShared {
     pub(crate) product_name: &'static str,
     pub(crate) module: &'static str,
     pub(crate) io_types: IoTypes,
+    pub(crate) limits: Limits,
     pub(crate) backend: Arc<dyn BdevBackend>,
     pub(crate) removing: AtomicBool,
     pub(crate) state: Mutex<OpenState>,
+    /// LBA ranges locked by compare-and-writes (see `compare`), and how many.
+    pub(crate) locks: Mutex<Vec<crate::compare::LockedRange>>,
+    pub(crate) lock_count: std::sync::atomic::AtomicU32,
+    pub(crate) next_lock: AtomicU64,
 }
 
 /// Who has the bdev open, who claims it, and who waits for its removal.
@@ -157,9 +255,28 @@ impl Bdev {
     pub fn module(&self) -> &'static str {
         self.0.module
     }
-    /// True if the bdev serves `t`.
+    /// True if the bdev serves `t`: its module does, or the bdev layer does it for the module
+    /// (reset and abort always; compare and compare-and-write from reads and writes).
     pub fn supports(&self, t: IoType) -> bool {
-        self.0.io_types.contains(t)
+        let m = self.0.io_types;
+        m.contains(t)
+            || match t {
+                IoType::Reset | IoType::Abort => true,
+                IoType::Compare => m.contains(IoType::Read),
+                IoType::CompareAndWrite => m.contains(IoType::Read) && m.contains(IoType::Write),
+                _ => false,
+            }
+    }
+    /// What one request may be.
+    pub fn limits(&self) -> &Limits {
+        &self.0.limits
+    }
+    /// Bytes per physical block.
+    pub fn physical_block_size(&self) -> u32 {
+        match self.0.limits.physical_block_size {
+            0 => self.0.block_size,
+            p => p,
+        }
     }
     /// Internal identity (unique for the life of the process).
     pub fn id(&self) -> u64 {
@@ -196,24 +313,51 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 struct Registry {
     by_name: BTreeMap<String, Bdev>,
     aliases: BTreeMap<String, String>,
+    /// Ids in registration order (SPDK lists bdevs in creation order).
+    order: Vec<(u64, String)>,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry { by_name: BTreeMap::new(), aliases: BTreeMap::new() });
+static REGISTRY: Mutex<Registry> =
+    Mutex::new(Registry { by_name: BTreeMap::new(), aliases: BTreeMap::new(), order: Vec::new() });
 
 fn registry() -> MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Largest bdev, in bytes: 2^63 - 1 would overflow signed 64-bit sizes in clients (nbdinfo
+/// showed a 2^63-byte null bdev as negative), so stop one exabyte-scale step below: 2^62.
+pub const MAX_BDEV_BYTES: u64 = 1 << 62;
+
 /// Checks the properties shared by every module's create call.
 pub fn check_geometry(block_size: u32, num_blocks: u64) -> Result<(), BdevError> {
-    if !(512..=65536).contains(&block_size) || !block_size.is_power_of_two() {
-        return Err(BdevError::Invalid(format!("block_size {block_size} must be a power of two from 512 to 65536")));
+    if !(512..=65536).contains(&block_size) || !block_size.is_multiple_of(512) {
+        return Err(BdevError::Invalid(format!("block_size {block_size} must be a multiple of 512 from 512 to 65536")));
     }
     if num_blocks == 0 {
         return Err(BdevError::Invalid("num_blocks must be greater than 0".into()));
     }
-    if num_blocks.checked_mul(block_size as u64).is_none() {
-        return Err(BdevError::Invalid(format!("size of {num_blocks} blocks of {block_size} bytes overflows")));
+    match num_blocks.checked_mul(block_size as u64) {
+        Some(n) if n <= MAX_BDEV_BYTES => Ok(()),
+        _ => Err(BdevError::Invalid(format!(
+            "{num_blocks} blocks of {block_size} bytes exceed the largest bdev ({MAX_BDEV_BYTES} bytes)"
+        ))),
+    }
+}
+
+/// Checks a bdev name or alias: not empty, at most 255 bytes, no control characters (they would
+/// go raw into logs), and not a UUID (SPDK refuses those: the UUID would then find the wrong bdev).
+pub fn check_name(name: &str) -> Result<(), BdevError> {
+    if name.is_empty() {
+        return Err(BdevError::Invalid("bdev name must not be empty".into()));
+    }
+    if name.len() > 255 {
+        return Err(BdevError::Invalid("bdev name is longer than 255 bytes".into()));
+    }
+    if name.chars().any(|c| c.is_control()) {
+        return Err(BdevError::Invalid(format!("bdev name {name:?} contains control characters")));
+    }
+    if uuid::Uuid::parse_str(name).is_ok() {
+        return Err(BdevError::Invalid(format!("bdev name {name} is a UUID; UUIDs name bdevs by their uuid only")));
     }
     Ok(())
 }
@@ -221,9 +365,11 @@ pub fn check_geometry(block_size: u32, num_blocks: u64) -> Result<(), BdevError>
 /// Registers a bdev made by a module.
 pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev, BdevError> {
     check_geometry(props.block_size, props.num_blocks)?;
-    if props.name.is_empty() {
-        return Err(BdevError::Invalid("bdev name must not be empty".into()));
+    check_name(&props.name)?;
+    for a in &props.aliases {
+        check_name(a)?;
     }
+    props.limits.check(props.block_size)?;
     let mut reg = registry();
     for n in std::iter::once(&props.name).chain(props.aliases.iter()) {
         if reg.by_name.contains_key(n) || reg.aliases.contains_key(n) {
@@ -244,14 +390,19 @@ pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev,
         product_name: props.product_name,
         module: props.module,
         io_types: props.io_types,
+        limits: props.limits,
         backend,
         removing: AtomicBool::new(false),
         state: Mutex::new(OpenState::default()),
+        locks: Mutex::new(Vec::new()),
+        lock_count: Default::default(),
+        next_lock: AtomicU64::new(1),
     }));
     for a in &props.aliases {
         reg.aliases.insert(a.clone(), props.name.clone());
     }
     reg.by_name.insert(props.name.clone(), bdev.clone());
+    reg.order.push((bdev.id(), props.name.clone()));
     log::info!("registered bdev {} ({}, {} x {} B)", props.name, props.module, props.num_blocks, props.block_size);
     Ok(bdev)
 }
@@ -265,12 +416,14 @@ pub fn lookup(name: &str) -> Option<Bdev> {
     if let Some(n) = reg.aliases.get(name) {
         return reg.by_name.get(n).cloned();
     }
-    reg.by_name.values().find(|b| b.uuid().to_string() == name).cloned()
+    let uuid = uuid::Uuid::parse_str(name).ok()?;
+    reg.by_name.values().find(|b| b.uuid() == uuid).cloned()
 }
 
-/// Every registered bdev, by name.
+/// Every registered bdev, in registration order.
 pub fn list() -> Vec<Bdev> {
-    registry().by_name.values().cloned().collect()
+    let reg = registry();
+    reg.order.iter().filter_map(|(_, n)| reg.by_name.get(n).cloned()).collect()
 }
 
 /// Starts deleting a bdev: it leaves the registry (its name is free again at once), new I/O on it
@@ -286,6 +439,7 @@ pub fn unregister(name: &str, module: Option<&str>) -> Result<ferrite_reactor::o
             }
         }
         reg.by_name.remove(name);
+        reg.order.retain(|(id, _)| *id != bdev.id());
         for a in &bdev.0.aliases {
             reg.aliases.remove(a);
         }

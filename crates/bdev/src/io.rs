@@ -1,10 +1,18 @@
-//! I/O requests, their statuses, and how completions reach the caller.
+//! I/O requests, their statuses, and how they travel.
+//!
+//! A request lives in one `IoState`, taken from a per-thread cache at submission and handed by
+//! pointer from hop to hop (caller, channel, module, deferred queue, completion, caller) as
+//! SPDK hands its `bdev_io`: no copy of the request per hop and no allocation in steady state.
+//! Modules see it as a [`BdevIo`]; callers get it back as a [`Completed`], whose drop returns the
+//! state to the cache.
 
 use crate::channel::ChannelInner;
 use ferrite_reactor::IoBuf;
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
 use std::rc::Rc;
 
 /// Kinds of I/O a bdev may support.
@@ -21,15 +29,46 @@ pub enum IoType {
     Unmap = 3,
     /// Write zeroes without a payload.
     WriteZeroes = 4,
-    /// Wait until every request submitted earlier on the same channel has completed (handled
-    /// by the bdev layer; it never reaches a module).
+    /// Wait until every request submitted earlier on the same channel has completed, then
+    /// reach the module (which may reset its device).
     Reset = 5,
+    /// Compare the blocks with the request's buffers (Miscompare if they differ).
+    Compare = 6,
+    /// Compare with `IoAux::Compare`, and if equal write the request's buffers, atomically
+    /// against every other write through the bdev layer.
+    CompareAndWrite = 7,
+    /// Abort the outstanding request named by `IoAux::Abort`.
+    Abort = 8,
+    /// Copy `num_blocks` from `IoAux::CopyFrom` to `offset_blocks` inside the bdev.
+    Copy = 9,
+    /// NVMe I/O command passthrough (`IoAux::Nvme`).
+    NvmeIo = 10,
+    /// NVMe admin command passthrough (`IoAux::Nvme`).
+    NvmeAdmin = 11,
+    /// The first block at or after `offset_blocks` that is not allocated (`IoState::result`).
+    SeekHole = 12,
+    /// The first block at or after `offset_blocks` that is allocated (`IoState::result`).
+    SeekData = 13,
 }
 
 impl IoType {
     /// Every I/O type, in bit order.
-    pub const ALL: [IoType; 6] =
-        [IoType::Read, IoType::Write, IoType::Flush, IoType::Unmap, IoType::WriteZeroes, IoType::Reset];
+    pub const ALL: [IoType; 14] = [
+        IoType::Read,
+        IoType::Write,
+        IoType::Flush,
+        IoType::Unmap,
+        IoType::WriteZeroes,
+        IoType::Reset,
+        IoType::Compare,
+        IoType::CompareAndWrite,
+        IoType::Abort,
+        IoType::Copy,
+        IoType::NvmeIo,
+        IoType::NvmeAdmin,
+        IoType::SeekHole,
+        IoType::SeekData,
+    ];
 
     /// SPDK's name of the type (keys of `supported_io_types`).
     pub fn name(self) -> &'static str {
@@ -40,30 +79,83 @@ impl IoType {
             IoType::Unmap => "unmap",
             IoType::WriteZeroes => "write_zeroes",
             IoType::Reset => "reset",
+            IoType::Compare => "compare",
+            IoType::CompareAndWrite => "compare_and_write",
+            IoType::Abort => "abort",
+            IoType::Copy => "copy",
+            IoType::NvmeIo => "nvme_io",
+            IoType::NvmeAdmin => "nvme_admin",
+            IoType::SeekHole => "seek_hole",
+            IoType::SeekData => "seek_data",
         }
     }
 
-    /// True for the types that carry a payload.
+    /// True for the types whose `bufs` carry block data (`num_blocks × block size` bytes).
     #[inline]
     pub fn has_payload(self) -> bool {
-        matches!(self, IoType::Read | IoType::Write)
+        matches!(self, IoType::Read | IoType::Write | IoType::Compare | IoType::CompareAndWrite)
+    }
+
+    /// True for the types that change blocks.
+    #[inline]
+    pub fn writes(self) -> bool {
+        matches!(self, IoType::Write | IoType::Unmap | IoType::WriteZeroes | IoType::CompareAndWrite | IoType::Copy)
+    }
+
+    /// True for the types that name a block range checked against the bdev's size.
+    #[inline]
+    pub fn has_range(self) -> bool {
+        !matches!(self, IoType::Reset | IoType::Abort | IoType::NvmeIo | IoType::NvmeAdmin | IoType::Flush)
     }
 }
 
 /// A set of I/O types, as a bit mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct IoTypes(pub u8);
+pub struct IoTypes(pub u16);
 
 impl IoTypes {
     /// Builds a set from a list.
-    pub fn of(types: &[IoType]) -> Self {
-        Self(types.iter().fold(0, |m, t| m | (1 << *t as u8)))
+    pub const fn of(types: &[IoType]) -> Self {
+        let mut m = 0u16;
+        let mut i = 0;
+        while i < types.len() {
+            m |= 1 << types[i] as u8;
+            i += 1;
+        }
+        Self(m)
     }
 
     /// True if `t` is in the set.
     #[inline]
     pub fn contains(self, t: IoType) -> bool {
         self.0 & (1 << t as u8) != 0
+    }
+
+    /// The set with `t` added.
+    pub const fn with(self, t: IoType) -> Self {
+        Self(self.0 | (1 << t as u8))
+    }
+
+    /// The set with `t` removed.
+    pub const fn without(self, t: IoType) -> Self {
+        Self(self.0 & !(1 << t as u8))
+    }
+}
+
+/// Per-request flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoFlags(pub u8);
+
+impl IoFlags {
+    /// No flags.
+    pub const NONE: IoFlags = IoFlags(0);
+    /// Forced unit access: the write is durable when it completes.
+    pub const FUA: IoFlags = IoFlags(1);
+
+    /// True if every flag of `f` is set.
+    #[inline]
+    pub fn contains(self, f: IoFlags) -> bool {
+        self.0 & f.0 == f.0
     }
 }
 
@@ -74,7 +166,7 @@ pub enum IoStatus {
     Success,
     /// The range is beyond the end of the bdev (or zero-length).
     OutOfRange,
-    /// The payload does not match the block count or block size.
+    /// The payload does not match the block count, or breaks the bdev's declared alignment.
     Misaligned,
     /// The bdev does not support this I/O type.
     Unsupported,
@@ -82,6 +174,31 @@ pub enum IoStatus {
     Removed,
     /// The module failed the I/O with this errno.
     Failed(i32),
+    /// The module (or the layer) is out of a resource for now. Modules answer it; the bdev layer
+    /// never hands it to a caller: it queues the request and retries it when resources free.
+    NoMem,
+    /// Aborted before it finished (by an abort request, a timeout's callback, or teardown).
+    Aborted,
+    /// A compare found different data.
+    Miscompare,
+    /// Did not finish within the descriptor's timeout (and was aborted).
+    TimedOut,
+    /// An NVMe status from an NVMe device or passthrough command, carried unchanged.
+    Nvme {
+        /// Status code type.
+        sct: u8,
+        /// Status code.
+        sc: u8,
+    },
+    /// SCSI sense from a SCSI device, carried unchanged.
+    Scsi {
+        /// Sense key.
+        key: u8,
+        /// Additional sense code.
+        asc: u8,
+        /// Additional sense code qualifier.
+        ascq: u8,
+    },
 }
 
 impl IoStatus {
@@ -89,6 +206,22 @@ impl IoStatus {
     #[inline]
     pub fn is_ok(self) -> bool {
         self == IoStatus::Success
+    }
+
+    /// An errno for transports that only speak errno (NBD, FUSE): 0 for success.
+    pub fn errno(self) -> i32 {
+        match self {
+            IoStatus::Success => 0,
+            IoStatus::OutOfRange | IoStatus::Misaligned => libc::EINVAL,
+            IoStatus::Unsupported => libc::EOPNOTSUPP,
+            IoStatus::Removed => libc::ESHUTDOWN,
+            IoStatus::Failed(e) => e,
+            IoStatus::NoMem => libc::ENOMEM,
+            IoStatus::Aborted => libc::ECANCELED,
+            IoStatus::Miscompare => libc::EILSEQ,
+            IoStatus::TimedOut => libc::ETIMEDOUT,
+            IoStatus::Nvme { .. } | IoStatus::Scsi { .. } => libc::EIO,
+        }
     }
 }
 
@@ -101,30 +234,82 @@ impl std::fmt::Display for IoStatus {
             IoStatus::Unsupported => f.write_str("I/O type not supported by the bdev"),
             IoStatus::Removed => f.write_str("bdev is being removed"),
             IoStatus::Failed(e) => write!(f, "failed: {}", std::io::Error::from_raw_os_error(*e)),
+            IoStatus::NoMem => f.write_str("out of resources"),
+            IoStatus::Aborted => f.write_str("aborted"),
+            IoStatus::Miscompare => f.write_str("compare found different data"),
+            IoStatus::TimedOut => f.write_str("timed out"),
+            IoStatus::Nvme { sct, sc } => write!(f, "NVMe status sct {sct:#x} sc {sc:#x}"),
+            IoStatus::Scsi { key, asc, ascq } => write!(f, "SCSI sense {key:#x}/{asc:#x}/{ascq:#x}"),
         }
     }
 }
 
-/// Payload buffers of a request (inline for the common single-buffer case).
-pub type IoBufs = SmallVec<[IoBuf; 1]>;
+/// Payload segments of a request (inline for up to two).
+pub type IoBufs = SmallVec<[IoBuf; 2]>;
+
+/// A 64-byte NVMe submission queue entry, for passthrough.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NvmeCmd(pub [u32; 16]);
+
+/// Arguments that only some I/O types have.
+#[derive(Debug, Default)]
+pub enum IoAux {
+    /// None.
+    #[default]
+    None,
+    /// Compare-and-write: the data to compare with (`bufs` holds the data to write).
+    Compare(IoBufs),
+    /// Copy: the first source block.
+    CopyFrom(u64),
+    /// Abort: the request to abort, named by its completer (`Rc::as_ptr` address) and tag.
+    Abort {
+        /// Address of the completer the request was submitted with.
+        completer: usize,
+        /// Its tag.
+        tag: u64,
+    },
+    /// NVMe passthrough: the command.
+    Nvme(Box<NvmeCmd>),
+}
 
 /// What a caller asks of a bdev.
 #[derive(Debug)]
 pub struct IoRequest {
     /// The operation.
     pub io_type: IoType,
+    /// Flags (FUA).
+    pub flags: IoFlags,
     /// First block.
     pub offset_blocks: u64,
     /// Number of blocks.
     pub num_blocks: u64,
-    /// Payload for reads and writes, in order; total length = num_blocks × block size.
+    /// Payload segments, in order: a scatter-gather list whose total length is
+    /// `num_blocks × block size`. Segments may be pool buffers, slices of a shared buffer, lent
+    /// or external memory (see `IoBuf`); their lengths need not be block multiples.
     pub bufs: IoBufs,
+    /// Separate metadata (DIX), when the bdev has it; none today.
+    pub md: Option<IoBuf>,
+    /// Type-specific arguments.
+    pub aux: IoAux,
 }
 
 impl IoRequest {
+    /// A request of any type, without payload or flags.
+    pub fn new(io_type: IoType, offset_blocks: u64, num_blocks: u64) -> Self {
+        Self {
+            io_type,
+            flags: IoFlags::NONE,
+            offset_blocks,
+            num_blocks,
+            bufs: IoBufs::new(),
+            md: None,
+            aux: IoAux::None,
+        }
+    }
+
     /// A read of `num_blocks` at `offset_blocks` into `buf`.
     pub fn read(offset_blocks: u64, num_blocks: u64, buf: IoBuf) -> Self {
-        Self { io_type: IoType::Read, offset_blocks, num_blocks, bufs: smallvec::smallvec![buf] }
+        Self::new(IoType::Read, offset_blocks, num_blocks).with_buf(buf)
     }
 
     /// A zero-copy read of `num_blocks` at `offset_blocks`: the request carries no buffer, and
@@ -134,7 +319,7 @@ impl IoRequest {
     /// bdev's live memory: a write that lands while the caller still holds it shows through,
     /// as it would for a read racing that write.
     pub fn read_zcopy(offset_blocks: u64, num_blocks: u64) -> Self {
-        Self { io_type: IoType::Read, offset_blocks, num_blocks, bufs: IoBufs::new() }
+        Self::new(IoType::Read, offset_blocks, num_blocks)
     }
 
     /// True for a zero-copy read (a read without buffers; see `read_zcopy`).
@@ -145,12 +330,50 @@ impl IoRequest {
 
     /// A write of `num_blocks` at `offset_blocks` from `buf`.
     pub fn write(offset_blocks: u64, num_blocks: u64, buf: IoBuf) -> Self {
-        Self { io_type: IoType::Write, offset_blocks, num_blocks, bufs: smallvec::smallvec![buf] }
+        Self::new(IoType::Write, offset_blocks, num_blocks).with_buf(buf)
     }
 
-    /// A request without payload (flush, unmap, write zeroes, reset).
+    /// A request without payload (flush, unmap, write zeroes, reset, seek).
     pub fn no_payload(io_type: IoType, offset_blocks: u64, num_blocks: u64) -> Self {
-        Self { io_type, offset_blocks, num_blocks, bufs: IoBufs::new() }
+        Self::new(io_type, offset_blocks, num_blocks)
+    }
+
+    /// A compare of `num_blocks` at `offset_blocks` with `buf`.
+    pub fn compare(offset_blocks: u64, num_blocks: u64, buf: IoBuf) -> Self {
+        Self::new(IoType::Compare, offset_blocks, num_blocks).with_buf(buf)
+    }
+
+    /// Compare `num_blocks` at `offset_blocks` with `cmp`, and if equal write `data` there.
+    pub fn compare_and_write(offset_blocks: u64, num_blocks: u64, cmp: IoBuf, data: IoBuf) -> Self {
+        let mut r = Self::new(IoType::CompareAndWrite, offset_blocks, num_blocks).with_buf(data);
+        r.aux = IoAux::Compare(smallvec::smallvec![cmp]);
+        r
+    }
+
+    /// Copy `num_blocks` from `src_blocks` to `dst_blocks`.
+    pub fn copy(dst_blocks: u64, src_blocks: u64, num_blocks: u64) -> Self {
+        let mut r = Self::new(IoType::Copy, dst_blocks, num_blocks);
+        r.aux = IoAux::CopyFrom(src_blocks);
+        r
+    }
+
+    /// Abort the request submitted on the same channel with `completer` and `tag`.
+    pub fn abort<C: IoCompleter + ?Sized>(completer: &Rc<C>, tag: u64) -> Self {
+        let mut r = Self::new(IoType::Abort, 0, 0);
+        r.aux = IoAux::Abort { completer: Rc::as_ptr(completer) as *const () as usize, tag };
+        r
+    }
+
+    /// Adds a payload segment.
+    pub fn with_buf(mut self, buf: IoBuf) -> Self {
+        self.bufs.push(buf);
+        self
+    }
+
+    /// Sets flags.
+    pub fn with_flags(mut self, flags: IoFlags) -> Self {
+        self.flags = flags;
+        self
     }
 
     /// Total payload length in bytes.
@@ -160,77 +383,301 @@ impl IoRequest {
     }
 }
 
-/// A finished request handed back to its caller.
-#[derive(Debug)]
-pub struct Completed {
-    /// Outcome.
-    pub status: IoStatus,
-    /// The request, with its buffers (filled, for a successful read).
-    pub req: IoRequest,
-    /// Ticks from submission to completion (see `ferrite_reactor::tsc`).
-    pub latency_ticks: u64,
-}
-
 /// Receives completions. Called on the core that submitted, never from inside `submit`.
 pub trait IoCompleter {
     /// The request submitted with `tag` is done.
     fn io_done(&self, tag: u64, io: Completed);
 }
 
-/// A request in flight inside the bdev layer and its module.
-pub struct BdevIo {
-    /// The request.
-    pub req: IoRequest,
-    pub(crate) ch: Rc<ChannelInner>,
-    pub(crate) done: Rc<dyn IoCompleter>,
-    pub(crate) tag: u64,
-    pub(crate) submit_tick: u64,
-    /// True once handed to the module (counted in the channel's in-flight requests).
-    pub(crate) counted: bool,
+/// Where a request goes when it completes.
+pub(crate) enum Done {
+    /// Nowhere (a state in the cache).
+    None,
+    /// To the caller's completer.
+    Caller(Rc<dyn IoCompleter>, u64),
+    /// To the module of a virtual bdev that submitted it on behalf of `parent`.
+    Parent(BdevIo, fn(BdevIo, Completed)),
+    /// To the split of a larger request (see `fit`).
+    Split(Rc<crate::fit::SplitState>),
 }
 
-impl BdevIo {
+/// Bytes of per-I/O scratch a module may use, as `IoState::ctx`.
+pub const MODULE_CTX_BYTES: usize = 64;
+
+/// A request with everything that travels with it.
+pub struct IoState {
+    /// The request.
+    pub req: IoRequest,
+    /// Outcome, once completed.
+    pub status: IoStatus,
+    /// Ticks from submission to completion, once completed (see `ferrite_reactor::tsc`).
+    pub latency_ticks: u64,
+    /// A result besides the status: the block found by a seek, an NVMe command's dword 0.
+    pub result: u64,
+    /// The module's per-I/O context: scratch space that travels with the request, so that no
+    /// module keeps a table keyed by tag. Uninterpreted by the layer; not cleared between uses.
+    pub ctx: [u64; MODULE_CTX_BYTES / 8],
+    pub(crate) ch: Option<Rc<ChannelInner>>,
+    pub(crate) done: Done,
+    pub(crate) submit_tick: u64,
+    /// The channel epoch it was handed to the module in (see `channel::Epochs`).
+    pub(crate) epoch: u64,
+    /// True while it is with the module (counted in the channel's epochs).
+    pub(crate) counted: bool,
+    /// The layer already split or bounced it: a retry after NoMem goes straight to the module.
+    pub(crate) fitted: bool,
+    /// The caller's segments while a bounce buffer stands in for them.
+    pub(crate) bounced: Option<IoBufs>,
+    /// A write of a compare-and-write, which holds the range lock it would otherwise wait for.
+    pub(crate) lock_bypass: bool,
+}
+
+thread_local! {
+    /// Boxed on purpose: a state's address is what travels (and what io_uring carries).
+    #[allow(clippy::vec_box)]
+    static CACHE: RefCell<Vec<Box<IoState>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Most states a thread keeps for reuse.
+const CACHE_MAX: usize = 4096;
+
+fn take_state(req: IoRequest, done: Done, ch: Option<Rc<ChannelInner>>, submit_tick: u64) -> Box<IoState> {
+    match CACHE.with(|c| c.borrow_mut().pop()) {
+        Some(mut s) => {
+            s.req = req;
+            s.status = IoStatus::Success;
+            s.latency_ticks = 0;
+            s.result = 0;
+            s.ch = ch;
+            s.done = done;
+            s.submit_tick = submit_tick;
+            s.counted = false;
+            s.fitted = false;
+            s.lock_bypass = false;
+            s
+        }
+        None => Box::new(IoState {
+            req,
+            status: IoStatus::Success,
+            latency_ticks: 0,
+            result: 0,
+            ctx: [0; MODULE_CTX_BYTES / 8],
+            ch,
+            done,
+            submit_tick,
+            epoch: 0,
+            counted: false,
+            fitted: false,
+            bounced: None,
+            lock_bypass: false,
+        }),
+    }
+}
+
+fn recycle(mut s: Box<IoState>) {
+    // Drop what the state still holds before caching it (buffers go back to their pools).
+    s.req.bufs.clear();
+    s.req.md = None;
+    s.req.aux = IoAux::None;
+    s.ch = None;
+    s.done = Done::None;
+    s.bounced = None;
+    let _ = CACHE.try_with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() < CACHE_MAX {
+            c.push(s);
+        }
+    });
+}
+
+/// A request in flight inside the bdev layer and its module. Dereferences to its [`IoState`].
+pub struct BdevIo(ManuallyDrop<Box<IoState>>);
+
+/// A finished request handed back to its caller: status, latency and the request with its
+/// buffers (filled, for a successful read). Dereferences to its [`IoState`]; dropping it recycles
+/// the state (and drops the buffers still in it).
+pub struct Completed(ManuallyDrop<Box<IoState>>);
+
+impl Deref for BdevIo {
+    type Target = IoState;
+    #[inline]
+    fn deref(&self) -> &IoState {
+        &self.0
+    }
+}
+
+impl DerefMut for BdevIo {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut IoState {
+        &mut self.0
+    }
+}
+
+impl Deref for Completed {
+    type Target = IoState;
+    #[inline]
+    fn deref(&self) -> &IoState {
+        &self.0
+    }
+}
+
+impl DerefMut for Completed {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut IoState {
+        &mut self.0
+    }
+}
+
+impl Drop for Completed {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; the field is never used again.
+        recycle(unsafe { ManuallyDrop::take(&mut self.0) });
+    }
+}
+
+impl Completed {
+    /// Takes the request out (its buffers with it).
+    pub fn take_req(&mut self) -> IoRequest {
+        std::mem::replace(&mut self.req, IoRequest::new(IoType::Read, 0, 0))
+    }
+}
+
+impl std::fmt::Debug for Completed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completed").field("status", &self.status).field("req", &self.req).finish()
+    }
+}
+
+impl IoState {
     /// The block size of the bdev the request is for.
     #[inline]
     pub fn block_size(&self) -> u32 {
-        self.ch.block_size
+        self.ch.as_ref().map_or(512, |c| c.block_size)
     }
 
     /// Byte offset of the request.
     #[inline]
     pub fn offset_bytes(&self) -> u64 {
-        self.req.offset_blocks * self.ch.block_size as u64
+        self.req.offset_blocks * self.block_size() as u64
     }
 
     /// Byte length of the request.
     #[inline]
     pub fn len_bytes(&self) -> u64 {
-        self.req.num_blocks * self.ch.block_size as u64
+        self.req.num_blocks * self.block_size() as u64
+    }
+
+    /// Address of the completer and tag the caller submitted with (what `IoAux::Abort` names).
+    pub(crate) fn caller_id(&self) -> Option<(usize, u64)> {
+        match &self.done {
+            Done::Caller(c, tag) => Some((Rc::as_ptr(c) as *const () as usize, *tag)),
+            Done::Parent(p, _) => p.caller_id(),
+            _ => None,
+        }
+    }
+
+    /// True if an abort of (`completer`, `tag`) names this request.
+    pub fn is_named_by(&self, completer: usize, tag: u64) -> bool {
+        self.caller_id() == Some((completer, tag))
+    }
+}
+
+impl BdevIo {
+    pub(crate) fn new(req: IoRequest, done: Done, ch: Rc<ChannelInner>, submit_tick: u64) -> Self {
+        BdevIo(ManuallyDrop::new(take_state(req, done, Some(ch), submit_tick)))
+    }
+
+    fn into_box(self) -> Box<IoState> {
+        let mut me = ManuallyDrop::new(self);
+        // SAFETY: `me` is never dropped, so the box is moved out exactly once.
+        unsafe { ManuallyDrop::take(&mut me.0) }
     }
 
     /// Completes the request now. Modules call this from a completion path (an io_uring
-    /// completion, a poller, a message), never from inside their `submit`.
+    /// completion, a poller, a timer, a message), never from inside their `submit`.
     pub fn complete(self, status: IoStatus) {
-        let now = ferrite_reactor::tsc::ticks();
-        let latency_ticks = now.wrapping_sub(self.submit_tick);
-        self.ch.account(&self.req, status, latency_ticks);
-        if self.counted {
-            self.ch.finished();
+        let mut st = self.into_box();
+        let Some(ch) = st.ch.take() else {
+            st.status = status;
+            deliver(st);
+            return;
+        };
+        if status == IoStatus::NoMem {
+            st.ch = Some(ch.clone());
+            ch.retry_later(BdevIo(ManuallyDrop::new(st)));
+            return;
         }
-        let BdevIo { req, ch, done, tag, .. } = self;
+        let now = ferrite_reactor::tsc::ticks();
+        st.status = status;
+        st.latency_ticks = now.wrapping_sub(st.submit_tick);
+        if st.counted {
+            st.counted = false;
+            ch.finished(st.epoch);
+        }
+        if st.bounced.is_some() {
+            crate::fit::unbounce(&mut st);
+        }
+        if !matches!(st.done, Done::Split(_)) {
+            ch.account(&st.req, status, st.latency_ticks);
+        }
         drop(ch);
         // Requests submitted from inside the callback take `now` as their submit time instead
         // of reading the counter again (it costs ~13 ns in a VM); their latency is overstated
         // by the callback's own run time, never understated.
         COMPLETION_TICK.with(|t| t.set(now));
-        done.io_done(tag, Completed { status, req, latency_ticks });
+        deliver(st);
         COMPLETION_TICK.with(|t| t.set(0));
     }
 
     /// Completes the request on this core's next loop turn (for modules that finish inside
     /// `submit`, such as null and malloc).
-    pub fn complete_deferred(self, status: IoStatus) {
-        defer(self, status);
+    pub fn complete_deferred(mut self, status: IoStatus) {
+        self.status = status;
+        defer(self);
+    }
+
+    /// Gives the request up as a raw pointer, for a module that hands it to the kernel as the
+    /// io_uring `user_data` (its per-I/O context instead of a table keyed by tag). Get it back
+    /// with [`BdevIo::from_raw`], exactly once.
+    pub fn into_raw(self) -> u64 {
+        Box::into_raw(self.into_box()) as u64
+    }
+
+    /// Takes back a request given up with [`BdevIo::into_raw`].
+    ///
+    /// # Safety
+    /// `raw` must come from `into_raw` and not have been taken back before.
+    pub unsafe fn from_raw(raw: u64) -> BdevIo {
+        // SAFETY: the caller passes a pointer made by Box::into_raw, once.
+        BdevIo(ManuallyDrop::new(unsafe { Box::from_raw(raw as *mut IoState) }))
+    }
+
+    /// The channel the request runs on.
+    pub(crate) fn channel(&self) -> &Rc<ChannelInner> {
+        self.ch.as_ref().expect("request in flight has a channel")
+    }
+}
+
+impl Drop for BdevIo {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; the field is never used again.
+        let st = unsafe { ManuallyDrop::take(&mut self.0) };
+        if std::thread::panicking() {
+            return;
+        }
+        // A module that drops a request without completing it would leave its caller waiting
+        // forever: fail it instead, and say so.
+        log::error!("a {:?} request was dropped without completion; failing it", st.req.io_type);
+        BdevIo(ManuallyDrop::new(st)).complete(IoStatus::Failed(libc::EIO));
+    }
+}
+
+fn deliver(mut st: Box<IoState>) {
+    match std::mem::replace(&mut st.done, Done::None) {
+        Done::Caller(cb, tag) => cb.io_done(tag, Completed(ManuallyDrop::new(st))),
+        Done::Parent(parent, f) => f(parent, Completed(ManuallyDrop::new(st))),
+        Done::Split(split) => split.child_done(Completed(ManuallyDrop::new(st))),
+        Done::None => recycle(st),
     }
 }
 
@@ -249,24 +696,36 @@ pub(crate) fn submit_tick() -> u64 {
 }
 
 thread_local! {
-    static DEFERRED: RefCell<VecDeque<(BdevIo, IoStatus)>> = const { RefCell::new(VecDeque::new()) };
+    static DEFERRED_FNS: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
+    static DEFERRED: RefCell<VecDeque<BdevIo>> = const { RefCell::new(VecDeque::new()) };
     static DEFERRED_POLLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Runs `f` on the next run of the deferred queue (threads without a reactor loop only).
+pub(crate) fn defer_fn(f: Box<dyn FnOnce()>) {
+    DEFERRED_FNS.with(|d| d.borrow_mut().push(f));
+}
+
 fn drain() -> usize {
+    let fns = DEFERRED_FNS.with(|d| std::mem::take(&mut *d.borrow_mut()));
+    let nfns = fns.len();
+    for f in fns {
+        f();
+    }
     // Only the completions queued before this turn: new ones (from resubmissions) wait for the
     // next turn, so a busy caller cannot starve the loop.
     let batch = DEFERRED.with(|d| d.borrow().len());
     for _ in 0..batch {
-        let Some((io, status)) = DEFERRED.with(|d| d.borrow_mut().pop_front()) else { break };
+        let Some(io) = DEFERRED.with(|d| d.borrow_mut().pop_front()) else { break };
+        let status = io.status;
         io.complete(status);
     }
-    batch
+    batch + nfns
 }
 
 #[inline]
-fn defer(io: BdevIo, status: IoStatus) {
-    DEFERRED.with(|d| d.borrow_mut().push_back((io, status)));
+fn defer(io: BdevIo) {
+    DEFERRED.with(|d| d.borrow_mut().push_back(io));
     if !DEFERRED_POLLER.with(|p| p.replace(true)) && ferrite_reactor::current().is_some() {
         ferrite_reactor::register_poller(|| drain() > 0);
     }

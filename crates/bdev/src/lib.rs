@@ -4,14 +4,18 @@
 
 pub mod bdev;
 pub mod channel;
+mod compare;
 pub mod desc;
+mod fit;
 pub mod io;
 pub mod modules;
 pub mod rpc;
 pub mod stats;
 
-pub use bdev::{list, lookup, register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps};
+pub use bdev::{list, lookup, register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
 pub use channel::IoChannel;
 pub use desc::BdevDesc;
-pub use io::{BdevIo, Completed, IoCompleter, IoRequest, IoStatus, IoType, IoTypes};
+pub use io::{
+    BdevIo, Completed, IoAux, IoBufs, IoCompleter, IoFlags, IoRequest, IoState, IoStatus, IoType, IoTypes, NvmeCmd,
+};
 pub use stats::IoStat;

@@ -1,17 +1,18 @@
 //! The bdev subsystem's JSON-RPC methods, with SPDK's names, parameters and result shapes:
 //! bdev_get_bdevs, bdev_get_iostat, and create/delete for the null, malloc and uring modules.
 
-use crate::bdev::{list, lookup, unregister, Bdev, BdevError};
+use crate::bdev::list;
+use crate::bdev::{lookup, unregister, Bdev, BdevError};
 use crate::channel::{local_iostat, prune_local_iostat};
 use crate::modules::{malloc, null, uring};
-use crate::stats::IoStat;
+use crate::stats::{IoStat, ERROR_KINDS};
 use crate::IoType;
 use ferrite_rpc::{errno_error, Ctx, Params, Registry, RpcError, RpcResult, Subsystem};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-fn bdev_err(e: BdevError) -> RpcError {
+pub(crate) fn bdev_err(e: BdevError) -> RpcError {
     errno_error(e.errno(), e.to_string())
 }
 
@@ -19,17 +20,49 @@ fn not_found(name: &str) -> RpcError {
     errno_error(libc::ENODEV, format!("No such device: bdev {name} not found"))
 }
 
+/// SPDK's keys of `supported_io_types`, with the I/O type each stands for (None: a type Ferrite
+/// has no request for, always false; "zcopy" is answered by the module).
+const IO_TYPE_KEYS: [(&str, Option<IoType>); 20] = [
+    ("read", Some(IoType::Read)),
+    ("write", Some(IoType::Write)),
+    ("unmap", Some(IoType::Unmap)),
+    ("flush", Some(IoType::Flush)),
+    ("reset", Some(IoType::Reset)),
+    ("compare", Some(IoType::Compare)),
+    ("compare_and_write", Some(IoType::CompareAndWrite)),
+    ("abort", Some(IoType::Abort)),
+    ("seek_hole", Some(IoType::SeekHole)),
+    ("seek_data", Some(IoType::SeekData)),
+    ("copy", Some(IoType::Copy)),
+    ("nvme_admin", Some(IoType::NvmeAdmin)),
+    ("nvme_io", Some(IoType::NvmeIo)),
+    ("nvme_io_md", None),
+    ("write_zeroes", Some(IoType::WriteZeroes)),
+    ("zcopy", None),
+    ("get_zone_info", None),
+    ("zone_management", None),
+    ("zone_append", None),
+    ("nvme_iov_md", None),
+];
+
 /// The `bdev_get_bdevs` object of one bdev.
 pub fn bdev_json(b: &Bdev) -> Value {
-    let io_types: serde_json::Map<String, Value> =
-        IoType::ALL.iter().map(|t| (t.name().to_string(), json!(b.supports(*t)))).collect();
-    let mut io_types = io_types;
-    for extra in ["compare", "compare_and_write", "abort", "nvme_admin", "nvme_io", "zcopy", "copy"] {
-        io_types.insert(extra.to_string(), json!(false));
-    }
-    json!({
+    let io_types: serde_json::Map<String, Value> = IO_TYPE_KEYS
+        .iter()
+        .map(|(k, t)| {
+            let on = match t {
+                Some(t) => b.supports(*t),
+                None => *k == "zcopy" && b.backend().zcopy(),
+            };
+            (k.to_string(), json!(on))
+        })
+        .collect();
+    // SPDK lists the UUID among the aliases (it registers it as one).
+    let mut aliases = vec![b.uuid().to_string()];
+    aliases.extend(b.aliases().iter().cloned());
+    let mut v = json!({
         "name": b.name(),
-        "aliases": b.aliases(),
+        "aliases": aliases,
         "product_name": b.product_name(),
         "block_size": b.block_size(),
         "num_blocks": b.num_blocks(),
@@ -40,33 +73,52 @@ pub fn bdev_json(b: &Bdev) -> Value {
         "zoned": false,
         "supported_io_types": io_types,
         "driver_specific": b.backend().driver_specific(),
-    })
+    });
+    let l = b.limits();
+    if l.optimal_io_boundary > 0 {
+        v["optimal_io_boundary"] = json!(l.optimal_io_boundary);
+    }
+    if b.physical_block_size() != b.block_size() {
+        v["physical_block_size"] = json!(b.physical_block_size());
+    }
+    v
 }
 
 fn iostat_json(b: &Bdev, s: &IoStat) -> Value {
+    let min = |i: usize| if s.min_latency_ticks[i] == u64::MAX { 0 } else { s.min_latency_ticks[i] };
+    let errors: serde_json::Map<String, Value> = ERROR_KINDS
+        .iter()
+        .zip(s.errors.iter())
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| (k.to_string(), json!(n)))
+        .collect();
     json!({
         "name": b.name(),
         "bytes_read": s.bytes_read, "num_read_ops": s.num_read_ops,
         "bytes_written": s.bytes_written, "num_write_ops": s.num_write_ops,
         "bytes_unmapped": s.bytes_unmapped, "num_unmap_ops": s.num_unmap_ops,
-        "bytes_copied": 0, "num_copy_ops": 0,
-        "read_latency_ticks": s.read_latency_ticks, "max_read_latency_ticks": s.max_read_latency_ticks,
-        "write_latency_ticks": s.write_latency_ticks, "max_write_latency_ticks": s.max_write_latency_ticks,
+        "bytes_copied": s.bytes_copied, "num_copy_ops": s.num_copy_ops,
+        "read_latency_ticks": s.read_latency_ticks,
+        "max_read_latency_ticks": s.max_read_latency_ticks, "min_read_latency_ticks": min(0),
+        "write_latency_ticks": s.write_latency_ticks,
+        "max_write_latency_ticks": s.max_write_latency_ticks, "min_write_latency_ticks": min(1),
         "unmap_latency_ticks": s.unmap_latency_ticks,
+        "max_unmap_latency_ticks": s.max_unmap_latency_ticks, "min_unmap_latency_ticks": min(2),
+        "copy_latency_ticks": s.copy_latency_ticks,
+        "max_copy_latency_ticks": s.max_copy_latency_ticks, "min_copy_latency_ticks": min(3),
         "num_write_zeroes_ops": s.num_write_zeroes_ops, "bytes_write_zeroes": s.bytes_write_zeroes,
         "num_flush_ops": s.num_flush_ops, "num_reset_ops": s.num_reset_ops,
-        "io_error": s.io_errors,
+        "io_error": errors,
     })
 }
 
 /// Sums every core's statistics of `bdevs` (each core answers by message).
 pub async fn iostat(ctx: &Ctx, bdevs: &[Bdev]) -> Vec<IoStat> {
     let ids: Arc<Vec<u64>> = Arc::new(bdevs.iter().map(|b| b.id()).collect());
-    let live: Arc<Vec<u64>> = Arc::new(list().iter().map(|b| b.id()).collect());
     let per_core = ctx
         .engine
         .on_all(move |_| {
-            prune_local_iostat(&live);
+            prune_local_iostat();
             ids.iter().map(|id| local_iostat(*id)).collect::<Vec<_>>()
         })
         .await
@@ -111,63 +163,27 @@ fn selected(name: Option<String>) -> Result<Vec<Bdev>, RpcError> {
     }
 }
 
-async fn delete(name: String, module: &'static str) -> RpcResult {
+/// A module's delete method: unregisters the bdev (if it is the module's) and answers once
+/// every opener has closed it.
+pub(crate) async fn delete(p: Params, module: &'static str) -> RpcResult {
+    let p: NameParam = p.parse()?;
+    let name = p.name;
     let done = unregister(&name, Some(module)).map_err(|e| match e {
         BdevError::NotFound(_) => errno_error(libc::ENODEV, format!("No such device: {e}")),
         e => bdev_err(e),
     })?;
     done.await.map_err(|e| RpcError::internal(e.to_string()))?;
-    log::info!("deleted {module} bdev {name}");
+    log::info!("deleted {module} bdev {}", name.escape_debug());
     Ok(json!(true))
 }
 
 /// Ferrite supports no separate metadata or protection information: SPDK's parameters for them
 /// are accepted when they ask for none.
-fn check_no_metadata(md_size: Option<u32>, dif_type: Option<u32>) -> Result<(), RpcError> {
+pub(crate) fn check_no_metadata(md_size: Option<u32>, dif_type: Option<u32>) -> Result<(), RpcError> {
     if md_size.unwrap_or(0) != 0 || dif_type.unwrap_or(0) != 0 {
         return Err(errno_error(libc::ENOTSUP, "metadata and DIF are not supported"));
     }
     Ok(())
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NullCreate {
-    name: String,
-    num_blocks: u64,
-    block_size: u32,
-    uuid: Option<String>,
-    physical_block_size: Option<u32>,
-    md_size: Option<u32>,
-    md_interleave: Option<bool>,
-    dif_type: Option<u32>,
-    dif_is_head_of_md: Option<bool>,
-    dif_pi_format: Option<u32>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MallocCreate {
-    name: Option<String>,
-    num_blocks: u64,
-    block_size: u32,
-    uuid: Option<String>,
-    optimal_io_boundary: Option<u32>,
-    physical_block_size: Option<u32>,
-    md_size: Option<u32>,
-    md_interleave: Option<bool>,
-    dif_type: Option<u32>,
-    dif_is_head_of_md: Option<bool>,
-    dif_pi_format: Option<u32>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UringCreate {
-    name: String,
-    filename: String,
-    block_size: Option<u32>,
-    uuid: Option<String>,
 }
 
 /// Registers the bdev methods and the "bdev" subsystem (its saved config lists a create call per
@@ -180,6 +196,10 @@ pub fn register(reg: &mut Registry) {
             let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms.min(3_600_000));
             while lookup(name).is_none() && std::time::Instant::now() < deadline {
                 ferrite_reactor::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            if lookup(name).is_none() {
+                // As SPDK: the wait ran out.
+                return Err(errno_error(libc::ETIMEDOUT, format!("bdev {name} did not appear within {ms} ms")));
             }
         }
         Ok(Value::Array(selected(p.name)?.iter().map(bdev_json).collect()))
@@ -201,51 +221,9 @@ pub fn register(reg: &mut Registry) {
         Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(),
             "ticks": ferrite_reactor::tsc::ticks(), "bdevs": list}))
     });
-    reg.method("bdev_null_create", |_, p: Params| async move {
-        let p: NullCreate = p.parse()?;
-        check_no_metadata(p.md_size, p.dif_type)?;
-        let _ = (p.physical_block_size, p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
-        let b = null::create(null::NullOpts {
-            name: p.name,
-            num_blocks: p.num_blocks,
-            block_size: p.block_size,
-            uuid: p.uuid,
-        })
-        .map_err(bdev_err)?;
-        Ok(json!(b.name()))
-    });
-    reg.method("bdev_malloc_create", |_, p: Params| async move {
-        let p: MallocCreate = p.parse()?;
-        check_no_metadata(p.md_size, p.dif_type)?;
-        let _ = (p.optimal_io_boundary, p.physical_block_size, p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
-        let b = malloc::create(malloc::MallocOpts {
-            name: p.name,
-            num_blocks: p.num_blocks,
-            block_size: p.block_size,
-            uuid: p.uuid,
-        })
-        .map_err(bdev_err)?;
-        Ok(json!(b.name()))
-    });
-    reg.method("bdev_uring_create", |_, p: Params| async move {
-        let p: UringCreate = p.parse()?;
-        let b = uring::create(uring::UringOpts {
-            name: p.name,
-            filename: p.filename,
-            block_size: p.block_size,
-            uuid: p.uuid,
-        })
-        .map_err(bdev_err)?;
-        Ok(json!(b.name()))
-    });
-    for (method, module) in
-        [("bdev_null_delete", "null"), ("bdev_malloc_delete", "malloc"), ("bdev_uring_delete", "uring")]
-    {
-        reg.method(method, move |_, p: Params| async move {
-            let p: NameParam = p.parse()?;
-            delete(p.name, module).await
-        });
-    }
+    null::rpc::register(reg);
+    malloc::rpc::register(reg);
+    uring::rpc::register(reg);
     reg.method("bdev_wait_for_examine", |_, p: Params| async move {
         // Ferrite has no asynchronous examine phase: every bdev is ready when its create returns.
         p.none()?;

@@ -9,7 +9,7 @@ pub(crate) struct ChannelStats {
 }
 
 /// A snapshot of a bdev's I/O counters, in SPDK's `bdev_get_iostat` terms.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IoStat {
     /// Bytes read.
     pub bytes_read: u64,
@@ -43,6 +43,64 @@ pub struct IoStat {
     pub max_write_latency_ticks: u64,
     /// Failed I/Os of any type.
     pub io_errors: u64,
+    /// Bytes copied by copy requests.
+    pub bytes_copied: u64,
+    /// Successful copies.
+    pub num_copy_ops: u64,
+    /// Total ticks of successful copies.
+    pub copy_latency_ticks: u64,
+    /// Shortest read, write, unmap and copy, in ticks (u64::MAX while none).
+    pub min_latency_ticks: [u64; 4],
+    /// Longest unmap and copy, in ticks.
+    pub max_unmap_latency_ticks: u64,
+    /// Longest copy, in ticks.
+    pub max_copy_latency_ticks: u64,
+    /// Failed I/Os by SPDK status name (see `ERROR_KINDS`).
+    pub errors: [u64; ERROR_KINDS.len()],
+}
+
+/// SPDK's names of the failure statuses counted in `IoStat::errors` (keys of `io_error`).
+pub const ERROR_KINDS: [&str; 6] = ["failed", "aborted", "miscompare", "timeout", "nvme_error", "scsi_error"];
+
+fn error_kind(s: IoStatus) -> usize {
+    match s {
+        IoStatus::Aborted => 1,
+        IoStatus::Miscompare => 2,
+        IoStatus::TimedOut => 3,
+        IoStatus::Nvme { .. } => 4,
+        IoStatus::Scsi { .. } => 5,
+        _ => 0,
+    }
+}
+
+impl Default for IoStat {
+    fn default() -> Self {
+        Self {
+            bytes_read: 0,
+            num_read_ops: 0,
+            bytes_written: 0,
+            num_write_ops: 0,
+            bytes_unmapped: 0,
+            num_unmap_ops: 0,
+            bytes_write_zeroes: 0,
+            num_write_zeroes_ops: 0,
+            num_flush_ops: 0,
+            num_reset_ops: 0,
+            read_latency_ticks: 0,
+            write_latency_ticks: 0,
+            unmap_latency_ticks: 0,
+            max_read_latency_ticks: 0,
+            max_write_latency_ticks: 0,
+            io_errors: 0,
+            bytes_copied: 0,
+            num_copy_ops: 0,
+            copy_latency_ticks: 0,
+            min_latency_ticks: [u64::MAX; 4],
+            max_unmap_latency_ticks: 0,
+            max_copy_latency_ticks: 0,
+            errors: [0; ERROR_KINDS.len()],
+        }
+    }
 }
 
 impl ChannelStats {
@@ -53,6 +111,7 @@ impl ChannelStats {
         let s = unsafe { &mut *self.s.get() };
         if status != IoStatus::Success {
             s.io_errors += 1;
+            s.errors[error_kind(status)] += 1;
         } else {
             match t {
                 IoType::Read => {
@@ -60,17 +119,21 @@ impl ChannelStats {
                     s.num_read_ops += 1;
                     s.read_latency_ticks += ticks;
                     s.max_read_latency_ticks = s.max_read_latency_ticks.max(ticks);
+                    s.min_latency_ticks[0] = s.min_latency_ticks[0].min(ticks);
                 }
                 IoType::Write => {
                     s.bytes_written += bytes;
                     s.num_write_ops += 1;
                     s.write_latency_ticks += ticks;
                     s.max_write_latency_ticks = s.max_write_latency_ticks.max(ticks);
+                    s.min_latency_ticks[1] = s.min_latency_ticks[1].min(ticks);
                 }
                 IoType::Unmap => {
                     s.bytes_unmapped += bytes;
                     s.num_unmap_ops += 1;
                     s.unmap_latency_ticks += ticks;
+                    s.max_unmap_latency_ticks = s.max_unmap_latency_ticks.max(ticks);
+                    s.min_latency_ticks[2] = s.min_latency_ticks[2].min(ticks);
                 }
                 IoType::WriteZeroes => {
                     s.bytes_write_zeroes += bytes;
@@ -78,6 +141,14 @@ impl ChannelStats {
                 }
                 IoType::Flush => s.num_flush_ops += 1,
                 IoType::Reset => s.num_reset_ops += 1,
+                IoType::Copy => {
+                    s.bytes_copied += bytes;
+                    s.num_copy_ops += 1;
+                    s.copy_latency_ticks += ticks;
+                    s.max_copy_latency_ticks = s.max_copy_latency_ticks.max(ticks);
+                    s.min_latency_ticks[3] = s.min_latency_ticks[3].min(ticks);
+                }
+                _ => {}
             }
         }
     }
@@ -107,5 +178,16 @@ impl IoStat {
         self.max_read_latency_ticks = self.max_read_latency_ticks.max(o.max_read_latency_ticks);
         self.max_write_latency_ticks = self.max_write_latency_ticks.max(o.max_write_latency_ticks);
         self.io_errors += o.io_errors;
+        self.bytes_copied += o.bytes_copied;
+        self.num_copy_ops += o.num_copy_ops;
+        self.copy_latency_ticks += o.copy_latency_ticks;
+        self.max_unmap_latency_ticks = self.max_unmap_latency_ticks.max(o.max_unmap_latency_ticks);
+        self.max_copy_latency_ticks = self.max_copy_latency_ticks.max(o.max_copy_latency_ticks);
+        for i in 0..4 {
+            self.min_latency_ticks[i] = self.min_latency_ticks[i].min(o.min_latency_ticks[i]);
+        }
+        for (e, x) in self.errors.iter_mut().zip(o.errors.iter()) {
+            *e += x;
+        }
     }
 }

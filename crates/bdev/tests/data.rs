@@ -56,7 +56,14 @@ async fn check_all(ch: &ferrite_bdev::IoChannel, model: &[u8], what: &str) {
 fn malloc_round_trip(name: &'static str, block_size: u32) {
     let e = engine(2, ReactorMode::Interrupt);
     let bs = block_size as usize;
-    malloc::create(MallocOpts { name: Some(name.into()), num_blocks: 256, block_size, uuid: None }).unwrap();
+    malloc::create(MallocOpts {
+        name: Some(name.into()),
+        num_blocks: 256,
+        block_size,
+        uuid: None,
+        ..Default::default()
+    })
+    .unwrap();
     let model = run(&e, 0, move || async move {
         let desc = Bdev::open(name, true, || {}).unwrap();
         let ch = desc.channel().unwrap();
@@ -104,7 +111,14 @@ fn malloc_large_requests() {
     let e = engine(1, ReactorMode::Adaptive);
     const NAME: &str = "data_malloc_large";
     // 4 MiB; requests beyond the pool's large class (128 KiB) get heap buffers.
-    malloc::create(MallocOpts { name: Some(NAME.into()), num_blocks: 8192, block_size: 512, uuid: None }).unwrap();
+    malloc::create(MallocOpts {
+        name: Some(NAME.into()),
+        num_blocks: 8192,
+        block_size: 512,
+        uuid: None,
+        ..Default::default()
+    })
+    .unwrap();
     run(&e, 0, || async {
         let desc = Bdev::open(NAME, true, || {}).unwrap();
         let ch = desc.channel().unwrap();
@@ -125,7 +139,14 @@ fn malloc_large_requests() {
 fn malloc_unmap_and_write_zeroes_read_back_zeroes() {
     let e = engine(1, ReactorMode::Interrupt);
     const NAME: &str = "data_malloc_zeroes";
-    malloc::create(MallocOpts { name: Some(NAME.into()), num_blocks: 64, block_size: 512, uuid: None }).unwrap();
+    malloc::create(MallocOpts {
+        name: Some(NAME.into()),
+        num_blocks: 64,
+        block_size: 512,
+        uuid: None,
+        ..Default::default()
+    })
+    .unwrap();
     run(&e, 0, || async {
         let desc = Bdev::open(NAME, true, || {}).unwrap();
         let ch = desc.channel().unwrap();
@@ -158,7 +179,14 @@ fn malloc_unmap_and_write_zeroes_read_back_zeroes() {
 fn null_reads_zeroes_and_accepts_writes() {
     let e = engine(2, ReactorMode::Interrupt);
     const NAME: &str = "data_null";
-    let b = null::create(NullOpts { name: NAME.into(), num_blocks: 1 << 30, block_size: 4096, uuid: None }).unwrap();
+    let b = null::create(NullOpts {
+        name: NAME.into(),
+        num_blocks: 1 << 30,
+        block_size: 4096,
+        uuid: None,
+        ..Default::default()
+    })
+    .unwrap();
     assert_eq!(b.module(), "null");
     for r in 0..2 {
         run(&e, r, || async {
@@ -171,9 +199,12 @@ fn null_reads_zeroes_and_accepts_writes() {
             let got = io_ok(&ch, vectored(IoType::Read, (1 << 30) - 2, 2, bufs)).await;
             assert_eq!(got.len(), 8192);
             assert!(got.iter().all(|&b| b == 0), "null vectored read left old bytes");
-            for t in [IoType::Flush, IoType::Unmap, IoType::WriteZeroes, IoType::Reset] {
-                let nb = if t == IoType::Flush { 0 } else { 1 };
-                assert_eq!(io(&ch, IoRequest::no_payload(t, 9, nb)).await.status, IoStatus::Success, "{t:?}");
+            for t in [IoType::WriteZeroes, IoType::Reset] {
+                assert_eq!(io(&ch, IoRequest::no_payload(t, 9, 1)).await.status, IoStatus::Success, "{t:?}");
+            }
+            // As SPDK's null bdev: no flush, no unmap.
+            for t in [IoType::Flush, IoType::Unmap] {
+                assert_eq!(io(&ch, IoRequest::no_payload(t, 9, 1)).await.status, IoStatus::Unsupported, "{t:?}");
             }
             // Beyond the pool's large class: a heap buffer, dirtied after allocation.
             let got = io_ok(&ch, IoRequest::read(100, 64, buf_filled(256 * 1024, 0xab))).await;
@@ -192,8 +223,16 @@ fn null_zeroes_a_buffer_filled_by_another_bdev() {
     let e = engine(1, ReactorMode::Interrupt);
     const NULL: &str = "data_null_reuse";
     const MALLOC: &str = "data_malloc_reuse";
-    null::create(NullOpts { name: NULL.into(), num_blocks: 1024, block_size: 512, uuid: None }).unwrap();
-    malloc::create(MallocOpts { name: Some(MALLOC.into()), num_blocks: 1024, block_size: 512, uuid: None }).unwrap();
+    null::create(NullOpts { name: NULL.into(), num_blocks: 1024, block_size: 512, uuid: None, ..Default::default() })
+        .unwrap();
+    malloc::create(MallocOpts {
+        name: Some(MALLOC.into()),
+        num_blocks: 1024,
+        block_size: 512,
+        uuid: None,
+        ..Default::default()
+    })
+    .unwrap();
     run(&e, 0, || async {
         let (nd, md) = (Bdev::open(NULL, true, || {}).unwrap(), Bdev::open(MALLOC, true, || {}).unwrap());
         let (nch, mch) = (nd.channel().unwrap(), md.channel().unwrap());
@@ -203,13 +242,13 @@ fn null_zeroes_a_buffer_filled_by_another_bdev() {
             let nb = (len / 512) as u64;
             // A buffer that null zeroes, then malloc fills (through its raw pointer), then null
             // reads into again: the second null read must zero it again.
-            let c = io(&nch, IoRequest::read(0, nb, buf_filled(len, 0x11))).await;
+            let mut c = io(&nch, IoRequest::read(0, nb, buf_filled(len, 0x11))).await;
             assert!(payload(&c).iter().all(|&b| b == 0), "{what}: first null read");
-            let buf = c.req.bufs.into_iter().next().unwrap();
-            let c = io(&mch, IoRequest::read(0, nb, buf)).await;
+            let buf = c.take_req().bufs.into_iter().next().unwrap();
+            let mut c = io(&mch, IoRequest::read(0, nb, buf)).await;
             assert_eq!(c.status, IoStatus::Success);
             assert_bytes_eq(&payload(&c), &data[..len], &format!("{what}: malloc read into the reused buffer"));
-            let buf = c.req.bufs.into_iter().next().unwrap();
+            let buf = c.take_req().bufs.into_iter().next().unwrap();
             let c = io(&nch, IoRequest::read(0, nb, buf)).await;
             assert_eq!(c.status, IoStatus::Success);
             assert!(payload(&c).iter().all(|&b| b == 0), "{what}: null read after malloc filled the buffer");
@@ -232,8 +271,14 @@ fn uring_writes_reach_the_file_and_back() {
     // Content written behind the bdev's back before it exists must be readable through it.
     let seed = pattern(1, 64 * 1024);
     std::fs::OpenOptions::new().write(true).open(&tmp.path).unwrap().write_all_at(&seed, 1 << 20).unwrap();
-    let b = uring::create(UringOpts { name: NAME.into(), filename: tmp.path_str(), block_size: None, uuid: None })
-        .expect("uring create");
+    let b = uring::create(UringOpts {
+        name: NAME.into(),
+        filename: tmp.path_str(),
+        block_size: None,
+        uuid: None,
+        ..Default::default()
+    })
+    .expect("uring create");
     assert_eq!((b.block_size(), b.num_blocks(), b.module()), (512, (SIZE / 512) as u64, "uring"));
 
     let e = engine(2, ReactorMode::Interrupt);
@@ -315,6 +360,7 @@ fn uring_create_errors() {
         filename: filename.into(),
         block_size,
         uuid: None,
+        ..Default::default()
     };
     match uring::create(opts("data_uring_missing", &missing, None)) {
         Err(BdevError::Os(m)) => assert!(m.contains(&missing), "the error names the path: {m}"),
@@ -361,8 +407,16 @@ fn zero_copy_reads_lend_memory_or_fall_back() {
     let e = engine(1, ReactorMode::Interrupt);
     const M: &str = "data_zcopy_malloc";
     const N: &str = "data_zcopy_null";
-    malloc::create(MallocOpts { name: Some(M.into()), num_blocks: 64, block_size: 512, uuid: None }).unwrap();
-    null::create(NullOpts { name: N.into(), num_blocks: 64, block_size: 512, uuid: None }).unwrap();
+    malloc::create(MallocOpts {
+        name: Some(M.into()),
+        num_blocks: 64,
+        block_size: 512,
+        uuid: None,
+        ..Default::default()
+    })
+    .unwrap();
+    null::create(NullOpts { name: N.into(), num_blocks: 64, block_size: 512, uuid: None, ..Default::default() })
+        .unwrap();
     run(&e, 0, || async {
         let desc = Bdev::open(M, true, || {}).unwrap();
         let ch = desc.channel().unwrap();

@@ -17,7 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn malloc_bdev(name: &str, num_blocks: u64) -> Bdev {
-    malloc::create(MallocOpts { name: Some(name.into()), num_blocks, block_size: 512, uuid: None }).unwrap()
+    malloc::create(MallocOpts {
+        name: Some(name.into()),
+        num_blocks,
+        block_size: 512,
+        uuid: None,
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 fn claimed(r: Result<impl Sized, BdevError>, what: &str) {

@@ -60,6 +60,7 @@ fn malloc_reset_waits_for_earlier_writes() {
             num_blocks: 1024,
             block_size: 512,
             uuid: None,
+            ..Default::default()
         })
         .unwrap()
     });
@@ -70,8 +71,14 @@ fn uring_reset_waits_for_earlier_writes() {
     let file = TempFile::new("reset", 1 << 20);
     let path = file.path_str();
     reset_completes_after_earlier_requests("uring", move || {
-        uring::create(uring::UringOpts { name: "ResetUring".into(), filename: path, block_size: None, uuid: None })
-            .unwrap()
+        uring::create(uring::UringOpts {
+            name: "ResetUring".into(),
+            filename: path,
+            block_size: None,
+            uuid: None,
+            ..Default::default()
+        })
+        .unwrap()
     });
 }
 
@@ -118,6 +125,7 @@ fn uring_on_a_block_device() {
             filename: dev.clone(),
             block_size: None,
             uuid: None,
+            ..Default::default()
         })
         .unwrap();
         assert_eq!(b.block_size(), 512, "a loop device's logical block size");

@@ -75,7 +75,7 @@ fn errno(s: IoStatus) -> Errno {
         IoStatus::Misaligned => Errno::from_i32(libc::EINVAL),
         IoStatus::Unsupported => Errno::from_i32(libc::EOPNOTSUPP),
         IoStatus::Removed => Errno::from_i32(libc::ENODEV),
-        IoStatus::Failed(e) => Errno::from_i32(e),
+        other => Errno::from_i32(other.errno()),
     }
 }
 
@@ -99,7 +99,8 @@ async fn read_aligned(l: &Local, bs: u64, off: u64, len: u64) -> Result<ferrite_
     if !c.status.is_ok() {
         return Err(errno(c.status));
     }
-    let mut req = c.req;
+    let mut c = c;
+    let req = &mut c.req;
     Ok(req.bufs.pop().expect("read buffer returned"))
 }
 
@@ -396,8 +397,14 @@ mod tests {
             .expect("engine starts");
         let name = format!("FuseRace{id}");
         let rx = e.run_async(0, move || async move {
-            malloc::create(MallocOpts { name: Some(name.clone()), num_blocks: 4, block_size: BS as u32, uuid: None })
-                .expect("malloc bdev");
+            malloc::create(MallocOpts {
+                name: Some(name.clone()),
+                num_blocks: 4,
+                block_size: BS as u32,
+                uuid: None,
+                ..Default::default()
+            })
+            .expect("malloc bdev");
             open_local(id, &name, true, Arc::new(AtomicBool::new(false))).expect("open");
             let l = local(id).expect("local half");
             f(l.clone()).await;

@@ -301,7 +301,13 @@ fn nbd_error(s: IoStatus) -> u32 {
         IoStatus::Failed(e) if e == libc::ENOSPC => ENOSPC,
         IoStatus::Failed(e) if e == libc::EPERM || e == libc::EBADF || e == libc::EROFS => EPERM,
         IoStatus::Failed(e) if e == libc::ENOMEM => ENOMEM,
-        IoStatus::Failed(_) => EIO,
+        IoStatus::NoMem => ENOMEM,
+        IoStatus::Failed(_)
+        | IoStatus::Aborted
+        | IoStatus::Miscompare
+        | IoStatus::TimedOut
+        | IoStatus::Nvme { .. }
+        | IoStatus::Scsi { .. } => EIO,
     }
 }
 

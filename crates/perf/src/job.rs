@@ -197,10 +197,13 @@ impl IoCompleter for JobCell {
         let job = &mut *job;
         job.in_flight -= 1;
         let slot = tag as usize;
-        let Completed { status, mut req, latency_ticks } = io;
-        let buf = req.bufs.pop();
+        let mut io = io;
+        let (status, latency_ticks, io_type) = (io.status, io.latency_ticks, io.req.io_type);
+        let buf = io.req.bufs.pop();
+        // Give the request's state back to the cache before the next submit takes one.
+        drop(io);
         if status == IoStatus::Success {
-            let verify_read = job.spec.workload == Workload::Verify && req.io_type == IoType::Read;
+            let verify_read = job.spec.workload == Workload::Verify && io_type == IoType::Read;
             if verify_read {
                 let s = &job.slots[slot];
                 let ok = buf.as_deref().is_some_and(|b| check_pattern(b, s.seed, job.null_bdev));
@@ -223,7 +226,7 @@ impl IoCompleter for JobCell {
         } else {
             job.failed += 1;
             if job.first_error.is_none() {
-                job.first_error = Some(format!("{:?} failed: {status}", req.io_type));
+                job.first_error = Some(format!("{io_type:?} failed: {status}"));
             }
             if job.spec.workload == Workload::Verify {
                 job.slots[slot].phase = Phase::Read; // start over with a fresh write

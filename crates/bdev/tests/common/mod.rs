@@ -169,7 +169,9 @@ pub fn vectored(
     num_blocks: u64,
     bufs: ferrite_bdev::io::IoBufs,
 ) -> IoRequest {
-    IoRequest { io_type, offset_blocks, num_blocks, bufs }
+    let mut r = IoRequest::new(io_type, offset_blocks, num_blocks);
+    r.bufs = bufs;
+    r
 }
 
 /// Asserts two byte strings are equal, reporting the first difference instead of both dumps.

@@ -1,13 +1,16 @@
 //! The null bdev: discards writes, reads zeroes. For testing upper layers and measuring the
-//! stack's own overhead.
+//! stack's own overhead. Serves what SPDK's null bdev serves: read, write, write zeroes and
+//! reset (flush and unmap are refused, as in SPDK).
 
-use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps};
+pub mod rpc;
+
+use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
 use crate::io::{BdevIo, IoStatus, IoType, IoTypes};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// Parameters of `bdev_null_create`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NullOpts {
     /// Name.
     pub name: String,
@@ -15,11 +18,18 @@ pub struct NullOpts {
     pub num_blocks: u64,
     /// Bytes per block.
     pub block_size: u32,
+    /// Bytes per physical block (None: the block size).
+    pub physical_block_size: Option<u32>,
     /// UUID (random if None).
     pub uuid: Option<String>,
 }
 
-struct NullBackend;
+/// The I/O types the null module serves.
+pub const IO_TYPES: IoTypes = IoTypes::of(&[IoType::Read, IoType::Write, IoType::WriteZeroes, IoType::Reset]);
+
+struct NullBackend {
+    physical_block_size: Option<u32>,
+}
 
 struct NullChannel;
 
@@ -41,9 +51,12 @@ impl BdevBackend for NullBackend {
     }
 
     fn config_entry(&self, bdev: &Bdev) -> Option<Value> {
-        Some(json!({"method": "bdev_null_create", "params": {
-            "name": bdev.name(), "num_blocks": bdev.num_blocks(), "block_size": bdev.block_size(),
-            "uuid": bdev.uuid().to_string()}}))
+        let mut params = json!({"name": bdev.name(), "num_blocks": bdev.num_blocks(),
+            "block_size": bdev.block_size(), "uuid": bdev.uuid().to_string()});
+        if let Some(p) = self.physical_block_size {
+            params["physical_block_size"] = json!(p);
+        }
+        Some(json!({"method": "bdev_null_create", "params": params}))
     }
 }
 
@@ -57,7 +70,8 @@ pub fn create(opts: NullOpts) -> Result<Bdev, BdevError> {
         num_blocks: opts.num_blocks,
         product_name: "Null disk",
         module: "null",
-        io_types: IoTypes::of(&IoType::ALL),
+        io_types: IO_TYPES,
+        limits: Limits { physical_block_size: opts.physical_block_size.unwrap_or(0), ..Limits::default() },
     };
-    register(props, Arc::new(NullBackend))
+    register(props, Arc::new(NullBackend { physical_block_size: opts.physical_block_size }))
 }

@@ -1,24 +1,37 @@
-//! The uring bdev: a file or block device served through each reactor's io_uring.
+//! The uring bdev: a file or block device served through each reactor's io_uring. It also
+//! serves SPDK's `bdev_aio_create` (the method most SPDK configs use for files), under the
+//! module name "aio".
 //!
 //! Opened with O_DIRECT where the file system allows it (buffered otherwise, logged). Each core's
 //! channel installs the descriptor in its ring's fixed file table and uses fixed buffers for
 //! pooled payloads, so a 4 KiB read costs one SQE and no syscall of its own: submissions are
-//! batched once per reactor loop turn.
+//! batched once per reactor loop turn. The request itself is the SQE's `user_data` (no table
+//! keyed by tag); iovec arrays of up to four segments live in the request's module context.
 
-use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps};
-use crate::io::{BdevIo, IoStatus, IoType, IoTypes};
+pub mod rpc;
+
+use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
+use crate::io::{BdevIo, IoStatus, IoType, IoTypes, MODULE_CTX_BYTES};
 use ferrite_reactor::ring::{uring_opcode as op, uring_types as types, CqeHandler, SqEntry};
 use serde_json::{json, Value};
-use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// Parameters of `bdev_uring_create`.
-#[derive(Debug, Clone)]
+/// Which SPDK module's interface a bdev was created through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Flavor {
+    /// `bdev_uring_create`.
+    #[default]
+    Uring,
+    /// `bdev_aio_create`.
+    Aio,
+}
+
+/// Parameters of `bdev_uring_create` and `bdev_aio_create`.
+#[derive(Debug, Clone, Default)]
 pub struct UringOpts {
     /// Name.
     pub name: String,
@@ -28,11 +41,24 @@ pub struct UringOpts {
     pub block_size: Option<u32>,
     /// UUID (random if None).
     pub uuid: Option<String>,
+    /// Open read-only (aio's `readonly`).
+    pub readonly: bool,
+    /// Unmap and write zeroes by fallocate (aio's `fallocate`; uring always does).
+    pub fallocate: bool,
+    /// The interface it was created through.
+    pub flavor: Flavor,
 }
+
+/// I/O types served, before read-only and fallocate options take some away.
+const IO_TYPES: IoTypes =
+    IoTypes::of(&[IoType::Read, IoType::Write, IoType::Flush, IoType::Unmap, IoType::WriteZeroes, IoType::Reset]);
+
+/// Segments whose iovecs fit in the module context.
+const INLINE_IOVECS: usize = MODULE_CTX_BYTES / std::mem::size_of::<libc::iovec>();
 
 struct UringBackend {
     file: Arc<File>,
-    filename: String,
+    opts: UringOpts,
     block_device: bool,
     direct: bool,
 }
@@ -42,58 +68,42 @@ impl BdevBackend for UringBackend {
         let fd = self.file.as_raw_fd();
         let fixed = ferrite_reactor::try_with_ring(|r| r.install_file(fd)).flatten();
         Ok(Box::new(UringChannel {
-            state: Rc::new_cyclic(|me| UringState {
-                me: me.clone(),
-                file: self.file.clone(),
-                fixed,
-                block_device: self.block_device,
-                slots: RefCell::new(Slots::default()),
-                waiting: RefCell::new(VecDeque::new()),
-            }),
+            state: Rc::new(UringState { file: self.file.clone(), fixed, block_device: self.block_device }),
         }))
     }
 
     fn driver_specific(&self) -> Value {
-        json!({"uring": {"filename": self.filename, "o_direct": self.direct}})
+        match self.opts.flavor {
+            Flavor::Uring => json!({"uring": {"filename": self.opts.filename, "o_direct": self.direct}}),
+            Flavor::Aio => json!({"aio": {"filename": self.opts.filename,
+                "block_size_override": self.opts.block_size.unwrap_or(0) != 0,
+                "readonly": self.opts.readonly, "fallocate": self.opts.fallocate}}),
+        }
     }
 
     fn config_entry(&self, bdev: &Bdev) -> Option<Value> {
-        Some(json!({"method": "bdev_uring_create", "params": {
-            "name": bdev.name(), "filename": self.filename, "block_size": bdev.block_size(),
-            "uuid": bdev.uuid().to_string()}}))
+        // Only keys SPDK v26.05's methods accept (its bdev_uring_create takes a uuid; SPDK
+        // releases before v24.05 do not, and refuse this entry).
+        Some(match self.opts.flavor {
+            Flavor::Uring => json!({"method": "bdev_uring_create", "params": {
+                "name": bdev.name(), "filename": self.opts.filename, "block_size": bdev.block_size(),
+                "uuid": bdev.uuid().to_string()}}),
+            Flavor::Aio => json!({"method": "bdev_aio_create", "params": {
+                "name": bdev.name(), "filename": self.opts.filename, "block_size": bdev.block_size(),
+                "readonly": self.opts.readonly, "fallocate": self.opts.fallocate,
+                "uuid": bdev.uuid().to_string()}}),
+        })
     }
 }
 
-#[derive(Default)]
-struct Slots {
-    ios: Vec<Option<BdevIo>>,
-    iovecs: Vec<Vec<libc::iovec>>,
-    free: Vec<u32>,
-}
-
 struct UringState {
-    me: std::rc::Weak<UringState>,
     file: Arc<File>,
     fixed: Option<u32>,
     block_device: bool,
-    slots: RefCell<Slots>,
-    waiting: RefCell<VecDeque<BdevIo>>,
 }
 
 struct UringChannel {
     state: Rc<UringState>,
-}
-
-impl BackendChannel for UringChannel {
-    fn submit(&mut self, io: BdevIo) {
-        if !self.state.waiting.borrow().is_empty() {
-            self.state.waiting.borrow_mut().push_back(io);
-            return;
-        }
-        if let Err(io) = UringState::start(&self.state, io) {
-            self.state.waiting.borrow_mut().push_back(io);
-        }
-    }
 }
 
 impl Drop for UringChannel {
@@ -119,25 +129,52 @@ macro_rules! with_target {
     };
 }
 
-impl UringState {
-    /// Queues `io` on the ring; gives it back if the ring is full.
-    fn start(this: &Rc<Self>, mut io: BdevIo) -> Result<(), BdevIo> {
+/// Where a request's iovec array is: its module context, or (more than four segments) a heap
+/// array whose pointer the context holds.
+fn iovecs(io: &mut BdevIo) -> (*const libc::iovec, u32) {
+    let n = io.req.bufs.len();
+    let mut v: Vec<libc::iovec> = Vec::new();
+    let arr: *mut libc::iovec = if n <= INLINE_IOVECS {
+        io.ctx.as_mut_ptr() as *mut libc::iovec
+    } else {
+        // Counted cost: one allocation per request of more than four segments.
+        v.reserve_exact(n);
+        v.as_mut_ptr()
+    };
+    for (i, b) in io.req.bufs.iter().enumerate() {
+        // SAFETY: `arr` has room for n iovecs (the context holds INLINE_IOVECS, the Vec n).
+        unsafe { arr.add(i).write(libc::iovec { iov_base: b.as_ptr() as *mut _, iov_len: b.len() }) };
+    }
+    if n > INLINE_IOVECS {
+        // SAFETY: n iovecs were written above.
+        unsafe { v.set_len(n) };
+        let boxed = Box::into_raw(v.into_boxed_slice());
+        io.ctx[0] = boxed as *mut libc::iovec as u64;
+        return (boxed as *const libc::iovec, n as u32);
+    }
+    (arr, n as u32)
+}
+
+fn free_iovecs(io: &BdevIo) {
+    let n = io.req.bufs.len();
+    if io.req.io_type.has_payload() && n > INLINE_IOVECS {
+        // SAFETY: made by `iovecs` with Box::into_raw of a boxed slice of n iovecs.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(io.ctx[0] as *mut libc::iovec, n)) });
+    }
+}
+
+impl BackendChannel for UringChannel {
+    fn submit(&mut self, mut io: BdevIo) {
+        let this = &self.state;
         let off = io.offset_bytes();
         let len = io.len_bytes();
-        let mut slots = this.slots.borrow_mut();
-        let slot = match slots.free.pop() {
-            Some(s) => s,
-            None => {
-                slots.ios.push(None);
-                slots.iovecs.push(Vec::new());
-                (slots.ios.len() - 1) as u32
-            }
-        };
         let entry: SqEntry = match io.req.io_type {
             IoType::Read | IoType::Write if io.req.bufs.len() == 1 => {
-                let b = &mut io.req.bufs[0];
-                let (ptr, n, fixed) = (b.as_mut_ptr(), b.len() as u32, b.fixed_index());
                 let write = io.req.io_type == IoType::Write;
+                let b = &mut io.req.bufs[0];
+                let (n, fixed) = (b.len() as u32, b.fixed_index());
+                // Writes only read the buffer, which may be lent read-only memory.
+                let ptr = if write { b.as_ptr() as *mut u8 } else { b.as_mut_ptr() };
                 with_target!(this, |t| match (write, fixed) {
                     (false, Some(i)) => op::ReadFixed::new(t, ptr, n, i).offset(off).build(),
                     (false, None) => op::Read::new(t, ptr, n).offset(off).build(),
@@ -146,13 +183,8 @@ impl UringState {
                 })
             }
             IoType::Read | IoType::Write => {
-                let iov = &mut slots.iovecs[slot as usize];
-                iov.clear();
-                for b in io.req.bufs.iter_mut() {
-                    iov.push(libc::iovec { iov_base: b.as_mut_ptr() as *mut _, iov_len: b.len() });
-                }
-                let (p, n) = (iov.as_ptr(), iov.len() as u32);
                 let write = io.req.io_type == IoType::Write;
+                let (p, n) = iovecs(&mut io);
                 with_target!(this, |t| if write {
                     op::Writev::new(t, p, n).offset(off).build()
                 } else {
@@ -166,48 +198,44 @@ impl UringState {
                     | if zero { libc::FALLOC_FL_ZERO_RANGE } else { libc::FALLOC_FL_PUNCH_HOLE };
                 with_target!(this, |t| op::Fallocate::new(t, len).offset(off).mode(mode).build())
             }
-            // Resets are handled by the bdev layer and never arrive here.
-            IoType::Reset => {
-                slots.free.push(slot);
-                drop(slots);
+            // A reset reaches the module once earlier requests have completed: nothing to do.
+            _ => {
                 io.complete_deferred(IoStatus::Success);
-                return Ok(());
+                return;
             }
         };
-        slots.ios[slot as usize] = Some(io);
-        drop(slots);
         let handler: Rc<dyn CqeHandler> = this.clone();
-        // SAFETY: the entry's buffers (and iovec array) belong to the BdevIo stored in `slot`,
-        // which stays there until `complete` runs for this tag; the file outlives the channel.
+        let raw = io.into_raw();
         // Regular files: O_DIRECT on many file systems (tmpfs among them) is completed by io-wq
         // workers; block devices complete asynchronously from the device.
         let worker = !this.block_device;
+        // SAFETY: the entry's buffers and iovec array belong to the request behind `raw` (its
+        // segments and module context, which a boxed request keeps at a fixed address), which
+        // `complete` takes back only when this entry completes; the file outlives the channel.
         let pushed = ferrite_reactor::try_with_ring(|r| unsafe {
             if worker {
-                r.push_worker_bound(entry, handler, slot as u64)
+                r.push_worker_bound(entry, handler, raw)
             } else {
-                r.push(entry, handler, slot as u64)
+                r.push(entry, handler, raw)
             }
         });
-        match pushed {
-            Some(Ok(())) => Ok(()),
-            _ => {
-                let mut slots = this.slots.borrow_mut();
-                let io = slots.ios[slot as usize].take().expect("slot just filled");
-                slots.free.push(slot);
-                Err(io)
-            }
+        if !matches!(pushed, Some(Ok(()))) {
+            // SAFETY: the entry was not queued, so `raw` is still ours.
+            let io = unsafe { BdevIo::from_raw(raw) };
+            free_iovecs(&io);
+            // Ring full: the bdev layer retries when something completes (or after a moment
+            // if nothing of this channel is in flight). No ring: not on a reactor.
+            let status = if pushed.is_some() { IoStatus::NoMem } else { IoStatus::Failed(libc::ENXIO) };
+            io.complete_deferred(status);
         }
     }
 }
 
 impl CqeHandler for UringState {
     fn complete(&self, tag: u64, result: i32) {
-        let io = {
-            let mut slots = self.slots.borrow_mut();
-            slots.free.push(tag as u32);
-            slots.ios[tag as usize].take().expect("completion for an idle uring slot")
-        };
+        // SAFETY: every entry this handler gets was pushed with a request given up by into_raw.
+        let io = unsafe { BdevIo::from_raw(tag) };
+        free_iovecs(&io);
         let status = if result < 0 {
             IoStatus::Failed(-result)
         } else if io.req.io_type.has_payload() && result as u64 != io.len_bytes() {
@@ -217,27 +245,12 @@ impl CqeHandler for UringState {
             IoStatus::Success
         };
         io.complete(status);
-        self.retry_waiting();
     }
 }
 
-impl UringState {
-    /// Starts requests that found the ring full, now that an entry completed.
-    fn retry_waiting(&self) {
-        let Some(me) = self.me.upgrade() else { return };
-        loop {
-            let Some(io) = self.waiting.borrow_mut().pop_front() else { return };
-            if let Err(io) = Self::start(&me, io) {
-                self.waiting.borrow_mut().push_front(io);
-                return;
-            }
-        }
-    }
-}
-
-fn open(path: &str) -> Result<(File, bool), BdevError> {
+fn open(path: &str, readonly: bool) -> Result<(File, bool), BdevError> {
     let mut o = std::fs::OpenOptions::new();
-    o.read(true).write(true);
+    o.read(true).write(!readonly);
     match o.clone().custom_flags(libc::O_DIRECT).open(path) {
         Ok(f) => Ok((f, true)),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -262,11 +275,19 @@ fn block_device_geometry(f: &File) -> Result<(u64, u32), BdevError> {
     Ok((size, lbs as u32))
 }
 
-/// Creates a uring bdev over an existing file or block device.
+/// Creates a uring (or aio) bdev over an existing file or block device. Opens the file and
+/// reads its geometry, which may block: call it off the reactors (the RPCs do).
 pub fn create(opts: UringOpts) -> Result<Bdev, BdevError> {
-    let (file, direct) = open(&opts.filename)?;
+    crate::bdev::check_name(&opts.name)?;
+    if crate::bdev::lookup(&opts.name).is_some() {
+        return Err(BdevError::Exists(opts.name));
+    }
+    let (file, direct) = open(&opts.filename, opts.readonly)?;
     let meta = file.metadata().map_err(|e| BdevError::Os(format!("{}: {e}", opts.filename)))?;
     let block_device = meta.file_type().is_block_device();
+    if !block_device && !meta.file_type().is_file() {
+        return Err(BdevError::Invalid(format!("{} is neither a regular file nor a block device", opts.filename)));
+    }
     let (size, native_bs) = if block_device { block_device_geometry(&file)? } else { (meta.len(), 512) };
     let block_size = match opts.block_size {
         None | Some(0) => native_bs,
@@ -281,15 +302,34 @@ pub fn create(opts: UringOpts) -> Result<Bdev, BdevError> {
     if num_blocks == 0 {
         return Err(BdevError::Invalid(format!("{} is smaller than one block of {block_size} bytes", opts.filename)));
     }
+    let mut io_types = IO_TYPES;
+    if opts.readonly {
+        io_types = io_types.without(IoType::Write).without(IoType::Unmap).without(IoType::WriteZeroes);
+    }
+    if opts.flavor == Flavor::Aio && !opts.fallocate {
+        io_types = io_types.without(IoType::Unmap).without(IoType::WriteZeroes);
+    }
+    let limits = Limits {
+        // O_DIRECT needs every segment aligned to the device's logical block size.
+        buf_align: if direct { native_bs } else { 1 },
+        max_segments: 1024,
+        write_cache: true,
+        ..Limits::default()
+    };
+    let (module, product_name) = match opts.flavor {
+        Flavor::Uring => ("uring", "URING bdev"),
+        Flavor::Aio => ("aio", "AIO disk"),
+    };
     let props = BdevProps {
-        name: opts.name,
+        name: opts.name.clone(),
         aliases: vec![],
         uuid: super::parse_uuid(opts.uuid.as_deref())?,
         block_size,
         num_blocks,
-        product_name: "URING bdev",
-        module: "uring",
-        io_types: IoTypes::of(&IoType::ALL),
+        product_name,
+        module,
+        io_types,
+        limits,
     };
-    register(props, Arc::new(UringBackend { file: Arc::new(file), filename: opts.filename, block_device, direct }))
+    register(props, Arc::new(UringBackend { file: Arc::new(file), opts, block_device, direct }))
 }

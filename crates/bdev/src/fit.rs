@@ -1,0 +1,223 @@
+//! Fitting requests to a module's limits, so that callers never have to: segments that break the
+//! bdev's buffer alignment are bounced through one aligned buffer, and requests larger than the
+//! module takes (size, optimal I/O boundary, segment count and size, unmap and write-zeroes
+//! sizes) are split into children that point into the parent's buffers. The parent completes
+//! when its last child does, with the first failure if any.
+//!
+//! Costs, named: a bounce is one copy of the payload (in for writes, out for reads); a split
+//! allocates one small shared state. Requests that fit take neither path.
+
+use crate::channel::ChannelInner;
+use crate::io::{BdevIo, Completed, Done, IoBufs, IoRequest, IoState, IoStatus, IoType};
+use ferrite_reactor::IoBuf;
+use smallvec::SmallVec;
+use std::cell::{Cell, RefCell};
+use std::ptr::NonNull;
+use std::rc::Rc;
+
+/// A request split into children.
+pub(crate) struct SplitState {
+    parent: RefCell<Option<BdevIo>>,
+    left: Cell<usize>,
+    status: Cell<IoStatus>,
+}
+
+impl SplitState {
+    pub(crate) fn child_done(&self, mut child: Completed) {
+        if !child.status.is_ok() && self.status.get().is_ok() {
+            self.status.set(child.status);
+        }
+        // The child's segments are views into the parent's buffers: drop them first.
+        child.req.bufs.clear();
+        drop(child);
+        let left = self.left.get() - 1;
+        self.left.set(left);
+        if left == 0 {
+            let parent = self.parent.borrow_mut().take().expect("split parent completes once");
+            parent.complete(self.status.get());
+        }
+    }
+}
+
+/// Copies a bounced read back into the caller's segments and gives them back.
+pub(crate) fn unbounce(st: &mut IoState) {
+    let Some(orig) = st.bounced.take() else { return };
+    let bounce = std::mem::replace(&mut st.req.bufs, orig);
+    if st.req.io_type == IoType::Read && st.status.is_ok() {
+        let src = &bounce[0];
+        let mut pos = 0;
+        for b in st.req.bufs.iter_mut() {
+            let n = b.len();
+            b.copy_from_slice(&src[pos..pos + n]);
+            pos += n;
+        }
+    }
+}
+
+/// True if a segment breaks the alignment `align`.
+#[inline]
+fn misaligned(bufs: &IoBufs, align: u32) -> bool {
+    let mask = align as usize - 1;
+    align > 1 && bufs.iter().any(|b| (b.as_ptr() as usize | b.len()) & mask != 0)
+}
+
+/// Replaces the request's segments by one aligned buffer (copying write data in). False if no
+/// buffer is available now.
+fn bounce(io: &mut BdevIo) -> bool {
+    let len = io.req.payload_len();
+    let Some(mut b) = ferrite_reactor::try_alloc_buf(len) else { return false };
+    if io.req.io_type != IoType::Read {
+        let mut pos = 0;
+        for s in io.req.bufs.iter() {
+            b[pos..pos + s.len()].copy_from_slice(s);
+            pos += s.len();
+        }
+    }
+    let orig = std::mem::replace(&mut io.req.bufs, smallvec::smallvec![b]);
+    io.bounced = Some(orig);
+    true
+}
+
+/// The child ranges (and, for payloads, their segments) of a request under `limits`; None if a
+/// child would have to end inside a block (the caller bounces then, which always fits).
+fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[IoRequest; 4]>> {
+    let l = &ch.limits;
+    let bs = ch.block_size as u64;
+    let mut out = SmallVec::new();
+    let end = req.offset_blocks + req.num_blocks;
+    let mut pos = req.offset_blocks;
+    if !req.io_type.has_payload() {
+        let max = match req.io_type {
+            IoType::Unmap => l.max_unmap_blocks,
+            _ => l.max_write_zeroes_blocks,
+        };
+        while pos < end {
+            let n = (end - pos).min(max);
+            out.push(IoRequest::new(req.io_type, pos, n).with_flags(req.flags));
+            pos += n;
+        }
+        return Some(out);
+    }
+    let writable = req.io_type == IoType::Read;
+    // Segment cursor: segment index and offset inside it.
+    let (mut si, mut so) = (0usize, 0usize);
+    while pos < end {
+        let mut blocks = end - pos;
+        if l.max_io_blocks > 0 {
+            blocks = blocks.min(l.max_io_blocks as u64);
+        }
+        if l.split_on_optimal_io_boundary && l.optimal_io_boundary > 0 {
+            let b = l.optimal_io_boundary as u64;
+            blocks = blocks.min(b - pos % b);
+        }
+        let want = (blocks * bs) as usize;
+        let mut pieces: IoBufs = IoBufs::new();
+        let mut got = 0usize;
+        while got < want {
+            if l.max_segments > 0 && pieces.len() == l.max_segments as usize {
+                break;
+            }
+            let seg = &req.bufs[si];
+            let mut take = (seg.len() - so).min(want - got);
+            if l.max_segment_size > 0 {
+                take = take.min(l.max_segment_size as usize);
+            }
+            // SAFETY: the range lies within the segment; the parent keeps its buffers until
+            // every child has completed (it is held by the split state), and read children are
+            // the only writers of their disjoint byte ranges.
+            let view = unsafe { IoBuf::view(NonNull::new_unchecked(seg.as_ptr().add(so) as *mut u8), take, writable) };
+            pieces.push(view);
+            got += take;
+            so += take;
+            if so == seg.len() {
+                si += 1;
+                so = 0;
+            }
+        }
+        let rem = got % bs as usize;
+        if rem != 0 {
+            // The segment limit stopped the child inside a block: trim the last piece back.
+            let last = pieces.last_mut().expect("a child has a piece");
+            if last.len() <= rem {
+                return None;
+            }
+            let n = last.len() - rem;
+            last.set_len(n);
+            got -= rem;
+            if so >= rem {
+                so -= rem;
+            } else {
+                si -= 1;
+                so = req.bufs[si].len() - rem;
+            }
+        }
+        let n = (got as u64) / bs;
+        if n == 0 {
+            return None;
+        }
+        let mut child = IoRequest::new(req.io_type, pos, n).with_flags(req.flags);
+        child.bufs = pieces;
+        out.push(child);
+        pos += n;
+    }
+    Some(out)
+}
+
+/// True if one request within the limits: no split needed.
+fn fits(ch: &ChannelInner, req: &IoRequest) -> bool {
+    let l = &ch.limits;
+    match req.io_type {
+        IoType::Unmap => return l.max_unmap_blocks == 0 || req.num_blocks <= l.max_unmap_blocks,
+        IoType::WriteZeroes => return l.max_write_zeroes_blocks == 0 || req.num_blocks <= l.max_write_zeroes_blocks,
+        _ => {}
+    }
+    if l.max_io_blocks > 0 && req.num_blocks > l.max_io_blocks as u64 {
+        return false;
+    }
+    if l.split_on_optimal_io_boundary && l.optimal_io_boundary > 0 {
+        let b = l.optimal_io_boundary as u64;
+        if req.offset_blocks / b != (req.offset_blocks + req.num_blocks - 1) / b {
+            return false;
+        }
+    }
+    if l.max_segments > 0 && req.bufs.len() > l.max_segments as usize {
+        return false;
+    }
+    l.max_segment_size == 0 || req.bufs.iter().all(|b| b.len() <= l.max_segment_size as usize)
+}
+
+/// Fits `io` to the channel's limits and dispatches it or its children.
+pub(crate) fn fit(ch: &Rc<ChannelInner>, mut io: BdevIo) {
+    let needs_bounce =
+        io.req.io_type.has_payload() && io.bounced.is_none() && misaligned(&io.req.bufs, ch.limits.buf_align);
+    if needs_bounce && !bounce(&mut io) {
+        return ch.wait_for_memory(io);
+    }
+    if fits(ch, &io.req) {
+        return ch.dispatch(io);
+    }
+    let children = match plan(ch, &io.req) {
+        Some(c) => c,
+        None if io.bounced.is_none() => {
+            if !bounce(&mut io) {
+                return ch.wait_for_memory(io);
+            }
+            match plan(ch, &io.req) {
+                Some(c) => c,
+                None => return io.complete_deferred(IoStatus::Failed(libc::EINVAL)),
+            }
+        }
+        None => return io.complete_deferred(IoStatus::Failed(libc::EINVAL)),
+    };
+    let tick = io.submit_tick;
+    io.fitted = true;
+    let state = Rc::new(SplitState {
+        parent: RefCell::new(Some(io)),
+        left: Cell::new(children.len()),
+        status: Cell::new(IoStatus::Success),
+    });
+    for req in children {
+        let child = BdevIo::new(req, Done::Split(state.clone()), ch.clone(), tick);
+        ch.dispatch(child);
+    }
+}

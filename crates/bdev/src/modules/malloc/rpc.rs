@@ -1,0 +1,49 @@
+//! JSON-RPC methods of the malloc module: bdev_malloc_create, bdev_malloc_delete.
+
+use super::{create, MallocOpts};
+use crate::rpc::{bdev_err, check_no_metadata, delete};
+use ferrite_rpc::{Params, Registry, RpcError};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MallocCreate {
+    name: Option<String>,
+    num_blocks: u64,
+    block_size: u32,
+    uuid: Option<String>,
+    optimal_io_boundary: Option<u32>,
+    physical_block_size: Option<u32>,
+    md_size: Option<u32>,
+    md_interleave: Option<bool>,
+    dif_type: Option<u32>,
+    dif_is_head_of_md: Option<bool>,
+    dif_pi_format: Option<u32>,
+}
+
+/// Registers the malloc module's methods.
+pub fn register(reg: &mut Registry) {
+    reg.method("bdev_malloc_create", |_, p: Params| async move {
+        let p: MallocCreate = p.parse()?;
+        check_no_metadata(p.md_size, p.dif_type)?;
+        let _ = (p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
+        let opts = MallocOpts {
+            name: p.name,
+            num_blocks: p.num_blocks,
+            block_size: p.block_size,
+            physical_block_size: p.physical_block_size,
+            optimal_io_boundary: p.optimal_io_boundary,
+            uuid: p.uuid,
+        };
+        // Allocating and touching the memory is slow for big disks: not on the reactor.
+        let (tx, rx) = ferrite_reactor::oneshot::channel();
+        std::thread::Builder::new()
+            .name("malloc_create".into())
+            .spawn(move || tx.send(create(opts)))
+            .map_err(|e| RpcError::internal(format!("cannot start the allocation: {e}")))?;
+        let b = rx.await.map_err(|e| RpcError::internal(e.to_string()))?.map_err(bdev_err)?;
+        Ok(json!(b.name()))
+    });
+    reg.method("bdev_malloc_delete", |_, p: Params| async move { delete(p, "malloc").await });
+}

@@ -1,0 +1,41 @@
+//! JSON-RPC methods of the null module: bdev_null_create, bdev_null_delete.
+
+use super::{create, NullOpts};
+use crate::rpc::{bdev_err, check_no_metadata, delete};
+use ferrite_rpc::{Params, Registry};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NullCreate {
+    name: String,
+    num_blocks: u64,
+    block_size: u32,
+    uuid: Option<String>,
+    physical_block_size: Option<u32>,
+    md_size: Option<u32>,
+    md_interleave: Option<bool>,
+    dif_type: Option<u32>,
+    dif_is_head_of_md: Option<bool>,
+    dif_pi_format: Option<u32>,
+}
+
+/// Registers the null module's methods.
+pub fn register(reg: &mut Registry) {
+    reg.method("bdev_null_create", |_, p: Params| async move {
+        let p: NullCreate = p.parse()?;
+        check_no_metadata(p.md_size, p.dif_type)?;
+        let _ = (p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
+        let b = create(NullOpts {
+            name: p.name,
+            num_blocks: p.num_blocks,
+            block_size: p.block_size,
+            physical_block_size: p.physical_block_size,
+            uuid: p.uuid,
+        })
+        .map_err(bdev_err)?;
+        Ok(json!(b.name()))
+    });
+    reg.method("bdev_null_delete", |_, p: Params| async move { delete(p, "null").await });
+}

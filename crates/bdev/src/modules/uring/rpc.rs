@@ -1,0 +1,70 @@
+//! JSON-RPC methods of the uring module: bdev_uring_create/delete, and SPDK's
+//! bdev_aio_create/delete served by the same code.
+
+use super::{create, Flavor, UringOpts};
+use crate::rpc::{bdev_err, delete};
+use ferrite_rpc::{Params, Registry, RpcError, RpcResult};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UringCreate {
+    name: String,
+    filename: String,
+    block_size: Option<u32>,
+    uuid: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AioCreate {
+    name: String,
+    filename: String,
+    block_size: Option<u32>,
+    readonly: Option<bool>,
+    fallocate: Option<bool>,
+    uuid: Option<String>,
+}
+
+/// Opens the file off the reactor (an open or an ioctl can block), then registers the bdev.
+async fn create_off_reactor(opts: UringOpts) -> RpcResult {
+    let (tx, rx) = ferrite_reactor::oneshot::channel();
+    std::thread::Builder::new()
+        .name("uring_create".into())
+        .spawn(move || tx.send(create(opts)))
+        .map_err(|e| RpcError::internal(format!("cannot start the open: {e}")))?;
+    let b = rx.await.map_err(|e| RpcError::internal(e.to_string()))?.map_err(bdev_err)?;
+    Ok(json!(b.name()))
+}
+
+/// Registers the module's methods.
+pub fn register(reg: &mut Registry) {
+    reg.method("bdev_uring_create", |_, p: Params| async move {
+        let p: UringCreate = p.parse()?;
+        create_off_reactor(UringOpts {
+            name: p.name,
+            filename: p.filename,
+            block_size: p.block_size,
+            uuid: p.uuid,
+            fallocate: true,
+            ..Default::default()
+        })
+        .await
+    });
+    reg.method("bdev_aio_create", |_, p: Params| async move {
+        let p: AioCreate = p.parse()?;
+        create_off_reactor(UringOpts {
+            name: p.name,
+            filename: p.filename,
+            block_size: p.block_size,
+            uuid: p.uuid,
+            readonly: p.readonly.unwrap_or(false),
+            fallocate: p.fallocate.unwrap_or(false),
+            flavor: Flavor::Aio,
+        })
+        .await
+    });
+    reg.method("bdev_uring_delete", |_, p: Params| async move { delete(p, "uring").await });
+    reg.method("bdev_aio_delete", |_, p: Params| async move { delete(p, "aio").await });
+}
