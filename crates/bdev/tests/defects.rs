@@ -1,0 +1,205 @@
+//! Defects found by review and black-box testing, each with the test that showed it.
+
+mod common;
+
+use common::*;
+use ferrite_bdev::channel::{local_iostat, prune_local_iostat};
+use ferrite_bdev::modules::malloc::{self, MallocOpts};
+use ferrite_bdev::modules::null::{self, NullOpts};
+use ferrite_bdev::modules::uring::{self, UringOpts};
+use ferrite_bdev::{unregister, Bdev, BdevError, Completed, IoCompleter, IoRequest, IoStatus};
+use ferrite_reactor::{Engine, EngineConfig, ReactorMode};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Keeps completions by tag.
+#[derive(Default)]
+struct Done(RefCell<Vec<(u64, IoStatus, Vec<u8>)>>);
+
+impl IoCompleter for Done {
+    fn io_done(&self, tag: u64, io: Completed) {
+        let data = payload(&io);
+        self.0.borrow_mut().push((tag, io.status, data));
+    }
+}
+
+/// A uring request that finds the ring full while its own channel has nothing in flight used to
+/// wait forever (it was retried only on that channel's completions). Now the module answers
+/// NoMem and the bdev layer retries it by itself.
+#[test]
+fn uring_request_meeting_a_full_ring_with_nothing_in_flight_completes() {
+    let e = Engine::start(EngineConfig {
+        cores: vec![0],
+        ring_entries: 4,
+        mode: ReactorMode::Adaptive,
+        ..Default::default()
+    })
+    .expect("engine");
+    let a = TempFile::new("defect_ring_a", 1 << 20);
+    let b = TempFile::new("defect_ring_b", 1 << 20);
+    let data = pattern(5, 1 << 20);
+    std::fs::write(&b.path, &data).unwrap();
+    let (pa, pb) = (a.path_str(), b.path_str());
+    let got = run(&e, 0, move || async move {
+        for (name, path) in [("defect_ring_a", pa), ("defect_ring_b", pb)] {
+            uring::create(UringOpts { name: name.into(), filename: path, ..Default::default() }).unwrap();
+        }
+        let da = Bdev::open("defect_ring_a", true, || {}).unwrap();
+        let db = Bdev::open("defect_ring_b", true, || {}).unwrap();
+        let (ca, cb) = (da.channel().unwrap(), db.channel().unwrap());
+        let done = Rc::new(Done::default());
+        // Far more than the ring's handler table holds: the ring is full when B submits.
+        for i in 0..64u64 {
+            ca.submit(IoRequest::read(i * 8, 8, buf_filled(4096, 0)), done.clone(), i);
+        }
+        cb.submit(IoRequest::read(16, 8, buf_filled(4096, 0xee)), done.clone(), 1000);
+        let start = std::time::Instant::now();
+        while done.0.borrow().len() < 65 && start.elapsed() < Duration::from_secs(10) {
+            ferrite_reactor::sleep(Duration::from_millis(1)).await;
+        }
+        let v = std::mem::take(&mut *done.0.borrow_mut());
+        drop((ca, cb, da, db));
+        v
+    });
+    assert_eq!(got.len(), 65, "every request completes, including B's");
+    assert!(got.iter().all(|(_, s, _)| s.is_ok()), "{:?}", got.iter().map(|g| g.1).collect::<Vec<_>>());
+    let (_, _, bdata) = got.iter().find(|(t, _, _)| *t == 1000).unwrap();
+    assert_bytes_eq(bdata, &data[8192..8192 + 4096], "B's read");
+    unregister("defect_ring_a", None).unwrap();
+    unregister("defect_ring_b", None).unwrap();
+    shutdown(e);
+}
+
+/// A malloc zero-copy read buffer (lent, read-only) passed on as the payload of a uring write
+/// (what a copy or a rebuild does) used to panic the uring module.
+#[test]
+fn lent_buffer_written_to_uring() {
+    let e = engine(1, ReactorMode::Adaptive);
+    let f = TempFile::new("defect_lent", 1 << 20);
+    let path = f.path_str();
+    run(&e, 0, move || async move {
+        malloc::create(MallocOpts {
+            name: Some("defect_lent_m".into()),
+            num_blocks: 256,
+            block_size: 4096,
+            ..Default::default()
+        })
+        .unwrap();
+        uring::create(UringOpts { name: "defect_lent_u".into(), filename: path, ..Default::default() }).unwrap();
+        let m = Bdev::open("defect_lent_m", true, || {}).unwrap();
+        let u = Bdev::open("defect_lent_u", true, || {}).unwrap();
+        let (mc, uc) = (m.channel().unwrap(), u.channel().unwrap());
+        let data = pattern(8, 3 * 4096);
+        io_ok(&mc, IoRequest::write(2, 3, buf_from(&data))).await;
+        let mut c = io(&mc, IoRequest::read_zcopy(2, 3)).await;
+        assert!(c.status.is_ok() && c.req.bufs[0].is_lent());
+        let lent = c.take_req().bufs.pop().unwrap();
+        // 3 blocks of 4 KiB on a 512-byte-block uring bdev.
+        io_ok(&uc, IoRequest::write(80, 24, lent)).await;
+        let back = io_ok(&uc, IoRequest::read(80, 24, buf_filled(3 * 4096, 0))).await;
+        assert_bytes_eq(&back, &data, "uring after a write from lent memory");
+    });
+    unregister("defect_lent_m", None).unwrap();
+    unregister("defect_lent_u", None).unwrap();
+    shutdown(e);
+}
+
+/// Pruning per-core statistics used a bdev list read before the cross-core round, so a bdev
+/// registered meanwhile lost its counters on that core for good. Now pruning asks each bdev.
+#[test]
+fn iostat_pruning_keeps_bdevs_registered_meanwhile() {
+    let e = engine(1, ReactorMode::Adaptive);
+    let (before, after) = run(&e, 0, || async {
+        let b = null::create(NullOpts {
+            name: "defect_prune".into(),
+            num_blocks: 64,
+            block_size: 512,
+            ..Default::default()
+        })
+        .unwrap();
+        let d = Bdev::open("defect_prune", true, || {}).unwrap();
+        let ch = d.channel().unwrap();
+        io_ok(&ch, IoRequest::write(0, 1, buf_filled(512, 1))).await;
+        prune_local_iostat();
+        let before = local_iostat(b.id()).num_write_ops;
+        drop((ch, d));
+        unregister("defect_prune", None).unwrap();
+        prune_local_iostat();
+        (before, local_iostat(b.id()).num_write_ops)
+    });
+    assert_eq!(before, 1, "a live bdev keeps its counters");
+    assert_eq!(after, 0, "a deleted bdev's counters go");
+    shutdown(e);
+}
+
+fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(" kB")
+        .trim()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
+/// A malloc bdev used to be address space only: a 64 GiB one was accepted on a 24 GiB machine
+/// (and the daemon killed when it filled), and reads of never-written blocks came from the
+/// kernel's shared zero page. Now its memory is resident at create, and too much is refused.
+#[test]
+fn malloc_memory_is_resident_and_bounded() {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(" kB")
+        .trim()
+        .parse()
+        .unwrap();
+    let too_big = (total_kib * 1024 + (8 << 30)) / 4096;
+    match malloc::create(MallocOpts {
+        name: Some("defect_huge".into()),
+        num_blocks: too_big,
+        block_size: 4096,
+        ..Default::default()
+    }) {
+        Err(e @ BdevError::NoMemory(_)) => assert_eq!(e.errno(), libc::ENOMEM),
+        Err(e) => panic!("wrong error for a malloc bdev larger than the machine: {e:?}"),
+        Ok(_) => panic!("a malloc bdev larger than the machine was accepted"),
+    }
+    assert!(ferrite_bdev::lookup("defect_huge").is_none());
+    let rss0 = rss_bytes();
+    malloc::create(MallocOpts {
+        name: Some("defect_resident".into()),
+        num_blocks: 64 << 10,
+        block_size: 4096,
+        ..Default::default()
+    })
+    .unwrap();
+    let grew = rss_bytes().saturating_sub(rss0);
+    assert!(grew >= 250 << 20, "a 256 MiB malloc bdev made only {} MiB resident", grew >> 20);
+    unregister("defect_resident", None).unwrap();
+}
+
+/// Names that would confuse lookups or logs, and sizes that overflow clients, are refused.
+#[test]
+fn bad_names_and_sizes_are_refused() {
+    let null = |name: &str, num_blocks: u64, block_size: u32| {
+        null::create(NullOpts { name: name.into(), num_blocks, block_size, ..Default::default() })
+    };
+    let other = null("defect_names_a", 8, 512).unwrap();
+    for bad in ["x\ny", "nul\0name", "", &other.uuid().to_string(), "6f9619ff-8b86-d011-b42d-00c04fc964ff"] {
+        assert!(matches!(null(bad, 8, 512), Err(BdevError::Invalid(_))), "name {bad:?} accepted");
+    }
+    // 2^63 bytes: shown negative by clients with signed 64-bit sizes.
+    assert!(matches!(null("defect_names_big", 1 << 54, 512), Err(BdevError::Invalid(_))));
+    // Lookups by UUID find the bdev with that UUID, in any letter case.
+    let upper = other.uuid().to_string().to_uppercase();
+    assert_eq!(ferrite_bdev::lookup(&upper).map(|b| b.id()), Some(other.id()));
+    unregister("defect_names_a", None).unwrap();
+}
