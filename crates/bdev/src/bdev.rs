@@ -1,6 +1,6 @@
 //! Bdevs: named block devices, their backends (what a module implements), and the registry.
 
-use crate::desc::{BdevDesc, DescEntry};
+use crate::desc::{BdevDesc, BdevEvent, Claim, ClaimType, DescEntry};
 use crate::io::{BdevIo, IoType, IoTypes};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -24,6 +24,8 @@ pub enum BdevError {
     Os(String),
     /// Not enough memory.
     NoMemory(String),
+    /// The bdev is in use in a way that forbids the change.
+    Busy(String),
 }
 
 impl std::fmt::Display for BdevError {
@@ -31,7 +33,7 @@ impl std::fmt::Display for BdevError {
         match self {
             BdevError::NotFound(n) => write!(f, "bdev {n} not found"),
             BdevError::Exists(n) => write!(f, "bdev {n} already exists"),
-            BdevError::Invalid(m) | BdevError::Os(m) | BdevError::NoMemory(m) => f.write_str(m),
+            BdevError::Invalid(m) | BdevError::Os(m) | BdevError::NoMemory(m) | BdevError::Busy(m) => f.write_str(m),
             BdevError::Claimed(m) => f.write_str(m),
             BdevError::Removing(n) => write!(f, "bdev {n} is being removed"),
         }
@@ -51,6 +53,7 @@ impl BdevError {
             BdevError::Removing(_) => libc::EBUSY,
             BdevError::Os(_) => libc::EIO,
             BdevError::NoMemory(_) => libc::ENOMEM,
+            BdevError::Busy(_) => libc::EBUSY,
         }
     }
 }
@@ -72,12 +75,20 @@ pub trait BackendChannel {
         let _ = named;
         0
     }
+    /// The module's own channel state, for `Bdev::for_each_channel` callbacks to downcast.
+    fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }
 
 /// What a bdev module implements for each bdev it creates.
 pub trait BdevBackend: Send + Sync + 'static {
     /// Makes this core's channel. Called on the core that will submit through it.
     fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError>;
+    /// The backend itself, for its module's RPCs to downcast (e.g. a rescan).
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
     /// True if the module lends its memory for zero-copy reads (`zcopy` in `bdev_get_bdevs`).
     fn zcopy(&self) -> bool {
         false
@@ -196,7 +207,7 @@ pub(crate) struct BdevShared {
     pub(crate) aliases: Vec<String>,
     pub(crate) uuid: uuid::Uuid,
     pub(crate) block_size: u32,
-    pub(crate) num_blocks: u64,
+    pub(crate) num_blocks: AtomicU64,
     pub(crate) product_name: &'static str,
     pub(crate) module: &'static str,
     pub(crate) io_types: IoTypes,
@@ -214,7 +225,7 @@ pub(crate) struct BdevShared {
 #[derive(Default)]
 pub(crate) struct OpenState {
     pub(crate) descs: Vec<DescEntry>,
-    pub(crate) claim: Option<(u64, String)>,
+    pub(crate) claims: Vec<Claim>,
     pub(crate) removed_waiters: Vec<ferrite_reactor::oneshot::Sender<()>>,
 }
 
@@ -241,11 +252,11 @@ impl Bdev {
     }
     /// Number of blocks.
     pub fn num_blocks(&self) -> u64 {
-        self.0.num_blocks
+        self.0.num_blocks.load(Ordering::Relaxed)
     }
     /// Size in bytes.
     pub fn size_bytes(&self) -> u64 {
-        self.0.num_blocks * self.0.block_size as u64
+        self.num_blocks() * self.0.block_size as u64
     }
     /// Product name.
     pub fn product_name(&self) -> &'static str {
@@ -282,9 +293,17 @@ impl Bdev {
     pub fn id(&self) -> u64 {
         self.0.id
     }
-    /// The module that holds the claim, if any.
+    /// The module that holds the (first) claim, if any.
     pub fn claimed_by(&self) -> Option<String> {
-        self.0.state.lock().unwrap().claim.as_ref().map(|(_, m)| m.clone())
+        self.0.state.lock().unwrap().claims.first().map(|c| c.module.clone())
+    }
+    /// The kind of the claims held, if any (all claims on a bdev are of one kind).
+    pub fn claim_type(&self) -> Option<ClaimType> {
+        self.0.state.lock().unwrap().claims.first().map(|c| c.kind)
+    }
+    /// Every claim held: module and kind.
+    pub fn claims(&self) -> Vec<(String, ClaimType)> {
+        self.0.state.lock().unwrap().claims.iter().map(|c| (c.module.clone(), c.kind)).collect()
     }
     /// The backend (for `driver_specific` and config).
     pub fn backend(&self) -> &Arc<dyn BdevBackend> {
@@ -303,8 +322,69 @@ impl Bdev {
     /// being deleted; the opener must then stop submitting, let in-flight I/O finish, and drop the
     /// descriptor.
     pub fn open(name: &str, write: bool, on_remove: impl Fn() + Send + Sync + 'static) -> Result<BdevDesc, BdevError> {
+        Self::open_ext(name, write, move |e| {
+            if e == BdevEvent::Remove {
+                on_remove()
+            }
+        })
+    }
+
+    /// Opens the bdev by name, alias or UUID with an event callback (remove, resize), run on
+    /// the opening core (SPDK's `spdk_bdev_open_ext`).
+    pub fn open_ext(
+        name: &str,
+        write: bool,
+        on_event: impl Fn(BdevEvent) + Send + Sync + 'static,
+    ) -> Result<BdevDesc, BdevError> {
         let bdev = lookup(name).ok_or_else(|| BdevError::NotFound(name.to_string()))?;
-        BdevDesc::open(bdev, write, Arc::new(on_remove))
+        BdevDesc::open(bdev, write, Arc::new(on_event))
+    }
+
+    /// Changes the block count (a module whose device grew or shrank calls it) and tells every
+    /// opener with a `Resize` event. Shrinking is refused while the bdev is open (requests
+    /// beyond the new end could be in flight), as SPDK does.
+    pub fn notify_resize(&self, num_blocks: u64) -> Result<(), BdevError> {
+        check_geometry(self.block_size(), num_blocks)?;
+        let notify = {
+            let st = self.0.state.lock().unwrap();
+            if num_blocks < self.num_blocks() && !st.descs.is_empty() {
+                return Err(BdevError::Busy(format!("bdev {} is open; it cannot shrink", self.name())));
+            }
+            self.0.num_blocks.store(num_blocks, Ordering::SeqCst);
+            st.descs.iter().map(|d| (d.core.clone(), d.on_event.clone())).collect::<Vec<_>>()
+        };
+        log::info!("bdev {} resized to {num_blocks} blocks", self.name().escape_debug());
+        notify_all(notify, BdevEvent::Resize);
+        Ok(())
+    }
+
+    /// Runs `f` on every core's channel of this bdev (on that core), then resolves with how
+    /// many channels it ran on (SPDK's `spdk_for_each_channel`). Modules reach their own channel
+    /// state through `BackendChannel::as_any`.
+    pub fn for_each_channel(
+        &self,
+        engine: &ferrite_reactor::Engine,
+        f: impl Fn(&mut dyn BackendChannel) + Send + Sync + 'static,
+    ) -> ferrite_reactor::oneshot::Receiver<usize> {
+        let id = self.id();
+        let (tx, rx) = ferrite_reactor::oneshot::channel();
+        let all = engine.on_all(move |_| crate::channel::with_backend(id, &f) as usize);
+        std::thread::spawn(move || {
+            if let Ok(v) = all.wait() {
+                tx.send(v.into_iter().sum());
+            }
+        });
+        rx
+    }
+}
+
+/// Runs each opener's event callback on its core (or here, for openers off the reactors).
+fn notify_all(openers: Vec<(Option<(usize, ferrite_reactor::Engine)>, crate::desc::EventCallback)>, e: BdevEvent) {
+    for (core, cb) in openers {
+        match core {
+            Some((c, engine)) => engine.send(c, move || cb(e)),
+            None => cb(e),
+        }
     }
 }
 
@@ -386,7 +466,7 @@ pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev,
         aliases: props.aliases.clone(),
         uuid,
         block_size: props.block_size,
-        num_blocks: props.num_blocks,
+        num_blocks: AtomicU64::new(props.num_blocks),
         product_name: props.product_name,
         module: props.module,
         io_types: props.io_types,
@@ -403,7 +483,9 @@ pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev,
     }
     reg.by_name.insert(props.name.clone(), bdev.clone());
     reg.order.push((bdev.id(), props.name.clone()));
+    drop(reg);
     log::info!("registered bdev {} ({}, {} x {} B)", props.name, props.module, props.num_blocks, props.block_size);
+    crate::module::on_register(&bdev);
     Ok(bdev)
 }
 
@@ -454,14 +536,9 @@ pub fn unregister(name: &str, module: Option<&str>) -> Result<ferrite_reactor::o
         } else {
             st.removed_waiters.push(tx);
         }
-        st.descs.iter().map(|d| (d.core.clone(), d.on_remove.clone())).collect::<Vec<_>>()
+        st.descs.iter().map(|d| (d.core.clone(), d.on_event.clone())).collect::<Vec<_>>()
     };
-    log::info!("unregistering bdev {name}: {} opener(s) notified", notify.len());
-    for (core, cb) in notify {
-        match core {
-            Some((c, engine)) => engine.send(c, move || cb()),
-            None => cb(),
-        }
-    }
+    log::info!("unregistering bdev {}: {} opener(s) notified", name.escape_debug(), notify.len());
+    notify_all(notify, BdevEvent::Remove);
     Ok(rx)
 }

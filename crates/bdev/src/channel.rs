@@ -76,7 +76,6 @@ impl Epochs {
 
 pub(crate) struct ChannelInner {
     pub(crate) block_size: u32,
-    pub(crate) num_blocks: u64,
     io_types: IoTypes,
     pub(crate) limits: Limits,
     /// Reads and writes may need fitting to `limits`.
@@ -140,7 +139,6 @@ impl IoChannel {
         let limits = bdev.0.limits;
         let inner = Rc::new_cyclic(|me| ChannelInner {
             block_size: bdev.block_size(),
-            num_blocks: bdev.num_blocks(),
             io_types: bdev.0.io_types,
             limits,
             shape_payload: limits.shape_payload(),
@@ -172,7 +170,7 @@ impl IoChannel {
     /// Block count of the channel's bdev.
     #[inline]
     pub fn num_blocks(&self) -> u64 {
-        self.inner.num_blocks
+        self.inner.bdev.num_blocks.load(Ordering::Relaxed)
     }
 
     /// Submits a request. `done.io_done(tag, ..)` runs later on this core, exactly once, with the
@@ -313,12 +311,12 @@ impl ChannelInner {
             return IoStatus::OutOfRange;
         }
         match req.offset_blocks.checked_add(req.num_blocks) {
-            Some(end) if end <= self.num_blocks => {}
+            Some(end) if end <= self.bdev.num_blocks.load(Ordering::Relaxed) => {}
             _ => return IoStatus::OutOfRange,
         }
         if let IoAux::CopyFrom(src) = req.aux {
             match src.checked_add(req.num_blocks) {
-                Some(end) if end <= self.num_blocks => {}
+                Some(end) if end <= self.bdev.num_blocks.load(Ordering::Relaxed) => {}
                 _ => return IoStatus::OutOfRange,
             }
         }
@@ -510,6 +508,17 @@ pub(crate) async fn drained(bdev_id: u64) {
     let rx = local_channel(bdev_id).and_then(|ch| ch.drain_waiter());
     if let Some(rx) = rx {
         let _ = rx.await;
+    }
+}
+
+/// Runs `f` on this core's backend channel of the bdev; false if it has none here.
+pub(crate) fn with_backend(bdev_id: u64, f: &dyn Fn(&mut dyn BackendChannel)) -> bool {
+    match local_channel(bdev_id) {
+        Some(ch) => {
+            f(&mut **ch.backend.borrow_mut());
+            true
+        }
+        None => false,
     }
 }
 

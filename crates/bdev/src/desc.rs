@@ -1,50 +1,111 @@
-//! Open descriptors: read or write access to a bdev, exclusive write claims, and closing.
+//! Open descriptors: read or write access to a bdev, typed claims, events, and closing.
+//!
+//! Claims follow SPDK's: a module that builds on a bdev (an lvol store, a RAID, a passthru)
+//! claims it so that nobody else writes under it.
+//! - `ExclusiveWrite` (SPDK's v1 claim): one claimant, no other writer.
+//! - `ReadManyWriteOne`: the claimant writes (its descriptor becomes writable), anyone may read.
+//! - `ReadManyWriteNone`: several claimants, all read-only; nobody writes.
+//! - `ReadManyWriteShared`: several claimants with the same key write (a replicated volume's
+//!   paths), nobody else does.
+//!
+//! While any claim is held, opens for writing fail; claimants of the last two kinds open
+//! read-only and get write access with the claim, as in SPDK.
 
 use crate::bdev::{Bdev, BdevError};
 use crate::channel::IoChannel;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub(crate) type RemoveCallback = Arc<dyn Fn() + Send + Sync>;
+/// What happened to an open bdev (the descriptor's event callback gets it on the opening core).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BdevEvent {
+    /// The bdev is being deleted: stop submitting, let in-flight I/O finish, close.
+    Remove,
+    /// The bdev's block count changed (grew, or shrank while nobody had it open).
+    Resize,
+}
+
+pub(crate) type EventCallback = Arc<dyn Fn(BdevEvent) + Send + Sync>;
+
+/// The kinds of claim a module can take on a bdev.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimType {
+    /// One claimant, no other writer (SPDK's `exclusive_write`).
+    ExclusiveWrite,
+    /// One claimant writes, any number read (`read_many_write_one`).
+    ReadManyWriteOne,
+    /// Claimants only read; nobody writes (`read_many_write_none`).
+    ReadManyWriteNone,
+    /// Claimants with the same key write; nobody else does (`read_many_write_shared`).
+    ReadManyWriteShared,
+}
+
+impl ClaimType {
+    /// SPDK's name of the claim type (`claim_type` in `bdev_get_bdevs`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ClaimType::ExclusiveWrite => "exclusive_write",
+            ClaimType::ReadManyWriteOne => "read_many_write_one",
+            ClaimType::ReadManyWriteNone => "read_many_write_none",
+            ClaimType::ReadManyWriteShared => "read_many_write_shared",
+        }
+    }
+}
+
+/// A claim held through a descriptor.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The descriptor that holds it.
+    pub(crate) desc: u64,
+    /// The claiming module.
+    pub module: String,
+    /// Its kind.
+    pub kind: ClaimType,
+    /// The shared key of a `ReadManyWriteShared` claim.
+    pub key: u64,
+}
 
 pub(crate) struct DescEntry {
     pub(crate) id: u64,
-    pub(crate) write: bool,
+    pub(crate) write: Arc<AtomicBool>,
     /// The reactor that opened it (and the engine to reach it), if any.
     pub(crate) core: Option<(usize, ferrite_reactor::Engine)>,
-    pub(crate) on_remove: RemoveCallback,
+    pub(crate) on_event: EventCallback,
 }
 
 static NEXT_DESC: AtomicU64 = AtomicU64::new(1);
 
-/// An open handle on a bdev. Dropping it closes it.
+/// An open handle on a bdev. Dropping it closes it (and releases its claim).
 pub struct BdevDesc {
     bdev: Bdev,
     id: u64,
-    write: bool,
+    write: Arc<AtomicBool>,
 }
 
 impl BdevDesc {
-    pub(crate) fn open(bdev: Bdev, write: bool, on_remove: RemoveCallback) -> Result<Self, BdevError> {
+    pub(crate) fn open(bdev: Bdev, write: bool, on_event: EventCallback) -> Result<Self, BdevError> {
         if bdev.is_removing() {
             return Err(BdevError::Removing(bdev.name().to_string()));
         }
         let id = NEXT_DESC.fetch_add(1, Ordering::Relaxed);
+        let write = Arc::new(AtomicBool::new(write));
         {
             let mut st = bdev.0.state.lock().unwrap();
-            if write {
-                if let Some((_, module)) = &st.claim {
+            if write.load(Ordering::Relaxed) {
+                if let Some(c) = st.claims.first() {
                     return Err(BdevError::Claimed(format!(
-                        "bdev {} is claimed by module {module}; it cannot be opened for writing",
-                        bdev.name()
+                        "bdev {} is claimed by module {} ({}); it cannot be opened for writing",
+                        bdev.name(),
+                        c.module,
+                        c.kind.name()
                     )));
                 }
             }
             st.descs.push(DescEntry {
                 id,
-                write,
+                write: write.clone(),
                 core: ferrite_reactor::current().map(|c| (c, ferrite_reactor::engine())),
-                on_remove,
+                on_event,
             });
         }
         Ok(Self { bdev, id, write })
@@ -55,28 +116,53 @@ impl BdevDesc {
         &self.bdev
     }
 
-    /// True if opened for writing.
+    /// True if opened for writing (or given write access by a claim).
     pub fn writable(&self) -> bool {
-        self.write
+        self.write.load(Ordering::Relaxed)
     }
 
     /// Takes the exclusive write claim for `module` (so that, say, an lvol store owns its base
-    /// bdev): fails if another module holds it or another descriptor can write.
+    /// bdev): fails if another module holds a claim or another descriptor can write.
     pub fn claim(&self, module: &str) -> Result<(), BdevError> {
+        self.claim_as(module, ClaimType::ExclusiveWrite, 0)
+    }
+
+    /// Takes a claim of `kind` for `module` (`key` matters for `ReadManyWriteShared` only).
+    pub fn claim_as(&self, module: &str, kind: ClaimType, key: u64) -> Result<(), BdevError> {
+        let name = self.bdev.name();
         let mut st = self.bdev.0.state.lock().unwrap();
-        if let Some((_, m)) = &st.claim {
-            return Err(BdevError::Claimed(format!("bdev {} is already claimed by module {m}", self.bdev.name())));
+        let refuse = |why: String| Err(BdevError::Claimed(format!("bdev {name}: cannot claim {}: {why}", kind.name())));
+        if st.claims.iter().any(|c| c.desc == self.id) {
+            return refuse("this descriptor already holds a claim".into());
         }
-        if st.descs.iter().any(|d| d.write && d.id != self.id) {
-            return Err(BdevError::Claimed(format!("bdev {} has other writers", self.bdev.name())));
+        if let Some(c) = st.claims.iter().find(|c| {
+            !matches!(
+                (kind, c.kind),
+                (ClaimType::ReadManyWriteNone, ClaimType::ReadManyWriteNone)
+                    | (ClaimType::ReadManyWriteShared, ClaimType::ReadManyWriteShared)
+            ) || (kind == ClaimType::ReadManyWriteShared && c.key != key)
+        }) {
+            return refuse(format!("already claimed by module {} ({})", c.module, c.kind.name()));
         }
-        st.claim = Some((self.id, module.to_string()));
+        let claimants: Vec<u64> = st.claims.iter().map(|c| c.desc).collect();
+        let other_writer =
+            st.descs.iter().any(|d| d.id != self.id && d.write.load(Ordering::Relaxed) && !claimants.contains(&d.id));
+        if other_writer {
+            return refuse("other descriptors can write".into());
+        }
+        if kind == ClaimType::ReadManyWriteNone && self.writable() {
+            return refuse("the descriptor is open for writing".into());
+        }
+        if matches!(kind, ClaimType::ReadManyWriteOne | ClaimType::ReadManyWriteShared) {
+            self.write.store(true, Ordering::Relaxed);
+        }
+        st.claims.push(Claim { desc: self.id, module: module.to_string(), kind, key });
         Ok(())
     }
 
     /// Gets this core's I/O channel for the bdev (made on first use on each core).
     pub fn channel(&self) -> Result<IoChannel, BdevError> {
-        IoChannel::get(&self.bdev, self.write)
+        IoChannel::get(&self.bdev, self.writable())
     }
 }
 
@@ -85,9 +171,7 @@ impl Drop for BdevDesc {
         let waiters = {
             let mut st = self.bdev.0.state.lock().unwrap();
             st.descs.retain(|d| d.id != self.id);
-            if matches!(st.claim, Some((id, _)) if id == self.id) {
-                st.claim = None;
-            }
+            st.claims.retain(|c| c.desc != self.id);
             if st.descs.is_empty() {
                 std::mem::take(&mut st.removed_waiters)
             } else {

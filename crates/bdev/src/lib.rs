@@ -8,14 +8,16 @@ mod compare;
 pub mod desc;
 mod fit;
 pub mod io;
+pub mod module;
 pub mod modules;
 pub mod rpc;
 pub mod stats;
 
 pub use bdev::{list, lookup, register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
 pub use channel::IoChannel;
-pub use desc::BdevDesc;
+pub use desc::{BdevDesc, BdevEvent, ClaimType};
 pub use io::{
     BdevIo, Completed, IoAux, IoBufs, IoCompleter, IoFlags, IoRequest, IoState, IoStatus, IoType, IoTypes, NvmeCmd,
 };
+pub use module::{BdevModule, ExamineDone};
 pub use stats::IoStat;

@@ -4,7 +4,7 @@
 use crate::bdev::list;
 use crate::bdev::{lookup, unregister, Bdev, BdevError};
 use crate::channel::{local_iostat, prune_local_iostat};
-use crate::modules::{malloc, null, uring};
+use crate::module::wait_for_examine;
 use crate::stats::{IoStat, ERROR_KINDS};
 use crate::IoType;
 use ferrite_rpc::{errno_error, Ctx, Params, Registry, RpcError, RpcResult, Subsystem};
@@ -74,6 +74,9 @@ pub fn bdev_json(b: &Bdev) -> Value {
         "supported_io_types": io_types,
         "driver_specific": b.backend().driver_specific(),
     });
+    if let Some(t) = b.claim_type() {
+        v["claim_type"] = json!(t.name());
+    }
     let l = b.limits();
     if l.optimal_io_boundary > 0 {
         v["optimal_io_boundary"] = json!(l.optimal_io_boundary);
@@ -221,12 +224,23 @@ pub fn register(reg: &mut Registry) {
         Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(),
             "ticks": ferrite_reactor::tsc::ticks(), "bdevs": list}))
     });
-    null::rpc::register(reg);
-    malloc::rpc::register(reg);
-    uring::rpc::register(reg);
+    crate::modules::register_builtin();
+    for m in crate::module::modules() {
+        m.register_rpcs(reg);
+    }
     reg.method("bdev_wait_for_examine", |_, p: Params| async move {
-        // Ferrite has no asynchronous examine phase: every bdev is ready when its create returns.
         p.none()?;
+        wait_for_examine().await.map_err(|e| RpcError::internal(e.to_string()))?;
+        Ok(json!(true))
+    });
+    reg.method("bdev_examine", |_, p: Params| async move {
+        let p: NameParam = p.parse()?;
+        if crate::module::auto_examine() {
+            return Err(errno_error(libc::EINVAL, "Manual examine is not allowed if auto examine is enabled"));
+        }
+        let b = lookup(&p.name).ok_or_else(|| not_found(&p.name))?;
+        crate::module::offer(&b);
+        wait_for_examine().await.map_err(|e| RpcError::internal(e.to_string()))?;
         Ok(json!(true))
     });
     reg.subsystem(Subsystem {

@@ -40,6 +40,8 @@ pub fn start_engine(
     let cores = parse_cpumask(cpumask).map_err(|e| e.to_string())?;
     let engine = Engine::start(EngineConfig { cores, mode, pin, ..Default::default() }).map_err(|e| e.to_string())?;
     let ctx = Ctx { engine: engine.clone(), registry: Arc::new(crate::registry()) };
+    // Bdevs registered off the reactors are examined on reactor 0.
+    ferrite_bdev::module::set_engine(Some(engine.clone()));
     if let Some(path) = json {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let doc: serde_json::Value =
@@ -69,7 +71,8 @@ pub fn shutdown(engine: &Engine) {
             // Stop accepting and close the targets' connections first, then the bdevs.
             ferrite_nbd::rpc::shutdown(&ferrite_reactor::engine()).await;
             let mut waits = Vec::new();
-            for b in ferrite_bdev::list() {
+            // Newest first: virtual bdevs go before the bdevs they stand on.
+            for b in ferrite_bdev::list().into_iter().rev() {
                 if let Ok(rx) = ferrite_bdev::unregister(b.name(), None) {
                     waits.push((b.name().to_string(), rx));
                 }
@@ -90,6 +93,8 @@ pub fn shutdown(engine: &Engine) {
     if closed.is_err() {
         log::warn!("reactor 0 did not finish closing bdevs");
     }
+    ferrite_bdev::module::set_engine(None);
+    ferrite_bdev::module::fini_all();
     engine.stop();
     engine.join();
 }

@@ -5,6 +5,34 @@ pub mod null;
 pub mod uring;
 
 use crate::bdev::{lookup, BdevError};
+use crate::module::{register_module, BdevModule};
+use std::sync::Arc;
+
+/// A base module as the registry sees it: a name and its RPCs (base modules examine nothing).
+struct Base {
+    name: &'static str,
+    rpcs: fn(&mut ferrite_rpc::Registry),
+}
+
+impl BdevModule for Base {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn register_rpcs(&self, reg: &mut ferrite_rpc::Registry) {
+        (self.rpcs)(reg)
+    }
+}
+
+/// Registers the modules built into Ferrite.
+pub fn register_builtin() {
+    for (name, rpcs) in [
+        ("null", null::rpc::register as fn(&mut ferrite_rpc::Registry)),
+        ("malloc", malloc::rpc::register),
+        ("uring", uring::rpc::register),
+    ] {
+        register_module(Arc::new(Base { name, rpcs })).expect("base modules have no init to fail");
+    }
+}
 
 /// The first free name of the form `{prefix}{n}` (SPDK names unnamed malloc bdevs Malloc0, ...).
 pub(crate) fn next_free_name(prefix: &str) -> String {

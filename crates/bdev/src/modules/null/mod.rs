@@ -60,6 +60,23 @@ impl BdevBackend for NullBackend {
     }
 }
 
+/// Changes a null bdev's size to `new_size_mib` MiB (SPDK's `bdev_null_resize`; it may only grow
+/// while the bdev is open).
+pub fn resize(name: &str, new_size_mib: u64) -> Result<(), BdevError> {
+    let b =
+        crate::bdev::lookup(name).filter(|b| b.module() == "null").ok_or_else(|| BdevError::NotFound(name.into()))?;
+    let bytes = new_size_mib
+        .checked_mul(1 << 20)
+        .ok_or_else(|| BdevError::Invalid(format!("new_size {new_size_mib} MiB is too large")))?;
+    if bytes % b.block_size() as u64 != 0 {
+        return Err(BdevError::Invalid(format!(
+            "new_size {new_size_mib} MiB is not a multiple of the block size {}",
+            b.block_size()
+        )));
+    }
+    b.notify_resize(bytes / b.block_size() as u64)
+}
+
 /// Creates a null bdev.
 pub fn create(opts: NullOpts) -> Result<Bdev, BdevError> {
     let props = BdevProps {

@@ -21,6 +21,13 @@ struct NullCreate {
     dif_pi_format: Option<u32>,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NullResize {
+    name: String,
+    new_size: u64,
+}
+
 /// Registers the null module's methods.
 pub fn register(reg: &mut Registry) {
     reg.method("bdev_null_create", |_, p: Params| async move {
@@ -36,6 +43,11 @@ pub fn register(reg: &mut Registry) {
         })
         .map_err(bdev_err)?;
         Ok(json!(b.name()))
+    });
+    reg.method("bdev_null_resize", |_, p: Params| async move {
+        let p: NullResize = p.parse()?;
+        super::resize(&p.name, p.new_size).map_err(bdev_err)?;
+        Ok(json!(true))
     });
     reg.method("bdev_null_delete", |_, p: Params| async move { delete(p, "null").await });
 }

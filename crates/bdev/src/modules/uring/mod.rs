@@ -64,6 +64,10 @@ struct UringBackend {
 }
 
 impl BdevBackend for UringBackend {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
         let fd = self.file.as_raw_fd();
         let fixed = ferrite_reactor::try_with_ring(|r| r.install_file(fd)).flatten();
@@ -273,6 +277,28 @@ fn block_device_geometry(f: &File) -> Result<(u64, u32), BdevError> {
         return Err(BdevError::Os(format!("cannot read block device size: {}", std::io::Error::last_os_error())));
     }
     Ok((size, lbs as u32))
+}
+
+/// Size in bytes of an open file or block device.
+fn size_of(f: &File, block_device: bool) -> Result<u64, BdevError> {
+    if block_device {
+        return block_device_geometry(f).map(|(size, _)| size);
+    }
+    f.metadata().map(|m| m.len()).map_err(|e| BdevError::Os(format!("cannot read the file size: {e}")))
+}
+
+/// Re-reads the size of a uring or aio bdev's file or device and resizes the bdev to it (SPDK's
+/// `bdev_uring_rescan` and `bdev_aio_rescan`). Reads file metadata: call it off the reactors.
+pub fn rescan(name: &str, module: &str) -> Result<u64, BdevError> {
+    let b =
+        crate::bdev::lookup(name).filter(|b| b.module() == module).ok_or_else(|| BdevError::NotFound(name.into()))?;
+    let backend =
+        b.backend().as_any().and_then(|a| a.downcast_ref::<UringBackend>()).expect("a uring module's backend");
+    let blocks = size_of(&backend.file, backend.block_device)? / b.block_size() as u64;
+    if blocks != b.num_blocks() {
+        b.notify_resize(blocks)?;
+    }
+    Ok(blocks)
 }
 
 /// Creates a uring (or aio) bdev over an existing file or block device. Opens the file and

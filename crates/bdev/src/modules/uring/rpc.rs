@@ -38,6 +38,23 @@ async fn create_off_reactor(opts: UringOpts) -> RpcResult {
     Ok(json!(b.name()))
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NameOnly {
+    name: String,
+}
+
+/// Rescans off the reactor (it reads file metadata).
+async fn rescan_off_reactor(name: String, module: &'static str) -> RpcResult {
+    let (tx, rx) = ferrite_reactor::oneshot::channel();
+    std::thread::Builder::new()
+        .name("uring_rescan".into())
+        .spawn(move || tx.send(super::rescan(&name, module)))
+        .map_err(|e| RpcError::internal(format!("cannot start the rescan: {e}")))?;
+    rx.await.map_err(|e| RpcError::internal(e.to_string()))?.map_err(bdev_err)?;
+    Ok(json!(true))
+}
+
 /// Registers the module's methods.
 pub fn register(reg: &mut Registry) {
     reg.method("bdev_uring_create", |_, p: Params| async move {
@@ -64,6 +81,14 @@ pub fn register(reg: &mut Registry) {
             flavor: Flavor::Aio,
         })
         .await
+    });
+    reg.method("bdev_uring_rescan", |_, p: Params| async move {
+        let p: NameOnly = p.parse()?;
+        rescan_off_reactor(p.name, "uring").await
+    });
+    reg.method("bdev_aio_rescan", |_, p: Params| async move {
+        let p: NameOnly = p.parse()?;
+        rescan_off_reactor(p.name, "aio").await
     });
     reg.method("bdev_uring_delete", |_, p: Params| async move { delete(p, "uring").await });
     reg.method("bdev_aio_delete", |_, p: Params| async move { delete(p, "aio").await });

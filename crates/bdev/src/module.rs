@@ -1,0 +1,180 @@
+//! The module registry and examine.
+//!
+//! Each bdev module registers once: its name, init and fini, its JSON-RPC methods, and its
+//! examine callbacks. Every bdev that registers is offered to every module, first synchronously
+//! (`examine_config`: look at the bdev's properties and the module's configuration, maybe claim
+//! it) and then asynchronously (`examine_disk`: read the disk, e.g. for an lvol store or a GPT,
+//! and say when done). That is how lvol stores, GPT partitions and RAID members appear on their
+//! own, as in SPDK. `bdev_wait_for_examine` waits until every examine has finished.
+
+use crate::bdev::{Bdev, BdevError};
+use ferrite_rpc::Registry;
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A bdev module, as the registry sees it.
+pub trait BdevModule: Send + Sync + 'static {
+    /// The module's name (as in `bdev_get_bdevs`' product and SPDK's module names).
+    fn name(&self) -> &'static str;
+    /// Called once when the module registers.
+    fn init(&self) -> Result<(), BdevError> {
+        Ok(())
+    }
+    /// Called once when the daemon stops, after every bdev is gone.
+    fn fini(&self) {}
+    /// Registers the module's JSON-RPC methods.
+    fn register_rpcs(&self, reg: &mut Registry) {
+        let _ = reg;
+    }
+    /// Module-wide entries of a saved config (options), written before any bdev's.
+    fn config(&self) -> Vec<Value> {
+        Vec::new()
+    }
+    /// Looks at a newly registered bdev without doing I/O; may open and claim it.
+    fn examine_config(&self, bdev: &Bdev) {
+        let _ = bdev;
+    }
+    /// Examines a newly registered bdev, possibly by reading it; drops (or finishes) `done`
+    /// when finished, from any thread.
+    fn examine_disk(&self, bdev: &Bdev, done: ExamineDone) {
+        let _ = bdev;
+        done.finish();
+    }
+}
+
+struct Examines {
+    pending: usize,
+    waiters: Vec<ferrite_reactor::oneshot::Sender<()>>,
+}
+
+static MODULES: Mutex<Vec<Arc<dyn BdevModule>>> = Mutex::new(Vec::new());
+static EXAMINES: Mutex<Examines> = Mutex::new(Examines { pending: 0, waiters: Vec::new() });
+static AUTO_EXAMINE: AtomicBool = AtomicBool::new(true);
+static ENGINE: Mutex<Option<ferrite_reactor::Engine>> = Mutex::new(None);
+
+/// One module's examine of one bdev, in progress; finishing or dropping it ends it.
+pub struct ExamineDone {
+    finished: bool,
+}
+
+impl ExamineDone {
+    fn new() -> Self {
+        EXAMINES.lock().unwrap().pending += 1;
+        Self { finished: false }
+    }
+
+    /// Ends the examine.
+    pub fn finish(mut self) {
+        self.end();
+    }
+
+    fn end(&mut self) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let waiters = {
+            let mut e = EXAMINES.lock().unwrap();
+            e.pending -= 1;
+            if e.pending == 0 {
+                std::mem::take(&mut e.waiters)
+            } else {
+                Vec::new()
+            }
+        };
+        for w in waiters {
+            w.send(());
+        }
+    }
+}
+
+impl Drop for ExamineDone {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// Registers a module (once per name) and runs its init.
+pub fn register_module(m: Arc<dyn BdevModule>) -> Result<(), BdevError> {
+    let mut mods = MODULES.lock().unwrap();
+    if mods.iter().any(|x| x.name() == m.name()) {
+        return Ok(());
+    }
+    m.init()?;
+    mods.push(m);
+    Ok(())
+}
+
+/// Every registered module, in registration order.
+pub fn modules() -> Vec<Arc<dyn BdevModule>> {
+    MODULES.lock().unwrap().clone()
+}
+
+/// Runs every module's fini (the daemon calls it once every bdev is gone).
+pub fn fini_all() {
+    for m in modules().iter().rev() {
+        m.fini();
+    }
+}
+
+/// The engine whose first reactor runs examines of bdevs registered off the reactors.
+pub fn set_engine(engine: Option<ferrite_reactor::Engine>) {
+    *ENGINE.lock().unwrap() = engine;
+}
+
+/// SPDK's `bdev_auto_examine` option: with it off, bdevs are examined only on `bdev_examine`.
+pub fn set_auto_examine(on: bool) {
+    AUTO_EXAMINE.store(on, Ordering::Relaxed);
+}
+
+/// True if new bdevs are examined on their own.
+pub fn auto_examine() -> bool {
+    AUTO_EXAMINE.load(Ordering::Relaxed)
+}
+
+/// Offers a newly registered bdev to every module (if auto examine is on).
+pub(crate) fn on_register(bdev: &Bdev) {
+    if auto_examine() {
+        offer(bdev);
+    }
+}
+
+/// Offers `bdev` to every module's examine: on the calling reactor, or on the engine's first
+/// reactor when called from another thread, or here when there is no engine.
+pub fn offer(bdev: &Bdev) {
+    let mods = modules();
+    if mods.is_empty() {
+        return;
+    }
+    let dones: Vec<ExamineDone> = mods.iter().map(|_| ExamineDone::new()).collect();
+    let bdev = bdev.clone();
+    let run = move || {
+        for m in &mods {
+            m.examine_config(&bdev);
+        }
+        for (m, done) in mods.iter().zip(dones) {
+            if bdev.is_removing() {
+                done.finish();
+                continue;
+            }
+            m.examine_disk(&bdev, done);
+        }
+    };
+    let engine = if ferrite_reactor::current().is_some() { None } else { ENGINE.lock().unwrap().clone() };
+    match engine {
+        Some(e) => e.send(0, run),
+        None => run(),
+    }
+}
+
+/// Resolves once no examine is in progress.
+pub fn wait_for_examine() -> ferrite_reactor::oneshot::Receiver<()> {
+    let (tx, rx) = ferrite_reactor::oneshot::channel();
+    let mut e = EXAMINES.lock().unwrap();
+    if e.pending == 0 {
+        tx.send(());
+    } else {
+        e.waiters.push(tx);
+    }
+    rx
+}
