@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 
 /// Options a client may send before it must choose an export.
 const MAX_OPTIONS: usize = 128;
@@ -84,8 +85,16 @@ pub(crate) fn close_all_local() -> usize {
     close_local(&|_| true)
 }
 
-/// Serves one accepted connection to the end. Runs as a task on the reactor that owns it.
-pub(crate) async fn serve(sock: Socket, peer: String, listen: String) {
+/// How a listener's connections are served.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnSettings {
+    /// Time a client has from connecting to the end of the handshake (None: unlimited).
+    pub(crate) handshake_timeout: Option<Duration>,
+}
+
+/// Serves one accepted connection to the end. Runs as a task on the reactor that owns it;
+/// `_slot` (the listener's connection count) is given back when it ends.
+pub(crate) async fn serve<G>(sock: Socket, peer: String, listen: String, settings: ConnSettings, _slot: G) {
     let reactor = ferrite_reactor::current().unwrap_or(0);
     let id = {
         let mut t = export::tables();
@@ -104,19 +113,57 @@ pub(crate) async fn serve(sock: Socket, peer: String, listen: String) {
     });
     LIVE.with(|l| l.borrow_mut().insert(id, h.clone()));
     log::info!("nbd connection {id} from {peer} on reactor {reactor}");
-    match handshake(&h).await {
+    let deadline = settings.handshake_timeout.map(|t| Instant::now() + t);
+    match handshake(&h, deadline).await {
         Ok(Some(n)) => transmission(h.clone(), n).await,
         Ok(None) => {}
-        Err(e) => log::warn!("nbd connection {id}: handshake ended: {e}"),
+        Err(HandshakeEnd::TimedOut) => log::warn!(
+            "nbd connection {id} from {peer}: handshake not finished within {:?}; closing",
+            settings.handshake_timeout.unwrap_or_default()
+        ),
+        Err(HandshakeEnd::Failed(e)) => log::warn!("nbd connection {id}: handshake ended: {e}"),
     }
     LIVE.with(|l| l.borrow_mut().remove(&id));
     export::tables().conns.remove(&id);
     log::info!("nbd connection {id} closed");
 }
 
-async fn recv_n(sock: &Socket, n: usize) -> Result<IoBuf, String> {
-    let (res, buf) = sock.recv_exact(alloc_buf(n), 0).await;
-    res.map(|_| buf).map_err(|e| format!("receive: {e}"))
+/// Why a handshake ended without an export.
+enum HandshakeEnd {
+    /// The client did not finish it in time.
+    TimedOut,
+    /// Anything else: a protocol error, the peer went away.
+    Failed(String),
+}
+
+impl From<String> for HandshakeEnd {
+    fn from(s: String) -> Self {
+        Self::Failed(s)
+    }
+}
+
+fn io_end(what: &str, e: std::io::Error) -> HandshakeEnd {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        HandshakeEnd::TimedOut
+    } else {
+        HandshakeEnd::Failed(format!("{what}: {e}"))
+    }
+}
+
+async fn recv_n(sock: &Socket, n: usize, deadline: Option<Instant>) -> Result<IoBuf, HandshakeEnd> {
+    let (res, buf) = match deadline {
+        Some(d) => sock.recv_exact_by(alloc_buf(n), 0, d).await,
+        None => sock.recv_exact(alloc_buf(n), 0).await,
+    };
+    res.map(|_| buf).map_err(|e| io_end("receive", e))
+}
+
+async fn send_by(sock: &Socket, data: Vec<u8>, deadline: Option<Instant>) -> Result<(), HandshakeEnd> {
+    match deadline {
+        Some(d) => sock.send_all_by(data, d).await,
+        None => sock.send_all(data).await,
+    }
+    .map_err(|e| io_end("send", e))
 }
 
 /// What the handshake settled.
@@ -155,6 +202,10 @@ fn open_export(h: &Rc<Handle>, name: &str, structured: bool) -> Result<(Export, 
         close_local(&|h: &Handle| h.id == id);
     })
     .map_err(|err| format!("export {name}: {err}"))?;
+    if desc.bdev().id() != e.bdev_id {
+        // The export's bdev was deleted and another took its name.
+        return Err(format!("no export named {name:?}"));
+    }
     let b = desc.bdev().clone();
     let flags = transmission_flags(&e, &b, structured);
     let limits = Limits {
@@ -171,22 +222,22 @@ fn open_export(h: &Rc<Handle>, name: &str, structured: bool) -> Result<(Export, 
     Ok((e, Negotiated { desc, limits }, flags))
 }
 
-async fn handshake(h: &Rc<Handle>) -> Result<Option<Negotiated>, String> {
+async fn handshake(h: &Rc<Handle>, deadline: Option<Instant>) -> Result<Option<Negotiated>, HandshakeEnd> {
     let sock = &h.sock;
-    sock.send_all(hs::server_greeting().to_vec()).await.map_err(|e| format!("send: {e}"))?;
-    let b = recv_n(sock, 4).await?;
+    send_by(sock, hs::server_greeting().to_vec(), deadline).await?;
+    let b = recv_n(sock, 4, deadline).await?;
     let cf = hs::parse_client_flags(&[b[0], b[1], b[2], b[3]]).map_err(|e| e.to_string())?;
     let mut structured = false;
     for _ in 0..MAX_OPTIONS {
-        let hb = recv_n(sock, 16).await?;
+        let hb = recv_n(sock, 16, deadline).await?;
         let mut hdr = [0u8; 16];
         hdr.copy_from_slice(&hb);
         let (opt, len) = hs::parse_option_header(&hdr).map_err(|e| e.to_string())?;
-        let data = if len > 0 { recv_n(sock, len as usize).await? } else { alloc_buf(0) };
+        let data = if len > 0 { recv_n(sock, len as usize, deadline).await? } else { alloc_buf(0) };
         let mut out = Vec::new();
         let mut chosen = None;
         match hs::parse_option(opt, &data) {
-            Err(e) if opt == OPT_EXPORT_NAME => return Err(format!("bad NBD_OPT_EXPORT_NAME: {}", e.message)),
+            Err(e) if opt == OPT_EXPORT_NAME => return Err(format!("bad NBD_OPT_EXPORT_NAME: {}", e.message).into()),
             Err(e) => {
                 log::info!("nbd connection {}: refusing option {opt}: {}", h.id, e.message);
                 hs::encode_error(&mut out, opt, e.reply, &e.message);
@@ -199,7 +250,7 @@ async fn handshake(h: &Rc<Handle>) -> Result<Option<Negotiated>, String> {
             }
             Ok(OptionRequest::Abort) => {
                 hs::encode_ack(&mut out, opt);
-                let _ = sock.send_all(out).await;
+                let _ = send_by(sock, out, deadline).await;
                 return Ok(None);
             }
             Ok(OptionRequest::List) => {
@@ -238,7 +289,7 @@ async fn handshake(h: &Rc<Handle>) -> Result<Option<Negotiated>, String> {
             }
             Ok(_) => hs::encode_error(&mut out, opt, REP_ERR_UNSUP, "option not supported"),
         }
-        sock.send_all(out).await.map_err(|e| format!("send: {e}"))?;
+        send_by(sock, out, deadline).await?;
         if let Some((e, n)) = chosen {
             *h.export.borrow_mut() = Some(e.name.clone());
             if let Some(c) = export::tables().conns.get_mut(&h.id) {
@@ -248,7 +299,7 @@ async fn handshake(h: &Rc<Handle>) -> Result<Option<Negotiated>, String> {
             return Ok(Some(n));
         }
     }
-    Err(format!("more than {MAX_OPTIONS} options"))
+    Err(format!("more than {MAX_OPTIONS} options").into())
 }
 
 /// A request being served.
