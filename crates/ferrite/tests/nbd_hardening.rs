@@ -11,7 +11,7 @@ use nbd_common::{have, pattern, qemu_io, request_bytes, FioRun, NbdDaemon, Raw};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::net::TcpStream;
-
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// Raises this process's soft limit of open files to the hard limit (thousands of client
@@ -29,7 +29,6 @@ fn raise_nofile() -> u64 {
 }
 
 /// A field of /proc/PID/status in KiB (VmRSS, VmHWM).
-#[allow(dead_code)]
 fn status_kib(pid: i32, field: &str) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = s.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("{field} in {s}"));
@@ -149,6 +148,53 @@ fn connection_limit_refuses_extra_clients_with_a_log_line() {
     drop(c);
     e.disc();
     a.disc();
+}
+
+#[test]
+fn a_client_that_queues_huge_reads_and_vanishes_stays_within_the_payload_bound() {
+    let dir = TempDir::new("nbdvanish");
+    let img = dir.file_filled("v.img", 64 << 20, 0x5a);
+    let n = NbdDaemon::start(&dir, "0x1");
+    // A uring bdev: every read fills its own buffer (malloc would lend its memory instead).
+    n.d.call("bdev_uring_create", Some(json!({"name": "V0", "filename": img.to_str().unwrap(), "block_size": 4096})));
+    n.export("V0", "v0", true, "");
+    let pid = n.d.proc.pid();
+    // Warm up: one 32 MiB read, so the baseline includes what a single read costs.
+    let (mut w, _) = Raw::open(n.port, "v0", false);
+    assert!(w.read_ok(1, 0, 32 << 20).iter().all(|&b| b == 0x5a));
+    w.disc();
+    drop(w);
+    n.wait_connections("warm-up client gone", |c| c.is_empty());
+    let base = status_kib(pid, "VmHWM");
+
+    for round in 0..3 {
+        let (mut c, _) = Raw::open(n.port, "v0", false);
+        let mut reqs = Vec::new();
+        for i in 0..24u64 {
+            reqs.extend_from_slice(&request_bytes(0, CMD_READ, i, (i % 2) * (32 << 20), 32 << 20, &[]));
+        }
+        c.send(&reqs);
+        std::thread::sleep(Duration::from_millis(300));
+        // Close without reading a byte, with a reset.
+        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+        // SAFETY: setsockopt reads the linger struct we own.
+        unsafe {
+            libc::setsockopt(
+                c.s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                &linger as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            );
+        }
+        drop(c);
+        n.wait_connections(&format!("round {round}: the vanished client's connection closed"), |c| c.is_empty());
+    }
+    let peak = status_kib(pid, "VmHWM");
+    let grown_mib = peak.saturating_sub(base) / 1024;
+    // At most 64 MiB of payload per connection (two 32 MiB reads), plus slack.
+    assert!(grown_mib < 160, "peak RSS grew by {grown_mib} MiB (from {} MiB) after clients vanished", base / 1024);
+    n.assert_serves("v0");
 }
 
 fn nbd_config(n: &NbdDaemon) -> Vec<Value> {

@@ -37,7 +37,11 @@ const STAGING: usize = 128 * 1024;
 pub(crate) struct Handle {
     id: u64,
     sock: Socket,
+    /// No more requests are read; replies to those in flight are still sent (NBD_CMD_DISC).
     closing: Cell<bool>,
+    /// Closed for good (the peer is gone, a send failed, the export or bdev was removed, or
+    /// the daemon stops): nothing more is sent, and replies are freed as their I/O completes.
+    dead: Cell<bool>,
     writer: RefCell<Option<Waker>>,
     reader: RefCell<Option<Waker>>,
     export: RefCell<Option<String>>,
@@ -45,9 +49,10 @@ pub(crate) struct Handle {
 
 impl Handle {
     fn close(&self) {
-        if !self.closing.replace(true) {
+        if !self.dead.replace(true) {
             log::info!("nbd connection {}: closing", self.id);
         }
+        self.closing.set(true);
         self.sock.shutdown();
         self.wake();
     }
@@ -107,6 +112,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, listen: String, setting
         id,
         sock,
         closing: Cell::new(false),
+        dead: Cell::new(false),
         writer: RefCell::new(None),
         reader: RefCell::new(None),
         export: RefCell::new(None),
@@ -362,6 +368,15 @@ impl Conn {
     }
 
     fn queue_reply(&self, req: &Request, error: u32, data: Option<IoBuf>) {
+        if self.h.dead.get() {
+            // Nobody to send to: free the reply (and its read data) now.
+            self.held_bytes.set(self.held_bytes.get() - held_by(req));
+            drop(data);
+            if let Some(w) = self.h.writer.borrow_mut().take() {
+                w.wake();
+            }
+            return;
+        }
         let mut r = Reply { hdr: [0; 32], hdr_len: 16, data: None, held: held_by(req) };
         if self.limits.structured && req.command == Command::Read {
             match data {
@@ -483,6 +498,13 @@ async fn writer(c: Rc<Conn>) {
             return;
         }
         std::mem::swap(&mut *c.replies.borrow_mut(), &mut batch);
+        if c.h.dead.get() {
+            // Queued before the connection died: free them unsent.
+            c.unsent.set(c.unsent.get() - batch.len() as u32);
+            c.held_bytes.set(c.held_bytes.get() - batch.iter().map(|r| r.held).sum::<u64>());
+            batch.clear();
+            continue;
+        }
         parts.clear();
         for r in &batch {
             parts.push((r.hdr.as_ptr(), r.hdr_len as usize));
@@ -552,15 +574,22 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
     loop {
         // Back-pressure: stop reading while too many requests or payload bytes are in flight or
         // replies wait for the client to read them.
-        poll_fn(|cx| {
-            let room = c.in_flight.get() + c.unsent.get() < MAX_IN_FLIGHT && c.held_bytes.get() < MAX_HELD_BYTES;
-            if room || c.h.closing.get() {
-                return Poll::Ready(());
+        // A closing connection starts no more requests, even those already received: the bounds
+        // hold during teardown too.
+        let go_on = poll_fn(|cx| {
+            if c.h.closing.get() {
+                return Poll::Ready(false);
+            }
+            if c.in_flight.get() + c.unsent.get() < MAX_IN_FLIGHT && c.held_bytes.get() < MAX_HELD_BYTES {
+                return Poll::Ready(true);
             }
             *c.h.reader.borrow_mut() = Some(cx.waker().clone());
             Poll::Pending
         })
         .await;
+        if !go_on {
+            return Ok(());
+        }
         while end - start < tx::REQUEST_LEN {
             if c.h.closing.get() {
                 return Ok(());
