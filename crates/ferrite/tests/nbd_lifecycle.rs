@@ -87,7 +87,7 @@ fn rpc_errors_and_server_start_stop() {
     assert_eq!(e.code, -2, "{e:?}");
     assert_eq!(c.read_ok(2, 0, 4096), data, "a connection outlives its listener");
     assert!(std::net::TcpStream::connect(("127.0.0.1", n.port)).is_err(), "a stopped listener still accepts");
-    assert_eq!(d.call("nbd_server_start", Some(json!({"address": n.tcp}))), json!(true));
+    assert_eq!(d.call("nbd_server_start", Some(json!({"address": n.tcp}))), json!({"address": n.tcp}));
     let (mut c2, _) = Raw::open(n.port, "e0", false);
     assert_eq!(c2.read_ok(3, 0, 4096), data);
     c2.disc();

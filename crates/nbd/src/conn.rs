@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 
 /// Options a client may send before it must choose an export.
 const MAX_OPTIONS: usize = 128;
@@ -36,7 +37,11 @@ const STAGING: usize = 128 * 1024;
 pub(crate) struct Handle {
     id: u64,
     sock: Socket,
+    /// No more requests are read; replies to those in flight are still sent (NBD_CMD_DISC).
     closing: Cell<bool>,
+    /// Closed for good (the peer is gone, a send failed, the export or bdev was removed, or
+    /// the daemon stops): nothing more is sent, and replies are freed as their I/O completes.
+    dead: Cell<bool>,
     writer: RefCell<Option<Waker>>,
     reader: RefCell<Option<Waker>>,
     export: RefCell<Option<String>>,
@@ -44,9 +49,10 @@ pub(crate) struct Handle {
 
 impl Handle {
     fn close(&self) {
-        if !self.closing.replace(true) {
+        if !self.dead.replace(true) {
             log::info!("nbd connection {}: closing", self.id);
         }
+        self.closing.set(true);
         self.sock.shutdown();
         self.wake();
     }
@@ -84,8 +90,16 @@ pub(crate) fn close_all_local() -> usize {
     close_local(&|_| true)
 }
 
-/// Serves one accepted connection to the end. Runs as a task on the reactor that owns it.
-pub(crate) async fn serve(sock: Socket, peer: String, listen: String) {
+/// How a listener's connections are served.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnSettings {
+    /// Time a client has from connecting to the end of the handshake (None: unlimited).
+    pub(crate) handshake_timeout: Option<Duration>,
+}
+
+/// Serves one accepted connection to the end. Runs as a task on the reactor that owns it;
+/// `_slot` (the listener's connection count) is given back when it ends.
+pub(crate) async fn serve<G>(sock: Socket, peer: String, listen: String, settings: ConnSettings, _slot: G) {
     let reactor = ferrite_reactor::current().unwrap_or(0);
     let id = {
         let mut t = export::tables();
@@ -98,25 +112,64 @@ pub(crate) async fn serve(sock: Socket, peer: String, listen: String) {
         id,
         sock,
         closing: Cell::new(false),
+        dead: Cell::new(false),
         writer: RefCell::new(None),
         reader: RefCell::new(None),
         export: RefCell::new(None),
     });
     LIVE.with(|l| l.borrow_mut().insert(id, h.clone()));
     log::info!("nbd connection {id} from {peer} on reactor {reactor}");
-    match handshake(&h).await {
+    let deadline = settings.handshake_timeout.map(|t| Instant::now() + t);
+    match handshake(&h, deadline).await {
         Ok(Some(n)) => transmission(h.clone(), n).await,
         Ok(None) => {}
-        Err(e) => log::warn!("nbd connection {id}: handshake ended: {e}"),
+        Err(HandshakeEnd::TimedOut) => log::warn!(
+            "nbd connection {id} from {peer}: handshake not finished within {:?}; closing",
+            settings.handshake_timeout.unwrap_or_default()
+        ),
+        Err(HandshakeEnd::Failed(e)) => log::warn!("nbd connection {id}: handshake ended: {e}"),
     }
     LIVE.with(|l| l.borrow_mut().remove(&id));
     export::tables().conns.remove(&id);
     log::info!("nbd connection {id} closed");
 }
 
-async fn recv_n(sock: &Socket, n: usize) -> Result<IoBuf, String> {
-    let (res, buf) = sock.recv_exact(alloc_buf(n), 0).await;
-    res.map(|_| buf).map_err(|e| format!("receive: {e}"))
+/// Why a handshake ended without an export.
+enum HandshakeEnd {
+    /// The client did not finish it in time.
+    TimedOut,
+    /// Anything else: a protocol error, the peer went away.
+    Failed(String),
+}
+
+impl From<String> for HandshakeEnd {
+    fn from(s: String) -> Self {
+        Self::Failed(s)
+    }
+}
+
+fn io_end(what: &str, e: std::io::Error) -> HandshakeEnd {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        HandshakeEnd::TimedOut
+    } else {
+        HandshakeEnd::Failed(format!("{what}: {e}"))
+    }
+}
+
+async fn recv_n(sock: &Socket, n: usize, deadline: Option<Instant>) -> Result<IoBuf, HandshakeEnd> {
+    let (res, buf) = match deadline {
+        Some(d) => sock.recv_exact_by(alloc_buf(n), 0, d).await,
+        None => sock.recv_exact(alloc_buf(n), 0).await,
+    };
+    res.map(|_| buf).map_err(|e| io_end("receive", e))
+}
+
+async fn send_by(sock: &Socket, data: Vec<u8>, deadline: Option<Instant>) -> Result<(), HandshakeEnd> {
+    match deadline {
+        Some(d) => sock.send_all_by(data, d).await,
+        None => sock.send_all(data).await,
+    }
+    .map_err(|e| io_end("send", e))
 }
 
 /// What the handshake settled.
@@ -155,6 +208,10 @@ fn open_export(h: &Rc<Handle>, name: &str, structured: bool) -> Result<(Export, 
         close_local(&|h: &Handle| h.id == id);
     })
     .map_err(|err| format!("export {name}: {err}"))?;
+    if desc.bdev().id() != e.bdev_id {
+        // The export's bdev was deleted and another took its name.
+        return Err(format!("no export named {name:?}"));
+    }
     let b = desc.bdev().clone();
     let flags = transmission_flags(&e, &b, structured);
     let limits = Limits {
@@ -171,22 +228,22 @@ fn open_export(h: &Rc<Handle>, name: &str, structured: bool) -> Result<(Export, 
     Ok((e, Negotiated { desc, limits }, flags))
 }
 
-async fn handshake(h: &Rc<Handle>) -> Result<Option<Negotiated>, String> {
+async fn handshake(h: &Rc<Handle>, deadline: Option<Instant>) -> Result<Option<Negotiated>, HandshakeEnd> {
     let sock = &h.sock;
-    sock.send_all(hs::server_greeting().to_vec()).await.map_err(|e| format!("send: {e}"))?;
-    let b = recv_n(sock, 4).await?;
+    send_by(sock, hs::server_greeting().to_vec(), deadline).await?;
+    let b = recv_n(sock, 4, deadline).await?;
     let cf = hs::parse_client_flags(&[b[0], b[1], b[2], b[3]]).map_err(|e| e.to_string())?;
     let mut structured = false;
     for _ in 0..MAX_OPTIONS {
-        let hb = recv_n(sock, 16).await?;
+        let hb = recv_n(sock, 16, deadline).await?;
         let mut hdr = [0u8; 16];
         hdr.copy_from_slice(&hb);
         let (opt, len) = hs::parse_option_header(&hdr).map_err(|e| e.to_string())?;
-        let data = if len > 0 { recv_n(sock, len as usize).await? } else { alloc_buf(0) };
+        let data = if len > 0 { recv_n(sock, len as usize, deadline).await? } else { alloc_buf(0) };
         let mut out = Vec::new();
         let mut chosen = None;
         match hs::parse_option(opt, &data) {
-            Err(e) if opt == OPT_EXPORT_NAME => return Err(format!("bad NBD_OPT_EXPORT_NAME: {}", e.message)),
+            Err(e) if opt == OPT_EXPORT_NAME => return Err(format!("bad NBD_OPT_EXPORT_NAME: {}", e.message).into()),
             Err(e) => {
                 log::info!("nbd connection {}: refusing option {opt}: {}", h.id, e.message);
                 hs::encode_error(&mut out, opt, e.reply, &e.message);
@@ -199,7 +256,7 @@ async fn handshake(h: &Rc<Handle>) -> Result<Option<Negotiated>, String> {
             }
             Ok(OptionRequest::Abort) => {
                 hs::encode_ack(&mut out, opt);
-                let _ = sock.send_all(out).await;
+                let _ = send_by(sock, out, deadline).await;
                 return Ok(None);
             }
             Ok(OptionRequest::List) => {
@@ -238,7 +295,7 @@ async fn handshake(h: &Rc<Handle>) -> Result<Option<Negotiated>, String> {
             }
             Ok(_) => hs::encode_error(&mut out, opt, REP_ERR_UNSUP, "option not supported"),
         }
-        sock.send_all(out).await.map_err(|e| format!("send: {e}"))?;
+        send_by(sock, out, deadline).await?;
         if let Some((e, n)) = chosen {
             *h.export.borrow_mut() = Some(e.name.clone());
             if let Some(c) = export::tables().conns.get_mut(&h.id) {
@@ -248,7 +305,7 @@ async fn handshake(h: &Rc<Handle>) -> Result<Option<Negotiated>, String> {
             return Ok(Some(n));
         }
     }
-    Err(format!("more than {MAX_OPTIONS} options"))
+    Err(format!("more than {MAX_OPTIONS} options").into())
 }
 
 /// A request being served.
@@ -317,6 +374,15 @@ impl Conn {
     }
 
     fn queue_reply(&self, req: &Request, error: u32, data: Option<IoBuf>) {
+        if self.h.dead.get() {
+            // Nobody to send to: free the reply (and its read data) now.
+            self.held_bytes.set(self.held_bytes.get() - held_by(req));
+            drop(data);
+            if let Some(w) = self.h.writer.borrow_mut().take() {
+                w.wake();
+            }
+            return;
+        }
         let mut r = Reply { hdr: [0; 32], hdr_len: 16, data: None, held: held_by(req) };
         if self.limits.structured && req.command == Command::Read {
             match data {
@@ -438,6 +504,13 @@ async fn writer(c: Rc<Conn>) {
             return;
         }
         std::mem::swap(&mut *c.replies.borrow_mut(), &mut batch);
+        if c.h.dead.get() {
+            // Queued before the connection died: free them unsent.
+            c.unsent.set(c.unsent.get() - batch.len() as u32);
+            c.held_bytes.set(c.held_bytes.get() - batch.iter().map(|r| r.held).sum::<u64>());
+            batch.clear();
+            continue;
+        }
         parts.clear();
         for r in &batch {
             parts.push((r.hdr.as_ptr(), r.hdr_len as usize));
@@ -507,15 +580,22 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
     loop {
         // Back-pressure: stop reading while too many requests or payload bytes are in flight or
         // replies wait for the client to read them.
-        poll_fn(|cx| {
-            let room = c.in_flight.get() + c.unsent.get() < MAX_IN_FLIGHT && c.held_bytes.get() < MAX_HELD_BYTES;
-            if room || c.h.closing.get() {
-                return Poll::Ready(());
+        // A closing connection starts no more requests, even those already received: the bounds
+        // hold during teardown too.
+        let go_on = poll_fn(|cx| {
+            if c.h.closing.get() {
+                return Poll::Ready(false);
+            }
+            if c.in_flight.get() + c.unsent.get() < MAX_IN_FLIGHT && c.held_bytes.get() < MAX_HELD_BYTES {
+                return Poll::Ready(true);
             }
             *c.h.reader.borrow_mut() = Some(cx.waker().clone());
             Poll::Pending
         })
         .await;
+        if !go_on {
+            return Ok(());
+        }
         while end - start < tx::REQUEST_LEN {
             if c.h.closing.get() {
                 return Ok(());

@@ -11,6 +11,9 @@ pub struct Export {
     pub name: String,
     /// The bdev behind it.
     pub bdev: String,
+    /// Identity of that bdev ([`ferrite_bdev::Bdev::id`]): the export serves this bdev only, not
+    /// a later one that takes the same name, and goes when it is deleted.
+    pub bdev_id: u64,
     /// Refuse writes.
     pub read_only: bool,
     /// Free text shown by NBD_OPT_LIST and NBD_INFO_DESCRIPTION.
@@ -45,9 +48,27 @@ pub(crate) fn tables() -> MutexGuard<'static, Tables> {
     TABLES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// True while the bdev the export was made for is registered (a bdev deleted and made again
+/// under the same name is another bdev).
+fn bdev_present(e: &Export) -> bool {
+    ferrite_bdev::lookup(&e.bdev).is_some_and(|b| b.id() == e.bdev_id)
+}
+
+/// Drops exports whose bdev was deleted (their connections were closed by the bdev's removal).
+fn prune(t: &mut Tables) {
+    t.exports.retain(|name, e| {
+        let keep = bdev_present(e);
+        if !keep {
+            log::info!("nbd export {name} removed: its bdev {} was deleted", e.bdev);
+        }
+        keep
+    });
+}
+
 /// Adds an export; fails if the name is taken.
 pub fn add(e: Export) -> Result<(), String> {
     let mut t = tables();
+    prune(&mut t);
     if t.exports.contains_key(&e.name) {
         return Err(format!("export {} already exists", e.name));
     }
@@ -57,17 +78,29 @@ pub fn add(e: Export) -> Result<(), String> {
 
 /// Removes an export (connections using it are closed by the caller).
 pub fn remove(name: &str) -> Option<Export> {
-    tables().exports.remove(name)
+    let mut t = tables();
+    prune(&mut t);
+    t.exports.remove(name)
 }
 
-/// Finds an export by name.
+/// Removes every export (the last NBD server stopped); returns their names.
+pub fn remove_all() -> Vec<String> {
+    let mut t = tables();
+    std::mem::take(&mut t.exports).into_keys().collect()
+}
+
+/// Finds an export by name (not one whose bdev was deleted).
 pub fn get(name: &str) -> Option<Export> {
-    tables().exports.get(name).cloned()
+    let mut t = tables();
+    prune(&mut t);
+    t.exports.get(name).cloned()
 }
 
-/// Every export, by name.
+/// Every export, by name (not those whose bdev was deleted).
 pub fn list() -> Vec<Export> {
-    tables().exports.values().cloned().collect()
+    let mut t = tables();
+    prune(&mut t);
+    t.exports.values().cloned().collect()
 }
 
 /// Every connection.

@@ -2,6 +2,13 @@
 //! SPDK's style: nbd_server_start/stop, nbd_server_add_export/remove_export,
 //! nbd_server_get_exports, nbd_server_get_connections. Kept by save_config as the "nbd"
 //! subsystem.
+//!
+//! `nbd_server_start {address, handshake_max_seconds?, max_connections?}` answers
+//! `{"address": BOUND}`, the address it listens on (with port 0, the port the kernel picked);
+//! the two limits take QEMU's parameter names (`handshake-max-seconds`, `max-connections`), 0
+//! seconds meaning no limit. `nbd_server_stop` of the last running server also removes every
+//! export and closes their connections (like QEMU's `nbd-server-stop`), so neither
+//! `nbd_server_get_exports` nor save_config lists exports that nothing serves.
 
 use crate::{conn, export, server};
 use ferrite_rpc::{errno_error, Params, Registry, RpcError, Subsystem};
@@ -13,6 +20,28 @@ use std::sync::Arc;
 #[serde(deny_unknown_fields)]
 struct Address {
     address: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Start {
+    address: String,
+    handshake_max_seconds: Option<u32>,
+    max_connections: Option<usize>,
+}
+
+impl Start {
+    fn options(&self) -> server::ServerOptions {
+        let d = server::ServerOptions::default();
+        server::ServerOptions {
+            handshake_timeout: match self.handshake_max_seconds {
+                None => d.handshake_timeout,
+                Some(0) => None,
+                Some(s) => Some(std::time::Duration::from_secs(s as u64)),
+            },
+            max_connections: self.max_connections.unwrap_or(d.max_connections),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -37,20 +66,35 @@ fn invalid(msg: String) -> RpcError {
 /// Registers the methods and the "nbd" subsystem.
 pub fn register(reg: &mut Registry) {
     reg.method("nbd_server_start", |_, p: Params| async move {
-        let a: Address = p.parse()?;
-        server::start(&a.address).map_err(invalid)?;
-        Ok(json!(true))
+        let a: Start = p.parse()?;
+        let bound = server::start(&a.address, a.options()).map_err(invalid)?;
+        Ok(json!({ "address": bound }))
     });
-    reg.method("nbd_server_stop", |_, p: Params| async move {
+    reg.method("nbd_server_stop", |ctx, p: Params| async move {
         let a: Address = p.parse()?;
         server::stop(&a.address).map_err(|e| errno_error(libc::ENOENT, e))?;
+        if server::addresses().is_empty() {
+            // The NBD server is gone as a whole: so are its exports.
+            let names = export::remove_all();
+            if !names.is_empty() {
+                let n = names.clone();
+                let closed: usize = ctx
+                    .engine
+                    .on_all(move |_| n.iter().map(|name| conn::close_export_local(name)).sum::<usize>())
+                    .await
+                    .unwrap_or_default()
+                    .iter()
+                    .sum();
+                log::info!("last nbd server stopped: removed exports {names:?} ({closed} connection(s) closed)");
+            }
+        }
         Ok(json!(true))
     });
     reg.method("nbd_server_add_export", |_, p: Params| async move {
         let a: AddExport = p.parse()?;
-        if ferrite_bdev::lookup(&a.bdev_name).is_none() {
+        let Some(bdev) = ferrite_bdev::lookup(&a.bdev_name) else {
             return Err(errno_error(libc::ENODEV, format!("No such device: bdev {} not found", a.bdev_name)));
-        }
+        };
         let name = a.name.unwrap_or_else(|| a.bdev_name.clone());
         if name.is_empty() || name.len() > crate::proto::MAX_NAME_LEN {
             return Err(invalid(format!("export name must be 1 to {} bytes", crate::proto::MAX_NAME_LEN)));
@@ -58,6 +102,7 @@ pub fn register(reg: &mut Registry) {
         export::add(export::Export {
             name: name.clone(),
             bdev: a.bdev_name,
+            bdev_id: bdev.id(),
             read_only: a.read_only.unwrap_or(false),
             description: a.description.unwrap_or_default(),
         })
@@ -101,9 +146,19 @@ pub fn register(reg: &mut Registry) {
         depends_on: vec!["bdev"],
         config: Arc::new(|| {
             // Servers live on the first reactor; save_config runs there.
-            let mut v: Vec<Value> = server::addresses()
+            let d = server::ServerOptions::default();
+            let mut v: Vec<Value> = server::servers()
                 .into_iter()
-                .map(|a| json!({"method": "nbd_server_start", "params": {"address": a}}))
+                .map(|(a, o)| {
+                    let mut params = json!({"address": a});
+                    if o.handshake_timeout != d.handshake_timeout {
+                        params["handshake_max_seconds"] = json!(o.handshake_timeout.map_or(0, |t| t.as_secs()));
+                    }
+                    if o.max_connections != d.max_connections {
+                        params["max_connections"] = json!(o.max_connections);
+                    }
+                    json!({"method": "nbd_server_start", "params": params})
+                })
                 .collect();
             v.extend(export::list().into_iter().map(|e| {
                 json!({"method": "nbd_server_add_export", "params": {"bdev_name": e.bdev, "name": e.name,

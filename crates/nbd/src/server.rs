@@ -1,12 +1,49 @@
 //! Listeners: TCP or unix sockets accepting on the first reactor and handing each connection
 //! to a reactor in turn.
 
-use crate::conn;
+use crate::conn::{self, ConnSettings};
 use ferrite_reactor::net::{Listener, Socket};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default time a client has to finish the handshake (nbdkit and QEMU use 10 s too).
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default limit of connections per listener (handshaking or connected).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
+
+/// Listen backlog: connections the kernel completes before the accept loop takes them.
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// Settings of one listener (`nbd_server_start` parameters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerOptions {
+    /// Time from accept to the end of the handshake; a client slower than that is disconnected
+    /// (None: no limit).
+    pub handshake_timeout: Option<Duration>,
+    /// Connections (handshaking or connected) the listener serves at once; more are accepted
+    /// and closed at once, with a log line.
+    pub max_connections: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self { handshake_timeout: Some(DEFAULT_HANDSHAKE_TIMEOUT), max_connections: DEFAULT_MAX_CONNECTIONS }
+    }
+}
+
+/// One of a listener's connections; gives its place back when the connection ends.
+struct ConnSlot(Arc<AtomicUsize>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Where a server listens: `host:port` for TCP, or a path (starting with `/`) for a unix socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +72,9 @@ impl ListenAddr {
 struct Server {
     listener: Rc<Listener>,
     addr: ListenAddr,
+    /// The address as given to `nbd_server_start` (e.g. with port 0).
+    requested: String,
+    options: ServerOptions,
     stopped: Rc<Cell<bool>>,
 }
 
@@ -83,6 +123,51 @@ fn peer_of(fd: &OwnedFd) -> String {
     }
 }
 
+/// The address a listening socket is bound to, as `ip:port` (`[ip]:port` for IPv6).
+fn local_addr_of(fd: &OwnedFd) -> Option<String> {
+    // SAFETY: getsockname writes at most `len` bytes into the storage we own.
+    unsafe {
+        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        if libc::getsockname(fd.as_raw_fd(), &mut ss as *mut _ as *mut libc::sockaddr, &mut len) != 0 {
+            return None;
+        }
+        match ss.ss_family as i32 {
+            libc::AF_INET => {
+                let a = &*(&ss as *const _ as *const libc::sockaddr_in);
+                let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+                Some(format!("{ip}:{}", u16::from_be(a.sin_port)))
+            }
+            libc::AF_INET6 => {
+                let a = &*(&ss as *const _ as *const libc::sockaddr_in6);
+                let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+                Some(format!("[{ip}]:{}", u16::from_be(a.sin6_port)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Raises the soft limit of open descriptors to the hard limit, once: every connection is a
+/// descriptor, and the usual soft limit (1,024) would stop a server far below its connection
+/// limit.
+fn raise_fd_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: getrlimit/setrlimit read and write the struct we own.
+        unsafe {
+            let mut r: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+                let old = r.rlim_cur;
+                r.rlim_cur = r.rlim_max;
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) == 0 {
+                    log::info!("open file limit raised from {old} to {}", r.rlim_max);
+                }
+            }
+        }
+    });
+}
+
 fn set_nodelay(fd: &OwnedFd) {
     let one: libc::c_int = 1;
     // SAFETY: setsockopt reads one int; failure (e.g. on a unix socket) is harmless.
@@ -97,52 +182,110 @@ fn set_nodelay(fd: &OwnedFd) {
     }
 }
 
-/// Starts listening on `address` (call on the first reactor). Connections go to the reactors in
-/// turn.
-pub fn start(address: &str) -> Result<(), String> {
+/// Starts listening on `address` (call on the first reactor) and returns the address it is
+/// bound to (for TCP port 0, the port the kernel picked). Connections go to the reactors in turn.
+pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
     let addr = ListenAddr::parse(address)?;
+    if options.max_connections == 0 {
+        return Err("max_connections must be at least 1".into());
+    }
     if SERVERS.with(|s| s.borrow().contains_key(address)) {
         return Err(format!("an NBD server already listens on {address}"));
     }
+    raise_fd_limit();
     let fd = bind(&addr).map_err(|e| format!("cannot listen on {address}: {e}"))?;
+    // std listens with a backlog of 128: a burst of connections beyond it waits for SYN-ACK
+    // retransmissions (seconds). Listening again only raises the backlog (the kernel caps it
+    // at net.core.somaxconn).
+    // SAFETY: listen on the socket we just bound.
+    unsafe { libc::listen(fd.as_raw_fd(), LISTEN_BACKLOG) };
+    let bound = match &addr {
+        ListenAddr::Tcp(_) => local_addr_of(&fd).unwrap_or_else(|| address.to_string()),
+        ListenAddr::Unix(p) => p.clone(),
+    };
+    if SERVERS.with(|s| s.borrow().contains_key(&bound)) {
+        return Err(format!("an NBD server already listens on {bound}"));
+    }
     let listener = Rc::new(Listener::new(fd));
     let stopped = Rc::new(Cell::new(false));
-    let (l, st, name) = (listener.clone(), stopped.clone(), address.to_string());
+    let (l, st, name) = (listener.clone(), stopped.clone(), bound.clone());
+    let settings = ConnSettings { handshake_timeout: options.handshake_timeout };
+    let max = options.max_connections;
     ferrite_reactor::spawn_local(async move {
         let engine = ferrite_reactor::engine();
+        let count = Arc::new(AtomicUsize::new(0));
+        let mut refused = 0u64;
         let mut next = 0usize;
         loop {
             match l.accept().await {
                 Ok(fd) => {
-                    set_nodelay(&fd);
                     let peer = peer_of(&fd);
+                    if count.load(Ordering::Relaxed) >= max {
+                        if refused == 0 {
+                            log::warn!(
+                                "nbd server {name}: connection limit ({max}) reached; refusing new connections \
+                                 (first: {peer}) until one closes"
+                            );
+                        }
+                        refused += 1;
+                        drop(fd);
+                        continue;
+                    }
+                    if refused > 0 {
+                        log::warn!("nbd server {name}: accepting again; {refused} connection(s) were refused");
+                        refused = 0;
+                    }
+                    count.fetch_add(1, Ordering::Relaxed);
+                    let slot = ConnSlot(count.clone());
+                    set_nodelay(&fd);
                     let target = next % engine.count();
                     next += 1;
                     let listen = name.clone();
                     engine.send(target, move || {
-                        ferrite_reactor::spawn_local(conn::serve(Socket::new(fd), peer, listen)).detach();
+                        ferrite_reactor::spawn_local(conn::serve(Socket::new(fd), peer, listen, settings, slot))
+                            .detach();
                     });
                 }
                 Err(_) if st.get() => break,
                 Err(e) => {
+                    // E.g. out of descriptors: back off rather than spin.
                     log::warn!("nbd server {name}: accept: {e}");
-                    ferrite_reactor::sleep(std::time::Duration::from_millis(10)).await;
+                    ferrite_reactor::sleep(Duration::from_millis(10)).await;
                 }
             }
         }
         log::info!("nbd server {name}: stopped");
     })
     .detach();
-    log::info!("nbd server listening on {address}");
-    SERVERS.with(|s| s.borrow_mut().insert(address.to_string(), Server { listener, addr, stopped }));
-    Ok(())
+    log::info!("nbd server listening on {bound}");
+    SERVERS.with(|s| {
+        s.borrow_mut()
+            .insert(bound.clone(), Server { listener, addr, requested: address.to_string(), options, stopped })
+    });
+    Ok(bound)
+}
+
+/// The key of the server listening on `address`: its bound address, or the address it was
+/// started with (e.g. `127.0.0.1:0`) if only one server was started with it.
+fn find(address: &str) -> Option<String> {
+    SERVERS.with(|s| {
+        let s = s.borrow();
+        if s.contains_key(address) {
+            return Some(address.to_string());
+        }
+        let mut by_request = s.iter().filter(|(_, v)| v.requested == address);
+        match (by_request.next(), by_request.next()) {
+            (Some((k, _)), None) => Some(k.clone()),
+            _ => None,
+        }
+    })
 }
 
 /// Stops the server on `address` (existing connections stay). Call on the first reactor.
 pub fn stop(address: &str) -> Result<(), String> {
-    let s = SERVERS
-        .with(|s| s.borrow_mut().remove(address))
-        .ok_or_else(|| format!("no NBD server listens on {address}"))?;
+    let key = find(address).ok_or_else(|| format!("no NBD server listens on {address}"))?;
+    let s =
+        SERVERS.with(|s| s.borrow_mut().remove(&key)).ok_or_else(|| format!("no NBD server listens on {address}"))?;
     s.stopped.set(true);
     s.listener.shutdown();
     if let ListenAddr::Unix(p) = &s.addr {
@@ -151,7 +294,12 @@ pub fn stop(address: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Addresses of the running servers.
+/// Bound addresses of the running servers with their options.
+pub fn servers() -> Vec<(String, ServerOptions)> {
+    SERVERS.with(|s| s.borrow().iter().map(|(k, v)| (k.clone(), v.options)).collect())
+}
+
+/// Bound addresses of the running servers.
 pub fn addresses() -> Vec<String> {
     SERVERS.with(|s| s.borrow().keys().cloned().collect())
 }

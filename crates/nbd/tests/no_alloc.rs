@@ -129,7 +129,7 @@ fn steady_state_transmission_allocates_nothing_per_io() {
     let sock = dir.join("nbd.sock");
     let addr = sock.to_str().unwrap().to_string();
     e.run_async(0, move || async move {
-        malloc::create(MallocOpts {
+        let bdev = malloc::create(MallocOpts {
             name: Some("A0".into()),
             num_blocks: BLOCKS,
             block_size: BS as u32,
@@ -137,9 +137,15 @@ fn steady_state_transmission_allocates_nothing_per_io() {
             ..Default::default()
         })
         .expect("malloc bdev");
-        export::add(Export { name: "A0".into(), bdev: "A0".into(), read_only: false, description: String::new() })
-            .expect("export");
-        ferrite_nbd::server::start(&addr).expect("server starts");
+        export::add(Export {
+            name: "A0".into(),
+            bdev: "A0".into(),
+            bdev_id: bdev.id(),
+            read_only: false,
+            description: String::new(),
+        })
+        .expect("export");
+        ferrite_nbd::server::start(&addr, Default::default()).expect("server starts");
     })
     .wait()
     .expect("setup ran");

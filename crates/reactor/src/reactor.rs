@@ -65,6 +65,9 @@ pub struct EngineConfig {
     pub adaptive_idle: Duration,
     /// Submission queue size of each reactor's io_uring.
     pub ring_entries: u32,
+    /// Initial size of each ring's handler table (operations in flight; every idle socket keeps
+    /// a receive pending). It grows on demand up to `ring::MAX_HANDLERS`.
+    pub ring_handlers: usize,
     /// Buffer pool sizes per reactor.
     pub bufs: BufPoolConfig,
     /// Pin each reactor thread to its core.
@@ -78,6 +81,7 @@ impl Default for EngineConfig {
             mode: ReactorMode::Adaptive,
             adaptive_idle: Duration::from_micros(500),
             ring_entries: 512,
+            ring_handlers: 8192,
             bufs: BufPoolConfig::default(),
             pin: true,
         }
@@ -361,7 +365,7 @@ fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Se
             pin_to(cfg.cores[id])?;
         }
         let mailbox = &engine.0.reactors[id].mailbox;
-        let mut ring = Ring::new(cfg.ring_entries, mailbox.doorbell_fd())?;
+        let mut ring = Ring::new(cfg.ring_entries, cfg.ring_handlers, mailbox.doorbell_fd())?;
         let bufs = BufPool::new(cfg.bufs)?;
         if let Err(e) = ring.register_buffers(&bufs.regions()) {
             // Without registration (e.g. RLIMIT_MEMLOCK) fixed-buffer I/O is off; still correct.

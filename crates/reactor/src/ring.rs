@@ -12,13 +12,21 @@ pub trait CqeHandler {
     fn complete(&self, tag: u64, result: i32);
 }
 
-/// The submission queue is full and could not be drained.
+/// The entry could not be queued: the submission queue is full and could not be drained, or
+/// the handler table reached [`MAX_HANDLERS`]. Retry after completions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingFull;
 
 const DOORBELL_TOKEN: u64 = u64::MAX;
 /// Size of each ring's fixed file table.
 const FILE_SLOTS: u32 = 64;
+/// Upper bound of a handler table (operations in flight on one ring). The table starts at the
+/// configured size and doubles up to this when more operations are outstanding (an idle
+/// connection keeps a receive pending, so thousands of them need thousands of entries).
+pub const MAX_HANDLERS: usize = 1 << 20;
+/// Upper bound of the completion queue size asked from the kernel (its own limit is 2^17 on
+/// current kernels; the ring falls back to the default if refused).
+const MAX_CQ_ENTRIES: u32 = 1 << 16;
 
 struct Slot {
     handler: Option<Rc<dyn CqeHandler>>,
@@ -32,6 +40,8 @@ pub struct Ring {
     ring: IoUring,
     slots: Vec<Slot>,
     free: Vec<u32>,
+    /// Entries with a handler that have not completed yet.
+    in_flight: usize,
     pending: u32,
     doorbell_fd: i32,
     doorbell_armed: bool,
@@ -43,19 +53,26 @@ pub struct Ring {
 }
 
 impl Ring {
-    /// Creates a ring of `entries` submission entries and arms the doorbell poll.
-    pub fn new(entries: u32, doorbell_fd: i32) -> std::io::Result<Self> {
+    /// Creates a ring of `entries` submission entries whose handler table starts with `handlers`
+    /// entries (it grows on demand up to [`MAX_HANDLERS`]), and arms the doorbell poll. The
+    /// completion queue is sized for the handler table (at least twice the submission queue), so
+    /// that many operations completing at once do not overflow it.
+    pub fn new(entries: u32, handlers: usize, doorbell_fd: i32) -> std::io::Result<Self> {
+        let handlers = handlers.clamp(1, MAX_HANDLERS);
+        let cq = (handlers as u32).clamp(entries.saturating_mul(2), MAX_CQ_ENTRIES.max(entries.saturating_mul(2)));
         let ring = IoUring::builder()
             .setup_single_issuer()
             .setup_coop_taskrun()
             .setup_taskrun_flag()
+            .setup_cqsize(cq)
             .build(entries)
+            .or_else(|_| IoUring::builder().setup_cqsize(cq).build(entries))
             .or_else(|_| IoUring::new(entries))?;
-        let cap = (entries * 2) as usize;
         let mut r = Self {
             ring,
-            slots: (0..cap).map(|_| Slot { handler: None, tag: 0, worker: false }).collect(),
-            free: (0..cap as u32).rev().collect(),
+            slots: (0..handlers).map(|_| Slot { handler: None, tag: 0, worker: false }).collect(),
+            free: (0..handlers as u32).rev().collect(),
+            in_flight: 0,
             pending: 0,
             doorbell_fd,
             doorbell_armed: false,
@@ -159,15 +176,101 @@ impl Ring {
         tag: u64,
         worker: bool,
     ) -> Result<(), RingFull> {
-        let Some(slot) = self.free.pop() else { return Err(RingFull) };
-        self.slots[slot as usize] = Slot { handler: Some(handler), tag, worker };
+        let slot = self.take_slot(handler, tag, worker)?;
         if let Err(full) = self.push_raw(e.user_data(slot as u64)) {
-            self.slots[slot as usize].handler = None;
-            self.free.push(slot);
+            self.put_slot(slot);
             return Err(full);
         }
-        self.worker_ops += worker as u32;
         Ok(())
+    }
+
+    /// Takes a free handler slot for `handler`, growing the table if every slot is in use.
+    fn take_slot(&mut self, handler: Rc<dyn CqeHandler>, tag: u64, worker: bool) -> Result<u32, RingFull> {
+        if self.free.is_empty() {
+            self.grow()?;
+        }
+        let slot = self.free.pop().ok_or(RingFull)?;
+        self.slots[slot as usize] = Slot { handler: Some(handler), tag, worker };
+        self.in_flight += 1;
+        self.worker_ops += worker as u32;
+        Ok(slot)
+    }
+
+    /// Gives back a slot whose entry never reached the submission queue.
+    fn put_slot(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        s.handler = None;
+        self.worker_ops -= s.worker as u32;
+        self.in_flight -= 1;
+        self.free.push(slot);
+    }
+
+    /// Doubles the handler table (up to MAX_HANDLERS). Slot numbers are the entries'
+    /// `user_data`, so existing slots keep their index.
+    fn grow(&mut self) -> Result<(), RingFull> {
+        let old = self.slots.len();
+        let new = (old * 2).clamp(1, MAX_HANDLERS);
+        if new <= old {
+            return Err(RingFull);
+        }
+        self.slots.resize_with(new, || Slot { handler: None, tag: 0, worker: false });
+        self.free.extend((old as u32..new as u32).rev());
+        log::info!("io_uring handler table grown from {old} to {new} entries ({} in flight)", self.in_flight);
+        Ok(())
+    }
+
+    /// Queues `first` linked (`IOSQE_IO_LINK`) to `second`, each with its handler and tag, as
+    /// two adjacent submission entries: `second` starts only when `first` completes, or (for a
+    /// `LinkTimeout`) bounds how long `first` may take. Either both are queued or neither.
+    ///
+    /// # Safety
+    /// As for [`Ring::push`], for both entries.
+    pub unsafe fn push_linked(
+        &mut self,
+        first: (squeue::Entry, Rc<dyn CqeHandler>, u64),
+        second: (squeue::Entry, Rc<dyn CqeHandler>, u64),
+    ) -> Result<(), RingFull> {
+        if self.sq_room() < 2 {
+            self.submit();
+            if self.sq_room() < 2 {
+                return Err(RingFull);
+            }
+        }
+        let a = self.take_slot(first.1, first.2, false)?;
+        let b = match self.take_slot(second.1, second.2, false) {
+            Ok(b) => b,
+            Err(full) => {
+                self.put_slot(a);
+                return Err(full);
+            }
+        };
+        let ea = first.0.user_data(a as u64).flags(squeue::Flags::IO_LINK);
+        let eb = second.0.user_data(b as u64);
+        // SAFETY: the caller guarantees the entries' memory; there is room for both, so neither
+        // push fails and the two are adjacent.
+        unsafe {
+            let mut sq = self.ring.submission();
+            let ok = sq.push(&ea).is_ok() && sq.push(&eb).is_ok();
+            debug_assert!(ok, "room for two entries was checked");
+        }
+        self.pending += 2;
+        Ok(())
+    }
+
+    /// Free submission queue entries right now.
+    fn sq_room(&mut self) -> usize {
+        let sq = self.ring.submission();
+        sq.capacity() - sq.len()
+    }
+
+    /// Asks the kernel to cancel every operation in flight on descriptor `fd`
+    /// (`IORING_OP_ASYNC_CANCEL` with `IORING_ASYNC_CANCEL_FD | ALL`). The cancelled operations
+    /// complete with `-ECANCELED` (or with their result, if they finished first); `handler` gets
+    /// the cancel's own result (how many were found, or a negated errno).
+    pub fn cancel_fd(&mut self, fd: i32, handler: Rc<dyn CqeHandler>, tag: u64) -> Result<(), RingFull> {
+        let e = opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd)).all()).build();
+        // SAFETY: a cancel names no memory, only a descriptor number to match.
+        unsafe { self.push(e, handler, tag) }
     }
 
     /// True while entries pushed with `push_worker_bound` are in flight.
@@ -193,9 +296,19 @@ impl Ring {
         self.pending
     }
 
-    /// Entries that can still be pushed before the handler table is full.
+    /// Entries that can still be pushed before the handler table reaches [`MAX_HANDLERS`].
     pub fn free_slots(&self) -> usize {
-        self.free.len()
+        MAX_HANDLERS - self.in_flight
+    }
+
+    /// Entries with a handler in flight (pushed and not yet completed).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Current size of the handler table.
+    pub fn handler_capacity(&self) -> usize {
+        self.slots.len()
     }
 
     /// Submits queued entries without waiting. Returns how many were submitted.
@@ -276,6 +389,7 @@ impl Ring {
                     let tag = slot.tag;
                     let worker = slot.worker;
                     r.worker_ops -= worker as u32;
+                    r.in_flight -= 1;
                     r.free.push(token as u32);
                     (h, tag)
                 };
@@ -286,7 +400,7 @@ impl Ring {
 
     /// True if any entry is in flight (other than the doorbell).
     pub fn busy(&self) -> bool {
-        self.free.len() < self.slots.len()
+        self.in_flight > 0
     }
 }
 

@@ -54,23 +54,29 @@ pub struct NbdDaemon {
 }
 
 impl NbdDaemon {
-    /// Starts `ferrite serve -m <cpumask> --no-pin` and NBD servers on a free TCP port and on
-    /// `<dir>/nbd.sock`.
+    /// Starts `ferrite serve -m <cpumask> --no-pin` and NBD servers on a TCP port the kernel
+    /// picks (port 0; the result tells which) and on `<dir>/nbd.sock`.
     pub fn start(dir: &TempDir, cpumask: &str) -> NbdDaemon {
+        Self::start_opts(dir, cpumask, json!({}))
+    }
+
+    /// Like [`NbdDaemon::start`], with extra `nbd_server_start` parameters (e.g.
+    /// `handshake_max_seconds`) for both servers.
+    pub fn start_opts(dir: &TempDir, cpumask: &str, extra: Value) -> NbdDaemon {
         let d = Daemon::start_with(dir, "rpc.sock", cpumask, &["--no-pin"]);
         let unix = dir.join("nbd.sock");
-        d.call("nbd_server_start", Some(json!({"address": unix.to_str().unwrap()})));
-        // Another test may grab the port between free_port() and the bind: try a few.
-        for attempt in 0.. {
-            let port = free_port();
-            let tcp = format!("127.0.0.1:{port}");
-            match d.client().call("nbd_server_start", Some(json!({"address": tcp}))) {
-                Ok(_) => return NbdDaemon { d, port, tcp, unix },
-                Err(e) if attempt < 5 => eprintln!("nbd_server_start {tcp}: {e}; trying another port"),
-                Err(e) => panic!("nbd_server_start {tcp}: {e}"),
-            }
-        }
-        unreachable!()
+        let with = |address: &str| {
+            let mut p = extra.clone();
+            p["address"] = json!(address);
+            p
+        };
+        let v = d.call("nbd_server_start", Some(with(unix.to_str().unwrap())));
+        assert_eq!(v, json!({"address": unix.to_str().unwrap()}), "nbd_server_start on a unix path");
+        let v = d.call("nbd_server_start", Some(with("127.0.0.1:0")));
+        let tcp = v["address"].as_str().unwrap_or_else(|| panic!("nbd_server_start result {v}")).to_string();
+        let port: u16 = tcp.strip_prefix("127.0.0.1:").and_then(|p| p.parse().ok()).expect("bound port");
+        assert_ne!(port, 0, "{v}");
+        NbdDaemon { d, port, tcp, unix }
     }
 
     /// Creates a malloc bdev.
