@@ -257,8 +257,9 @@ pub enum IoAux {
     /// None.
     #[default]
     None,
-    /// Compare-and-write: the data to compare with (`bufs` holds the data to write).
-    Compare(IoBufs),
+    /// Compare-and-write: the data to compare with (`bufs` holds the data to write). Boxed so
+    /// that every request stays small.
+    Compare(Box<IoBufs>),
     /// Copy: the first source block.
     CopyFrom(u64),
     /// Abort: the request to abort, named by its completer (`Rc::as_ptr` address) and tag.
@@ -287,8 +288,9 @@ pub struct IoRequest {
     /// `num_blocks × block size`. Segments may be pool buffers, slices of a shared buffer, lent
     /// or external memory (see `IoBuf`); their lengths need not be block multiples.
     pub bufs: IoBufs,
-    /// Separate metadata (DIX), when the bdev has it; none today.
-    pub md: Option<IoBuf>,
+    /// Separate metadata (DIX), when the bdev has it; none today. Boxed so that every request
+    /// stays small.
+    pub md: Option<Box<IoBuf>>,
     /// Type-specific arguments.
     pub aux: IoAux,
 }
@@ -346,7 +348,7 @@ impl IoRequest {
     /// Compare `num_blocks` at `offset_blocks` with `cmp`, and if equal write `data` there.
     pub fn compare_and_write(offset_blocks: u64, num_blocks: u64, cmp: IoBuf, data: IoBuf) -> Self {
         let mut r = Self::new(IoType::CompareAndWrite, offset_blocks, num_blocks).with_buf(data);
-        r.aux = IoAux::Compare(smallvec::smallvec![cmp]);
+        r.aux = IoAux::Compare(Box::new(smallvec::smallvec![cmp]));
         r
     }
 
@@ -735,4 +737,14 @@ fn defer(io: BdevIo) {
 /// loop, such as unit tests). Returns how many completed.
 pub fn run_deferred() -> usize {
     drain()
+}
+
+#[cfg(test)]
+mod tests {
+    /// The request is moved once per I/O (into its pooled state): keep it small.
+    #[test]
+    fn request_stays_small() {
+        let n = std::mem::size_of::<super::IoRequest>();
+        assert!(n <= 144, "IoRequest grew to {n} bytes");
+    }
 }

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# ferrite perf against SPDK's bdevperf, side by side in one run: same JSON config, same flags,
+# one core (-m 0x1), no hugepages for either, 4 KiB. Cells: null randread QD 1 and 128; malloc
+# (1 GiB, memory really there on both sides) randread, randwrite and randrw at QD 1 and 128.
+# Each cell alternates the two programs ROUNDS times and prints medians and the ratio.
+# Usage: [ROUNDS=3] bench/perf_vs_spdk.sh [SECONDS]
+# Needs SPDK (../shared/anchors/spdk.sh unpacks it); prints SKIP without it.
+source "$(dirname "$0")/common.sh"
+T=${1:-4}
+ROUNDS=${ROUNDS:-3}
+SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
+if [ -z "$SPDK_DIR" ] || [ ! -x "$SPDK_DIR/build/examples/bdevperf" ]; then
+  echo "SKIP: SPDK's bdevperf not available (run ../shared/anchors/spdk.sh)"
+  exit 0
+fi
+cat >"$TMP/null.json" <<'J'
+{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_null_create","params":{"name":"Null0","num_blocks":2097152,"block_size":512}}]}]}
+J
+cat >"$TMP/malloc.json" <<'J'
+{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_malloc_create","params":{"name":"Malloc0","num_blocks":262144,"block_size":4096}}]}]}
+J
+
+# ferrite_iops CONFIG QD WORKLOAD
+ferrite_iops() {
+  local res="$TMP/f.json"
+  "$FERRITE" perf --json "$1" -q "$2" -o 4096 -w "$3" -M 50 -t "$T" -m 0x1 --results-json "$res" >/dev/null 2>&1 ||
+    fail "ferrite perf failed on $1 $2 $3"
+  json_get "$res" "int(d['total']['iops'])"
+}
+
+# spdk_iops CONFIG QD WORKLOAD: bdevperf's Total line (its report lines start with \r).
+spdk_iops() {
+  LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/examples/bdevperf" --json "$1" -q "$2" -o 4096 \
+    -w "$3" -M 50 -t "$T" -m 0x1 --no-pci --no-huge -s 2048 2>/dev/null | tr '\r' '\n' |
+    awk '/^ *Total *:/ {printf "%d\n", $3}' | tail -1
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+printf '%-7s %-9s %4s %12s %12s %6s\n' bdev workload qd ferrite spdk ratio
+for cell in "null randread 1" "null randread 128" \
+  "malloc randread 1" "malloc randread 128" "malloc randwrite 1" "malloc randwrite 128" \
+  "malloc randrw 1" "malloc randrw 128"; do
+  read -r kind w qd <<<"$cell"
+  f=() s=()
+  for _ in $(seq "$ROUNDS"); do
+    f+=("$(ferrite_iops "$TMP/$kind.json" "$qd" "$w")")
+    s+=("$(spdk_iops "$TMP/$kind.json" "$qd" "$w")")
+  done
+  fm=$(printf '%s\n' "${f[@]}" | median)
+  sm=$(printf '%s\n' "${s[@]}" | median)
+  [ -n "$sm" ] && [ "$sm" -gt 0 ] || fail "no bdevperf result for $cell"
+  printf '%-7s %-9s %4s %12s %12s %6.2f\n' "$kind" "$w" "$qd" "$fm" "$sm" "$(python3 -c "print($fm/$sm)")"
+done
