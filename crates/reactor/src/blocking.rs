@@ -53,6 +53,9 @@ pub(crate) struct BlockingPool {
     threads: AtomicUsize,
     started: AtomicUsize,
     shutdown: AtomicBool,
+    /// The CPU affinity of the thread that created the engine (unpinned). Workers are started
+    /// by pinned reactors and would inherit their single core; they take this one instead.
+    affinity: Option<libc::cpu_set_t>,
 }
 
 fn futex(word: &AtomicU32, op: i32, val: u32) {
@@ -71,6 +74,20 @@ fn futex(word: &AtomicU32, op: i32, val: u32) {
     }
 }
 
+fn current_affinity() -> Option<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0).then_some(set)
+    }
+}
+
+/// CPUs the calling thread may run on.
+pub fn allowed_cpus() -> usize {
+    // SAFETY: reads a plain cpu_set_t filled by sched_getaffinity.
+    current_affinity().map_or(0, |set| unsafe { libc::CPU_COUNT(&set) as usize })
+}
+
 impl BlockingPool {
     pub(crate) fn new() -> Self {
         Self {
@@ -81,6 +98,7 @@ impl BlockingPool {
             threads: AtomicUsize::new(0),
             started: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
+            affinity: current_affinity(),
         }
     }
 
@@ -122,6 +140,12 @@ impl BlockingPool {
     }
 
     fn worker(self: Arc<Self>) {
+        if let Some(set) = &self.affinity {
+            // SAFETY: passes a valid cpu_set_t of the given size for the calling thread.
+            if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) } != 0 {
+                log::warn!("blocking worker: cannot unpin: {}", std::io::Error::last_os_error());
+            }
+        }
         loop {
             if let Some(job) = self.jobs.pop() {
                 if let Some(w) = self.space_waiters.pop() {

@@ -159,7 +159,7 @@ fn calls_after_stop_are_canceled_not_hung() {
 #[test]
 fn blocking_work_does_not_stop_the_reactor() {
     let e = engine(ReactorMode::Adaptive);
-    let (result, polls, ticks, reactor_after, job_thread) = e
+    let (result, polls, ticks, reactor_after, job_thread, reactor_cpus, worker_cpus) = e
         .run_async(0, || async {
             let polls = Rc::new(Cell::new(0u64));
             let p = polls.clone();
@@ -178,17 +178,21 @@ fn blocking_work_does_not_stop_the_reactor() {
             });
             let job = spawn_blocking(|| {
                 std::thread::sleep(Duration::from_millis(300));
-                (current(), std::thread::current().name().map(str::to_string))
+                (current(), std::thread::current().name().map(str::to_string), blocking::allowed_cpus())
             });
-            let (on, name) = job.await.expect("no panic");
+            let reactor_cpus = blocking::allowed_cpus();
+            let (on, name, worker_cpus) = job.await.expect("no panic");
             unregister_poller(poller);
             drop(ticker);
-            (on, polls.get(), ticks.get(), current(), name)
+            (on, polls.get(), ticks.get(), current(), name, reactor_cpus, worker_cpus)
         })
         .wait()
         .unwrap();
     assert_eq!(result, None, "the closure ran on a reactor");
     assert!(job_thread.unwrap().starts_with("blocking_"));
+    // Started by a pinned reactor, the worker does not stay on the reactor's core.
+    assert_eq!(reactor_cpus, 1, "the reactor is pinned");
+    assert_eq!(worker_cpus, blocking::allowed_cpus(), "the worker stayed on the reactor's core");
     assert_eq!(reactor_after, Some(0), "the result did not come back to reactor 0");
     assert!(polls > 100, "pollers stalled while the job slept ({polls} turns)");
     assert!(ticks >= 50, "the other task stalled while the job slept ({ticks} ticks in 300 ms)");
