@@ -39,7 +39,9 @@ pub fn start_engine(
 ) -> Result<(Engine, Ctx), String> {
     let cores = parse_cpumask(cpumask).map_err(|e| e.to_string())?;
     let engine = Engine::start(EngineConfig { cores, mode, pin, ..Default::default() }).map_err(|e| e.to_string())?;
-    let ctx = Ctx { engine: engine.clone(), registry: Arc::new(crate::registry()) };
+    let mut registry = crate::registry();
+    add_test_panic_method(&mut registry);
+    let ctx = Ctx { engine: engine.clone(), registry: Arc::new(registry) };
     // Bdevs registered off the reactors are examined on reactor 0.
     ferrite_bdev::module::set_engine(Some(engine.clone()));
     if let Some(path) = json {
@@ -61,6 +63,33 @@ pub fn start_engine(
         }
     }
     Ok((engine, ctx))
+}
+
+/// Test hook for the reactor panic policy (a panic on a reactor aborts the process; see
+/// `ferrite_reactor`'s panic hook, installed by `Engine::start`). With
+/// `FERRITE_TEST_PANIC_ON=<name>` naming a method that does not otherwise exist, the daemon
+/// serves a method of that name that panics on reactor `params.reactor` (default 0, the RPC
+/// reactor, while its client waits for the answer). Never set in normal use.
+fn add_test_panic_method(reg: &mut ferrite_rpc::Registry) {
+    let Ok(name) = std::env::var("FERRITE_TEST_PANIC_ON") else { return };
+    if name.is_empty() || reg.method_names().contains(&name.as_str()) {
+        log::warn!("FERRITE_TEST_PANIC_ON={name:?} ignored: empty or an existing method");
+        return;
+    }
+    log::warn!("FERRITE_TEST_PANIC_ON: method {name} panics a reactor (test hook)");
+    let name: &'static str = Box::leak(name.into_boxed_str());
+    reg.method(name, |ctx, params| async move {
+        let reactor = params.0.as_ref().and_then(|p| p.get("reactor")).and_then(|v| v.as_u64()).unwrap_or(0) as usize;
+        if reactor == 0 {
+            panic!("FERRITE_TEST_PANIC_ON: requested panic on reactor 0");
+        }
+        // Reactor 0 waits for an answer that never comes.
+        let _ = ctx
+            .engine
+            .call(reactor, move || panic!("FERRITE_TEST_PANIC_ON: requested panic on reactor {reactor}"))
+            .await;
+        Ok(serde_json::Value::Bool(true))
+    });
 }
 
 /// Deletes every bdev (waiting for openers to close, at most a few seconds) and stops the reactors.

@@ -2,18 +2,22 @@
 //! tasks that need not be `Send`, pollers, timers, one io_uring, a buffer pool and a lock-free
 //! mailbox with an eventfd doorbell. Cores talk only by messages.
 
+pub mod blocking;
 pub mod buf;
 pub mod cpumask;
 pub mod mailbox;
 pub mod net;
 pub mod oneshot;
+mod panic;
 mod reactor;
 pub mod ring;
 pub mod tsc;
 
 pub use async_task::Task;
+pub use blocking::{spawn_blocking, Blocking, BlockingPanic};
 pub use buf::{BufPool, BufPoolConfig, IoBuf, Lender};
 pub use reactor::{
-    after, alloc_buf, buf_pool, current, engine, register_poller, sleep, spawn_local, try_alloc_buf, try_with_ring,
+    after, alloc_buf, buf_pool, current, engine, pending_timers, register_poller, sleep, spawn_local, try_alloc_buf,
+    try_with_ring,
     unregister_poller, with_ring, Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,
 };

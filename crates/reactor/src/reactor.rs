@@ -1,8 +1,9 @@
 //! Reactors: one pinned thread per core, each running a loop over its mailbox, local tasks,
 //! pollers, timers and io_uring completions, and sleeping when idle (by mode).
 
+use crate::blocking::BlockingPool;
 use crate::buf::{BufPool, BufPoolConfig, IoBuf};
-use crate::mailbox::{Mailbox, Message};
+use crate::mailbox::Mailbox;
 use crate::oneshot;
 use crate::ring::Ring;
 use crate::tsc::{duration_to_ticks, ticks, ticks_per_sec};
@@ -15,7 +16,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -105,6 +106,7 @@ struct Shared {
     mode: ReactorMode,
     stop: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    blocking: Arc<BlockingPool>,
 }
 
 /// A handle to a running set of reactors. Cheap to clone; usable from any thread.
@@ -143,11 +145,13 @@ impl Engine {
                 asleep_since: AtomicU64::new(0),
             });
         }
+        crate::panic::install_hook();
         let engine = Engine(Arc::new(Shared {
             reactors,
             mode: cfg.mode,
             stop: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
+            blocking: Arc::new(BlockingPool::new()),
         }));
         ticks_per_sec();
         let mut readies = Vec::new();
@@ -187,13 +191,13 @@ impl Engine {
         self.0.mode
     }
 
-    /// Runs `f` on reactor `id` (from any thread, including that reactor).
+    /// Runs `f` on reactor `id` (from any thread, including that reactor). A closure of up to
+    /// [`crate::mailbox::INLINE_BYTES`] bytes is sent without a heap allocation (while the
+    /// target's ring of [`crate::mailbox::RING_SLOTS`] messages has room); bigger ones are boxed.
+    /// After the engine stopped, `f` is dropped unrun.
+    #[inline]
     pub fn send(&self, id: usize, f: impl FnOnce() + Send + 'static) {
-        self.post(id, Box::new(f));
-    }
-
-    fn post(&self, id: usize, m: Message) {
-        self.0.reactors[id].mailbox.post(m);
+        self.0.reactors[id].mailbox.post_fn(f);
     }
 
     /// Runs `f` on reactor `id` and delivers its result.
@@ -260,12 +264,26 @@ impl Engine {
         rx
     }
 
-    /// Asks every reactor to leave its loop (pending messages are dropped).
+    /// Asks every reactor to leave its loop, at the end of its current turn even if it is busy.
+    /// Pending messages, tasks, pollers and timers are dropped (on their reactor); messages
+    /// sent later are dropped by their sender. Idle blocking workers exit.
     pub fn stop(&self) {
         self.0.stop.store(true, Ordering::SeqCst);
         for r in &self.0.reactors {
             r.mailbox.ring();
         }
+        self.0.blocking.shutdown();
+    }
+
+    /// Blocking worker threads of this engine's pool alive now (at most
+    /// [`crate::blocking::MAX_BLOCKING_THREADS`]; none before the first `spawn_blocking`).
+    pub fn blocking_threads(&self) -> usize {
+        self.0.blocking.threads()
+    }
+
+    /// Blocking worker threads this engine ever started.
+    pub fn blocking_threads_started(&self) -> usize {
+        self.0.blocking.started()
     }
 
     /// True once `stop` was called.
@@ -333,6 +351,8 @@ struct Local {
 
 thread_local! {
     static LOCAL: RefCell<Option<Rc<Local>>> = const { RefCell::new(None) };
+    /// The index of the reactor running this thread, while `LOCAL` is set (a cheap `current()`).
+    static CURRENT: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
 fn with_local<R>(f: impl FnOnce(&Rc<Local>) -> R) -> R {
@@ -360,6 +380,7 @@ fn pin_to(core: usize) -> std::io::Result<()> {
 }
 
 fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Sender<std::io::Result<()>>) {
+    crate::panic::mark_reactor(id);
     let setup = || -> std::io::Result<Rc<Local>> {
         if cfg.pin {
             pin_to(cfg.cores[id])?;
@@ -393,13 +414,27 @@ fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Se
         }
     };
     LOCAL.with(|l| *l.borrow_mut() = Some(local.clone()));
+    CURRENT.with(|c| c.set(Some(id)));
     ready.send(Ok(()));
     run_loop(&local, &cfg);
-    // Drop tasks and pollers while the thread-local is still set, then clear it.
-    local.ready.borrow_mut().clear();
-    local.pollers.borrow_mut().clear();
-    local.added_pollers.borrow_mut().clear();
-    local.timer_fns.borrow_mut().clear();
+    // Drop messages, tasks and pollers while the thread-local is still set, then clear it.
+    // Closing the mailbox first makes later senders drop their messages (so callers waiting
+    // for an answer see `Canceled` rather than wait forever).
+    local.engine.0.reactors[id].mailbox.close();
+    // (Each is taken out first and dropped with no borrow held: dropping a task or a poller
+    // may wake tasks or touch timers.)
+    let ready = std::mem::take(&mut *local.ready.borrow_mut());
+    drop(ready);
+    let pollers = std::mem::take(&mut *local.pollers.borrow_mut());
+    drop(pollers);
+    let added = std::mem::take(&mut *local.added_pollers.borrow_mut());
+    drop(added);
+    let timers = std::mem::take(&mut *local.timer_fns.borrow_mut());
+    drop(timers);
+    let ready = std::mem::take(&mut *local.ready.borrow_mut());
+    drop(ready);
+    local.engine.0.reactors[id].mailbox.close();
+    CURRENT.with(|c| c.set(None));
     LOCAL.with(|l| *l.borrow_mut() = None);
 }
 
@@ -412,16 +447,7 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
     let mut idle_since = last;
     let mut held_turns = 0u32;
     loop {
-        let mut work = 0usize;
-        for _ in 0..128 {
-            match mailbox.pop() {
-                Some(m) => {
-                    m();
-                    work += 1;
-                }
-                None => break,
-            }
-        }
+        let mut work = mailbox.drain(128, |m| m.run());
         for _ in 0..128 {
             let r = local.ready.borrow_mut().pop_front();
             match r {
@@ -452,15 +478,16 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
         let now = ticks();
         let elapsed = now.wrapping_sub(last);
         last = now;
+        // Checked on every turn, busy or not: a reactor that always finds work still stops.
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
         if work > 0 {
             shared.busy_ticks.store(shared.busy_ticks.load(Ordering::Relaxed) + elapsed, Ordering::Relaxed);
             idle_since = now;
             continue;
         }
         shared.idle_ticks.store(shared.idle_ticks.load(Ordering::Relaxed) + elapsed, Ordering::Relaxed);
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
         let sleep = match cfg.mode {
             ReactorMode::Poll => false,
             ReactorMode::Interrupt => true,
@@ -484,7 +511,7 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
             if local.ready.borrow().is_empty() && !stop.load(Ordering::SeqCst) {
                 let timeout = local.next_timer().map(|deadline| {
                     let t = deadline.saturating_sub(ticks());
-                    Duration::from_nanos(crate::tsc::ticks_to_nanos(t))
+                    Duration::from_nanos(crate::tsc::ticks_to_nanos(t)).min(MAX_SLEEP)
                 });
                 shared.sleeps.store(shared.sleeps.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                 // Idle time so far is published before sleeping; the sleep itself is added by
@@ -536,7 +563,14 @@ impl Local {
 
     fn run_timers(&self, now: u64) -> usize {
         let mut fired = 0;
+        // Only timers present at the start: a callback that adds due timers cannot keep the
+        // loop here.
+        let mut budget = self.timers.borrow().len();
         loop {
+            if budget == 0 {
+                return fired;
+            }
+            budget -= 1;
             let due = {
                 let mut timers = self.timers.borrow_mut();
                 match timers.peek() {
@@ -569,8 +603,50 @@ impl Local {
 }
 
 /// The index of the reactor running the calling thread, if it is one.
+#[inline]
 pub fn current() -> Option<usize> {
-    try_local().map(|l| l.id)
+    CURRENT.try_with(|c| c.get()).ok().flatten()
+}
+
+/// The longest a reactor sleeps without waking to look at its timers again.
+const MAX_SLEEP: Duration = Duration::from_secs(3600);
+
+/// The tick at which a timer of `delay` from now is due (saturating: a huge delay never wraps
+/// around into the past).
+fn deadline_after(delay: Duration) -> u64 {
+    let t = delay.as_nanos().saturating_mul(ticks_per_sec() as u128) / 1_000_000_000;
+    ticks().saturating_add(t.min(u64::MAX as u128) as u64)
+}
+
+/// A local task's runnable on its way to its reactor through the mailbox. If it cannot get
+/// there (the reactor stopped), it is leaked rather than dropped: dropping it on another thread
+/// would drop the task's future there, which `async-task` forbids (it panics).
+struct Wake {
+    r: std::mem::ManuallyDrop<Runnable>,
+    reactor: usize,
+}
+
+impl Wake {
+    fn run(self) {
+        let mut me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: taken once; `me` is never dropped, so Drop cannot touch it again.
+        let r = unsafe { std::mem::ManuallyDrop::take(&mut me.r) };
+        with_local(|l| l.ready.borrow_mut().push_back(r));
+    }
+}
+
+impl Drop for Wake {
+    fn drop(&mut self) {
+        if current() == Some(self.reactor) {
+            // SAFETY: dropped once, here, on the task's own reactor.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.r) }
+        }
+    }
+}
+
+/// The calling reactor's blocking pool and mailbox (for `spawn_blocking`). Panics off-reactor.
+pub(crate) fn blocking_parts() -> (Arc<BlockingPool>, Arc<Mailbox>) {
+    with_local(|l| (l.engine.0.blocking.clone(), l.engine.0.reactors[l.id].mailbox.clone()))
 }
 
 /// The engine of the calling reactor. Panics off-reactor.
@@ -589,7 +665,10 @@ where
         if current() == Some(id) {
             with_local(|l| l.ready.borrow_mut().push_back(r));
         } else {
-            mailbox.post(Box::new(move || with_local(|l| l.ready.borrow_mut().push_back(r))));
+            // Woken from another thread: the runnable travels in the mailbox, without an
+            // allocation (it is one pointer).
+            let w = Wake { r: std::mem::ManuallyDrop::new(r), reactor: id };
+            mailbox.post_fn(move || w.run());
         }
     };
     let (runnable, task) = async_task::spawn_local(fut, schedule);
@@ -615,45 +694,90 @@ pub fn unregister_poller(p: PollerId) {
     })
 }
 
-/// Runs `f` once on the calling reactor after `delay`.
+/// Runs `f` once on the calling reactor after `delay` (a huge delay means never).
 pub fn after(delay: Duration, f: impl FnOnce() + 'static) {
+    add_timer(delay, Box::new(f));
+}
+
+fn add_timer(delay: Duration, f: Box<dyn FnOnce()>) -> u64 {
     with_local(|l| {
         let id = l.next_id();
-        let deadline = ticks() + duration_to_ticks(delay);
-        l.timers.borrow_mut().push(Reverse((deadline, id)));
-        l.timer_fns.borrow_mut().insert(id, Box::new(f));
+        l.timers.borrow_mut().push(Reverse((deadline_after(delay), id)));
+        l.timer_fns.borrow_mut().insert(id, f);
+        id
     })
 }
 
-/// A future that completes after a delay (on a reactor).
+/// A future that completes after a delay (on a reactor). Dropping it cancels its timer.
 pub struct Sleep {
     delay: Duration,
-    fired: Option<Rc<Cell<bool>>>,
+    state: Option<(u64, Rc<SleepState>)>,
+}
+
+#[derive(Default)]
+struct SleepState {
+    fired: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
 }
 
 /// Waits for `delay` on the calling reactor.
 pub fn sleep(delay: Duration) -> Sleep {
-    Sleep { delay, fired: None }
+    Sleep { delay, state: None }
 }
 
 impl Future for Sleep {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        match &self.fired {
-            Some(f) if f.get() => Poll::Ready(()),
-            Some(_) => Poll::Pending,
+        match &self.state {
+            Some((_, st)) if st.fired.get() => Poll::Ready(()),
+            Some((_, st)) => {
+                // Polled again, maybe by another task or combinator: wake the latest waker.
+                let mut w = st.waker.borrow_mut();
+                if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *w = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
             None => {
-                let fired = Rc::new(Cell::new(false));
-                let (f2, waker) = (fired.clone(), cx.waker().clone());
-                after(self.delay, move || {
-                    f2.set(true);
-                    waker.wake();
-                });
-                self.fired = Some(fired);
+                let st = Rc::new(SleepState::default());
+                *st.waker.borrow_mut() = Some(cx.waker().clone());
+                let st2 = st.clone();
+                let id = add_timer(
+                    self.delay,
+                    Box::new(move || {
+                        st2.fired.set(true);
+                        let w = st2.waker.borrow_mut().take();
+                        if let Some(w) = w {
+                            w.wake();
+                        }
+                    }),
+                );
+                self.state = Some((id, st));
                 Poll::Pending
             }
         }
     }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some((id, st)) = &self.state {
+            if !st.fired.get() {
+                // The heap entry stays until due and is then skipped; the callback (and the
+                // waker it holds) goes now.
+                if let Some(l) = try_local() {
+                    let f = l.timer_fns.try_borrow_mut().ok().and_then(|mut t| t.remove(id));
+                    drop(f);
+                }
+            }
+        }
+    }
+}
+
+/// Number of timers (from `after` and `sleep`) pending on the calling reactor. Panics
+/// off-reactor.
+pub fn pending_timers() -> usize {
+    with_local(|l| l.timer_fns.borrow().len())
 }
 
 /// Gives the calling reactor's io_uring to `f`. Panics off-reactor.

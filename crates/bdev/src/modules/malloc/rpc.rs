@@ -37,12 +37,10 @@ pub fn register(reg: &mut Registry) {
             uuid: p.uuid,
         };
         // Allocating and touching the memory is slow for big disks: not on the reactor.
-        let (tx, rx) = ferrite_reactor::oneshot::channel();
-        std::thread::Builder::new()
-            .name("malloc_create".into())
-            .spawn(move || tx.send(create(opts)))
-            .map_err(|e| RpcError::internal(format!("cannot start the allocation: {e}")))?;
-        let b = rx.await.map_err(|e| RpcError::internal(e.to_string()))?.map_err(bdev_err)?;
+        let b = ferrite_reactor::spawn_blocking(move || create(opts))
+            .await
+            .map_err(|e| RpcError::internal(e.to_string()))?
+            .map_err(bdev_err)?;
         Ok(json!(b.name()))
     });
     reg.method("bdev_malloc_delete", |_, p: Params| async move { delete(p, "malloc").await });

@@ -29,12 +29,10 @@ struct AioCreate {
 
 /// Opens the file off the reactor (an open or an ioctl can block), then registers the bdev.
 async fn create_off_reactor(opts: UringOpts) -> RpcResult {
-    let (tx, rx) = ferrite_reactor::oneshot::channel();
-    std::thread::Builder::new()
-        .name("uring_create".into())
-        .spawn(move || tx.send(create(opts)))
-        .map_err(|e| RpcError::internal(format!("cannot start the open: {e}")))?;
-    let b = rx.await.map_err(|e| RpcError::internal(e.to_string()))?.map_err(bdev_err)?;
+    let b = ferrite_reactor::spawn_blocking(move || create(opts))
+        .await
+        .map_err(|e| RpcError::internal(e.to_string()))?
+        .map_err(bdev_err)?;
     Ok(json!(b.name()))
 }
 
@@ -46,12 +44,10 @@ struct NameOnly {
 
 /// Rescans off the reactor (it reads file metadata).
 async fn rescan_off_reactor(name: String, module: &'static str) -> RpcResult {
-    let (tx, rx) = ferrite_reactor::oneshot::channel();
-    std::thread::Builder::new()
-        .name("uring_rescan".into())
-        .spawn(move || tx.send(super::rescan(&name, module)))
-        .map_err(|e| RpcError::internal(format!("cannot start the rescan: {e}")))?;
-    rx.await.map_err(|e| RpcError::internal(e.to_string()))?.map_err(bdev_err)?;
+    ferrite_reactor::spawn_blocking(move || super::rescan(&name, module))
+        .await
+        .map_err(|e| RpcError::internal(e.to_string()))?
+        .map_err(bdev_err)?;
     Ok(json!(true))
 }
 
