@@ -44,6 +44,16 @@ if [ -x "$venv/bin/spdk-rpc" ]; then
   export SPDK_RPC="$PWD/$venv/bin/spdk-rpc"
 fi
 
+# SPDK v26.05 (../shared/anchors) for the tests that run spdk_tgt and its own rpc.py.
+if [ -z "${SPDK_DIR:-}" ] && [ -f ../shared/anchors/spdk.sh ]; then
+  echo "== unpacking SPDK v26.05 (../shared/anchors/spdk.sh)"
+  if dir=$(bash ../shared/anchors/spdk.sh); then
+    export SPDK_DIR="$dir"
+  else
+    echo "could not set up SPDK: its tests will say SKIP"
+  fi
+fi
+
 echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== cargo clippy"

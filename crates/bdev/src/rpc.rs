@@ -180,6 +180,18 @@ pub(crate) async fn delete(p: Params, module: &'static str) -> RpcResult {
     Ok(json!(true))
 }
 
+/// SPDK's hints that Ferrite cannot honour: accepted at their default (so that configs SPDK
+/// writes load), refused with a clear message otherwise.
+pub(crate) fn check_default<T: PartialEq + std::fmt::Display>(name: &str, v: Option<T>, default: T) -> Result<(), RpcError> {
+    match v {
+        Some(v) if v != default => Err(RpcError::new(
+            ferrite_rpc::jsonrpc::INVALID_PARAMS,
+            format!("Invalid parameters: {name} = {v} is not supported (only {default})"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Ferrite supports no separate metadata or protection information: SPDK's parameters for them
 /// are accepted when they ask for none.
 pub(crate) fn check_no_metadata(md_size: Option<u32>, dif_type: Option<u32>) -> Result<(), RpcError> {

@@ -1,4 +1,5 @@
-//! A minimal stderr logger for the `log` facade (level from `--log-level` or FERRITE_LOG).
+//! A minimal stderr logger for the `log` facade (level from `--log-level` or FERRITE_LOG; at run
+//! time from SPDK's log methods, see `ferrite_rpc::logctl`).
 
 use log::{Level, LevelFilter, Metadata, Record};
 
@@ -6,7 +7,7 @@ struct Stderr;
 
 impl log::Log for Stderr {
     fn enabled(&self, m: &Metadata) -> bool {
-        m.level() <= log::max_level()
+        m.level() <= log::max_level() && ferrite_rpc::logctl::printed(m.level(), m.target())
     }
     fn log(&self, r: &Record) {
         if self.enabled(r.metadata()) {
@@ -36,5 +37,5 @@ pub fn init(level: &str) {
     let level = std::env::var("FERRITE_LOG").unwrap_or_else(|_| level.to_string());
     let filter = level.parse::<LevelFilter>().unwrap_or(LevelFilter::Info);
     let _ = log::set_logger(&Stderr);
-    log::set_max_level(filter);
+    ferrite_rpc::logctl::init_from_filter(filter);
 }

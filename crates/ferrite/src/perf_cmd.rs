@@ -41,7 +41,7 @@ pub struct PerfArgs {
     #[arg(long = "results-json", value_name = "FILE")]
     results_json: Option<String>,
     /// Seconds between progress lines (bdevperf's -S).
-    #[arg(short = 'S', value_name = "SECONDS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'S', value_name = "SECONDS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=86400))]
     stats_interval: u64,
     /// Every core runs a job on every bdev (bdevperf's -C; always the case here, accepted for
     /// compatibility).
@@ -69,15 +69,66 @@ pub struct PerfArgs {
     log_level: String,
 }
 
+/// Longest run accepted (-t), in seconds: a week.
+const MAX_RUN_SECS: f64 = 7.0 * 86400.0;
+/// Most memory the jobs' I/O buffers may take together, whatever is available.
+const MAX_BUFFER_BYTES: u64 = 4 << 30;
+
 fn parse_size(s: &str) -> Result<u32, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 1024),
+        Some('k' | 'K') => (&t[..t.len() - 1], 1024u64),
         Some('m' | 'M') => (&t[..t.len() - 1], 1024 * 1024),
         _ => (t, 1),
     };
     let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
-    u32::try_from(n * mult).map_err(|_| format!("{s:?} is too large"))
+    if n == 0 {
+        return Err("the I/O size must be more than 0".into());
+    }
+    n.checked_mul(mult).and_then(|b| u32::try_from(b).ok()).ok_or_else(|| format!("{s:?} is too large an I/O size"))
+}
+
+/// MemAvailable of /proc/meminfo, in bytes.
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Checks that `jobs` jobs of `a` fit in memory: queue depth × I/O size × jobs at most
+/// [`MAX_BUFFER_BYTES`] and half the available memory.
+fn check_memory(a: &PerfArgs, jobs: u64) -> Result<(), String> {
+    if matches!(a.workload, Workload::Unmap | Workload::Flush) {
+        return Ok(());
+    }
+    let need = a.queue_depth as u64 * a.io_size as u64 * jobs;
+    let limit = available_memory().map_or(MAX_BUFFER_BYTES, |m| (m / 2).min(MAX_BUFFER_BYTES));
+    if need > limit {
+        return Err(format!(
+            "queue depth {} × I/O size {} × {jobs} job(s) needs {} MiB of buffer memory; the limit is {} MiB \
+             (at most {} MiB, and half the available memory)",
+            a.queue_depth,
+            a.io_size,
+            need >> 20,
+            limit >> 20,
+            MAX_BUFFER_BYTES >> 20
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the arguments before anything starts.
+fn check_args(a: &PerfArgs) -> Result<Duration, String> {
+    if a.queue_depth == 0 || a.queue_depth > 4096 {
+        return Err(format!("queue depth {} must be 1 to 4096", a.queue_depth));
+    }
+    if !a.time.is_finite() || a.time <= 0.0 || a.time > MAX_RUN_SECS {
+        return Err(format!("run time (-t) {} must be more than 0 and at most {MAX_RUN_SECS} seconds", a.time));
+    }
+    let cores = ferrite_reactor::cpumask::parse_cpumask(&a.cpumask).map_err(|e| e.to_string())?;
+    check_memory(a, cores.len() as u64)?;
+    Ok(Duration::from_secs_f64(a.time))
 }
 
 fn fail(msg: String) -> i32 {
@@ -88,18 +139,16 @@ fn fail(msg: String) -> i32 {
 /// Runs the benchmark; returns the exit code (non-zero on failed I/O or verify errors).
 pub fn run(a: PerfArgs) -> i32 {
     crate::logger::init(&a.log_level);
-    if a.queue_depth == 0 || a.queue_depth > 4096 {
-        return fail(format!("queue depth {} must be 1 to 4096", a.queue_depth));
-    }
-    if !a.time.is_finite() || a.time <= 0.0 {
-        return fail("run time must be positive".into());
-    }
+    let duration = match check_args(&a) {
+        Ok(d) => d,
+        Err(e) => return fail(e),
+    };
     let _ = (a.multi_core, a.continue_on_failure, a.no_huge);
     if let Some(m) = &a.mem_size {
         log::info!("-s {m}: Ferrite preallocates no memory; ignored");
     }
     crate::signals::block();
-    let (engine, ctx) = match crate::serve::start_engine(&a.cpumask, a.reactor_mode, !a.no_pin, Some(&a.json)) {
+    let (engine, ctx) = match crate::serve::start_engine(&a.cpumask, a.reactor_mode, !a.no_pin, Some(&a.json), false) {
         Ok(v) => v,
         Err(e) => return fail(e),
     };
@@ -119,13 +168,17 @@ pub fn run(a: PerfArgs) -> i32 {
         crate::serve::shutdown(&engine);
         return fail(format!("{} creates no bdev", a.json.display()));
     }
+    if let Err(e) = check_memory(&a, (engine.count() * bdevs.len()) as u64) {
+        crate::serve::shutdown(&engine);
+        return fail(e);
+    }
     let abort = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let spec = JobSpec {
         workload: a.workload,
         queue_depth: a.queue_depth,
         io_size: a.io_size,
         rw_mix_read: a.rw_mix_read,
-        duration: Duration::from_secs_f64(a.time),
+        duration,
         abort: abort.clone(),
     };
     println!("Running I/O for {} seconds...", a.time);
@@ -164,11 +217,18 @@ pub fn run(a: PerfArgs) -> i32 {
     let t0 = Instant::now();
     let (mut last_ios, mut last_bytes, mut last_t) = (0u64, 0u64, t0);
     let mut tick = 1;
+    // Jobs stop on their own timer; if they overrun it (e.g. slow buffer setup), stop them.
+    let overrun = t0 + duration + Duration::from_secs(2);
     while results.len() + errors.len() < total_jobs {
+        if Instant::now() >= overrun && !abort.swap(true, Ordering::SeqCst) {
+            log::warn!("jobs overran -t {}; stopping them", a.time);
+        }
         let next_tick = t0 + Duration::from_secs(tick * a.stats_interval);
-        match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
+        let wake = if abort.load(Ordering::SeqCst) { next_tick } else { next_tick.min(overrun) };
+        match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
             Ok((_, _, Ok(r))) => results.push(r),
             Ok((name, core, Err(e))) => errors.push(format!("job {name} on core {core}: {e}")),
+            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < next_tick => {}
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let ios: u64 = progress.iter().map(|p| p.ios.load(Ordering::Relaxed)).sum();
                 let bytes: u64 = progress.iter().map(|p| p.bytes.load(Ordering::Relaxed)).sum();

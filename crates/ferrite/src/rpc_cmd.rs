@@ -69,20 +69,28 @@ pub fn run(a: RpcArgs) -> i32 {
         }
     };
     match client.call(&a.method, params) {
-        Ok(Value::String(s)) => {
-            println!("{s}");
-            0
-        }
-        Ok(v) => {
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-            0
-        }
+        Ok(Value::String(s)) => print_out(&s),
+        Ok(v) => print_out(&serde_json::to_string_pretty(&v).unwrap_or_default()),
         Err(CallError::Rpc(e)) => {
             eprintln!("ferrite rpc: {} failed: {} (code {})", a.method, e.message, e.code);
             1
         }
         Err(e) => {
             eprintln!("ferrite rpc: {}: {e}", a.method);
+            1
+        }
+    }
+}
+
+/// Prints `text` and a newline; a reader that went away (`| head`) ends the command quietly.
+fn print_out(text: &str) -> i32 {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|_| out.flush()) {
+        Ok(()) => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            eprintln!("ferrite rpc: cannot write the result: {e}");
             1
         }
     }

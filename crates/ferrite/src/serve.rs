@@ -28,14 +28,34 @@ pub struct ServeArgs {
     /// Log level: error, warn, info, debug or trace (FERRITE_LOG overrides).
     #[arg(long, default_value = "info")]
     log_level: String,
+    /// Start in SPDK's startup RPC state: only startup methods (`*_set_options`, ...) are
+    /// allowed until `framework_start_init` (with --json, its runtime entries run then).
+    #[arg(long)]
+    wait_for_rpc: bool,
+    /// Seconds an RPC connection may stay idle before it is closed.
+    #[arg(long, hide = true, default_value_t = 60.0)]
+    rpc_idle_timeout: f64,
+    /// Seconds a request may take to arrive whole.
+    #[arg(long, hide = true, default_value_t = 10.0)]
+    rpc_request_timeout: f64,
 }
 
-/// Starts the engine and loads `json` (shared by serve and perf).
+/// Converts a timeout option to a Duration (0.001 s to one day).
+fn seconds(name: &str, v: f64) -> Result<Duration, String> {
+    if !(0.001..=86400.0).contains(&v) {
+        return Err(format!("--{name} must be between 0.001 and 86400 seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Starts the engine and loads `json` (shared by serve and perf); the RPC state ends as runtime
+/// unless `wait` (`--wait-for-rpc`).
 pub fn start_engine(
     cpumask: &str,
     mode: ReactorMode,
     pin: bool,
     json: Option<&PathBuf>,
+    wait: bool,
 ) -> Result<(Engine, Ctx), String> {
     let cores = parse_cpumask(cpumask).map_err(|e| e.to_string())?;
     let engine = Engine::start(EngineConfig { cores, mode, pin, ..Default::default() }).map_err(|e| e.to_string())?;
@@ -50,7 +70,7 @@ pub fn start_engine(
             serde_json::from_str(&text).map_err(|e| format!("{} is not valid JSON: {e}", path.display()))?;
         let c = ctx.clone();
         let res = engine
-            .run_async(0, move || async move { ferrite_rpc::config::load(&c, &doc).await })
+            .run_async(0, move || async move { ferrite_rpc::config::load(&c, &doc, wait).await })
             .wait()
             .map_err(|e| e.to_string())
             .and_then(|r| r);
@@ -61,6 +81,8 @@ pub fn start_engine(
                 return Err(format!("config {}: {e}", path.display()));
             }
         }
+    } else if !wait {
+        ctx.registry.set_state(ferrite_rpc::registry::RUNTIME);
     }
     Ok((engine, ctx))
 }
@@ -141,19 +163,36 @@ async fn race<T>(a: impl std::future::Future<Output = T>, b: impl std::future::F
     .await
 }
 
-/// Runs the daemon until SIGINT, SIGTERM or SIGQUIT; returns the exit code.
+/// Runs the daemon until SIGINT, SIGTERM, SIGQUIT or SIGHUP; returns the exit code.
 pub fn run(a: ServeArgs) -> i32 {
     crate::logger::init(&a.log_level);
     let t0 = Instant::now();
     crate::signals::block();
-    let (engine, ctx) = match start_engine(&a.cpumask, a.reactor_mode, !a.no_pin, a.json.as_ref()) {
+    let limits = match (
+        seconds("rpc-idle-timeout", a.rpc_idle_timeout),
+        seconds("rpc-request-timeout", a.rpc_request_timeout),
+    ) {
+        (Ok(idle_timeout), Ok(request_timeout)) => {
+            ferrite_rpc::server::Limits { idle_timeout, request_timeout, ..Default::default() }
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            log::error!("{e}");
+            return 1;
+        }
+    };
+    // Refuse a path we would not bind before starting anything.
+    if let Err(e) = ferrite_rpc::sockfile::clear_stale(&a.rpc_socket) {
+        log::error!("{e}");
+        return 1;
+    }
+    let (engine, ctx) = match start_engine(&a.cpumask, a.reactor_mode, !a.no_pin, a.json.as_ref(), a.wait_for_rpc) {
         Ok(v) => v,
         Err(e) => {
             log::error!("{e}");
             return 1;
         }
     };
-    let mut server = match RpcServer::start(&a.rpc_socket, ctx) {
+    let mut server = match RpcServer::start_with(&a.rpc_socket, ctx, limits) {
         Ok(s) => s,
         Err(e) => {
             log::error!("{e}");
@@ -161,6 +200,9 @@ pub fn run(a: ServeArgs) -> i32 {
             return 1;
         }
     };
+    if a.wait_for_rpc {
+        log::info!("waiting for framework_start_init (--wait-for-rpc)");
+    }
     log::info!(
         "ferrite serving: {} reactor(s) on cores {}, mode {}, started in {:.1} ms",
         engine.count(),

@@ -1,7 +1,8 @@
 //! Shutdown signals: blocked in every thread, then awaited by the main thread with sigwait.
 
-/// The signals that ask the daemon to stop.
-const STOP_SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGQUIT];
+/// The signals that ask the daemon to stop (SIGHUP too: a daemon has no terminal to reload
+/// for, and SPDK's spdk_kill_instance SIGHUP must not kill it without cleanup).
+const STOP_SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGQUIT, libc::SIGHUP];
 
 fn stop_set() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
@@ -31,6 +32,7 @@ pub fn wait() -> &'static str {
     match sig {
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
         _ => "SIGQUIT",
     }
 }

@@ -46,13 +46,15 @@ fn malformed_json_gets_parse_error() {
     assert!(closed, "the server keeps a connection it cannot resynchronise");
     d.assert_serving();
 
-    // Also through the library client: a non-object top-level value.
+    // Valid JSON that is not an object is an Invalid Request (as in SPDK), not a parse error,
+    // and the connection stays usable.
     let mut c = d.client();
     c.send_raw(b"12345 ").unwrap();
     match c.read_value() {
-        Ok(v) => assert_eq!(v["error"]["code"], -32700, "{v}"),
-        Err(e) => panic!("no parse error response: {e}"),
+        Ok(v) => assert_eq!(v["error"]["code"], -32600, "{v}"),
+        Err(e) => panic!("no error response: {e}"),
     }
+    assert!(common::call(&mut c, "bdev_get_bdevs", None).is_array());
     d.assert_serving();
 }
 
@@ -66,9 +68,11 @@ fn invalid_request_objects() {
     let v = c.read_value().unwrap();
     assert_eq!(v["error"]["code"], -32600, "{v}");
     assert_eq!(v["id"], 7, "{v}");
+    // A batch (SPDK v26.05 serves them): an array of replies.
     c.send_raw(br#"[{"jsonrpc":"2.0","method":"bdev_get_bdevs","id":8}]"#).unwrap();
     let v = c.read_value().unwrap();
-    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert_eq!(v[0]["id"], 8, "{v}");
+    assert!(v[0]["result"].is_array(), "{v}");
     // Same connection still works.
     let r = common::call(&mut c, "bdev_get_bdevs", None);
     assert!(r.is_array());
@@ -362,7 +366,7 @@ fn garbage_of_other_kinds_gets_parse_errors() {
     let dir = TempDir::new("garbage");
     let d = Daemon::start(&dir, &[]);
     let deep = vec![b'['; 10_000];
-    let cases: [&[u8]; 4] = [b"\"just a string\"", b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\xfe\"}", &deep, b"}{"];
+    let cases: [&[u8]; 4] = [b"tru!", b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\xfe\"}", &deep, b"}{"];
     for bytes in cases {
         let mut s = UnixStream::connect(&d.sock).unwrap();
         s.write_all(bytes).unwrap();
@@ -442,36 +446,4 @@ fn notifications_get_no_reply() {
     assert!(v["result"]["version"].is_string(), "{v}");
 }
 
-#[test]
-fn connections_beyond_the_limit_are_refused_then_slots_free_up() {
-    let max = ferrite_rpc::server::MAX_CONNECTIONS;
-    let dir = TempDir::new("connlimit");
-    let d = Daemon::start(&dir, &[]);
-    // Fill every slot with a connection that has been served once.
-    let mut held: Vec<RpcClient> = Vec::new();
-    for i in 0..max {
-        let mut c = d.client();
-        assert!(c.call("spdk_get_version", None).is_ok(), "connection {i} of {max} refused");
-        held.push(c);
-    }
-    // One more is closed without an answer.
-    let mut extra = d.client();
-    match extra.call("spdk_get_version", None) {
-        Err(CallError::Io(_)) => {}
-        other => panic!("connection {} beyond the limit got {other:?}", max + 1),
-    }
-    // The held ones still work.
-    assert!(held[0].call("bdev_get_bdevs", None).is_ok());
-    held.clear();
-    // Once they are gone, new connections are served again.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let mut c = d.client();
-        if c.call("bdev_get_bdevs", None).is_ok() {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "slots were not freed after the clients left");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    d.assert_serving();
-}
+// Connections beyond the limit: see rpc_hardening.rs (they wait, and idle ones make room).

@@ -86,16 +86,8 @@ thread_local! {
 fn bind(addr: &ListenAddr) -> std::io::Result<OwnedFd> {
     match addr {
         ListenAddr::Tcp(a) => Ok(std::net::TcpListener::bind(a)?.into()),
-        ListenAddr::Unix(p) => {
-            let path = std::path::Path::new(p);
-            if path.exists() {
-                if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                    return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, format!("{p} is in use")));
-                }
-                std::fs::remove_file(path)?;
-            }
-            Ok(std::os::unix::net::UnixListener::bind(path)?.into())
-        }
+        // Private (0600) from the start; replaces only a stale socket, never another file.
+        ListenAddr::Unix(p) => Ok(ferrite_rpc::sockfile::bind(std::path::Path::new(p), 0o600)?.listener.into()),
     }
 }
 
@@ -289,7 +281,11 @@ pub fn stop(address: &str) -> Result<(), String> {
     s.stopped.set(true);
     s.listener.shutdown();
     if let ListenAddr::Unix(p) = &s.addr {
-        let _ = std::fs::remove_file(p);
+        // Only a socket: whatever else took the path since (a regular file) is not ours.
+        use std::os::unix::fs::FileTypeExt;
+        if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()) {
+            let _ = std::fs::remove_file(p);
+        }
     }
     Ok(())
 }

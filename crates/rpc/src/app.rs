@@ -1,14 +1,17 @@
-//! Framework methods: version, method list, reactors, subsystems, config, and shutdown.
+//! Framework methods: version, method list, RPC state, reactors, subsystems, config, and
+//! shutdown.
 
-use crate::jsonrpc::{RpcError, INVALID_PARAMS};
-use crate::registry::{Params, Registry};
+use crate::jsonrpc::{RpcError, INTERNAL_ERROR, INVALID_PARAMS};
+use crate::registry::{Params, Registry, Subsystem, RUNTIME, STARTUP};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
-/// Registers spdk_get_version, rpc_get_methods, framework_get_reactors, framework_get_subsystems,
-/// framework_get_config, save_config and spdk_kill_instance.
+/// Registers spdk_get_version, rpc_get_methods, framework_start_init, framework_wait_init,
+/// framework_get_reactors, framework_get_subsystems, framework_get_config, save_config and
+/// spdk_kill_instance.
 pub fn register(reg: &mut Registry) {
-    reg.method("spdk_get_version", |_, p| async move {
+    reg.method_in("spdk_get_version", STARTUP | RUNTIME, |_, p| async move {
         p.none()?;
         let v = env!("CARGO_PKG_VERSION");
         let mut parts = v.split('.').map(|s| s.parse::<u32>().unwrap_or(0));
@@ -16,16 +19,35 @@ pub fn register(reg: &mut Registry) {
             "major": parts.next().unwrap_or(0), "minor": parts.next().unwrap_or(0),
             "patch": parts.next().unwrap_or(0), "suffix": ""}}))
     });
-    reg.method("rpc_get_methods", |ctx, p| async move {
+    reg.method_in("rpc_get_methods", STARTUP | RUNTIME, |ctx, p| async move {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
-        #[allow(dead_code)]
         struct P {
             current: Option<bool>,
+            /// Ferrite has no deprecated aliases, so this changes nothing.
+            #[allow(dead_code)]
             include_aliases: Option<bool>,
         }
-        let _: P = p.parse()?;
+        let P { current, .. } = p.parse()?;
+        if current == Some(true) {
+            return Ok(json!(ctx.registry.current_method_names()));
+        }
         Ok(json!(ctx.registry.method_names()))
+    });
+    reg.method_in("framework_start_init", STARTUP, |ctx, p| async move {
+        if p.0.is_some() {
+            return Err(RpcError::new(INVALID_PARAMS, "framework_start_init requires no parameters"));
+        }
+        let n = crate::config::start_init(&ctx).await.map_err(|e| RpcError::new(INTERNAL_ERROR, e))?;
+        log::info!("framework started (RPC state runtime); {n} deferred config entries applied");
+        Ok(json!(true))
+    });
+    reg.method_in("framework_wait_init", STARTUP | RUNTIME, |ctx, _| async move {
+        // Like SPDK's, it answers once the framework has started, however long that takes.
+        while ctx.registry.state() != RUNTIME {
+            ferrite_reactor::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Ok(json!(true))
     });
     reg.method("framework_get_reactors", |ctx, p| async move {
         p.none()?;
@@ -37,7 +59,7 @@ pub fn register(reg: &mut Registry) {
                 json!({"lcore": s.core, "busy": s.busy_ticks, "idle": s.idle_ticks,
                     "in_interrupt": ctx.engine.mode() != ferrite_reactor::ReactorMode::Poll,
                     "mode": ctx.engine.mode().as_str(), "sleeps": s.sleeps,
-                    "lw_threads": [{"name": format!("reactor_{}", s.id), "id": s.id,
+                    "lw_threads": [{"name": crate::threads::thread_name(s.id, s.core), "id": s.id + 1,
                         "cpumask": ferrite_reactor::cpumask::format_cpumask(&[s.core]), "elapsed": s.busy_ticks + s.idle_ticks}]})
             })
             .collect();
@@ -63,7 +85,7 @@ pub fn register(reg: &mut Registry) {
             .iter()
             .find(|s| s.name == name)
             .ok_or_else(|| RpcError::new(INVALID_PARAMS, format!("subsystem {name:?} not found")))?;
-        Ok(Value::Array((sub.config)()))
+        Ok(Value::Array(ctx.registry.subsystem_config(sub)))
     });
     reg.method("save_config", |ctx, p| async move {
         p.none()?;
@@ -95,10 +117,26 @@ pub fn register(reg: &mut Registry) {
     });
 }
 
-/// Builds a registry with the framework methods, then lets `extend` add the rest.
+/// A subsystem that only holds what option methods set.
+fn options_only(name: &'static str) -> Subsystem {
+    Subsystem { name, depends_on: vec![], config: Arc::new(Vec::new) }
+}
+
+/// Builds a registry with the framework, option, log and thread methods, then lets `extend` add
+/// the rest. Subsystems are listed in SPDK's order: the option-only ones (scheduler, sock, ...)
+/// first, those `extend` adds, then nvmf and iscsi.
 pub fn registry(extend: impl FnOnce(&mut Registry)) -> Registry {
     let mut reg = Registry::default();
     register(&mut reg);
+    crate::options::register(&mut reg);
+    crate::logctl::register(&mut reg);
+    crate::threads::register(&mut reg);
+    for name in crate::options::LEADING_SUBSYSTEMS {
+        reg.subsystem(options_only(name));
+    }
     extend(&mut reg);
+    for name in crate::options::TRAILING_SUBSYSTEMS {
+        reg.subsystem(options_only(name));
+    }
     reg
 }

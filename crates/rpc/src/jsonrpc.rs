@@ -6,12 +6,15 @@
 //! as requests ([`parse_request`]) and encodes responses ([`encode_result`], [`encode_error`]),
 //! each response being compact JSON followed by a single `\n`.
 //!
-//! Batch requests (top-level arrays) are not supported, as in SPDK. Nothing here panics on any
-//! input.
+//! As in SPDK's server (lib/jsonrpc/jsonrpc_server.c): the `"jsonrpc"` member is optional (if
+//! present it must be `"2.0"`); a top-level array is a batch ([`parse_frame`]); any other valid
+//! JSON value is an Invalid Request; ids are echoed byte for byte ([`Id`]), so integers beyond
+//! 64 bits come back unchanged. Nothing here panics on any input.
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// Invalid JSON was received.
@@ -70,12 +73,55 @@ impl fmt::Display for RpcError {
 
 impl std::error::Error for RpcError {}
 
+/// A request id exactly as the client wrote it (a string, a number of any size, or null).
+#[derive(Debug, Clone)]
+pub struct Id(Box<RawValue>);
+
+impl Id {
+    /// The id `null`.
+    pub fn null() -> Id {
+        Id::from_value(&Value::Null)
+    }
+
+    /// The id written as `v` is (a number beyond 64 bits has already lost precision in a
+    /// `Value`; [`parse_frame`] keeps the original text instead).
+    pub fn from_value(v: &Value) -> Id {
+        Id(RawValue::from_string(v.to_string()).unwrap_or_else(|_| Self::null_raw()))
+    }
+
+    fn null_raw() -> Box<RawValue> {
+        RawValue::from_string("null".to_string()).expect("null is JSON")
+    }
+
+    /// The id's JSON text.
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The id as a `Value` (lossy for numbers beyond 64 bits).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl PartialEq for Id {
+    fn eq(&self, other: &Id) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Serialize for Id {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
 /// A validated JSON-RPC 2.0 request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     /// The request id; `None` for a notification (no `"id"` member). An explicit `"id": null`
-    /// is `Some(Value::Null)`.
-    pub id: Option<Value>,
+    /// is `Some` of the null id.
+    pub id: Option<Id>,
     /// The method name.
     pub method: String,
     /// The parameters, an object or an array; `None` when absent or `null`.
@@ -103,10 +149,11 @@ pub enum Split {
 
 /// Looks for one complete JSON value at the start of `buf`, after any ASCII whitespace.
 ///
-/// The value must be an object or an array (arrays are left for [`parse_request`] to reject as
-/// batches); any other top-level value is [`Split::Invalid`]. A value (not counting the leading
-/// whitespace) longer than `limit` bytes is [`Split::Invalid`], as is a whitespace-only buffer
-/// longer than `limit`.
+/// Any JSON value is accepted (objects are requests, arrays batches, others Invalid Requests,
+/// which [`parse_frame`] tells apart); bytes that cannot start a JSON value are
+/// [`Split::Invalid`]. A number is complete only once a byte after it shows where it ends. A
+/// value (not counting the leading whitespace) longer than `limit` bytes is [`Split::Invalid`],
+/// as is a whitespace-only buffer longer than `limit`.
 pub fn split_value(buf: &[u8], limit: usize) -> Split {
     let ws = buf.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(buf.len());
     let rest = &buf[ws..];
@@ -116,7 +163,7 @@ pub fn split_value(buf: &[u8], limit: usize) -> Split {
         }
         return Split::Incomplete;
     };
-    if first != b'{' && first != b'[' {
+    if !starts_value(first) {
         return Split::Invalid { message: "request must be a JSON object".to_string() };
     }
     // Parse at most `limit` bytes: a value that fits is complete within them, and one that
@@ -124,7 +171,14 @@ pub fn split_value(buf: &[u8], limit: usize) -> Split {
     let window = &rest[..rest.len().min(limit)];
     let mut stream = serde_json::Deserializer::from_slice(window).into_iter::<Value>();
     match stream.next() {
-        Some(Ok(value)) => Split::Complete { consumed: ws + stream.byte_offset(), value },
+        Some(Ok(value)) => {
+            let end = stream.byte_offset();
+            if value.is_number() && end == rest.len() && rest.len() <= limit {
+                // More digits may follow in the next read.
+                return Split::Incomplete;
+            }
+            Split::Complete { consumed: ws + end, value }
+        }
         Some(Err(e)) if e.is_eof() => {
             if rest.len() > limit {
                 too_large()
@@ -133,7 +187,7 @@ pub fn split_value(buf: &[u8], limit: usize) -> Split {
             }
         }
         Some(Err(e)) => Split::Invalid { message: e.to_string() },
-        // Cannot happen: `window` starts with `{` or `[` (or is empty only when `limit` is 0).
+        // Cannot happen: `window` starts a value (or is empty only when `limit` is 0).
         None => {
             if rest.len() > limit {
                 too_large()
@@ -144,32 +198,96 @@ pub fn split_value(buf: &[u8], limit: usize) -> Split {
     }
 }
 
+/// True if `b` can start a JSON value.
+fn starts_value(b: u8) -> bool {
+    matches!(b, b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n')
+}
+
 fn too_large() -> Split {
     Split::Invalid { message: "request too large".to_string() }
+}
+
+/// What one complete JSON value on the stream asks for.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A single request (or why it is invalid, with its id when one could be read).
+    Single(Result<Request, (Option<Id>, RpcError)>),
+    /// A batch: each element in order.
+    Batch(Vec<Result<Request, (Option<Id>, RpcError)>>),
+}
+
+/// Validates a complete value found by [`split_value`]; `frame` is the text it was parsed from,
+/// from which ids are taken verbatim. An empty batch is one Invalid Request (as in SPDK).
+pub fn parse_frame(frame: &[u8], value: Value) -> Incoming {
+    match value {
+        Value::Array(items) if items.is_empty() => {
+            Incoming::Single(Err((None, RpcError::invalid_request("empty batch"))))
+        }
+        Value::Array(items) => {
+            let raws: Vec<&RawValue> = serde_json::from_slice(frame).unwrap_or_default();
+            let out = items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| with_raw_id(parse_request(v), raws.get(i).map(|r| r.get().as_bytes())))
+                .collect();
+            Incoming::Batch(out)
+        }
+        v => Incoming::Single(with_raw_id(parse_request(v), Some(frame))),
+    }
+}
+
+#[derive(Deserialize)]
+struct IdOnly<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+}
+
+/// Replaces a numeric id by its original text.
+fn with_raw_id(
+    r: Result<Request, (Option<Id>, RpcError)>,
+    text: Option<&[u8]>,
+) -> Result<Request, (Option<Id>, RpcError)> {
+    let raw = || -> Option<Id> {
+        let only: IdOnly = serde_json::from_slice(text?).ok()?;
+        let raw = only.id?;
+        let t = raw.get();
+        t.starts_with(['-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9']).then(|| Id(raw.to_owned()))
+    };
+    match r {
+        Ok(mut req) if req.id.is_some() => {
+            if let Some(id) = raw() {
+                req.id = Some(id);
+            }
+            Ok(req)
+        }
+        Err((Some(id), e)) => Err((Some(raw().unwrap_or(id)), e)),
+        other => other,
+    }
 }
 
 /// Validates a JSON value as a JSON-RPC 2.0 request.
 ///
 /// On failure returns the request's id when one could be read (so the error response can echo
-/// it) together with an [`INVALID_REQUEST`] error. Unknown extra members are ignored.
-pub fn parse_request(value: Value) -> Result<Request, (Option<Value>, RpcError)> {
+/// it) together with an [`INVALID_REQUEST`] error. Unknown extra members are ignored. A missing
+/// `"jsonrpc"` member is accepted, as SPDK does.
+pub fn parse_request(value: Value) -> Result<Request, (Option<Id>, RpcError)> {
     let mut obj: Map<String, Value> = match value {
         Value::Object(obj) => obj,
-        Value::Array(_) => return Err((None, RpcError::invalid_request("batch requests are not supported"))),
+        Value::Array(_) => return Err((None, RpcError::invalid_request("a batch cannot be nested"))),
         _ => return Err((None, RpcError::invalid_request("request must be a JSON object"))),
     };
 
     let id = match obj.remove("id") {
         None => None,
-        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => Some(id),
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => Some(Id::from_value(&id)),
         Some(_) => return Err((None, RpcError::invalid_request("\"id\" must be a string, number or null"))),
     };
-    let fail = |id: Option<Value>, msg: &str| Err((id, RpcError::invalid_request(msg)));
+    let fail = |id: Option<Id>, msg: &str| Err((id, RpcError::invalid_request(msg)));
 
     match obj.get("jsonrpc") {
+        None => {}
         Some(Value::String(v)) if v == "2.0" => {}
         Some(_) => return fail(id, "\"jsonrpc\" must be \"2.0\""),
-        None => return fail(id, "missing \"jsonrpc\": \"2.0\""),
     }
     let method = match obj.remove("method") {
         Some(Value::String(m)) => m,
@@ -187,7 +305,7 @@ pub fn parse_request(value: Value) -> Result<Request, (Option<Value>, RpcError)>
 #[derive(Serialize)]
 struct Success<'a> {
     jsonrpc: &'static str,
-    id: &'a Value,
+    id: &'a Id,
     result: &'a Value,
 }
 
@@ -200,23 +318,38 @@ struct ErrorBody<'a> {
 #[derive(Serialize)]
 struct Failure<'a> {
     jsonrpc: &'static str,
-    id: Option<&'a Value>,
+    id: Option<&'a Id>,
     error: ErrorBody<'a>,
 }
 
 /// Encodes a success response: `{"jsonrpc":"2.0","id":<id>,"result":<result>}` and `\n`.
-pub fn encode_result(id: &Value, result: &Value) -> Vec<u8> {
+pub fn encode_result(id: &Id, result: &Value) -> Vec<u8> {
     finish(serde_json::to_vec(&Success { jsonrpc: "2.0", id, result }))
 }
 
 /// Encodes an error response: `{"jsonrpc":"2.0","id":<id or null>,"error":{"code":..,
 /// "message":".."}}` and `\n`.
-pub fn encode_error(id: Option<&Value>, err: &RpcError) -> Vec<u8> {
+pub fn encode_error(id: Option<&Id>, err: &RpcError) -> Vec<u8> {
     finish(serde_json::to_vec(&Failure {
         jsonrpc: "2.0",
         id,
         error: ErrorBody { code: err.code, message: &err.message },
     }))
+}
+
+/// Encodes a batch response: the elements (each as [`encode_result`] or [`encode_error`] made
+/// it) as one JSON array, and `\n`.
+pub fn encode_batch(parts: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum::<usize>() + 2);
+    out.push(b'[');
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(p.strip_suffix(b"\n").unwrap_or(p));
+    }
+    out.extend_from_slice(b"]\n");
+    out
 }
 
 fn finish(encoded: serde_json::Result<Vec<u8>>) -> Vec<u8> {
@@ -240,8 +373,8 @@ fn finish(encoded: serde_json::Result<Vec<u8>>) -> Vec<u8> {
 /// Nesting depth beyond which serde_json refuses a document (its recursion limit).
 const MAX_DEPTH: u32 = 128;
 
-/// Finds where the first top-level JSON object or array of a byte stream ends, looking at each
-/// byte once across calls, so that a large request arriving in many reads is parsed once (with
+/// Finds where the first top-level JSON value of a byte stream ends, looking at each byte once
+/// across calls, so that a large request arriving in many reads is parsed once (with
 /// [`split_value`]) instead of once per read.
 #[derive(Debug, Default, Clone)]
 pub struct FrameScanner {
@@ -250,12 +383,16 @@ pub struct FrameScanner {
     started: bool,
     in_string: bool,
     escaped: bool,
+    /// A top-level number or literal: it ends at the first byte that cannot belong to it.
+    bare: bool,
+    /// For a top-level literal, its text and where it started: it ends when complete.
+    literal: Option<(&'static [u8], usize)>,
 }
 
 impl FrameScanner {
     /// Continues scanning `buf` (which only grew since the last call) and returns the end of the
-    /// first complete value, or of its first byte if that cannot start an object or array (so
-    /// that `split_value` reports the error).
+    /// first complete value (for a bare number or literal, including the byte after it), or of
+    /// its first byte if that cannot start a value (so that `split_value` reports the error).
     pub fn scan(&mut self, buf: &[u8]) -> Option<usize> {
         while self.pos < buf.len() {
             let b = buf[self.pos];
@@ -268,8 +405,39 @@ impl FrameScanner {
                         self.depth = 1;
                         continue;
                     }
+                    b'"' => {
+                        self.started = true;
+                        self.in_string = true;
+                        continue;
+                    }
+                    b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
+                        self.started = true;
+                        self.bare = true;
+                        self.literal = match b {
+                            b't' => Some((b"true", self.pos - 1)),
+                            b'f' => Some((b"false", self.pos - 1)),
+                            b'n' => Some((b"null", self.pos - 1)),
+                            _ => None,
+                        };
+                        continue;
+                    }
                     _ => return Some(self.pos),
                 }
+            }
+            if self.bare {
+                if let Some((lit, start)) = self.literal {
+                    if buf[start..self.pos] == *lit {
+                        return Some(self.pos);
+                    }
+                    if !lit.starts_with(&buf[start..self.pos]) {
+                        return Some(self.pos); // not a literal: let the parser say so
+                    }
+                    continue;
+                }
+                if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-') {
+                    continue;
+                }
+                return Some(self.pos);
             }
             if self.in_string {
                 if self.escaped {
@@ -278,6 +446,9 @@ impl FrameScanner {
                     self.escaped = true;
                 } else if b == b'"' {
                     self.in_string = false;
+                    if self.depth == 0 {
+                        return Some(self.pos);
+                    }
                 }
                 continue;
             }
@@ -337,15 +508,19 @@ mod tests {
         matches!(split_value(buf, MAX_REQUEST), Split::Incomplete)
     }
 
-    fn request(text: &str) -> Result<Request, (Option<Value>, RpcError)> {
+    fn request(text: &str) -> Result<Request, (Option<Id>, RpcError)> {
         parse_request(serde_json::from_str(text).expect("test JSON"))
     }
 
     fn rejected(text: &str) -> (Option<Value>, RpcError) {
         match request(text) {
             Ok(r) => panic!("expected an error for {text}, got {r:?}"),
-            Err(e) => e,
+            Err((id, e)) => (id.map(|i| i.to_value()), e),
         }
+    }
+
+    fn vid(v: Value) -> Option<Id> {
+        Some(Id::from_value(&v))
     }
 
     #[test]
@@ -360,7 +535,7 @@ mod tests {
         assert_eq!(m, b.len());
         let r = parse_request(v).unwrap();
         assert_eq!(r.method, "spdk_get_version");
-        assert_eq!(r.id, Some(json!(2)));
+        assert_eq!(r.id, vid(json!(2)));
         assert!(is_incomplete(&buf.as_bytes()[n + m..]));
     }
 
@@ -411,8 +586,23 @@ mod tests {
 
     #[test]
     fn non_object_top_level() {
-        for text in ["12", "1", "\"str\"", "\"unterminated", "true", "null", "-", "}"] {
+        // Bytes that cannot start a JSON value: a parse error.
+        for text in ["}", "x", "]", ":"] {
             assert_eq!(invalid(text.as_bytes(), MAX_REQUEST), "request must be a JSON object", "{text}");
+        }
+        // Valid scalars are complete values (a number once something follows it)...
+        for (text, len) in [("12 ", 2), ("\"str\"", 5), ("true", 4), ("null\n", 4), ("-3}", 2)] {
+            assert_eq!(complete(text.as_bytes()).0, len, "{text}");
+        }
+        for text in ["12", "-", "\"unterminated", "tru"] {
+            assert!(is_incomplete(text.as_bytes()), "{text}");
+        }
+        invalid(b"-x", MAX_REQUEST);
+        // ...which parse_frame answers with Invalid Request.
+        let (n, v) = complete(b"42 ");
+        match parse_frame(&b"42 "[..n], v) {
+            Incoming::Single(Err((None, e))) => assert_eq!(e.code, INVALID_REQUEST),
+            other => panic!("{other:?}"),
         }
         let (_, e) = rejected("42");
         assert_eq!(e.code, INVALID_REQUEST);
@@ -421,23 +611,42 @@ mod tests {
     }
 
     #[test]
-    fn batch_is_rejected() {
-        let text = r#"[{"jsonrpc":"2.0","method":"a","id":1}]"#;
+    fn batches_and_raw_ids() {
+        let text = r#"[{"jsonrpc":"2.0","method":"a","id":123456789012345678901234567890},7,
+            {"method":"b","id":"x"},{"jsonrpc":"2.0","method":"c"}]"#;
         let (n, v) = complete(text.as_bytes());
         assert_eq!(n, text.len());
-        let (id, e) = parse_request(v).unwrap_err();
-        assert_eq!(id, None);
-        assert_eq!(e.code, INVALID_REQUEST);
-        assert_eq!(e.message, "batch requests are not supported");
+        let Incoming::Batch(items) = parse_frame(text.as_bytes(), v) else { panic!("not a batch") };
+        assert_eq!(items.len(), 4);
+        assert_eq!(items[0].as_ref().unwrap().id.as_ref().unwrap().as_str(), "123456789012345678901234567890");
+        assert_eq!(items[1].as_ref().unwrap_err().1.code, INVALID_REQUEST);
+        assert_eq!(items[2].as_ref().unwrap().method, "b");
+        assert!(items[3].as_ref().unwrap().id.is_none());
+        let (n, v) = complete(b"[]");
+        match parse_frame(&b"[]"[..n], v) {
+            Incoming::Single(Err((None, e))) => assert_eq!(e.code, INVALID_REQUEST),
+            other => panic!("{other:?}"),
+        }
+        // A single request keeps its id's text too, and so does its error.
+        let text = br#" {"method":"m","id":18446744073709551616.0e0}"#;
+        let (n, v) = complete(text);
+        let Incoming::Single(Ok(r)) = parse_frame(&text[..n], v) else { panic!() };
+        assert_eq!(r.id.unwrap().as_str(), "18446744073709551616.0e0");
+        let text = br#"{"jsonrpc":"1","method":"m","id":-99999999999999999999}"#;
+        let (n, v) = complete(text);
+        let Incoming::Single(Err((Some(id), _))) = parse_frame(&text[..n], v) else { panic!() };
+        assert_eq!(id.as_str(), "-99999999999999999999");
+        let out = encode_batch(&[encode_result(&Id::null(), &json!(1)), encode_error(None, &RpcError::internal("x"))]);
+        let back: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(back.as_array().unwrap().len(), 2);
+        assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
     }
 
     #[test]
     fn wrong_jsonrpc_version() {
-        for text in [
-            r#"{"jsonrpc":"1.0","method":"a","id":5}"#,
-            r#"{"jsonrpc":2.0,"method":"a","id":5}"#,
-            r#"{"method":"a","id":5}"#,
-        ] {
+        // Missing is fine (SPDK's decoder makes the member optional).
+        assert_eq!(request(r#"{"method":"a","id":5}"#).unwrap().method, "a");
+        for text in [r#"{"jsonrpc":"1.0","method":"a","id":5}"#, r#"{"jsonrpc":2.0,"method":"a","id":5}"#] {
             let (id, e) = rejected(text);
             assert_eq!(id, Some(json!(5)), "{text}");
             assert_eq!(e.code, INVALID_REQUEST);
@@ -489,7 +698,7 @@ mod tests {
             ("null", Value::Null),
         ] {
             let r = request(&format!(r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#)).unwrap();
-            assert_eq!(r.id, Some(expected), "{id}");
+            assert_eq!(r.id, vid(expected), "{id}");
         }
         for id in ["true", "[1]", "{\"a\":1}"] {
             let (got, e) = rejected(&format!(r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#));
@@ -504,7 +713,7 @@ mod tests {
         let r = request(r#"{"jsonrpc":"2.0","method":"framework_start_init"}"#).unwrap();
         assert_eq!(r, Request { id: None, method: "framework_start_init".into(), params: None });
         let r = request(r#"{"x":1,"jsonrpc":"2.0","method":"m","id":2,"extra":[true]}"#).unwrap();
-        assert_eq!(r.id, Some(json!(2)));
+        assert_eq!(r.id, vid(json!(2)));
         assert_eq!(r.method, "m");
         // An error in a notification carries no id.
         let (id, _) = rejected(r#"{"jsonrpc":"2.0","method":7}"#);
@@ -540,7 +749,7 @@ mod tests {
 
     #[test]
     fn encoders() {
-        let out = encode_result(&json!(1), &json!({"bdevs": [{"name": "Malloc0"}]}));
+        let out = encode_result(&Id::from_value(&json!(1)), &json!({"bdevs": [{"name": "Malloc0"}]}));
         assert_eq!(out.last(), Some(&b'\n'));
         assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
         assert_eq!(
@@ -550,14 +759,14 @@ mod tests {
         let back: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(back, json!({"jsonrpc": "2.0", "id": 1, "result": {"bdevs": [{"name": "Malloc0"}]}}));
 
-        let out = encode_result(&json!("s\n\"q\""), &json!(true));
+        let out = encode_result(&Id::from_value(&json!("s\n\"q\"")), &json!(true));
         let back: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(back, json!({"jsonrpc": "2.0", "id": "s\n\"q\"", "result": true}));
 
         let err = RpcError::method_not_found("nope");
         assert_eq!(err.code, METHOD_NOT_FOUND);
         assert_eq!(err.message, "Method not found: nope");
-        let out = encode_error(Some(&json!("a")), &err);
+        let out = encode_error(Some(&Id::from_value(&json!("a"))), &err);
         assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
         let back: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(
@@ -576,13 +785,13 @@ mod tests {
         assert_eq!(RpcError::internal("boom").to_string(), "boom (code -32603)");
     }
 
-    fn arb_id() -> impl Strategy<Value = Option<Value>> {
+    fn arb_id() -> impl Strategy<Value = Option<Id>> {
         prop_oneof![
             Just(None),
-            Just(Some(Value::Null)),
-            any::<i64>().prop_map(|n| Some(json!(n))),
-            any::<u64>().prop_map(|n| Some(json!(n))),
-            any::<String>().prop_map(|s| Some(Value::String(s))),
+            Just(Some(Id::null())),
+            any::<i64>().prop_map(|n| vid(json!(n))),
+            any::<u64>().prop_map(|n| vid(json!(n))),
+            any::<String>().prop_map(|s| vid(Value::String(s))),
         ]
     }
 
@@ -605,7 +814,7 @@ mod tests {
         obj.insert("jsonrpc".into(), json!("2.0"));
         obj.insert("method".into(), json!(r.method));
         if let Some(id) = &r.id {
-            obj.insert("id".into(), id.clone());
+            obj.insert("id".into(), id.to_value());
         }
         if let Some(p) = &r.params {
             obj.insert("params".into(), p.clone());
@@ -663,7 +872,7 @@ mod tests {
                 prop_assert!(consumed > 0 && consumed <= rest.len());
                 match parse_request(value) {
                     Ok(r) => {
-                        let _ = encode_result(r.id.as_ref().unwrap_or(&Value::Null), &json!(null));
+                        let _ = encode_result(r.id.as_ref().unwrap_or(&Id::null()), &json!(null));
                     }
                     Err((id, e)) => {
                         let _ = encode_error(id.as_ref(), &e);
@@ -707,6 +916,16 @@ mod tests {
         let end2 = sc.scan(rest).expect("second value");
         assert_eq!(serde_json::from_slice::<Value>(&rest[..end2]).unwrap()["x"], 1);
         let mut sc = FrameScanner::default();
-        assert_eq!(sc.scan(b"  7"), Some(3), "a non-object start ends the frame at once");
+        assert_eq!(sc.scan(b"  }"), Some(3), "a byte that cannot start a value ends the frame at once");
+        let mut sc = FrameScanner::default();
+        assert_eq!(sc.scan(b"  7"), None, "a number may go on");
+        assert_eq!(sc.scan(b"  72 "), Some(5), "a bare value ends after the byte that ends it");
+        let mut sc = FrameScanner::default();
+        assert_eq!(sc.scan(br#" "a\"}" "#), Some(7));
+        let mut sc = FrameScanner::default();
+        assert_eq!(sc.scan(b" tr"), None);
+        assert_eq!(sc.scan(b" true"), Some(5), "a literal ends when complete");
+        let mut sc = FrameScanner::default();
+        assert_eq!(sc.scan(b"nux"), Some(3));
     }
 }

@@ -1,5 +1,6 @@
 //! The method registry: JSON-RPC method names mapped to handlers that run on the first reactor,
-//! plus the config writers of each subsystem (for `save_config`).
+//! each allowed in SPDK's RPC states (startup, runtime), plus the config writers of each
+//! subsystem (for `save_config`).
 
 use crate::jsonrpc::{RpcError, INVALID_PARAMS};
 use ferrite_reactor::Engine;
@@ -8,7 +9,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// What a method returns: a JSON result or a JSON-RPC error.
 pub type RpcResult = Result<Value, RpcError>;
@@ -68,32 +70,58 @@ pub struct Subsystem {
     pub config: ConfigWriter,
 }
 
-/// Registered methods and subsystems. Built once at startup, then shared read-only.
-#[derive(Default)]
-pub struct Registry {
-    methods: BTreeMap<&'static str, Handler>,
-    subsystems: Vec<Subsystem>,
+/// SPDK's RPC state before `framework_start_init` (`--wait-for-rpc`).
+pub const STARTUP: u8 = 0x1;
+/// SPDK's RPC state once the framework runs.
+pub const RUNTIME: u8 = 0x4;
+/// SPDK's error code for a method called in the wrong state.
+pub const INVALID_STATE: i32 = -1;
+
+struct Method {
+    handler: Handler,
+    states: u8,
 }
 
-/// Methods that SPDK writes into saved configs and Ferrite accepts without effect, so that a
-/// config written by SPDK loads. (Any `*_set_options` method is accepted as well.)
-pub const IGNORED_CONFIG_METHODS: &[&str] = &[
-    "sock_set_default_impl",
-    "bdev_nvme_set_hotplug",
-    "nvmf_set_config",
-    "nvmf_set_max_subsystems",
-    "framework_set_scheduler",
-    "vhost_blk_set_coalescing",
-];
+/// Registered methods and subsystems, the RPC state, and what option methods have set. Built
+/// once at startup, then shared.
+pub struct Registry {
+    methods: BTreeMap<&'static str, Method>,
+    subsystems: Vec<Subsystem>,
+    state: AtomicU8,
+    settings: crate::options::Settings,
+    deferred: Mutex<Option<Value>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            methods: BTreeMap::new(),
+            subsystems: Vec::new(),
+            state: AtomicU8::new(STARTUP),
+            settings: Default::default(),
+            deferred: Mutex::new(None),
+        }
+    }
+}
 
 impl Registry {
-    /// Adds a method; `f` receives the context and params.
+    /// Adds a method callable at runtime (after `framework_start_init`), like most of SPDK's.
     pub fn method<F, Fut>(&mut self, name: &'static str, f: F)
     where
         F: Fn(Ctx, Params) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = RpcResult> + 'static,
     {
-        let prev = self.methods.insert(name, Arc::new(move |c, p| Box::pin(f(c, p))));
+        self.method_in(name, RUNTIME, f);
+    }
+
+    /// Adds a method callable in `states` ([`STARTUP`], [`RUNTIME`] or both).
+    pub fn method_in<F, Fut>(&mut self, name: &'static str, states: u8, f: F)
+    where
+        F: Fn(Ctx, Params) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = RpcResult> + 'static,
+    {
+        let handler: Handler = Arc::new(move |c, p| Box::pin(f(c, p)));
+        let prev = self.methods.insert(name, Method { handler, states });
         assert!(prev.is_none(), "method {name} registered twice");
     }
 
@@ -107,30 +135,73 @@ impl Registry {
         self.methods.keys().copied().collect()
     }
 
+    /// Names of the methods callable in the current state, sorted.
+    pub fn current_method_names(&self) -> Vec<&'static str> {
+        let st = self.state();
+        self.methods.iter().filter(|(_, m)| m.states & st == st).map(|(n, _)| *n).collect()
+    }
+
+    /// The states `method` may be called in, if it exists.
+    pub fn states_of(&self, method: &str) -> Option<u8> {
+        self.methods.get(method).map(|m| m.states)
+    }
+
     /// The subsystems, in registration order.
     pub fn subsystems(&self) -> &[Subsystem] {
         &self.subsystems
     }
 
-    /// True if `method` is one of the SPDK config methods that Ferrite accepts and ignores.
-    pub fn is_ignored(method: &str) -> bool {
-        IGNORED_CONFIG_METHODS.contains(&method) || method.ends_with("_set_options")
+    /// A subsystem's config entries: what option methods set in it, then its own entries.
+    pub fn subsystem_config(&self, s: &Subsystem) -> Vec<Value> {
+        let mut v = self.settings.entries(s.name);
+        v.extend((s.config)());
+        v
+    }
+
+    /// The current RPC state ([`STARTUP`] or [`RUNTIME`]).
+    pub fn state(&self) -> u8 {
+        self.state.load(Ordering::SeqCst)
+    }
+
+    /// Moves to `state`.
+    pub fn set_state(&self, state: u8) {
+        self.state.store(state, Ordering::SeqCst);
+    }
+
+    /// What option methods have set.
+    pub fn settings(&self) -> &crate::options::Settings {
+        &self.settings
+    }
+
+    /// Keeps (or takes back) a config whose runtime entries wait for `framework_start_init`.
+    pub fn defer_config(&self, doc: Option<Value>) -> Option<Value> {
+        std::mem::replace(&mut *self.deferred.lock().unwrap_or_else(|e| e.into_inner()), doc)
     }
 
     /// Runs a method (on the calling reactor: the first one). Unknown methods fail with
-    /// "Method not found"; SPDK's config-only methods are logged and succeed.
+    /// "Method not found"; a method not allowed in the current state fails like SPDK's (-1).
     pub fn call(ctx: &Ctx, method: &str, params: Params) -> RpcFuture {
-        match ctx.registry.methods.get(method) {
-            Some(h) => h(ctx.clone(), params),
-            None if Self::is_ignored(method) => {
-                log::info!("{method}: accepted for SPDK compatibility; Ferrite has no use for it, ignored");
-                Box::pin(async { Ok(Value::Bool(true)) })
+        let res = match ctx.registry.methods.get(method) {
+            None => Err(RpcError::method_not_found(method)),
+            Some(m) => {
+                let st = ctx.registry.state();
+                if m.states & st == st {
+                    return (m.handler)(ctx.clone(), params);
+                } else if st == STARTUP {
+                    Err(RpcError::new(
+                        INVALID_STATE,
+                        "Method may only be called after framework is initialized using framework_start_init RPC.",
+                    ))
+                } else {
+                    Err(RpcError::new(
+                        INVALID_STATE,
+                        "Method may only be called before framework is initialized. Use --wait-for-rpc command \
+                         line parameter and then issue this RPC before the framework_start_init RPC.",
+                    ))
+                }
             }
-            None => {
-                let err = RpcError::method_not_found(method);
-                Box::pin(async move { Err(err) })
-            }
-        }
+        };
+        Box::pin(async move { res })
     }
 }
 

@@ -286,3 +286,31 @@ pub fn find_bdev<'a>(bdevs: &'a [Value], name: &str) -> Option<&'a Value> {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// SPDK v26.05 unpacked by ../shared/anchors/spdk.sh ($SPDK_DIR), if it is set and usable.
+pub fn spdk_dir() -> Result<PathBuf, String> {
+    let dir = std::env::var("SPDK_DIR").map_err(|_| "SPDK_DIR is not set (scripts/test.sh sets it)".to_string())?;
+    let dir = PathBuf::from(dir);
+    if !dir.join("build/bin/spdk_tgt").exists() {
+        return Err(format!("{} has no build/bin/spdk_tgt", dir.display()));
+    }
+    Ok(dir)
+}
+
+/// Writes `request` on a new connection to `sock` and returns the first reply line, raw (so
+/// that tests can check the exact bytes, e.g. of a large id).
+pub fn raw_call(sock: &Path, request: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut s = UnixStream::connect(sock).expect("connect");
+    s.set_read_timeout(Some(RPC_TIMEOUT)).unwrap();
+    s.write_all(request).expect("send");
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !buf.contains(&b'\n') {
+        let n = s.read(&mut chunk).unwrap_or_else(|e| panic!("no reply to {}: {e}", text(request)));
+        assert!(n > 0, "connection closed before a reply to {}", text(request));
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let end = buf.iter().position(|&b| b == b'\n').unwrap();
+    text(&buf[..end])
+}

@@ -1,7 +1,7 @@
 //! JSON-RPC methods of the malloc module: bdev_malloc_create, bdev_malloc_delete.
 
 use super::{create, MallocOpts};
-use crate::rpc::{bdev_err, check_no_metadata, delete};
+use crate::rpc::{bdev_err, check_default, check_no_metadata, delete};
 use ferrite_rpc::{Params, Registry, RpcError};
 use serde::Deserialize;
 use serde_json::json;
@@ -20,6 +20,7 @@ struct MallocCreate {
     dif_type: Option<u32>,
     dif_is_head_of_md: Option<bool>,
     dif_pi_format: Option<u32>,
+    numa_id: Option<i32>,
 }
 
 /// Registers the malloc module's methods.
@@ -28,6 +29,8 @@ pub fn register(reg: &mut Registry) {
         let p: MallocCreate = p.parse()?;
         check_no_metadata(p.md_size, p.dif_type)?;
         let _ = (p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
+        // SPDK writes -1 (any NUMA node); Ferrite places the memory where the kernel does.
+        check_default("numa_id", p.numa_id, -1)?;
         let opts = MallocOpts {
             name: p.name,
             num_blocks: p.num_blocks,

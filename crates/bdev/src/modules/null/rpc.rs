@@ -1,7 +1,7 @@
 //! JSON-RPC methods of the null module: bdev_null_create, bdev_null_delete.
 
 use super::{create, NullOpts};
-use crate::rpc::{bdev_err, check_no_metadata, delete};
+use crate::rpc::{bdev_err, check_default, check_no_metadata, delete};
 use ferrite_rpc::{Params, Registry};
 use serde::Deserialize;
 use serde_json::json;
@@ -19,6 +19,11 @@ struct NullCreate {
     dif_type: Option<u32>,
     dif_is_head_of_md: Option<bool>,
     dif_pi_format: Option<u32>,
+    preferred_write_granularity: Option<u32>,
+    preferred_write_alignment: Option<u32>,
+    optimal_write_size: Option<u32>,
+    preferred_unmap_granularity: Option<u32>,
+    preferred_unmap_alignment: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -34,6 +39,16 @@ pub fn register(reg: &mut Registry) {
         let p: NullCreate = p.parse()?;
         check_no_metadata(p.md_size, p.dif_type)?;
         let _ = (p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
+        // SPDK v26.05 writes these hints for every null bdev; only their defaults mean nothing.
+        for (k, v) in [
+            ("preferred_write_granularity", p.preferred_write_granularity),
+            ("preferred_write_alignment", p.preferred_write_alignment),
+            ("optimal_write_size", p.optimal_write_size),
+            ("preferred_unmap_granularity", p.preferred_unmap_granularity),
+            ("preferred_unmap_alignment", p.preferred_unmap_alignment),
+        ] {
+            check_default(k, v, 0)?;
+        }
         let b = create(NullOpts {
             name: p.name,
             num_blocks: p.num_blocks,

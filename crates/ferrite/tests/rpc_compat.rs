@@ -1,0 +1,535 @@
+//! SPDK compatibility of the control plane: the JSON-RPC dialect of SPDK's server, SPDK's
+//! startup/runtime RPC states, its `*_set_options` methods, log and thread methods, and
+//! configs crossing between SPDK's spdk_tgt and Ferrite in both directions, loaded by SPDK's own
+//! rpc.py (v26.05 from $SPDK_DIR, and the PyPI package from $SPDK_RPC).
+
+mod common;
+
+use common::{raw_call, Daemon, TempDir};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const FIXTURE: &str = include_str!("fixtures/spdk-v26.05-save_config.json");
+
+/// The `config` array of subsystem `name` in a config document.
+fn sub_config<'a>(doc: &'a Value, name: &str) -> Option<&'a Vec<Value>> {
+    doc["subsystems"].as_array()?.iter().find(|s| s["subsystem"] == name)?["config"].as_array()
+}
+
+/// Option entries (everything but bdev creation and bdev_wait_for_examine) of a config.
+fn option_entries(doc: &Value) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for s in doc["subsystems"].as_array().unwrap() {
+        for e in s["config"].as_array().into_iter().flatten() {
+            let m = e["method"].as_str().unwrap();
+            if !m.ends_with("_create") && m != "bdev_wait_for_examine" {
+                out.push((s["subsystem"].as_str().unwrap().to_string(), e.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn jsonrpc_dialect_matches_spdk() {
+    let dir = TempDir::new("dialect");
+    let d = Daemon::start(&dir, &[]);
+    // SPDK answers a request without "jsonrpc" (the member is optional in its decoder).
+    let r: Value = serde_json::from_str(&raw_call(&d.sock, br#"{"method":"spdk_get_version","id":3}"#)).unwrap();
+    assert_eq!(r["id"], 3, "{r}");
+    assert!(r["result"]["version"].is_string(), "{r}");
+    // Large integer ids come back exactly as sent, not as floats.
+    for id in ["18446744073709551615", "1152921504606846977", "-9223372036854775808", "123456789012345678901234567890"]
+    {
+        let req = format!(r#"{{"jsonrpc":"2.0","method":"spdk_get_version","id":{id}}}"#);
+        let line = raw_call(&d.sock, req.as_bytes());
+        assert!(line.contains(&format!("\"id\":{id},")), "id {id} not echoed exactly: {line}");
+    }
+    // Valid JSON that is not an object: Invalid Request, and the connection stays usable.
+    let mut c = d.client();
+    for bad in [&b"42 "[..], b"\"str\"", b"true", b"null", b"[]"] {
+        c.send_raw(bad).unwrap();
+        let v = c.read_value().unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{}: {v}", String::from_utf8_lossy(bad));
+        assert_eq!(v["id"], Value::Null);
+    }
+    assert!(common::call(&mut c, "bdev_get_bdevs", None).is_array());
+    // Batches, as SPDK v26.05 serves them: one array of replies, none for notifications.
+    c.send_raw(
+        br#"[{"jsonrpc":"2.0","method":"spdk_get_version","id":1},{"jsonrpc":"2.0","method":"nope","id":2},
+            {"jsonrpc":"2.0","method":"spdk_get_version"},7]"#,
+    )
+    .unwrap();
+    let v = c.read_value().unwrap();
+    let a = v.as_array().unwrap_or_else(|| panic!("batch reply is not an array: {v}"));
+    assert_eq!(a.len(), 3, "{v}");
+    assert_eq!(a[0]["id"], 1);
+    assert_eq!(a[1]["error"]["code"], -32601);
+    assert_eq!(a[2]["error"]["code"], -32600);
+    // Ill-typed params member: Invalid Request like SPDK; missing required params: SPDK's code.
+    c.send_raw(br#"{"jsonrpc":"2.0","method":"bdev_get_bdevs","params":5,"id":9}"#).unwrap();
+    assert_eq!(c.read_value().unwrap()["error"]["code"], -32600);
+    let e = common::call_err(&mut c, "framework_set_scheduler", Some(json!({})));
+    assert_eq!(e.code, -32602, "{e:?}");
+    d.assert_serving();
+}
+
+/// SPDK's option methods with parameters as its save_config writes them, the error code its
+/// decoder gives for an unknown parameter, and an ill-typed parameter.
+fn option_cases() -> Vec<(&'static str, Value, i64, Value)> {
+    vec![
+        (
+            "iobuf_set_options",
+            json!({"small_pool_count": 8192, "large_pool_count": 1024, "small_bufsize": 8192, "large_bufsize": 135168, "enable_numa": false}),
+            -32602,
+            json!({"small_pool_count": "many"}),
+        ),
+        (
+            "accel_set_options",
+            json!({"small_cache_size": 128, "large_cache_size": 16, "task_count": 2048, "sequence_count": 2048, "buf_count": 2048}),
+            -32700,
+            json!({"task_count": -1}),
+        ),
+        ("sock_set_default_impl", json!({"impl_name": "posix"}), -32602, json!({"impl_name": 1})),
+        (
+            "sock_impl_set_options",
+            json!({"impl_name": "posix", "recv_buf_size": 2097152, "send_buf_size": 2097152, "enable_recv_pipe": true, "enable_quickack": false, "enable_placement_id": 0, "enable_zerocopy_send_server": true, "enable_zerocopy_send_client": false, "zerocopy_threshold": 0, "tls_version": 0, "enable_ktls": false}),
+            -32602,
+            json!({"impl_name": "posix", "recv_buf_size": 4294967296u64}),
+        ),
+        (
+            "bdev_set_options",
+            json!({"bdev_io_pool_size": 65535, "bdev_io_cache_size": 256, "bdev_auto_examine": true, "iobuf_small_cache_size": 128, "iobuf_large_cache_size": 16}),
+            -32602,
+            json!({"bdev_auto_examine": 1}),
+        ),
+        (
+            "bdev_raid_set_options",
+            json!({"process_window_size_kb": 1024, "process_max_bandwidth_mb_sec": 0}),
+            -32700,
+            json!({"process_window_size_kb": 1.5}),
+        ),
+        ("bdev_iscsi_set_options", json!({"timeout_sec": 30}), -32603, json!({"timeout_sec": "30"})),
+        (
+            "bdev_nvme_set_options",
+            json!({"action_on_timeout": "none", "timeout_us": 0, "keep_alive_timeout_ms": 10000, "transport_ack_timeout": 0, "dhchap_digests": ["sha256"], "multipath_opts": {"policy": "active_passive"}}),
+            -32603,
+            json!({"transport_ack_timeout": 256}),
+        ),
+        ("bdev_nvme_set_hotplug", json!({"period_us": 100000, "enable": false}), -32602, json!({"enable": "no"})),
+        (
+            "nvmf_set_config",
+            json!({"discovery_filter": "match_any", "admin_cmd_passthru": {"identify_ctrlr": false}, "dhchap_digests": ["sha256", "sha384", "sha512"], "dhchap_dhgroups": ["null", "ffdhe2048"], "dup_host_policy": "allow"}),
+            -32602,
+            json!({"discovery_filter": "everything"}),
+        ),
+        ("nvmf_set_max_subsystems", json!({"max_subsystems": 1024}), -32602, json!({"max_subsystems": true})),
+        ("nvmf_set_crdt", json!({"crdt1": 0, "crdt2": 0, "crdt3": 0}), -32602, json!({"crdt1": 65536})),
+        (
+            "iscsi_set_options",
+            json!({"node_base": "iqn.2016-06.io.spdk", "max_sessions": 128, "nop_timeout": 60, "immediate_data": true}),
+            -32602,
+            json!({"max_sessions": "128"}),
+        ),
+        ("framework_set_scheduler", json!({"name": "static"}), -32603, json!({"name": "static", "load_limit": 20})),
+        ("scheduler_set_options", json!({"scheduling_core": 0}), -32602, json!({"scheduling_core": "zero"})),
+        ("keyring_linux_set_options", json!({"enable": false}), -32602, json!({"enable": 0})),
+        (
+            "fsdev_set_opts",
+            json!({"fsdev_io_pool_size": 65535, "fsdev_io_cache_size": 256}),
+            -32602,
+            json!({"fsdev_io_pool_size": -5}),
+        ),
+    ]
+}
+
+#[test]
+fn spdk_option_methods_are_real_rpcs_with_spdk_schemas() {
+    let dir = TempDir::new("options");
+    let d = Daemon::start(&dir, &["--wait-for-rpc"]);
+    let methods = d.call("rpc_get_methods", None);
+    let startup = d.call("rpc_get_methods", Some(json!({"current": true})));
+    let check = |m: &str, good: Value, code: i64, bad_type: &Value| {
+        assert!(methods.as_array().unwrap().iter().any(|x| x == m), "{m} is not in rpc_get_methods");
+        let mut unknown = good.clone();
+        unknown["no_such_option"] = json!(1);
+        let e = d.call_err(m, Some(unknown));
+        assert_eq!(e.code as i64, code, "{m} with an unknown parameter: {e:?}");
+        let e = d.call_err(m, Some(bad_type.clone()));
+        assert_eq!(e.code as i64, code, "{m} with {bad_type}: {e:?}");
+        assert_eq!(d.call(m, Some(good)), json!(true), "{m}");
+    };
+    // Those SPDK allows before framework_start_init, then the runtime-only ones.
+    let in_startup = |m: &str| startup.as_array().unwrap().iter().any(|x| x == m);
+    for (m, good, code, bad_type) in option_cases().into_iter().filter(|c| in_startup(c.0)) {
+        check(m, good, code, &bad_type);
+    }
+    d.call("framework_start_init", None);
+    for (m, good, code, bad_type) in option_cases().into_iter().filter(|c| !in_startup(c.0)) {
+        check(m, good, code, &bad_type);
+    }
+    // What was accepted is reported back, in its subsystem, by framework_get_config and
+    // save_config, so a saved config reproduces it.
+    let saved = d.call("save_config", None);
+    for (m, good, _, _) in option_cases() {
+        let found = saved["subsystems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["config"].as_array().into_iter().flatten())
+            .any(|e| e["method"] == m && e["params"] == good);
+        assert!(found, "{m} {good} not in save_config: {saved}");
+    }
+    for s in saved["subsystems"].as_array().unwrap() {
+        let cfg = d.call("framework_get_config", Some(json!({"name": s["subsystem"]})));
+        assert_eq!(cfg, s["config"], "framework_get_config {}", s["subsystem"]);
+    }
+    let cfg = dir.write_json("saved.json", &saved);
+    let d2 = Daemon::start_with(&dir, "again.sock", "0x1", &["--json", cfg.to_str().unwrap()]);
+    assert_eq!(d2.call("save_config", None), saved, "save_config after a restart with it differs");
+    // Only Ferrite's scheduler is accepted (threads stay on their reactors).
+    let e = d2.call_err("framework_set_scheduler", Some(json!({"name": "dynamic"})));
+    assert_eq!(e.code, -32603, "{e:?}");
+    assert_eq!(d2.call("framework_get_scheduler", None)["scheduler_name"], "static");
+}
+
+#[test]
+fn startup_state_like_wait_for_rpc() {
+    let dir = TempDir::new("startup");
+    let d = Daemon::start(&dir, &["--wait-for-rpc"]);
+    let e = d.call_err("bdev_get_bdevs", None);
+    assert_eq!(e.code, -1, "{e:?}");
+    assert!(e.message.contains("framework_start_init"), "{e:?}");
+    let current = d.call("rpc_get_methods", Some(json!({"current": true})));
+    let current: Vec<&str> = current.as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(current.contains(&"framework_start_init") && current.contains(&"bdev_set_options"), "{current:?}");
+    assert!(!current.contains(&"bdev_malloc_create"), "{current:?}");
+    // framework_wait_init answers once another client starts the framework.
+    let sock = d.sock.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut c = ferrite_rpc::client::RpcClient::connect(&sock, Duration::from_secs(10)).unwrap();
+        let t0 = Instant::now();
+        let r = c.call("framework_wait_init", None).unwrap();
+        (r, t0.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(d.call("framework_start_init", None), json!(true));
+    let (r, waited) = waiter.join().unwrap();
+    assert_eq!(r, json!(true));
+    assert!(waited >= Duration::from_millis(250), "framework_wait_init returned before init: {waited:?}");
+    let e = d.call_err("framework_start_init", None);
+    assert_eq!(e.code, -1, "{e:?}");
+    let e = d.call_err("bdev_set_options", Some(json!({"bdev_io_pool_size": 1024})));
+    assert_eq!(e.code, -1, "{e:?}");
+    assert!(d.bdevs().is_empty());
+    assert_eq!(d.call("framework_wait_init", None), json!(true));
+}
+
+#[test]
+fn log_methods() {
+    let dir = TempDir::new("logm");
+    let d = Daemon::start(&dir, &[]);
+    assert_eq!(d.call("log_get_print_level", None), "INFO");
+    for lvl in ["ERROR", "WARNING", "NOTICE", "INFO", "DEBUG"] {
+        assert_eq!(d.call("log_set_level", Some(json!({"level": lvl}))), json!(true));
+        assert_eq!(d.call("log_get_level", None), lvl);
+        assert_eq!(d.call("log_set_print_level", Some(json!({"level": lvl.to_lowercase()}))), json!(true));
+        assert_eq!(d.call("log_get_print_level", None), lvl);
+    }
+    assert_eq!(d.call_err("log_set_level", Some(json!({"level": "LOUD"}))).code, -32603);
+    assert_eq!(d.call_err("log_set_level", Some(json!({"lvl": "INFO"}))).code, -32603);
+    let flags = d.call("log_get_flags", None);
+    assert_eq!(flags["bdev"], false, "{flags}");
+    assert_eq!(d.call("log_set_flag", Some(json!({"flag": "bdev"}))), json!(true));
+    assert_eq!(d.call("log_get_flags", None)["bdev"], true);
+    assert_eq!(d.call("log_clear_flag", Some(json!({"flag": "bdev"}))), json!(true));
+    assert_eq!(d.call("log_get_flags", None)["bdev"], false);
+    assert_eq!(d.call_err("log_set_flag", Some(json!({"flag": "nonsense"}))).code, -32602);
+    // Print level ERROR silences an info line the daemon would otherwise log.
+    d.call("log_set_print_level", Some(json!({"level": "ERROR"})));
+    d.call("bdev_null_create", Some(json!({"name": "Quiet", "num_blocks": 8, "block_size": 512})));
+    d.call("bdev_null_delete", Some(json!({"name": "Quiet"})));
+    d.call("log_set_print_level", Some(json!({"level": "INFO"})));
+    d.call("bdev_null_create", Some(json!({"name": "Loud", "num_blocks": 8, "block_size": 512})));
+    d.call("bdev_null_delete", Some(json!({"name": "Loud"})));
+    std::thread::sleep(Duration::from_millis(100));
+    let err = d.proc.stderr();
+    assert!(!err.contains("bdev Quiet"), "{err}");
+    assert!(err.contains("bdev Loud"), "{err}");
+}
+
+#[test]
+fn thread_methods() {
+    let dir = TempDir::new("threads");
+    let d = Daemon::start_with(&dir, "rpc.sock", "0x3", &["--no-pin"]);
+    std::thread::sleep(Duration::from_millis(50));
+    let s = d.call("thread_get_stats", None);
+    assert!(s["tick_rate"].as_u64().unwrap() > 0, "{s}");
+    let threads = s["threads"].as_array().unwrap();
+    let names: Vec<&str> = threads.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["app_thread", "reactor_1"], "{s}");
+    for (i, t) in threads.iter().enumerate() {
+        assert_eq!(t["id"], i as u64 + 1, "{t}");
+        assert!(t["busy"].as_u64().unwrap() + t["idle"].as_u64().unwrap() > 0, "{t}");
+        for k in ["cpumask", "active_pollers_count", "timed_pollers_count", "paused_pollers_count"] {
+            assert!(!t[k].is_null(), "{k} missing: {t}");
+        }
+    }
+    assert_eq!(threads[1]["cpumask"], "2");
+    let p = d.call("thread_get_pollers", None);
+    assert_eq!(p["threads"].as_array().unwrap().len(), 2, "{p}");
+    for k in ["active_pollers", "timed_pollers", "paused_pollers"] {
+        assert!(p["threads"][0][k].is_array(), "{p}");
+    }
+    let c = d.call("thread_get_io_channels", None);
+    assert_eq!(c["threads"][1]["name"], "reactor_1", "{c}");
+    assert!(c["threads"][0]["io_channels"].is_array(), "{c}");
+    let r = d.call("framework_get_reactors", None);
+    assert_eq!(r["reactors"][0]["lw_threads"][0]["name"], "app_thread", "{r}");
+}
+
+// ---- SPDK itself ----
+
+/// A running spdk_tgt, killed on drop.
+struct SpdkTgt {
+    child: Child,
+    sock: PathBuf,
+    log: PathBuf,
+}
+
+impl SpdkTgt {
+    fn start(spdk: &Path, dir: &TempDir, name: &str, json: Option<&Path>) -> SpdkTgt {
+        let sock = dir.join(&format!("{name}.sock"));
+        let log = dir.join(&format!("{name}.log"));
+        let mut cmd = Command::new(spdk.join("build/bin/spdk_tgt"));
+        cmd.args(["--no-huge", "-s", "1024", "-m", "0x1", "--disable-cpumask-locks", "-r"])
+            .arg(&sock)
+            .env("LD_LIBRARY_PATH", spdk.join("build/lib"))
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()));
+        if let Some(j) = json {
+            cmd.arg("--json").arg(j);
+        }
+        let child = cmd.spawn().expect("spawn spdk_tgt");
+        let mut t = SpdkTgt { child, sock, log };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = t.child.try_wait().unwrap() {
+                panic!("spdk_tgt exited ({st}); log:\n{}", t.log());
+            }
+            if t.sock.exists() && spdk_rpc_py(spdk, &t.sock, &["framework_wait_init"], None).status.success() {
+                return t;
+            }
+            assert!(Instant::now() < deadline, "spdk_tgt did not start; log:\n{}", t.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for SpdkTgt {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs SPDK v26.05's own scripts/rpc.py.
+fn spdk_rpc_py(spdk: &Path, sock: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new("python3");
+    cmd.arg(spdk.join("scripts/rpc.py")).arg("-s").arg(sock).args(args).env("PYTHONPATH", spdk.join("python"));
+    run_with_stdin(cmd, stdin)
+}
+
+fn run_with_stdin(mut cmd: Command, stdin: Option<&str>) -> Output {
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut pipe = child.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        pipe.write_all(s.as_bytes()).unwrap();
+    }
+    drop(pipe);
+    child.wait_with_output().unwrap()
+}
+
+fn ok(out: Output, what: &str) -> String {
+    let text = common::text(&out.stdout);
+    assert!(out.status.success(), "{what} failed: {text}{}", common::text(&out.stderr));
+    text
+}
+
+/// Per subsystem, each entry's method and parameter names.
+type Shape = Vec<(String, Vec<(String, Vec<String>)>)>;
+
+/// A client command line for a socket.
+type ClientCmd = Box<dyn Fn(&Path) -> Command>;
+
+/// The methods and parameter names of each subsystem's entries (values differ between runs).
+fn shape(doc: &Value) -> Shape {
+    doc["subsystems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let entries = s["config"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| {
+                    let mut keys: Vec<String> =
+                        e["params"].as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
+                    keys.sort();
+                    (e["method"].as_str().unwrap().to_string(), keys)
+                })
+                .collect();
+            (s["subsystem"].as_str().unwrap().to_string(), entries)
+        })
+        .collect()
+}
+
+/// SPDK's save_config with a malloc and a null bdev: made by spdk_tgt now when $SPDK_DIR is
+/// set (and checked against the committed fixture, which it was captured from), else the
+/// fixture.
+fn spdk_saved_config(dir: &TempDir) -> Value {
+    let fixture: Value = serde_json::from_str(FIXTURE).unwrap();
+    let spdk = match common::spdk_dir() {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("note: using the committed spdk_tgt save_config fixture ({why})");
+            return fixture;
+        }
+    };
+    let tgt = SpdkTgt::start(&spdk, dir, "spdk-src", None);
+    ok(spdk_rpc_py(&spdk, &tgt.sock, &["bdev_malloc_create", "-b", "Malloc0", "16", "512"], None), "malloc");
+    ok(spdk_rpc_py(&spdk, &tgt.sock, &["bdev_null_create", "Null0", "64", "512"], None), "null");
+    let fresh: Value = serde_json::from_str(&ok(spdk_rpc_py(&spdk, &tgt.sock, &["save_config"], None), "save_config"))
+        .expect("SPDK's save_config is JSON");
+    assert_eq!(shape(&fresh), shape(&fixture), "spdk_tgt's save_config no longer matches the fixture");
+    fresh
+}
+
+/// Checks that Ferrite applied everything in SPDK's config: its bdevs and, reported back by
+/// save_config in the same subsystem, every option entry.
+fn assert_applied(d: &Daemon, spdk_cfg: &Value) {
+    let bdevs = d.bdevs();
+    for (name, module) in [("Malloc0", "bdev_malloc_create"), ("Null0", "bdev_null_create")] {
+        let b = common::find_bdev(&bdevs, name).unwrap_or_else(|| panic!("{name} missing: {bdevs:?}"));
+        let entry = sub_config(spdk_cfg, "bdev").unwrap().iter().find(|e| e["method"] == module).unwrap();
+        assert_eq!(b["uuid"], entry["params"]["uuid"], "{name}");
+        assert_eq!(b["num_blocks"], entry["params"]["num_blocks"], "{name}");
+    }
+    let ours = d.call("save_config", None);
+    for (sub, entry) in option_entries(spdk_cfg) {
+        let cfg = sub_config(&ours, &sub).unwrap_or_else(|| panic!("subsystem {sub} missing: {ours}"));
+        assert!(cfg.contains(&entry), "{sub}: {entry} not reported back: {cfg:?}");
+    }
+}
+
+#[test]
+fn spdk_save_config_loads_in_ferrite() {
+    let dir = TempDir::new("spdk2fer");
+    let spdk_cfg = spdk_saved_config(&dir);
+    let text = serde_json::to_string_pretty(&spdk_cfg).unwrap();
+
+    // 1. ferrite serve --json.
+    let path = dir.write_json("spdk.json", &spdk_cfg);
+    let d = Daemon::start(&dir, &["--json", path.to_str().unwrap()]);
+    assert_applied(&d, &spdk_cfg);
+    drop(d);
+
+    // 2. SPDK's rpc.py load_config into a daemon waiting in the startup state (the methods
+    //    only allowed before framework_start_init are applied too), by both clients.
+    let mut clients: Vec<(String, ClientCmd)> = Vec::new();
+    match common::spdk_dir() {
+        Ok(spdk) => clients.push((
+            "rpc.py v26.05".into(),
+            Box::new(move |sock: &Path| {
+                let mut c = Command::new("python3");
+                c.arg(spdk.join("scripts/rpc.py")).arg("-s").arg(sock).env("PYTHONPATH", spdk.join("python"));
+                c
+            }),
+        )),
+        Err(why) => eprintln!("SKIP rpc.py v26.05 load_config: {why}"),
+    }
+    match std::env::var("SPDK_RPC") {
+        Ok(bin) => clients.push((
+            "spdk-rpc (PyPI)".into(),
+            Box::new(move |sock: &Path| {
+                let mut c = Command::new(&bin);
+                c.arg("-s").arg(sock);
+                c
+            }),
+        )),
+        Err(_) => eprintln!("SKIP spdk-rpc (PyPI) load_config: SPDK_RPC is not set (scripts/test.sh sets it)"),
+    }
+    for (i, (what, client)) in clients.iter().enumerate() {
+        let d = Daemon::start_with(&dir, &format!("w{i}.sock"), "0x1", &["--wait-for-rpc"]);
+        let mut cmd = client(&d.sock);
+        cmd.arg("load_config");
+        let out = run_with_stdin(cmd, Some(&text));
+        let says = common::text(&out.stdout) + &common::text(&out.stderr);
+        assert!(out.status.success(), "{what} load_config: {says}");
+        assert!(!says.contains("skipped"), "{what} skipped entries: {says}");
+        assert_applied(&d, &spdk_cfg);
+        // And into a running daemon: the startup-only entries are skipped (as SPDK does),
+        // the bdevs are created.
+        let r = Daemon::start_with(&dir, &format!("r{i}.sock"), "0x1", &[]);
+        let mut cmd = client(&r.sock);
+        cmd.arg("load_config");
+        let out = run_with_stdin(cmd, Some(&text));
+        assert!(out.status.success(), "{what} load_config at runtime: {}", common::text(&out.stderr));
+        let mut names = r.bdev_names();
+        names.sort();
+        assert_eq!(names, ["Malloc0", "Null0"], "{what}");
+    }
+}
+
+#[test]
+fn ferrite_save_config_loads_in_spdk_tgt() {
+    let spdk = match common::spdk_dir() {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("SKIP ferrite_save_config_loads_in_spdk_tgt: {why}");
+            return;
+        }
+    };
+    let dir = TempDir::new("fer2spdk");
+    let d = Daemon::start(&dir, &[]);
+    let file = dir.file_filled("disk.img", 4 << 20, 0);
+    d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 2048, "block_size": 4096})));
+    d.call("bdev_null_create", Some(json!({"name": "N0", "num_blocks": 1024, "block_size": 512})));
+    d.call("bdev_uring_create", Some(json!({"name": "U0", "filename": file.to_str().unwrap(), "block_size": 512})));
+    d.call("bdev_nvme_set_hotplug", Some(json!({"enable": false, "period_us": 200000})));
+    d.call("framework_set_scheduler", Some(json!({"name": "static"})));
+    let saved = d.call("save_config", None);
+    let cfg = dir.write_json("ferrite.json", &saved);
+
+    let tgt = SpdkTgt::start(&spdk, &dir, "spdk-load", Some(&cfg));
+    let bdevs: Value =
+        serde_json::from_str(&ok(spdk_rpc_py(&spdk, &tgt.sock, &["bdev_get_bdevs"], None), "bdev_get_bdevs")).unwrap();
+    let ours = d.bdevs();
+    for name in ["M0", "N0", "U0"] {
+        let theirs = common::find_bdev(bdevs.as_array().unwrap(), name)
+            .unwrap_or_else(|| panic!("spdk_tgt lacks {name}; log:\n{}", tgt.log()));
+        let mine = common::find_bdev(&ours, name).unwrap();
+        for k in ["uuid", "num_blocks", "block_size"] {
+            assert_eq!(theirs[k], mine[k], "{name}.{k}");
+        }
+    }
+    let hotplug = ok(spdk_rpc_py(&spdk, &tgt.sock, &["framework_get_config", "bdev"], None), "framework_get_config");
+    assert!(hotplug.contains("200000"), "bdev_nvme_set_hotplug not applied by SPDK: {hotplug}");
+    // rpc.py load_config into a running spdk_tgt works too.
+    let tgt2 = SpdkTgt::start(&spdk, &dir, "spdk-rpcload", None);
+    let text = serde_json::to_string(&saved).unwrap();
+    ok(spdk_rpc_py(&spdk, &tgt2.sock, &["load_config"], Some(&text)), "rpc.py load_config into spdk_tgt");
+    let names = ok(spdk_rpc_py(&spdk, &tgt2.sock, &["bdev_get_bdevs"], None), "bdev_get_bdevs");
+    for name in ["M0", "N0", "U0"] {
+        assert!(names.contains(&format!("\"{name}\"")), "{name} missing: {names}");
+    }
+}

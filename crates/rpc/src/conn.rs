@@ -1,0 +1,172 @@
+//! One served JSON-RPC connection: framing, timeouts, and answering each request (or batch) in
+//! order.
+
+use crate::jsonrpc::{
+    encode_batch, encode_error, encode_result, parse_frame, split_value, FrameScanner, Id, Incoming, Request, RpcError,
+    Split, MAX_REQUEST, PARSE_ERROR,
+};
+use crate::registry::Params;
+use crate::server::{dispatch, Shared};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::RawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+const BUSY: u8 = 0;
+const IDLE: u8 = 1;
+const ENDED: u8 = 2;
+
+/// A served connection as the server's pool sees it: whether it is waiting for a request (and
+/// since when), so that an idle one can be closed to make room.
+pub(crate) struct Slot {
+    fd: RawFd,
+    state: AtomicU8,
+    idle_since_us: AtomicU64,
+    epoch: Instant,
+}
+
+impl Slot {
+    pub(crate) fn new(fd: RawFd) -> Slot {
+        Slot { fd, state: AtomicU8::new(BUSY), idle_since_us: AtomicU64::new(0), epoch: Instant::now() }
+    }
+
+    /// How long it has been waiting for a request, if it is.
+    pub(crate) fn idle_for(&self) -> Option<Duration> {
+        if self.state.load(Ordering::SeqCst) != IDLE {
+            return None;
+        }
+        let since = Duration::from_micros(self.idle_since_us.load(Ordering::Relaxed));
+        Some(self.epoch.elapsed().saturating_sub(since))
+    }
+
+    pub(crate) fn idle_since(&self) -> u64 {
+        self.idle_since_us.load(Ordering::Relaxed)
+    }
+
+    fn mark_idle(&self) {
+        self.idle_since_us.store(self.epoch.elapsed().as_micros() as u64, Ordering::Relaxed);
+        let _ = self.state.compare_exchange(BUSY, IDLE, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    fn mark_busy(&self) {
+        let _ = self.state.compare_exchange(IDLE, BUSY, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Ends the connection if it is waiting for a request with nothing half-read: its reader
+    /// sees end of file. Call with the pool locked (the descriptor is closed only after its slot
+    /// leaves the pool).
+    pub(crate) fn end_if_idle(&self) -> bool {
+        if self.state.compare_exchange(IDLE, ENDED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            // SAFETY: the descriptor is open while the slot is in the pool (see above).
+            unsafe { libc::shutdown(self.fd, libc::SHUT_RD) };
+            return true;
+        }
+        false
+    }
+}
+
+/// Serves requests on `conn` until the client closes it, it times out or is ended.
+pub(crate) fn serve_connection(conn: &UnixStream, shared: &Shared, slot: &Slot) -> std::io::Result<()> {
+    let limits = &shared.limits;
+    conn.set_write_timeout(Some(limits.write_timeout))?;
+    let mut conn_w = conn;
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 16384];
+    let mut scanner = FrameScanner::default();
+    let mut request_started = Instant::now();
+    loop {
+        loop {
+            let frame = match scanner.scan(&buf) {
+                Some(end) => &buf[..end],
+                None if buf.len() > MAX_REQUEST => &buf[..],
+                None => break,
+            };
+            match split_value(frame, MAX_REQUEST) {
+                Split::Incomplete => break,
+                Split::Invalid { message } => {
+                    log::warn!("rpc: unparsable request: {message}");
+                    let err = RpcError::new(PARSE_ERROR, format!("Parse error: {message}"));
+                    shared.rejecter.reject(conn.try_clone()?, err);
+                    return Ok(()); // the stream cannot be resynchronised
+                }
+                Split::Complete { consumed, value } => {
+                    let incoming = parse_frame(&buf[..consumed], value);
+                    buf.drain(..consumed);
+                    scanner.reset();
+                    request_started = Instant::now();
+                    if let Some(reply) = answer_incoming(shared, incoming) {
+                        conn_w.write_all(&reply)?;
+                    }
+                }
+            }
+        }
+        if shared.stopping.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let partial = buf.iter().any(|b| !b.is_ascii_whitespace());
+        let deadline = if partial {
+            request_started + limits.request_timeout
+        } else {
+            slot.mark_idle();
+            Instant::now() + limits.idle_timeout
+        };
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        conn.set_read_timeout(Some(left))?;
+        let n = match (&*conn).read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                if partial {
+                    log::warn!("rpc: request incomplete after {:?}; closing", limits.request_timeout);
+                    let msg = format!("request timed out: incomplete after {:?}", limits.request_timeout);
+                    shared.rejecter.reject(conn.try_clone()?, RpcError::new(PARSE_ERROR, msg));
+                } else {
+                    log::debug!("rpc: connection idle for {:?}; closing", limits.idle_timeout);
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        slot.mark_busy();
+        if !partial && buf.is_empty() {
+            request_started = Instant::now();
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Runs what a frame asks for; returns the bytes to send back, if any.
+fn answer_incoming(shared: &Shared, incoming: Incoming) -> Option<Vec<u8>> {
+    match incoming {
+        Incoming::Single(r) => answer(shared, r),
+        Incoming::Batch(items) => {
+            let parts: Vec<Vec<u8>> = items.into_iter().filter_map(|r| answer(shared, r)).collect();
+            (!parts.is_empty()).then(|| encode_batch(&parts))
+        }
+    }
+}
+
+/// Runs one request; notifications get no reply, invalid requests always get one.
+fn answer(shared: &Shared, r: Result<Request, (Option<Id>, RpcError)>) -> Option<Vec<u8>> {
+    match r {
+        Err((id, err)) => {
+            log::warn!("rpc: invalid request: {}", err.message);
+            Some(encode_error(id.as_ref(), &err))
+        }
+        Ok(req) => {
+            let method = req.method.clone();
+            let res = dispatch(&shared.ctx, req.method, Params(req.params));
+            if let Err(e) = &res {
+                log::info!("rpc {method}: error {}: {}", e.code, e.message);
+            }
+            req.id.map(|id| match res {
+                Ok(v) => encode_result(&id, &v),
+                Err(e) => encode_error(Some(&id), &e),
+            })
+        }
+    }
+}
