@@ -1,7 +1,9 @@
-//! Base bdev modules: null, malloc and uring.
+//! Bdev modules: the base modules null, malloc and uring, and the virtual bdevs passthru,
+//! delay and error.
 
 pub mod malloc;
 pub mod null;
+pub mod passthru;
 pub mod uring;
 
 use crate::bdev::{lookup, BdevError};
