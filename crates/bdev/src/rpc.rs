@@ -225,6 +225,7 @@ pub fn register(reg: &mut Registry) {
     malloc::rpc::register(reg);
     uring::rpc::register(reg);
     crate::modules::passthru::rpc::register(reg);
+    crate::modules::error::rpc::register(reg);
     reg.method("bdev_wait_for_examine", |_, p: Params| async move {
         // Ferrite has no asynchronous examine phase: every bdev is ready when its create returns.
         p.none()?;

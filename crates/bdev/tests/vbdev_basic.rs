@@ -229,3 +229,196 @@ fn deleting_the_base_removes_the_passthru_and_waits_for_it() {
     drop((ch, desc, late));
     assert!(wait_timeout(rx, TIMEOUT).is_ok(), "the base's delete finished once the passthru was gone");
 }
+
+use ferrite_bdev::modules::error::{self, ErrorType, Injection};
+
+fn inj(error_type: ErrorType, num: u32) -> Injection {
+    Injection { error_type, num, queue_depth: 0, corrupt_offset: 0, corrupt_value: 0, nvme_sct: 0, nvme_sc: 0 }
+}
+
+/// A malloc bdev `<tag>_m` with `EE_<tag>_m` over it, and a writable channel to the latter.
+fn error_over_malloc(tag: &str) -> (String, ferrite_bdev::BdevDesc, IoChannel) {
+    let base = format!("{tag}_m");
+    make_malloc(&base, 128);
+    let ee = error::create(&base, None).unwrap();
+    assert_eq!(ee.name(), format!("EE_{base}"));
+    assert_eq!(ee.product_name(), "Error Injection Disk");
+    let desc = Bdev::open(ee.name(), true, || {}).unwrap();
+    let ch = desc.channel().unwrap();
+    (ee.name().to_string(), desc, ch)
+}
+
+fn teardown(ee: &str, desc: ferrite_bdev::BdevDesc, ch: IoChannel) {
+    drop((ch, desc));
+    let base = ee.trim_start_matches("EE_").to_string();
+    delete_and_wait(ee);
+    delete_and_wait(&base);
+}
+
+#[test]
+fn error_failure_fails_exactly_num_ios_of_the_type() {
+    let (ee, desc, ch) = error_over_malloc("vb_ee_fail");
+    let old = pattern(10, 512);
+    write_read_back(&ch, 0, &old, &[512], &[512]);
+    write_read_back(&ch, 1, &old, &[512], &[512]);
+    error::inject(&ee, Some(IoType::Write), inj(ErrorType::Failure, 2)).unwrap();
+    let new = pattern(11, 512);
+    assert_eq!(run_one(&ch, IoRequest::write(0, 1, heap(&new))).status, IoStatus::Failed(libc::EIO));
+    // Reads are not armed.
+    let c = run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512)));
+    assert_bytes_eq(&payload(&c), &old, "a failed write changes nothing");
+    assert_eq!(run_one(&ch, IoRequest::write(1, 1, heap(&new))).status, IoStatus::Failed(libc::EIO));
+    write_read_back(&ch, 0, &new, &[512], &[512]);
+    let bdev = lookup(&ee).unwrap();
+    let st = ferrite_bdev::channel::local_iostat(bdev.id());
+    assert_eq!(st.errors[0], 2, "two failures counted: {st:?}");
+    // "all" arms reads too; NVMe statuses pass unchanged.
+    error::inject(&ee, None, inj(ErrorType::Failure, 1)).unwrap();
+    assert_eq!(run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512))).status, IoStatus::Failed(libc::EIO));
+    assert_eq!(run_one(&ch, IoRequest::no_payload(IoType::Unmap, 0, 1)).status, IoStatus::Failed(libc::EIO));
+    assert!(run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512))).status.is_ok(), "one each");
+    let mut n = inj(ErrorType::NvmeFailure, 1);
+    (n.nvme_sct, n.nvme_sc) = (1, 0x81);
+    error::inject(&ee, Some(IoType::Flush), n).unwrap();
+    let c = run_one(&ch, IoRequest::no_payload(IoType::Flush, 0, 0));
+    assert_eq!(c.status, IoStatus::Nvme { sct: 1, sc: 0x81 });
+    // Clear disarms; num 0 disarms.
+    error::inject(&ee, Some(IoType::Read), inj(ErrorType::Failure, 5)).unwrap();
+    error::clear(&ee).unwrap();
+    assert!(run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512))).status.is_ok());
+    error::inject(&ee, Some(IoType::Read), inj(ErrorType::Failure, 0)).unwrap();
+    assert!(run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512))).status.is_ok());
+    // Bad requests.
+    assert!(matches!(error::inject("vb_ee_fail_m", None, inj(ErrorType::Failure, 1)), Err(ferrite_bdev::BdevError::NotFound(_))));
+    assert!(matches!(error::inject(&ee, Some(IoType::Read), inj(ErrorType::CorruptData, 1)), Err(ferrite_bdev::BdevError::Invalid(_))));
+    assert!(matches!(error::inject(&ee, Some(IoType::Reset), inj(ErrorType::Failure, 1)), Err(ferrite_bdev::BdevError::Invalid(_))));
+    assert!(matches!(error::create("vb_ee_fail_m", None), Err(ferrite_bdev::BdevError::Exists(_))));
+    drop(c);
+    teardown(&ee, desc, ch);
+}
+
+#[test]
+fn error_queue_depth_arms_only_deep_queues() {
+    let (ee, desc, ch) = error_over_malloc("vb_ee_qd");
+    let mut i = inj(ErrorType::Failure, 1);
+    i.queue_depth = 2;
+    error::inject(&ee, Some(IoType::Read), i).unwrap();
+    assert!(run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512))).status.is_ok(), "queue depth 1 < 2");
+    let c = Rc::new(Collect::default());
+    for t in 0..3 {
+        ch.submit(IoRequest::read(t, 1, IoBuf::heap(512)), c.clone(), t);
+    }
+    let got: Vec<IoStatus> = (0..3).map(|t| wait_for(&c, t).status).collect();
+    assert_eq!(got, [IoStatus::Success, IoStatus::Success, IoStatus::Failed(libc::EIO)]);
+    teardown(&ee, desc, ch);
+}
+
+#[test]
+fn error_pending_holds_until_abort_or_reset_and_abort_passes_through_a_passthru() {
+    let (ee, desc, ch) = error_over_malloc("vb_ee_pend");
+    error::inject(&ee, Some(IoType::Read), inj(ErrorType::Pending, 2)).unwrap();
+    let c = Rc::new(Collect::default());
+    for t in 0..3 {
+        ch.submit(IoRequest::read(t, 1, IoBuf::heap(512)), c.clone(), t);
+    }
+    settle();
+    assert_eq!(c.take(2).map(|x| x.status), Some(IoStatus::Success), "the third read passes");
+    assert_eq!(c.len(), 0, "two reads are held");
+    let a = Rc::new(Collect::default());
+    ch.submit(IoRequest::abort(&c, 0), a.clone(), 100);
+    assert_eq!(wait_for(&a, 100).status, IoStatus::Success);
+    assert_eq!(wait_for(&c, 0).status, IoStatus::Aborted);
+    ch.submit(IoRequest::abort(&c, 0), a.clone(), 101);
+    assert_eq!(wait_for(&a, 101).status, IoStatus::Failed(libc::ENOENT), "nothing left to abort");
+    assert_eq!(c.len(), 0);
+    // A reset completes what is still held (instead of waiting for it forever).
+    let r = run_one(&ch, IoRequest::no_payload(IoType::Reset, 0, 0));
+    assert_eq!(r.status, IoStatus::Success);
+    assert_eq!(wait_for(&c, 1).status, IoStatus::Aborted);
+    // bdev_error_resume_pending's work: held I/Os go on to the base and succeed.
+    error::inject(&ee, Some(IoType::Read), inj(ErrorType::Pending, 1)).unwrap();
+    ch.submit(IoRequest::read(9, 1, IoBuf::heap(512)), c.clone(), 60);
+    settle();
+    assert!(c.take(60).is_none());
+    let id = error::disarm_pending(&ee).unwrap();
+    assert_eq!(error::resume_pending_here(id), 1);
+    assert_eq!(wait_for(&c, 60).status, IoStatus::Success);
+    drop((ch, desc, r));
+    // Through a passthru on top: the abort travels down and finds the held child.
+    passthru::create(&ee, "vb_ee_pend_pt", None).unwrap();
+    let pdesc = Bdev::open("vb_ee_pend_pt", true, || {}).unwrap();
+    let pch = pdesc.channel().unwrap();
+    error::inject(&ee, Some(IoType::Write), inj(ErrorType::Pending, 1)).unwrap();
+    pch.submit(IoRequest::write(5, 1, heap(&pattern(5, 512))), c.clone(), 50);
+    settle();
+    assert!(c.take(50).is_none(), "held below the passthru");
+    pch.submit(IoRequest::abort(&c, 50), a.clone(), 102);
+    assert_eq!(wait_for(&a, 102).status, IoStatus::Success);
+    assert_eq!(wait_for(&c, 50).status, IoStatus::Aborted);
+    drop((pch, pdesc));
+    delete_and_wait("vb_ee_pend_pt");
+    eventually(|| lookup(&ee).unwrap().claimed_by().is_none(), "the passthru let go of the error bdev");
+    delete_and_wait(&ee);
+    delete_and_wait("vb_ee_pend_m");
+}
+
+#[test]
+fn error_corrupt_data_flips_one_byte_of_writes_and_reads() {
+    let (ee, desc, ch) = error_over_malloc("vb_ee_corrupt");
+    let data = pattern(20, 1024);
+    let mut i = inj(ErrorType::CorruptData, 1);
+    (i.corrupt_offset, i.corrupt_value) = (700, 0x5a);
+    error::inject(&ee, Some(IoType::Write), i).unwrap();
+    let mut w = IoRequest::new(IoType::Write, 4, 2);
+    w.bufs.push(heap(&data[..600]));
+    w.bufs.push(heap(&data[600..]));
+    let c = run_one(&ch, w);
+    assert!(c.status.is_ok());
+    assert_bytes_eq(&payload(&c), &data, "the caller's write buffers are left alone");
+    let mut want = data.clone();
+    want[700] ^= 0x5a;
+    let r = run_one(&ch, IoRequest::read(4, 2, IoBuf::heap(1024)));
+    assert_bytes_eq(&payload(&r), &want, "the write landed with one byte flipped");
+    write_read_back(&ch, 4, &data, &[1024], &[1024]);
+    // Reads: flipped on the way up, once; the disk keeps the right data.
+    (i.corrupt_offset, i.corrupt_value) = (513, 0x0f);
+    error::inject(&ee, Some(IoType::Read), i).unwrap();
+    let r = run_one(&ch, IoRequest::read(4, 2, IoBuf::heap(1024)));
+    let mut want = data.clone();
+    want[513] ^= 0x0f;
+    assert_bytes_eq(&payload(&r), &want, "a corrupted read");
+    let r = run_one(&ch, IoRequest::read(4, 2, IoBuf::heap(1024)));
+    assert_bytes_eq(&payload(&r), &data, "the next read is clean");
+    // A zero-copy read gets a corrupted copy, never a change to the base's memory.
+    error::inject(&ee, Some(IoType::Read), i).unwrap();
+    let r = run_one(&ch, IoRequest::read_zcopy(4, 2));
+    assert_bytes_eq(&payload(&r), &want, "a corrupted zero-copy read");
+    let r = run_one(&ch, IoRequest::read_zcopy(4, 2));
+    assert_bytes_eq(&payload(&r), &data, "the base's memory is intact");
+    // An offset past the payload corrupts nothing.
+    i.corrupt_offset = 5000;
+    error::inject(&ee, Some(IoType::Read), i).unwrap();
+    let r = run_one(&ch, IoRequest::read(4, 2, IoBuf::heap(1024)));
+    assert_bytes_eq(&payload(&r), &data, "offset beyond the payload");
+    drop((c, r));
+    teardown(&ee, desc, ch);
+}
+
+#[test]
+fn error_nomem_is_retried_by_the_layer_until_it_succeeds() {
+    let (ee, desc, ch) = error_over_malloc("vb_ee_nomem");
+    let base = lookup("vb_ee_nomem_m").unwrap();
+    let before = ferrite_bdev::channel::local_iostat(base.id()).num_write_ops;
+    error::inject(&ee, Some(IoType::Write), inj(ErrorType::NoMem, 3)).unwrap();
+    let data = pattern(30, 512);
+    let c = run_one(&ch, IoRequest::write(2, 1, heap(&data)));
+    assert_eq!(c.status, IoStatus::Success, "the caller sees success");
+    assert_eq!(ferrite_bdev::channel::local_iostat(base.id()).num_write_ops, before + 1, "the base got one write");
+    let st = ferrite_bdev::channel::local_iostat(lookup(&ee).unwrap().id());
+    assert_eq!(st.io_errors, 0, "NoMem is no error: {st:?}");
+    // All three injections were used: the next write goes straight through.
+    write_read_back(&ch, 2, &data, &[512], &[512]);
+    assert_eq!(ferrite_bdev::channel::local_iostat(base.id()).num_write_ops, before + 2);
+    drop(c);
+    teardown(&ee, desc, ch);
+}

@@ -1,6 +1,7 @@
 //! Bdev modules: the base modules null, malloc and uring, and the virtual bdevs passthru,
 //! delay and error.
 
+pub mod error;
 pub mod malloc;
 pub mod null;
 pub mod passthru;

@@ -159,6 +159,11 @@ impl BaseBdev {
         }
     }
 
+    /// Id of the virtual bdev over this base, once attached.
+    pub fn vbdev_id(&self) -> Option<u64> {
+        lock(&self.vbdev).as_ref().map(|(id, _)| *id)
+    }
+
     /// The base of the virtual bdev with id `vbdev_id`.
     pub fn of(vbdev_id: u64) -> Option<Arc<BaseBdev>> {
         lock(&ATTACHED)
