@@ -226,6 +226,7 @@ pub fn register(reg: &mut Registry) {
     uring::rpc::register(reg);
     crate::modules::passthru::rpc::register(reg);
     crate::modules::error::rpc::register(reg);
+    crate::modules::delay::rpc::register(reg);
     reg.method("bdev_wait_for_examine", |_, p: Params| async move {
         // Ferrite has no asynchronous examine phase: every bdev is ready when its create returns.
         p.none()?;

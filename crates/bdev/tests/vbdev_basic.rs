@@ -289,9 +289,18 @@ fn error_failure_fails_exactly_num_ios_of_the_type() {
     error::inject(&ee, Some(IoType::Read), inj(ErrorType::Failure, 0)).unwrap();
     assert!(run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512))).status.is_ok());
     // Bad requests.
-    assert!(matches!(error::inject("vb_ee_fail_m", None, inj(ErrorType::Failure, 1)), Err(ferrite_bdev::BdevError::NotFound(_))));
-    assert!(matches!(error::inject(&ee, Some(IoType::Read), inj(ErrorType::CorruptData, 1)), Err(ferrite_bdev::BdevError::Invalid(_))));
-    assert!(matches!(error::inject(&ee, Some(IoType::Reset), inj(ErrorType::Failure, 1)), Err(ferrite_bdev::BdevError::Invalid(_))));
+    assert!(matches!(
+        error::inject("vb_ee_fail_m", None, inj(ErrorType::Failure, 1)),
+        Err(ferrite_bdev::BdevError::NotFound(_))
+    ));
+    assert!(matches!(
+        error::inject(&ee, Some(IoType::Read), inj(ErrorType::CorruptData, 1)),
+        Err(ferrite_bdev::BdevError::Invalid(_))
+    ));
+    assert!(matches!(
+        error::inject(&ee, Some(IoType::Reset), inj(ErrorType::Failure, 1)),
+        Err(ferrite_bdev::BdevError::Invalid(_))
+    ));
     assert!(matches!(error::create("vb_ee_fail_m", None), Err(ferrite_bdev::BdevError::Exists(_))));
     drop(c);
     teardown(&ee, desc, ch);

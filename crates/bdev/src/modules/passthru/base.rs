@@ -75,7 +75,11 @@ impl BaseBdev {
     /// The I/O types a virtual bdev that forwards everything serves: every type the base serves
     /// (itself or through the bdev layer), and abort, which it passes on.
     pub fn io_types(&self) -> IoTypes {
-        IoType::ALL.iter().filter(|t| self.bdev.supports(**t)).fold(IoTypes::default(), |s, t| s.with(*t)).with(IoType::Abort)
+        IoType::ALL
+            .iter()
+            .filter(|t| self.bdev.supports(**t))
+            .fold(IoTypes::default(), |s, t| s.with(*t))
+            .with(IoType::Abort)
     }
 
     /// Properties of a virtual bdev with the base's geometry, limits and I/O types.
