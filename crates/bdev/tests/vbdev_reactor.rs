@@ -148,7 +148,7 @@ impl Load {
     fn submit(self: &Rc<Self>, tag: u64) {
         *self.submitted.borrow_mut() += 1;
         *self.in_flight.borrow_mut() += 1;
-        let req = if tag % 2 == 0 {
+        let req = if tag.is_multiple_of(2) {
             IoRequest::write(tag % 64, 1, buf_filled(512, tag as u8))
         } else {
             IoRequest::read(tag % 64, 1, IoBuf::heap(512))

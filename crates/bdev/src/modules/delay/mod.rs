@@ -108,7 +108,7 @@ impl DelayCh {
         x ^= x >> 7;
         x ^= x << 17;
         self.rng.set(x);
-        x % 100 == 0
+        x.is_multiple_of(100)
     }
 
     fn submit(&self, mut io: BdevIo) {
