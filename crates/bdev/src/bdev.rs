@@ -70,11 +70,18 @@ pub trait BackendChannel {
     }
     /// Aborts the requests the module holds that `named` picks (an abort request of a caller),
     /// completing each with `IoStatus::Aborted`; returns how many. Modules that hold no request
-    /// they could stop (the I/O is already with a device) keep the default.
+    /// they could stop (the I/O is already with a device) keep the default. Modules that list
+    /// `IoType::Abort` in their I/O types get abort requests in `submit` instead (virtual bdevs,
+    /// which pass them on to their base bdev).
     fn abort(&mut self, named: &dyn Fn(&BdevIo) -> bool) -> usize {
         let _ = named;
         0
     }
+    /// A reset arrived on this channel; it reaches `submit` once every request handed to the
+    /// module before it has completed. Modules that hold requests which would not complete on
+    /// their own (pending fault injection, delayed completions) complete them now, as
+    /// `IoStatus::Aborted` with `complete_deferred`, as SPDK's modules do on reset.
+    fn reset_begins(&mut self) {}
     /// The module's own channel state, for `Bdev::for_each_channel` callbacks to downcast.
     fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
         None

@@ -342,6 +342,9 @@ impl ChannelInner {
     /// A reset: once every request handed to the module before it has completed, it goes to
     /// the module too (which may reset its device). Later requests are not held back.
     fn reset(&self, io: BdevIo) {
+        // Requests the module holds that would not finish on their own (an error bdev's pending
+        // ones, a delay bdev's held ones) would make the reset wait forever: the module lets go.
+        self.backend.borrow_mut().reset_begins();
         let mut epochs = self.epochs.borrow_mut();
         if epochs.in_flight() == 0 && self.barriers.borrow().is_empty() {
             drop(epochs);
@@ -365,7 +368,8 @@ impl ChannelInner {
     }
 
     /// An abort: completes, as Aborted, every request the caller named that waits in the layer
-    /// or that the module can stop; succeeds if it found one.
+    /// or that the module can stop; succeeds if it found one. A module that lists `Abort` among
+    /// its I/O types gets the abort request itself when the layer holds nothing it names.
     fn abort(&self, io: BdevIo) {
         let IoAux::Abort { completer, tag } = io.req.aux else {
             io.complete_deferred(IoStatus::Failed(libc::EINVAL));
@@ -385,6 +389,12 @@ impl ChannelInner {
                     i += 1;
                 }
             }
+        }
+        if found == 0 && self.io_types.contains(IoType::Abort) {
+            // The module takes aborts itself (a virtual bdev looks at what it holds, then asks
+            // its base bdev) and completes this one.
+            self.dispatch(io);
+            return;
         }
         found += self.backend.borrow_mut().abort(&|r: &BdevIo| r.is_named_by(completer, tag));
         io.complete_deferred(if found > 0 { IoStatus::Success } else { IoStatus::Failed(libc::ENOENT) });

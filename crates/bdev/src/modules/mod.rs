@@ -1,7 +1,11 @@
-//! Base bdev modules: null, malloc and uring.
+//! Bdev modules: the base modules null, malloc and uring, and the virtual bdevs passthru,
+//! delay and error.
 
+pub mod delay;
+pub mod error;
 pub mod malloc;
 pub mod null;
+pub mod passthru;
 pub mod uring;
 
 use crate::bdev::{lookup, BdevError};
@@ -29,6 +33,9 @@ pub fn register_builtin() {
         ("null", null::rpc::register as fn(&mut ferrite_rpc::Registry)),
         ("malloc", malloc::rpc::register),
         ("uring", uring::rpc::register),
+        ("passthru", passthru::rpc::register),
+        ("error", error::rpc::register),
+        ("delay", delay::rpc::register),
     ] {
         register_module(Arc::new(Base { name, rpcs })).expect("base modules have no init to fail");
     }

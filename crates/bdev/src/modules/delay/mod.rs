@@ -1,0 +1,334 @@
+//! The delay bdev: a passthru that holds each completed read and write until its deadline, as
+//! SPDK's `vbdev_delay`, to give a fast bdev a slow device's latency. A completion from the base
+//! waits `avg_*_latency` µs (1 in 100 at random waits `p99_*_latency`) in one of four FIFO
+//! queues of its core's channel (average/p99 × read/write); one timer per channel, armed for the
+//! earliest head, completes what is due. Other I/O types pass through undelayed. Latencies live
+//! in atomics shared by every core, so `bdev_delay_update_latency` affects new I/O on every core
+//! (I/O already held keeps its deadline). An abort completes a held I/O as Aborted (or passes
+//! on to the base); a reset aborts every held I/O of its channel, as SPDK's does.
+//!
+//! Without a reactor (unit tests on a plain thread) there is no timer: completions go up at once.
+
+pub mod rpc;
+
+use super::passthru::base::{return_request, take_request, BaseBdev};
+use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
+use crate::channel::IoChannel;
+use crate::io::{BdevIo, Completed, IoAux, IoStatus, IoType};
+use ferrite_reactor::tsc;
+use serde_json::{json, Value};
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Module name (claims, `bdev_get_bdevs`).
+pub const MODULE: &str = "delay";
+
+/// Which latency (SPDK's `latency_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LatencyType {
+    /// Average read latency.
+    AvgRead = 0,
+    /// Average write latency.
+    AvgWrite = 1,
+    /// 99th-percentile read latency.
+    P99Read = 2,
+    /// 99th-percentile write latency.
+    P99Write = 3,
+}
+
+/// The four latencies of a delay bdev, in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Latencies {
+    /// Average read latency.
+    pub avg_read: u64,
+    /// Average write latency.
+    pub avg_write: u64,
+    /// 99th-percentile read latency.
+    pub p99_read: u64,
+    /// 99th-percentile write latency.
+    pub p99_write: u64,
+}
+
+/// Largest latency accepted, in µs (an hour: larger values are mistakes, and overflow ticks).
+pub const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+struct DelayNode {
+    base: Arc<BaseBdev>,
+    /// Latencies in µs, indexed by `LatencyType`.
+    us: [AtomicU64; 4],
+    /// The same in ticks.
+    ticks: [AtomicU64; 4],
+}
+
+impl DelayNode {
+    fn set(&self, t: LatencyType, us: u64) {
+        self.us[t as usize].store(us, Ordering::Relaxed);
+        let ticks = (us as u128 * tsc::ticks_per_sec() as u128 / 1_000_000) as u64;
+        self.ticks[t as usize].store(ticks, Ordering::Relaxed);
+    }
+
+    fn latencies(&self) -> Latencies {
+        let g = |t: LatencyType| self.us[t as usize].load(Ordering::Relaxed);
+        Latencies {
+            avg_read: g(LatencyType::AvgRead),
+            avg_write: g(LatencyType::AvgWrite),
+            p99_read: g(LatencyType::P99Read),
+            p99_write: g(LatencyType::P99Write),
+        }
+    }
+}
+
+/// `ctx[0]` of a forwarded request: its latency class, or NONE.
+const NONE: u64 = 4;
+
+/// Per-core state, reached from a request's context while it is in flight.
+struct DelayCh {
+    node: Arc<DelayNode>,
+    base: IoChannel,
+    lends: bool,
+    /// Held completions by class, each in deadline order (`ctx[2]`), status in `status`.
+    held: RefCell<[VecDeque<BdevIo>; 4]>,
+    /// Deadline the armed timer fires at (0: none armed).
+    armed: Cell<u64>,
+    rng: Cell<u64>,
+    me: Weak<DelayCh>,
+}
+
+struct DelayChannel(Rc<DelayCh>);
+
+impl DelayCh {
+    #[inline]
+    fn one_in_100(&self) -> bool {
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        x.is_multiple_of(100)
+    }
+
+    fn submit(&self, mut io: BdevIo) {
+        let class = match io.req.io_type {
+            IoType::Abort => return self.abort(io),
+            IoType::Read if self.one_in_100() => LatencyType::P99Read as u64,
+            IoType::Read => LatencyType::AvgRead as u64,
+            IoType::Write if self.one_in_100() => LatencyType::P99Write as u64,
+            IoType::Write => LatencyType::AvgWrite as u64,
+            _ => NONE,
+        };
+        io.ctx[0] = class;
+        io.ctx[1] = self as *const DelayCh as u64;
+        let req = take_request(&mut io);
+        self.base.submit_child(io, req, child_done);
+    }
+
+    /// Completes held I/Os the abort names; if none, passes the abort to the base.
+    fn abort(&self, mut io: BdevIo) {
+        let IoAux::Abort { completer, tag } = io.req.aux else {
+            return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
+        };
+        let victims: Vec<BdevIo> = {
+            let mut held = self.held.borrow_mut();
+            let mut v = Vec::new();
+            for q in held.iter_mut() {
+                let (hit, keep): (VecDeque<_>, VecDeque<_>) =
+                    std::mem::take(q).into_iter().partition(|r| r.is_named_by(completer, tag));
+                *q = keep;
+                v.extend(hit);
+            }
+            v
+        };
+        if victims.is_empty() {
+            io.ctx[0] = NONE;
+            io.ctx[1] = self as *const DelayCh as u64;
+            let req = take_request(&mut io);
+            return self.base.submit_child(io, req, child_done);
+        }
+        for v in victims {
+            v.complete_deferred(IoStatus::Aborted);
+        }
+        io.complete_deferred(IoStatus::Success);
+    }
+
+    /// Holds `io` (completed by the base with `io.status`) until `deadline`.
+    fn hold(&self, mut io: BdevIo, class: usize, deadline: u64) {
+        io.ctx[2] = deadline;
+        self.held.borrow_mut()[class].push_back(io);
+        let armed = self.armed.get();
+        if armed == 0 || deadline < armed {
+            self.arm(deadline);
+        }
+    }
+
+    fn arm(&self, deadline: u64) {
+        self.armed.set(deadline);
+        let wait = tsc::ticks_to_nanos(deadline.saturating_sub(tsc::ticks()));
+        let me = self.me.clone();
+        ferrite_reactor::after(Duration::from_nanos(wait), move || {
+            if let Some(ch) = me.upgrade() {
+                ch.fire(deadline);
+            }
+        });
+    }
+
+    /// A timer fired: complete what is due, re-arm for the earliest left.
+    fn fire(&self, deadline: u64) {
+        if self.armed.get() == deadline {
+            self.armed.set(0);
+        }
+        let now = tsc::ticks();
+        for class in 0..4 {
+            loop {
+                let io = {
+                    let mut held = self.held.borrow_mut();
+                    match held[class].front() {
+                        Some(f) if f.ctx[2] <= now => held[class].pop_front(),
+                        _ => None,
+                    }
+                };
+                let Some(io) = io else { break };
+                let status = io.status;
+                io.complete(status);
+            }
+        }
+        let next = self.held.borrow().iter().filter_map(|q| q.front().map(|f| f.ctx[2])).min();
+        if let Some(next) = next {
+            let armed = self.armed.get();
+            if armed == 0 || next < armed {
+                self.arm(next);
+            }
+        }
+    }
+}
+
+fn child_done(mut parent: BdevIo, child: Completed) {
+    let status = return_request(&mut parent, child);
+    let class = parent.ctx[0];
+    if class == NONE || ferrite_reactor::current().is_none() {
+        return parent.complete(status);
+    }
+    // SAFETY: ctx[1] points into this channel's `Rc<DelayCh>`, which the parent keeps alive: it
+    // holds its channel, which owns the backend channel, which owns the Rc.
+    let ch = unsafe { &*(parent.ctx[1] as *const DelayCh) };
+    let deadline = tsc::ticks() + ch.node.ticks[class as usize].load(Ordering::Relaxed);
+    parent.status = status;
+    ch.hold(parent, class as usize, deadline);
+}
+
+impl BackendChannel for DelayChannel {
+    fn lends_reads(&self) -> bool {
+        self.0.lends
+    }
+
+    #[inline]
+    fn submit(&mut self, io: BdevIo) {
+        self.0.submit(io);
+    }
+
+    fn reset_begins(&mut self) {
+        let held = std::mem::take(&mut *self.0.held.borrow_mut());
+        for io in held.into_iter().flatten() {
+            io.complete_deferred(IoStatus::Aborted);
+        }
+    }
+}
+
+struct DelayBackend {
+    node: Arc<DelayNode>,
+}
+
+impl BdevBackend for DelayBackend {
+    fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
+        let base = self.node.base.channel()?;
+        let seed = tsc::ticks() | 1;
+        Ok(Box::new(DelayChannel(Rc::new_cyclic(|me| DelayCh {
+            node: self.node.clone(),
+            base,
+            lends: self.node.base.lends_reads(),
+            held: RefCell::new(Default::default()),
+            armed: Cell::new(0),
+            rng: Cell::new(seed),
+            me: me.clone(),
+        }))))
+    }
+
+    fn zcopy(&self) -> bool {
+        self.node.base.lends_reads()
+    }
+
+    fn driver_specific(&self) -> Value {
+        let l = self.node.latencies();
+        json!({"delay": {"base_bdev_name": self.node.base.bdev().name(),
+            "avg_read_latency": l.avg_read, "p99_read_latency": l.p99_read,
+            "avg_write_latency": l.avg_write, "p99_write_latency": l.p99_write}})
+    }
+
+    fn config_entry(&self, bdev: &Bdev) -> Option<Value> {
+        let l = self.node.latencies();
+        Some(json!({"method": "bdev_delay_create", "params": {
+            "base_bdev_name": self.node.base.bdev().name(), "name": bdev.name(), "uuid": bdev.uuid().to_string(),
+            "avg_read_latency": l.avg_read, "p99_read_latency": l.p99_read,
+            "avg_write_latency": l.avg_write, "p99_write_latency": l.p99_write}}))
+    }
+}
+
+/// Delay nodes by bdev id, for `bdev_delay_update_latency`.
+static NODES: std::sync::Mutex<Vec<(u64, std::sync::Weak<DelayNode>)>> = std::sync::Mutex::new(Vec::new());
+
+fn check_latency(us: u64) -> Result<(), BdevError> {
+    if us > MAX_LATENCY_US {
+        return Err(BdevError::Invalid(format!("latency {us} us exceeds the maximum of {MAX_LATENCY_US} us")));
+    }
+    Ok(())
+}
+
+/// Creates delay bdev `name` over `base_name` (which it opens for writing and claims).
+pub fn create(base_name: &str, name: &str, uuid: Option<&str>, l: Latencies) -> Result<Bdev, BdevError> {
+    crate::bdev::check_name(name)?;
+    let uuid = super::parse_uuid(uuid)?;
+    for us in [l.avg_read, l.avg_write, l.p99_read, l.p99_write] {
+        check_latency(us)?;
+    }
+    if l.p99_read < l.avg_read || l.p99_write < l.avg_write {
+        return Err(BdevError::Invalid("p99 latencies must not be below the averages".into()));
+    }
+    if crate::bdev::lookup(name).is_some() {
+        return Err(BdevError::Exists(name.to_string()));
+    }
+    let base = BaseBdev::open(base_name, MODULE)?;
+    let node = Arc::new(DelayNode { base: base.clone(), us: Default::default(), ticks: Default::default() });
+    node.set(LatencyType::AvgRead, l.avg_read);
+    node.set(LatencyType::AvgWrite, l.avg_write);
+    node.set(LatencyType::P99Read, l.p99_read);
+    node.set(LatencyType::P99Write, l.p99_write);
+    let props = base.props(name.to_string(), uuid, "delay", MODULE);
+    let bdev = register(props, Arc::new(DelayBackend { node: node.clone() }))?;
+    {
+        let mut n = NODES.lock().unwrap_or_else(|p| p.into_inner());
+        n.retain(|(_, w)| w.strong_count() > 0);
+        n.push((bdev.id(), Arc::downgrade(&node)));
+    }
+    base.attach(&bdev);
+    Ok(bdev)
+}
+
+/// Sets one latency of delay bdev `name`; new I/O on every core uses it.
+pub fn update_latency(name: &str, t: LatencyType, us: u64) -> Result<(), BdevError> {
+    check_latency(us)?;
+    let b = crate::bdev::lookup(name)
+        .filter(|b| b.module() == MODULE)
+        .ok_or_else(|| BdevError::NotFound(format!("{name} (no delay bdev has this name)")))?;
+    let node = NODES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(id, _)| *id == b.id())
+        .and_then(|(_, w)| w.upgrade())
+        .ok_or_else(|| BdevError::NotFound(name.to_string()))?;
+    node.set(t, us);
+    Ok(())
+}

@@ -1,0 +1,67 @@
+//! JSON-RPC methods of the delay module: bdev_delay_create, bdev_delay_delete,
+//! bdev_delay_update_latency (SPDK's names, parameters and results; latencies in µs).
+
+use super::{create, update_latency, Latencies, LatencyType, MODULE};
+use crate::modules::passthru::base::{delete, rpc_err, NameParam};
+use ferrite_rpc::{Params, Registry};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DelayCreate {
+    base_bdev_name: String,
+    name: String,
+    avg_read_latency: u64,
+    p99_read_latency: u64,
+    avg_write_latency: u64,
+    p99_write_latency: u64,
+    uuid: Option<String>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum Latency {
+    AvgRead,
+    AvgWrite,
+    P99Read,
+    P99Write,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateLatency {
+    delay_bdev_name: String,
+    latency_type: Latency,
+    latency_us: u64,
+}
+
+/// Registers the delay module's methods.
+pub fn register(reg: &mut Registry) {
+    reg.method("bdev_delay_create", |_, p: Params| async move {
+        let p: DelayCreate = p.parse()?;
+        let l = Latencies {
+            avg_read: p.avg_read_latency,
+            avg_write: p.avg_write_latency,
+            p99_read: p.p99_read_latency,
+            p99_write: p.p99_write_latency,
+        };
+        let b = create(&p.base_bdev_name, &p.name, p.uuid.as_deref(), l).map_err(rpc_err)?;
+        Ok(json!(b.name()))
+    });
+    reg.method("bdev_delay_delete", |_, p: Params| async move {
+        let p: NameParam = p.parse()?;
+        delete(&p.name, MODULE).await
+    });
+    reg.method("bdev_delay_update_latency", |_, p: Params| async move {
+        let p: UpdateLatency = p.parse()?;
+        let t = match p.latency_type {
+            Latency::AvgRead => LatencyType::AvgRead,
+            Latency::AvgWrite => LatencyType::AvgWrite,
+            Latency::P99Read => LatencyType::P99Read,
+            Latency::P99Write => LatencyType::P99Write,
+        };
+        update_latency(&p.delay_bdev_name, t, p.latency_us).map_err(rpc_err)?;
+        Ok(json!(true))
+    });
+}

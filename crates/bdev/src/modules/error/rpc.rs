@@ -1,0 +1,126 @@
+//! JSON-RPC methods of the error module: bdev_error_create, bdev_error_delete,
+//! bdev_error_inject_error, bdev_error_resume_pending (SPDK's names, parameters and results).
+
+use super::{clear, create, disarm_pending, inject, resume_pending_here, ErrorType, Injection, MODULE};
+use crate::modules::passthru::base::{delete, rpc_err, NameParam};
+use crate::IoType;
+use ferrite_rpc::{errno_error, Params, Registry, RpcError};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ErrorCreate {
+    base_name: String,
+    uuid: Option<String>,
+}
+
+/// SPDK's `io_type` values of an injection.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum InjectIoType {
+    Clear,
+    Read,
+    Write,
+    Unmap,
+    Flush,
+    All,
+}
+
+/// SPDK's `error_type` values.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum InjectErrorType {
+    Failure,
+    Pending,
+    CorruptData,
+    Nomem,
+    NvmeFailure,
+}
+
+fn default_num() -> u32 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InjectError {
+    name: String,
+    io_type: InjectIoType,
+    error_type: InjectErrorType,
+    #[serde(default = "default_num")]
+    num: u32,
+    #[serde(default)]
+    queue_depth: u64,
+    #[serde(default)]
+    corrupt_offset: u64,
+    #[serde(default)]
+    corrupt_value: u8,
+    #[serde(default)]
+    nvme_sct: u32,
+    #[serde(default)]
+    nvme_sc: u32,
+}
+
+fn invalid(msg: &str) -> RpcError {
+    errno_error(libc::EINVAL, msg.to_string())
+}
+
+/// Registers the error module's methods.
+pub fn register(reg: &mut Registry) {
+    reg.method("bdev_error_create", |_, p: Params| async move {
+        let p: ErrorCreate = p.parse()?;
+        create(&p.base_name, p.uuid.as_deref()).map_err(rpc_err)?;
+        Ok(json!(true))
+    });
+    reg.method("bdev_error_delete", |_, p: Params| async move {
+        let p: NameParam = p.parse()?;
+        delete(&p.name, MODULE).await
+    });
+    reg.method("bdev_error_inject_error", |_, p: Params| async move {
+        let p: InjectError = p.parse()?;
+        let nvme = matches!(p.error_type, InjectErrorType::NvmeFailure);
+        if nvme == (p.nvme_sct == 0 && p.nvme_sc == 0) {
+            return Err(invalid("nvme_sct or nvme_sc should be specified for NVMe error injection (and only for it)"));
+        }
+        let (Ok(nvme_sct), Ok(nvme_sc)) = (u8::try_from(p.nvme_sct), u8::try_from(p.nvme_sc)) else {
+            return Err(invalid("nvme_sct and nvme_sc must be at most 255"));
+        };
+        let error_type = match p.error_type {
+            InjectErrorType::Failure => ErrorType::Failure,
+            InjectErrorType::Pending => ErrorType::Pending,
+            InjectErrorType::CorruptData => ErrorType::CorruptData,
+            InjectErrorType::Nomem => ErrorType::NoMem,
+            InjectErrorType::NvmeFailure => ErrorType::NvmeFailure,
+        };
+        let inj = Injection {
+            error_type,
+            num: p.num,
+            queue_depth: p.queue_depth,
+            corrupt_offset: p.corrupt_offset,
+            corrupt_value: p.corrupt_value,
+            nvme_sct,
+            nvme_sc,
+        };
+        let io_type = match p.io_type {
+            InjectIoType::Clear => {
+                clear(&p.name).map_err(rpc_err)?;
+                return Ok(json!(true));
+            }
+            InjectIoType::All => None,
+            InjectIoType::Read => Some(IoType::Read),
+            InjectIoType::Write => Some(IoType::Write),
+            InjectIoType::Unmap => Some(IoType::Unmap),
+            InjectIoType::Flush => Some(IoType::Flush),
+        };
+        inject(&p.name, io_type, inj).map_err(rpc_err)?;
+        Ok(json!(true))
+    });
+    reg.method("bdev_error_resume_pending", |ctx, p: Params| async move {
+        let p: NameParam = p.parse()?;
+        let id = disarm_pending(&p.name).map_err(rpc_err)?;
+        let resumed = ctx.engine.on_all(move |_| resume_pending_here(id)).await.unwrap_or_default();
+        log::info!("{}: resumed {} pending I/O(s)", p.name.escape_debug(), resumed.iter().sum::<usize>());
+        Ok(json!(true))
+    });
+}

@@ -1,0 +1,255 @@
+//! The base-bdev half that every virtual bdev shares (passthru, delay, error, and the ones to
+//! come): open the base bdev for writing and claim it, describe a bdev with its geometry, limits
+//! and I/O types, forward requests to it with `IoChannel::submit_child`, unregister the virtual
+//! bdev when the base goes away, and close the base once the virtual bdev is gone.
+//!
+//! Life cycle: `BaseBdev::open` (claims the base) → `register` of the virtual bdev →
+//! [`BaseBdev::attach`]. Deleting the virtual bdev ([`delete`]) or its base (the descriptor's
+//! `on_remove`) unregisters the virtual bdev; once its last opener has closed it, the base
+//! descriptor is closed too, which releases the claim and lets a pending delete of the base
+//! finish. In-flight requests complete normally throughout (a request the base refuses because
+//! it is being deleted completes with `Removed`).
+
+use crate::bdev::{lookup, unregister, Bdev, BdevError, BdevProps, Limits};
+use crate::channel::IoChannel;
+use crate::desc::BdevDesc;
+use crate::io::{BdevIo, Completed, IoRequest, IoType, IoTypes};
+use ferrite_rpc::{errno_error, RpcError, RpcResult};
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A virtual bdev's hold on its base bdev: a claimed, writable descriptor.
+pub struct BaseBdev {
+    bdev: Bdev,
+    module: &'static str,
+    desc: Mutex<Option<BdevDesc>>,
+    /// Id and name of the virtual bdev over it, once registered.
+    vbdev: Mutex<Option<(u64, String)>>,
+    /// A read-only descriptor of the virtual bdev itself, whose `on_remove` tells this base
+    /// that the virtual bdev is being unregistered.
+    watch: Mutex<Option<BdevDesc>>,
+}
+
+/// Every base held by a virtual bdev (to find the base of a virtual bdev by its id).
+static ATTACHED: Mutex<Vec<Weak<BaseBdev>>> = Mutex::new(Vec::new());
+
+impl BaseBdev {
+    /// Opens `base_name` for writing and claims it for `module`. Fails if it does not exist,
+    /// is being deleted, is claimed, or has another writer.
+    pub fn open(base_name: &str, module: &'static str) -> Result<Arc<BaseBdev>, BdevError> {
+        let me: Arc<OnceLock<Weak<BaseBdev>>> = Arc::default();
+        let me2 = me.clone();
+        let desc = Bdev::open(base_name, true, move || {
+            if let Some(b) = me2.get().and_then(Weak::upgrade) {
+                b.base_removed();
+            }
+        })?;
+        desc.claim(module)?;
+        let base = Arc::new(BaseBdev {
+            bdev: desc.bdev().clone(),
+            module,
+            desc: Mutex::new(Some(desc)),
+            vbdev: Mutex::new(None),
+            watch: Mutex::new(None),
+        });
+        let _ = me.set(Arc::downgrade(&base));
+        Ok(base)
+    }
+
+    /// The base bdev.
+    pub fn bdev(&self) -> &Bdev {
+        &self.bdev
+    }
+
+    /// True if the base lends its memory for zero-copy reads: then so does a virtual bdev that
+    /// passes reads through (its `lends_reads` and `zcopy`), and lent buffers travel up unchanged.
+    pub fn lends_reads(&self) -> bool {
+        self.bdev.backend().zcopy()
+    }
+
+    /// The I/O types a virtual bdev that forwards everything serves: every type the base serves
+    /// (itself or through the bdev layer), and abort, which it passes on.
+    pub fn io_types(&self) -> IoTypes {
+        IoType::ALL
+            .iter()
+            .filter(|t| self.bdev.supports(**t))
+            .fold(IoTypes::default(), |s, t| s.with(*t))
+            .with(IoType::Abort)
+    }
+
+    /// Properties of a virtual bdev with the base's geometry, limits and I/O types.
+    pub fn props(
+        &self,
+        name: String,
+        uuid: Option<uuid::Uuid>,
+        product_name: &'static str,
+        module: &'static str,
+    ) -> BdevProps {
+        let limits: Limits = *self.bdev.limits();
+        BdevProps {
+            name,
+            aliases: vec![],
+            uuid,
+            block_size: self.bdev.block_size(),
+            num_blocks: self.bdev.num_blocks(),
+            product_name,
+            module,
+            io_types: self.io_types(),
+            limits,
+        }
+    }
+
+    /// This core's channel to the base (made on first use on each core).
+    pub fn channel(&self) -> Result<IoChannel, BdevError> {
+        match &*lock(&self.desc) {
+            Some(d) => d.channel(),
+            None => Err(BdevError::Removing(self.bdev.name().to_string())),
+        }
+    }
+
+    /// Records the virtual bdev registered over this base, and watches it: however it is
+    /// unregistered (its delete method, its base going away, daemon shutdown), the base is
+    /// closed once its last opener has closed it. If the base started going away meanwhile, the
+    /// virtual bdev is unregistered at once.
+    pub fn attach(self: &Arc<Self>, vbdev: &Bdev) {
+        *lock(&self.vbdev) = Some((vbdev.id(), vbdev.name().to_string()));
+        {
+            let mut all = lock(&ATTACHED);
+            all.retain(|w| w.strong_count() > 0);
+            all.push(Arc::downgrade(self));
+        }
+        let me = Arc::downgrade(self);
+        match Bdev::open(vbdev.name(), false, move || {
+            if let Some(b) = me.upgrade() {
+                b.vbdev_removed();
+            }
+        }) {
+            Ok(watch) => *lock(&self.watch) = Some(watch),
+            Err(e) => log::warn!("{}: cannot watch {}: {e}", self.module, vbdev.name()),
+        }
+        if self.bdev.is_removing() {
+            self.base_removed();
+        }
+    }
+
+    /// The virtual bdev is being unregistered: stop watching it, and close the base once its
+    /// other openers have closed it too (they finish their in-flight I/O first).
+    fn vbdev_removed(self: &Arc<Self>) {
+        let Some(watch) = lock(&self.watch).take() else { return };
+        let vbdev = watch.bdev().clone();
+        drop(watch);
+        let me = self.clone();
+        const POLL: std::time::Duration = std::time::Duration::from_millis(1);
+        if ferrite_reactor::current().is_some() {
+            ferrite_reactor::spawn_local(async move {
+                while vbdev.open_count() > 0 {
+                    ferrite_reactor::sleep(POLL).await;
+                }
+                me.close();
+            })
+            .detach();
+        } else {
+            std::thread::spawn(move || {
+                while vbdev.open_count() > 0 {
+                    std::thread::sleep(POLL);
+                }
+                me.close();
+            });
+        }
+    }
+
+    /// Id of the virtual bdev over this base, once attached.
+    pub fn vbdev_id(&self) -> Option<u64> {
+        lock(&self.vbdev).as_ref().map(|(id, _)| *id)
+    }
+
+    /// The base of the virtual bdev with id `vbdev_id`.
+    pub fn of(vbdev_id: u64) -> Option<Arc<BaseBdev>> {
+        lock(&ATTACHED)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|b| lock(&b.vbdev).as_ref().is_some_and(|(id, _)| *id == vbdev_id))
+    }
+
+    /// Closes the base descriptor (releasing the claim).
+    pub fn close(&self) {
+        let desc = lock(&self.desc).take();
+        if desc.is_some() {
+            log::info!("{}: closed base bdev {}", self.module, self.bdev.name());
+        }
+    }
+
+    /// The base is being deleted: unregister the virtual bdev over it.
+    fn base_removed(self: &Arc<Self>) {
+        let Some((id, name)) = lock(&self.vbdev).clone() else { return };
+        if lookup(&name).is_none_or(|b| b.id() != id) {
+            return; // already being deleted
+        }
+        log::info!("{}: base bdev {} is going away; unregistering {}", self.module, self.bdev.name(), name);
+        // The watch set up by `attach` closes the base once the virtual bdev is gone.
+        if let Err(e) = unregister(&name, Some(self.module)) {
+            log::warn!("{}: cannot unregister {name}: {e}", self.module);
+        }
+    }
+}
+
+/// Moves a request of a virtual bdev into a child for its base: the payload (and everything
+/// else) travels with the child and comes back with [`finish_child`], so lent buffers of a
+/// zero-copy read reach the caller unchanged and nothing is copied or allocated. The parent
+/// keeps its type and range meanwhile.
+#[inline]
+pub fn take_request(io: &mut BdevIo) -> IoRequest {
+    let keep = IoRequest::new(io.req.io_type, io.req.offset_blocks, io.req.num_blocks);
+    std::mem::replace(&mut io.req, keep)
+}
+
+/// Gives a child's request back to its parent (see [`take_request`]) with its result; returns
+/// the child's status.
+#[inline]
+pub fn return_request(parent: &mut BdevIo, mut child: Completed) -> crate::io::IoStatus {
+    parent.req = child.take_req();
+    parent.result = child.result;
+    child.status
+}
+
+/// The `then` of a plain forward: the parent completes as its child did.
+#[inline]
+pub fn finish_child(mut parent: BdevIo, child: Completed) {
+    let status = return_request(&mut parent, child);
+    parent.complete(status);
+}
+
+/// Params of a virtual bdev's delete method.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NameParam {
+    pub(crate) name: String,
+}
+
+/// Deletes the virtual bdev `name` of `module`: unregisters it, waits until every opener has
+/// closed it, then closes its base. Answers `true`.
+pub(crate) async fn delete(name: &str, module: &'static str) -> RpcResult {
+    let no_such = || errno_error(libc::ENODEV, format!("No such device: no {module} bdev named {name}"));
+    let b = lookup(name).filter(|b| b.module() == module && b.name() == name).ok_or_else(no_such)?;
+    let base = BaseBdev::of(b.id());
+    let gone = unregister(name, Some(module)).map_err(|e| match e {
+        BdevError::NotFound(_) => no_such(),
+        e => errno_error(e.errno(), e.to_string()),
+    })?;
+    gone.await.map_err(|e| RpcError::internal(e.to_string()))?;
+    if let Some(base) = base {
+        base.close();
+    }
+    log::info!("deleted {module} bdev {}", name.escape_debug());
+    Ok(json!(true))
+}
+
+/// A `BdevError` as a JSON-RPC error (errno as the code, as SPDK answers).
+pub(crate) fn rpc_err(e: BdevError) -> RpcError {
+    errno_error(e.errno(), e.to_string())
+}

@@ -1,0 +1,76 @@
+//! The passthru bdev: forwards every request to its base bdev unchanged, as SPDK's
+//! `vbdev_passthru`. It is the reference for virtual bdevs: open and claim the base
+//! ([`base::BaseBdev`]), register a bdev with the base's geometry, limits and I/O types, and
+//! forward each request with `IoChannel::submit_child`, which carries the parent inside the
+//! child. The request's buffers move into the child and back, so a zero-copy read of a lending
+//! base (malloc) reaches the caller as the base's own memory, and nothing per I/O is allocated,
+//! locked or looked up in a table.
+
+pub mod base;
+pub mod rpc;
+
+use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
+use crate::channel::IoChannel;
+use crate::io::BdevIo;
+use base::{finish_child, take_request, BaseBdev};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Module name (claims, `bdev_get_bdevs`).
+pub const MODULE: &str = "passthru";
+
+struct PassthruBackend {
+    base: Arc<BaseBdev>,
+}
+
+struct PassthruChannel {
+    base: IoChannel,
+    lends: bool,
+}
+
+impl BackendChannel for PassthruChannel {
+    fn lends_reads(&self) -> bool {
+        self.lends
+    }
+
+    #[inline]
+    fn submit(&mut self, mut io: BdevIo) {
+        // Everything, abort and reset included, goes to the base: an abort names the caller's
+        // request, which the base finds through the child that carries it.
+        let req = take_request(&mut io);
+        self.base.submit_child(io, req, finish_child);
+    }
+}
+
+impl BdevBackend for PassthruBackend {
+    fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
+        Ok(Box::new(PassthruChannel { base: self.base.channel()?, lends: self.base.lends_reads() }))
+    }
+
+    fn zcopy(&self) -> bool {
+        self.base.lends_reads()
+    }
+
+    fn driver_specific(&self) -> Value {
+        json!({"passthru": {"base_bdev_name": self.base.bdev().name()}})
+    }
+
+    fn config_entry(&self, bdev: &Bdev) -> Option<Value> {
+        Some(json!({"method": "bdev_passthru_create", "params": {
+            "base_bdev_name": self.base.bdev().name(), "name": bdev.name(), "uuid": bdev.uuid().to_string()}}))
+    }
+}
+
+/// Creates passthru bdev `name` over `base_name` (which it opens for writing and claims).
+pub fn create(base_name: &str, name: &str, uuid: Option<&str>) -> Result<Bdev, BdevError> {
+    crate::bdev::check_name(name)?;
+    let uuid = super::parse_uuid(uuid)?;
+    if crate::bdev::lookup(name).is_some() {
+        return Err(BdevError::Exists(name.to_string()));
+    }
+    let base = BaseBdev::open(base_name, MODULE)?;
+    let props = base.props(name.to_string(), uuid, "passthru", MODULE);
+    let bdev = register(props, Arc::new(PassthruBackend { base: base.clone() }))?;
+    base.attach(&bdev);
+    Ok(bdev)
+}

@@ -1,0 +1,28 @@
+//! JSON-RPC methods of the passthru module: bdev_passthru_create, bdev_passthru_delete.
+
+use super::base::{delete, rpc_err, NameParam};
+use super::{create, MODULE};
+use ferrite_rpc::{Params, Registry};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PassthruCreate {
+    base_bdev_name: String,
+    name: String,
+    uuid: Option<String>,
+}
+
+/// Registers the passthru module's methods.
+pub fn register(reg: &mut Registry) {
+    reg.method("bdev_passthru_create", |_, p: Params| async move {
+        let p: PassthruCreate = p.parse()?;
+        let b = create(&p.base_bdev_name, &p.name, p.uuid.as_deref()).map_err(rpc_err)?;
+        Ok(json!(b.name()))
+    });
+    reg.method("bdev_passthru_delete", |_, p: Params| async move {
+        let p: NameParam = p.parse()?;
+        delete(&p.name, MODULE).await
+    });
+}

@@ -1,0 +1,300 @@
+//! The virtual bdevs through the daemon and `ferrite perf`: verify runs over stacks on malloc and
+//! on a uring file, injected faults seen by perf and in iostat with their status, delay seen in
+//! perf's latency, save_config of a stack restarting, and bad parameters answered with JSON-RPC
+//! errors.
+
+mod common;
+
+use common::{Daemon, Proc, TempDir};
+use ferrite_rpc::client::RpcClient;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// A config whose "bdev" subsystem runs `entries` in order.
+fn config(dir: &TempDir, name: &str, entries: Vec<Value>) -> String {
+    let mut e = entries;
+    e.push(json!({"method": "bdev_wait_for_examine"}));
+    let doc = json!({"subsystems": [{"subsystem": "bdev", "config": e}]});
+    dir.write_json(name, &doc).to_str().unwrap().to_string()
+}
+
+fn m(method: &str, params: Value) -> Value {
+    json!({"method": method, "params": params})
+}
+
+/// Runs `ferrite perf --json cfg args... --results-json R` (at most 30 s); returns exit code,
+/// stderr and the results document.
+fn perf(dir: &TempDir, tag: &str, cfg: &str, args: &[&str]) -> (Option<i32>, String, Value) {
+    let results = dir.join(&format!("{tag}.json"));
+    let mut all =
+        vec!["perf", "--json", cfg, "--reactor-mode", "interrupt", "--results-json", results.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let mut p = Proc::spawn(dir, tag, &all);
+    let st = p.expect_exit(Duration::from_secs(30), tag);
+    let doc = std::fs::read_to_string(&results).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(Value::Null);
+    (st.code(), format!("stdout:\n{}\nstderr:\n{}", p.stdout(), p.stderr()), doc)
+}
+
+fn verify_ok(dir: &TempDir, tag: &str, cfg: &str, bdev: &str) {
+    let (code, out, doc) = perf(dir, tag, cfg, &["-T", bdev, "-w", "verify", "-q", "16", "-o", "4096", "-t", "2"]);
+    assert_eq!(code, Some(0), "{out}");
+    let r = &doc["results"][0];
+    assert_eq!(r["job"], bdev, "{doc}");
+    assert!(r["iops"].as_f64().unwrap() > 0.0, "{doc}");
+    assert_eq!(r["io_failed"], 0, "{doc}");
+    assert_eq!(r["verify_errors"], 0, "{doc}");
+}
+
+#[test]
+fn perf_verify_through_stacks_on_malloc_and_on_a_uring_file() {
+    let dir = TempDir::new("vbverify");
+    let cfg = config(
+        &dir,
+        "malloc.json",
+        vec![
+            m("bdev_malloc_create", json!({"name": "M0", "num_blocks": 32768, "block_size": 512})),
+            m("bdev_error_create", json!({"base_name": "M0"})),
+            m(
+                "bdev_delay_create",
+                json!({"base_bdev_name": "EE_M0", "name": "D0", "avg_read_latency": 20,
+                "p99_read_latency": 50, "avg_write_latency": 20, "p99_write_latency": 50}),
+            ),
+            m("bdev_passthru_create", json!({"base_bdev_name": "D0", "name": "P0"})),
+        ],
+    );
+    verify_ok(&dir, "stack-malloc", &cfg, "P0");
+    let img = dir.file_filled("disk.img", 16 << 20, 0);
+    let cfg = config(
+        &dir,
+        "uring.json",
+        vec![
+            m("bdev_uring_create", json!({"name": "U0", "filename": img.to_str().unwrap()})),
+            m("bdev_passthru_create", json!({"base_bdev_name": "U0", "name": "UP0"})),
+            m("bdev_error_create", json!({"base_name": "UP0"})),
+            m(
+                "bdev_delay_create",
+                json!({"base_bdev_name": "EE_UP0", "name": "UD0", "avg_read_latency": 10,
+                "p99_read_latency": 10, "avg_write_latency": 10, "p99_write_latency": 10}),
+            ),
+        ],
+    );
+    verify_ok(&dir, "stack-uring", &cfg, "UD0");
+    let data = std::fs::read(&img).unwrap();
+    assert!(data.iter().any(|&b| b != 0), "verify's writes reached the file");
+}
+
+#[test]
+fn injected_failures_are_seen_by_perf_with_their_status() {
+    let dir = TempDir::new("vbinject");
+    let sock = dir.join("perf.sock");
+    let cfg = config(
+        &dir,
+        "err.json",
+        vec![
+            m("bdev_malloc_create", json!({"name": "M1", "num_blocks": 16384, "block_size": 512})),
+            m("bdev_error_create", json!({"base_name": "M1"})),
+            m(
+                "bdev_error_inject_error",
+                json!({"name": "EE_M1", "io_type": "write", "error_type": "failure", "num": 5}),
+            ),
+            m(
+                "bdev_error_inject_error",
+                json!({"name": "EE_M1", "io_type": "read", "error_type": "nvme_failure",
+                "num": 3, "nvme_sct": 1, "nvme_sc": 2}),
+            ),
+            m("bdev_error_inject_error", json!({"name": "EE_M1", "io_type": "flush", "error_type": "nomem", "num": 4})),
+        ],
+    );
+    let results = dir.join("inject.json");
+    let mut p = Proc::spawn(
+        &dir,
+        "inject",
+        &[
+            "perf",
+            "--json",
+            &cfg,
+            "-r",
+            sock.to_str().unwrap(),
+            "--reactor-mode",
+            "interrupt",
+            "-T",
+            "EE_M1",
+            "-w",
+            "randrw",
+            "-M",
+            "50",
+            "-q",
+            "8",
+            "-o",
+            "4096",
+            "-t",
+            "2",
+            "--results-json",
+            results.to_str().unwrap(),
+        ],
+    );
+    common::wait_for_socket(&mut p, &sock, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(800));
+    let mut c = RpcClient::connect(&sock, common::RPC_TIMEOUT).unwrap();
+    let st = common::call(&mut c, "bdev_get_iostat", Some(json!({"name": "EE_M1"})));
+    let errors = &st["bdevs"][0]["io_error"];
+    assert_eq!(errors["failed"], 5, "{st}");
+    assert_eq!(errors["nvme_error"], 3, "{st}");
+    drop(c);
+    let status = p.expect_exit(Duration::from_secs(20), "perf with injected errors");
+    assert_eq!(status.code(), Some(1), "failed I/O makes perf fail; stderr:\n{}", p.stderr());
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    assert_eq!(doc["results"][0]["io_failed"], 8, "exactly the injected failures: {doc}");
+}
+
+#[test]
+fn delay_shows_in_perfs_latency() {
+    let dir = TempDir::new("vbdelay");
+    let cfg = config(
+        &dir,
+        "delay.json",
+        vec![
+            m("bdev_null_create", json!({"name": "N0", "num_blocks": 65536, "block_size": 512})),
+            m(
+                "bdev_delay_create",
+                json!({"base_bdev_name": "N0", "name": "ND0", "avg_read_latency": 2000,
+                "p99_read_latency": 2000, "avg_write_latency": 3000, "p99_write_latency": 3000}),
+            ),
+        ],
+    );
+    let (code, out, doc) =
+        perf(&dir, "delay", &cfg, &["-T", "ND0", "-w", "randread", "-q", "4", "-o", "4096", "-t", "1"]);
+    assert_eq!(code, Some(0), "{out}");
+    let r = &doc["results"][0];
+    let (min, avg) = (r["min_latency_us"].as_f64().unwrap(), r["avg_latency_us"].as_f64().unwrap());
+    assert!(min >= 2000.0, "min latency {min} us < the configured 2000 us: {doc}");
+    assert!(avg < 4000.0, "average {avg} us far above the configured 2000 us: {doc}");
+    let iops = r["iops"].as_f64().unwrap();
+    assert!(iops < 4.0 / 0.002 * 1.05, "QD 4 at 2 ms cannot exceed 2000 IOPS: {iops}");
+}
+
+#[test]
+fn save_config_of_a_stack_restarts_and_bad_params_get_errors() {
+    let dir = TempDir::new("vbrpc");
+    let d = Daemon::start(&dir, &[]);
+    d.call("bdev_malloc_create", Some(json!({"name": "B0", "num_blocks": 2048, "block_size": 512})));
+    assert_eq!(d.call("bdev_error_create", Some(json!({"base_name": "B0"}))), json!(true));
+    let r = d.call(
+        "bdev_delay_create",
+        Some(json!({"base_bdev_name": "EE_B0", "name": "BD0", "avg_read_latency": 5, "p99_read_latency": 9,
+            "avg_write_latency": 6, "p99_write_latency": 10})),
+    );
+    assert_eq!(r, json!("BD0"));
+    let r = d.call(
+        "bdev_passthru_create",
+        Some(json!({"base_bdev_name": "BD0", "name": "BP0",
+        "uuid": "6d1c1a2e-8c4b-4b59-9d7e-0e6a3c2f1b11"})),
+    );
+    assert_eq!(r, json!("BP0"));
+    assert_eq!(
+        d.call(
+            "bdev_delay_update_latency",
+            Some(json!({"delay_bdev_name": "BD0",
+        "latency_type": "p99_write", "latency_us": 40}))
+        ),
+        json!(true)
+    );
+    let bdevs = d.bdevs();
+    let claimed = |n: &str| common::find_bdev(&bdevs, n).unwrap()["claimed"].clone();
+    assert_eq!(
+        (claimed("B0"), claimed("EE_B0"), claimed("BD0"), claimed("BP0")),
+        (json!(true), json!(true), json!(true), json!(false))
+    );
+    let bp = common::find_bdev(&bdevs, "BP0").unwrap();
+    assert_eq!(bp["product_name"], "passthru");
+    assert_eq!(bp["driver_specific"]["passthru"]["base_bdev_name"], "BD0");
+    assert_eq!(common::find_bdev(&bdevs, "BD0").unwrap()["driver_specific"]["delay"]["p99_write_latency"], 40);
+
+    // Bad parameters: JSON-RPC errors, never a crash.
+    let bad: Vec<(&str, Value, i32)> = vec![
+        ("bdev_passthru_create", json!({"base_bdev_name": "B0"}), -32602),
+        ("bdev_passthru_create", json!({"base_bdev_name": "B0", "name": "X", "bogus": 1}), -32602),
+        ("bdev_passthru_create", json!({"base_bdev_name": "nope", "name": "X"}), -libc::ENODEV),
+        ("bdev_passthru_create", json!({"base_bdev_name": "B0", "name": "X"}), -libc::EPERM),
+        ("bdev_passthru_create", json!({"base_bdev_name": "BP0", "name": "BP0"}), -libc::EEXIST),
+        ("bdev_passthru_create", json!({"base_bdev_name": "BP0", "name": "X", "uuid": "zz"}), -libc::EINVAL),
+        ("bdev_passthru_delete", json!({"name": "B0"}), -libc::ENODEV),
+        (
+            "bdev_delay_create",
+            json!({"base_bdev_name": "BP0", "name": "X", "avg_read_latency": 10,
+            "p99_read_latency": 5, "avg_write_latency": 1, "p99_write_latency": 1}),
+            -libc::EINVAL,
+        ),
+        (
+            "bdev_delay_create",
+            json!({"base_bdev_name": "BP0", "name": "X", "avg_read_latency": -1,
+            "p99_read_latency": 5, "avg_write_latency": 1, "p99_write_latency": 1}),
+            -32602,
+        ),
+        (
+            "bdev_delay_update_latency",
+            json!({"delay_bdev_name": "BD0", "latency_type": "p50", "latency_us": 1}),
+            -32602,
+        ),
+        (
+            "bdev_delay_update_latency",
+            json!({"delay_bdev_name": "BP0", "latency_type": "avg_read", "latency_us": 1}),
+            -libc::ENODEV,
+        ),
+        ("bdev_delay_delete", json!({"name": "nope"}), -libc::ENODEV),
+        ("bdev_error_create", json!({"base_name": "nope"}), -libc::ENODEV),
+        ("bdev_error_inject_error", json!({"name": "EE_B0", "io_type": "bogus", "error_type": "failure"}), -32602),
+        ("bdev_error_inject_error", json!({"name": "EE_B0", "io_type": "read", "error_type": "explode"}), -32602),
+        (
+            "bdev_error_inject_error",
+            json!({"name": "EE_B0", "io_type": "read", "error_type": "corrupt_data"}),
+            -libc::EINVAL,
+        ),
+        (
+            "bdev_error_inject_error",
+            json!({"name": "EE_B0", "io_type": "read", "error_type": "corrupt_data",
+            "corrupt_value": 256}),
+            -32602,
+        ),
+        (
+            "bdev_error_inject_error",
+            json!({"name": "EE_B0", "io_type": "read", "error_type": "nvme_failure"}),
+            -libc::EINVAL,
+        ),
+        ("bdev_error_inject_error", json!({"name": "BD0", "io_type": "read", "error_type": "failure"}), -libc::ENODEV),
+        ("bdev_error_resume_pending", json!({"name": "BD0"}), -libc::ENODEV),
+        ("bdev_error_delete", json!({}), -32602),
+    ];
+    for (method, params, code) in bad {
+        let e = d.call_err(method, Some(params.clone()));
+        assert_eq!(e.code, code, "{method} {params}: {e:?}");
+    }
+    d.assert_serving();
+
+    // save_config lists each create after its base's, and the saved config restarts.
+    let saved = d.call("save_config", None);
+    let bdev = saved["subsystems"].as_array().unwrap().iter().find(|s| s["subsystem"] == "bdev").unwrap();
+    let methods: Vec<&str> = bdev["config"].as_array().unwrap().iter().map(|e| e["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        [
+            "bdev_malloc_create",
+            "bdev_error_create",
+            "bdev_delay_create",
+            "bdev_passthru_create",
+            "bdev_wait_for_examine"
+        ]
+    );
+    let cfg = dir.write_json("saved.json", &saved);
+    let d2 = Daemon::start_with(&dir, "second.sock", "0x1", &["--json", cfg.to_str().unwrap()]);
+    assert_eq!(d2.call("save_config", None), saved, "the restarted daemon has the same stack");
+    // Deleting the bottom tears the stack down; the delete answers once it is gone.
+    assert_eq!(d2.call("bdev_malloc_delete", Some(json!({"name": "B0"}))), json!(true));
+    assert!(d2.bdev_names().is_empty(), "{:?}", d2.bdev_names());
+    // Deleting from the top works too.
+    assert_eq!(d.call("bdev_passthru_delete", Some(json!({"name": "BP0"}))), json!(true));
+    assert_eq!(d.call("bdev_delay_delete", Some(json!({"name": "BD0"}))), json!(true));
+    assert_eq!(d.call("bdev_error_delete", Some(json!({"name": "EE_B0"}))), json!(true));
+    assert_eq!(d.bdev_names(), ["B0"]);
+    assert!(!common::find_bdev(&d.bdevs(), "B0").unwrap()["claimed"].as_bool().unwrap());
+}
