@@ -12,9 +12,12 @@
 //! are not multiples of 1000 lose nothing to rounding.
 //!
 //! Reads and writes are limited (SPDK's `bdev_qos_io_to_limit`); other types pass. A request
-//! over the limit waits in its channel's QoS queue, in order (later ones queue behind it), and a
-//! 1 ms timer of that channel releases what the bucket allows. Aborts find queued requests;
-//! while the bdev is being removed (or the limits are cleared) the queue is released at once.
+//! over a limit waits in its channel's QoS queue, and later requests that need that limit queue
+//! behind it, in order; a request that needs none of the limits something waits for may pass
+//! (a write is not held up by reads waiting for `r_mbytes_per_sec`, as in SPDK, whose QoS
+//! poller submits every queued request the limits allow). A 1 ms timer of the channel releases
+//! what the bucket allows. Aborts find queued requests; while the bdev is being removed (or the
+//! limits are cleared) the queue is released at once.
 //!
 //! Cost: while no limit is set, one `Cell<bool>` test per read or write. With limits: per I/O a
 //! few core-local additions; a compare-and-swap on the shared bucket once per batch (1/8 of a
@@ -185,6 +188,10 @@ pub(crate) struct ChannelQos {
     credit: [Cell<i64>; 4],
     /// Requests over the limit, in submission order.
     pub(crate) queue: RefCell<VecDeque<BdevIo>>,
+    /// The other queue, swapped in while the timer walks the queue (no allocation per walk).
+    spare: RefCell<VecDeque<BdevIo>>,
+    /// Limits (bit k: limit k) that queued requests wait for.
+    blocked: Cell<u8>,
     timer: Cell<bool>,
 }
 
@@ -195,6 +202,8 @@ impl ChannelQos {
             bucket: RefCell::new(None),
             credit: Default::default(),
             queue: RefCell::new(VecDeque::new()),
+            spare: RefCell::new(VecDeque::new()),
+            blocked: Cell::new(0),
             timer: Cell::new(false),
         }
     }
@@ -206,14 +215,27 @@ pub(crate) fn limited(t: IoType) -> bool {
     matches!(t, IoType::Read | IoType::Write)
 }
 
-/// Takes what `io` costs from the channel's credit (refilled from the bucket); false if the
-/// limits do not allow it now (credit taken stays with the channel for later).
-fn admit(ch: &ChannelInner, io: &BdevIo) -> bool {
-    let b = ch.qos.bucket.borrow();
-    let Some(b) = b.as_ref() else { return true };
+/// What `io` costs under each limit (0 where the limit does not apply).
+fn costs(ch: &ChannelInner, io: &BdevIo) -> [i64; 4] {
     let bytes = (io.req.num_blocks * ch.block_size as u64) as i64;
     let read = io.req.io_type == IoType::Read;
-    let cost = [1, bytes, if read { bytes } else { 0 }, if read { 0 } else { bytes }];
+    [1, bytes, if read { bytes } else { 0 }, if read { 0 } else { bytes }]
+}
+
+/// The limits (bit k: limit k) that `io` needs.
+fn needs(ch: &ChannelInner, io: &BdevIo) -> u8 {
+    let b = ch.qos.bucket.borrow();
+    let Some(b) = b.as_ref() else { return 0 };
+    let cost = costs(ch, io);
+    (0..4).filter(|&k| b.rates[k] != 0 && cost[k] != 0).fold(0, |m, k| m | 1 << k)
+}
+
+/// Takes what `io` costs from the channel's credit (refilled from the bucket); Err(bit of the
+/// limit that refused) if the limits do not allow it now (credit taken stays with the channel).
+fn admit(ch: &ChannelInner, io: &BdevIo) -> Result<(), u8> {
+    let b = ch.qos.bucket.borrow();
+    let Some(b) = b.as_ref() else { return Ok(()) };
+    let cost = costs(ch, io);
     for k in 0..4 {
         if b.rates[k] == 0 || cost[k] == 0 {
             continue;
@@ -222,7 +244,7 @@ fn admit(ch: &ChannelInner, io: &BdevIo) -> bool {
         if have < cost[k] {
             let got = b.take(k, cost[k] - have);
             if got == 0 {
-                return false;
+                return Err(1 << k);
             }
             ch.qos.credit[k].set(have + got);
         }
@@ -232,19 +254,25 @@ fn admit(ch: &ChannelInner, io: &BdevIo) -> bool {
             ch.qos.credit[k].set(ch.qos.credit[k].get() - cost[k]);
         }
     }
-    true
+    Ok(())
 }
 
 /// A read or write on a channel with limits: on its way if the limits allow and nothing waits
-/// before it, else queued for the channel's timer.
+/// for a limit it needs, else queued for the channel's timer.
 pub(crate) fn submit(ch: &Rc<ChannelInner>, mut io: BdevIo) {
-    if ch.qos.queue.borrow().is_empty() && admit(ch, &io) {
-        io.qos_passed = true;
-        ch.route(io);
-        return;
+    let waits = ch.qos.blocked.get();
+    let verdict = if waits & needs(ch, &io) != 0 { Err(0) } else { admit(ch, &io) };
+    match verdict {
+        Ok(()) => {
+            io.qos_passed = true;
+            ch.route(io);
+        }
+        Err(k) => {
+            ch.qos.blocked.set(waits | k);
+            ch.qos.queue.borrow_mut().push_back(io);
+            arm(ch);
+        }
     }
-    ch.qos.queue.borrow_mut().push_back(io);
-    arm(ch);
 }
 
 fn arm(ch: &Rc<ChannelInner>) {
@@ -264,24 +292,43 @@ fn arm(ch: &Rc<ChannelInner>) {
     }
 }
 
-/// Sends on what the limits now allow, in order; everything if the limits are gone or the bdev
-/// is being removed.
+/// Sends on what the limits now allow, in order (a request stays behind an earlier one that
+/// waits for a limit it needs); everything if the limits are gone or the bdev is being removed.
 fn release(ch: &Rc<ChannelInner>) {
     ch.qos.timer.set(false);
     let free = !ch.qos.on.get() || ch.bdev.removing.load(Ordering::Relaxed);
-    loop {
-        let next = {
-            let mut q = ch.qos.queue.borrow_mut();
-            match q.front() {
-                Some(io) if free || admit(ch, io) => q.pop_front(),
-                _ => None,
-            }
+    // Walk the queue taken out whole, so that no borrow is held while requests are routed.
+    let spare = std::mem::take(&mut *ch.qos.spare.borrow_mut());
+    let mut waiting = std::mem::replace(&mut *ch.qos.queue.borrow_mut(), spare);
+    let mut blocked = 0u8;
+    for _ in 0..waiting.len() {
+        let Some(mut io) = waiting.pop_front() else { break };
+        let verdict = if free {
+            Ok(())
+        } else if blocked & needs(ch, &io) != 0 {
+            Err(0)
+        } else {
+            admit(ch, &io)
         };
-        let Some(mut io) = next else { break };
-        io.qos_passed = true;
-        ch.route(io);
+        match verdict {
+            Ok(()) => {
+                io.qos_passed = true;
+                ch.route(io);
+            }
+            Err(k) => {
+                blocked |= k;
+                waiting.push_back(io);
+            }
+        }
     }
-    if !ch.qos.queue.borrow().is_empty() {
+    // Requests queued while routing (none today) go behind those still waiting.
+    let mut q = ch.qos.queue.borrow_mut();
+    waiting.append(&mut q);
+    *ch.qos.spare.borrow_mut() = std::mem::replace(&mut *q, waiting);
+    ch.qos.blocked.set(if q.is_empty() { 0 } else { blocked });
+    let again = !q.is_empty();
+    drop(q);
+    if again {
         arm(ch);
     }
 }
