@@ -41,12 +41,7 @@ pub struct Histogram {
 #[inline]
 fn range_of(granularity: u32, v: u64) -> u32 {
     let clz = v.leading_zeros();
-    let lsb = 64 - granularity;
-    if clz <= lsb {
-        lsb - clz
-    } else {
-        0
-    }
+    (64 - granularity).saturating_sub(clz)
 }
 
 impl Histogram {

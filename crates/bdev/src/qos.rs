@@ -236,22 +236,22 @@ fn admit(ch: &ChannelInner, io: &BdevIo) -> Result<(), u8> {
     let b = ch.qos.bucket.borrow();
     let Some(b) = b.as_ref() else { return Ok(()) };
     let cost = costs(ch, io);
-    for k in 0..4 {
-        if b.rates[k] == 0 || cost[k] == 0 {
+    for (k, &c) in cost.iter().enumerate() {
+        if b.rates[k] == 0 || c == 0 {
             continue;
         }
         let have = ch.qos.credit[k].get();
-        if have < cost[k] {
-            let got = b.take(k, cost[k] - have);
+        if have < c {
+            let got = b.take(k, c - have);
             if got == 0 {
                 return Err(1 << k);
             }
             ch.qos.credit[k].set(have + got);
         }
     }
-    for k in 0..4 {
+    for (k, &c) in cost.iter().enumerate() {
         if b.rates[k] != 0 {
-            ch.qos.credit[k].set(ch.qos.credit[k].get() - cost[k]);
+            ch.qos.credit[k].set(ch.qos.credit[k].get() - c);
         }
     }
     Ok(())

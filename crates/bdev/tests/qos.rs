@@ -195,7 +195,7 @@ fn queued_requests_keep_order_can_be_aborted_and_are_released_by_removal() {
         }
         let took = start.elapsed();
         drop((ch, d));
-        let _ = removed;
+        assert!(removed.await.is_ok(), "the bdev went once its descriptor closed");
         let order = log.0.borrow().clone();
         (order, a, took)
     });
