@@ -226,6 +226,12 @@ pub(crate) struct BdevShared {
     pub(crate) locks: Mutex<Vec<crate::compare::LockedRange>>,
     pub(crate) lock_count: std::sync::atomic::AtomicU32,
     pub(crate) next_lock: AtomicU64,
+    /// QoS rate limits (see `qos`).
+    pub(crate) qos: crate::qos::QosShared,
+    /// The latency histogram setting (see `histogram`).
+    pub(crate) histogram: crate::histogram::HistShared,
+    /// Descriptors' I/O timeouts (see `timeout`).
+    pub(crate) timeouts: crate::timeout::TimeoutShared,
 }
 
 /// Who has the bdev open, who claims it, and who waits for its removal.
@@ -484,6 +490,9 @@ pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev,
         locks: Mutex::new(Vec::new()),
         lock_count: Default::default(),
         next_lock: AtomicU64::new(1),
+        qos: Default::default(),
+        histogram: Default::default(),
+        timeouts: Default::default(),
     }));
     for a in &props.aliases {
         reg.aliases.insert(a.clone(), props.name.clone());

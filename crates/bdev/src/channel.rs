@@ -95,6 +95,10 @@ pub(crate) struct ChannelInner {
     nomem: RefCell<VecDeque<BdevIo>>,
     nomem_timer: Cell<bool>,
     me: Weak<ChannelInner>,
+    /// QoS limits and the requests waiting for them (see `qos`).
+    pub(crate) qos: crate::qos::ChannelQos,
+    /// Outstanding requests, tracked while a descriptor has a timeout (see `timeout`).
+    pub(crate) timeouts: crate::timeout::ChannelTimeouts,
 }
 
 /// What waits at an epoch barrier.
@@ -120,22 +124,18 @@ thread_local! {
 pub struct IoChannel {
     inner: Rc<ChannelInner>,
     write: bool,
+    /// The descriptor it was got from (for its timeout).
+    desc: u64,
 }
 
 impl IoChannel {
-    pub(crate) fn get(bdev: &Bdev, write: bool) -> Result<IoChannel, BdevError> {
+    pub(crate) fn get(bdev: &Bdev, write: bool, desc: u64) -> Result<IoChannel, BdevError> {
         let id = bdev.id();
         if let Some(inner) = CHANNELS.with(|c| c.borrow().get(&id).and_then(Weak::upgrade)) {
-            return Ok(IoChannel { inner, write });
+            return Ok(IoChannel { inner, write, desc });
         }
         let backend = bdev.0.backend.create_channel()?;
-        let stats = STATS.with(|s| {
-            s.borrow_mut()
-                .entry(id)
-                .or_insert_with(|| StatsEntry { stats: Rc::default(), bdev: Arc::downgrade(&bdev.0) })
-                .stats
-                .clone()
-        });
+        let stats = STATS.with(|s| s.borrow_mut().entry(id).or_insert_with(|| new_stats_entry(bdev)).stats.clone());
         let limits = bdev.0.limits;
         let inner = Rc::new_cyclic(|me| ChannelInner {
             block_size: bdev.block_size(),
@@ -152,13 +152,17 @@ impl IoChannel {
             nomem: RefCell::new(VecDeque::new()),
             nomem_timer: Cell::new(false),
             me: me.clone(),
+            qos: crate::qos::ChannelQos::new(),
+            timeouts: crate::timeout::ChannelTimeouts::new(),
         });
+        crate::qos::apply(&inner);
+        crate::timeout::channel_created(&inner);
         CHANNELS.with(|c| {
             let mut c = c.borrow_mut();
             c.retain(|_, w| w.strong_count() > 0);
             c.insert(id, Rc::downgrade(&inner));
         });
-        Ok(IoChannel { inner, write })
+        Ok(IoChannel { inner, write, desc })
     }
 
     /// Block size of the channel's bdev.
@@ -178,7 +182,10 @@ impl IoChannel {
     /// the module.
     #[inline]
     pub fn submit(&self, req: IoRequest, done: Rc<dyn IoCompleter>, tag: u64) {
-        let io = BdevIo::new(req, Done::Caller(done, tag), self.inner.clone(), crate::io::submit_tick());
+        let mut io = BdevIo::new(req, Done::Caller(done, tag), self.inner.clone(), crate::io::submit_tick());
+        if self.inner.timeouts.on.get() {
+            crate::timeout::track(&self.inner, &mut io, self.desc);
+        }
         self.inner.submit_checked(io, self.write);
     }
 
@@ -187,7 +194,10 @@ impl IoChannel {
     /// the parent from there. No table keyed by tag is needed: the child carries its parent.
     #[inline]
     pub fn submit_child(&self, parent: BdevIo, req: IoRequest, then: fn(BdevIo, Completed)) {
-        let io = BdevIo::new(req, Done::Parent(parent, then), self.inner.clone(), crate::io::submit_tick());
+        let mut io = BdevIo::new(req, Done::Parent(parent, then), self.inner.clone(), crate::io::submit_tick());
+        if self.inner.timeouts.on.get() {
+            crate::timeout::track(&self.inner, &mut io, self.desc);
+        }
         self.inner.submit_checked(io, self.write);
     }
 }
@@ -208,7 +218,7 @@ impl ChannelInner {
     /// emulated compare, compare-and-write), behind earlier requests that met NoMem, behind a
     /// range lock, or to the module.
     #[inline]
-    fn route(self: &Rc<Self>, io: BdevIo) {
+    pub(crate) fn route(self: &Rc<Self>, io: BdevIo) {
         let t = io.req.io_type;
         match t {
             IoType::Reset => self.reset(io),
@@ -217,6 +227,7 @@ impl ChannelInner {
             IoType::CompareAndWrite if !self.io_types.contains(IoType::CompareAndWrite) => {
                 crate::compare::compare_and_write(io)
             }
+            _ if self.qos.on.get() && !io.qos_passed && crate::qos::limited(t) => crate::qos::submit(self, io),
             _ if t.writes() && crate::compare::write_blocked(&self.bdev, &io) => self.locked.borrow_mut().push_back(io),
             _ if !self.nomem.borrow().is_empty() => self.nomem.borrow_mut().push_back(io),
             _ => self.fit_and_dispatch(io),
@@ -375,7 +386,9 @@ impl ChannelInner {
             io.complete_deferred(IoStatus::Failed(libc::EINVAL));
             return;
         };
-        let mut found = abort_queued(&self.nomem, completer, tag) + abort_queued(&self.locked, completer, tag);
+        let mut found = abort_queued(&self.nomem, completer, tag)
+            + abort_queued(&self.locked, completer, tag)
+            + abort_queued(&self.qos.queue, completer, tag);
         {
             let mut q = self.barriers.borrow_mut();
             let mut i = 0;
@@ -398,6 +411,32 @@ impl ChannelInner {
         }
         found += self.backend.borrow_mut().abort(&|r: &BdevIo| r.is_named_by(completer, tag));
         io.complete_deferred(if found > 0 { IoStatus::Success } else { IoStatus::Failed(libc::ENOENT) });
+    }
+
+    /// Completes, as Aborted, every request `pred` picks that waits in the layer or that the
+    /// module can stop (a timeout's abort); returns how many.
+    pub(crate) fn abort_matching(&self, pred: &dyn Fn(&BdevIo) -> bool) -> usize {
+        let mut found = 0;
+        for queue in [&self.nomem, &self.locked, &self.qos.queue] {
+            let picked: VecDeque<BdevIo> = {
+                let mut q = queue.borrow_mut();
+                let (p, keep) = std::mem::take(&mut *q).into_iter().partition(|io| pred(io));
+                *q = keep;
+                p
+            };
+            found += picked.len();
+            picked.into_iter().for_each(|io| io.complete_deferred(IoStatus::Aborted));
+        }
+        let resets: Vec<BdevIo> = {
+            let mut q = self.barriers.borrow_mut();
+            let (p, keep) =
+                std::mem::take(&mut *q).into_iter().partition(|(_, b)| matches!(b, Barrier::Reset(r) if pred(r)));
+            *q = keep;
+            p.into_iter().filter_map(|(_, b)| if let Barrier::Reset(r) = b { Some(r) } else { None }).collect()
+        };
+        found += resets.len();
+        resets.into_iter().for_each(|io| io.complete_deferred(IoStatus::Aborted));
+        found + self.backend.borrow_mut().abort(pred)
     }
 
     /// Notes that a request the module had completed; releases resets whose predecessors have
@@ -508,7 +547,38 @@ fn abort_queued(queue: &RefCell<VecDeque<BdevIo>>, completer: usize, tag: u64) -
     found
 }
 
-fn local_channel(bdev_id: u64) -> Option<Rc<ChannelInner>> {
+/// A bdev's fresh per-core counters, with its histogram if enabled.
+fn new_stats_entry(bdev: &Bdev) -> StatsEntry {
+    let stats: Rc<ChannelStats> = Rc::default();
+    stats.set_histogram(bdev.0.histogram.get());
+    StatsEntry { stats, bdev: Arc::downgrade(&bdev.0) }
+}
+
+/// This core's counters of the bdev with internal id `id`, if it has any.
+pub(crate) fn local_stats(id: u64) -> Option<Rc<ChannelStats>> {
+    STATS.with(|s| s.borrow().get(&id).map(|e| e.stats.clone()))
+}
+
+/// Runs `f` on this core's counters of `bdev`, making them if needed.
+pub(crate) fn with_local_stats(bdev: &Bdev, f: impl FnOnce(&ChannelStats)) {
+    let stats = STATS.with(|s| s.borrow_mut().entry(bdev.id()).or_insert_with(|| new_stats_entry(bdev)).stats.clone());
+    f(&stats);
+}
+
+/// This core's statistics for the bdev with internal id `id`, None if it was never used here
+/// (one entry of `bdev_get_iostat`'s `per_channel` result).
+pub fn local_iostat_if_used(id: u64) -> Option<IoStat> {
+    local_stats(id).map(|s| s.snapshot())
+}
+
+/// Resets this core's statistics of the bdev with internal id `id` as `mode` says.
+pub fn reset_local_iostat(id: u64, mode: crate::stats::ResetMode) {
+    if let Some(s) = local_stats(id) {
+        s.reset(mode);
+    }
+}
+
+pub(crate) fn local_channel(bdev_id: u64) -> Option<Rc<ChannelInner>> {
     CHANNELS.with(|c| c.borrow().get(&bdev_id).and_then(Weak::upgrade))
 }
 

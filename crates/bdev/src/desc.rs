@@ -162,12 +162,28 @@ impl BdevDesc {
 
     /// Gets this core's I/O channel for the bdev (made on first use on each core).
     pub fn channel(&self) -> Result<IoChannel, BdevError> {
-        IoChannel::get(&self.bdev, self.writable())
+        IoChannel::get(&self.bdev, self.writable(), self.id)
+    }
+
+    /// Sets a timeout (SPDK's `spdk_bdev_set_timeout`): `cb` runs, on the submitting core, for
+    /// each request submitted through this descriptor that is still outstanding `secs` seconds
+    /// later (checked every 100 ms, each request reported once); if it returns true the request
+    /// is aborted and completes with `IoStatus::TimedOut`. Replaces an earlier timeout; `secs`
+    /// 0 clears it. Channels track outstanding requests only while a timeout is set. Channels
+    /// off the reactors track but are never checked.
+    pub fn set_timeout(&self, secs: u64, cb: impl Fn(&crate::timeout::TimedOutIo) -> bool + Send + Sync + 'static) {
+        crate::timeout::set(&self.bdev, self.id, secs, Some(Arc::new(cb)));
+    }
+
+    /// Clears the timeout set with [`BdevDesc::set_timeout`].
+    pub fn clear_timeout(&self) {
+        crate::timeout::set(&self.bdev, self.id, 0, None);
     }
 }
 
 impl Drop for BdevDesc {
     fn drop(&mut self) {
+        crate::timeout::set(&self.bdev, self.id, 0, None);
         let waiters = {
             let mut st = self.bdev.0.state.lock().unwrap();
             st.descs.retain(|d| d.id != self.id);

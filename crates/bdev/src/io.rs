@@ -432,6 +432,10 @@ pub struct IoState {
     pub(crate) bounced: Option<IoBufs>,
     /// A write of a compare-and-write, which holds the range lock it would otherwise wait for.
     pub(crate) lock_bypass: bool,
+    /// Its slot + 1 in the channel's table of outstanding requests (0: not tracked; see `timeout`).
+    pub(crate) track: u32,
+    /// Already let through by the QoS limits (see `qos`).
+    pub(crate) qos_passed: bool,
 }
 
 thread_local! {
@@ -456,6 +460,8 @@ fn take_state(req: IoRequest, done: Done, ch: Option<Rc<ChannelInner>>, submit_t
             s.counted = false;
             s.fitted = false;
             s.lock_bypass = false;
+            s.track = 0;
+            s.qos_passed = false;
             s
         }
         None => Box::new(IoState {
@@ -472,6 +478,8 @@ fn take_state(req: IoRequest, done: Done, ch: Option<Rc<ChannelInner>>, submit_t
             fitted: false,
             bounced: None,
             lock_bypass: false,
+            track: 0,
+            qos_passed: false,
         }),
     }
 }
@@ -609,6 +617,7 @@ impl BdevIo {
             ch.retry_later(BdevIo(ManuallyDrop::new(st)));
             return;
         }
+        let status = if st.track != 0 { crate::timeout::untrack(&ch, &mut st, status) } else { status };
         let now = ferrite_reactor::tsc::ticks();
         st.status = status;
         st.latency_ticks = now.wrapping_sub(st.submit_tick);

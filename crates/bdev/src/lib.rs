@@ -7,11 +7,14 @@ pub mod channel;
 mod compare;
 pub mod desc;
 mod fit;
+pub mod histogram;
 pub mod io;
 pub mod module;
 pub mod modules;
+pub mod qos;
 pub mod rpc;
 pub mod stats;
+pub mod timeout;
 
 pub use bdev::{list, lookup, register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
 pub use channel::IoChannel;

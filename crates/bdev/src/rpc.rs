@@ -1,11 +1,12 @@
 //! The bdev subsystem's JSON-RPC methods, with SPDK's names, parameters and result shapes:
-//! bdev_get_bdevs, bdev_get_iostat, and create/delete for the null, malloc and uring modules.
+//! bdev_get_bdevs, bdev_get_iostat, bdev_reset_iostat, and create/delete for the null, malloc and
+//! uring modules (QoS and histogram methods are in `qos` and `histogram`).
 
 use crate::bdev::list;
 use crate::bdev::{lookup, unregister, Bdev, BdevError};
-use crate::channel::{local_iostat, prune_local_iostat};
+use crate::channel::{local_iostat, local_iostat_if_used, prune_local_iostat, reset_local_iostat};
 use crate::module::wait_for_examine;
-use crate::stats::{IoStat, ERROR_KINDS};
+use crate::stats::{IoStat, ResetMode, ERROR_KINDS};
 use crate::IoType;
 use ferrite_rpc::{errno_error, Ctx, Params, Registry, RpcError, RpcResult, Subsystem};
 use serde::Deserialize;
@@ -16,7 +17,7 @@ pub(crate) fn bdev_err(e: BdevError) -> RpcError {
     errno_error(e.errno(), e.to_string())
 }
 
-fn not_found(name: &str) -> RpcError {
+pub(crate) fn not_found(name: &str) -> RpcError {
     errno_error(libc::ENODEV, format!("No such device: bdev {name} not found"))
 }
 
@@ -67,8 +68,7 @@ pub fn bdev_json(b: &Bdev) -> Value {
         "block_size": b.block_size(),
         "num_blocks": b.num_blocks(),
         "uuid": b.uuid().to_string(),
-        "assigned_rate_limits": {"rw_ios_per_sec": 0, "rw_mbytes_per_sec": 0,
-            "r_mbytes_per_sec": 0, "w_mbytes_per_sec": 0},
+        "assigned_rate_limits": crate::qos::limits_json(b),
         "claimed": b.claimed_by().is_some(),
         "zoned": false,
         "supported_io_types": io_types,
@@ -88,6 +88,14 @@ pub fn bdev_json(b: &Bdev) -> Value {
 }
 
 fn iostat_json(b: &Bdev, s: &IoStat) -> Value {
+    let mut v = stat_fields(s);
+    v["name"] = json!(b.name());
+    v
+}
+
+/// SPDK's `spdk_bdev_dump_io_stat_json` fields (and Ferrite's write-zeroes, flush and reset
+/// counts).
+fn stat_fields(s: &IoStat) -> Value {
     let min = |i: usize| if s.min_latency_ticks[i] == u64::MAX { 0 } else { s.min_latency_ticks[i] };
     let errors: serde_json::Map<String, Value> = ERROR_KINDS
         .iter()
@@ -96,7 +104,6 @@ fn iostat_json(b: &Bdev, s: &IoStat) -> Value {
         .map(|(k, n)| (k.to_string(), json!(n)))
         .collect();
     json!({
-        "name": b.name(),
         "bytes_read": s.bytes_read, "num_read_ops": s.num_read_ops,
         "bytes_written": s.bytes_written, "num_write_ops": s.num_write_ops,
         "bytes_unmapped": s.bytes_unmapped, "num_unmap_ops": s.num_unmap_ops,
@@ -117,12 +124,24 @@ fn iostat_json(b: &Bdev, s: &IoStat) -> Value {
 
 /// Sums every core's statistics of `bdevs` (each core answers by message).
 pub async fn iostat(ctx: &Ctx, bdevs: &[Bdev]) -> Vec<IoStat> {
+    iostat_and_reset(ctx, bdevs, ResetMode::None).await
+}
+
+/// As [`iostat`], and each core resets its counters as `mode` says right after reading them
+/// (SPDK's `reset_mode` of `bdev_get_iostat`).
+pub async fn iostat_and_reset(ctx: &Ctx, bdevs: &[Bdev], mode: ResetMode) -> Vec<IoStat> {
     let ids: Arc<Vec<u64>> = Arc::new(bdevs.iter().map(|b| b.id()).collect());
     let per_core = ctx
         .engine
         .on_all(move |_| {
             prune_local_iostat();
-            ids.iter().map(|id| local_iostat(*id)).collect::<Vec<_>>()
+            ids.iter()
+                .map(|id| {
+                    let s = local_iostat(*id);
+                    reset_local_iostat(*id, mode);
+                    s
+                })
+                .collect::<Vec<_>>()
         })
         .await
         .unwrap_or_default();
@@ -139,6 +158,23 @@ pub async fn iostat(ctx: &Ctx, bdevs: &[Bdev]) -> Vec<IoStat> {
 #[serde(deny_unknown_fields)]
 struct NameParam {
     name: String,
+}
+
+/// `bdev_reset_iostat` params.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResetParams {
+    name: Option<String>,
+    mode: Option<String>,
+}
+
+fn reset_mode(name: Option<&str>, default: ResetMode) -> Result<ResetMode, RpcError> {
+    match name {
+        None => Ok(default),
+        Some(n) => ResetMode::from_name(n).ok_or_else(|| {
+            errno_error(libc::EINVAL, format!("reset mode {n:?} must be one of all, maxmin, error, none"))
+        }),
+    }
 }
 
 #[derive(Deserialize)]
@@ -221,21 +257,55 @@ pub fn register(reg: &mut Registry) {
     });
     reg.method("bdev_get_iostat", |ctx, p: Params| async move {
         let p: IostatParams = p.parse()?;
-        if !matches!(p.reset_mode.as_deref(), None | Some("none")) {
-            return Err(errno_error(libc::ENOTSUP, "reset_mode other than \"none\" is not supported"));
-        }
-        if p.per_channel == Some(true) {
-            return Err(errno_error(libc::ENOTSUP, "per_channel statistics are not supported"));
-        }
-        let bdevs = match p.names {
+        let mode = reset_mode(p.reset_mode.as_deref(), ResetMode::None)?;
+        let bdevs: Vec<Bdev> = match p.names {
             Some(names) => names.iter().map(|n| lookup(n).ok_or_else(|| not_found(n))).collect::<Result<_, _>>()?,
             None => selected(p.name)?,
         };
-        let stats = iostat(&ctx, &bdevs).await;
+        if p.per_channel == Some(true) {
+            // As SPDK: one bdev, one entry per core that has used it, with the core's thread id
+            // (the reactor index, as `framework_get_reactors` names its threads).
+            let [b] = &bdevs[..] else {
+                return Err(errno_error(libc::EINVAL, "Can't use per_channel with multiple bdevs"));
+            };
+            let id = b.id();
+            let per_core = ctx
+                .engine
+                .on_all(move |core| {
+                    let s = local_iostat_if_used(id);
+                    reset_local_iostat(id, mode);
+                    s.map(|s| (core, s))
+                })
+                .await
+                .unwrap_or_default();
+            let channels: Vec<Value> = per_core
+                .into_iter()
+                .flatten()
+                .map(|(core, s)| {
+                    let mut v = stat_fields(&s);
+                    v["thread_id"] = json!(core);
+                    v
+                })
+                .collect();
+            return Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(),
+                "ticks": ferrite_reactor::tsc::ticks(), "name": b.name(), "channels": channels}));
+        }
+        let stats = iostat_and_reset(&ctx, &bdevs, mode).await;
         let list: Vec<Value> = bdevs.iter().zip(stats.iter()).map(|(b, s)| iostat_json(b, s)).collect();
         Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(),
             "ticks": ferrite_reactor::tsc::ticks(), "bdevs": list}))
     });
+    reg.method("bdev_reset_iostat", |ctx, p: Params| async move {
+        let p: ResetParams = p.parse()?;
+        let mode = reset_mode(p.mode.as_deref(), ResetMode::All)?;
+        let ids: Arc<Vec<u64>> = Arc::new(selected(p.name)?.iter().map(|b| b.id()).collect());
+        if mode != ResetMode::None {
+            let _ = ctx.engine.on_all(move |_| ids.iter().for_each(|id| reset_local_iostat(*id, mode))).await;
+        }
+        Ok(json!(true))
+    });
+    crate::qos::register(reg);
+    crate::histogram::register(reg);
     crate::modules::register_builtin();
     for m in crate::module::modules() {
         m.register_rpcs(reg);
@@ -259,7 +329,17 @@ pub fn register(reg: &mut Registry) {
         name: "bdev",
         depends_on: vec![],
         config: Arc::new(|| {
-            let mut entries: Vec<Value> = list().iter().filter_map(|b| b.backend().config_entry(b)).collect();
+            // As SPDK: each bdev's create call, then its QoS limits and histogram setting.
+            let mut entries: Vec<Value> = list()
+                .iter()
+                .flat_map(|b| {
+                    b.backend()
+                        .config_entry(b)
+                        .map(|create| [Some(create), crate::qos::config_entry(b), crate::histogram::config_entry(b)])
+                })
+                .flatten()
+                .flatten()
+                .collect();
             entries.push(json!({"method": "bdev_wait_for_examine"}));
             entries
         }),

@@ -6,6 +6,8 @@ use crate::io::{IoStatus, IoType};
 #[derive(Default)]
 pub(crate) struct ChannelStats {
     s: std::cell::UnsafeCell<IoStat>,
+    /// The latency histogram while enabled (see `histogram`); None costs one branch per I/O.
+    hist: std::cell::UnsafeCell<Option<Box<crate::histogram::CoreHistogram>>>,
 }
 
 /// A snapshot of a bdev's I/O counters, in SPDK's `bdev_get_iostat` terms.
@@ -109,6 +111,10 @@ impl ChannelStats {
         // SAFETY: ChannelStats is !Sync (UnsafeCell) and lives in an Rc on one thread; no
         // reference into it outlives this call or `snapshot`, so this is the only access.
         let s = unsafe { &mut *self.s.get() };
+        // SAFETY: as above.
+        if let Some(h) = unsafe { &mut *self.hist.get() } {
+            h.record(t, ticks);
+        }
         if status != IoStatus::Success {
             s.io_errors += 1;
             s.errors[error_kind(status)] += 1;
@@ -157,9 +163,83 @@ impl ChannelStats {
         // SAFETY: as in `record`: single-threaded, no outstanding reference.
         unsafe { *self.s.get() }
     }
+
+    /// Resets the counters as `mode` says (on the owning core).
+    pub(crate) fn reset(&self, mode: ResetMode) {
+        // SAFETY: as in `record`.
+        unsafe { &mut *self.s.get() }.reset(mode);
+    }
+
+    /// Starts (from zero) or stops this core's histogram; an unchanged setting keeps its counts.
+    pub(crate) fn set_histogram(&self, cfg: Option<crate::histogram::HistConfig>) {
+        // SAFETY: as in `record`.
+        let h = unsafe { &mut *self.hist.get() };
+        match cfg {
+            None => *h = None,
+            Some(c) => {
+                let fresh = c.empty();
+                let same = h.as_ref().is_some_and(|x| x.opc == c.opc && x.h.same_shape(&fresh));
+                if !same {
+                    *h = Some(Box::new(crate::histogram::CoreHistogram { opc: c.opc, h: fresh }));
+                }
+            }
+        }
+    }
+
+    /// A copy of this core's histogram, if enabled.
+    pub(crate) fn histogram(&self) -> Option<crate::histogram::Histogram> {
+        // SAFETY: as in `record`.
+        unsafe { &*self.hist.get() }.as_ref().map(|h| h.h.clone())
+    }
+}
+
+/// What `bdev_reset_iostat` (and `bdev_get_iostat`'s `reset_mode`) clears, with SPDK's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetMode {
+    /// Every counter.
+    All,
+    /// Only the largest and smallest latencies.
+    MaxMin,
+    /// Only the error counters.
+    Error,
+    /// Nothing.
+    None,
+}
+
+impl ResetMode {
+    /// The mode SPDK calls `name` ("all", "maxmin", "error", "none").
+    pub fn from_name(name: &str) -> Option<ResetMode> {
+        match name {
+            "all" => Some(ResetMode::All),
+            "maxmin" => Some(ResetMode::MaxMin),
+            "error" => Some(ResetMode::Error),
+            "none" => Some(ResetMode::None),
+            _ => None,
+        }
+    }
 }
 
 impl IoStat {
+    /// Clears what `mode` names, as SPDK's `spdk_bdev_reset_io_stat` (`All` also clears the
+    /// counters SPDK's statistics lack: write-zeroes, flush and reset counts).
+    pub fn reset(&mut self, mode: ResetMode) {
+        match mode {
+            ResetMode::None => {}
+            ResetMode::Error => {
+                self.io_errors = 0;
+                self.errors = [0; ERROR_KINDS.len()];
+            }
+            ResetMode::MaxMin => {
+                self.max_read_latency_ticks = 0;
+                self.max_write_latency_ticks = 0;
+                self.max_unmap_latency_ticks = 0;
+                self.max_copy_latency_ticks = 0;
+                self.min_latency_ticks = [u64::MAX; 4];
+            }
+            ResetMode::All => *self = IoStat::default(),
+        }
+    }
+
     /// Adds another core's counters.
     pub fn add(&mut self, o: &IoStat) {
         self.bytes_read += o.bytes_read;
