@@ -218,7 +218,11 @@ pub(crate) async fn delete(p: Params, module: &'static str) -> RpcResult {
 
 /// SPDK's hints that Ferrite cannot honour: accepted at their default (so that configs SPDK
 /// writes load), refused with a clear message otherwise.
-pub(crate) fn check_default<T: PartialEq + std::fmt::Display>(name: &str, v: Option<T>, default: T) -> Result<(), RpcError> {
+pub(crate) fn check_default<T: PartialEq + std::fmt::Display>(
+    name: &str,
+    v: Option<T>,
+    default: T,
+) -> Result<(), RpcError> {
     match v {
         Some(v) if v != default => Err(RpcError::new(
             ferrite_rpc::jsonrpc::INVALID_PARAMS,

@@ -18,6 +18,5 @@ pub use blocking::{spawn_blocking, Blocking, BlockingPanic};
 pub use buf::{BufPool, BufPoolConfig, IoBuf, Lender};
 pub use reactor::{
     after, alloc_buf, buf_pool, current, engine, pending_timers, register_poller, sleep, spawn_local, try_alloc_buf,
-    try_with_ring,
-    unregister_poller, with_ring, Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,
+    try_with_ring, unregister_poller, with_ring, Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,
 };
