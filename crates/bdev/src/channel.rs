@@ -189,6 +189,15 @@ impl IoChannel {
         self.inner.submit_checked(io, self.write);
     }
 
+    /// Submits a completed request again, as it now is (the caller changed its fields in place):
+    /// no request is built or moved, the state goes straight back to the layer. For callers that
+    /// resubmit from their completion (a benchmark job, a target's queue slot).
+    #[inline]
+    pub fn resubmit(&self, c: Completed, done: Rc<dyn IoCompleter>, tag: u64) {
+        let io = BdevIo::reuse(c, Done::Caller(done, tag), self.inner.clone(), crate::io::submit_tick());
+        self.inner.submit_checked(io, self.write);
+    }
+
     /// Submits `req` on behalf of `parent` (a request of a virtual bdev's own): when it
     /// completes, `then(parent, completed)` runs on this core, and the virtual bdev completes
     /// the parent from there. No table keyed by tag is needed: the child carries its parent.

@@ -311,7 +311,20 @@ impl IoRequest {
 
     /// A read of `num_blocks` at `offset_blocks` into `buf`.
     pub fn read(offset_blocks: u64, num_blocks: u64, buf: IoBuf) -> Self {
-        Self::new(IoType::Read, offset_blocks, num_blocks).with_buf(buf)
+        Self::with_payload(IoType::Read, offset_blocks, num_blocks, buf)
+    }
+
+    #[inline]
+    fn with_payload(io_type: IoType, offset_blocks: u64, num_blocks: u64, buf: IoBuf) -> Self {
+        Self {
+            io_type,
+            flags: IoFlags::NONE,
+            offset_blocks,
+            num_blocks,
+            bufs: smallvec::smallvec![buf],
+            md: None,
+            aux: IoAux::None,
+        }
     }
 
     /// A zero-copy read of `num_blocks` at `offset_blocks`: the request carries no buffer, and
@@ -332,7 +345,7 @@ impl IoRequest {
 
     /// A write of `num_blocks` at `offset_blocks` from `buf`.
     pub fn write(offset_blocks: u64, num_blocks: u64, buf: IoBuf) -> Self {
-        Self::new(IoType::Write, offset_blocks, num_blocks).with_buf(buf)
+        Self::with_payload(IoType::Write, offset_blocks, num_blocks, buf)
     }
 
     /// A request without payload (flush, unmap, write zeroes, reset, seek).
@@ -595,6 +608,24 @@ impl IoState {
 impl BdevIo {
     pub(crate) fn new(req: IoRequest, done: Done, ch: Rc<ChannelInner>, submit_tick: u64) -> Self {
         BdevIo(ManuallyDrop::new(take_state(req, done, Some(ch), submit_tick)))
+    }
+
+    /// A completed request's state, ready to be submitted again as it is.
+    pub(crate) fn reuse(c: Completed, done: Done, ch: Rc<ChannelInner>, submit_tick: u64) -> Self {
+        let mut c = ManuallyDrop::new(c);
+        // SAFETY: `c` is never dropped, so its state is taken exactly once.
+        let mut s = unsafe { ManuallyDrop::take(&mut c.0) };
+        s.status = IoStatus::Success;
+        s.latency_ticks = 0;
+        s.result = 0;
+        s.ch = Some(ch);
+        s.done = done;
+        s.submit_tick = submit_tick;
+        s.counted = false;
+        s.fitted = false;
+        s.lock_bypass = false;
+        debug_assert!(s.bounced.is_none(), "a completed request holds no bounce buffer");
+        BdevIo(ManuallyDrop::new(s))
     }
 
     fn into_box(self) -> Box<IoState> {

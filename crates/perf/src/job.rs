@@ -120,44 +120,41 @@ impl Job {
         self.start_block + n * self.io_blocks
     }
 
-    /// Builds the next request for `slot`, reusing `buf`.
-    fn next_request(&mut self, slot: usize, mut buf: Option<IoBuf>) -> IoRequest {
+    /// Turns `req` (which holds the slot's buffer, if any) into the next request for `slot`,
+    /// in place: a completed request is resubmitted as it is, without being moved or rebuilt.
+    fn prepare(&mut self, slot: usize, req: &mut IoRequest) {
         let w = self.spec.workload;
+        req.num_blocks = self.io_blocks;
         if w == Workload::Verify && self.slots[slot].phase == Phase::Write {
             // The write just completed: read the same blocks back.
             self.slots[slot].phase = Phase::Read;
-            let off = self.slots[slot].offset;
-            return IoRequest::read(off, self.io_blocks, buf.take().expect("verify slot has a buffer"));
+            req.io_type = IoType::Read;
+            req.offset_blocks = self.slots[slot].offset;
+            return;
         }
         let off = self.next_offset();
-        match w {
-            Workload::Unmap => IoRequest::no_payload(IoType::Unmap, off, self.io_blocks),
-            Workload::Flush => IoRequest::no_payload(IoType::Flush, off, self.io_blocks),
+        req.offset_blocks = off;
+        req.io_type = match w {
+            Workload::Unmap => IoType::Unmap,
+            Workload::Flush => IoType::Flush,
             Workload::Verify => {
-                let mut b = buf.take().expect("verify slot has a buffer");
                 let seed = xorshift(&mut self.rng);
-                fill_pattern(&mut b, seed);
+                fill_pattern(&mut req.bufs[0], seed);
                 self.slots[slot] = Slot { seed, offset: off, phase: Phase::Write };
-                IoRequest::write(off, self.io_blocks, b)
+                IoType::Write
             }
-            _ => {
-                let read = match w {
-                    Workload::Read | Workload::RandRead => true,
-                    Workload::Write | Workload::RandWrite => false,
-                    _ => (xorshift(&mut self.rng) % 100) < self.spec.rw_mix_read as u64,
-                };
-                let b = buf.take().expect("payload slot has a buffer");
-                if read {
-                    IoRequest::read(off, self.io_blocks, b)
-                } else {
-                    IoRequest::write(off, self.io_blocks, b)
-                }
-            }
-        }
+            Workload::Read | Workload::RandRead => IoType::Read,
+            Workload::Write | Workload::RandWrite => IoType::Write,
+            _ if (xorshift(&mut self.rng) % 100) < self.spec.rw_mix_read as u64 => IoType::Read,
+            _ => IoType::Write,
+        };
     }
 
+    /// Starts the first request of `slot`.
     fn submit(&mut self, slot: usize, buf: Option<IoBuf>) {
-        let req = self.next_request(slot, buf);
+        let mut req = IoRequest::new(IoType::Read, 0, 0);
+        req.bufs.extend(buf);
+        self.prepare(slot, &mut req);
         self.in_flight += 1;
         let me = self.me.clone().expect("job running");
         self.ch.submit(req, me, slot as u64);
@@ -199,14 +196,11 @@ impl IoCompleter for JobCell {
         let slot = tag as usize;
         let mut io = io;
         let (status, latency_ticks, io_type) = (io.status, io.latency_ticks, io.req.io_type);
-        let buf = io.req.bufs.pop();
-        // Give the request's state back to the cache before the next submit takes one.
-        drop(io);
         if status == IoStatus::Success {
             let verify_read = job.spec.workload == Workload::Verify && io_type == IoType::Read;
             if verify_read {
                 let s = &job.slots[slot];
-                let ok = buf.as_deref().is_some_and(|b| check_pattern(b, s.seed, job.null_bdev));
+                let ok = io.req.bufs.first().is_some_and(|b| check_pattern(b, s.seed, job.null_bdev));
                 if !ok {
                     job.verify_errors += 1;
                     if job.first_error.is_none() {
@@ -239,12 +233,17 @@ impl IoCompleter for JobCell {
             job.stopping = true;
         }
         if job.stopping {
+            drop(io);
             if job.in_flight == 0 {
                 job.finish();
             }
             return;
         }
-        job.submit(slot, buf);
+        // The same request, turned into the slot's next one in place.
+        job.prepare(slot, &mut io.req);
+        job.in_flight += 1;
+        let me = job.me.clone().expect("job running");
+        job.ch.resubmit(io, me, slot as u64);
     }
 }
 
