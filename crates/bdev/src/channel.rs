@@ -198,6 +198,17 @@ impl IoChannel {
         self.inner.submit_checked(io, self.write);
     }
 
+    /// Forwards `parent`'s own request (type, range, flags, buffers) to this channel's bdev, as a
+    /// passthru does: the child takes the request by a swap, so nothing is built or copied. When
+    /// the child completes, `then(parent, child)` runs; it gives the request back with
+    /// `Completed::return_req` and completes the parent. A virtual bdev that maps ranges
+    /// changes `parent.req.offset_blocks` before forwarding and back after.
+    #[inline]
+    pub fn forward(&self, parent: BdevIo, then: fn(BdevIo, Completed)) {
+        let io = BdevIo::forwarding(parent, then, self.inner.clone());
+        self.inner.submit_checked(io, self.write);
+    }
+
     /// Submits `req` on behalf of `parent` (a request of a virtual bdev's own): when it
     /// completes, `then(parent, completed)` runs on this core, and the virtual bdev completes
     /// the parent from there. No table keyed by tag is needed: the child carries its parent.

@@ -497,6 +497,26 @@ fn take_state(req: IoRequest, done: Done, ch: Option<Rc<ChannelInner>>, submit_t
     }
 }
 
+/// A state from the cache (or new) whose request is empty, for a child that will swap its
+/// parent's request in.
+fn take_empty_state(done: Done, ch: Rc<ChannelInner>, submit_tick: u64) -> Box<IoState> {
+    match CACHE.with(|c| c.borrow_mut().pop()) {
+        Some(mut s) => {
+            s.status = IoStatus::Success;
+            s.latency_ticks = 0;
+            s.result = 0;
+            s.ch = Some(ch);
+            s.done = done;
+            s.submit_tick = submit_tick;
+            s.counted = false;
+            s.fitted = false;
+            s.lock_bypass = false;
+            s
+        }
+        None => take_state(IoRequest::new(IoType::Read, 0, 0), done, Some(ch), submit_tick),
+    }
+}
+
 fn recycle(mut s: Box<IoState>) {
     // Drop what the state still holds before caching it (buffers go back to their pools).
     s.req.bufs.clear();
@@ -559,6 +579,13 @@ impl Drop for Completed {
 }
 
 impl Completed {
+    /// Gives a forwarded request back to the parent it came from (see
+    /// `IoChannel::forward`), with its result; the two swap requests, nothing is copied.
+    pub fn return_req(&mut self, parent: &mut IoState) {
+        std::mem::swap(&mut self.req, &mut parent.req);
+        parent.result = self.result;
+    }
+
     /// Takes the request out (its buffers with it).
     pub fn take_req(&mut self) -> IoRequest {
         std::mem::replace(&mut self.req, IoRequest::new(IoType::Read, 0, 0))
@@ -610,6 +637,17 @@ impl BdevIo {
         BdevIo(ManuallyDrop::new(take_state(req, done, Some(ch), submit_tick)))
     }
 
+    /// A child that carries `parent`'s own request (swapped out of it, so nothing is copied);
+    /// `Completed::return_req` swaps it back.
+    pub(crate) fn forwarding(parent: BdevIo, then: fn(BdevIo, Completed), ch: Rc<ChannelInner>) -> Self {
+        let tick = parent.submit_tick;
+        let mut parent = parent;
+        let mut s = take_empty_state(Done::None, ch, tick);
+        std::mem::swap(&mut s.req, &mut parent.req);
+        s.done = Done::Parent(parent, then);
+        BdevIo(ManuallyDrop::new(s))
+    }
+
     /// A completed request's state, ready to be submitted again as it is.
     pub(crate) fn reuse(c: Completed, done: Done, ch: Rc<ChannelInner>, submit_tick: u64) -> Self {
         let mut c = ManuallyDrop::new(c);
@@ -649,7 +687,12 @@ impl BdevIo {
             return;
         }
         let status = if st.track != 0 { crate::timeout::untrack(&ch, &mut st, status) } else { status };
-        let now = ferrite_reactor::tsc::ticks();
+        // Inside another request's completion (a virtual bdev's child completing its parent),
+        // that completion's tick serves: one counter read per completion chain.
+        let now = match COMPLETION_TICK.with(|t| t.get()) {
+            0 => ferrite_reactor::tsc::ticks(),
+            t => t,
+        };
         st.status = status;
         st.latency_ticks = now.wrapping_sub(st.submit_tick);
         if st.counted {
@@ -666,9 +709,9 @@ impl BdevIo {
         // Requests submitted from inside the callback take `now` as their submit time instead
         // of reading the counter again (it costs ~13 ns in a VM); their latency is overstated
         // by the callback's own run time, never understated.
-        COMPLETION_TICK.with(|t| t.set(now));
+        let outer = COMPLETION_TICK.with(|t| t.replace(now));
         deliver(st);
-        COMPLETION_TICK.with(|t| t.set(0));
+        COMPLETION_TICK.with(|t| t.set(outer));
     }
 
     /// Completes the request on this core's next loop turn (for modules that finish inside

@@ -11,7 +11,7 @@
 
 pub mod rpc;
 
-use super::passthru::base::{return_request, take_request, BaseBdev};
+use super::passthru::base::{return_request, BaseBdev};
 use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
 use crate::channel::IoChannel;
 use crate::io::{BdevIo, Completed, IoAux, IoStatus, IoType};
@@ -122,8 +122,7 @@ impl DelayCh {
         };
         io.ctx[0] = class;
         io.ctx[1] = self as *const DelayCh as u64;
-        let req = take_request(&mut io);
-        self.base.submit_child(io, req, child_done);
+        self.base.forward(io, child_done);
     }
 
     /// Completes held I/Os the abort names; if none, passes the abort to the base.
@@ -145,8 +144,7 @@ impl DelayCh {
         if victims.is_empty() {
             io.ctx[0] = NONE;
             io.ctx[1] = self as *const DelayCh as u64;
-            let req = take_request(&mut io);
-            return self.base.submit_child(io, req, child_done);
+            return self.base.forward(io, child_done);
         }
         for v in victims {
             v.complete_deferred(IoStatus::Aborted);

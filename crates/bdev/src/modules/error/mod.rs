@@ -206,7 +206,7 @@ impl ErrorCh {
     }
 
     /// Completes held I/Os the abort names; if none, passes the abort to the base.
-    fn abort(&self, mut io: BdevIo) {
+    fn abort(&self, io: BdevIo) {
         let IoAux::Abort { completer, tag } = io.req.aux else {
             return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
         };
@@ -217,8 +217,7 @@ impl ErrorCh {
             v
         };
         if victims.is_empty() {
-            let req = take_request(&mut io);
-            return self.base.submit_child(io, req, finish_child);
+            return self.base.forward(io, finish_child);
         }
         for v in victims {
             v.complete_deferred(IoStatus::Aborted);

@@ -212,8 +212,7 @@ pub fn take_request(io: &mut BdevIo) -> IoRequest {
 /// the child's status.
 #[inline]
 pub fn return_request(parent: &mut BdevIo, mut child: Completed) -> crate::io::IoStatus {
-    parent.req = child.take_req();
-    parent.result = child.result;
+    child.return_req(parent);
     child.status
 }
 

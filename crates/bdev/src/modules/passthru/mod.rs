@@ -12,7 +12,7 @@ pub mod rpc;
 use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
 use crate::channel::IoChannel;
 use crate::io::BdevIo;
-use base::{finish_child, take_request, BaseBdev};
+use base::{finish_child, BaseBdev};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -34,11 +34,10 @@ impl BackendChannel for PassthruChannel {
     }
 
     #[inline]
-    fn submit(&mut self, mut io: BdevIo) {
+    fn submit(&mut self, io: BdevIo) {
         // Everything, abort and reset included, goes to the base: an abort names the caller's
         // request, which the base finds through the child that carries it.
-        let req = take_request(&mut io);
-        self.base.submit_child(io, req, finish_child);
+        self.base.forward(io, finish_child);
     }
 }
 
