@@ -181,7 +181,7 @@ pub fn run(a: PerfArgs) -> i32 {
         duration,
         abort: abort.clone(),
     };
-    println!("Running I/O for {} seconds...", a.time);
+    out(format_args!("Running I/O for {} seconds...\n", a.time));
     let (tx, rx) = mpsc::channel::<(String, usize, Result<JobResult, String>)>();
     let mut progress = Vec::new();
     let n = engine.count() as u32;
@@ -233,15 +233,15 @@ pub fn run(a: PerfArgs) -> i32 {
                 let ios: u64 = progress.iter().map(|p| p.ios.load(Ordering::Relaxed)).sum();
                 let bytes: u64 = progress.iter().map(|p| p.bytes.load(Ordering::Relaxed)).sum();
                 let now = Instant::now();
-                println!(
-                    "{}",
+                out(format_args!(
+                    "{}\n",
                     ferrite_perf::report::progress_line(
                         tick * a.stats_interval,
                         ios - last_ios,
                         bytes - last_bytes,
                         (now - last_t).as_secs_f64()
                     )
-                );
+                ));
                 (last_ios, last_bytes, last_t) = (ios, bytes, now);
                 tick += 1;
             }
@@ -250,7 +250,7 @@ pub fn run(a: PerfArgs) -> i32 {
     }
     results.sort_by(|a, b| (a.core, &a.bdev).cmp(&(b.core, &b.bdev)));
     if !results.is_empty() {
-        print!("{}", ferrite_perf::report::format_table(&results));
+        out(format_args!("{}", ferrite_perf::report::format_table(&results)));
     }
     for e in &errors {
         eprintln!("ferrite perf: {e}");
@@ -258,7 +258,7 @@ pub fn run(a: PerfArgs) -> i32 {
     if let Some(path) = &a.results_json {
         let doc = serde_json::to_string_pretty(&ferrite_perf::report::to_json(&results)).unwrap_or_default();
         if path == "-" {
-            println!("{doc}");
+            out(format_args!("{doc}\n"));
         } else if let Err(e) = std::fs::write(path, doc + "\n") {
             errors.push(format!("cannot write {path}: {e}"));
         }
@@ -272,5 +272,22 @@ pub fn run(a: PerfArgs) -> i32 {
         1
     } else {
         0
+    }
+}
+
+/// Writes to stdout; once the reader has gone away (`ferrite perf ... | head`), further output is
+/// dropped quietly and the run goes on (println! would panic on the closed pipe).
+fn out(args: std::fmt::Arguments) {
+    use std::io::Write;
+    static GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if GONE.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut o = std::io::stdout().lock();
+    if let Err(e) = o.write_fmt(args).and_then(|_| o.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("ferrite perf: cannot write to stdout: {e}");
+        }
+        GONE.store(true, Ordering::Relaxed);
     }
 }

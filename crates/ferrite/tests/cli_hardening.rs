@@ -78,6 +78,25 @@ fn rpc_output_into_a_closed_pipe_exits_quietly() {
 }
 
 #[test]
+fn perf_output_into_a_closed_pipe_is_dropped_quietly() {
+    let dir = TempDir::new("perfpipe");
+    let cfg = null_config(&dir);
+    let mut child = Command::new(common::FERRITE)
+        .args(["perf", "--json", &cfg, "--reactor-mode", "interrupt", "--no-pin"])
+        .args(["-q", "4", "-o", "4096", "-w", "randread", "-t", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // `| head -0`
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "the run finishes: {err}");
+}
+
+#[test]
 fn sighup_stops_the_daemon_cleanly() {
     let dir = TempDir::new("sighup");
     let mut d = Daemon::start(&dir, &[]);
