@@ -460,21 +460,29 @@ thread_local! {
 /// Most states a thread keeps for reuse.
 const CACHE_MAX: usize = 4096;
 
+/// Makes a used state (from the cache, or a completed request) ready for a new trip through
+/// the layer: everything but the request and the module's context is set afresh. The one place
+/// that knows every per-trip field.
+fn restart(s: &mut IoState, done: Done, ch: Option<Rc<ChannelInner>>, submit_tick: u64) {
+    s.status = IoStatus::Success;
+    s.latency_ticks = 0;
+    s.result = 0;
+    s.ch = ch;
+    s.done = done;
+    s.submit_tick = submit_tick;
+    s.counted = false;
+    s.fitted = false;
+    s.lock_bypass = false;
+    s.track = 0;
+    s.qos_passed = false;
+    debug_assert!(s.bounced.is_none(), "a state between trips holds no bounce buffer");
+}
+
 fn take_state(req: IoRequest, done: Done, ch: Option<Rc<ChannelInner>>, submit_tick: u64) -> Box<IoState> {
     match CACHE.with(|c| c.borrow_mut().pop()) {
         Some(mut s) => {
             s.req = req;
-            s.status = IoStatus::Success;
-            s.latency_ticks = 0;
-            s.result = 0;
-            s.ch = ch;
-            s.done = done;
-            s.submit_tick = submit_tick;
-            s.counted = false;
-            s.fitted = false;
-            s.lock_bypass = false;
-            s.track = 0;
-            s.qos_passed = false;
+            restart(&mut s, done, ch, submit_tick);
             s
         }
         None => Box::new(IoState {
@@ -502,15 +510,7 @@ fn take_state(req: IoRequest, done: Done, ch: Option<Rc<ChannelInner>>, submit_t
 fn take_empty_state(done: Done, ch: Rc<ChannelInner>, submit_tick: u64) -> Box<IoState> {
     match CACHE.with(|c| c.borrow_mut().pop()) {
         Some(mut s) => {
-            s.status = IoStatus::Success;
-            s.latency_ticks = 0;
-            s.result = 0;
-            s.ch = Some(ch);
-            s.done = done;
-            s.submit_tick = submit_tick;
-            s.counted = false;
-            s.fitted = false;
-            s.lock_bypass = false;
+            restart(&mut s, done, Some(ch), submit_tick);
             s
         }
         None => take_state(IoRequest::new(IoType::Read, 0, 0), done, Some(ch), submit_tick),
@@ -653,16 +653,7 @@ impl BdevIo {
         let mut c = ManuallyDrop::new(c);
         // SAFETY: `c` is never dropped, so its state is taken exactly once.
         let mut s = unsafe { ManuallyDrop::take(&mut c.0) };
-        s.status = IoStatus::Success;
-        s.latency_ticks = 0;
-        s.result = 0;
-        s.ch = Some(ch);
-        s.done = done;
-        s.submit_tick = submit_tick;
-        s.counted = false;
-        s.fitted = false;
-        s.lock_bypass = false;
-        debug_assert!(s.bounced.is_none(), "a completed request holds no bounce buffer");
+        restart(&mut s, done, Some(ch), submit_tick);
         BdevIo(ManuallyDrop::new(s))
     }
 
