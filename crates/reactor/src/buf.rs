@@ -162,7 +162,13 @@ impl BufPool {
     pub fn get(self: &Rc<Self>, len: usize) -> IoBuf {
         match self.take_pooled(len) {
             Some(b) => b,
-            None => self.heap_fallback(len),
+            None => {
+                // Counted, but not against the heap budget: that bounds what the bdev layer's
+                // fallible requests may take, and long-lived buffers taken here (a connection's
+                // staging buffer) must not starve them.
+                self.heap_fallbacks.set(self.heap_fallbacks.get() + 1);
+                IoBuf::heap(len)
+            }
         }
     }
 
@@ -473,6 +479,7 @@ mod tests {
         assert_eq!(pool.stats().small_free, 0);
         // Exhausted class: heap fallback, still aligned, counted.
         let d = pool.get(4096);
+        assert_eq!(pool.stats().heap_bytes, 0, "get's fallbacks do not spend try_get's budget");
         assert_eq!(d.fixed_index(), None);
         assert_eq!(d.as_ptr() as usize % BUF_ALIGN, 0);
         assert_eq!(pool.stats().heap_fallbacks, 1);

@@ -284,6 +284,15 @@ fn check_latency(us: u64) -> Result<(), BdevError> {
     Ok(())
 }
 
+/// A p99 latency below its average is refused, by create and by update alike (an update that
+/// create would refuse used to make a saved config that the daemon refused at start).
+fn check_order(l: &Latencies) -> Result<(), BdevError> {
+    if l.p99_read < l.avg_read || l.p99_write < l.avg_write {
+        return Err(BdevError::Invalid("p99 latencies must not be below the averages".into()));
+    }
+    Ok(())
+}
+
 /// Creates delay bdev `name` over `base_name` (which it opens for writing and claims).
 pub fn create(base_name: &str, name: &str, uuid: Option<&str>, l: Latencies) -> Result<Bdev, BdevError> {
     crate::bdev::check_name(name)?;
@@ -291,9 +300,7 @@ pub fn create(base_name: &str, name: &str, uuid: Option<&str>, l: Latencies) -> 
     for us in [l.avg_read, l.avg_write, l.p99_read, l.p99_write] {
         check_latency(us)?;
     }
-    if l.p99_read < l.avg_read || l.p99_write < l.avg_write {
-        return Err(BdevError::Invalid("p99 latencies must not be below the averages".into()));
-    }
+    check_order(&l)?;
     if crate::bdev::lookup(name).is_some() {
         return Err(BdevError::Exists(name.to_string()));
     }
@@ -327,6 +334,14 @@ pub fn update_latency(name: &str, t: LatencyType, us: u64) -> Result<(), BdevErr
         .find(|(id, _)| *id == b.id())
         .and_then(|(_, w)| w.upgrade())
         .ok_or_else(|| BdevError::NotFound(name.to_string()))?;
+    let mut l = node.latencies();
+    match t {
+        LatencyType::AvgRead => l.avg_read = us,
+        LatencyType::AvgWrite => l.avg_write = us,
+        LatencyType::P99Read => l.p99_read = us,
+        LatencyType::P99Write => l.p99_write = us,
+    }
+    check_order(&l)?;
     node.set(t, us);
     Ok(())
 }

@@ -367,8 +367,33 @@ pub fn create(base_name: &str, uuid: Option<&str>) -> Result<Bdev, BdevError> {
         d.retain(|(_, w)| w.strong_count() > 0);
         d.push((bdev.id(), Arc::downgrade(&disk)));
     }
+    // Held (pending) I/O would keep the bdev's openers waiting forever once it is being deleted:
+    // every core completes its held I/O as Aborted.
+    base.on_vbdev_removed(|id| match ferrite_reactor::current() {
+        Some(_) => {
+            // Fire and forget: each core completes its own held I/O.
+            drop(ferrite_reactor::engine().on_all(move |_| abort_pending_here(id)));
+        }
+        None => {
+            abort_pending_here(id);
+        }
+    });
     base.attach(&bdev);
     Ok(bdev)
+}
+
+/// Completes this core's held I/Os of error bdev `bdev_id` as Aborted; returns how many.
+fn abort_pending_here(bdev_id: u64) -> usize {
+    let chans: Vec<Rc<ErrorCh>> = CHANNELS
+        .with(|c| c.borrow().iter().filter(|(id, _)| *id == bdev_id).filter_map(|(_, w)| w.upgrade()).collect());
+    let mut n = 0;
+    for c in chans {
+        for io in std::mem::take(&mut *c.pending.borrow_mut()) {
+            io.complete_deferred(IoStatus::Aborted);
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Arms `inj` for `io_type` (None: every injectable type) of error bdev `name`.

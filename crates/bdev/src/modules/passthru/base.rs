@@ -33,6 +33,28 @@ pub struct BaseBdev {
     /// A read-only descriptor of the virtual bdev itself, whose `on_remove` tells this base
     /// that the virtual bdev is being unregistered.
     watch: Mutex<Option<BdevDesc>>,
+    /// What the module does when its virtual bdev starts going away (release held I/O).
+    on_removed: Mutex<Option<RemovedHook>>,
+}
+
+/// What a module runs when its virtual bdev starts going away (see `on_vbdev_removed`).
+type RemovedHook = Box<dyn Fn(u64) + Send + Sync>;
+
+/// Most virtual bdevs stacked on one another. Each level adds a trip through the bdev layer on
+/// the reactor's stack (submission and completion recurse through the levels): thousands of
+/// levels overflowed it and killed the daemon.
+pub const MAX_STACK_DEPTH: u32 = 32;
+
+/// How many virtual bdevs (of the modules built on `BaseBdev`) stand under `bdev`, itself
+/// included: 0 for a base bdev.
+pub fn stack_depth(bdev: &Bdev) -> u32 {
+    let mut depth = 0;
+    let mut id = bdev.id();
+    while let Some(base) = BaseBdev::of(id) {
+        depth += 1;
+        id = base.bdev.id();
+    }
+    depth
 }
 
 /// Every base held by a virtual bdev (to find the base of a virtual bdev by its id).
@@ -42,6 +64,13 @@ impl BaseBdev {
     /// Opens `base_name` for writing and claims it for `module`. Fails if it does not exist,
     /// is being deleted, is claimed, or has another writer.
     pub fn open(base_name: &str, module: &'static str) -> Result<Arc<BaseBdev>, BdevError> {
+        if let Some(b) = crate::bdev::lookup(base_name) {
+            if stack_depth(&b) >= MAX_STACK_DEPTH {
+                return Err(BdevError::Invalid(format!(
+                    "bdev {base_name} already stands on {MAX_STACK_DEPTH} virtual bdevs; no deeper stacks"
+                )));
+            }
+        }
         let me: Arc<OnceLock<Weak<BaseBdev>>> = Arc::default();
         let me2 = me.clone();
         let desc = Bdev::open(base_name, true, move || {
@@ -56,6 +85,7 @@ impl BaseBdev {
             desc: Mutex::new(Some(desc)),
             vbdev: Mutex::new(None),
             watch: Mutex::new(None),
+            on_removed: Mutex::new(None),
         });
         let _ = me.set(Arc::downgrade(&base));
         Ok(base)
@@ -143,6 +173,9 @@ impl BaseBdev {
         let Some(watch) = lock(&self.watch).take() else { return };
         let vbdev = watch.bdev().clone();
         drop(watch);
+        if let Some(f) = lock(&self.on_removed).as_ref() {
+            f(vbdev.id());
+        }
         let me = self.clone();
         const POLL: std::time::Duration = std::time::Duration::from_millis(1);
         if ferrite_reactor::current().is_some() {
@@ -161,6 +194,14 @@ impl BaseBdev {
                 me.close();
             });
         }
+    }
+
+    /// Sets what to do when the virtual bdev starts going away, before its openers are waited
+    /// for: a module that holds requests (pending fault injection) completes them, or the
+    /// openers would wait for them forever. Gets the virtual bdev's id; runs on the core that
+    /// attached it.
+    pub fn on_vbdev_removed(&self, f: impl Fn(u64) + Send + Sync + 'static) {
+        *lock(&self.on_removed) = Some(Box::new(f));
     }
 
     /// Id of the virtual bdev over this base, once attached.
