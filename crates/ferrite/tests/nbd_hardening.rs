@@ -197,6 +197,46 @@ fn a_client_that_queues_huge_reads_and_vanishes_stays_within_the_payload_bound()
     n.assert_serves("v0");
 }
 
+/// Found by the attacker: clients that queued big reads on a non-lending bdev, read nothing and
+/// left, stayed as connections for good (their readers were paused by back-pressure and never
+/// saw them go) while their reads waited for memory, and every later read on that reactor hung.
+#[test]
+fn clients_that_leave_while_their_reads_wait_for_memory_are_cleaned_up() {
+    let dir = TempDir::new("nbdstarve");
+    let n = NbdDaemon::start(&dir, "0x1");
+    n.d.call("bdev_null_create", Some(json!({"name": "Z0", "num_blocks": 262144, "block_size": 4096})));
+    n.export("Z0", "z0", true, "");
+    let clients: Vec<_> = (0..3)
+        .map(|k| {
+            let (mut c, _) = Raw::open(n.port, "z0", false);
+            let small: libc::c_int = 4096;
+            // SAFETY: setsockopt reads the int we own.
+            unsafe {
+                libc::setsockopt(
+                    c.s.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUF,
+                    &small as *const _ as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
+            let mut reqs = Vec::new();
+            for i in 0..3u64 {
+                reqs.extend_from_slice(&request_bytes(0, CMD_READ, k * 10 + i, i * (32 << 20), 32 << 20, &[]));
+            }
+            c.send(&reqs);
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    drop(clients);
+    n.wait_connections("the clients that left are gone", |c| c.is_empty());
+    let (mut c, _) = Raw::open(n.port, "z0", false);
+    c.s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(c.read_ok(1, 0, 4096).iter().all(|&b| b == 0), "a new client's read is served");
+    c.disc();
+}
+
 fn nbd_config(n: &NbdDaemon) -> Vec<Value> {
     n.d.call("framework_get_config", Some(json!({"name": "nbd"}))).as_array().expect("nbd config").clone()
 }

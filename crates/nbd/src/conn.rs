@@ -572,6 +572,38 @@ async fn transmission(h: Rc<Handle>, n: Negotiated) {
     drop(n.desc);
 }
 
+/// How often a reader paused by back-pressure checks that its client is still connected.
+const PAUSED_PEER_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// True if the peer of `fd` has closed or reset the connection (a non-blocking peek: no data is
+/// taken; one syscall, made only while a reader is paused).
+fn peer_gone(fd: std::os::fd::RawFd) -> bool {
+    let mut b = 0u8;
+    // SAFETY: peeks at most one byte into a local.
+    let n = unsafe { libc::recv(fd, &mut b as *mut u8 as *mut _, 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    match n {
+        0 => true,
+        n if n > 0 => false,
+        _ => !matches!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)),
+    }
+}
+
+/// Asks the bdev layer to abort every request of the connection still in flight (those waiting
+/// in the layer, e.g. for memory, complete at once as Aborted; the rest complete as they do).
+fn abort_in_flight(c: &Rc<Conn>) {
+    struct Ignore;
+    impl IoCompleter for Ignore {
+        fn io_done(&self, _tag: u64, _io: Completed) {}
+    }
+    let me = c.me();
+    let ignore: Rc<dyn IoCompleter> = Rc::new(Ignore);
+    let tags: Vec<u64> =
+        c.slots.borrow().iter().enumerate().filter(|(_, s)| s.is_some()).map(|(i, _)| i as u64).collect();
+    for tag in tags {
+        c.ch.submit(IoRequest::abort(&me, tag), ignore.clone(), 0);
+    }
+}
+
 /// Reads and dispatches requests until the client disconnects, errs, or the connection closes.
 async fn reader(c: &Rc<Conn>) -> Result<(), String> {
     let sock = &c.h.sock;
@@ -582,17 +614,31 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
         // replies wait for the client to read them.
         // A closing connection starts no more requests, even those already received: the bounds
         // hold during teardown too.
-        let go_on = poll_fn(|cx| {
-            if c.h.closing.get() {
-                return Poll::Ready(false);
+        // While paused, look every second whether the client is still there: a paused reader
+        // does not read, so it would never see the client leave, and a connection whose
+        // requests wait for memory (NoMem) would then never be torn down.
+        let go_on = loop {
+            let mut tick = std::pin::pin!(ferrite_reactor::sleep(PAUSED_PEER_CHECK));
+            let ready = poll_fn(|cx| {
+                if c.h.closing.get() {
+                    return Poll::Ready(Some(false));
+                }
+                if c.in_flight.get() + c.unsent.get() < MAX_IN_FLIGHT && c.held_bytes.get() < MAX_HELD_BYTES {
+                    return Poll::Ready(Some(true));
+                }
+                *c.h.reader.borrow_mut() = Some(cx.waker().clone());
+                std::future::Future::poll(tick.as_mut(), cx).map(|_| None)
+            })
+            .await;
+            match ready {
+                Some(go) => break go,
+                None if peer_gone(sock.raw_fd()) => {
+                    abort_in_flight(c);
+                    return Err("client went away while its requests waited".into());
+                }
+                None => {}
             }
-            if c.in_flight.get() + c.unsent.get() < MAX_IN_FLIGHT && c.held_bytes.get() < MAX_HELD_BYTES {
-                return Poll::Ready(true);
-            }
-            *c.h.reader.borrow_mut() = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await;
+        };
         if !go_on {
             return Ok(());
         }
