@@ -237,6 +237,24 @@ fn clients_that_leave_while_their_reads_wait_for_memory_are_cleaned_up() {
     c.disc();
 }
 
+/// Found by the attacker: export names with newlines were accepted (and went raw into logs and
+/// export lists), and a claimed bdev could be exported writable though no client could open it.
+#[test]
+fn export_names_and_claimed_bdevs_are_checked_at_add() {
+    let dir = TempDir::new("nbdaddchecks");
+    let n = NbdDaemon::start(&dir, "0x1");
+    n.malloc("B0", 64, 512);
+    let e = n.d.call_err("nbd_server_add_export", Some(json!({"bdev_name": "B0", "name": "a\nb"})));
+    assert!(e.message.contains("control"), "{e:?}");
+    n.d.call("bdev_passthru_create", Some(json!({"base_bdev_name": "B0", "name": "P0"})));
+    let e = n.d.call_err("nbd_server_add_export", Some(json!({"bdev_name": "B0"})));
+    assert_eq!(e.code, -libc::EPERM, "{e:?}");
+    n.d.call("nbd_server_add_export", Some(json!({"bdev_name": "B0", "read_only": true})));
+    n.export("P0", "p0", false, "");
+    n.assert_serves("p0");
+    assert_eq!(n.exports().len(), 2);
+}
+
 fn nbd_config(n: &NbdDaemon) -> Vec<Value> {
     n.d.call("framework_get_config", Some(json!({"name": "nbd"}))).as_array().expect("nbd config").clone()
 }

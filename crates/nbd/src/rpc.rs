@@ -99,6 +99,21 @@ pub fn register(reg: &mut Registry) {
         if name.is_empty() || name.len() > crate::proto::MAX_NAME_LEN {
             return Err(invalid(format!("export name must be 1 to {} bytes", crate::proto::MAX_NAME_LEN)));
         }
+        if name.chars().any(|c| c.is_control()) {
+            // They would go raw into logs and into every client's export list.
+            return Err(invalid(format!("export name {name:?} contains control characters")));
+        }
+        if bdev.claimed_by().is_some() && !a.read_only.unwrap_or(false) {
+            // Clients could never open it for writing: say so now, not at every GO.
+            return Err(errno_error(
+                libc::EPERM,
+                format!(
+                    "bdev {} is claimed by module {}; export it read-only",
+                    bdev.name(),
+                    bdev.claimed_by().unwrap_or_default()
+                ),
+            ));
+        }
         export::add(export::Export {
             name: name.clone(),
             bdev: a.bdev_name,
