@@ -341,10 +341,10 @@ fn virtual_bdev_stacks_are_bounded() {
     assert!(ferrite_bdev::lookup(&below).is_none());
 }
 
-/// Found by the attacker: an update the create refuses (p99 below the average) was accepted,
-/// and the saved config then refused at start.
+/// Found by the attacker: an update left a p99 below its average (SPDK's update accepts that),
+/// and the saved config then carried values that create, and so the next start, refused.
 #[test]
-fn delay_update_keeps_p99_at_or_above_the_average() {
+fn delay_saved_config_restarts_after_any_update() {
     use ferrite_bdev::modules::delay::{self, Latencies, LatencyType};
     malloc::create(MallocOpts {
         name: Some("defect_delay_b".into()),
@@ -354,11 +354,22 @@ fn delay_update_keeps_p99_at_or_above_the_average() {
     })
     .unwrap();
     let l = Latencies { avg_read: 1, avg_write: 1, p99_read: 1, p99_write: 1 };
-    delay::create("defect_delay_b", "defect_delay", None, l).unwrap();
-    assert!(matches!(delay::update_latency("defect_delay", LatencyType::P99Write, 0), Err(BdevError::Invalid(_))));
-    assert!(matches!(delay::update_latency("defect_delay", LatencyType::AvgRead, 5), Err(BdevError::Invalid(_))));
-    delay::update_latency("defect_delay", LatencyType::P99Read, 10).unwrap();
+    let d = delay::create("defect_delay_b", "defect_delay", None, l).unwrap();
+    delay::update_latency("defect_delay", LatencyType::P99Write, 0).unwrap();
     delay::update_latency("defect_delay", LatencyType::AvgRead, 5).unwrap();
+    let entry = d.backend().config_entry(&d).unwrap();
+    let p = &entry["params"];
+    let saved = Latencies {
+        avg_read: p["avg_read_latency"].as_u64().unwrap(),
+        avg_write: p["avg_write_latency"].as_u64().unwrap(),
+        p99_read: p["p99_read_latency"].as_u64().unwrap(),
+        p99_write: p["p99_write_latency"].as_u64().unwrap(),
+    };
+    assert_eq!((saved.avg_read, saved.p99_read, saved.avg_write, saved.p99_write), (5, 5, 1, 1));
+    unregister("defect_delay", None).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    // What was saved creates again.
+    delay::create("defect_delay_b", "defect_delay_again", None, saved).expect("the saved entry creates");
     unregister("defect_delay_b", None).unwrap();
 }
 
