@@ -22,6 +22,8 @@ pub enum BdevError {
     Removing(String),
     /// An operating-system error (file missing, permission, ...).
     Os(String),
+    /// An operating-system error with its errno (answered as SPDK answers it: -errno).
+    Errno(i32, String),
     /// Not enough memory.
     NoMemory(String),
     /// The bdev is in use in a way that forbids the change.
@@ -33,7 +35,11 @@ impl std::fmt::Display for BdevError {
         match self {
             BdevError::NotFound(n) => write!(f, "bdev {n} not found"),
             BdevError::Exists(n) => write!(f, "bdev {n} already exists"),
-            BdevError::Invalid(m) | BdevError::Os(m) | BdevError::NoMemory(m) | BdevError::Busy(m) => f.write_str(m),
+            BdevError::Invalid(m)
+            | BdevError::Os(m)
+            | BdevError::NoMemory(m)
+            | BdevError::Busy(m)
+            | BdevError::Errno(_, m) => f.write_str(m),
             BdevError::Claimed(m) => f.write_str(m),
             BdevError::Removing(n) => write!(f, "bdev {n} is being removed"),
         }
@@ -52,6 +58,7 @@ impl BdevError {
             BdevError::Claimed(_) => libc::EPERM,
             BdevError::Removing(_) => libc::EBUSY,
             BdevError::Os(_) => libc::EIO,
+            BdevError::Errno(e, _) => *e,
             BdevError::NoMemory(_) => libc::ENOMEM,
             BdevError::Busy(_) => libc::EBUSY,
         }

@@ -363,14 +363,19 @@ fn uring_create_errors() {
         ..Default::default()
     };
     match uring::create(opts("data_uring_missing", &missing, None)) {
-        Err(BdevError::Os(m)) => assert!(m.contains(&missing), "the error names the path: {m}"),
-        Err(e) => panic!("missing file: expected Os, got {e:?}"),
+        Err(BdevError::Errno(e, m)) => {
+            assert_eq!(e, libc::ENOENT, "as SPDK: -ENOENT");
+            assert!(m.contains(&missing), "the error names the path: {m}");
+        }
+        Err(e) => panic!("missing file: expected ENOENT, got {e:?}"),
         Ok(_) => panic!("created a uring bdev on a missing file"),
     }
     let dir = std::env::temp_dir().to_str().unwrap().to_string();
     match uring::create(opts("data_uring_dir", &dir, None)) {
-        Err(BdevError::Os(m)) => assert!(m.contains(&dir), "the error names the path: {m}"),
-        other => panic!("a directory: expected Os, got {:?}", other.map(|b| b.name().to_string())),
+        Err(BdevError::Errno(_, m)) | Err(BdevError::Invalid(m)) => {
+            assert!(m.contains(&dir), "the error names the path: {m}")
+        }
+        other => panic!("a directory: expected an error, got {:?}", other.map(|b| b.name().to_string())),
     }
     let tmp = TempFile::new("uring-errors", 1 << 20);
     let path = tmp.path_str();

@@ -200,6 +200,17 @@ fn bad_names_and_sizes_are_refused() {
     }
     // 2^63 bytes: shown negative by clients with signed 64-bit sizes.
     assert!(matches!(null("defect_names_big", 1 << 54, 512), Err(BdevError::Invalid(_))));
+    // The all-zero UUID means "make one", as in SPDK.
+    let z = null::create(NullOpts {
+        name: "defect_names_nil".into(),
+        num_blocks: 8,
+        block_size: 512,
+        uuid: Some("00000000-0000-0000-0000-000000000000".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(!z.uuid().is_nil());
+    unregister("defect_names_nil", None).unwrap();
     // Lookups by UUID find the bdev with that UUID, in any letter case.
     let upper = other.uuid().to_string().to_uppercase();
     assert_eq!(ferrite_bdev::lookup(&upper).map(|b| b.id()), Some(other.id()));

@@ -46,7 +46,11 @@ pub(crate) fn next_free_name(prefix: &str) -> String {
     (0..).map(|n| format!("{prefix}{n}")).find(|n| lookup(n).is_none()).expect("some name is free")
 }
 
-/// Parses an optional UUID string.
+/// Parses an optional UUID string. The all-zero UUID means "none given", as in SPDK (a random
+/// one is made).
 pub(crate) fn parse_uuid(s: Option<&str>) -> Result<Option<uuid::Uuid>, BdevError> {
-    s.map(|s| uuid::Uuid::parse_str(s).map_err(|e| BdevError::Invalid(format!("invalid uuid {s:?}: {e}")))).transpose()
+    let u = s
+        .map(|s| uuid::Uuid::parse_str(s).map_err(|e| BdevError::Invalid(format!("invalid uuid {s:?}: {e}"))))
+        .transpose()?;
+    Ok(u.filter(|u| !u.is_nil()))
 }

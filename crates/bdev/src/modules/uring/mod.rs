@@ -252,6 +252,12 @@ impl CqeHandler for UringState {
     }
 }
 
+/// An open failure, answered with its errno as SPDK's aio and uring modules answer (-ENOENT for
+/// a missing file, -EACCES, ...).
+fn open_error(path: &str, e: std::io::Error) -> BdevError {
+    BdevError::Errno(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot open {path}: {e}"))
+}
+
 fn open(path: &str, readonly: bool) -> Result<(File, bool), BdevError> {
     let mut o = std::fs::OpenOptions::new();
     o.read(true).write(!readonly);
@@ -259,9 +265,9 @@ fn open(path: &str, readonly: bool) -> Result<(File, bool), BdevError> {
         Ok(f) => Ok((f, true)),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
             log::warn!("{path}: O_DIRECT not supported by its file system; using buffered I/O");
-            o.open(path).map(|f| (f, false)).map_err(|e| BdevError::Os(format!("cannot open {path}: {e}")))
+            o.open(path).map(|f| (f, false)).map_err(|e| open_error(path, e))
         }
-        Err(e) => Err(BdevError::Os(format!("cannot open {path}: {e}"))),
+        Err(e) => Err(open_error(path, e)),
     }
 }
 
