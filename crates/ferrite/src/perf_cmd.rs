@@ -148,7 +148,14 @@ pub fn run(a: PerfArgs) -> i32 {
         log::info!("-s {m}: Ferrite preallocates no memory; ignored");
     }
     crate::signals::block();
-    let (engine, ctx) = match crate::serve::start_engine(&a.cpumask, a.reactor_mode, !a.no_pin, Some(&a.json), false) {
+    let (engine, ctx) = match crate::serve::start_engine(
+        &a.cpumask,
+        a.reactor_mode,
+        !a.no_pin,
+        Some(&a.json),
+        false,
+        ferrite_reactor::BufPoolConfig::default().heap_budget >> 20,
+    ) {
         Ok(v) => v,
         Err(e) => return fail(e),
     };

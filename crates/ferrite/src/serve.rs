@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// allowed until `framework_start_init` (with --json, its runtime entries run then).
     #[arg(long)]
     wait_for_rpc: bool,
+    /// MiB per reactor that the bdev layer's requests may take from the heap when a buffer
+    /// class is empty; past it they wait (NoMem). Shown by thread_get_stats (`buffers`).
+    #[arg(long = "buf-heap-budget", value_name = "MIB", default_value_t = 64)]
+    buf_heap_budget: usize,
     /// Seconds an RPC connection may stay idle before it is closed.
     #[arg(long, hide = true, default_value_t = 60.0)]
     rpc_idle_timeout: f64,
@@ -56,9 +60,13 @@ pub fn start_engine(
     pin: bool,
     json: Option<&PathBuf>,
     wait: bool,
+    heap_budget_mib: usize,
 ) -> Result<(Engine, Ctx), String> {
     let cores = parse_cpumask(cpumask).map_err(|e| e.to_string())?;
-    let engine = Engine::start(EngineConfig { cores, mode, pin, ..Default::default() }).map_err(|e| e.to_string())?;
+    let heap_budget = heap_budget_mib.checked_mul(1 << 20).ok_or("--buf-heap-budget is too large")?;
+    let bufs = ferrite_reactor::BufPoolConfig { heap_budget, ..Default::default() };
+    let engine =
+        Engine::start(EngineConfig { cores, mode, pin, bufs, ..Default::default() }).map_err(|e| e.to_string())?;
     let mut registry = crate::registry();
     add_test_panic_method(&mut registry);
     let ctx = Ctx { engine: engine.clone(), registry: Arc::new(registry) };
@@ -185,13 +193,14 @@ pub fn run(a: ServeArgs) -> i32 {
         log::error!("{e}");
         return 1;
     }
-    let (engine, ctx) = match start_engine(&a.cpumask, a.reactor_mode, !a.no_pin, a.json.as_ref(), a.wait_for_rpc) {
-        Ok(v) => v,
-        Err(e) => {
-            log::error!("{e}");
-            return 1;
-        }
-    };
+    let (engine, ctx) =
+        match start_engine(&a.cpumask, a.reactor_mode, !a.no_pin, a.json.as_ref(), a.wait_for_rpc, a.buf_heap_budget) {
+            Ok(v) => v,
+            Err(e) => {
+                log::error!("{e}");
+                return 1;
+            }
+        };
     let mut server = match RpcServer::start_with(&a.rpc_socket, ctx, limits) {
         Ok(s) => s,
         Err(e) => {

@@ -264,7 +264,7 @@ fn log_methods() {
 #[test]
 fn thread_methods() {
     let dir = TempDir::new("threads");
-    let d = Daemon::start_with(&dir, "rpc.sock", "0x3", &["--no-pin"]);
+    let d = Daemon::start_with(&dir, "rpc.sock", "0x3", &["--no-pin", "--buf-heap-budget", "16"]);
     std::thread::sleep(Duration::from_millis(50));
     let s = d.call("thread_get_stats", None);
     assert!(s["tick_rate"].as_u64().unwrap() > 0, "{s}");
@@ -277,6 +277,9 @@ fn thread_methods() {
         for k in ["cpumask", "active_pollers_count", "timed_pollers_count", "paused_pollers_count"] {
             assert!(!t[k].is_null(), "{k} missing: {t}");
         }
+        // Ferrite's addition: the reactor's buffer pool and its heap budget.
+        assert_eq!(t["buffers"]["heap_budget"], 16u64 << 20, "--buf-heap-budget is applied: {t}");
+        assert!(t["buffers"]["small_free"].as_u64().unwrap() > 0, "{t}");
     }
     assert_eq!(threads[1]["cpumask"], "2");
     let p = d.call("thread_get_pollers", None);

@@ -59,8 +59,10 @@ pub struct BufPoolStats {
     pub large_free: usize,
     /// Jumbo buffers free now.
     pub jumbo_free: usize,
-    /// Bytes of heap fallbacks outstanding now.
+    /// Bytes of heap fallbacks taken by `try_get` outstanding now.
     pub heap_bytes: usize,
+    /// The most `try_get` may have outstanding on the heap (`BufPoolConfig::heap_budget`).
+    pub heap_budget: usize,
     /// Times `try_get` refused because its class was empty and the heap budget spent.
     pub refused: u64,
 }
@@ -221,6 +223,7 @@ impl BufPool {
             large_free: self.classes[1].free.borrow().len(),
             jumbo_free: self.classes[2].free.borrow().len(),
             heap_bytes: self.heap_bytes.get(),
+            heap_budget: self.heap_budget,
             refused: self.refused.get(),
         }
     }

@@ -4,7 +4,9 @@
 //! named `app_thread` (SPDK's application thread), the others `reactor_<core>`; ids start at 1
 //! as SPDK's do. Busy and idle ticks are the reactor's (`Engine::stats`). The engine does not
 //! publish its poller list or per-thread I/O channels, so those lists are empty and the poller
-//! counts 0: Ferrite cannot report them honestly yet.
+//! counts 0: Ferrite cannot report them honestly yet. thread_get_stats adds each reactor's
+//! payload buffer pool (`buffers`): free buffers per class, heap fallbacks, and the heap budget
+//! of the bdev layer's requests with what of it is spent and how often it said no.
 
 use crate::jsonrpc::{RpcError, INVALID_PARAMS};
 use crate::registry::{Ctx, Params, Registry};
@@ -38,6 +40,9 @@ fn per_thread(ctx: &Ctx, f: impl Fn(&ferrite_reactor::ReactorStats, Value) -> Va
 pub fn register(reg: &mut Registry) {
     reg.method("thread_get_stats", |ctx, p| async move {
         no_params(p, "thread_get_stats")?;
+        // Each reactor's payload buffer pool, beside SPDK's fields (Ferrite's addition): what its
+        // classes hold, and how the heap budget of the bdev layer's requests is spent.
+        let pools = ctx.engine.on_all(|_| ferrite_reactor::buf_pool().map(|p| p.stats())).await.unwrap_or_default();
         Ok(per_thread(&ctx, |s, mut t| {
             t["cpumask"] = json!(format_cpumask(&[s.core]).trim_start_matches("0x"));
             t["busy"] = json!(s.busy_ticks);
@@ -45,6 +50,11 @@ pub fn register(reg: &mut Registry) {
             t["active_pollers_count"] = json!(0);
             t["timed_pollers_count"] = json!(0);
             t["paused_pollers_count"] = json!(0);
+            if let Some(Some(b)) = pools.get(s.id) {
+                t["buffers"] = json!({"pooled": b.pooled, "heap_fallbacks": b.heap_fallbacks,
+                    "small_free": b.small_free, "large_free": b.large_free, "jumbo_free": b.jumbo_free,
+                    "heap_bytes": b.heap_bytes, "heap_budget": b.heap_budget, "refused": b.refused});
+            }
             t
         }))
     });
