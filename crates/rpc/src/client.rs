@@ -81,7 +81,12 @@ impl RpcClient {
                 Split::Invalid { message } => return Err(CallError::Protocol(message)),
                 Split::Incomplete => {}
             }
-            let n = self.conn.read(&mut chunk).map_err(CallError::Io)?;
+            let n = match self.conn.read(&mut chunk) {
+                // A signal to this process: with a read timeout set the kernel does not restart
+                // the read, so retry it here (a test saw EINTR as a failed call).
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => r.map_err(CallError::Io)?,
+            };
             if n == 0 {
                 return Err(CallError::Io(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
