@@ -76,6 +76,8 @@ struct Server {
     requested: String,
     options: ServerOptions,
     stopped: Rc<Cell<bool>>,
+    /// The socket file a unix listener created (removed at stop if it is still that file).
+    file: Option<ferrite_rpc::sockfile::SocketFile>,
 }
 
 thread_local! {
@@ -83,11 +85,14 @@ thread_local! {
     static SERVERS: RefCell<BTreeMap<String, Server>> = const { RefCell::new(BTreeMap::new()) };
 }
 
-fn bind(addr: &ListenAddr) -> std::io::Result<OwnedFd> {
+fn bind(addr: &ListenAddr) -> std::io::Result<(OwnedFd, Option<ferrite_rpc::sockfile::SocketFile>)> {
     match addr {
-        ListenAddr::Tcp(a) => Ok(std::net::TcpListener::bind(a)?.into()),
+        ListenAddr::Tcp(a) => Ok((std::net::TcpListener::bind(a)?.into(), None)),
         // Private (0600) from the start; replaces only a stale socket, never another file.
-        ListenAddr::Unix(p) => Ok(ferrite_rpc::sockfile::bind(std::path::Path::new(p), 0o600)?.listener.into()),
+        ListenAddr::Unix(p) => {
+            let b = ferrite_rpc::sockfile::bind(std::path::Path::new(p), 0o600)?;
+            Ok((b.listener.into(), Some(b.file)))
+        }
     }
 }
 
@@ -185,7 +190,7 @@ pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
         return Err(format!("an NBD server already listens on {address}"));
     }
     raise_fd_limit();
-    let fd = bind(&addr).map_err(|e| format!("cannot listen on {address}: {e}"))?;
+    let (fd, file) = bind(&addr).map_err(|e| format!("cannot listen on {address}: {e}"))?;
     // std listens with a backlog of 128: a burst of connections beyond it waits for SYN-ACK
     // retransmissions (seconds). Listening again only raises the backlog (the kernel caps it
     // at net.core.somaxconn).
@@ -252,7 +257,7 @@ pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
     log::info!("nbd server listening on {bound}");
     SERVERS.with(|s| {
         s.borrow_mut()
-            .insert(bound.clone(), Server { listener, addr, requested: address.to_string(), options, stopped })
+            .insert(bound.clone(), Server { listener, addr, requested: address.to_string(), options, stopped, file })
     });
     Ok(bound)
 }
@@ -280,12 +285,9 @@ pub fn stop(address: &str) -> Result<(), String> {
         SERVERS.with(|s| s.borrow_mut().remove(&key)).ok_or_else(|| format!("no NBD server listens on {address}"))?;
     s.stopped.set(true);
     s.listener.shutdown();
-    if let ListenAddr::Unix(p) = &s.addr {
-        // Only a socket: whatever else took the path since (a regular file) is not ours.
-        use std::os::unix::fs::FileTypeExt;
-        if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()) {
-            let _ = std::fs::remove_file(p);
-        }
+    if let (ListenAddr::Unix(p), Some(file)) = (&s.addr, &s.file) {
+        // Only the socket file this server made: whatever took the path since is not ours.
+        file.remove(std::path::Path::new(p));
     }
     Ok(())
 }

@@ -19,18 +19,33 @@ pub const BACKLOG: i32 = 1024;
 pub struct BoundSocket {
     /// The listener.
     pub listener: UnixListener,
+    /// The socket file it created.
+    pub file: SocketFile,
+}
+
+/// The identity (device, inode) of a socket file a bind created.
+#[derive(Debug, Clone, Copy)]
+pub struct SocketFile {
     dev: u64,
     ino: u64,
 }
 
-impl BoundSocket {
-    /// Removes the socket file if it is still the one this bind created.
+impl SocketFile {
+    /// Removes the socket file at `path` if it is still the one the bind created (not whatever
+    /// took the path since).
     pub fn remove(&self, path: &Path) {
         if let Ok(m) = std::fs::symlink_metadata(path) {
             if m.dev() == self.dev && m.ino() == self.ino {
                 let _ = std::fs::remove_file(path);
             }
         }
+    }
+}
+
+impl BoundSocket {
+    /// Removes the socket file if it is still the one this bind created.
+    pub fn remove(&self, path: &Path) {
+        self.file.remove(path)
     }
 }
 
@@ -76,7 +91,7 @@ pub fn bind(path: &Path, mode: u32) -> Result<BoundSocket> {
         std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
         rename_noreplace(&tmp, path)?;
         let m = std::fs::symlink_metadata(path)?;
-        Ok(BoundSocket { listener, dev: m.dev(), ino: m.ino() })
+        Ok(BoundSocket { listener, file: SocketFile { dev: m.dev(), ino: m.ino() } })
     })();
     let _ = std::fs::remove_file(&tmp);
     let _ = std::fs::remove_dir(&private);
