@@ -8,10 +8,9 @@
 mod common;
 
 use common::*;
-use ferrite_bdev::io::run_deferred;
 use ferrite_bdev::{
-    register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevIo, BdevProps, Completed, IoBufs,
-    IoChannel, IoCompleter, IoRequest, IoStatus, IoType, IoTypes, Limits,
+    register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevIo, BdevProps, IoBufs, IoRequest, IoStatus,
+    IoType, IoTypes, Limits,
 };
 use ferrite_reactor::{IoBuf, Lender};
 use proptest::prelude::*;
@@ -135,37 +134,6 @@ fn props(name: &str, bs: u32, num_blocks: u64, io_types: IoTypes, limits: Limits
         io_types,
         limits,
     }
-}
-
-/// A completer that keeps every completion (off-reactor tests).
-#[derive(Default)]
-struct Collect(RefCell<Vec<(u64, Completed)>>);
-
-impl IoCompleter for Collect {
-    fn io_done(&self, tag: u64, io: Completed) {
-        self.0.borrow_mut().push((tag, io));
-    }
-}
-
-impl Collect {
-    fn take(&self, tag: u64) -> Option<Completed> {
-        let mut v = self.0.borrow_mut();
-        let i = v.iter().position(|(t, _)| *t == tag)?;
-        Some(v.remove(i).1)
-    }
-}
-
-/// Submits and runs deferred completions until the request completes.
-fn run_one(ch: &IoChannel, req: IoRequest) -> Completed {
-    let c = Rc::new(Collect::default());
-    ch.submit(req, c.clone(), 1);
-    for _ in 0..1_000_000 {
-        if let Some(done) = c.take(1) {
-            return done;
-        }
-        run_deferred();
-    }
-    panic!("request never completed");
 }
 
 /// Segments over `data` with the given lengths, each placed at `skew` bytes past an aligned
@@ -380,12 +348,6 @@ fn release_held(offset: u64) {
         h.remove(i)
     });
     io.complete_deferred(IoStatus::Success);
-}
-
-fn settle() {
-    for _ in 0..100 {
-        run_deferred();
-    }
 }
 
 /// NoMem from the module with nothing else in flight on the channel: the layer retries on its

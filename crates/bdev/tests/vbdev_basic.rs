@@ -9,56 +9,10 @@ use common::*;
 use ferrite_bdev::io::run_deferred;
 use ferrite_bdev::modules::malloc::{self, MallocOpts};
 use ferrite_bdev::modules::passthru;
-use ferrite_bdev::{lookup, unregister, Bdev, Completed, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
+use ferrite_bdev::{lookup, unregister, Bdev, IoChannel, IoRequest, IoStatus, IoType};
 use ferrite_reactor::IoBuf;
-use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-
-/// A completer that keeps every completion.
-#[derive(Default)]
-struct Collect(RefCell<Vec<(u64, Completed)>>);
-
-impl IoCompleter for Collect {
-    fn io_done(&self, tag: u64, io: Completed) {
-        self.0.borrow_mut().push((tag, io));
-    }
-}
-
-impl Collect {
-    fn take(&self, tag: u64) -> Option<Completed> {
-        let mut v = self.0.borrow_mut();
-        let i = v.iter().position(|(t, _)| *t == tag)?;
-        Some(v.remove(i).1)
-    }
-    fn len(&self) -> usize {
-        self.0.borrow().len()
-    }
-}
-
-/// Runs deferred completions until `c` holds the completion of `tag`.
-fn wait_for(c: &Collect, tag: u64) -> Completed {
-    for _ in 0..1_000_000 {
-        if let Some(done) = c.take(tag) {
-            return done;
-        }
-        run_deferred();
-    }
-    panic!("request {tag} never completed");
-}
-
-/// Submits and waits.
-fn run_one(ch: &IoChannel, req: IoRequest) -> Completed {
-    let c = Rc::new(Collect::default());
-    ch.submit(req, c.clone(), 1);
-    wait_for(&c, 1)
-}
-
-fn settle() {
-    for _ in 0..100 {
-        run_deferred();
-    }
-}
 
 fn heap(d: &[u8]) -> IoBuf {
     let mut b = IoBuf::heap(d.len());

@@ -208,3 +208,53 @@ impl Drop for TempFile {
         let _ = std::fs::remove_file(&self.path);
     }
 }
+
+/// A completer that keeps every completion, for tests that drive the layer off the reactors
+/// (completions come from `run_deferred`).
+#[derive(Default)]
+pub struct Collect(RefCell<Vec<(u64, Completed)>>);
+
+impl IoCompleter for Collect {
+    fn io_done(&self, tag: u64, io: Completed) {
+        self.0.borrow_mut().push((tag, io));
+    }
+}
+
+impl Collect {
+    /// Takes the completion of `tag`, if it came.
+    pub fn take(&self, tag: u64) -> Option<Completed> {
+        let mut v = self.0.borrow_mut();
+        let i = v.iter().position(|(t, _)| *t == tag)?;
+        Some(v.remove(i).1)
+    }
+
+    /// Completions kept and not taken yet.
+    pub fn len(&self) -> usize {
+        self.0.borrow().len()
+    }
+}
+
+/// Runs deferred completions until `c` holds the completion of `tag`.
+pub fn wait_for(c: &Collect, tag: u64) -> Completed {
+    for _ in 0..1_000_000 {
+        if let Some(done) = c.take(tag) {
+            return done;
+        }
+        ferrite_bdev::io::run_deferred();
+    }
+    panic!("request {tag} never completed");
+}
+
+/// Submits `req` off the reactors and waits for it.
+pub fn run_one(ch: &IoChannel, req: IoRequest) -> Completed {
+    let c = Rc::new(Collect::default());
+    ch.submit(req, c.clone(), 1);
+    wait_for(&c, 1)
+}
+
+/// Runs deferred completions for a while (off the reactors).
+pub fn settle() {
+    for _ in 0..100 {
+        ferrite_bdev::io::run_deferred();
+    }
+}
