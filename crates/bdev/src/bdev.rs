@@ -386,14 +386,35 @@ impl Bdev {
         engine: &ferrite_reactor::Engine,
         f: impl Fn(&mut dyn BackendChannel) + Send + Sync + 'static,
     ) -> ferrite_reactor::oneshot::Receiver<usize> {
+        use std::sync::atomic::AtomicUsize;
+        struct Round<F> {
+            f: F,
+            ran: AtomicUsize,
+            left: AtomicUsize,
+            done: Mutex<Option<ferrite_reactor::oneshot::Sender<usize>>>,
+        }
         let id = self.id();
         let (tx, rx) = ferrite_reactor::oneshot::channel();
-        let all = engine.on_all(move |_| crate::channel::with_backend(id, &f) as usize);
-        std::thread::spawn(move || {
-            if let Ok(v) = all.wait() {
-                tx.send(v.into_iter().sum());
-            }
+        let round = Arc::new(Round {
+            f,
+            ran: AtomicUsize::new(0),
+            left: AtomicUsize::new(engine.count()),
+            done: Mutex::new(Some(tx)),
         });
+        for core in 0..engine.count() {
+            let round = round.clone();
+            engine.send(core, move || {
+                if crate::channel::with_backend(id, &round.f) {
+                    round.ran.fetch_add(1, Ordering::AcqRel);
+                }
+                // The last core to finish answers.
+                if round.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    if let Some(tx) = round.done.lock().unwrap().take() {
+                        tx.send(round.ran.load(Ordering::Acquire));
+                    }
+                }
+            });
+        }
         rx
     }
 }
