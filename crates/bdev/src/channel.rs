@@ -376,26 +376,31 @@ impl ChannelInner {
         // Requests the module holds that would not finish on their own (an error bdev's pending
         // ones, a delay bdev's held ones) would make the reset wait forever: the module lets go.
         self.backend.borrow_mut().reset_begins();
-        let mut epochs = self.epochs.borrow_mut();
-        if epochs.in_flight() == 0 && self.barriers.borrow().is_empty() {
-            drop(epochs);
+        if let Some(io) = self.behind_barrier(Barrier::Reset(io)) {
+            let Barrier::Reset(io) = io else { unreachable!("given back as given") };
             self.dispatch(io);
-            return;
         }
-        let e = epochs.open_barrier();
-        self.barriers.borrow_mut().push_back((e, Barrier::Reset(io)));
     }
 
     /// Resolves once every request handed to the module before now has completed.
     fn drain_waiter(&self) -> Option<ferrite_reactor::oneshot::Receiver<()>> {
+        let (tx, rx) = ferrite_reactor::oneshot::channel();
+        match self.behind_barrier(Barrier::Notify(tx)) {
+            Some(_) => None,
+            None => Some(rx),
+        }
+    }
+
+    /// Queues `b` behind every request handed to the module so far; gives it back when there
+    /// is nothing to wait for (nothing in flight, no earlier barrier).
+    fn behind_barrier(&self, b: Barrier) -> Option<Barrier> {
         let mut epochs = self.epochs.borrow_mut();
         if epochs.in_flight() == 0 && self.barriers.borrow().is_empty() {
-            return None;
+            return Some(b);
         }
-        let (tx, rx) = ferrite_reactor::oneshot::channel();
         let e = epochs.open_barrier();
-        self.barriers.borrow_mut().push_back((e, Barrier::Notify(tx)));
-        Some(rx)
+        self.barriers.borrow_mut().push_back((e, b));
+        None
     }
 
     /// An abort: completes, as Aborted, every request the caller named that waits in the layer
