@@ -80,6 +80,17 @@ impl<T> Receiver<T> {
     }
 }
 
+impl<T> Receiver<T> {
+    /// The value if it arrived, `Err(Canceled)` if it never will, None while it may still come.
+    pub fn try_recv(&mut self) -> Option<Result<T, Canceled>> {
+        let mut st = self.0.state.lock().unwrap();
+        if let Some(v) = st.value.take() {
+            return Some(Ok(v));
+        }
+        st.sender_gone.then_some(Err(Canceled))
+    }
+}
+
 impl<T> Future for Receiver<T> {
     type Output = Result<T, Canceled>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

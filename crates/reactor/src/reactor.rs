@@ -3,6 +3,7 @@
 
 use crate::blocking::BlockingPool;
 use crate::buf::{BufPool, BufPoolConfig, IoBuf};
+use crate::context::Extensions;
 use crate::mailbox::Mailbox;
 use crate::oneshot;
 use crate::ring::Ring;
@@ -107,6 +108,10 @@ struct Shared {
     stop: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
     blocking: Arc<BlockingPool>,
+    /// State of the layers above, per engine (see [`crate::context`]).
+    ext: Extensions,
+    /// The reactors run on one thread under [`crate::sim::Sim`].
+    simulated: bool,
 }
 
 /// A handle to a running set of reactors. Cheap to clone; usable from any thread.
@@ -129,8 +134,8 @@ pub struct ReactorStats {
 }
 
 impl Engine {
-    /// Starts one reactor per configured core and waits until all are running.
-    pub fn start(cfg: EngineConfig) -> std::io::Result<Engine> {
+    /// Makes an engine's shared part, with no reactor running yet.
+    fn new_shared(cfg: &EngineConfig, simulated: bool) -> std::io::Result<Engine> {
         if cfg.cores.is_empty() {
             return Err(std::io::Error::other("no cores selected"));
         }
@@ -145,14 +150,22 @@ impl Engine {
                 asleep_since: AtomicU64::new(0),
             });
         }
-        crate::panic::install_hook();
-        let engine = Engine(Arc::new(Shared {
+        Ok(Engine(Arc::new(Shared {
             reactors,
             mode: cfg.mode,
             stop: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             blocking: Arc::new(BlockingPool::new()),
-        }));
+            ext: Extensions::default(),
+            simulated,
+        })))
+    }
+
+    /// Starts one reactor per configured core and waits until all are running. The calling
+    /// thread is entered into the new engine (see [`crate::context`]) until [`Engine::join`].
+    pub fn start(cfg: EngineConfig) -> std::io::Result<Engine> {
+        let engine = Self::new_shared(&cfg, false)?;
+        crate::panic::install_hook();
         ticks_per_sec();
         let mut readies = Vec::new();
         for id in 0..cfg.cores.len() {
@@ -173,7 +186,37 @@ impl Engine {
                 return Err(std::io::Error::new(e.kind(), format!("reactor {id} on core {}: {e}", cfg.cores[id])));
             }
         }
+        crate::context::enter_unguarded(&engine);
         Ok(engine)
+    }
+
+    /// Makes an engine whose reactors the simulator runs on the calling thread.
+    pub(crate) fn simulated(cfg: &EngineConfig) -> std::io::Result<Engine> {
+        Self::new_shared(cfg, true)
+    }
+
+    /// Enters the calling thread into this engine until the guard drops: state that layers
+    /// keep per engine ([`crate::engine_state`]) is then this engine's for calls made here.
+    pub fn enter(&self) -> crate::context::EnterGuard {
+        crate::context::enter(self)
+    }
+
+    /// True if both handles are the same engine.
+    pub fn same(&self, other: &Engine) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// True if the simulator runs this engine's reactors.
+    pub fn is_simulated(&self) -> bool {
+        self.0.simulated
+    }
+
+    pub(crate) fn extensions(&self) -> &Extensions {
+        &self.0.ext
+    }
+
+    pub(crate) fn mailbox(&self, id: usize) -> &Arc<Mailbox> {
+        &self.0.reactors[id].mailbox
     }
 
     /// Number of reactors.
@@ -291,14 +334,21 @@ impl Engine {
         self.0.stop.load(Ordering::Relaxed)
     }
 
-    /// Waits for every reactor thread to exit (call after `stop`).
+    /// Waits for every reactor thread to exit (call after `stop`), then drops the state
+    /// layers kept in the engine and takes the calling thread out of it.
     pub fn join(&self) {
         let threads = std::mem::take(&mut *self.0.threads.lock().unwrap());
+        let mut on_reactor = false;
         for t in threads {
             if t.thread().id() == std::thread::current().id() {
+                on_reactor = true;
                 continue;
             }
             let _ = t.join();
+        }
+        crate::context::leave(self);
+        if !on_reactor {
+            self.0.ext.clear();
         }
     }
 
@@ -335,7 +385,7 @@ struct PollerEntry {
 pub struct PollerId(u64);
 
 /// The state a reactor keeps for itself (never shared across threads).
-struct Local {
+pub(crate) struct Local {
     id: usize,
     engine: Engine,
     ready: RefCell<VecDeque<Runnable>>,
@@ -385,26 +435,7 @@ fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Se
         if cfg.pin {
             pin_to(cfg.cores[id])?;
         }
-        let mailbox = &engine.0.reactors[id].mailbox;
-        let mut ring = Ring::new(cfg.ring_entries, cfg.ring_handlers, mailbox.doorbell_fd())?;
-        let bufs = BufPool::new(cfg.bufs)?;
-        if let Err(e) = ring.register_buffers(&bufs.regions()) {
-            // Without registration (e.g. RLIMIT_MEMLOCK) fixed-buffer I/O is off; still correct.
-            log::warn!("reactor {id}: io_uring buffer registration failed ({e}); using unregistered buffers");
-        }
-        Ok(Rc::new(Local {
-            id,
-            engine: engine.clone(),
-            ready: RefCell::new(VecDeque::with_capacity(256)),
-            pollers: RefCell::new(Vec::new()),
-            added_pollers: RefCell::new(Vec::new()),
-            removed_pollers: RefCell::new(Vec::new()),
-            next_id: Cell::new(1),
-            timers: RefCell::new(BinaryHeap::new()),
-            timer_fns: RefCell::new(HashMap::new()),
-            ring: RefCell::new(ring),
-            bufs,
-        }))
+        Local::new(&engine, id, &cfg)
     };
     let local = match setup() {
         Ok(l) => l,
@@ -413,29 +444,17 @@ fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Se
             return;
         }
     };
-    LOCAL.with(|l| *l.borrow_mut() = Some(local.clone()));
-    CURRENT.with(|c| c.set(Some(id)));
+    set_current(Some(&local));
     ready.send(Ok(()));
     run_loop(&local, &cfg);
-    // Drop messages, tasks and pollers while the thread-local is still set, then clear it.
-    // Closing the mailbox first makes later senders drop their messages (so callers waiting
-    // for an answer see `Canceled` rather than wait forever).
-    local.engine.0.reactors[id].mailbox.close();
-    // (Each is taken out first and dropped with no borrow held: dropping a task or a poller
-    // may wake tasks or touch timers.)
-    let ready = std::mem::take(&mut *local.ready.borrow_mut());
-    drop(ready);
-    let pollers = std::mem::take(&mut *local.pollers.borrow_mut());
-    drop(pollers);
-    let added = std::mem::take(&mut *local.added_pollers.borrow_mut());
-    drop(added);
-    let timers = std::mem::take(&mut *local.timer_fns.borrow_mut());
-    drop(timers);
-    let ready = std::mem::take(&mut *local.ready.borrow_mut());
-    drop(ready);
-    local.engine.0.reactors[id].mailbox.close();
-    CURRENT.with(|c| c.set(None));
-    LOCAL.with(|l| *l.borrow_mut() = None);
+    local.wind_down();
+    set_current(None);
+}
+
+/// Makes `local` the reactor of the calling thread (None: no reactor).
+pub(crate) fn set_current(local: Option<&Rc<Local>>) {
+    LOCAL.with(|l| *l.borrow_mut() = local.cloned());
+    CURRENT.with(|c| c.set(local.map(|l| l.id)));
 }
 
 fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
@@ -536,7 +555,70 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
 }
 
 impl Local {
-    fn run_pollers(&self) -> usize {
+    /// Makes reactor `id`'s own state: its io_uring, buffer pool and queues.
+    pub(crate) fn new(engine: &Engine, id: usize, cfg: &EngineConfig) -> std::io::Result<Rc<Local>> {
+        let mailbox = &engine.0.reactors[id].mailbox;
+        let mut ring = Ring::new(cfg.ring_entries, cfg.ring_handlers, mailbox.doorbell_fd())?;
+        let bufs = BufPool::new(cfg.bufs)?;
+        if let Err(e) = ring.register_buffers(&bufs.regions()) {
+            // Without registration (e.g. RLIMIT_MEMLOCK) fixed-buffer I/O is off; still correct.
+            log::warn!("reactor {id}: io_uring buffer registration failed ({e}); using unregistered buffers");
+        }
+        Ok(Rc::new(Local {
+            id,
+            engine: engine.clone(),
+            ready: RefCell::new(VecDeque::with_capacity(256)),
+            pollers: RefCell::new(Vec::new()),
+            added_pollers: RefCell::new(Vec::new()),
+            removed_pollers: RefCell::new(Vec::new()),
+            next_id: Cell::new(1),
+            timers: RefCell::new(BinaryHeap::new()),
+            timer_fns: RefCell::new(HashMap::new()),
+            ring: RefCell::new(ring),
+            bufs,
+        }))
+    }
+
+    /// Drops messages, tasks, pollers and timers (call with this reactor current). Closing the
+    /// mailbox first makes later senders drop their messages (so callers waiting for an answer
+    /// see `Canceled` rather than wait forever).
+    pub(crate) fn wind_down(&self) {
+        let mailbox = &self.engine.0.reactors[self.id].mailbox;
+        mailbox.close();
+        // (Each is taken out first and dropped with no borrow held: dropping a task or a poller
+        // may wake tasks or touch timers.)
+        let ready = std::mem::take(&mut *self.ready.borrow_mut());
+        drop(ready);
+        let pollers = std::mem::take(&mut *self.pollers.borrow_mut());
+        drop(pollers);
+        let added = std::mem::take(&mut *self.added_pollers.borrow_mut());
+        drop(added);
+        let timers = std::mem::take(&mut *self.timer_fns.borrow_mut());
+        drop(timers);
+        let ready = std::mem::take(&mut *self.ready.borrow_mut());
+        drop(ready);
+        mailbox.close();
+    }
+
+    /// One ready task, if any; true if it ran one.
+    pub(crate) fn run_one_task(&self) -> bool {
+        let r = self.ready.borrow_mut().pop_front();
+        match r {
+            Some(r) => {
+                r.run();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The reactor's index.
+    pub(crate) fn index(&self) -> usize {
+        self.id
+    }
+
+    /// Runs the pollers once; the number that found work.
+    pub(crate) fn run_pollers(&self) -> usize {
         {
             let mut added = self.added_pollers.borrow_mut();
             if !added.is_empty() {
@@ -561,7 +643,8 @@ impl Local {
         work
     }
 
-    fn run_timers(&self, now: u64) -> usize {
+    /// Fires the timers due at `now`; the number fired.
+    pub(crate) fn run_timers(&self, now: u64) -> usize {
         let mut fired = 0;
         // Only timers present at the start: a callback that adds due timers cannot keep the
         // loop here.
@@ -591,7 +674,8 @@ impl Local {
         }
     }
 
-    fn next_timer(&self) -> Option<u64> {
+    /// The deadline of the earliest timer.
+    pub(crate) fn next_timer(&self) -> Option<u64> {
         self.timers.borrow().peek().map(|Reverse((d, _))| *d)
     }
 
@@ -652,6 +736,11 @@ pub(crate) fn blocking_parts() -> (Arc<BlockingPool>, Arc<Mailbox>) {
 /// The engine of the calling reactor. Panics off-reactor.
 pub fn engine() -> Engine {
     with_local(|l| l.engine.clone())
+}
+
+/// The engine of the calling reactor, or None off-reactor.
+pub(crate) fn try_engine() -> Option<Engine> {
+    LOCAL.try_with(|l| l.borrow().as_ref().map(|l| l.engine.clone())).ok().flatten()
 }
 
 /// Spawns a future as a task on the calling reactor. Panics off-reactor.

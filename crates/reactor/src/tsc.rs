@@ -1,12 +1,52 @@
 //! A cheap monotonic tick counter (the CPU's time-stamp counter on x86_64) and its rate.
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// Simulations alive in the process; while none is, `ticks` never looks at the simulated clock.
+static SIMULATIONS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// The simulated clock of the simulation running on this thread, in nanoseconds.
+    static SIM_NOW: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The simulated time of this thread's simulation, if one runs here.
+#[inline(always)]
+fn sim_now() -> Option<u64> {
+    if SIMULATIONS.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    SIM_NOW.try_with(|c| c.get()).ok().flatten()
+}
+
+/// Makes this thread's clock simulated (ticks are then nanoseconds), starting at `now`.
+pub(crate) fn sim_begin(now: u64) {
+    SIMULATIONS.fetch_add(1, Ordering::Relaxed);
+    SIM_NOW.with(|c| c.set(Some(now)));
+}
+
+/// Moves this thread's simulated clock.
+pub(crate) fn sim_set(now: u64) {
+    SIM_NOW.with(|c| c.set(Some(now)));
+}
+
+/// Gives this thread back the real clock.
+pub(crate) fn sim_end() {
+    SIM_NOW.with(|c| c.set(None));
+    SIMULATIONS.fetch_sub(1, Ordering::Relaxed);
+}
+
 /// Reads the tick counter. On x86_64 this is `rdtsc` (about 20 cycles, no syscall); elsewhere it
-/// falls back to nanoseconds since the first call.
+/// falls back to nanoseconds since the first call. On a thread that runs a simulation it reads
+/// the simulated clock.
 #[inline(always)]
 pub fn ticks() -> u64 {
+    if let Some(t) = sim_now() {
+        return t;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: rdtsc has no preconditions; every x86_64 CPU has it.
@@ -19,8 +59,13 @@ pub fn ticks() -> u64 {
     }
 }
 
-/// Ticks per second, measured once against the monotonic clock (about 20 ms on first use).
+/// Ticks per second, measured once against the monotonic clock (about 20 ms on first use);
+/// exactly 10^9 in a simulation, so that a seed replays the same deadlines.
+#[inline]
 pub fn ticks_per_sec() -> u64 {
+    if sim_now().is_some() {
+        return 1_000_000_000;
+    }
     static RATE: OnceLock<u64> = OnceLock::new();
     *RATE.get_or_init(|| {
         if !cfg!(target_arch = "x86_64") {
