@@ -5,7 +5,7 @@ use crate::io::{BdevIo, IoType, IoTypes};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// Errors of the bdev layer's control operations (create, open, claim, delete).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -431,6 +431,8 @@ fn notify_all(openers: Vec<(Option<(usize, ferrite_reactor::Engine)>, crate::des
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// The bdevs of one engine (see `ferrite_reactor::context`).
+#[derive(Default)]
 struct Registry {
     by_name: BTreeMap<String, Bdev>,
     aliases: BTreeMap<String, String>,
@@ -438,11 +440,8 @@ struct Registry {
     order: Vec<(u64, String)>,
 }
 
-static REGISTRY: Mutex<Registry> =
-    Mutex::new(Registry { by_name: BTreeMap::new(), aliases: BTreeMap::new(), order: Vec::new() });
-
-fn registry() -> MutexGuard<'static, Registry> {
-    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+fn registry() -> ferrite_reactor::StateGuard<Registry> {
+    ferrite_reactor::lock_state::<Registry>()
 }
 
 /// Largest bdev, in bytes: 2^63 - 1 would overflow signed 64-bit sizes in clients (nbdinfo

@@ -114,8 +114,13 @@ struct StatsEntry {
     bdev: std::sync::Weak<BdevShared>,
 }
 
-thread_local! {
+ferrite_reactor::reactor_local! {
+    /// This core's channel of each bdev, by bdev id.
     static CHANNELS: RefCell<HashMap<u64, Weak<ChannelInner>>> = RefCell::new(HashMap::new());
+}
+
+ferrite_reactor::reactor_local! {
+    /// This core's I/O statistics of each bdev, by bdev id (they outlive the channels).
     static STATS: RefCell<HashMap<u64, StatsEntry>> = RefCell::new(HashMap::new());
 }
 

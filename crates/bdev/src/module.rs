@@ -43,25 +43,39 @@ pub trait BdevModule: Send + Sync + 'static {
     }
 }
 
+#[derive(Default)]
 struct Examines {
     pending: usize,
     waiters: Vec<ferrite_reactor::oneshot::Sender<()>>,
 }
 
-static MODULES: Mutex<Vec<Arc<dyn BdevModule>>> = Mutex::new(Vec::new());
-static EXAMINES: Mutex<Examines> = Mutex::new(Examines { pending: 0, waiters: Vec::new() });
-static AUTO_EXAMINE: AtomicBool = AtomicBool::new(true);
-static ENGINE: Mutex<Option<ferrite_reactor::Engine>> = Mutex::new(None);
+/// The modules of one engine and their examines in progress (see `ferrite_reactor::context`).
+struct ModuleState {
+    modules: Mutex<Vec<Arc<dyn BdevModule>>>,
+    examines: Mutex<Examines>,
+    auto_examine: AtomicBool,
+}
+
+impl Default for ModuleState {
+    fn default() -> Self {
+        Self { modules: Mutex::default(), examines: Mutex::default(), auto_examine: AtomicBool::new(true) }
+    }
+}
+
+fn state() -> Arc<ModuleState> {
+    ferrite_reactor::engine_state::<ModuleState>()
+}
 
 /// One module's examine of one bdev, in progress; finishing or dropping it ends it.
 pub struct ExamineDone {
     finished: bool,
+    state: Arc<ModuleState>,
 }
 
 impl ExamineDone {
-    fn new() -> Self {
-        EXAMINES.lock().unwrap().pending += 1;
-        Self { finished: false }
+    fn new(state: &Arc<ModuleState>) -> Self {
+        state.examines.lock().unwrap().pending += 1;
+        Self { finished: false, state: state.clone() }
     }
 
     /// Ends the examine.
@@ -74,7 +88,7 @@ impl ExamineDone {
             return;
         }
         let waiters = {
-            let mut e = EXAMINES.lock().unwrap();
+            let mut e = self.state.examines.lock().unwrap();
             e.pending -= 1;
             if e.pending == 0 {
                 std::mem::take(&mut e.waiters)
@@ -96,7 +110,8 @@ impl Drop for ExamineDone {
 
 /// Registers a module (once per name) and runs its init.
 pub fn register_module(m: Arc<dyn BdevModule>) -> Result<(), BdevError> {
-    let mut mods = MODULES.lock().unwrap();
+    let st = state();
+    let mut mods = st.modules.lock().unwrap();
     if mods.iter().any(|x| x.name() == m.name()) {
         return Ok(());
     }
@@ -107,7 +122,7 @@ pub fn register_module(m: Arc<dyn BdevModule>) -> Result<(), BdevError> {
 
 /// Every registered module, in registration order.
 pub fn modules() -> Vec<Arc<dyn BdevModule>> {
-    MODULES.lock().unwrap().clone()
+    state().modules.lock().unwrap().clone()
 }
 
 /// Runs every module's fini (the daemon calls it once every bdev is gone).
@@ -117,19 +132,14 @@ pub fn fini_all() {
     }
 }
 
-/// The engine whose first reactor runs examines of bdevs registered off the reactors.
-pub fn set_engine(engine: Option<ferrite_reactor::Engine>) {
-    *ENGINE.lock().unwrap() = engine;
-}
-
 /// SPDK's `bdev_auto_examine` option: with it off, bdevs are examined only on `bdev_examine`.
 pub fn set_auto_examine(on: bool) {
-    AUTO_EXAMINE.store(on, Ordering::Relaxed);
+    state().auto_examine.store(on, Ordering::Relaxed);
 }
 
 /// True if new bdevs are examined on their own.
 pub fn auto_examine() -> bool {
-    AUTO_EXAMINE.load(Ordering::Relaxed)
+    state().auto_examine.load(Ordering::Relaxed)
 }
 
 /// Offers a newly registered bdev to every module (if auto examine is on).
@@ -140,13 +150,14 @@ pub(crate) fn on_register(bdev: &Bdev) {
 }
 
 /// Offers `bdev` to every module's examine: on the calling reactor, or on the engine's first
-/// reactor when called from another thread, or here when there is no engine.
+/// reactor of the entered engine when called from another thread, or here when there is none.
 pub fn offer(bdev: &Bdev) {
-    let mods = modules();
+    let st = state();
+    let mods = st.modules.lock().unwrap().clone();
     if mods.is_empty() {
         return;
     }
-    let dones: Vec<ExamineDone> = mods.iter().map(|_| ExamineDone::new()).collect();
+    let dones: Vec<ExamineDone> = mods.iter().map(|_| ExamineDone::new(&st)).collect();
     let bdev = bdev.clone();
     let run = move || {
         for m in &mods {
@@ -160,7 +171,7 @@ pub fn offer(bdev: &Bdev) {
             m.examine_disk(&bdev, done);
         }
     };
-    let engine = if ferrite_reactor::current().is_some() { None } else { ENGINE.lock().unwrap().clone() };
+    let engine = if ferrite_reactor::current().is_some() { None } else { ferrite_reactor::current_engine() };
     match engine {
         Some(e) => e.send(0, run),
         None => run(),
@@ -170,7 +181,8 @@ pub fn offer(bdev: &Bdev) {
 /// Resolves once no examine is in progress.
 pub fn wait_for_examine() -> ferrite_reactor::oneshot::Receiver<()> {
     let (tx, rx) = ferrite_reactor::oneshot::channel();
-    let mut e = EXAMINES.lock().unwrap();
+    let st = state();
+    let mut e = st.examines.lock().unwrap();
     if e.pending == 0 {
         tx.send(());
     } else {

@@ -365,8 +365,8 @@ fn random_requests_succeed_iff_in_range_and_sized() {
         }
         Ok(())
     });
-    shutdown(e);
     unregister(NAME, None).unwrap();
+    shutdown(e);
     if let Err(err) = result {
         panic!("{err}");
     }

@@ -70,8 +70,8 @@ pub fn start_engine(
     let mut registry = crate::registry();
     add_test_panic_method(&mut registry);
     let ctx = Ctx { engine: engine.clone(), registry: Arc::new(registry) };
-    // Bdevs registered off the reactors are examined on reactor 0.
-    ferrite_bdev::module::set_engine(Some(engine.clone()));
+    // This thread is entered into the engine (Engine::start does it): bdevs it registers are
+    // the engine's, and are examined on reactor 0.
     if let Some(path) = json {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let doc: serde_json::Value =
@@ -152,7 +152,6 @@ pub fn shutdown(engine: &Engine) {
     if closed.is_err() {
         log::warn!("reactor 0 did not finish closing bdevs");
     }
-    ferrite_bdev::module::set_engine(None);
     ferrite_bdev::module::fini_all();
     engine.stop();
     engine.join();

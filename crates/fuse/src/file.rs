@@ -29,7 +29,8 @@ struct Local {
     writes: RangeLock,
 }
 
-thread_local! {
+ferrite_reactor::reactor_local! {
+    /// This reactor's open bdevs, by export id.
     static LOCALS: RefCell<HashMap<u64, Rc<Local>>> = RefCell::new(HashMap::new());
 }
 

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 struct Export {
     id: u64,
@@ -19,7 +19,13 @@ struct Export {
     session: Option<fuser::BackgroundSession>,
 }
 
-static EXPORTS: Mutex<BTreeMap<String, Export>> = Mutex::new(BTreeMap::new());
+/// One engine's FUSE exports, by path.
+#[derive(Default)]
+struct Exports(BTreeMap<String, Export>);
+
+fn exports() -> ferrite_reactor::StateGuard<Exports> {
+    ferrite_reactor::lock_state::<Exports>()
+}
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 #[derive(Deserialize)]
@@ -41,7 +47,7 @@ fn mount(ctx: &Ctx, a: Add) -> Result<(), RpcError> {
     if !path.is_absolute() {
         return Err(errno_error(libc::EINVAL, format!("path {} must be absolute", a.path)));
     }
-    if EXPORTS.lock().unwrap().contains_key(&a.path) {
+    if exports().0.contains_key(&a.path) {
         return Err(errno_error(libc::EEXIST, format!("{} is already a FUSE export", a.path)));
     }
     let bdev = ferrite_bdev::lookup(&a.bdev_name)
@@ -100,7 +106,7 @@ fn mount(ctx: &Ctx, a: Add) -> Result<(), RpcError> {
         }
     };
     log::info!("FUSE export of bdev {} at {} (reactor {reactor})", a.bdev_name, a.path);
-    EXPORTS.lock().unwrap().insert(
+    exports().0.insert(
         a.path,
         Export { id, bdev: a.bdev_name, read_only, reactor, created_file, gone, session: Some(session) },
     );
@@ -118,11 +124,8 @@ impl<T> WaitOr<T> for ferrite_reactor::oneshot::Receiver<T> {
 }
 
 fn unmount(engine: &ferrite_reactor::Engine, path: &str) -> Result<(), RpcError> {
-    let mut e = EXPORTS
-        .lock()
-        .unwrap()
-        .remove(path)
-        .ok_or_else(|| errno_error(libc::ENOENT, format!("{path} is not a FUSE export")))?;
+    let mut e =
+        exports().0.remove(path).ok_or_else(|| errno_error(libc::ENOENT, format!("{path} is not a FUSE export")))?;
     // Dropping the session unmounts and joins its thread; then the descriptor closes. If the
     // file is still open somewhere the unmount fails with EBUSY: detach it lazily instead.
     drop(e.session.take());
@@ -160,9 +163,8 @@ pub fn register(reg: &mut Registry) {
     reg.method("fuse_get_exports", |_, p: Params| async move {
         p.none()?;
         Ok(Value::Array(
-            EXPORTS
-                .lock()
-                .unwrap()
+            exports()
+                .0
                 .iter()
                 .map(|(path, e)| {
                     json!({"path": path, "bdev_name": e.bdev, "read_only": e.read_only, "reactor": e.reactor,
@@ -175,10 +177,7 @@ pub fn register(reg: &mut Registry) {
         name: "fuse",
         depends_on: vec!["bdev"],
         config: Arc::new(|| {
-            EXPORTS
-                .lock()
-                .unwrap()
-                .iter()
+            exports().0.iter()
                 .map(|(path, e)| {
                     json!({"method": "fuse_export_add", "params": {"bdev_name": e.bdev, "path": path, "read_only": e.read_only}})
                 })
@@ -190,13 +189,18 @@ pub fn register(reg: &mut Registry) {
 /// Runs `f` on a helper thread and awaits its result.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = ferrite_reactor::oneshot::channel();
-    std::thread::spawn(move || tx.send(f()));
+    // The helper belongs to the caller's engine (the bdevs it looks up are that engine's).
+    let engine = ferrite_reactor::current_engine();
+    std::thread::spawn(move || {
+        let _entered = engine.as_ref().map(|e| e.enter());
+        tx.send(f())
+    });
     rx.await.expect("helper thread answers")
 }
 
 /// Unmounts every export (daemon shutdown; call from a plain thread, not a reactor).
 pub fn shutdown(engine: &ferrite_reactor::Engine) {
-    let paths: Vec<String> = EXPORTS.lock().unwrap().keys().cloned().collect();
+    let paths: Vec<String> = exports().0.keys().cloned().collect();
     for p in paths {
         if let Err(e) = unmount(engine, &p) {
             log::warn!("FUSE export {p}: {}", e.message);

@@ -67,7 +67,8 @@ impl Handle {
     }
 }
 
-thread_local! {
+ferrite_reactor::reactor_local! {
+    /// This reactor's connections, by connection id.
     static LIVE: RefCell<HashMap<u64, Rc<Handle>>> = RefCell::new(HashMap::new());
 }
 

@@ -2,7 +2,6 @@
 //! reactor (read during handshakes, never on the I/O path).
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
 
 /// An export: a bdev offered under a name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,17 +34,21 @@ pub struct ConnInfo {
     pub listen: String,
 }
 
-#[derive(Default)]
+/// One engine's exports and connections (see `ferrite_reactor::context`).
 pub(crate) struct Tables {
     pub(crate) exports: BTreeMap<String, Export>,
     pub(crate) conns: BTreeMap<u64, ConnInfo>,
     pub(crate) next_conn: u64,
 }
 
-static TABLES: Mutex<Tables> = Mutex::new(Tables { exports: BTreeMap::new(), conns: BTreeMap::new(), next_conn: 1 });
+impl Default for Tables {
+    fn default() -> Self {
+        Self { exports: BTreeMap::new(), conns: BTreeMap::new(), next_conn: 1 }
+    }
+}
 
-pub(crate) fn tables() -> MutexGuard<'static, Tables> {
-    TABLES.lock().unwrap_or_else(|p| p.into_inner())
+pub(crate) fn tables() -> ferrite_reactor::StateGuard<Tables> {
+    ferrite_reactor::lock_state::<Tables>()
 }
 
 /// True while the bdev the export was made for is registered (a bdev deleted and made again

@@ -210,7 +210,8 @@ where
     T: Send + 'static,
 {
     let (pool, mailbox) = crate::reactor::blocking_parts();
-    if crate::reactor::engine().is_simulated() {
+    let engine = crate::reactor::engine();
+    if engine.is_simulated() {
         // The simulator runs everything on its one thread, in an order its seed decides: the
         // job runs here and now, and its result is ready at once.
         let res = std::panic::catch_unwind(AssertUnwindSafe(f))
@@ -222,7 +223,12 @@ where
         });
         return Blocking { slot, job: None, pool, _not_send: PhantomData };
     }
-    spawn_on(pool, mailbox, f)
+    // The job belongs to the caller's engine: state it touches (a bdev it registers) is that
+    // engine's.
+    spawn_on(pool, mailbox, move || {
+        let _entered = engine.enter();
+        f()
+    })
 }
 
 pub(crate) fn spawn_on<T, F>(pool: Arc<BlockingPool>, mailbox: Arc<Mailbox>, f: F) -> Blocking<T>

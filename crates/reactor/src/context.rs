@@ -12,7 +12,8 @@ use crate::reactor::Engine;
 use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Values keyed by their type, made on first use.
 #[derive(Default)]
@@ -92,4 +93,40 @@ pub(crate) fn leave(engine: &Engine) {
             s.remove(i);
         }
     });
+}
+
+/// The calling context's `T` (as [`engine_state`] finds it), locked until the guard drops.
+pub fn lock_state<T: Default + Send + 'static>() -> StateGuard<T> {
+    let owner = engine_state::<Mutex<T>>();
+    let guard = owner.lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: the guard borrows the mutex inside `owner`, an Arc whose heap allocation does not
+    // move and lives in the same StateGuard; Drop releases the guard before the Arc.
+    let guard: MutexGuard<'static, T> = unsafe { std::mem::transmute(guard) };
+    StateGuard { guard: ManuallyDrop::new(guard), _owner: owner }
+}
+
+/// An engine's `T`, locked (see [`lock_state`]).
+pub struct StateGuard<T: 'static> {
+    guard: ManuallyDrop<MutexGuard<'static, T>>,
+    _owner: Arc<Mutex<T>>,
+}
+
+impl<T> std::ops::Deref for StateGuard<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for StateGuard<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+impl<T> Drop for StateGuard<T> {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here, before `_owner` (fields drop after this body).
+        unsafe { ManuallyDrop::drop(&mut self.guard) }
+    }
 }

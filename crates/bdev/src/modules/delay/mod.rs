@@ -279,8 +279,13 @@ impl BdevBackend for DelayBackend {
     }
 }
 
-/// Delay nodes by bdev id, for `bdev_delay_update_latency`.
-static NODES: std::sync::Mutex<Vec<(u64, std::sync::Weak<DelayNode>)>> = std::sync::Mutex::new(Vec::new());
+/// Delay nodes by bdev id, for `bdev_delay_update_latency` (per engine).
+#[derive(Default)]
+struct Nodes(Vec<(u64, std::sync::Weak<DelayNode>)>);
+
+fn nodes() -> ferrite_reactor::StateGuard<Nodes> {
+    ferrite_reactor::lock_state::<Nodes>()
+}
 
 fn check_latency(us: u64) -> Result<(), BdevError> {
     if us > MAX_LATENCY_US {
@@ -317,9 +322,9 @@ pub fn create(base_name: &str, name: &str, uuid: Option<&str>, l: Latencies) -> 
     let props = base.props(name.to_string(), uuid, "delay", MODULE);
     let bdev = register(props, Arc::new(DelayBackend { node: node.clone() }))?;
     {
-        let mut n = NODES.lock().unwrap_or_else(|p| p.into_inner());
-        n.retain(|(_, w)| w.strong_count() > 0);
-        n.push((bdev.id(), Arc::downgrade(&node)));
+        let mut n = nodes();
+        n.0.retain(|(_, w)| w.strong_count() > 0);
+        n.0.push((bdev.id(), Arc::downgrade(&node)));
     }
     base.attach(&bdev);
     Ok(bdev)
@@ -331,9 +336,8 @@ pub fn update_latency(name: &str, t: LatencyType, us: u64) -> Result<(), BdevErr
     let b = crate::bdev::lookup(name)
         .filter(|b| b.module() == MODULE)
         .ok_or_else(|| BdevError::NotFound(format!("{name} (no delay bdev has this name)")))?;
-    let node = NODES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+    let node = nodes()
+        .0
         .iter()
         .find(|(id, _)| *id == b.id())
         .and_then(|(_, w)| w.upgrade())

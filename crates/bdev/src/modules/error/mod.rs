@@ -128,9 +128,9 @@ struct ErrorCh {
     pending: RefCell<VecDeque<BdevIo>>,
 }
 
-thread_local! {
+ferrite_reactor::reactor_local! {
     /// This core's channels, for `bdev_error_resume_pending`.
-    static CHANNELS: RefCell<Vec<(u64, Weak<ErrorCh>)>> = const { RefCell::new(Vec::new()) };
+    static CHANNELS: RefCell<Vec<(u64, Weak<ErrorCh>)>> = RefCell::new(Vec::new());
 }
 
 struct ErrorChannel(Rc<ErrorCh>);
@@ -334,15 +334,21 @@ impl BdevBackend for ErrorBackend {
     }
 }
 
-/// Error disks by bdev id, for injection.
-static DISKS: std::sync::Mutex<Vec<(u64, std::sync::Weak<ErrorDisk>)>> = std::sync::Mutex::new(Vec::new());
+/// Error disks by bdev id, for injection (per engine).
+#[derive(Default)]
+struct Disks(Vec<(u64, std::sync::Weak<ErrorDisk>)>);
+
+fn disks() -> ferrite_reactor::StateGuard<Disks> {
+    ferrite_reactor::lock_state::<Disks>()
+}
 
 fn disk_of(name: &str) -> Result<Arc<ErrorDisk>, BdevError> {
     let b = crate::bdev::lookup(name)
         .filter(|b| b.module() == MODULE)
         .ok_or_else(|| BdevError::NotFound(format!("{name} (no error bdev has this name)")))?;
-    let disks = DISKS.lock().unwrap_or_else(|p| p.into_inner());
+    let disks = disks();
     disks
+        .0
         .iter()
         .find(|(id, _)| *id == b.id())
         .and_then(|(_, w)| w.upgrade())
@@ -363,9 +369,9 @@ pub fn create(base_name: &str, uuid: Option<&str>) -> Result<Bdev, BdevError> {
     let bdev = register(props, Arc::new(ErrorBackend { disk: disk.clone() }))?;
     let _ = disk.id.set(bdev.id());
     {
-        let mut d = DISKS.lock().unwrap_or_else(|p| p.into_inner());
-        d.retain(|(_, w)| w.strong_count() > 0);
-        d.push((bdev.id(), Arc::downgrade(&disk)));
+        let mut d = disks();
+        d.0.retain(|(_, w)| w.strong_count() > 0);
+        d.0.push((bdev.id(), Arc::downgrade(&disk)));
     }
     // Held (pending) I/O would keep the bdev's openers waiting forever once it is being deleted:
     // every core completes its held I/O as Aborted.

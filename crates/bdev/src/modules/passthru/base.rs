@@ -58,7 +58,13 @@ pub fn stack_depth(bdev: &Bdev) -> u32 {
 }
 
 /// Every base held by a virtual bdev (to find the base of a virtual bdev by its id).
-static ATTACHED: Mutex<Vec<Weak<BaseBdev>>> = Mutex::new(Vec::new());
+/// Every base bdev attached by a virtual bdev of this engine.
+#[derive(Default)]
+struct Attached(Vec<Weak<BaseBdev>>);
+
+fn attached() -> ferrite_reactor::StateGuard<Attached> {
+    ferrite_reactor::lock_state::<Attached>()
+}
 
 impl BaseBdev {
     /// Opens `base_name` for writing and claims it for `module`. Fails if it does not exist,
@@ -149,9 +155,9 @@ impl BaseBdev {
     pub fn attach(self: &Arc<Self>, vbdev: &Bdev) {
         *lock(&self.vbdev) = Some((vbdev.id(), vbdev.name().to_string()));
         {
-            let mut all = lock(&ATTACHED);
-            all.retain(|w| w.strong_count() > 0);
-            all.push(Arc::downgrade(self));
+            let mut all = attached();
+            all.0.retain(|w| w.strong_count() > 0);
+            all.0.push(Arc::downgrade(self));
         }
         let me = Arc::downgrade(self);
         match Bdev::open(vbdev.name(), false, move || {
@@ -211,7 +217,8 @@ impl BaseBdev {
 
     /// The base of the virtual bdev with id `vbdev_id`.
     pub fn of(vbdev_id: u64) -> Option<Arc<BaseBdev>> {
-        lock(&ATTACHED)
+        attached()
+            .0
             .iter()
             .filter_map(Weak::upgrade)
             .find(|b| lock(&b.vbdev).as_ref().is_some_and(|(id, _)| *id == vbdev_id))
