@@ -608,6 +608,11 @@ pub fn reset_local_iostat(id: u64, mode: crate::stats::ResetMode) {
     }
 }
 
+/// Channels alive on the calling core (of every bdev): zero once every opener here let go.
+pub fn live_channels() -> usize {
+    CHANNELS.with(|c| c.borrow().values().filter(|w| w.strong_count() > 0).count())
+}
+
 pub(crate) fn local_channel(bdev_id: u64) -> Option<Rc<ChannelInner>> {
     CHANNELS.with(|c| c.borrow().get(&bdev_id).and_then(Weak::upgrade))
 }

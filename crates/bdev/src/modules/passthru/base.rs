@@ -279,20 +279,27 @@ pub(crate) struct NameParam {
 }
 
 /// Deletes the virtual bdev `name` of `module`: unregisters it, waits until every opener has
-/// closed it, then closes its base. Answers `true`.
-pub(crate) async fn delete(name: &str, module: &'static str) -> RpcResult {
-    let no_such = || errno_error(libc::ENODEV, format!("No such device: no {module} bdev named {name}"));
-    let b = lookup(name).filter(|b| b.module() == module && b.name() == name).ok_or_else(no_such)?;
+/// closed it, then closes its base (releasing the claim).
+pub async fn delete_vbdev(name: &str, module: &'static str) -> Result<(), BdevError> {
+    let b = lookup(name)
+        .filter(|b| b.module() == module && b.name() == name)
+        .ok_or_else(|| BdevError::NotFound(format!("{name} (no {module} bdev has this name)")))?;
     let base = BaseBdev::of(b.id());
-    let gone = unregister(name, Some(module)).map_err(|e| match e {
-        BdevError::NotFound(_) => no_such(),
-        e => errno_error(e.errno(), e.to_string()),
-    })?;
-    gone.await.map_err(|e| RpcError::internal(e.to_string()))?;
+    let gone = unregister(name, Some(module))?;
+    gone.await.map_err(|e| BdevError::Os(e.to_string()))?;
     if let Some(base) = base {
         base.close();
     }
     log::info!("deleted {module} bdev {}", name.escape_debug());
+    Ok(())
+}
+
+/// The RPC form of [`delete_vbdev`]: answers `true`, or -ENODEV as SPDK does.
+pub(crate) async fn delete(name: &str, module: &'static str) -> RpcResult {
+    delete_vbdev(name, module).await.map_err(|e| match e {
+        BdevError::NotFound(_) => errno_error(libc::ENODEV, format!("No such device: no {module} bdev named {name}")),
+        e => errno_error(e.errno(), e.to_string()),
+    })?;
     Ok(json!(true))
 }
 

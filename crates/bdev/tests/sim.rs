@@ -1,0 +1,469 @@
+//! Simulation tests of the bdev layer: every reactor of an engine on one thread, in an order a
+//! seed decides, on a simulated clock (`ferrite_reactor::Sim`). Each test runs many seeds
+//! (`SIM_SEEDS=<n>` sets how many); a failure names its seed, and `SIM_SEED=<n>` replays that
+//! one exactly.
+//!
+//! Invariants checked after every seed: every I/O completes (no task hangs), with success or
+//! the status the teardown explains (Removed, Aborted); every successful read returns what was
+//! written; deleted bdevs leave the registry and release their claims; no channel is left on any
+//! core.
+
+mod common;
+
+use common::{buf_filled, buf_from, io, pattern, payload};
+use ferrite_bdev::channel::live_channels;
+use ferrite_bdev::module::{register_module, wait_for_examine};
+use ferrite_bdev::modules::passthru::base::delete_vbdev;
+use ferrite_bdev::modules::{delay, error, malloc, null, passthru};
+use ferrite_bdev::{lookup, unregister, Bdev, BdevDesc, BdevEvent, BdevModule, ClaimType, ExamineDone};
+use ferrite_bdev::{IoRequest, IoStatus};
+use ferrite_reactor::{spawn_local, Sim};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Most steps any wait of a simulation may take before it counts as a hang.
+const MAX_STEPS: u64 = 2_000_000;
+
+/// The seeds to run: `SIM_SEED` alone if set, else `SIM_SEEDS` (or `default`) seeds from 0.
+fn seeds(default: u64) -> Vec<u64> {
+    if let Some(s) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
+        return vec![s];
+    }
+    let n = std::env::var("SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    (0..n).collect()
+}
+
+/// Runs `f` for every seed; a failure is reported with its seed.
+fn for_seeds(default: u64, f: impl Fn(u64) -> u64) {
+    for seed in seeds(default) {
+        if let Err(e) = std::panic::catch_unwind(AssertUnwindSafe(|| f(seed))) {
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            panic!("seed {seed} failed (replay: SIM_SEED={seed}): {msg}");
+        }
+    }
+}
+
+/// What one reactor's load saw.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct LoadResult {
+    ok: u64,
+    failed: Vec<IoStatus>,
+    mismatches: Vec<String>,
+}
+
+impl LoadResult {
+    fn merge(&mut self, o: LoadResult) {
+        self.ok += o.ok;
+        self.failed.extend(o.failed);
+        self.mismatches.extend(o.mismatches);
+    }
+}
+
+/// Writes and reads back one block per lane of `name` from `lanes` concurrent lanes on this
+/// reactor, `rounds` times each, stopping when the bdev is being removed; then lets go of it.
+async fn load(name: &'static str, core: u64, lanes: u64, rounds: u64) -> LoadResult {
+    let removed = Arc::new(AtomicBool::new(false));
+    let r2 = removed.clone();
+    let desc = match Bdev::open_ext(name, true, move |e| {
+        if e == BdevEvent::Remove {
+            r2.store(true, Ordering::SeqCst)
+        }
+    }) {
+        Ok(d) => d,
+        Err(_) => return LoadResult::default(), // already gone
+    };
+    let ch = desc.channel().expect("a channel of an open bdev");
+    let mut tasks = Vec::new();
+    for lane in 0..lanes {
+        let (ch, removed) = (ch.clone(), removed.clone());
+        tasks.push(spawn_local(async move {
+            let lba = core * lanes + lane;
+            let mut res = LoadResult::default();
+            for round in 0..rounds {
+                if removed.load(Ordering::SeqCst) {
+                    break;
+                }
+                let data = pattern(core << 40 | lane << 20 | round, 512);
+                let c = io(&ch, IoRequest::write(lba, 1, buf_from(&data))).await;
+                if c.status != IoStatus::Success {
+                    res.failed.push(c.status);
+                    continue;
+                }
+                res.ok += 1;
+                // The lane owns the block: a read after its write must return that write.
+                let c = io(&ch, IoRequest::read(lba, 1, buf_filled(512, 0xee))).await;
+                if c.status != IoStatus::Success {
+                    res.failed.push(c.status);
+                    continue;
+                }
+                res.ok += 1;
+                if payload(&c) != data {
+                    res.mismatches.push(format!("core {core} lane {lane} round {round}: read back other data"));
+                }
+            }
+            res
+        }));
+    }
+    let mut all = LoadResult::default();
+    for t in tasks {
+        all.merge(t.await);
+    }
+    drop(ch);
+    drop(desc);
+    all
+}
+
+thread_local! {
+    /// I/Os that succeeded, and that failed because of the teardown, over every seed run on
+    /// this thread (to show the tests really remove bdevs with I/O in flight).
+    static SUCCEEDED: AtomicU64 = const { AtomicU64::new(0) };
+    static TORN: AtomicU64 = const { AtomicU64::new(0) };
+}
+
+/// Checks what the loads saw: no wrong data, and only failures teardown explains.
+fn check_loads(results: &[LoadResult]) {
+    for r in results {
+        SUCCEEDED.with(|n| n.fetch_add(r.ok, Ordering::Relaxed));
+        TORN.with(|n| n.fetch_add(r.failed.len() as u64, Ordering::Relaxed));
+    }
+    for (core, r) in results.iter().enumerate() {
+        assert!(r.mismatches.is_empty(), "core {core}: {:?}", r.mismatches);
+        for s in &r.failed {
+            assert!(matches!(s, IoStatus::Removed | IoStatus::Aborted), "core {core}: unexpected status {s:?}");
+        }
+    }
+}
+
+/// Asserts that no core keeps a channel.
+fn check_no_channels(sim: &mut Sim, cores: usize) {
+    for c in 0..cores {
+        let n = sim.on(c, live_channels);
+        assert_eq!(n, 0, "core {c} still has {n} channel(s)");
+    }
+}
+
+fn make_malloc(sim: &mut Sim, name: &str, blocks: u64) {
+    let opts = malloc::MallocOpts { name: Some(name.into()), num_blocks: blocks, block_size: 512, ..Default::default() };
+    sim.on(0, || malloc::create(opts)).expect("malloc bdev");
+}
+
+fn latencies(sim: &mut Sim) -> delay::Latencies {
+    let avg = 1 + sim.rng().below(30);
+    delay::Latencies { avg_read: avg, avg_write: avg, p99_read: avg * 2, p99_write: avg * 2 }
+}
+
+/// Starts a load on every core against `name`; returns the receivers of their results.
+fn start_loads(
+    sim: &mut Sim,
+    cores: usize,
+    name: &'static str,
+) -> Vec<ferrite_reactor::oneshot::Receiver<LoadResult>> {
+    let lanes = 1 + sim.rng().below(4);
+    let rounds = 5 + sim.rng().below(60);
+    let e = sim.engine();
+    (0..cores).map(|c| e.run_async(c, move || load(name, c as u64, lanes, rounds))).collect()
+}
+
+/// Hot removal with I/O in flight on every core: a delay bdev over malloc under load, and
+/// either the delay bdev or (cascading) the malloc bdev under it deleted at a random moment.
+fn hot_removal(seed: u64) -> u64 {
+    let cores = 2 + (seed % 3) as usize;
+    let mut sim = Sim::new(seed, cores).unwrap();
+    make_malloc(&mut sim, "M", 64);
+    let lat = latencies(&mut sim);
+    sim.on(0, || delay::create("M", "D", None, lat)).expect("delay bdev");
+    let loads = start_loads(&mut sim, cores, "D");
+    let at = sim.rng().below(4_000);
+    sim.run_until_idle(at);
+    let remove_base = sim.rng().chance(1, 2);
+    let e = sim.engine();
+    let gone = if remove_base {
+        sim.on(0, || unregister("M", None)).expect("M is registered")
+    } else {
+        e.run_async(0, || async { delete_vbdev("D", delay::MODULE).await.expect("D deletes") })
+    };
+    let results: Vec<LoadResult> = loads.into_iter().map(|rx| sim.block_on(rx, MAX_STEPS).unwrap()).collect();
+    sim.block_on(gone, MAX_STEPS).expect("the deleted bdev is released");
+    sim.run_until_idle(MAX_STEPS);
+    check_loads(&results);
+    assert!(lookup("D").is_none(), "D is gone (remove_base {remove_base})");
+    if remove_base {
+        assert!(lookup("M").is_none());
+    } else {
+        let m = lookup("M").expect("M stays");
+        assert!(m.claims().is_empty(), "D's claim on M is released: {:?}", m.claims());
+        assert_eq!(m.open_count(), 0);
+        let gone = unregister("M", None).unwrap();
+        sim.block_on(gone, MAX_STEPS).unwrap();
+    }
+    check_no_channels(&mut sim, cores);
+    let ok: u64 = results.iter().map(|r| r.ok).sum();
+    sim.trace() ^ ok.rotate_left(32)
+}
+
+#[test]
+fn hot_removal_with_io_in_flight_on_every_core() {
+    for_seeds(200, hot_removal);
+    let (ok, torn) = (SUCCEEDED.with(|n| n.load(Ordering::Relaxed)), TORN.with(|n| n.load(Ordering::Relaxed)));
+    eprintln!("I/Os over all seeds: {ok} succeeded, {torn} ended by the removal");
+    if seeds(200).len() >= 20 {
+        assert!(ok > 0 && torn > 0, "the seeds never caught I/O in flight: {ok} ok, {torn} torn");
+    }
+}
+
+#[test]
+fn a_failing_seed_would_replay_exactly() {
+    for seed in [3, 41, 977] {
+        assert_eq!(hot_removal(seed), hot_removal(seed), "seed {seed} took two paths");
+    }
+}
+
+/// malloc M, passthru P over it, delay D over P, error EE_D over D, all under load on every
+/// core, and one of the four deleted at a random moment: every bdev above it goes too, every
+/// bdev below stays with its claims as they should be.
+fn stacked_teardown(seed: u64) -> u64 {
+    let cores = 2 + (seed % 2) as usize;
+    let mut sim = Sim::new(seed, cores).unwrap();
+    make_malloc(&mut sim, "M", 64);
+    let lat = latencies(&mut sim);
+    sim.on(0, || -> Result<(), ferrite_bdev::BdevError> {
+        passthru::create("M", "P", None)?;
+        delay::create("P", "D", None, lat)?;
+        error::create("D", None)?;
+        Ok(())
+    })
+    .expect("the stack builds");
+    let stack = [("M", "malloc"), ("P", passthru::MODULE), ("D", delay::MODULE), ("EE_D", error::MODULE)];
+    let loads = start_loads(&mut sim, cores, "EE_D");
+    let at = sim.rng().below(4_000);
+    sim.run_until_idle(at);
+    let victim = sim.rng().below(4) as usize;
+    let (name, module) = stack[victim];
+    let e = sim.engine();
+    let gone = if victim == 0 {
+        sim.on(0, || unregister(name, None)).expect("registered")
+    } else {
+        e.run_async(0, move || async move { delete_vbdev(name, module).await.expect("deletes") })
+    };
+    let results: Vec<LoadResult> = loads.into_iter().map(|rx| sim.block_on(rx, MAX_STEPS).unwrap()).collect();
+    sim.block_on(gone, MAX_STEPS).expect("the victim is released");
+    sim.run_until_idle(MAX_STEPS);
+    check_loads(&results);
+    for (i, (n, _)) in stack.iter().enumerate() {
+        let b = lookup(n);
+        if i >= victim {
+            assert!(b.is_none(), "{n} is gone (victim {name})");
+            continue;
+        }
+        let b = b.unwrap_or_else(|| panic!("{n} stays (victim {name})"));
+        if i + 1 == victim {
+            assert!(b.claims().is_empty(), "{n}'s claim is released: {:?}", b.claims());
+            // A virtual bdev keeps one descriptor on itself: the watch that closes its base.
+            let own_watch = usize::from(i > 0);
+            assert_eq!(b.open_count(), own_watch, "{n} is closed");
+        } else {
+            assert_eq!(b.claims().len(), 1, "{n} keeps the claim of the bdev above it");
+        }
+    }
+    // Tear the rest down from the top and check nothing is left.
+    for i in (0..victim).rev() {
+        let (n, m) = stack[i];
+        let rx = if i == 0 {
+            unregister(n, None).unwrap()
+        } else {
+            e.run_async(0, move || async move { delete_vbdev(n, m).await.expect("deletes") })
+        };
+        sim.block_on(rx, MAX_STEPS).unwrap();
+    }
+    sim.run_until_idle(MAX_STEPS);
+    let left: Vec<String> = ferrite_bdev::list().iter().map(|b| b.name().to_string()).collect();
+    assert!(left.is_empty(), "bdevs left: {left:?}");
+    check_no_channels(&mut sim, cores);
+    sim.trace()
+}
+
+#[test]
+fn three_deep_stack_torn_down_under_load() {
+    for_seeds(150, stacked_teardown);
+}
+
+/// A module that claims bdevs named `c*` when they register, and reads `s*` ones "from disk"
+/// (a real read through the bdev layer, then a wait) before its examine finishes.
+#[derive(Default)]
+struct Examiner {
+    claimed: Mutex<Vec<String>>,
+    held: Mutex<Vec<BdevDesc>>,
+    disk_started: AtomicUsize,
+    disk_done: AtomicUsize,
+}
+
+impl BdevModule for Examiner {
+    fn name(&self) -> &'static str {
+        "sim_examiner"
+    }
+    fn examine_config(&self, bdev: &Bdev) {
+        if !bdev.name().starts_with('c') {
+            return;
+        }
+        // A competitor may have opened it for writing, or claimed it, first: then no claim.
+        let Ok(d) = Bdev::open(bdev.name(), false, || {}) else { return };
+        if d.claim_as(self.name(), ClaimType::ExclusiveWrite, 0).is_ok() {
+            self.claimed.lock().unwrap().push(bdev.name().to_string());
+            self.held.lock().unwrap().push(d);
+        }
+    }
+    fn examine_disk(&self, bdev: &Bdev, done: ExamineDone) {
+        if !bdev.name().starts_with('s') {
+            return done.finish();
+        }
+        self.disk_started.fetch_add(1, Ordering::SeqCst);
+        let me = EXAMINER.with(|e| e.clone());
+        let name = bdev.name().to_string();
+        let wait = Duration::from_micros(name.len() as u64 * 7);
+        spawn_local(async move {
+            if let Ok(d) = Bdev::open(&name, false, || {}) {
+                if let Ok(ch) = d.channel() {
+                    let c = io(&ch, IoRequest::read(0, 1, buf_filled(512, 0))).await;
+                    assert!(matches!(c.status, IoStatus::Success | IoStatus::Removed), "{:?}", c.status);
+                }
+            }
+            ferrite_reactor::sleep(wait).await;
+            me.disk_done.fetch_add(1, Ordering::SeqCst);
+            done.finish();
+        })
+        .detach();
+    }
+}
+
+thread_local! {
+    /// The examiner of the simulation running on this thread.
+    static EXAMINER: Arc<Examiner> = Arc::default();
+}
+
+/// Bdevs registered from the test thread and from every core while a module claims some in its
+/// examine and a competitor on every core tries to open and claim them too, and while some are
+/// deleted mid-examine: each `c*` bdev ends with exactly one claim, and `bdev_wait_for_examine`
+/// answers only once every disk examine finished.
+fn claims_and_examine(seed: u64) -> u64 {
+    let cores = 2 + (seed % 3) as usize;
+    let mut sim = Sim::new(seed, cores).unwrap();
+    let ex = EXAMINER.with(|e| e.clone());
+    *ex.claimed.lock().unwrap() = Vec::new();
+    ex.disk_started.store(0, Ordering::SeqCst);
+    ex.disk_done.store(0, Ordering::SeqCst);
+    register_module(ex.clone()).unwrap();
+    let e = sim.engine();
+    let count = 4 + sim.rng().below(8) as usize;
+    let names: Vec<(&'static str, &'static str)> = (0..count)
+        .map(|i| {
+            let c: &'static str = Box::leak(format!("c{i}").into_boxed_str());
+            let s: &'static str = Box::leak(format!("s{i}").into_boxed_str());
+            (c, s)
+        })
+        .collect();
+    // Competitors: each core tries to open every c* bdev for writing and claim it.
+    let all_c: Arc<Vec<&'static str>> = Arc::new(names.iter().map(|(c, _)| *c).collect());
+    let competitors: Vec<_> = (0..cores)
+        .map(|core| {
+            let all_c = all_c.clone();
+            e.run_async(core, move || async move {
+                let mut held = Vec::new();
+                let mut won = Vec::new();
+                for n in all_c.iter() {
+                    let mut tries = 0;
+                    let d = loop {
+                        if let Some(b) = lookup(n) {
+                            break Some(b);
+                        }
+                        tries += 1;
+                        if tries > 2_000 {
+                            break None;
+                        }
+                        ferrite_reactor::sleep(Duration::from_micros(1)).await;
+                    };
+                    if d.is_none() {
+                        continue;
+                    }
+                    if let Ok(d) = Bdev::open(n, true, || {}) {
+                        if d.claim(&format!("competitor{core}")).is_ok() {
+                            won.push(n.to_string());
+                        }
+                        held.push(d);
+                    }
+                }
+                (won, held)
+            })
+        })
+        .collect();
+    let mut removed = Vec::new();
+    for (i, (c, s)) in names.iter().enumerate() {
+        let (c, s) = (*c, *s);
+        let steps = sim.rng().below(40);
+        sim.run_until_idle(steps);
+        let make = move |name: &str| {
+            null::create(null::NullOpts { name: name.into(), num_blocks: 16, block_size: 512, ..Default::default() })
+                .expect("null bdev")
+        };
+        if sim.rng().chance(1, 2) {
+            // From the test thread: examined on reactor 0, later.
+            make(c);
+            make(s);
+        } else {
+            let core = sim.rng().below(cores as u64) as usize;
+            sim.block_on(e.call(core, move || (make(c), make(s))), MAX_STEPS).unwrap();
+        }
+        if sim.rng().chance(1, 4) {
+            let steps = sim.rng().below(20);
+            sim.run_until_idle(steps);
+            if let Ok(rx) = unregister(s, None) {
+                removed.push((i, rx));
+            }
+        }
+    }
+    let waited = wait_for_examine();
+    sim.block_on(waited, MAX_STEPS).unwrap();
+    assert_eq!(
+        ex.disk_done.load(Ordering::SeqCst),
+        ex.disk_started.load(Ordering::SeqCst),
+        "bdev_wait_for_examine answered with disk examines in progress"
+    );
+    let outcomes: Vec<(Vec<String>, Vec<BdevDesc>)> =
+        competitors.into_iter().map(|rx| sim.block_on(rx, MAX_STEPS).unwrap()).collect();
+    for (c, _) in &names {
+        let b = lookup(c).expect("c bdevs stay");
+        let by_examiner = ex.claimed.lock().unwrap().iter().any(|n| n == c);
+        let by_competitors = outcomes.iter().filter(|(won, _)| won.iter().any(|n| n == c)).count();
+        assert_eq!(
+            usize::from(by_examiner) + by_competitors,
+            1,
+            "{c}: examiner {by_examiner}, competitors {by_competitors}, claims {:?}",
+            b.claims()
+        );
+        assert_eq!(b.claims().len(), 1, "{c}: {:?}", b.claims());
+    }
+    // Release everything and delete every bdev.
+    drop(outcomes);
+    sim.on(0, || ex.held.lock().unwrap().clear());
+    for (_, rx) in removed {
+        sim.block_on(rx, MAX_STEPS).unwrap();
+    }
+    for b in ferrite_bdev::list() {
+        let rx = unregister(b.name(), None).unwrap();
+        sim.block_on(rx, MAX_STEPS).unwrap();
+    }
+    sim.run_until_idle(MAX_STEPS);
+    assert!(ferrite_bdev::list().is_empty());
+    check_no_channels(&mut sim, cores);
+    sim.trace()
+}
+
+#[test]
+fn claims_and_examine_race_registration() {
+    for_seeds(150, claims_and_examine);
+}
