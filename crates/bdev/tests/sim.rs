@@ -149,7 +149,8 @@ fn check_no_channels(sim: &mut Sim, cores: usize) {
 }
 
 fn make_malloc(sim: &mut Sim, name: &str, blocks: u64) {
-    let opts = malloc::MallocOpts { name: Some(name.into()), num_blocks: blocks, block_size: 512, ..Default::default() };
+    let opts =
+        malloc::MallocOpts { name: Some(name.into()), num_blocks: blocks, block_size: 512, ..Default::default() };
     sim.on(0, || malloc::create(opts)).expect("malloc bdev");
 }
 
@@ -159,11 +160,7 @@ fn latencies(sim: &mut Sim) -> delay::Latencies {
 }
 
 /// Starts a load on every core against `name`; returns the receivers of their results.
-fn start_loads(
-    sim: &mut Sim,
-    cores: usize,
-    name: &'static str,
-) -> Vec<ferrite_reactor::oneshot::Receiver<LoadResult>> {
+fn start_loads(sim: &mut Sim, cores: usize, name: &'static str) -> Vec<ferrite_reactor::oneshot::Receiver<LoadResult>> {
     let lanes = 1 + sim.rng().below(4);
     let rounds = 5 + sim.rng().below(60);
     let e = sim.engine();
