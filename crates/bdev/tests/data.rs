@@ -271,6 +271,8 @@ fn uring_writes_reach_the_file_and_back() {
     // Content written behind the bdev's back before it exists must be readable through it.
     let seed = pattern(1, 64 * 1024);
     std::fs::OpenOptions::new().write(true).open(&tmp.path).unwrap().write_all_at(&seed, 1 << 20).unwrap();
+    // Started first: the bdev is the engine's (this thread is entered into it).
+    let e = engine(2, ReactorMode::Interrupt);
     let b = uring::create(UringOpts {
         name: NAME.into(),
         filename: tmp.path_str(),
@@ -281,7 +283,6 @@ fn uring_writes_reach_the_file_and_back() {
     .expect("uring create");
     assert_eq!((b.block_size(), b.num_blocks(), b.module()), (512, (SIZE / 512) as u64, "uring"));
 
-    let e = engine(2, ReactorMode::Interrupt);
     let mut model = vec![0u8; SIZE];
     put(&mut model, 1, 1 << 20, &seed);
     let m = model.clone();
@@ -347,8 +348,8 @@ fn uring_writes_reach_the_file_and_back() {
     let file = read_file(&tmp.path);
     assert_eq!(file.len(), SIZE, "unmap must keep the file size");
     assert_bytes_eq(&file, &model, "file after unmap/write_zeroes");
-    shutdown(e);
     unregister(NAME, Some("uring")).unwrap();
+    shutdown(e);
 }
 
 #[test]

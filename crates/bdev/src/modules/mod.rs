@@ -12,32 +12,39 @@ use crate::bdev::{lookup, BdevError};
 use crate::module::{register_module, BdevModule};
 use std::sync::Arc;
 
-/// A base module as the registry sees it: a name and its RPCs (base modules examine nothing).
-struct Base {
+/// A built-in module as the registry sees it: a name, its RPCs, and whether its examine makes
+/// virtual bdevs configured over a base that was missing (passthru, delay, error).
+struct Builtin {
     name: &'static str,
     rpcs: fn(&mut ferrite_rpc::Registry),
+    vbdev: bool,
 }
 
-impl BdevModule for Base {
+impl BdevModule for Builtin {
     fn name(&self) -> &'static str {
         self.name
     }
     fn register_rpcs(&self, reg: &mut ferrite_rpc::Registry) {
         (self.rpcs)(reg)
     }
+    fn examine_config(&self, bdev: &crate::bdev::Bdev) {
+        if self.vbdev {
+            passthru::deferred::examine(self.name, bdev);
+        }
+    }
 }
 
 /// Registers the modules built into Ferrite.
 pub fn register_builtin() {
-    for (name, rpcs) in [
-        ("null", null::rpc::register as fn(&mut ferrite_rpc::Registry)),
-        ("malloc", malloc::rpc::register),
-        ("uring", uring::rpc::register),
-        ("passthru", passthru::rpc::register),
-        ("error", error::rpc::register),
-        ("delay", delay::rpc::register),
+    for (name, rpcs, vbdev) in [
+        ("null", null::rpc::register as fn(&mut ferrite_rpc::Registry), false),
+        ("malloc", malloc::rpc::register, false),
+        ("uring", uring::rpc::register, false),
+        (passthru::MODULE, passthru::rpc::register, true),
+        (error::MODULE, error::rpc::register, true),
+        (delay::MODULE, delay::rpc::register, true),
     ] {
-        register_module(Arc::new(Base { name, rpcs })).expect("base modules have no init to fail");
+        register_module(Arc::new(Builtin { name, rpcs, vbdev })).expect("built-in modules have no init to fail");
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::{create, update_latency, Latencies, LatencyType, MODULE};
 use crate::modules::passthru::base::{delete, rpc_err, NameParam};
+use crate::modules::passthru::deferred;
 use ferrite_rpc::{Params, Registry};
 use serde::Deserialize;
 use serde_json::json;
@@ -46,11 +47,17 @@ pub fn register(reg: &mut Registry) {
             p99_read: p.p99_read_latency,
             p99_write: p.p99_write_latency,
         };
-        let b = create(&p.base_bdev_name, &p.name, p.uuid.as_deref(), l).map_err(rpc_err)?;
-        Ok(json!(b.name()))
+        let (base, name, uuid) = (p.base_bdev_name.clone(), p.name.clone(), p.uuid.clone());
+        // Over a base that is not there yet, the delay bdev appears when the base does.
+        deferred::create_or_defer(MODULE, &p.base_bdev_name, &p.name, move || create(&base, &name, uuid.as_deref(), l))
+            .map_err(rpc_err)?;
+        Ok(json!(p.name))
     });
     reg.method("bdev_delay_delete", |_, p: Params| async move {
         let p: NameParam = p.parse()?;
+        if deferred::forget(MODULE, &p.name) {
+            return Ok(json!(true));
+        }
         delete(&p.name, MODULE).await
     });
     reg.method("bdev_delay_update_latency", |_, p: Params| async move {

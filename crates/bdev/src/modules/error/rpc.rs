@@ -3,6 +3,7 @@
 
 use super::{clear, create, disarm_pending, inject, resume_pending_here, ErrorType, Injection, MODULE};
 use crate::modules::passthru::base::{delete, rpc_err, NameParam};
+use crate::modules::passthru::deferred;
 use crate::IoType;
 use ferrite_rpc::{errno_error, Params, Registry, RpcError};
 use serde::Deserialize;
@@ -70,11 +71,19 @@ fn invalid(msg: &str) -> RpcError {
 pub fn register(reg: &mut Registry) {
     reg.method("bdev_error_create", |_, p: Params| async move {
         let p: ErrorCreate = p.parse()?;
-        create(&p.base_name, p.uuid.as_deref()).map_err(rpc_err)?;
+        let (base, uuid) = (p.base_name.clone(), p.uuid.clone());
+        // Over a base that is not there yet, the error bdev appears when the base does.
+        deferred::create_or_defer(MODULE, &p.base_name, &format!("EE_{}", p.base_name), move || {
+            create(&base, uuid.as_deref())
+        })
+        .map_err(rpc_err)?;
         Ok(json!(true))
     });
     reg.method("bdev_error_delete", |_, p: Params| async move {
         let p: NameParam = p.parse()?;
+        if deferred::forget(MODULE, &p.name) {
+            return Ok(json!(true));
+        }
         delete(&p.name, MODULE).await
     });
     reg.method("bdev_error_inject_error", |_, p: Params| async move {

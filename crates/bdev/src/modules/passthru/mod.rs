@@ -7,6 +7,7 @@
 //! locked or looked up in a table.
 
 pub mod base;
+pub mod deferred;
 pub mod rpc;
 
 use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
