@@ -454,7 +454,7 @@ pub struct IoState {
 ferrite_reactor::reactor_local! {
     /// Boxed on purpose: a state's address is what travels (and what io_uring carries).
     #[allow(clippy::vec_box)]
-    static CACHE: RefCell<Vec<Box<IoState>>> = RefCell::new(Vec::new());
+    static CACHE: RefCell<Vec<Box<IoState>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Most states a thread keeps for reuse.
@@ -759,7 +759,7 @@ fn deliver(mut st: Box<IoState>) {
 
 ferrite_reactor::reactor_local! {
     /// The tick of the completion whose callback is running, or 0.
-    static COMPLETION_TICK: std::cell::Cell<u64> = std::cell::Cell::new(0);
+    static COMPLETION_TICK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The submit time of a new request: the running completion's tick, or the counter now.
@@ -773,17 +773,17 @@ pub(crate) fn submit_tick() -> u64 {
 
 ferrite_reactor::reactor_local! {
     /// Functions to run on the next run of the deferred queue.
-    static DEFERRED_FNS: RefCell<Vec<Box<dyn FnOnce()>>> = RefCell::new(Vec::new());
+    static DEFERRED_FNS: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
 }
 
 ferrite_reactor::reactor_local! {
     /// Completions waiting for the deferred-queue poller.
-    static DEFERRED: RefCell<VecDeque<BdevIo>> = RefCell::new(VecDeque::new());
+    static DEFERRED: RefCell<VecDeque<BdevIo>> = const { RefCell::new(VecDeque::new()) };
 }
 
 ferrite_reactor::reactor_local! {
     /// True once this core registered the deferred-queue poller.
-    static DEFERRED_POLLER: std::cell::Cell<bool> = std::cell::Cell::new(false);
+    static DEFERRED_POLLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs `f` on the next run of the deferred queue (threads without a reactor loop only).

@@ -82,7 +82,7 @@ struct Server {
 
 ferrite_reactor::reactor_local! {
     /// Servers by address (kept on the first reactor, which runs every accept loop).
-    static SERVERS: RefCell<BTreeMap<String, Server>> = RefCell::new(BTreeMap::new());
+    static SERVERS: RefCell<BTreeMap<String, Server>> = const { RefCell::new(BTreeMap::new()) };
 }
 
 fn bind(addr: &ListenAddr) -> std::io::Result<(OwnedFd, Option<ferrite_rpc::sockfile::SocketFile>)> {

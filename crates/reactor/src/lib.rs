@@ -21,6 +21,8 @@ pub use async_task::Task;
 pub use blocking::{spawn_blocking, Blocking, BlockingPanic};
 pub use buf::{BufPool, BufPoolConfig, IoBuf, Lender};
 pub use context::{current_engine, engine_state, lock_state, EnterGuard, StateGuard};
+#[doc(hidden)]
+pub use linkme;
 pub use reactor::{
     after, alloc_buf, buf_pool, current, engine, pending_timers, register_poller, sleep, spawn_local, try_alloc_buf,
     try_with_ring, unregister_poller, with_ring, Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,

@@ -13,12 +13,20 @@ thread_local! {
     static SIM_NOW: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
-/// The simulated time of this thread's simulation, if one runs here.
+/// The simulated time of this thread's simulation, if one runs here. Outside simulations this
+/// is one load of a shared counter that never changes and a branch never taken; the rest is
+/// out of line.
 #[inline(always)]
 fn sim_now() -> Option<u64> {
     if SIMULATIONS.load(Ordering::Relaxed) == 0 {
         return None;
     }
+    sim_now_slow()
+}
+
+#[cold]
+#[inline(never)]
+fn sim_now_slow() -> Option<u64> {
     SIM_NOW.try_with(|c| c.get()).ok().flatten()
 }
 

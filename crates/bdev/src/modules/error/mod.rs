@@ -130,7 +130,7 @@ struct ErrorCh {
 
 ferrite_reactor::reactor_local! {
     /// This core's channels, for `bdev_error_resume_pending`.
-    static CHANNELS: RefCell<Vec<(u64, Weak<ErrorCh>)>> = RefCell::new(Vec::new());
+    static CHANNELS: RefCell<Vec<(u64, Weak<ErrorCh>)>> = const { RefCell::new(Vec::new()) };
 }
 
 struct ErrorChannel(Rc<ErrorCh>);
