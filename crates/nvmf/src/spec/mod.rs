@@ -1,0 +1,1 @@
+//! The NVMe base specification's and NVMe-oF's data structures, as bytes on the wire.
