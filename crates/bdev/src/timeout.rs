@@ -73,6 +73,8 @@ struct Slot {
     offset_blocks: u64,
     num_blocks: u64,
     tag: Option<u64>,
+    /// The caller identity an abort request names it by (None for a child request).
+    caller: Option<(usize, u64)>,
     live: bool,
     reported: bool,
     /// The callback asked for an abort: an Aborted completion becomes TimedOut.
@@ -110,6 +112,7 @@ pub(crate) fn track(ch: &ChannelInner, io: &mut BdevIo, desc: u64) {
         offset_blocks: io.req.offset_blocks,
         num_blocks: io.req.num_blocks,
         tag: io.caller_id().map(|(_, t)| t),
+        caller: io.caller_id(),
         live: true,
         reported: false,
         aborting: false,
@@ -220,23 +223,55 @@ fn poll(ch: &Rc<ChannelInner>) {
     arm(ch);
 }
 
+/// Aborts tracked request `i` of `ch` because its timeout's callback asked: by an abort request
+/// naming it, which goes where any abort goes (the layer's queues, then the module, which may
+/// pass it down the stack to where the request waits), or, for a request with no caller
+/// identity, by the layer's queues and the module's own `abort`.
 fn abort(ch: &Rc<ChannelInner>, i: u32) {
-    let alive = match ch.timeouts.slots.borrow_mut().get_mut(i as usize) {
+    let caller = match ch.timeouts.slots.borrow_mut().get_mut(i as usize) {
         Some(s) if s.live => {
             s.aborting = true;
-            true
+            s.caller
         }
-        _ => false,
+        _ => return,
     };
-    if !alive {
-        return;
-    }
-    let found = ch.abort_matching(&|io: &BdevIo| io.track == i + 1);
-    if found == 0 {
-        log::warn!("bdev {}: a timed-out request could not be aborted", ch.bdev.name.escape_debug());
-        if let Some(s) = ch.timeouts.slots.borrow_mut().get_mut(i as usize) {
-            s.aborting = false;
+    match caller {
+        Some((completer, tag)) => {
+            let mut req = crate::io::IoRequest::new(IoType::Abort, 0, 0);
+            req.aux = crate::io::IoAux::Abort { completer, tag };
+            let done = Rc::new(AbortDone { ch: Rc::downgrade(ch), slot: i });
+            let io = BdevIo::new(req, crate::io::Done::Caller(done, 0), ch.clone(), ferrite_reactor::tsc::ticks());
+            ch.route(io);
         }
+        None => {
+            if ch.abort_matching(&|io: &BdevIo| io.track == i + 1) == 0 {
+                not_aborted(ch, i);
+            }
+        }
+    }
+}
+
+/// The answer to a timeout's abort request.
+struct AbortDone {
+    ch: std::rc::Weak<ChannelInner>,
+    slot: u32,
+}
+
+impl crate::io::IoCompleter for AbortDone {
+    fn io_done(&self, _tag: u64, io: crate::io::Completed) {
+        if io.status != crate::io::IoStatus::Success {
+            if let Some(ch) = self.ch.upgrade() {
+                not_aborted(&ch, self.slot);
+            }
+        }
+    }
+}
+
+/// Nothing could stop the timed-out request: it completes as it will, with its own status.
+fn not_aborted(ch: &ChannelInner, i: u32) {
+    log::warn!("bdev {}: a timed-out request could not be aborted", ch.bdev.name.escape_debug());
+    if let Some(s) = ch.timeouts.slots.borrow_mut().get_mut(i as usize) {
+        s.aborting = false;
     }
 }
 

@@ -464,3 +464,312 @@ fn claims_and_examine(seed: u64) -> u64 {
 fn claims_and_examine_race_registration() {
     for_seeds(150, claims_and_examine);
 }
+
+/// A completer that keeps the completion for the lane awaiting it, and counts deliveries.
+#[derive(Default)]
+struct Slot {
+    done: std::cell::RefCell<Option<ferrite_bdev::Completed>>,
+    waker: std::cell::RefCell<Option<std::task::Waker>>,
+    calls: std::cell::Cell<u32>,
+}
+
+impl ferrite_bdev::IoCompleter for Slot {
+    fn io_done(&self, _tag: u64, io: ferrite_bdev::Completed) {
+        self.calls.set(self.calls.get() + 1);
+        *self.done.borrow_mut() = Some(io);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+/// Submits `req` with `tag` through a fresh slot listed in `inflight` (so another task can
+/// abort it) and waits for its completion.
+async fn tracked(
+    ch: &ferrite_bdev::IoChannel,
+    inflight: &std::rc::Rc<std::cell::RefCell<Vec<(std::rc::Rc<Slot>, u64)>>>,
+    req: IoRequest,
+    tag: u64,
+) -> ferrite_bdev::Completed {
+    let slot = std::rc::Rc::new(Slot::default());
+    inflight.borrow_mut().push((slot.clone(), tag));
+    ch.submit(req, slot.clone(), tag);
+    let c = std::future::poll_fn(|cx| match slot.done.borrow_mut().take() {
+        Some(c) => std::task::Poll::Ready(c),
+        None => {
+            *slot.waker.borrow_mut() = Some(cx.waker().clone());
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    inflight.borrow_mut().retain(|(s, _)| !std::rc::Rc::ptr_eq(s, &slot));
+    // Let anything wrongly delivered twice show up before counting.
+    ferrite_reactor::sleep(Duration::from_micros(1)).await;
+    assert_eq!(slot.calls.get(), 1, "request {tag:#x} completed {} times", slot.calls.get());
+    c
+}
+
+/// What one core's mixed load saw.
+#[derive(Debug, Default)]
+struct MixedResult {
+    statuses: std::collections::BTreeMap<String, u64>,
+    mismatches: Vec<String>,
+    resets: u64,
+    aborts_sent: u64,
+}
+
+/// On this core: lanes writing and reading back their own blocks, a task aborting random
+/// requests in flight, and a task resetting the bdev now and then, all on one channel.
+/// `abort_us` and `reset_us` bound the random pause before each abort and each reset (None:
+/// none of them, so held requests must end by timing out).
+async fn mixed(
+    name: &'static str,
+    core: u64,
+    lanes: u64,
+    rounds: u64,
+    seed: u64,
+    abort_us: Option<u64>,
+    reset_us: Option<u64>,
+) -> MixedResult {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let desc = Bdev::open(name, true, || {}).expect("open");
+    // Requests outstanding for 1 s (simulated) are aborted by the timeout's callback.
+    desc.set_timeout(1, |_| true);
+    let ch = desc.channel().expect("channel");
+    let inflight: Rc<RefCell<Vec<(Rc<Slot>, u64)>>> = Rc::default();
+    let result = Rc::new(RefCell::new(MixedResult::default()));
+    let lanes_left = Rc::new(std::cell::Cell::new(lanes));
+    let mut tasks = Vec::new();
+    for lane in 0..lanes {
+        let (ch, inflight, result, left) = (ch.clone(), inflight.clone(), result.clone(), lanes_left.clone());
+        tasks.push(spawn_local(async move {
+            let lba = core * lanes + lane;
+            // What the block may hold: the last successful write, and any write since that
+            // ended otherwise (it may or may not have landed).
+            // (Malloc memory starts zeroed.)
+            let mut candidates: Vec<Vec<u8>> = vec![vec![0; 512]];
+            let mut hist: Vec<String> = Vec::new();
+            for round in 0..rounds {
+                let tag = core << 40 | lane << 20 | round << 1;
+                let data = pattern(seed ^ tag, 512);
+                let c = tracked(&ch, &inflight, IoRequest::write(lba, 1, buf_from(&data)), tag).await;
+                *result.borrow_mut().statuses.entry(format!("write {:?}", c.status)).or_default() += 1;
+                hist.push(format!("r{round} write {:?} at {:?}", c.status, ferrite_reactor::tsc::ticks()));
+                if c.status == IoStatus::Success {
+                    candidates = vec![data];
+                } else {
+                    candidates.push(data);
+                }
+                let c = tracked(&ch, &inflight, IoRequest::read(lba, 1, buf_filled(512, 0xee)), tag | 1).await;
+                *result.borrow_mut().statuses.entry(format!("read {:?}", c.status)).or_default() += 1;
+                hist.push(format!("r{round} read {:?}", c.status));
+                if c.status == IoStatus::Success {
+                    let got = payload(&c);
+                    if !candidates.contains(&got) {
+                        let from = (0..round).find(|r| pattern(seed ^ (core << 40 | lane << 20 | r << 1), 512) == got);
+                        result.borrow_mut().mismatches.push(format!(
+                            "core {core} lane {lane} round {round}: read holds round {from:?}'s write; history {:?}",
+                            &hist[hist.len().saturating_sub(8)..]
+                        ));
+                    }
+                }
+            }
+            left.set(left.get() - 1);
+        }));
+    }
+    // The aborter: every few microseconds, abort one request in flight on this channel.
+    if let Some(abort_us) = abort_us {
+        let (ch, inflight, result, left) = (ch.clone(), inflight.clone(), result.clone(), lanes_left.clone());
+        tasks.push(spawn_local(async move {
+            let mut n = seed;
+            while left.get() > 0 {
+                n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ferrite_reactor::sleep(Duration::from_micros(5 + (n >> 33) % abort_us)).await;
+                let victim = {
+                    let f = inflight.borrow();
+                    if f.is_empty() {
+                        None
+                    } else {
+                        Some(f[(n >> 40) as usize % f.len()].clone())
+                    }
+                };
+                if let Some((slot, tag)) = victim {
+                    let c = io(&ch, IoRequest::abort(&slot, tag)).await;
+                    // Found and aborted, or already gone: both are answers; nothing else is.
+                    assert!(matches!(c.status, IoStatus::Success | IoStatus::Failed(_)), "abort: {:?}", c.status);
+                    result.borrow_mut().aborts_sent += 1;
+                }
+            }
+        }));
+    }
+    // The resetter: a reset now and then; each must finish despite the steady load.
+    if let Some(reset_us) = reset_us {
+        let (ch, result, left) = (ch.clone(), result.clone(), lanes_left.clone());
+        tasks.push(spawn_local(async move {
+            let mut n = seed ^ 0x5eed;
+            while left.get() > 0 {
+                n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ferrite_reactor::sleep(Duration::from_micros(50 + (n >> 33) % reset_us)).await;
+                let c = io(&ch, IoRequest::no_payload(ferrite_bdev::IoType::Reset, 0, 0)).await;
+                assert_eq!(c.status, IoStatus::Success, "reset");
+                result.borrow_mut().resets += 1;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await;
+    }
+    drop(ch);
+    drop(desc);
+    Rc::try_unwrap(result).ok().expect("every task ended").into_inner()
+}
+
+/// Reset, abort, timeouts, held and NoMem-answered requests together under load: a delay bdev
+/// over malloc holds requests, an error bdev over it holds some until they are aborted, reset
+/// or time out, and answers NoMem to others (the layer retries them); every request completes
+/// once, with a status one of those explains, and reads return a write that may have landed.
+fn reset_abort_timeout(seed: u64) -> u64 {
+    let cores = 2 + (seed % 2) as usize;
+    let mut sim = Sim::new(seed, cores).unwrap();
+    make_malloc(&mut sim, "M", 64);
+    let avg = 20 + sim.rng().below(300);
+    let lat = delay::Latencies { avg_read: avg, avg_write: avg, p99_read: avg * 3, p99_write: avg * 3 };
+    sim.on(0, || -> Result<(), ferrite_bdev::BdevError> {
+        delay::create("M", "D", None, lat)?;
+        error::create("D", None)?;
+        Ok(())
+    })
+    .expect("stack");
+    let pending = sim.rng().below(6) as u32;
+    let nomem = sim.rng().below(20) as u32;
+    let inj = |error_type, num| error::Injection {
+        error_type,
+        num,
+        queue_depth: 0,
+        corrupt_offset: 0,
+        corrupt_value: 0,
+        nvme_sct: 0,
+        nvme_sc: 0,
+    };
+    error::inject("EE_D", Some(ferrite_bdev::IoType::Read), inj(error::ErrorType::Pending, pending)).unwrap();
+    error::inject("EE_D", Some(ferrite_bdev::IoType::Write), inj(error::ErrorType::NoMem, nomem)).unwrap();
+    let lanes = 1 + sim.rng().below(3);
+    let rounds = 5 + sim.rng().below(40);
+    // How hard to abort and reset: often, now and then, or never (then held requests time out).
+    let mut intensity = |often: u64, rarely: u64| match sim.rng().below(3) {
+        0 => Some(often),
+        1 => Some(rarely),
+        _ => None,
+    };
+    let abort_us = intensity(200, 5_000);
+    let reset_us = intensity(2_000, 500_000);
+    let e = sim.engine();
+    let runs: Vec<_> = (0..cores)
+        .map(|c| e.run_async(c, move || mixed("EE_D", c as u64, lanes, rounds, seed, abort_us, reset_us)))
+        .collect();
+    let results: Vec<MixedResult> = runs.into_iter().map(|rx| sim.block_on(rx, MAX_STEPS).unwrap()).collect();
+    MIXED_SEEN.with(|m| {
+        let mut m = m.borrow_mut();
+        for r in &results {
+            for (k, v) in &r.statuses {
+                *m.entry(k.clone()).or_default() += v;
+            }
+            *m.entry("resets".into()).or_default() += r.resets;
+            *m.entry("aborts sent".into()).or_default() += r.aborts_sent;
+        }
+    });
+    let allowed = ["Success", "Aborted", "TimedOut"];
+    for (core, r) in results.iter().enumerate() {
+        assert!(r.mismatches.is_empty(), "core {core}: {:?}", r.mismatches);
+        for (what, n) in &r.statuses {
+            assert!(allowed.iter().any(|a| what.ends_with(a)), "core {core}: {n} x {what}");
+        }
+        let total: u64 = r.statuses.values().sum();
+        assert_eq!(total, 2 * lanes * rounds, "core {core}: every request completed: {:?}", r.statuses);
+    }
+    for (name, module) in [("EE_D", error::MODULE), ("D", delay::MODULE)] {
+        let rx = e.run_async(0, move || async move { delete_vbdev(name, module).await.expect("deletes") });
+        sim.block_on(rx, MAX_STEPS).unwrap();
+    }
+    let rx = unregister("M", None).unwrap();
+    sim.block_on(rx, MAX_STEPS).unwrap();
+    sim.run_until_idle(MAX_STEPS);
+    check_no_channels(&mut sim, cores);
+    let mut digest = sim.trace();
+    for r in &results {
+        for (k, v) in &r.statuses {
+            digest = digest.rotate_left(7) ^ (k.len() as u64) ^ v;
+        }
+        digest ^= r.resets << 20 ^ r.aborts_sent;
+    }
+    digest
+}
+
+thread_local! {
+    /// Statuses, resets and aborts over every seed run on this thread.
+    static MIXED_SEEN: std::cell::RefCell<std::collections::BTreeMap<String, u64>> = Default::default();
+}
+
+#[test]
+fn reset_abort_and_timeouts_under_load() {
+    for_seeds(150, reset_abort_timeout);
+    let seen = MIXED_SEEN.with(|m| m.borrow().clone());
+    eprintln!("over all seeds: {seen:?}");
+    if seeds(150).len() >= 20 {
+        for k in ["read Aborted", "read TimedOut", "write Aborted", "write Success", "resets", "aborts sent"] {
+            assert!(seen.get(k).copied().unwrap_or(0) > 0, "no seed produced {k}: {seen:?}");
+        }
+    }
+}
+
+/// A request whose timeout's callback asks for an abort is aborted wherever it waits: held by
+/// the error module of the bdev the timeout is on, or held by a delay bdev below it (the abort
+/// travels down the stack as any abort does). Before the fix the layer looked only in its own
+/// queues and the top module's, found nothing, and the request hung for ever.
+#[test]
+fn timed_out_requests_are_aborted_where_they_wait_in_the_stack() {
+    for below in [false, true] {
+        let mut sim = Sim::new(1, 2).unwrap();
+        make_malloc(&mut sim, "M", 64);
+        let two_s = 2_000_000;
+        let lat = delay::Latencies { avg_read: two_s, avg_write: two_s, p99_read: two_s, p99_write: two_s };
+        sim.on(0, || -> Result<(), ferrite_bdev::BdevError> {
+            delay::create("M", "D", None, lat)?;
+            error::create("D", None)?;
+            Ok(())
+        })
+        .unwrap();
+        if !below {
+            let inj = error::Injection {
+                error_type: error::ErrorType::Pending,
+                num: 1,
+                queue_depth: 0,
+                corrupt_offset: 0,
+                corrupt_value: 0,
+                nvme_sct: 0,
+                nvme_sc: 0,
+            };
+            error::inject("EE_D", Some(ferrite_bdev::IoType::Read), inj).unwrap();
+        }
+        let e = sim.engine();
+        let rx = e.run_async(1, || async {
+            let desc = Bdev::open("EE_D", true, || {}).unwrap();
+            let reported = Arc::new(AtomicUsize::new(0));
+            let r2 = reported.clone();
+            desc.set_timeout(1, move |_| {
+                r2.fetch_add(1, Ordering::SeqCst);
+                true
+            });
+            let ch = desc.channel().unwrap();
+            let t0 = ferrite_reactor::tsc::ticks();
+            let c = io(&ch, IoRequest::read(0, 1, buf_filled(512, 0))).await;
+            let took = Duration::from_nanos(ferrite_reactor::tsc::ticks() - t0);
+            (c.status, took, reported.load(Ordering::SeqCst))
+        });
+        let (status, took, reported) = sim.block_on(rx, 100_000).unwrap();
+        assert_eq!(status, IoStatus::TimedOut, "held {}", if below { "below" } else { "on top" });
+        assert_eq!(reported, 1);
+        assert!(took < Duration::from_millis(1_200), "aborted at the timeout, not at the end of the delay: {took:?}");
+    }
+}

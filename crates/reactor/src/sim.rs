@@ -72,6 +72,8 @@ pub struct Sim {
     now: u64,
     steps: u64,
     trace: u64,
+    /// Per reactor: messages, tasks, poller passes with work and timers run.
+    work: Vec<[u64; 4]>,
 }
 
 impl Sim {
@@ -100,6 +102,7 @@ impl Sim {
             now: EPOCH,
             steps: 0,
             trace: seed,
+            work: vec![[0; 4]; reactors],
         })
     }
 
@@ -184,10 +187,14 @@ impl Sim {
                 return v;
             }
             if self.steps - start >= max_steps {
-                panic!("seed {}: no answer after {max_steps} steps", self.seed);
+                panic!("seed {}: no answer after {max_steps} steps ({})", self.seed, self.describe());
             }
             if !self.step() {
-                panic!("seed {}: every reactor is idle and the awaited answer never came (a hang)", self.seed);
+                panic!(
+                    "seed {}: every reactor is idle and the awaited answer never came (a hang; {})",
+                    self.seed,
+                    self.describe()
+                );
             }
         }
     }
@@ -202,20 +209,38 @@ impl Sim {
         }
     }
 
+    /// Simulated time and each reactor's work so far (messages, tasks, poller passes with work,
+    /// timers), for hang reports.
+    pub fn describe(&self) -> String {
+        let per: Vec<String> = self
+            .work
+            .iter()
+            .enumerate()
+            .map(|(i, w)| format!("r{i}: {} msgs {} tasks {} polls {} timers", w[0], w[1], w[2], w[3]))
+            .collect();
+        format!("{:?} simulated; {}", self.elapsed(), per.join("; "))
+    }
+
     fn turn(&mut self, id: usize) -> usize {
         let messages = 1 + self.rng.below(4) as usize;
         let tasks = 1 + self.rng.below(4);
         self.switch_in(id);
         let l = self.locals[id].clone();
-        let mut work = self.engine.mailbox(id).drain(messages, |m| m.run());
+        let msgs = self.engine.mailbox(id).drain(messages, |m| m.run());
+        let mut ran = 0;
         for _ in 0..tasks {
             if !l.run_one_task() {
                 break;
             }
-            work += 1;
+            ran += 1;
         }
-        work += l.run_pollers();
-        work += l.run_timers(self.now);
+        let polls = l.run_pollers();
+        let timers = l.run_timers(self.now);
+        let w = &mut self.work[id];
+        for (i, n) in [msgs, ran, polls, timers].into_iter().enumerate() {
+            w[i] += n as u64;
+        }
+        let work = msgs + ran + polls + timers;
         self.switch_out(id);
         work
     }

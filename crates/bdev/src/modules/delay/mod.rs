@@ -130,26 +130,31 @@ impl DelayCh {
         let IoAux::Abort { completer, tag } = io.req.aux else {
             return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
         };
+        if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 {
+            io.ctx[0] = NONE;
+            io.ctx[1] = self as *const DelayCh as u64;
+            return self.base.forward(io, child_done);
+        }
+        io.complete_deferred(IoStatus::Success);
+    }
+
+    /// Completes, as Aborted, the held I/Os `pred` picks; how many.
+    fn abort_held(&self, pred: &dyn Fn(&BdevIo) -> bool) -> usize {
         let victims: Vec<BdevIo> = {
             let mut held = self.held.borrow_mut();
             let mut v = Vec::new();
             for q in held.iter_mut() {
-                let (hit, keep): (VecDeque<_>, VecDeque<_>) =
-                    std::mem::take(q).into_iter().partition(|r| r.is_named_by(completer, tag));
+                let (hit, keep): (VecDeque<_>, VecDeque<_>) = std::mem::take(q).into_iter().partition(|r| pred(r));
                 *q = keep;
                 v.extend(hit);
             }
             v
         };
-        if victims.is_empty() {
-            io.ctx[0] = NONE;
-            io.ctx[1] = self as *const DelayCh as u64;
-            return self.base.forward(io, child_done);
-        }
+        let n = victims.len();
         for v in victims {
             v.complete_deferred(IoStatus::Aborted);
         }
-        io.complete_deferred(IoStatus::Success);
+        n
     }
 
     /// Holds `io` (completed by the base with `io.status`) until `deadline`.
@@ -232,6 +237,10 @@ impl BackendChannel for DelayChannel {
         for io in held.into_iter().flatten() {
             io.complete_deferred(IoStatus::Aborted);
         }
+    }
+
+    fn abort(&mut self, named: &dyn Fn(&BdevIo) -> bool) -> usize {
+        self.0.abort_held(named)
     }
 }
 

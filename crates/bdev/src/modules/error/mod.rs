@@ -210,19 +210,25 @@ impl ErrorCh {
         let IoAux::Abort { completer, tag } = io.req.aux else {
             return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
         };
+        if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 {
+            return self.base.forward(io, finish_child);
+        }
+        io.complete_deferred(IoStatus::Success);
+    }
+
+    /// Completes, as Aborted, the held I/Os `pred` picks; how many.
+    fn abort_held(&self, pred: &dyn Fn(&BdevIo) -> bool) -> usize {
         let victims: VecDeque<BdevIo> = {
             let mut p = self.pending.borrow_mut();
-            let (v, keep) = std::mem::take(&mut *p).into_iter().partition(|r| r.is_named_by(completer, tag));
+            let (v, keep) = std::mem::take(&mut *p).into_iter().partition(|r| pred(r));
             *p = keep;
             v
         };
-        if victims.is_empty() {
-            return self.base.forward(io, finish_child);
-        }
+        let n = victims.len();
         for v in victims {
             v.complete_deferred(IoStatus::Aborted);
         }
-        io.complete_deferred(IoStatus::Success);
+        n
     }
 
     /// Sends every held I/O on (its injection is spent).
@@ -294,6 +300,10 @@ impl BackendChannel for ErrorChannel {
         for io in held {
             io.complete_deferred(IoStatus::Aborted);
         }
+    }
+
+    fn abort(&mut self, named: &dyn Fn(&BdevIo) -> bool) -> usize {
+        self.0.abort_held(named)
     }
 }
 
