@@ -483,11 +483,14 @@ impl ferrite_bdev::IoCompleter for Slot {
     }
 }
 
+/// This core's requests in flight, each with its completer and tag (what an abort names).
+type InFlight = std::rc::Rc<std::cell::RefCell<Vec<(std::rc::Rc<Slot>, u64)>>>;
+
 /// Submits `req` with `tag` through a fresh slot listed in `inflight` (so another task can
 /// abort it) and waits for its completion.
 async fn tracked(
     ch: &ferrite_bdev::IoChannel,
-    inflight: &std::rc::Rc<std::cell::RefCell<Vec<(std::rc::Rc<Slot>, u64)>>>,
+    inflight: &InFlight,
     req: IoRequest,
     tag: u64,
 ) -> ferrite_bdev::Completed {
@@ -537,7 +540,7 @@ async fn mixed(
     // Requests outstanding for 1 s (simulated) are aborted by the timeout's callback.
     desc.set_timeout(1, |_| true);
     let ch = desc.channel().expect("channel");
-    let inflight: Rc<RefCell<Vec<(Rc<Slot>, u64)>>> = Rc::default();
+    let inflight: InFlight = Rc::default();
     let result = Rc::new(RefCell::new(MixedResult::default()));
     let lanes_left = Rc::new(std::cell::Cell::new(lanes));
     let mut tasks = Vec::new();
@@ -622,7 +625,10 @@ async fn mixed(
     }
     drop(ch);
     drop(desc);
-    Rc::try_unwrap(result).ok().expect("every task ended").into_inner()
+    match Rc::try_unwrap(result) {
+        Ok(r) => r.into_inner(),
+        Err(_) => panic!("a task of this core still holds the result"),
+    }
 }
 
 /// Reset, abort, timeouts, held and NoMem-answered requests together under load: a delay bdev
