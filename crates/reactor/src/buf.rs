@@ -67,13 +67,15 @@ pub struct BufPoolStats {
     pub refused: u64,
 }
 
-struct Region {
-    base: NonNull<u8>,
-    len: usize,
+/// An anonymous private mapping, unmapped on drop.
+pub(crate) struct Region {
+    pub(crate) base: NonNull<u8>,
+    pub(crate) len: usize,
 }
 
 impl Region {
-    fn map(len: usize, extra_flags: i32) -> std::io::Result<Self> {
+    /// Maps `len` bytes (none for 0) with the extra `mmap` flags given.
+    pub(crate) fn map(len: usize, extra_flags: i32) -> std::io::Result<Self> {
         if len == 0 {
             return Ok(Self { base: NonNull::dangling(), len: 0 });
         }

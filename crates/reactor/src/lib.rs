@@ -9,6 +9,7 @@ pub mod mailbox;
 pub mod net;
 pub mod oneshot;
 mod panic;
+pub mod pbuf;
 mod reactor;
 pub mod ring;
 pub mod tsc;
@@ -16,7 +17,10 @@ pub mod tsc;
 pub use async_task::Task;
 pub use blocking::{spawn_blocking, Blocking, BlockingPanic};
 pub use buf::{BufPool, BufPoolConfig, IoBuf, Lender};
+pub use net::RecvStream;
+pub use pbuf::{RecvBufConfig, RecvBufStats, RecvChunk};
 pub use reactor::{
-    after, alloc_buf, buf_pool, current, engine, pending_timers, register_poller, sleep, spawn_local, try_alloc_buf,
-    try_with_ring, unregister_poller, with_ring, Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,
+    after, alloc_buf, buf_pool, current, engine, pending_timers, recv_buf_stats, register_poller, sleep, spawn_local,
+    try_alloc_buf, try_with_ring, unregister_poller, with_ring, Engine, EngineConfig, PollerId, ReactorMode,
+    ReactorStats, Sleep,
 };

@@ -5,6 +5,7 @@ use crate::blocking::BlockingPool;
 use crate::buf::{BufPool, BufPoolConfig, IoBuf};
 use crate::mailbox::Mailbox;
 use crate::oneshot;
+use crate::pbuf::{BufGroup, RecvBufConfig, RecvBufStats, RECV_BGID};
 use crate::ring::Ring;
 use crate::tsc::{duration_to_ticks, ticks, ticks_per_sec};
 use async_task::{Runnable, Task};
@@ -71,6 +72,9 @@ pub struct EngineConfig {
     pub ring_handlers: usize,
     /// Buffer pool sizes per reactor.
     pub bufs: BufPoolConfig,
+    /// Each reactor's provided buffer ring for socket receives (`count: 0` turns multishot
+    /// receive off: sockets then receive one-shot into buffers of their own).
+    pub recv_bufs: RecvBufConfig,
     /// Pin each reactor thread to its core.
     pub pin: bool,
 }
@@ -84,6 +88,7 @@ impl Default for EngineConfig {
             ring_entries: 512,
             ring_handlers: 8192,
             bufs: BufPoolConfig::default(),
+            recv_bufs: RecvBufConfig::default(),
             pin: true,
         }
     }
@@ -347,6 +352,10 @@ struct Local {
     timer_fns: RefCell<HashMap<u64, Box<dyn FnOnce()>>>,
     ring: RefCell<Ring>,
     bufs: Rc<BufPool>,
+    /// The provided buffer ring for multishot receives (None: off or unsupported).
+    recv_group: Option<Rc<BufGroup>>,
+    /// Size of a socket's own receive buffer when there is no ring.
+    recv_size: u32,
 }
 
 thread_local! {
@@ -392,6 +401,8 @@ fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Se
             // Without registration (e.g. RLIMIT_MEMLOCK) fixed-buffer I/O is off; still correct.
             log::warn!("reactor {id}: io_uring buffer registration failed ({e}); using unregistered buffers");
         }
+        cfg.recv_bufs.check().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let recv_group = recv_ring(&mut ring, cfg.recv_bufs)?;
         Ok(Rc::new(Local {
             id,
             engine: engine.clone(),
@@ -404,6 +415,8 @@ fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Se
             timer_fns: RefCell::new(HashMap::new()),
             ring: RefCell::new(ring),
             bufs,
+            recv_group,
+            recv_size: cfg.recv_bufs.size,
         }))
     };
     let local = match setup() {
@@ -433,9 +446,39 @@ fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Se
     drop(timers);
     let ready = std::mem::take(&mut *local.ready.borrow_mut());
     drop(ready);
+    if local.recv_group.is_some() {
+        // From here the kernel takes no more buffers from the ring, whatever is still armed.
+        let _ = local.ring.borrow_mut().unregister_buf_ring(RECV_BGID);
+    }
     local.engine.0.reactors[id].mailbox.close();
     CURRENT.with(|c| c.set(None));
     LOCAL.with(|l| *l.borrow_mut() = None);
+}
+
+/// Says once per process why sockets receive one-shot.
+fn no_multishot(why: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| log::warn!("multishot receive unavailable ({why}); sockets receive one-shot into own buffers"));
+}
+
+/// Makes and registers the reactor's receive buffer ring, if multishot receive is on and the
+/// kernel has it (else None, said once). An impossible config is an error.
+fn recv_ring(ring: &mut Ring, cfg: RecvBufConfig) -> std::io::Result<Option<Rc<BufGroup>>> {
+    if cfg.count == 0 {
+        return Ok(None);
+    }
+    if !ring.probe_multishot_recv() {
+        no_multishot("the kernel predates Linux 6.0");
+        return Ok(None);
+    }
+    let group = BufGroup::new(cfg)?;
+    // SAFETY: the ring memory is page-aligned and holds `count` entries; it and the buffers
+    // live in the group, which the reactor keeps until it unregisters the group at its end.
+    if let Err(e) = unsafe { ring.register_buf_ring(group.ring_addr(), group.count(), RECV_BGID) } {
+        no_multishot(&format!("IORING_REGISTER_PBUF_RING: {e}"));
+        return Ok(None);
+    }
+    Ok(Some(group))
 }
 
 fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
@@ -796,6 +839,20 @@ pub fn try_with_ring<R>(f: impl FnOnce(&mut Ring) -> R) -> Option<R> {
 /// The calling reactor's buffer pool, or None off-reactor.
 pub fn buf_pool() -> Option<Rc<BufPool>> {
     try_local().map(|l| l.bufs.clone())
+}
+
+/// The calling reactor's receive buffer ring (None off-reactor, or when multishot receive is
+/// off or unsupported) and the size of a socket's own receive buffer otherwise.
+pub(crate) fn recv_setup() -> (Option<Rc<BufGroup>>, u32) {
+    match try_local() {
+        Some(l) => (l.recv_group.clone().filter(|g| g.multishot()), l.recv_size),
+        None => (None, RecvBufConfig::default().size),
+    }
+}
+
+/// Counters of the calling reactor's receive buffer ring, or None (off-reactor, or no ring).
+pub fn recv_buf_stats() -> Option<RecvBufStats> {
+    try_local().and_then(|l| l.recv_group.as_ref().map(|g| g.stats()))
 }
 
 /// A payload buffer from the calling reactor's pool (a heap buffer off-reactor).
