@@ -136,6 +136,11 @@ impl<'a> RecvStream<'a> {
         self.st.end.get().is_some()
     }
 
+    /// Chunks received and not yet taken.
+    pub fn queued(&self) -> usize {
+        self.st.queue.borrow().len()
+    }
+
     /// A chunk already received, if any (never waits, never arms).
     pub fn try_next(&mut self) -> Option<RecvChunk> {
         self.st.queue.borrow_mut().pop_front()
@@ -202,6 +207,15 @@ impl<'a> RecvStream<'a> {
                 Poll::Pending
             })
             .await;
+        }
+    }
+
+    /// Asks the armed receive to end without waiting (a reader that stops reading for a while
+    /// leaves further bytes in the socket instead of taking ring buffers); chunks it receives
+    /// before it ends are still queued. The next [`RecvStream::next`] arms again.
+    pub fn disarm(&mut self) {
+        if self.st.armed.get().is_some() && !self.st.cancelling.get() {
+            self.st.cancel();
         }
     }
 
