@@ -20,7 +20,7 @@ pub use buf::{BufPool, BufPoolConfig, IoBuf, Lender};
 pub use net::RecvStream;
 pub use pbuf::{RecvBufConfig, RecvBufStats, RecvChunk};
 pub use reactor::{
-    after, alloc_buf, buf_pool, current, engine, pending_timers, recv_buf_stats, register_poller, sleep, spawn_local,
-    try_alloc_buf, try_with_ring, unregister_poller, with_ring, Engine, EngineConfig, PollerId, ReactorMode,
-    ReactorStats, Sleep,
+    after, alloc_buf, buf_pool, current, engine, pending_timers, recv_buf_stats, register_poller, resize_buf_pool,
+    sleep, spawn_local, try_alloc_buf, try_with_ring, unregister_poller, with_ring, Engine, EngineConfig, PollerId,
+    ReactorMode, ReactorStats, Sleep,
 };

@@ -351,7 +351,8 @@ struct Local {
     timers: RefCell<BinaryHeap<Reverse<(u64, u64)>>>,
     timer_fns: RefCell<HashMap<u64, Box<dyn FnOnce()>>>,
     ring: RefCell<Ring>,
-    bufs: Rc<BufPool>,
+    /// Replaced (once, before the framework starts) when `iobuf_set_options` sized it.
+    bufs: RefCell<Rc<BufPool>>,
     /// The provided buffer ring for multishot receives (None: off or unsupported).
     recv_group: Option<Rc<BufGroup>>,
     /// Size of a socket's own receive buffer when there is no ring.
@@ -397,10 +398,7 @@ fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Se
         let mailbox = &engine.0.reactors[id].mailbox;
         let mut ring = Ring::new(cfg.ring_entries, cfg.ring_handlers, mailbox.doorbell_fd())?;
         let bufs = BufPool::new(cfg.bufs)?;
-        if let Err(e) = ring.register_buffers(&bufs.regions()) {
-            // Without registration (e.g. RLIMIT_MEMLOCK) fixed-buffer I/O is off; still correct.
-            log::warn!("reactor {id}: io_uring buffer registration failed ({e}); using unregistered buffers");
-        }
+        register_pool(&mut ring, &bufs, id);
         cfg.recv_bufs.check().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let recv_group = recv_ring(&mut ring, cfg.recv_bufs)?;
         Ok(Rc::new(Local {
@@ -414,7 +412,7 @@ fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Se
             timers: RefCell::new(BinaryHeap::new()),
             timer_fns: RefCell::new(HashMap::new()),
             ring: RefCell::new(ring),
-            bufs,
+            bufs: RefCell::new(bufs),
             recv_group,
             recv_size: cfg.recv_bufs.size,
         }))
@@ -453,6 +451,15 @@ fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Se
     local.engine.0.reactors[id].mailbox.close();
     CURRENT.with(|c| c.set(None));
     LOCAL.with(|l| *l.borrow_mut() = None);
+}
+
+/// Registers a pool's small and large regions as the ring's fixed buffers 0 and 1.
+fn register_pool(ring: &mut Ring, pool: &BufPool, id: usize) {
+    match ring.register_buffers(&pool.regions()) {
+        Ok(()) => pool.set_registered(true),
+        // Without registration (e.g. RLIMIT_MEMLOCK) fixed-buffer I/O is off; still correct.
+        Err(e) => log::warn!("reactor {id}: io_uring buffer registration failed ({e}); using unregistered buffers"),
+    }
 }
 
 /// Says once per process why sockets receive one-shot.
@@ -838,7 +845,32 @@ pub fn try_with_ring<R>(f: impl FnOnce(&mut Ring) -> R) -> Option<R> {
 
 /// The calling reactor's buffer pool, or None off-reactor.
 pub fn buf_pool() -> Option<Rc<BufPool>> {
-    try_local().map(|l| l.bufs.clone())
+    try_local().map(|l| l.bufs.borrow().clone())
+}
+
+/// Replaces the calling reactor's buffer pool by one made with `cfg` (SPDK's
+/// `iobuf_set_options`, applied when the framework starts) and registers it with the ring in
+/// place of the old one. Buffers of the old pool still out stay valid (each keeps its pool) but
+/// no longer count as fixed buffers. If the new pool cannot be made, the old one stays.
+pub fn resize_buf_pool(cfg: BufPoolConfig) -> std::io::Result<()> {
+    let l = try_local().ok_or_else(|| std::io::Error::other("not on a reactor"))?;
+    let new = BufPool::new(cfg)?;
+    let old = l.bufs.replace(new.clone());
+    old.set_registered(false);
+    let mut ring = l.ring.borrow_mut();
+    if let Err(e) = ring.unregister_buffers() {
+        log::debug!("reactor {}: unregistering the old buffer pool: {e}", l.id);
+    }
+    register_pool(&mut ring, &new, l.id);
+    log::info!(
+        "reactor {}: buffer pool of {} x {} B small and {} x {} B large buffers",
+        l.id,
+        cfg.small_count,
+        cfg.small_size,
+        cfg.large_count,
+        cfg.large_size
+    );
+    Ok(())
 }
 
 /// The calling reactor's receive buffer ring (None off-reactor, or when multishot receive is

@@ -124,6 +124,11 @@ impl Ring {
         unsafe { self.ring.submitter().register_buffers(regions) }
     }
 
+    /// Unregisters the fixed buffers (operations in flight on them keep what they use).
+    pub fn unregister_buffers(&mut self) -> std::io::Result<()> {
+        self.ring.submitter().unregister_buffers()
+    }
+
     /// Installs `fd` in the ring's fixed file table; returns its index, or None if the table is
     /// full or unsupported (callers then use the plain descriptor).
     pub fn install_file(&mut self, fd: i32) -> Option<u32> {
