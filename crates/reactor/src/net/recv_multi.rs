@@ -8,8 +8,8 @@
 //! - the ring was empty (`-ENOBUFS`): counted, and the stream waits for a buffer to come back
 //!   (the group wakes one waiter per returned buffer), then arms again; nothing is lost, the
 //!   data stays in the socket;
-//! - the stream stopped it, or it held [`MAX_QUEUED`] unread chunks (back-pressure: one
-//!   connection cannot take the whole ring), or its socket was dropped (`-ECANCELED`);
+//! - the stream stopped it, or it held [`MAX_QUEUED`] unread chunks (back-pressure: a reader
+//!   that falls behind stops taking ring buffers), or its socket was dropped (`-ECANCELED`);
 //! - the kernel ended it for its own reasons (e.g. a full completion queue): armed again;
 //! - end of stream (0) or an error: reported after the chunks before it.
 //!
