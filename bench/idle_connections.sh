@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # CPU cost of idle NBD connections: one reactor in adaptive mode holds N connections (default
 # 2,000) that finished the handshake (NBD_OPT_GO) and then send nothing; the daemon's CPU use
-# (utime+stime of all its threads, /proc/PID/stat) is measured over SECONDS (default 10).
+# (utime+stime of all its threads, /proc/PID/stat) is measured over SECONDS (default 10), and
+# its resident memory (VmRSS, /proc/PID/status) before the clients connect and with all of them
+# connected, with the growth per connection.
 # Target: under 1% of a core. Usage: bench/idle_connections.sh [N] [SECONDS]
+# FERRITE_BIN=path measures another build of the daemon (e.g. an older one, for a comparison).
 source "$(dirname "$0")/common.sh"
+FERRITE=${FERRITE_BIN:-$FERRITE}
 N=${1:-2000}
 SECS=${2:-10}
 need python3 python3
@@ -18,6 +22,9 @@ rpc bdev_malloc_create --name M0 --num-blocks 16384 --block-size 4096 >/dev/null
 addr=$(rpc nbd_server_start '{"address": "127.0.0.1:0"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["address"])')
 rpc nbd_server_add_export --bdev-name M0 >/dev/null
 port=${addr##*:}
+rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$pid/status"; }
+sleep 0.5
+rss0=$(rss_kib)
 
 # The clients: N connections, each through the fixed newstyle handshake to NBD_OPT_GO, then idle.
 python3 - "$port" "$N" "$TMP/ready" <<'EOF' &
@@ -61,7 +68,9 @@ sleep 1
 hz=$(getconf CLK_TCK)
 t0=$(cpu_ticks $pid); sleep "$SECS"; t1=$(cpu_ticks $pid)
 cpu=$(python3 -c "print(round(100*($t1-$t0)/$hz/$SECS, 2))")
-rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+rss1=$(rss_kib)
 conns=$(rpc nbd_server_get_connections | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
-echo "idle_connections=$N still_connected=$conns cpu_percent=$cpu (over ${SECS}s, 1 reactor, adaptive) rss_kib=$rss"
+per=$(python3 -c "print(round(($rss1-$rss0)/$N, 1))")
+echo "idle_connections=$N still_connected=$conns cpu_percent=$cpu (over ${SECS}s, 1 reactor, adaptive)"
+echo "rss_before_kib=$rss0 rss_connected_kib=$rss1 rss_per_connection_kib=$per"
 python3 -c "import sys; sys.exit(0 if $cpu < 1.0 else 1)" || fail "idle connections cost ${cpu}% of a core (target < 1%)"

@@ -90,7 +90,16 @@ pub fn start_engine(
             }
         }
     } else if !wait {
-        ctx.registry.set_state(ferrite_rpc::registry::RUNTIME);
+        let c = ctx.clone();
+        let res = engine
+            .run_async(0, move || async move { ferrite_rpc::config::start_framework(&c).await })
+            .wait()
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+        if let Err(e) = res {
+            shutdown(&engine);
+            return Err(e);
+        }
     }
     Ok((engine, ctx))
 }

@@ -356,11 +356,28 @@ fn two_thousand_idle_connections_beside_a_verify_workload() {
     let n = NbdDaemon::start(&dir, "0x1");
     n.malloc("I0", 16384, 4096);
     n.export("I0", "i0", false, "");
-    // 2,000 clients that finished the handshake and sit idle, each with a receive pending.
+    // One connection first, so that the baseline has what any connection costs once (the
+    // reactor's receive ring touched, the connection tables' first growth).
+    let (mut first, _) = Raw::open(n.port, "i0", false);
+    write_read_back(&mut first, 1, 0, &pattern(7, 4096));
+    first.disc();
+    drop(first);
+    wait_count(&n, "the first client gone", |k| k == 0);
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = n.d.proc.pid();
+    let rss0 = status_kib(pid, "VmRSS");
+    // 2,000 clients that finished the handshake and sit idle, each with a receive armed.
     let t = Instant::now();
     let mut idle: Vec<Raw> = (0..2000).map(|_| Raw::open(n.port, "i0", false).0).collect();
     println!("2,000 handshakes in {:?}", t.elapsed());
     wait_count(&n, "2,000 idle clients", |k| k == 2000);
+    std::thread::sleep(Duration::from_millis(200));
+    let rss1 = status_kib(pid, "VmRSS");
+    let per_conn = rss1.saturating_sub(rss0) as f64 / 2000.0;
+    println!("RSS {rss0} KiB -> {rss1} KiB with 2,000 idle connections: {per_conn:.1} KiB per connection");
+    // An idle connection holds no receive buffer (it was ~146 KiB with its own 128 KiB one):
+    // what is left is its tasks, tables and socket bookkeeping.
+    assert!(per_conn < 16.0, "{per_conn:.1} KiB of RSS per idle connection");
 
     if have("two_thousand_idle_connections_beside_a_verify_workload (fio)", &["fio"]) {
         let uri = format!("--uri={}", n.uri("i0"));

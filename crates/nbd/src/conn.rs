@@ -1,13 +1,16 @@
 //! One NBD connection, owned by one reactor: the newstyle handshake, then transmission.
 //!
-//! Transmission runs two local tasks over one socket: the reader parses requests from a staging
-//! buffer and submits bdev I/O (a write's payload is copied out of the staging buffer, or received
-//! straight into its I/O buffer when it was not read ahead yet); completions queue replies; the
-//! writer sends every queued reply in one `sendmsg` (read data goes from the I/O buffer, or from
-//! memory the bdev lends for a zero-copy read, to the socket without a copy in Ferrite).
+//! Transmission runs two local tasks over one socket: the reader parses requests from chunks
+//! received into the reactor's provided buffer ring (see `inbox`: a connection waiting for a
+//! request holds no buffer) and submits bdev I/O (a write's payload is copied from the chunks
+//! that carry its start, and the rest received straight into its I/O buffer); completions queue
+//! replies; the writer sends every queued reply in one `sendmsg` (read data goes from the I/O
+//! buffer, or from memory the bdev lends for a zero-copy read, to the socket without a copy in
+//! Ferrite).
 
 use crate::export::{self, ConnInfo, Export};
 use crate::handshake::{self as hs, OptionRequest};
+use crate::inbox::{Header, Inbox};
 use crate::proto::*;
 use crate::transmission::{self as tx, Command, Limits, Request};
 use ferrite_bdev::{Bdev, BdevDesc, Completed, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
@@ -29,8 +32,6 @@ const MAX_IN_FLIGHT: u32 = 256;
 /// Read and write payload bytes a connection may hold (requests being served and replies not yet
 /// sent) before the reader stops reading; at least MAX_PAYLOAD, so any valid request can start.
 const MAX_HELD_BYTES: u64 = 2 * MAX_PAYLOAD as u64;
-/// Size of the receive staging buffer.
-const STAGING: usize = 128 * 1024;
 
 /// The parts of a connection that closing needs (shared by the reader, the writer and the
 /// close path).
@@ -486,8 +487,9 @@ impl IoCompleter for Conn {
 
 /// Waits until the reply queue has something, or the connection closes and drains.
 async fn writer(c: Rc<Conn>) {
-    let mut batch: Vec<Reply> = Vec::with_capacity(64);
-    let mut parts: Vec<(*const u8, usize)> = Vec::with_capacity(128);
+    // Grown on demand (an idle connection keeps them small).
+    let mut batch: Vec<Reply> = Vec::new();
+    let mut parts: Vec<(*const u8, usize)> = Vec::new();
     let send_memory = SendCache::default();
     loop {
         let done = poll_fn(|cx| {
@@ -551,9 +553,10 @@ async fn transmission(h: Rc<Handle>, n: Negotiated) {
         ch,
         limits: n.limits,
         bs: n.limits.block_size as u64,
-        slots: RefCell::new(Vec::with_capacity(MAX_IN_FLIGHT as usize)),
+        // Grown on demand, up to MAX_IN_FLIGHT (an idle connection keeps them small).
+        slots: RefCell::new(Vec::new()),
         free: RefCell::new(Vec::new()),
-        replies: RefCell::new(Vec::with_capacity(64)),
+        replies: RefCell::new(Vec::new()),
         in_flight: Cell::new(0),
         unsent: Cell::new(0),
         held_bytes: Cell::new(0),
@@ -605,11 +608,16 @@ fn abort_in_flight(c: &Rc<Conn>) {
     }
 }
 
+/// True while the reader may take another request: below the caps of requests and payload
+/// bytes in flight.
+fn may_read(c: &Conn) -> bool {
+    c.in_flight.get() + c.unsent.get() < MAX_IN_FLIGHT && c.held_bytes.get() < MAX_HELD_BYTES
+}
+
 /// Reads and dispatches requests until the client disconnects, errs, or the connection closes.
 async fn reader(c: &Rc<Conn>) -> Result<(), String> {
     let sock = &c.h.sock;
-    let mut st = alloc_buf(STAGING);
-    let (mut start, mut end) = (0usize, 0usize);
+    let mut inbox = Inbox::new(sock);
     loop {
         // Back-pressure: stop reading while too many requests or payload bytes are in flight or
         // replies wait for the client to read them.
@@ -618,13 +626,18 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
         // While paused, look every second whether the client is still there: a paused reader
         // does not read, so it would never see the client leave, and a connection whose
         // requests wait for memory (NoMem) would then never be torn down.
+        // A paused reader also stops its receive: further requests stay in the socket rather than
+        // take the reactor's ring buffers.
+        if !c.h.closing.get() && !may_read(c) {
+            inbox.pause();
+        }
         let go_on = loop {
             let mut tick = std::pin::pin!(ferrite_reactor::sleep(PAUSED_PEER_CHECK));
             let ready = poll_fn(|cx| {
                 if c.h.closing.get() {
                     return Poll::Ready(Some(false));
                 }
-                if c.in_flight.get() + c.unsent.get() < MAX_IN_FLIGHT && c.held_bytes.get() < MAX_HELD_BYTES {
+                if may_read(c) {
                     return Poll::Ready(Some(true));
                 }
                 *c.h.reader.borrow_mut() = Some(cx.waker().clone());
@@ -633,7 +646,9 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
             .await;
             match ready {
                 Some(go) => break go,
-                None if peer_gone(sock.raw_fd()) => {
+                // Gone: the receive saw the end (or a reset) before it stopped, or the socket
+                // says so (requests received but not yet parsed are dropped, as before).
+                None if inbox.ended() || peer_gone(sock.raw_fd()) => {
                     abort_in_flight(c);
                     return Err("client went away while its requests waited".into());
                 }
@@ -643,25 +658,10 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
         if !go_on {
             return Ok(());
         }
-        while end - start < tx::REQUEST_LEN {
-            if c.h.closing.get() {
-                return Ok(());
-            }
-            if STAGING - end < tx::REQUEST_LEN {
-                st.copy_within(start..end, 0);
-                (start, end) = (0, end - start);
-            }
-            let (res, b) = sock.recv(st, end).await;
-            st = b;
-            match res {
-                Ok(0) => return Err("client went away without NBD_CMD_DISC".into()),
-                Ok(k) => end += k,
-                Err(e) => return Err(format!("receive: {e}")),
-            }
-        }
-        let mut raw = [0u8; tx::REQUEST_LEN];
-        raw.copy_from_slice(&st[start..start + tx::REQUEST_LEN]);
-        start += tx::REQUEST_LEN;
+        let raw = match inbox.header::<{ tx::REQUEST_LEN }>(|| c.h.closing.get()).await? {
+            Header::Bytes(b) => b,
+            Header::Closing => return Ok(()),
+        };
         let req = tx::parse_request(&raw).map_err(|e| format!("bad request: {e}"))?;
         let valid = tx::validate(&req, &c.limits);
         // Every request but DISC gets exactly one reply, which gives these bytes back.
@@ -673,20 +673,11 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
             if req.length > MAX_PAYLOAD {
                 return Err(format!("write of {} bytes exceeds the maximum {MAX_PAYLOAD}", req.length));
             }
-            let len = req.length as usize;
-            let mut buf = alloc_buf(len);
-            let have = (end - start).min(len);
-            buf[..have].copy_from_slice(&st[start..start + have]);
-            start += have;
-            if have < len {
-                let (res, b) = sock.recv_exact(buf, have).await;
-                buf = b;
-                res.map_err(|e| format!("receive write payload: {e}"))?;
-            }
+            let (res, buf) = inbox.payload(alloc_buf(req.length as usize)).await;
+            res.map_err(|e| format!("receive write payload: {e}"))?;
             payload = Some(buf);
-        }
-        if start == end {
-            (start, end) = (0, 0);
+        } else {
+            inbox.no_direct_payload();
         }
         match valid {
             Err(errno) => {

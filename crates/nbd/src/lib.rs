@@ -4,6 +4,7 @@
 pub mod conn;
 pub mod export;
 pub mod handshake;
+mod inbox;
 pub mod proto;
 pub mod rpc;
 pub mod server;

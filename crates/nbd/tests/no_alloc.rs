@@ -3,13 +3,15 @@
 //! The server runs in this process, on a one-reactor engine, behind a global allocator that
 //! counts allocations per thread; a minimal client on the test thread (written here: no real
 //! client can report the server's allocations) does the fixed newstyle handshake and then
-//! pipelined reads and writes, and the reactor's count is compared before and after.
+//! pipelined reads and writes, and the reactor's count is compared before and after. It runs
+//! twice: with the reactor's receive ring (multishot receive) and without it (one-shot receives
+//! into the connection's own buffer, the path of kernels without multishot receive).
 
 use ferrite_bdev::modules::malloc::{self, MallocOpts};
 use ferrite_nbd::export::{self, Export};
 use ferrite_nbd::proto::*;
 use ferrite_nbd::transmission::REQUEST_LEN;
-use ferrite_reactor::{Engine, EngineConfig, ReactorMode};
+use ferrite_reactor::{Engine, EngineConfig, ReactorMode, RecvBufConfig};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::{Read, Write};
@@ -122,15 +124,23 @@ fn every_block(s: &mut UnixStream, write: bool, qd: u64, seed: u8) {
 
 #[test]
 fn steady_state_transmission_allocates_nothing_per_io() {
-    let e = Engine::start(EngineConfig { cores: vec![0], mode: ReactorMode::Poll, ..Default::default() })
+    // One after the other: the bdev and export tables are process-wide.
+    one_engine("A0", RecvBufConfig::default(), true);
+    one_engine("A1", RecvBufConfig { count: 0, ..Default::default() }, false);
+}
+
+fn one_engine(name: &'static str, recv_bufs: RecvBufConfig, multishot: bool) {
+    let e = Engine::start(EngineConfig { cores: vec![0], mode: ReactorMode::Poll, recv_bufs, ..Default::default() })
         .expect("engine starts");
-    let dir = std::env::temp_dir().join(format!("ferrite-nbd-noalloc-{}", std::process::id()));
+    let ring = e.run_async(0, || async { ferrite_reactor::recv_buf_stats().is_some() }).wait().unwrap();
+    assert_eq!(ring, multishot, "receive ring present");
+    let dir = std::env::temp_dir().join(format!("ferrite-nbd-noalloc-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("nbd.sock");
     let addr = sock.to_str().unwrap().to_string();
     e.run_async(0, move || async move {
         let bdev = malloc::create(MallocOpts {
-            name: Some("A0".into()),
+            name: Some(name.into()),
             num_blocks: BLOCKS,
             block_size: BS as u32,
             uuid: None,
@@ -138,8 +148,8 @@ fn steady_state_transmission_allocates_nothing_per_io() {
         })
         .expect("malloc bdev");
         export::add(Export {
-            name: "A0".into(),
-            bdev: "A0".into(),
+            name: name.into(),
+            bdev: name.into(),
             bdev_id: bdev.id(),
             read_only: false,
             description: String::new(),
@@ -152,7 +162,7 @@ fn steady_state_transmission_allocates_nothing_per_io() {
 
     let mut s = UnixStream::connect(&sock).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    handshake(&mut s, "A0");
+    handshake(&mut s, name);
     // Warm up: buffer pools, the connection's slot and reply tables, the socket's cached slots.
     every_block(&mut s, true, 8, 1);
     every_block(&mut s, false, 8, 1);
@@ -166,7 +176,7 @@ fn steady_state_transmission_allocates_nothing_per_io() {
     // Reading the counter spawns a task on the reactor (a few allocations); the I/O must add
     // nothing that grows with N.
     let per_io = (after - before) as f64 / N as f64;
-    eprintln!("{} allocations on the reactor for {N} I/Os", after - before);
+    eprintln!("{} allocations on the reactor for {N} I/Os (multishot receive: {multishot})", after - before);
     assert!(after - before < 16, "{} allocations on the reactor for {N} I/Os ({per_io:.2} per I/O)", after - before);
     s.write_all(&request(CMD_DISC, 0, 0)).unwrap();
     drop(s);

@@ -1,7 +1,8 @@
 //! Per-reactor pools of 4 KiB-aligned payload buffers.
 //!
-//! Each pool owns three anonymous mappings (no hugepages): a class of small buffers (4 KiB), a
-//! class of large ones (128 KiB) and a class of jumbo ones (2 MiB). The small and large regions
+//! Each pool owns three anonymous mappings (no hugepages): a class of small buffers (4 KiB by
+//! default), a class of large ones (128 KiB by default; both sizes and counts are set by SPDK's
+//! `iobuf_set_options`) and a class of jumbo ones (2 MiB). The small and large regions
 //! are registered with the reactor's io_uring as fixed buffers 0 and 1, so a module can use
 //! `READ_FIXED`/`WRITE_FIXED` on them. The jumbo region serves the big requests of copy tools
 //! (nbdcopy, qemu-img: 256 KiB to 2 MiB); it is reserved with `MAP_NORESERVE` and not registered,
@@ -26,13 +27,18 @@ pub const JUMBO_BUF: usize = 2 << 20;
 /// The classes registered with io_uring (the first ones).
 const REGISTERED_CLASSES: usize = 2;
 
-/// How many buffers of each class a pool holds.
-#[derive(Debug, Clone, Copy)]
+/// How many buffers of each class a pool holds, and how big the small and large ones are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufPoolConfig {
-    /// Number of 4 KiB buffers.
+    /// Number of small buffers.
     pub small_count: usize,
-    /// Number of 128 KiB buffers.
+    /// Number of large buffers.
     pub large_count: usize,
+    /// Bytes per small buffer (a multiple of [`BUF_ALIGN`]; default [`SMALL_BUF`]).
+    pub small_size: usize,
+    /// Bytes per large buffer (a multiple of [`BUF_ALIGN`], at least `small_size`, at most
+    /// [`JUMBO_BUF`]; default [`LARGE_BUF`]).
+    pub large_size: usize,
     /// Number of 2 MiB buffers (address space only until used).
     pub jumbo_count: usize,
     /// Bytes of heap buffers that [`BufPool::try_get`] may have outstanding when a class runs
@@ -42,7 +48,35 @@ pub struct BufPoolConfig {
 
 impl Default for BufPoolConfig {
     fn default() -> Self {
-        Self { small_count: 1024, large_count: 64, jumbo_count: 256, heap_budget: 64 << 20 }
+        Self {
+            small_count: 1024,
+            large_count: 64,
+            small_size: SMALL_BUF,
+            large_size: LARGE_BUF,
+            jumbo_count: 256,
+            heap_budget: 64 << 20,
+        }
+    }
+}
+
+impl BufPoolConfig {
+    /// Checks the class sizes: multiples of [`BUF_ALIGN`], small ≤ large ≤ [`JUMBO_BUF`].
+    pub fn check(&self) -> Result<(), String> {
+        for (what, size) in [("small", self.small_size), ("large", self.large_size)] {
+            if size == 0 || size % BUF_ALIGN != 0 || size > JUMBO_BUF {
+                return Err(format!("{what} buffer size {size} is not a multiple of {BUF_ALIGN} up to {JUMBO_BUF}"));
+            }
+        }
+        if self.small_size > self.large_size {
+            return Err(format!("small buffers ({}) larger than large ones ({})", self.small_size, self.large_size));
+        }
+        Ok(())
+    }
+
+    /// Bytes of the registered classes (small and large), which become resident when
+    /// registered with io_uring; None if that overflows.
+    pub fn registered_bytes(&self) -> Option<usize> {
+        self.small_count.checked_mul(self.small_size)?.checked_add(self.large_count.checked_mul(self.large_size)?)
     }
 }
 
@@ -65,15 +99,27 @@ pub struct BufPoolStats {
     pub heap_budget: usize,
     /// Times `try_get` refused because its class was empty and the heap budget spent.
     pub refused: u64,
+    /// Small buffers in the pool.
+    pub small_count: usize,
+    /// Large buffers in the pool.
+    pub large_count: usize,
+    /// Bytes per small buffer.
+    pub small_size: usize,
+    /// Bytes per large buffer.
+    pub large_size: usize,
+    /// The small and large classes are registered with the reactor's io_uring.
+    pub registered: bool,
 }
 
-struct Region {
-    base: NonNull<u8>,
-    len: usize,
+/// An anonymous private mapping, unmapped on drop.
+pub(crate) struct Region {
+    pub(crate) base: NonNull<u8>,
+    pub(crate) len: usize,
 }
 
 impl Region {
-    fn map(len: usize, extra_flags: i32) -> std::io::Result<Self> {
+    /// Maps `len` bytes (none for 0) with the extra `mmap` flags given.
+    pub(crate) fn map(len: usize, extra_flags: i32) -> std::io::Result<Self> {
         if len == 0 {
             return Ok(Self { base: NonNull::dangling(), len: 0 });
         }
@@ -125,6 +171,10 @@ impl Class {
 pub struct BufPool {
     /// Small, large (both registered with io_uring) and jumbo (not registered).
     classes: [Class; 3],
+    cfg: BufPoolConfig,
+    /// The small and large regions are the reactor's registered buffers now (a pool replaced
+    /// by `iobuf_set_options`, or whose registration failed, hands out no fixed indexes).
+    registered: Cell<bool>,
     pooled: Cell<u64>,
     heap_fallbacks: Cell<u64>,
     heap_budget: usize,
@@ -133,14 +183,20 @@ pub struct BufPool {
 }
 
 impl BufPool {
-    /// Maps the pool's regions.
+    /// Maps the pool's regions (not registered yet: see [`BufPool::set_registered`]).
     pub fn new(cfg: BufPoolConfig) -> std::io::Result<Rc<Self>> {
+        cfg.check().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let too_big = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "buffer pool size overflows");
+        cfg.registered_bytes().ok_or_else(too_big)?;
+        cfg.jumbo_count.checked_mul(JUMBO_BUF).ok_or_else(too_big)?;
         Ok(Rc::new(Self {
             classes: [
-                Class::new(SMALL_BUF, cfg.small_count, 0)?,
-                Class::new(LARGE_BUF, cfg.large_count, 0)?,
+                Class::new(cfg.small_size, cfg.small_count, 0)?,
+                Class::new(cfg.large_size, cfg.large_count, 0)?,
                 Class::new(JUMBO_BUF, cfg.jumbo_count, libc::MAP_NORESERVE)?,
             ],
+            cfg,
+            registered: Cell::new(false),
             pooled: Cell::new(0),
             heap_fallbacks: Cell::new(0),
             heap_budget: cfg.heap_budget,
@@ -149,13 +205,27 @@ impl BufPool {
         }))
     }
 
+    /// The sizes the pool was made with.
+    pub fn config(&self) -> BufPoolConfig {
+        self.cfg
+    }
+
+    /// Says whether the regions are registered with the reactor's io_uring as fixed buffers 0
+    /// and 1 (only then do buffers report a [`IoBuf::fixed_index`]).
+    pub fn set_registered(&self, registered: bool) {
+        self.registered.set(registered);
+    }
+
     /// The registered regions (small, large) as iovecs, in fixed-buffer index order, for
-    /// `io_uring_register_buffers`.
+    /// `io_uring_register_buffers`. A class of no buffers keeps its index with a null region, so
+    /// the large class is always index 1.
     pub fn regions(&self) -> Vec<libc::iovec> {
         self.classes[..REGISTERED_CLASSES]
             .iter()
-            .filter(|c| c.region.len > 0)
-            .map(|c| libc::iovec { iov_base: c.region.base.as_ptr() as *mut _, iov_len: c.region.len })
+            .map(|c| match c.region.len {
+                0 => libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 },
+                len => libc::iovec { iov_base: c.region.base.as_ptr() as *mut _, iov_len: len },
+            })
             .collect()
     }
 
@@ -225,6 +295,11 @@ impl BufPool {
             heap_bytes: self.heap_bytes.get(),
             heap_budget: self.heap_budget,
             refused: self.refused.get(),
+            small_count: self.cfg.small_count,
+            large_count: self.cfg.large_count,
+            small_size: self.cfg.small_size,
+            large_size: self.cfg.large_size,
+            registered: self.registered.get(),
         }
     }
 }
@@ -412,8 +487,10 @@ impl IoBuf {
     /// class of a pool.
     #[inline]
     pub fn fixed_index(&self) -> Option<u16> {
-        match self.owner {
-            Owner::Pool(_) if (self.class as usize) < REGISTERED_CLASSES => Some(self.class as u16),
+        match &self.owner {
+            Owner::Pool(p) if (self.class as usize) < REGISTERED_CLASSES && p.registered.get() => {
+                Some(self.class as u16)
+            }
             _ => None,
         }
     }
@@ -468,8 +545,15 @@ mod tests {
 
     #[test]
     fn buffers_are_aligned_and_returned() {
-        let pool =
-            BufPool::new(BufPoolConfig { small_count: 2, large_count: 1, jumbo_count: 1, heap_budget: 0 }).unwrap();
+        let pool = BufPool::new(BufPoolConfig {
+            small_count: 2,
+            large_count: 1,
+            jumbo_count: 1,
+            heap_budget: 0,
+            ..Default::default()
+        })
+        .unwrap();
+        pool.set_registered(true);
         let a = pool.get(512);
         let b = pool.get(4096);
         let c = pool.get(100_000);
@@ -493,8 +577,14 @@ mod tests {
 
     #[test]
     fn big_requests_use_the_jumbo_class_then_the_heap() {
-        let pool =
-            BufPool::new(BufPoolConfig { small_count: 1, large_count: 1, jumbo_count: 1, heap_budget: 0 }).unwrap();
+        let pool = BufPool::new(BufPoolConfig {
+            small_count: 1,
+            large_count: 1,
+            jumbo_count: 1,
+            heap_budget: 0,
+            ..Default::default()
+        })
+        .unwrap();
         let mut j = pool.get(LARGE_BUF + 4096);
         assert_eq!(j.len(), LARGE_BUF + 4096);
         assert_eq!(j.capacity(), JUMBO_BUF);
@@ -569,8 +659,14 @@ mod tests {
 
     #[test]
     fn try_get_refuses_past_the_heap_budget_and_counts() {
-        let pool =
-            BufPool::new(BufPoolConfig { small_count: 1, large_count: 0, jumbo_count: 0, heap_budget: 8192 }).unwrap();
+        let pool = BufPool::new(BufPoolConfig {
+            small_count: 1,
+            large_count: 0,
+            jumbo_count: 0,
+            heap_budget: 8192,
+            ..Default::default()
+        })
+        .unwrap();
         let a = pool.try_get(4096).expect("from the class");
         let b = pool.try_get(4096).expect("heap, within budget");
         let c = pool.try_get(4096).expect("heap, budget exactly spent");
@@ -617,5 +713,42 @@ mod tests {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| IoBuf::slice(&w, 5, 6))).is_err(),
             "out of range"
         );
+    }
+
+    #[test]
+    fn class_sizes_and_counts_follow_the_config() {
+        let cfg = BufPoolConfig {
+            small_count: 3,
+            large_count: 2,
+            small_size: 8192,
+            large_size: 135168,
+            jumbo_count: 0,
+            heap_budget: 0,
+        };
+        let pool = BufPool::new(cfg).unwrap();
+        assert_eq!(pool.config(), cfg);
+        let s = pool.stats();
+        assert_eq!((s.small_count, s.large_count, s.small_size, s.large_size), (3, 2, 8192, 135168));
+        assert_eq!((s.small_free, s.large_free, s.registered), (3, 2, false));
+        let a = pool.get(8192);
+        assert_eq!(a.capacity(), 8192);
+        let b = pool.get(8193);
+        assert_eq!(b.capacity(), 135168);
+        assert_eq!(a.fixed_index(), None, "an unregistered pool hands out no fixed index");
+        pool.set_registered(true);
+        assert_eq!((a.fixed_index(), b.fixed_index()), (Some(0), Some(1)));
+        let regions = pool.regions();
+        assert_eq!((regions[0].iov_len, regions[1].iov_len), (3 * 8192, 2 * 135168));
+        for bad in [
+            BufPoolConfig { small_size: 1000, ..Default::default() },
+            BufPoolConfig { large_size: JUMBO_BUF + BUF_ALIGN, ..Default::default() },
+            BufPoolConfig { small_size: 2 * LARGE_BUF, ..Default::default() },
+            BufPoolConfig { small_count: usize::MAX, ..Default::default() },
+        ] {
+            assert!(BufPool::new(bad).is_err(), "{bad:?}");
+        }
+        let empty = BufPool::new(BufPoolConfig { small_count: 0, ..Default::default() }).unwrap();
+        let r = empty.regions();
+        assert!(r[0].iov_base.is_null() && r[1].iov_len == 64 * LARGE_BUF, "the large class stays index 1");
     }
 }

@@ -12,6 +12,7 @@ pub mod mailbox;
 pub mod net;
 pub mod oneshot;
 mod panic;
+pub mod pbuf;
 mod reactor;
 pub mod ring;
 pub mod sim;
@@ -23,8 +24,11 @@ pub use buf::{BufPool, BufPoolConfig, IoBuf, Lender};
 pub use context::{current_engine, engine_state, lock_state, EnterGuard, StateGuard};
 #[doc(hidden)]
 pub use linkme;
+pub use net::RecvStream;
+pub use pbuf::{RecvBufConfig, RecvBufStats, RecvChunk};
 pub use reactor::{
-    after, alloc_buf, buf_pool, current, engine, pending_timers, register_poller, sleep, spawn_local, try_alloc_buf,
-    try_with_ring, unregister_poller, with_ring, Engine, EngineConfig, PollerId, ReactorMode, ReactorStats, Sleep,
+    after, alloc_buf, buf_pool, current, engine, pending_timers, recv_buf_stats, register_poller, resize_buf_pool,
+    sleep, spawn_local, try_alloc_buf, try_with_ring, unregister_poller, with_ring, Engine, EngineConfig, PollerId,
+    ReactorMode, ReactorStats, Sleep,
 };
 pub use sim::{Sim, SimRng};

@@ -11,6 +11,13 @@
 //! flight holds the descriptor, and dropping a socket with operations in flight cancels them
 //! (`IORING_OP_ASYNC_CANCEL` by descriptor); the descriptor is closed when the last completion
 //! arrives, so its number is never reused while the kernel may still act on it.
+//!
+//! [`Socket::recv_stream`] receives with a multishot receive into the reactor's provided buffer
+//! ring ([`recv_multi`]): a socket waiting for data then holds no buffer.
+
+mod recv_multi;
+
+pub use recv_multi::{RecvStream, MAX_QUEUED};
 
 use crate::ring::{uring_opcode as op, uring_types as types, CqeHandler, SqEntry};
 use crate::{try_with_ring, with_ring, IoBuf};
@@ -89,18 +96,24 @@ impl<K> OpSlot<K> {
     }
 }
 
+/// Lets go of the descriptor an operation held until its (last) completion: closes it if the
+/// socket is gone and this was its last operation, and wakes a task waiting in
+/// [`Socket::close`].
+fn release_fd(held: &RefCell<Option<Rc<FdOwner>>>) {
+    let owner = held.borrow_mut().take();
+    if let Some(owner) = owner {
+        let closer = owner.closer.borrow_mut().take();
+        drop(owner);
+        if let Some(w) = closer {
+            w.wake();
+        }
+    }
+}
+
 impl<K> CqeHandler for OpSlot<K> {
     fn complete(&self, _tag: u64, result: i32) {
         self.result.set(Some(result));
-        let owner = self.fd.borrow_mut().take();
-        if let Some(owner) = owner {
-            let closer = owner.closer.borrow_mut().take();
-            // Closes the descriptor if the socket is gone and this was its last operation.
-            drop(owner);
-            if let Some(w) = closer {
-                w.wake();
-            }
-        }
+        release_fd(&self.fd);
         if let Some(w) = self.waker.borrow_mut().take() {
             w.wake();
         }
@@ -410,6 +423,15 @@ impl Socket {
         }
         .await;
         (to_io(res), buf)
+    }
+
+    /// A stream of the bytes this socket receives, in chunks (see [`RecvStream`]): a multishot
+    /// receive into the reactor's provided buffer ring, or one-shot receives into a buffer of
+    /// the stream's own where the ring is off or unsupported. While the stream's receive is
+    /// armed no other receive may be made on the socket (which would get which bytes is
+    /// undefined); [`RecvStream::stop`] ends it first. Must be called on a reactor.
+    pub fn recv_stream(&self) -> RecvStream<'_> {
+        RecvStream::new(self)
     }
 
     /// Receives exactly `buf[at..]`, looping over short receives; fails with UnexpectedEof if the

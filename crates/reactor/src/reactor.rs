@@ -6,6 +6,7 @@ use crate::buf::{BufPool, BufPoolConfig, IoBuf};
 use crate::context::Extensions;
 use crate::mailbox::Mailbox;
 use crate::oneshot;
+use crate::pbuf::{BufGroup, RecvBufConfig, RecvBufStats, RECV_BGID};
 use crate::ring::Ring;
 use crate::tsc::{duration_to_ticks, ticks, ticks_per_sec};
 use async_task::{Runnable, Task};
@@ -72,6 +73,9 @@ pub struct EngineConfig {
     pub ring_handlers: usize,
     /// Buffer pool sizes per reactor.
     pub bufs: BufPoolConfig,
+    /// Each reactor's provided buffer ring for socket receives (`count: 0` turns multishot
+    /// receive off: sockets then receive one-shot into buffers of their own).
+    pub recv_bufs: RecvBufConfig,
     /// Pin each reactor thread to its core.
     pub pin: bool,
 }
@@ -85,6 +89,7 @@ impl Default for EngineConfig {
             ring_entries: 512,
             ring_handlers: 8192,
             bufs: BufPoolConfig::default(),
+            recv_bufs: RecvBufConfig::default(),
             pin: true,
         }
     }
@@ -396,7 +401,12 @@ pub(crate) struct Local {
     timers: RefCell<BinaryHeap<Reverse<(u64, u64)>>>,
     timer_fns: RefCell<HashMap<u64, Box<dyn FnOnce()>>>,
     ring: RefCell<Ring>,
-    bufs: Rc<BufPool>,
+    /// Replaced (once, before the framework starts) when `iobuf_set_options` sized it.
+    bufs: RefCell<Rc<BufPool>>,
+    /// The provided buffer ring for multishot receives (None: off or unsupported).
+    recv_group: Option<Rc<BufGroup>>,
+    /// Size of a socket's own receive buffer when there is no ring.
+    recv_size: u32,
 }
 
 thread_local! {
@@ -455,6 +465,41 @@ fn reactor_main(engine: Engine, id: usize, cfg: EngineConfig, ready: oneshot::Se
 pub(crate) fn set_current(local: Option<&Rc<Local>>) {
     LOCAL.with(|l| *l.borrow_mut() = local.cloned());
     CURRENT.with(|c| c.set(local.map(|l| l.id)));
+}
+
+/// Registers a pool's small and large regions as the ring's fixed buffers 0 and 1.
+fn register_pool(ring: &mut Ring, pool: &BufPool, id: usize) {
+    match ring.register_buffers(&pool.regions()) {
+        Ok(()) => pool.set_registered(true),
+        // Without registration (e.g. RLIMIT_MEMLOCK) fixed-buffer I/O is off; still correct.
+        Err(e) => log::warn!("reactor {id}: io_uring buffer registration failed ({e}); using unregistered buffers"),
+    }
+}
+
+/// Says once per process why sockets receive one-shot.
+fn no_multishot(why: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| log::warn!("multishot receive unavailable ({why}); sockets receive one-shot into own buffers"));
+}
+
+/// Makes and registers the reactor's receive buffer ring, if multishot receive is on and the
+/// kernel has it (else None, said once). An impossible config is an error.
+fn recv_ring(ring: &mut Ring, cfg: RecvBufConfig) -> std::io::Result<Option<Rc<BufGroup>>> {
+    if cfg.count == 0 {
+        return Ok(None);
+    }
+    if !ring.probe_multishot_recv() {
+        no_multishot("the kernel predates Linux 6.0");
+        return Ok(None);
+    }
+    let group = BufGroup::new(cfg)?;
+    // SAFETY: the ring memory is page-aligned and holds `count` entries; it and the buffers
+    // live in the group, which the reactor keeps until it unregisters the group at its end.
+    if let Err(e) = unsafe { ring.register_buf_ring(group.ring_addr(), group.count(), RECV_BGID) } {
+        no_multishot(&format!("IORING_REGISTER_PBUF_RING: {e}"));
+        return Ok(None);
+    }
+    Ok(Some(group))
 }
 
 fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
@@ -560,10 +605,9 @@ impl Local {
         let mailbox = &engine.0.reactors[id].mailbox;
         let mut ring = Ring::new(cfg.ring_entries, cfg.ring_handlers, mailbox.doorbell_fd())?;
         let bufs = BufPool::new(cfg.bufs)?;
-        if let Err(e) = ring.register_buffers(&bufs.regions()) {
-            // Without registration (e.g. RLIMIT_MEMLOCK) fixed-buffer I/O is off; still correct.
-            log::warn!("reactor {id}: io_uring buffer registration failed ({e}); using unregistered buffers");
-        }
+        register_pool(&mut ring, &bufs, id);
+        cfg.recv_bufs.check().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let recv_group = recv_ring(&mut ring, cfg.recv_bufs)?;
         Ok(Rc::new(Local {
             id,
             engine: engine.clone(),
@@ -575,7 +619,9 @@ impl Local {
             timers: RefCell::new(BinaryHeap::new()),
             timer_fns: RefCell::new(HashMap::new()),
             ring: RefCell::new(ring),
-            bufs,
+            bufs: RefCell::new(bufs),
+            recv_group,
+            recv_size: cfg.recv_bufs.size,
         }))
     }
 
@@ -597,6 +643,10 @@ impl Local {
         drop(timers);
         let ready = std::mem::take(&mut *self.ready.borrow_mut());
         drop(ready);
+        if self.recv_group.is_some() {
+            // From here the kernel takes no more buffers from the ring, whatever is still armed.
+            let _ = self.ring.borrow_mut().unregister_buf_ring(RECV_BGID);
+        }
         mailbox.close();
     }
 
@@ -884,7 +934,46 @@ pub fn try_with_ring<R>(f: impl FnOnce(&mut Ring) -> R) -> Option<R> {
 
 /// The calling reactor's buffer pool, or None off-reactor.
 pub fn buf_pool() -> Option<Rc<BufPool>> {
-    try_local().map(|l| l.bufs.clone())
+    try_local().map(|l| l.bufs.borrow().clone())
+}
+
+/// Replaces the calling reactor's buffer pool by one made with `cfg` (SPDK's
+/// `iobuf_set_options`, applied when the framework starts) and registers it with the ring in
+/// place of the old one. Buffers of the old pool still out stay valid (each keeps its pool) but
+/// no longer count as fixed buffers. If the new pool cannot be made, the old one stays.
+pub fn resize_buf_pool(cfg: BufPoolConfig) -> std::io::Result<()> {
+    let l = try_local().ok_or_else(|| std::io::Error::other("not on a reactor"))?;
+    let new = BufPool::new(cfg)?;
+    let old = l.bufs.replace(new.clone());
+    old.set_registered(false);
+    let mut ring = l.ring.borrow_mut();
+    if let Err(e) = ring.unregister_buffers() {
+        log::debug!("reactor {}: unregistering the old buffer pool: {e}", l.id);
+    }
+    register_pool(&mut ring, &new, l.id);
+    log::info!(
+        "reactor {}: buffer pool of {} x {} B small and {} x {} B large buffers",
+        l.id,
+        cfg.small_count,
+        cfg.small_size,
+        cfg.large_count,
+        cfg.large_size
+    );
+    Ok(())
+}
+
+/// The calling reactor's receive buffer ring (None off-reactor, or when multishot receive is
+/// off or unsupported) and the size of a socket's own receive buffer otherwise.
+pub(crate) fn recv_setup() -> (Option<Rc<BufGroup>>, u32) {
+    match try_local() {
+        Some(l) => (l.recv_group.clone().filter(|g| g.multishot()), l.recv_size),
+        None => (None, RecvBufConfig::default().size),
+    }
+}
+
+/// Counters of the calling reactor's receive buffer ring, or None (off-reactor, or no ring).
+pub fn recv_buf_stats() -> Option<RecvBufStats> {
+    try_local().and_then(|l| l.recv_group.as_ref().map(|g| g.stats()))
 }
 
 /// A payload buffer from the calling reactor's pool (a heap buffer off-reactor).

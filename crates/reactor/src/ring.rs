@@ -1,7 +1,12 @@
 //! The reactor's io_uring: submission with a completion handler per entry, batched submits,
 //! and the sleep that waits for a completion, the doorbell or a timeout.
+//!
+//! An entry's `user_data` names its handler slot and the slot's generation (`slot | gen << 32`):
+//! a cancel by `user_data` queued for an operation that has meanwhile completed cannot hit a
+//! later operation that reuses the slot. A multishot entry (a CQE with `IORING_CQE_F_MORE`
+//! promises more) keeps its slot and handler until the CQE without that flag.
 
-use io_uring::{opcode, squeue, types, IoUring};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -10,6 +15,14 @@ pub trait CqeHandler {
     /// Called on the reactor that pushed the entry, with the tag given at push time and the
     /// kernel's result (a byte count or a negated errno).
     fn complete(&self, tag: u64, result: i32);
+
+    /// Called for every completion with the CQE's flags (`IORING_CQE_F_*`: the provided buffer
+    /// used, `MORE` for a multishot entry that stays armed). The default ignores the flags and
+    /// calls [`CqeHandler::complete`]; handlers of multishot or buffer-select entries override it.
+    fn complete_flags(&self, tag: u64, result: i32, flags: u32) {
+        let _ = flags;
+        self.complete(tag, result)
+    }
 }
 
 /// The entry could not be queued: the submission queue is full and could not be drained, or
@@ -33,6 +46,19 @@ struct Slot {
     tag: u64,
     /// Completed by an io-wq worker thread rather than inline or by an interrupt.
     worker: bool,
+    /// Bumped each time the slot is taken; the high half of the entry's `user_data`.
+    gen: u32,
+}
+
+impl Slot {
+    const fn empty() -> Self {
+        Self { handler: None, tag: 0, worker: false, gen: 0 }
+    }
+}
+
+/// The `user_data` of the entry in `slot` at generation `gen`.
+fn token(slot: u32, gen: u32) -> u64 {
+    (gen as u64) << 32 | slot as u64
 }
 
 /// One reactor's io_uring with its handler table.
@@ -70,7 +96,7 @@ impl Ring {
             .or_else(|_| IoUring::new(entries))?;
         let mut r = Self {
             ring,
-            slots: (0..handlers).map(|_| Slot { handler: None, tag: 0, worker: false }).collect(),
+            slots: (0..handlers).map(|_| Slot::empty()).collect(),
             free: (0..handlers as u32).rev().collect(),
             in_flight: 0,
             pending: 0,
@@ -96,6 +122,11 @@ impl Ring {
         // SAFETY: the regions are mappings owned by the reactor's buffer pool, which lives
         // as long as the reactor and therefore as long as this ring.
         unsafe { self.ring.submitter().register_buffers(regions) }
+    }
+
+    /// Unregisters the fixed buffers (operations in flight on them keep what they use).
+    pub fn unregister_buffers(&mut self) -> std::io::Result<()> {
+        self.ring.submitter().unregister_buffers()
     }
 
     /// Installs `fd` in the ring's fixed file table; returns its index, or None if the table is
@@ -150,7 +181,7 @@ impl Ring {
     /// is called.
     pub unsafe fn push(&mut self, e: squeue::Entry, handler: Rc<dyn CqeHandler>, tag: u64) -> Result<(), RingFull> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.push_as(e, handler, tag, false) }
+        unsafe { self.push_as(e, handler, tag, false).map(drop) }
     }
 
     /// Like [`Ring::push`], for an entry that the kernel is expected to hand to an io-wq worker
@@ -166,7 +197,24 @@ impl Ring {
         tag: u64,
     ) -> Result<(), RingFull> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.push_as(e, handler, tag, true) }
+        unsafe { self.push_as(e, handler, tag, true).map(drop) }
+    }
+
+    /// Like [`Ring::push`], returning the entry's `user_data`, which [`Ring::cancel_op`] takes
+    /// to end it early. For a multishot entry (e.g. `RecvMulti`) `handler.complete_flags` runs
+    /// for each of its completions, and the handler keeps its slot until the completion without
+    /// `IORING_CQE_F_MORE`.
+    ///
+    /// # Safety
+    /// As for [`Ring::push`], until the last completion.
+    pub unsafe fn push_with_id(
+        &mut self,
+        e: squeue::Entry,
+        handler: Rc<dyn CqeHandler>,
+        tag: u64,
+    ) -> Result<u64, RingFull> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.push_as(e, handler, tag, false) }
     }
 
     unsafe fn push_as(
@@ -175,25 +223,28 @@ impl Ring {
         handler: Rc<dyn CqeHandler>,
         tag: u64,
         worker: bool,
-    ) -> Result<(), RingFull> {
-        let slot = self.take_slot(handler, tag, worker)?;
-        if let Err(full) = self.push_raw(e.user_data(slot as u64)) {
-            self.put_slot(slot);
+    ) -> Result<u64, RingFull> {
+        let user_data = self.take_slot(handler, tag, worker)?;
+        if let Err(full) = self.push_raw(e.user_data(user_data)) {
+            self.put_slot(user_data as u32);
             return Err(full);
         }
-        Ok(())
+        Ok(user_data)
     }
 
-    /// Takes a free handler slot for `handler`, growing the table if every slot is in use.
-    fn take_slot(&mut self, handler: Rc<dyn CqeHandler>, tag: u64, worker: bool) -> Result<u32, RingFull> {
+    /// Takes a free handler slot for `handler`, growing the table if every slot is in use;
+    /// returns the `user_data` naming it.
+    fn take_slot(&mut self, handler: Rc<dyn CqeHandler>, tag: u64, worker: bool) -> Result<u64, RingFull> {
         if self.free.is_empty() {
             self.grow()?;
         }
         let slot = self.free.pop().ok_or(RingFull)?;
-        self.slots[slot as usize] = Slot { handler: Some(handler), tag, worker };
+        let s = &mut self.slots[slot as usize];
+        let gen = s.gen.wrapping_add(1);
+        *s = Slot { handler: Some(handler), tag, worker, gen };
         self.in_flight += 1;
         self.worker_ops += worker as u32;
-        Ok(slot)
+        Ok(token(slot, gen))
     }
 
     /// Gives back a slot whose entry never reached the submission queue.
@@ -213,7 +264,7 @@ impl Ring {
         if new <= old {
             return Err(RingFull);
         }
-        self.slots.resize_with(new, || Slot { handler: None, tag: 0, worker: false });
+        self.slots.resize_with(new, Slot::empty);
         self.free.extend((old as u32..new as u32).rev());
         log::info!("io_uring handler table grown from {old} to {new} entries ({} in flight)", self.in_flight);
         Ok(())
@@ -240,12 +291,12 @@ impl Ring {
         let b = match self.take_slot(second.1, second.2, false) {
             Ok(b) => b,
             Err(full) => {
-                self.put_slot(a);
+                self.put_slot(a as u32);
                 return Err(full);
             }
         };
-        let ea = first.0.user_data(a as u64).flags(squeue::Flags::IO_LINK);
-        let eb = second.0.user_data(b as u64);
+        let ea = first.0.user_data(a).flags(squeue::Flags::IO_LINK);
+        let eb = second.0.user_data(b);
         // SAFETY: the caller guarantees the entries' memory; there is room for both, so neither
         // push fails and the two are adjacent.
         unsafe {
@@ -358,12 +409,12 @@ impl Ring {
     pub fn reap(this: &std::cell::RefCell<Self>) -> usize {
         let mut total = 0;
         loop {
-            let mut batch: [(u64, i32); 32] = [(0, 0); 32];
+            let mut batch: [(u64, i32, u32); 32] = [(0, 0, 0); 32];
             let n = {
                 let mut r = this.borrow_mut();
                 let mut n = 0;
                 for cqe in r.ring.completion() {
-                    batch[n] = (cqe.user_data(), cqe.result());
+                    batch[n] = (cqe.user_data(), cqe.result(), cqe.flags());
                     n += 1;
                     if n == batch.len() {
                         break;
@@ -375,27 +426,73 @@ impl Ring {
                 return total;
             }
             total += n;
-            for &(token, res) in &batch[..n] {
+            for &(token, res, flags) in &batch[..n] {
                 if token == DOORBELL_TOKEN {
                     let mut r = this.borrow_mut();
                     r.doorbell_armed = false;
                     r.arm_doorbell();
                     continue;
                 }
+                let index = token as u32;
                 let (handler, tag) = {
                     let mut r = this.borrow_mut();
-                    let slot = &mut r.slots[token as usize];
-                    let h = slot.handler.take().expect("completion for an empty ring slot");
-                    let tag = slot.tag;
-                    let worker = slot.worker;
-                    r.worker_ops -= worker as u32;
-                    r.in_flight -= 1;
-                    r.free.push(token as u32);
-                    (h, tag)
+                    let slot = &mut r.slots[index as usize];
+                    debug_assert_eq!(slot.gen, (token >> 32) as u32, "completion for an older use of slot {index}");
+                    if cqueue::more(flags) {
+                        // A multishot entry stays armed: its handler keeps the slot.
+                        let h = slot.handler.clone().expect("completion for an empty ring slot");
+                        (h, slot.tag)
+                    } else {
+                        let h = slot.handler.take().expect("completion for an empty ring slot");
+                        let tag = slot.tag;
+                        let worker = slot.worker;
+                        r.worker_ops -= worker as u32;
+                        r.in_flight -= 1;
+                        r.free.push(index);
+                        (h, tag)
+                    }
                 };
-                handler.complete(tag, res);
+                handler.complete_flags(tag, res, flags);
             }
         }
+    }
+
+    /// Asks the kernel to cancel the one operation whose `user_data` is `user_data` (as returned
+    /// by [`Ring::push_with_id`]). It completes with `-ECANCELED` (a multishot one: its final
+    /// completion) unless it finished first; `handler` gets the cancel's own result (0, or
+    /// `-ENOENT` if nothing matched: the slot's generation keeps a late cancel from matching an
+    /// operation that reused the slot).
+    pub fn cancel_op(&mut self, user_data: u64, handler: Rc<dyn CqeHandler>, tag: u64) -> Result<(), RingFull> {
+        let e = opcode::AsyncCancel::new(user_data).build();
+        // SAFETY: a cancel names no memory, only the user_data to match.
+        unsafe { self.push(e, handler, tag).map(drop) }
+    }
+
+    /// Registers a provided buffer ring (`IORING_REGISTER_PBUF_RING`) of `entries` entries at
+    /// `ring_addr` as buffer group `bgid`.
+    ///
+    /// # Safety
+    /// `ring_addr` must be page-aligned memory of `entries` 16-byte entries, and it and every
+    /// buffer published in it must stay valid until [`Ring::unregister_buf_ring`] or the ring's
+    /// end.
+    pub unsafe fn register_buf_ring(&mut self, ring_addr: u64, entries: u16, bgid: u16) -> std::io::Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.ring.submitter().register_buf_ring_with_flags(ring_addr, entries, bgid, 0) }
+    }
+
+    /// Unregisters buffer group `bgid`: operations that select from it afterwards fail with
+    /// `-ENOBUFS`, and the kernel no longer touches its memory.
+    pub fn unregister_buf_ring(&mut self, bgid: u16) -> std::io::Result<()> {
+        self.ring.submitter().unregister_buf_ring(bgid)
+    }
+
+    /// True if the kernel offers multishot receive (Linux 6.0). `IORING_RECV_MULTISHOT` is a flag
+    /// of `IORING_OP_RECV`, which an opcode probe cannot see; `IORING_OP_SEND_ZC` came in the
+    /// same release and is probed instead. (A multishot receive refused anyway fails with
+    /// `-EINVAL`, which the socket layer also treats as "unsupported".)
+    pub fn probe_multishot_recv(&self) -> bool {
+        let mut probe = io_uring::Probe::new();
+        self.ring.submitter().register_probe(&mut probe).is_ok() && probe.is_supported(opcode::SendZc::CODE)
     }
 
     /// True if any entry is in flight (other than the doorbell).
@@ -405,3 +502,101 @@ impl Ring {
 }
 
 pub use io_uring::{opcode as uring_opcode, squeue::Entry as SqEntry, types as uring_types};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Records every completion.
+    #[derive(Default)]
+    struct Log(RefCell<Vec<(u64, i32, bool)>>);
+
+    impl CqeHandler for Log {
+        fn complete(&self, _tag: u64, _result: i32) {
+            unreachable!("the ring calls complete_flags");
+        }
+        fn complete_flags(&self, tag: u64, result: i32, flags: u32) {
+            self.0.borrow_mut().push((tag, result, cqueue::more(flags)));
+        }
+    }
+
+    fn eventfd() -> i32 {
+        // SAFETY: eventfd with constant flags; checked below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        assert!(fd >= 0);
+        fd
+    }
+
+    fn kick(fd: i32) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a local to our eventfd.
+        assert_eq!(unsafe { libc::write(fd, &one as *const u64 as *const _, 8) }, 8);
+    }
+
+    /// Submits and reaps until `done` holds (at most 2 s).
+    fn turn_until(ring: &RefCell<Ring>, done: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "completions did not arrive");
+            ring.borrow_mut().submit();
+            ring.borrow_mut().wait(Some(Duration::from_millis(10)));
+            Ring::reap(ring);
+        }
+    }
+
+    #[test]
+    fn a_multishot_entry_keeps_its_slot_until_the_completion_without_more() {
+        let bell = eventfd();
+        let ring = RefCell::new(Ring::new(8, 4, bell).unwrap());
+        let fd = eventfd();
+        let log = Rc::new(Log::default());
+        let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).multi(true).build();
+        // SAFETY: a poll names only the descriptor, open for the whole test.
+        let id = unsafe { ring.borrow_mut().push_with_id(e, log.clone(), 7) }.unwrap();
+        ring.borrow_mut().submit();
+        for n in 1..=3 {
+            kick(fd);
+            turn_until(&ring, || log.0.borrow().len() >= n);
+            assert!(log.0.borrow()[n - 1].2, "completion {n} promises more");
+            assert_eq!(ring.borrow().in_flight(), 1, "the slot stays taken");
+        }
+        let ignore = Rc::new(Log::default());
+        ring.borrow_mut().cancel_op(id, ignore.clone(), 1).unwrap();
+        turn_until(&ring, || log.0.borrow().last().is_some_and(|c| !c.2) && !ignore.0.borrow().is_empty());
+        assert_eq!(log.0.borrow().last().unwrap().1, -libc::ECANCELED);
+        assert_eq!(ignore.0.borrow()[0].1, 0, "the cancel found it");
+        assert_eq!(ring.borrow().in_flight(), 0);
+        // SAFETY: closing our own descriptors.
+        unsafe { libc::close(fd) };
+        unsafe { libc::close(bell) };
+    }
+
+    #[test]
+    fn a_late_cancel_misses_the_operation_that_reused_the_slot() {
+        let bell = eventfd();
+        let ring = RefCell::new(Ring::new(8, 1, bell).unwrap());
+        let done = Rc::new(Log::default());
+        // SAFETY: a no-op names no memory.
+        let old = unsafe { ring.borrow_mut().push_with_id(opcode::Nop::new().build(), done.clone(), 0) }.unwrap();
+        turn_until(&ring, || !done.0.borrow().is_empty());
+        let fd = eventfd();
+        let poll = Rc::new(Log::default());
+        let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).build();
+        // SAFETY: as above.
+        let new = unsafe { ring.borrow_mut().push_with_id(e, poll.clone(), 0) }.unwrap();
+        assert_eq!(old as u32, new as u32, "the one slot is reused");
+        assert_ne!(old, new, "with a new generation");
+        let cancel = Rc::new(Log::default());
+        ring.borrow_mut().cancel_op(old, cancel.clone(), 0).unwrap();
+        turn_until(&ring, || !cancel.0.borrow().is_empty());
+        assert_eq!(cancel.0.borrow()[0].1, -libc::ENOENT);
+        assert!(poll.0.borrow().is_empty(), "the new operation was not cancelled");
+        kick(fd);
+        turn_until(&ring, || !poll.0.borrow().is_empty());
+        assert!(poll.0.borrow()[0].1 > 0);
+        // SAFETY: closing our own descriptors.
+        unsafe { libc::close(fd) };
+        unsafe { libc::close(bell) };
+    }
+}

@@ -85,7 +85,15 @@ impl Sim {
             mode: ReactorMode::Poll,
             ring_entries: 32,
             ring_handlers: 64,
-            bufs: BufPoolConfig { small_count: 256, large_count: 16, jumbo_count: 8, heap_budget: 16 << 20 },
+            bufs: BufPoolConfig {
+                small_count: 256,
+                large_count: 16,
+                jumbo_count: 8,
+                heap_budget: 16 << 20,
+                ..Default::default()
+            },
+            // Sockets are not simulated: no receive ring.
+            recv_bufs: crate::RecvBufConfig { count: 0, ..Default::default() },
             pin: false,
             ..Default::default()
         };

@@ -163,6 +163,50 @@ fn ring_reads_a_file_into_a_pool_buffer() {
 }
 
 #[test]
+fn a_resized_pool_is_registered_in_place_of_the_old_one() {
+    let path = std::env::temp_dir().join(format!("ferrite-resize-{}", std::process::id()));
+    let data: Vec<u8> = (0..16384u32).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(&path, &data).unwrap();
+    let e = engine(ReactorMode::Interrupt);
+    let p = path.clone();
+    let (old_fixed, stats, res, got) = e
+        .run_async(0, move || async move {
+            let old = alloc_buf(4096);
+            assert_eq!(old.fixed_index(), Some(0));
+            let cfg = BufPoolConfig { small_count: 3, large_count: 2, small_size: 8192, ..Default::default() };
+            resize_buf_pool(cfg).expect("resized");
+            let stats = buf_pool().unwrap().stats();
+            let mut buf = alloc_buf(8192);
+            let index = buf.fixed_index().expect("the new pool is registered");
+            let file = std::fs::File::open(&p).unwrap();
+            let done = Rc::new(Cell::new(None));
+            let entry = uring_opcode::ReadFixed::new(
+                uring_types::Fd(std::os::fd::AsRawFd::as_raw_fd(&file)),
+                buf.as_mut_ptr(),
+                8192,
+                index,
+            )
+            .offset(8192)
+            .build();
+            // SAFETY: buf and file live until the completion is observed below.
+            unsafe { with_ring(|r| r.push(entry, Rc::new(Done(done.clone())), 7)).unwrap() };
+            while done.get().is_none() {
+                sleep(Duration::from_millis(1)).await;
+            }
+            (old.fixed_index(), stats, done.get().unwrap(), buf.to_vec())
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(old_fixed, None, "a buffer of the replaced pool is no longer a fixed buffer");
+    assert_eq!((stats.small_count, stats.small_size, stats.small_free, stats.large_count), (3, 8192, 3, 2));
+    assert!(stats.registered);
+    assert_eq!(res, (7, 8192), "a fixed read into the new pool");
+    assert_eq!(got, data[8192..]);
+    std::fs::remove_file(path).unwrap();
+    shutdown(e);
+}
+
+#[test]
 fn idle_interrupt_reactors_sleep_and_stop_promptly() {
     let e = engine(ReactorMode::Adaptive);
     std::thread::sleep(Duration::from_millis(200));

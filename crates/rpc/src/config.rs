@@ -90,17 +90,26 @@ pub async fn load(ctx: &Ctx, doc: &Value, wait: bool) -> Result<usize, String> {
         if wait {
             ctx.registry.defer_config(Some(doc.clone()));
         } else {
-            ctx.registry.set_state(RUNTIME);
+            start_framework(ctx).await?;
             applied += replay(ctx, &list, true).await?;
         }
     }
     Ok(applied)
 }
 
-/// `framework_start_init`: moves to the runtime state and replays the runtime entries of a
-/// config loaded with `wait`.
-pub async fn start_init(ctx: &Ctx) -> Result<usize, String> {
+/// Starts the framework (call on the first reactor): what SPDK's subsystems do at init that
+/// Ferrite has to do (the buffer pools are made from `iobuf_set_options`), then the runtime
+/// state. On failure the state stays startup.
+pub async fn start_framework(ctx: &Ctx) -> Result<(), String> {
+    crate::options::iobuf::apply(ctx).await?;
     ctx.registry.set_state(RUNTIME);
+    Ok(())
+}
+
+/// `framework_start_init`: starts the framework and replays the runtime entries of a config
+/// loaded with `wait`.
+pub async fn start_init(ctx: &Ctx) -> Result<usize, String> {
+    start_framework(ctx).await?;
     match ctx.registry.defer_config(None) {
         Some(doc) => {
             let list = entries(&ctx.registry, &doc)?;

@@ -5,8 +5,10 @@
 //! as SPDK's do. Busy and idle ticks are the reactor's (`Engine::stats`). The engine does not
 //! publish its poller list or per-thread I/O channels, so those lists are empty and the poller
 //! counts 0: Ferrite cannot report them honestly yet. thread_get_stats adds each reactor's
-//! payload buffer pool (`buffers`): free buffers per class, heap fallbacks, and the heap budget
-//! of the bdev layer's requests with what of it is spent and how often it said no.
+//! payload buffer pool (`buffers`): the classes' counts and sizes (`iobuf_set_options`), free
+//! buffers per class, heap fallbacks, and the heap budget of the bdev layer's requests with
+//! what of it is spent and how often it said no; and its socket receive ring (`recv_buffers`):
+//! buffers, size, free ones, chunks received, receives ended by an empty ring (`enobufs`).
 
 use crate::jsonrpc::{RpcError, INVALID_PARAMS};
 use crate::registry::{Ctx, Params, Registry};
@@ -42,7 +44,11 @@ pub fn register(reg: &mut Registry) {
         no_params(p, "thread_get_stats")?;
         // Each reactor's payload buffer pool, beside SPDK's fields (Ferrite's addition): what its
         // classes hold, and how the heap budget of the bdev layer's requests is spent.
-        let pools = ctx.engine.on_all(|_| ferrite_reactor::buf_pool().map(|p| p.stats())).await.unwrap_or_default();
+        let pools = ctx
+            .engine
+            .on_all(|_| (ferrite_reactor::buf_pool().map(|p| p.stats()), ferrite_reactor::recv_buf_stats()))
+            .await
+            .unwrap_or_default();
         Ok(per_thread(&ctx, |s, mut t| {
             t["cpumask"] = json!(format_cpumask(&[s.core]).trim_start_matches("0x"));
             t["busy"] = json!(s.busy_ticks);
@@ -50,10 +56,16 @@ pub fn register(reg: &mut Registry) {
             t["active_pollers_count"] = json!(0);
             t["timed_pollers_count"] = json!(0);
             t["paused_pollers_count"] = json!(0);
-            if let Some(Some(b)) = pools.get(s.id) {
+            if let Some((Some(b), _)) = pools.get(s.id) {
                 t["buffers"] = json!({"pooled": b.pooled, "heap_fallbacks": b.heap_fallbacks,
                     "small_free": b.small_free, "large_free": b.large_free, "jumbo_free": b.jumbo_free,
-                    "heap_bytes": b.heap_bytes, "heap_budget": b.heap_budget, "refused": b.refused});
+                    "heap_bytes": b.heap_bytes, "heap_budget": b.heap_budget, "refused": b.refused,
+                    "small_count": b.small_count, "large_count": b.large_count,
+                    "small_bufsize": b.small_size, "large_bufsize": b.large_size, "registered": b.registered});
+            }
+            if let Some((_, Some(r))) = pools.get(s.id) {
+                t["recv_buffers"] = json!({"count": r.count, "bufsize": r.size, "free": r.free,
+                    "chunks": r.chunks, "enobufs": r.enobufs, "multishot": r.multishot});
             }
             t
         }))

@@ -6,8 +6,10 @@
 //! Most of these tune SPDK machinery Ferrite does not have (bdev_io pools, accel, nvmf, iscsi);
 //! they are validated, kept and reported, and change nothing else. Those that mean something
 //! here are checked against what Ferrite can do: the scheduler must be `static` (threads never
-//! move between reactors) and socket implementations must be ones SPDK knows.
+//! move between reactors), socket implementations must be ones SPDK knows, and
+//! `iobuf_set_options` sizes the reactors' buffer pools when the framework starts ([`iobuf`]).
 
+pub mod iobuf;
 mod schema;
 mod settings;
 mod specs;

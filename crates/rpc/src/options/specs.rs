@@ -85,7 +85,7 @@ pub static SPECS: &[Spec] = &[
         check: Some(known_sock_impl),
         ..spec("sock_impl_set_options", "sock", STARTUP, INVALID_PARAMS, false)
     },
-    spec("iobuf_set_options", "iobuf", STARTUP, INVALID_PARAMS, false),
+    Spec { check: Some(super::iobuf::check), ..spec("iobuf_set_options", "iobuf", STARTUP, INVALID_PARAMS, false) },
     spec("keyring_linux_set_options", "keyring", STARTUP, INVALID_PARAMS, false),
     spec("fsdev_set_opts", "fsdev", RUNTIME, INVALID_PARAMS, false),
     spec("accel_set_options", "accel", STARTUP, PARSE_ERROR, false),
