@@ -91,10 +91,13 @@ fn set(e: &Engine, b: &Bdev, u: QosUpdate) -> QosLimits {
     l
 }
 
+/// The limit is a ceiling: never more than `pct` above it. Below it only by what a reactor
+/// descheduled by a busy machine loses (a late timer does not carry unused time slices over,
+/// as in SPDK), so the floor is looser.
 #[track_caller]
 fn within(got: u64, want: u64, pct: u64, what: &str) {
-    let slack = want * pct / 100;
-    assert!(got >= want - slack && got <= want + slack, "{what}: {got}, want {want} ± {pct}%");
+    let (lo, hi) = (want - want * (2 * pct) / 100, want + want * pct / 100);
+    assert!(got >= lo && got <= hi, "{what}: {got}, want {want} (from {lo} to {hi})");
 }
 
 #[test]
