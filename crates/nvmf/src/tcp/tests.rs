@@ -7,9 +7,11 @@ use super::encoder::MAX_HEAD_LEN;
 use super::pdu::{flags as fl, offset};
 use super::*;
 
+mod proptests;
+
 /// What decoding produced, data gathered per PDU.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Got {
+pub(super) enum Got {
     Header(Header),
     Data(Vec<u8>),
     DataEnd,
@@ -19,7 +21,7 @@ enum Got {
 
 /// Feeds `wire` to `dec` in chunks whose sizes `sizes` gives (cycled), placing data in a
 /// buffer of its own; sets `on_ic` as the parameters once an ICReq or ICResp arrives.
-fn run(dec: &mut Decoder, wire: &[u8], sizes: &[usize], on_ic: Option<Negotiated>) -> Vec<Got> {
+pub(super) fn run(dec: &mut Decoder, wire: &[u8], sizes: &[usize], on_ic: Option<Negotiated>) -> Vec<Got> {
     let mut out = Vec::new();
     let mut data = Vec::new();
     let mut pos = 0;
