@@ -47,7 +47,8 @@ pub const STAGING_LEN: usize = MAX_HLEN + DIGEST_LEN;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Want {
     /// Header, padding or data digest bytes: [`Decoder::feed`] takes up to this many for the
-    /// current step (more are fine; it stops where the step ends).
+    /// current step (more are fine; it stops where the step ends). Header steps fit the
+    /// staging area; padding, which is skipped, can be up to PDO (255) less the header.
     Bytes(usize),
     /// This many bytes of the current PDU's data remain: place them, then pass them to
     /// [`Decoder::data`].
