@@ -381,6 +381,13 @@ fn want_never_reads_past_a_step() {
 }
 
 #[test]
+fn decoder_owns_no_heap() {
+    // No field needs dropping: the decoder holds no allocation, whatever it is fed.
+    assert!(!std::mem::needs_drop::<Decoder>());
+    assert!(std::mem::size_of::<Decoder>() < 512);
+}
+
+#[test]
 fn data_over_a_scatter_list() {
     let p = params(false, true, 0, 0);
     let mut wire = [0u8; 128];
