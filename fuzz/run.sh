@@ -2,6 +2,7 @@
 # Fuzzes Ferrite's parsers with cargo-fuzz (libFuzzer), one target after the other:
 #   rpc_request  - the JSON-RPC stream codec
 #   nbd_parsers  - the NBD handshake and transmission codec
+#   nvmf_tcp_pdu - the NVMe/TCP PDU decoder (and, through its checks, the encoder)
 #
 # Usage: fuzz/run.sh [SECONDS]    (default 30; each target runs that long)
 #
@@ -11,7 +12,7 @@
 # earlier one failed; each prints an OK or FAIL line, and any FAIL makes this exit non-zero.
 set -euo pipefail
 
-TARGETS=(rpc_request nbd_parsers)
+TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu)
 
 SECONDS_TO_RUN="${1:-30}"
 if ! [[ "$SECONDS_TO_RUN" =~ ^[0-9]+$ ]] || [ "$SECONDS_TO_RUN" -eq 0 ]; then
