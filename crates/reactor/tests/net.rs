@@ -1,6 +1,9 @@
 //! Sockets on the reactor: thousands of pending operations, cancellation when a socket goes,
 //! deadlines (linked timeouts), asynchronous connect and descriptor passing.
 
+mod common;
+
+use common::{ident, pair, run, still, stop, until};
 use ferrite_reactor::net::Socket;
 use ferrite_reactor::*;
 use std::future::Future;
@@ -20,58 +23,6 @@ fn engine(ring_entries: u32, ring_handlers: usize) -> Engine {
         ..Default::default()
     })
     .expect("engine starts")
-}
-
-/// Runs the future made by `f` on reactor 0 and returns its output, failing the test if it takes
-/// longer than `limit` (a stalled reactor must fail the test, not hang it).
-fn run<T: Send + 'static, Fut: Future<Output = T> + 'static>(
-    e: &Engine,
-    limit: Duration,
-    f: impl FnOnce() -> Fut + Send + 'static,
-) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    e.send(0, move || {
-        let fut = f();
-        spawn_local(async move {
-            let _ = tx.send(fut.await);
-        })
-        .detach();
-    });
-    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("reactor task did not finish within {limit:?}"))
-}
-
-fn stop(e: Engine) {
-    e.stop();
-    e.join();
-}
-
-/// The identity (device, inode) of what descriptor `fd` refers to, if it is open.
-fn ident(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: fstat writes into the stat buffer we own.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
-    }
-}
-
-/// True if `fd` still refers to the object identified by `id` (tests run in parallel threads,
-/// so once closed the number may be taken by another test's descriptor).
-fn still(fd: RawFd, id: Option<(u64, u64)>) -> bool {
-    id.is_some() && ident(fd) == id
-}
-
-fn pair() -> (Socket, UnixStream) {
-    let (a, b) = UnixStream::pair().unwrap();
-    (Socket::new(a.into()), b)
-}
-
-/// Polls until `cond` holds on the reactor (at most 2 s).
-async fn until(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        sleep(Duration::from_millis(1)).await;
-    }
 }
 
 #[test]
@@ -97,7 +48,7 @@ fn more_pending_receives_than_the_initial_handler_table_all_complete() {
             }));
         }
         spawn_local(async move {
-            until("all receives pending", || with_ring(|r| r.in_flight()) >= N).await;
+            until("all receives pending", Duration::from_secs(2), || with_ring(|r| r.in_flight()) >= N).await;
             // Busy traffic beside the idle receives.
             let (s, mut p) = pair();
             for round in 0..50u8 {
@@ -137,7 +88,7 @@ fn dropping_a_socket_cancels_its_receive_and_closes_the_descriptor_after_the_com
         let task = spawn_local(async move {
             let _ = s.recv(alloc_buf(64), 0).await;
         });
-        until("the receive is pending", || with_ring(|r| r.in_flight()) == 1).await;
+        until("the receive is pending", Duration::from_secs(2), || with_ring(|r| r.in_flight()) == 1).await;
         // Dropping the task drops the future and the socket with the receive in flight.
         drop(task);
         let open_right_after = still(fd, id);
@@ -147,7 +98,7 @@ fn dropping_a_socket_cancels_its_receive_and_closes_the_descriptor_after_the_com
         let reused = other == fd;
         // SAFETY: `other` is ours.
         unsafe { libc::close(other) };
-        until("the cancel completed", || with_ring(|r| r.in_flight()) == 0).await;
+        until("the cancel completed", Duration::from_secs(2), || with_ring(|r| r.in_flight()) == 0).await;
         let open_later = still(fd, id);
         peer.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let mut b = [0u8; 1];
@@ -344,10 +295,10 @@ fn dropped_listener_cancels_its_accept() {
         let task = spawn_local(async move {
             let _ = l2.accept().await;
         });
-        until("the accept is pending", || with_ring(|r| r.in_flight()) == 1).await;
+        until("the accept is pending", Duration::from_secs(2), || with_ring(|r| r.in_flight()) == 1).await;
         drop(task);
         drop(listener);
-        until("the accept was cancelled", || with_ring(|r| r.in_flight()) == 0).await;
+        until("the accept was cancelled", Duration::from_secs(2), || with_ring(|r| r.in_flight()) == 0).await;
         (still(fd, id), with_ring(|r| r.in_flight()))
     });
     assert!(!open_after, "listening descriptor left open");

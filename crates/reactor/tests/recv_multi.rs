@@ -1,13 +1,15 @@
 //! Receive streams: multishot receive into the reactor's provided buffer ring, with its ends
 //! (empty ring, back-pressure, stop, close, end of stream) and the one-shot fallback.
 
+mod common;
+
+use common::{ident, pair, run, stop, until};
 use ferrite_reactor::net::Socket;
 use ferrite_reactor::*;
 use std::future::Future;
 use std::io::Write;
-use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn engine(recv_bufs: RecvBufConfig) -> Engine {
     Engine::start(EngineConfig {
@@ -26,56 +28,12 @@ fn bufs(count: u16, size: u32) -> RecvBufConfig {
     RecvBufConfig { count, size }
 }
 
-/// Runs the future made by `f` on reactor 0 and returns its output (failing after `limit`).
-fn run<T: Send + 'static, Fut: Future<Output = T> + 'static>(
-    e: &Engine,
-    limit: Duration,
-    f: impl FnOnce() -> Fut + Send + 'static,
-) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    e.send(0, move || {
-        let fut = f();
-        spawn_local(async move {
-            let _ = tx.send(fut.await);
-        })
-        .detach();
-    });
-    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("reactor task did not finish within {limit:?}"))
-}
-
-fn stop(e: Engine) {
-    e.stop();
-    e.join();
-}
-
-fn pair() -> (Socket, UnixStream) {
-    let (a, b) = UnixStream::pair().unwrap();
-    (Socket::new(a.into()), b)
-}
-
-/// Polls until `cond` holds on the reactor (at most 5 s).
-async fn until(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        sleep(Duration::from_millis(1)).await;
-    }
-}
-
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(7) ^ seed ^ (i >> 8) as u8).collect()
 }
 
 fn stats() -> RecvBufStats {
     recv_buf_stats().expect("the reactor has a receive ring")
-}
-
-fn ident(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: fstat writes into the stat buffer we own.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
-    }
 }
 
 #[test]
@@ -104,7 +62,7 @@ fn many_chunks_arrive_in_order_and_every_buffer_comes_back() {
         assert!(got == data, "the bytes arrive whole and in order");
         drop(stream);
         // A cancel sent by back-pressure may still be completing.
-        until("nothing in flight", || with_ring(|r| r.in_flight()) == 0).await;
+        until("nothing in flight", Duration::from_secs(5), || with_ring(|r| r.in_flight()) == 0).await;
         (got.len(), chunks, stats().free, multishot, with_ring(|r| r.in_flight()))
     });
     assert!(multishot);
@@ -126,7 +84,7 @@ fn an_empty_ring_ends_the_receive_which_arms_again_when_buffers_come_back() {
         let first = stream.next().await.expect("receive").expect("data");
         // Holding the first chunk, the stream fills the other three buffers, then the kernel
         // finds the ring empty.
-        until("the ring ran dry", || stats().enobufs >= 1 && !stream.is_armed()).await;
+        until("the ring ran dry", Duration::from_secs(5), || stats().enobufs >= 1 && !stream.is_armed()).await;
         assert_eq!(stats().free, 0);
         let mut got = first.to_vec();
         let mut held = vec![first];
@@ -159,7 +117,7 @@ fn a_stream_starved_by_another_is_woken_when_a_buffer_comes_back() {
         let mut sa = a.recv_stream();
         pa.write_all(&[1u8; 128]).unwrap();
         let c1 = sa.next().await.unwrap().unwrap();
-        until("stream a holds the whole ring", || stats().free == 0).await;
+        until("stream a holds the whole ring", Duration::from_secs(5), || stats().free == 0).await;
         let c2 = sa.try_next();
         let waiter = spawn_local(async move {
             let mut sb = b.recv_stream();
@@ -170,7 +128,7 @@ fn a_stream_starved_by_another_is_woken_when_a_buffer_comes_back() {
             v
         });
         pb.write_all(b"for b").unwrap();
-        until("b's receive met the empty ring", || stats().enobufs >= 1).await;
+        until("b's receive met the empty ring", Duration::from_secs(5), || stats().enobufs >= 1).await;
         sleep(Duration::from_millis(20)).await;
         assert!(!waiter.is_finished(), "b got data with no buffer free");
         drop((c1, c2));
@@ -192,7 +150,7 @@ fn a_reader_that_falls_behind_stops_its_receive_and_leaves_the_rest_in_the_socke
         peer.write_all(&data).unwrap();
         let mut stream = s.recv_stream();
         let first = stream.next().await.unwrap().unwrap();
-        until("back-pressure stopped the receive", || !stream.is_armed()).await;
+        until("back-pressure stopped the receive", Duration::from_secs(5), || !stream.is_armed()).await;
         sleep(Duration::from_millis(20)).await;
         let mut got = first.to_vec();
         drop(first);
@@ -290,10 +248,10 @@ fn dropping_a_socket_with_its_receive_armed_cancels_it_and_closes_the_descriptor
             let mut stream = s.recv_stream();
             let _ = stream.next().await;
         });
-        until("the receive is armed", || with_ring(|r| r.in_flight()) == 1).await;
+        until("the receive is armed", Duration::from_secs(5), || with_ring(|r| r.in_flight()) == 1).await;
         drop(task);
         let open_right_after = ident(fd) == id;
-        until("the receive ended", || with_ring(|r| r.in_flight()) == 0).await;
+        until("the receive ended", Duration::from_secs(5), || with_ring(|r| r.in_flight()) == 0).await;
         (open_right_after, id.is_some() && ident(fd) == id, with_ring(|r| r.in_flight()), stats().free)
     });
     assert!(open_right_after, "descriptor closed while the multishot receive was armed");
@@ -406,7 +364,7 @@ fn a_thousand_idle_streams_hold_no_buffer_and_all_receive_through_a_small_ring()
             }));
         }
         spawn_local(async move {
-            until("every stream armed", || with_ring(|r| r.in_flight()) >= N).await;
+            until("every stream armed", Duration::from_secs(5), || with_ring(|r| r.in_flight()) >= N).await;
             idle_tx.send((with_ring(|r| r.in_flight()), stats().free)).unwrap();
             peers_tx.send(peers).unwrap();
             let mut ok = 0;
