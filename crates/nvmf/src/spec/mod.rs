@@ -16,7 +16,9 @@
 
 mod le;
 
+pub mod admin;
 pub mod cqe;
+pub mod io;
 pub mod opcode;
 pub mod sgl;
 pub mod sqe;
