@@ -20,6 +20,7 @@ pub mod admin;
 pub mod cqe;
 pub mod io;
 pub mod opcode;
+pub mod registers;
 pub mod sgl;
 pub mod sqe;
 pub mod status;
