@@ -70,3 +70,10 @@ pub(crate) const fn place(v: u32, shift: u32, width: u32) -> u32 {
 pub(crate) const fn flag(b: bool, n: u32) -> u32 {
     (b as u32) << n
 }
+
+/// Copies `s` into `out`, truncated to its length, and fills the rest with `pad`.
+pub(crate) fn pad_field(out: &mut [u8], s: &[u8], pad: u8) {
+    let n = s.len().min(out.len());
+    out[..n].copy_from_slice(&s[..n]);
+    out[n..].fill(pad);
+}

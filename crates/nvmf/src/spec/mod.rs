@@ -18,7 +18,9 @@ mod le;
 
 pub mod admin;
 pub mod cqe;
+pub mod fabrics;
 pub mod io;
+pub mod nqn;
 pub mod opcode;
 pub mod registers;
 pub mod sgl;
