@@ -28,6 +28,11 @@ pub(crate) fn u64_at(b: &[u8], off: usize) -> u64 {
 }
 
 #[inline]
+pub(crate) fn u128_at(b: &[u8], off: usize) -> u128 {
+    u128::from_le_bytes(arr(b, off))
+}
+
+#[inline]
 pub(crate) fn put(b: &mut [u8], off: usize, v: &[u8]) {
     b[off..off + v.len()].copy_from_slice(v);
 }
@@ -44,6 +49,11 @@ pub(crate) fn put_u32(b: &mut [u8], off: usize, v: u32) {
 
 #[inline]
 pub(crate) fn put_u64(b: &mut [u8], off: usize, v: u64) {
+    put(b, off, &v.to_le_bytes());
+}
+
+#[inline]
+pub(crate) fn put_u128(b: &mut [u8], off: usize, v: u128) {
     put(b, off, &v.to_le_bytes());
 }
 
@@ -76,4 +86,15 @@ pub(crate) fn pad_field(out: &mut [u8], s: &[u8], pad: u8) {
     let n = s.len().min(out.len());
     out[..n].copy_from_slice(&s[..n]);
     out[n..].fill(pad);
+}
+
+/// The bytes of a fixed text field up to its first NUL, with trailing spaces and NULs removed
+/// (identify strings are space padded, NQNs and discovery addresses NUL padded).
+pub(crate) fn trim_field(b: &[u8]) -> &[u8] {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    let mut s = &b[..end];
+    while let [rest @ .., b' '] = s {
+        s = rest;
+    }
+    s
 }
