@@ -18,11 +18,13 @@ mod le;
 
 pub mod admin;
 pub mod cqe;
+pub mod discovery;
 pub mod fabrics;
 pub mod identify;
 pub mod identify_ctrl;
 pub mod identify_ns;
 pub mod io;
+pub mod log;
 pub mod nqn;
 pub mod opcode;
 pub mod registers;
