@@ -17,9 +17,11 @@
 mod le;
 
 pub mod admin;
+pub mod aer;
 pub mod cqe;
 pub mod discovery;
 pub mod fabrics;
+pub mod features;
 pub mod identify;
 pub mod identify_ctrl;
 pub mod identify_ns;
