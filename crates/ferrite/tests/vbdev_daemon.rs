@@ -346,3 +346,33 @@ fn vbdevs_over_a_missing_base_appear_when_it_does() {
     assert_eq!(e.code, -libc::ENODEV, "{e:?}");
     d.assert_serving();
 }
+
+/// Waiting virtual bdevs obey the stack depth limit of registered ones (a chain of 1,000 once
+/// overflowed reactor 0's stack when its base arrived), and a cycle of waiting ones is refused.
+#[test]
+fn waiting_chains_are_bounded_and_cycles_refused() {
+    let dir = TempDir::new("vbchain");
+    let d = Daemon::start(&dir, &[]);
+    let mut made = 0;
+    for i in 1..=40 {
+        let p = json!({"base_bdev_name": format!("C{}", i - 1), "name": format!("C{i}")});
+        match d.client().call("bdev_passthru_create", Some(p)) {
+            Ok(_) => made += 1,
+            Err(ferrite_rpc::client::CallError::Rpc(e)) => {
+                assert_eq!(e.code, -libc::EINVAL, "{e:?}");
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(made, 32, "32 levels wait; the 33rd is refused");
+    d.call("bdev_malloc_create", Some(json!({"name": "C0", "num_blocks": 256, "block_size": 512})));
+    assert_eq!(d.call("bdev_wait_for_examine", None), json!(true));
+    assert_eq!(d.bdev_names().len(), 33, "the base and 32 levels over it");
+    assert!(d.bdev_names().contains(&"C32".to_string()));
+
+    assert_eq!(d.call("bdev_passthru_create", Some(json!({"base_bdev_name": "Y", "name": "X"}))), json!("X"));
+    let e = d.call_err("bdev_passthru_create", Some(json!({"base_bdev_name": "X", "name": "Y"})));
+    assert_eq!(e.code, -libc::EINVAL, "a cycle of waiting bdevs: {e:?}");
+    d.assert_serving();
+}

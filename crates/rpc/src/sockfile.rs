@@ -78,6 +78,14 @@ pub fn clear_stale(path: &Path) -> Result<()> {
 /// is bound inside a fresh 0700 directory next to `path`, given `mode`, then renamed into place
 /// (without replacing anything that appeared meanwhile). The process umask plays no part.
 pub fn bind(path: &Path, mode: u32) -> Result<BoundSocket> {
+    // The socket is bound at a short temporary name and renamed, so the kernel would not catch
+    // a final path that clients cannot connect to: check it here.
+    if path.as_os_str().len() >= SUN_PATH_LEN {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("cannot bind {}: a unix socket path must be shorter than {SUN_PATH_LEN} bytes", path.display()),
+        ));
+    }
     clear_stale(path)?;
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -97,6 +105,9 @@ pub fn bind(path: &Path, mode: u32) -> Result<BoundSocket> {
     let _ = std::fs::remove_dir(&private);
     res.map_err(|e: Error| Error::new(e.kind(), format!("cannot bind {}: {e}", path.display())))
 }
+
+/// Size of `sockaddr_un.sun_path` on Linux (a path fits with its terminating NUL).
+const SUN_PATH_LEN: usize = 108;
 
 /// Creates `<parent>/.ferrite-<pid>-<n>` with mode 0700 (umask can only narrow it).
 fn make_private_dir(parent: &Path) -> Result<PathBuf> {
@@ -192,6 +203,14 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn refuses_a_path_clients_could_not_connect_to() {
+        let long = std::env::temp_dir().join("x".repeat(120));
+        let e = bind(&long, 0o600).err().expect("a 120-byte name is refused");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(!long.exists());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! virtual bdev whose base is hot-removed appears again when the base comes back; its delete
 //! method forgets it. The table is per engine.
 
+use super::base::{stack_depth, MAX_STACK_DEPTH};
 use crate::bdev::{check_name, lookup, Bdev, BdevError};
 use std::sync::Arc;
 
@@ -35,6 +36,13 @@ pub(crate) fn create_or_defer(
     if table().0.iter().any(|e| e.vbdev == vbdev) || lookup(vbdev).is_some() {
         return Err(BdevError::Exists(vbdev.to_string()));
     }
+    // Waiting virtual bdevs stack as registered ones do: the same depth limit (a base that
+    // arrives registers the whole chain at once, one level inside the other).
+    if depth_over(base, vbdev) >= MAX_STACK_DEPTH {
+        return Err(BdevError::Invalid(format!(
+            "bdev {base} already stands (or will stand) on {MAX_STACK_DEPTH} virtual bdevs; no deeper stacks"
+        )));
+    }
     let made = match make() {
         Ok(_) => true,
         Err(BdevError::NotFound(_)) if lookup(base).is_none() => {
@@ -45,6 +53,30 @@ pub(crate) fn create_or_defer(
     };
     table().0.push(Entry { module, base: base.to_string(), vbdev: vbdev.to_string(), make: Arc::new(make) });
     Ok(made)
+}
+
+/// How many virtual bdevs `name` stands on, registered or waiting; a chain that leads back to
+/// `new` (the virtual bdev being configured over it) is a cycle and counts as too deep.
+fn depth_over(name: &str, new: &str) -> u32 {
+    let t = table();
+    let mut depth = 0;
+    let mut name = name.to_string();
+    while depth <= MAX_STACK_DEPTH {
+        if name == new {
+            return u32::MAX;
+        }
+        if let Some(b) = lookup(&name) {
+            return depth + stack_depth(&b);
+        }
+        match t.0.iter().find(|e| e.vbdev == name) {
+            Some(e) => {
+                depth += 1;
+                name = e.base.clone();
+            }
+            None => return depth,
+        }
+    }
+    depth
 }
 
 /// The examine of `module`: makes its virtual bdevs configured over `bdev` (by name or alias)
@@ -58,7 +90,15 @@ pub(crate) fn examine(module: &'static str, bdev: &Bdev) {
         .map(|e| (e.vbdev.clone(), e.make.clone()))
         .collect();
     for (vbdev, make) in due {
-        if lookup(&vbdev).is_some() {
+        if let Some(other) = lookup(&vbdev) {
+            if other.module() != module {
+                log::warn!(
+                    "{module}: cannot make {} over {}: a {} bdev has that name",
+                    vbdev.escape_debug(),
+                    bdev.name(),
+                    other.module()
+                );
+            }
             continue;
         }
         match make() {
@@ -75,7 +115,8 @@ pub(crate) fn forget(module: &'static str, vbdev: &str) -> bool {
     let Some(i) = t.0.iter().position(|e| e.module == module && e.vbdev == vbdev) else { return false };
     t.0.remove(i);
     drop(t);
-    lookup(vbdev).is_none()
+    // Not registered, or the name belongs to another module's bdev: it was only waiting.
+    lookup(vbdev).is_none_or(|b| b.module() != module)
 }
 
 /// Virtual bdevs of `module` waiting for their base: (vbdev, base) names.
