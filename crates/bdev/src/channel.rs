@@ -244,6 +244,13 @@ impl ChannelInner {
     /// range lock, or to the module.
     #[inline]
     pub(crate) fn route(self: &Rc<Self>, io: BdevIo) {
+        self.route_from(io, true)
+    }
+
+    /// As [`ChannelInner::route`]; `behind_nomem` false for a request that comes out of the
+    /// NoMem queue itself (it must not go back behind the others still in it).
+    #[inline]
+    fn route_from(self: &Rc<Self>, io: BdevIo, behind_nomem: bool) {
         let t = io.req.io_type;
         match t {
             IoType::Reset => self.reset(io),
@@ -254,7 +261,7 @@ impl ChannelInner {
             }
             _ if self.qos.on.get() && !io.qos_passed && crate::qos::limited(t) => crate::qos::submit(self, io),
             _ if t.writes() && crate::compare::write_blocked(&self.bdev, &io) => self.locked.borrow_mut().push_back(io),
-            _ if !self.nomem.borrow().is_empty() => self.nomem.borrow_mut().push_back(io),
+            _ if behind_nomem && !self.nomem.borrow().is_empty() => self.nomem.borrow_mut().push_back(io),
             _ => self.fit_and_dispatch(io),
         }
     }
@@ -546,7 +553,9 @@ impl ChannelInner {
             if io.fitted {
                 self.dispatch(io);
             } else {
-                me.route(io);
+                // Queued behind a NoMem before it was fitted: it goes on from here, not back
+                // behind the requests still queued (which once stalled them all for good).
+                me.route_from(io, false);
             }
         }
         if !self.nomem.borrow().is_empty() {

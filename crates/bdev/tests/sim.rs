@@ -779,3 +779,50 @@ fn timed_out_requests_are_aborted_where_they_wait_in_the_stack() {
         assert!(took < Duration::from_millis(1_200), "aborted at the timeout, not at the end of the delay: {took:?}");
     }
 }
+
+/// NoMem answered below a delay bdev, with many requests in flight: the layer retries every one
+/// and the load finishes (it once stalled for good at queue depth 64).
+fn nomem_below_delay(seed: u64) -> u64 {
+    let cores = 1 + (seed % 2) as usize;
+    let mut sim = Sim::new(seed, cores).unwrap();
+    make_malloc(&mut sim, "M", 1024);
+    let lat = latencies(&mut sim);
+    sim.on(0, || -> Result<(), ferrite_bdev::BdevError> {
+        error::create("M", None)?;
+        delay::create("EE_M", "D", None, lat)?;
+        Ok(())
+    })
+    .expect("stack");
+    let num = 1 + sim.rng().below(1000) as u32;
+    let inj = error::Injection {
+        error_type: error::ErrorType::NoMem,
+        num,
+        queue_depth: 0,
+        corrupt_offset: 0,
+        corrupt_value: 0,
+        nvme_sct: 0,
+        nvme_sc: 0,
+    };
+    error::inject("EE_M", Some(ferrite_bdev::IoType::Write), inj).unwrap();
+    let lanes = 1 + sim.rng().below(64);
+    let e = sim.engine();
+    let loads: Vec<_> = (0..cores).map(|c| e.run_async(c, move || load("D", c as u64, lanes, 20))).collect();
+    let results: Vec<LoadResult> = loads.into_iter().map(|rx| sim.block_on(rx, MAX_STEPS).unwrap()).collect();
+    for (core, r) in results.iter().enumerate() {
+        assert!(r.mismatches.is_empty(), "core {core}: {:?}", r.mismatches);
+        assert!(r.failed.is_empty(), "core {core}: NoMem reached the caller as {:?}", r.failed);
+        assert_eq!(r.ok, 2 * lanes * 20, "core {core}");
+    }
+    for (name, module) in [("D", delay::MODULE), ("EE_M", error::MODULE)] {
+        let rx = e.run_async(0, move || async move { delete_vbdev(name, module).await.expect("deletes") });
+        sim.block_on(rx, MAX_STEPS).unwrap();
+    }
+    sim.block_on(unregister("M", None).unwrap(), MAX_STEPS).unwrap();
+    check_no_channels(&mut sim, cores);
+    sim.trace()
+}
+
+#[test]
+fn nomem_below_a_delay_bdev_is_retried_at_any_depth() {
+    for_seeds(100, nomem_below_delay);
+}
