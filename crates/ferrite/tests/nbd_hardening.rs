@@ -436,3 +436,49 @@ fn two_thousand_idle_connections_beside_a_verify_workload() {
     drop(idle);
     wait_count(&n, "all gone", |k| k == 0);
 }
+
+/// Found by the attacker: a 28-byte write header announcing 32 MiB made the daemon hold a 32 MiB
+/// buffer, outside the heap budget and with no deadline, for as long as the client liked (20
+/// such clients held 753 MiB). Payload buffers now come from the pool or the reactor's heap
+/// budget (past it the connection waits), and a payload that does not arrive in time closes
+/// its connection.
+#[test]
+fn write_headers_without_their_payload_hold_no_more_than_the_budget_and_time_out() {
+    let dir = TempDir::new("nbdpin");
+    let n = NbdDaemon::start(&dir, "0x1");
+    n.d.call("bdev_malloc_create", Some(json!({"name": "W0", "num_blocks": 16384, "block_size": 4096})));
+    n.export("W0", "w0", false, "");
+    let pid = n.d.proc.pid();
+    let base = status_kib(pid, "VmRSS");
+    // 20 clients announce 32 MiB writes and send 5,000 bytes of each; 10 announce 1 MiB writes
+    // (a deadline of 11 s) and send nothing.
+    let mut big = Vec::new();
+    for k in 0..20u64 {
+        let (mut c, _) = Raw::open(n.port, "w0", false);
+        let mut req = request_bytes(0, CMD_WRITE, k, 0, 32 << 20, &[]);
+        req.extend_from_slice(&[0xab; 5000]);
+        c.send(&req);
+        big.push(c);
+    }
+    let mut small = Vec::new();
+    for k in 0..10u64 {
+        let (mut c, _) = Raw::open(n.port, "w0", false);
+        c.send(&request_bytes(0, CMD_WRITE, k, 0, 1 << 20, &[]));
+        small.push(c);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let grown_mib = status_kib(pid, "VmRSS").saturating_sub(base) / 1024;
+    // The heap budget is 64 MiB by default (the pool's buffers are resident from the start).
+    assert!(grown_mib < 96, "RSS grew by {grown_mib} MiB for 30 stalled write payloads");
+    // Another client's writes still go through (small payloads come from the pool) and read back.
+    let (mut c, _) = Raw::open(n.port, "w0", false);
+    c.s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write_read_back(&mut c, 7, 4096 * 100, &pattern(9, 65536));
+    c.disc();
+    // The 1 MiB payloads that never came: their connections are closed after 11 s.
+    for (i, s) in small.iter_mut().enumerate() {
+        assert!(closed_within(&mut s.s, Duration::from_secs(20)), "stalled 1 MiB write {i} was not timed out");
+    }
+    drop(big);
+    n.assert_serves("w0");
+}

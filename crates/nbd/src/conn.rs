@@ -608,6 +608,34 @@ fn abort_in_flight(c: &Rc<Conn>) {
     }
 }
 
+/// A write payload's buffer: from the reactor's pool or, past it, from the heap within the
+/// reactor's budget (`--buf-heap-budget`), so that clients that announce large writes and send
+/// nothing cannot make the daemon hold more than that. While both are spent the connection waits
+/// (its client with it: the payload stays in the socket); every payload in progress has a
+/// deadline, so memory comes back. None if the connection closes meanwhile.
+async fn payload_buf(c: &Conn, len: usize) -> Option<IoBuf> {
+    loop {
+        if let Some(b) = ferrite_reactor::try_alloc_buf(len) {
+            return Some(b);
+        }
+        if c.h.closing.get() {
+            return None;
+        }
+        ferrite_reactor::sleep(PAYLOAD_MEMORY_WAIT).await;
+    }
+}
+
+/// How long a write's payload may take to arrive: 10 s, plus 1 s per MiB (a client slower than
+/// 1 MiB/s is treated as one that stopped sending).
+fn payload_deadline(len: u32) -> std::time::Instant {
+    std::time::Instant::now() + PAYLOAD_BASE_TIME + Duration::from_secs(u64::from(len) >> 20)
+}
+
+/// See [`payload_deadline`].
+const PAYLOAD_BASE_TIME: Duration = Duration::from_secs(10);
+/// How often a connection waiting for payload memory looks again.
+const PAYLOAD_MEMORY_WAIT: Duration = Duration::from_millis(1);
+
 /// True while the reader may take another request: below the caps of requests and payload
 /// bytes in flight.
 fn may_read(c: &Conn) -> bool {
@@ -673,8 +701,9 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
             if req.length > MAX_PAYLOAD {
                 return Err(format!("write of {} bytes exceeds the maximum {MAX_PAYLOAD}", req.length));
             }
-            let (res, buf) = inbox.payload(alloc_buf(req.length as usize)).await;
-            res.map_err(|e| format!("receive write payload: {e}"))?;
+            let Some(buf) = payload_buf(c, req.length as usize).await else { return Ok(()) };
+            let (res, buf) = inbox.payload(buf, payload_deadline(req.length)).await;
+            res.map_err(|e| format!("receive write payload of {} bytes: {e}", req.length))?;
             payload = Some(buf);
         } else {
             inbox.no_direct_payload();

@@ -90,7 +90,11 @@ impl<'a> Inbox<'a> {
 
     /// Fills all of `buf` (a write's payload, which follows its header in the stream). Returns
     /// the buffer, full, or the error that stopped the receive.
-    pub(crate) async fn payload(&mut self, mut buf: IoBuf) -> (std::io::Result<()>, IoBuf) {
+    pub(crate) async fn payload(
+        &mut self,
+        mut buf: IoBuf,
+        deadline: std::time::Instant,
+    ) -> (std::io::Result<()>, IoBuf) {
         // The header's chunk (and chunks the kernel delivered after it) may carry the start of
         // the payload: just those bytes are copied, as the old staging buffer's read-ahead was.
         let mut have = self.take_buffered(&mut buf[..]);
@@ -104,7 +108,7 @@ impl<'a> Inbox<'a> {
         if !self.single {
             return (Ok(()), buf);
         }
-        self.sock.recv_exact(buf, have).await
+        self.sock.recv_exact_by(buf, have, deadline).await
     }
 
     /// A request with no payload to receive directly: headers may come by multishot again.
