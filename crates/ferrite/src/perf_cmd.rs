@@ -74,6 +74,8 @@ const MAX_RUN_SECS: f64 = 7.0 * 86400.0;
 /// Most memory the jobs' I/O buffers may take together, whatever is available.
 const MAX_BUFFER_BYTES: u64 = 4 << 30;
 
+/// How long stopped jobs may take to finish their outstanding I/O before the run gives up.
+const STUCK_GRACE: Duration = Duration::from_secs(10);
 fn parse_size(s: &str) -> Result<u32, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
@@ -216,6 +218,10 @@ pub fn run(a: PerfArgs) -> i32 {
             let sig = crate::signals::wait();
             eprintln!("{sig}: stopping the run early");
             abort.store(true, Ordering::SeqCst);
+            // A second signal does not wait for stuck I/O.
+            let sig = crate::signals::wait();
+            eprintln!("{sig} again: exiting without waiting for outstanding I/O");
+            std::process::exit(1);
         });
     }
     let total_jobs = progress.len();
@@ -226,9 +232,22 @@ pub fn run(a: PerfArgs) -> i32 {
     let mut tick = 1;
     // Jobs stop on their own timer; if they overrun it (e.g. slow buffer setup), stop them.
     let overrun = t0 + duration + Duration::from_secs(2);
+    let mut stopping_since: Option<Instant> = None;
     while results.len() + errors.len() < total_jobs {
         if Instant::now() >= overrun && !abort.swap(true, Ordering::SeqCst) {
             log::warn!("jobs overran -t {}; stopping them", a.time);
+        }
+        if abort.load(Ordering::SeqCst) {
+            let since = *stopping_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= STUCK_GRACE {
+                // I/O that never completes (a module holding it) would keep the run for ever.
+                let missing = total_jobs - results.len() - errors.len();
+                errors.push(format!(
+                    "{missing} job(s) did not stop within {} s of being told to: I/O outstanding that never completed",
+                    STUCK_GRACE.as_secs()
+                ));
+                break;
+            }
         }
         let next_tick = t0 + Duration::from_secs(tick * a.stats_interval);
         let wake = if abort.load(Ordering::SeqCst) { next_tick } else { next_tick.min(overrun) };

@@ -376,3 +376,29 @@ fn waiting_chains_are_bounded_and_cycles_refused() {
     assert_eq!(e.code, -libc::EINVAL, "a cycle of waiting bdevs: {e:?}");
     d.assert_serving();
 }
+
+/// Found by trying to break it: with I/O that never completes (held by a pending injection),
+/// `ferrite perf` ran past -t for ever and ignored SIGTERM. It now gives up 10 s after stopping
+/// the jobs, with an error naming the stuck I/O.
+#[test]
+fn perf_gives_up_on_io_that_never_completes() {
+    let dir = TempDir::new("vbstuck");
+    let cfg = config(
+        &dir,
+        "stuck.json",
+        vec![
+            m("bdev_malloc_create", json!({"name": "M", "num_blocks": 1024, "block_size": 512})),
+            m("bdev_error_create", json!({"base_name": "M"})),
+            m(
+                "bdev_error_inject_error",
+                json!({"name": "EE_M", "io_type": "all", "error_type": "pending", "num": 100000}),
+            ),
+        ],
+    );
+    let t0 = std::time::Instant::now();
+    let (code, out, _) =
+        perf(&dir, "stuck", &cfg, &["-T", "EE_M", "-w", "randread", "-q", "4", "-o", "4096", "-t", "1"]);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("did not stop"), "{out}");
+    assert!(t0.elapsed() < Duration::from_secs(25), "took {:?}", t0.elapsed());
+}
