@@ -482,3 +482,38 @@ fn write_headers_without_their_payload_hold_no_more_than_the_budget_and_time_out
     drop(big);
     n.assert_serves("w0");
 }
+
+/// Found by the attacker: clients that never read their replies kept them (and the reactor's
+/// memory) for as long as they stayed connected, and two such clients stalled everyone's reads
+/// on the same reactor. A batch of replies must now be taken within 30 s plus 1 s per MiB.
+#[test]
+fn a_client_that_never_reads_its_replies_is_closed() {
+    let dir = TempDir::new("nbdnoread");
+    let n = NbdDaemon::start(&dir, "0x1");
+    n.d.call("bdev_null_create", Some(json!({"name": "Q0", "num_blocks": 65536, "block_size": 4096})));
+    n.export("Q0", "q0", true, "");
+    let (mut c, _) = Raw::open(n.port, "q0", false);
+    let small: libc::c_int = 4096;
+    // SAFETY: setsockopt reads the int we own.
+    unsafe {
+        libc::setsockopt(
+            c.s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &small as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    // 12 MiB of replies: more than the kernel's socket buffers take, so a send blocks.
+    let mut reqs = Vec::new();
+    for i in 0..3u64 {
+        reqs.extend_from_slice(&request_bytes(0, CMD_READ, i, i * (4 << 20), 4 << 20, &[]));
+    }
+    c.send(&reqs);
+    let t0 = Instant::now();
+    // Never read a reply byte: after 30 s (plus 1 s per MiB) of a blocked send the daemon gives
+    // up on the client.
+    n.wait_connections_within("the non-reading client closed", Duration::from_secs(120), |c| c.is_empty());
+    assert!(t0.elapsed() >= Duration::from_secs(25), "closed too early: {:?}", t0.elapsed());
+    n.assert_serves("q0");
+}

@@ -521,9 +521,14 @@ async fn writer(c: Rc<Conn>) {
                 parts.push((d.as_ptr(), d.len()));
             }
         }
+        // A client that stops reading its replies would hold their buffers (and this reactor's
+        // memory) for as long as it stays connected: the batch must go within 30 s plus 1 s per
+        // MiB, or the connection is closed.
+        let bytes: usize = parts.iter().map(|p| p.1).sum();
+        let deadline = Instant::now() + REPLY_BASE_TIME + Duration::from_secs((bytes >> 20) as u64);
         // SAFETY: every part points into `batch` (headers inside its heap buffer, data in pool
         // buffers it owns), which send_parts keeps until the send completes.
-        let (res, b) = unsafe { c.h.sock.send_parts(&send_memory, &parts, batch).await };
+        let (res, b) = unsafe { c.h.sock.send_parts_by(&send_memory, &parts, batch, deadline).await };
         batch = b;
         c.unsent.set(c.unsent.get() - batch.len() as u32);
         c.held_bytes.set(c.held_bytes.get() - batch.iter().map(|r| r.held).sum::<u64>());
@@ -532,7 +537,12 @@ async fn writer(c: Rc<Conn>) {
             w.wake();
         }
         if let Err(e) = res {
-            if !c.h.closing.get() {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                log::warn!(
+                    "nbd connection {}: the client has not read its replies ({bytes} bytes) in time; closing",
+                    c.h.id
+                );
+            } else if !c.h.closing.get() {
                 log::info!("nbd connection {}: send failed: {e}", c.h.id);
             }
             c.h.close();
@@ -630,6 +640,9 @@ async fn payload_buf(c: &Conn, len: usize) -> Option<IoBuf> {
 fn payload_deadline(len: u32) -> std::time::Instant {
     std::time::Instant::now() + PAYLOAD_BASE_TIME + Duration::from_secs(u64::from(len) >> 20)
 }
+
+/// How long a batch of replies may take to be sent: this, plus 1 s per MiB.
+const REPLY_BASE_TIME: Duration = Duration::from_secs(30);
 
 /// See [`payload_deadline`].
 const PAYLOAD_BASE_TIME: Duration = Duration::from_secs(10);

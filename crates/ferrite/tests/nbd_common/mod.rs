@@ -119,7 +119,12 @@ impl NbdDaemon {
 
     /// Polls `nbd_server_get_connections` until `pred` holds (panics after 5 s).
     pub fn wait_connections(&self, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        self.wait_connections_within(what, Duration::from_secs(5), pred)
+    }
+
+    /// Like [`NbdDaemon::wait_connections`], waiting at most `limit`.
+    pub fn wait_connections_within(&self, what: &str, limit: Duration, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + limit;
         loop {
             let c = self.connections();
             if pred(&c) {
