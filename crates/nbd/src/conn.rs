@@ -46,6 +46,8 @@ pub(crate) struct Handle {
     writer: RefCell<Option<Waker>>,
     reader: RefCell<Option<Waker>>,
     export: RefCell<Option<String>>,
+    /// The reply batch being sent: when its send began, and its bytes (see `send_stalled`).
+    sending: Cell<Option<(Instant, usize)>>,
 }
 
 impl Handle {
@@ -72,6 +74,39 @@ ferrite_reactor::reactor_local! {
     /// This reactor's connections, by connection id.
     static LIVE: RefCell<HashMap<u64, Rc<Handle>>> = RefCell::new(HashMap::new());
 }
+
+ferrite_reactor::reactor_local! {
+    /// True while this reactor's watchdog timer runs.
+    static WATCHDOG: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Starts this reactor's watchdog if it is not running: once a second it closes connections
+/// whose clients stopped reading their replies (one timer per reactor, none per send), and it
+/// stops when the reactor has no connection left.
+fn start_watchdog() {
+    if WATCHDOG.with(|w| w.replace(true)) || ferrite_reactor::current().is_none() {
+        return;
+    }
+    fn tick() {
+        let (stalled, any) = LIVE.with(|l| {
+            let l = l.borrow();
+            (l.values().filter(|h| !h.dead.get() && send_stalled(h)).cloned().collect::<Vec<_>>(), !l.is_empty())
+        });
+        for h in stalled {
+            log::warn!("nbd connection {}: the client has not read its replies in time; closing", h.id);
+            h.close();
+        }
+        if any {
+            ferrite_reactor::after(WATCHDOG_PERIOD, tick);
+        } else {
+            WATCHDOG.with(|w| w.set(false));
+        }
+    }
+    ferrite_reactor::after(WATCHDOG_PERIOD, tick);
+}
+
+/// How often the watchdog looks at this reactor's connections.
+const WATCHDOG_PERIOD: Duration = Duration::from_secs(1);
 
 /// Closes this reactor's connections that `pred` selects (by export name).
 pub(crate) fn close_local(pred: &dyn Fn(&Handle) -> bool) -> usize {
@@ -118,8 +153,10 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, listen: String, setting
         writer: RefCell::new(None),
         reader: RefCell::new(None),
         export: RefCell::new(None),
+        sending: Cell::new(None),
     });
     LIVE.with(|l| l.borrow_mut().insert(id, h.clone()));
+    start_watchdog();
     log::info!("nbd connection {id} from {peer} on reactor {reactor}");
     let deadline = settings.handshake_timeout.map(|t| Instant::now() + t);
     match handshake(&h, deadline).await {
@@ -521,14 +558,14 @@ async fn writer(c: Rc<Conn>) {
                 parts.push((d.as_ptr(), d.len()));
             }
         }
-        // A client that stops reading its replies would hold their buffers (and this reactor's
-        // memory) for as long as it stays connected: the batch must go within 30 s plus 1 s per
-        // MiB, or the connection is closed.
+        // A client that stops reading its replies is closed by its paused reader, which watches
+        // how long this send takes (`send_stalled`; no timer per send).
         let bytes: usize = parts.iter().map(|p| p.1).sum();
-        let deadline = Instant::now() + REPLY_BASE_TIME + Duration::from_secs((bytes >> 20) as u64);
+        c.h.sending.set(Some((Instant::now(), bytes)));
         // SAFETY: every part points into `batch` (headers inside its heap buffer, data in pool
         // buffers it owns), which send_parts keeps until the send completes.
-        let (res, b) = unsafe { c.h.sock.send_parts_by(&send_memory, &parts, batch, deadline).await };
+        let (res, b) = unsafe { c.h.sock.send_parts(&send_memory, &parts, batch).await };
+        c.h.sending.set(None);
         batch = b;
         c.unsent.set(c.unsent.get() - batch.len() as u32);
         c.held_bytes.set(c.held_bytes.get() - batch.iter().map(|r| r.held).sum::<u64>());
@@ -537,12 +574,7 @@ async fn writer(c: Rc<Conn>) {
             w.wake();
         }
         if let Err(e) = res {
-            if e.kind() == std::io::ErrorKind::TimedOut {
-                log::warn!(
-                    "nbd connection {}: the client has not read its replies ({bytes} bytes) in time; closing",
-                    c.h.id
-                );
-            } else if !c.h.closing.get() {
+            if !c.h.closing.get() {
                 log::info!("nbd connection {}: send failed: {e}", c.h.id);
             }
             c.h.close();
@@ -636,10 +668,16 @@ async fn payload_buf(c: &Conn, len: usize) -> Option<IoBuf> {
 }
 
 /// How long a write's payload may take to arrive: 10 s, plus 1 s per MiB (a client slower than
-/// 1 MiB/s is treated as one that stopped sending).
-fn payload_deadline(len: u32) -> std::time::Instant {
-    std::time::Instant::now() + PAYLOAD_BASE_TIME + Duration::from_secs(u64::from(len) >> 20)
+/// 1 MiB/s is treated as one that stopped sending). Only payloads above [`DEADLINE_FROM`] get
+/// one (its linked timeout costs an allocation; smaller payloads come from the pool, whose
+/// buffers a stalled client can hold but not multiply).
+fn payload_deadline(len: u32) -> Option<std::time::Instant> {
+    (len > DEADLINE_FROM)
+        .then(|| std::time::Instant::now() + PAYLOAD_BASE_TIME + Duration::from_secs(u64::from(len) >> 20))
 }
+
+/// See [`payload_deadline`].
+const DEADLINE_FROM: u32 = 128 << 10;
 
 /// How long a batch of replies may take to be sent: this, plus 1 s per MiB.
 const REPLY_BASE_TIME: Duration = Duration::from_secs(30);
@@ -648,6 +686,15 @@ const REPLY_BASE_TIME: Duration = Duration::from_secs(30);
 const PAYLOAD_BASE_TIME: Duration = Duration::from_secs(10);
 /// How often a connection waiting for payload memory looks again.
 const PAYLOAD_MEMORY_WAIT: Duration = Duration::from_millis(1);
+
+/// True if the reply batch being sent has taken longer than 30 s plus 1 s per MiB: the client
+/// does not read its replies, and would otherwise hold their buffers (and this reactor's memory)
+/// for as long as it stays connected.
+fn send_stalled(h: &Handle) -> bool {
+    h.sending
+        .get()
+        .is_some_and(|(since, bytes)| since.elapsed() > REPLY_BASE_TIME + Duration::from_secs((bytes >> 20) as u64))
+}
 
 /// True while the reader may take another request: below the caps of requests and payload
 /// bytes in flight.

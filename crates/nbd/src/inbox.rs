@@ -93,7 +93,7 @@ impl<'a> Inbox<'a> {
     pub(crate) async fn payload(
         &mut self,
         mut buf: IoBuf,
-        deadline: std::time::Instant,
+        deadline: Option<std::time::Instant>,
     ) -> (std::io::Result<()>, IoBuf) {
         // The header's chunk (and chunks the kernel delivered after it) may carry the start of
         // the payload: just those bytes are copied, as the old staging buffer's read-ahead was.
@@ -108,7 +108,10 @@ impl<'a> Inbox<'a> {
         if !self.single {
             return (Ok(()), buf);
         }
-        self.sock.recv_exact_by(buf, have, deadline).await
+        match deadline {
+            Some(d) => self.sock.recv_exact_by(buf, have, d).await,
+            None => self.sock.recv_exact(buf, have).await,
+        }
     }
 
     /// A request with no payload to receive directly: headers may come by multishot again.
