@@ -22,55 +22,66 @@ const NOMEM_RETRY: Duration = Duration::from_micros(100);
 
 /// In-flight requests counted by the epoch they were handed to the module in. A barrier (a reset)
 /// opens a new epoch and waits only for the older ones to drain, so it cannot starve under a
-/// steady stream of new requests.
+/// steady stream of new requests. The current epoch's count is a plain cell, all that a request
+/// touches while no barrier waits; closed epochs still draining sit in a queue.
 struct Epochs {
-    /// Epoch of `counts[0]`.
-    base: u64,
-    /// Requests in flight per epoch, oldest first; never empty.
-    counts: VecDeque<u64>,
+    /// The epoch new requests join.
+    current: Cell<u64>,
+    /// Requests of `current` in flight.
+    count: Cell<u64>,
+    /// Closed epochs with requests still in flight, oldest first: (epoch, count > 0).
+    closed: RefCell<VecDeque<(u64, u64)>>,
 }
 
 impl Epochs {
     fn new() -> Self {
-        Self { base: 0, counts: VecDeque::from([0]) }
+        Self { current: Cell::new(0), count: Cell::new(0), closed: RefCell::new(VecDeque::new()) }
     }
 
     #[inline]
-    fn current(&self) -> u64 {
-        self.base + self.counts.len() as u64 - 1
+    fn start(&self) -> u64 {
+        self.count.set(self.count.get() + 1);
+        self.current.get()
     }
 
     #[inline]
-    fn start(&mut self) -> u64 {
-        *self.counts.back_mut().expect("epochs never empty") += 1;
-        self.current()
+    fn finish(&self, epoch: u64) {
+        if epoch == self.current.get() {
+            debug_assert!(self.count.get() > 0, "epoch count underflow");
+            self.count.set(self.count.get() - 1);
+        } else {
+            self.finish_closed(epoch);
+        }
     }
 
-    #[inline]
-    fn finish(&mut self, epoch: u64) {
-        let i = (epoch - self.base) as usize;
-        debug_assert!(self.counts[i] > 0, "epoch count underflow");
-        self.counts[i] -= 1;
-        while self.counts.len() > 1 && self.counts[0] == 0 {
-            self.counts.pop_front();
-            self.base += 1;
+    #[cold]
+    fn finish_closed(&self, epoch: u64) {
+        let mut closed = self.closed.borrow_mut();
+        let i = closed.iter().position(|(e, _)| *e == epoch).expect("a closed epoch with requests in flight");
+        closed[i].1 -= 1;
+        if closed[i].1 == 0 {
+            closed.remove(i);
         }
     }
 
     fn in_flight(&self) -> u64 {
-        self.counts.iter().sum()
+        self.count.get() + self.closed.borrow().iter().map(|(_, n)| n).sum::<u64>()
     }
 
     /// Closes the current epoch; returns it. Everything in it and before it must drain first.
-    fn open_barrier(&mut self) -> u64 {
-        let e = self.current();
-        self.counts.push_back(0);
+    fn open_barrier(&self) -> u64 {
+        let e = self.current.get();
+        if self.count.get() > 0 {
+            self.closed.borrow_mut().push_back((e, self.count.get()));
+        }
+        self.current.set(e + 1);
+        self.count.set(0);
         e
     }
 
     /// True once every request of `epoch` and earlier has completed.
     fn drained_through(&self, epoch: u64) -> bool {
-        self.base > epoch || (self.base == epoch && self.counts[0] == 0)
+        self.closed.borrow().front().is_none_or(|(e, _)| *e > epoch)
     }
 }
 
@@ -85,7 +96,7 @@ pub(crate) struct ChannelInner {
     /// The module lends its memory for zero-copy reads.
     lends_reads: bool,
     stats: Rc<ChannelStats>,
-    epochs: RefCell<Epochs>,
+    epochs: Epochs,
     /// Resets and drain waiters, each waiting for the requests handed to the module before it.
     barriers: RefCell<VecDeque<(u64, Barrier)>>,
     /// Writes waiting for a compare-and-write's range lock, and compare-and-writes waiting for
@@ -93,6 +104,9 @@ pub(crate) struct ChannelInner {
     pub(crate) locked: RefCell<VecDeque<BdevIo>>,
     /// Requests that met NoMem (from the module or the layer), in submission order.
     nomem: RefCell<VecDeque<BdevIo>>,
+    /// Set whenever something is queued in `nomem` or `barriers`, cleared once a completion
+    /// finds both empty: while it is clear, completions skip both queues.
+    waiting: Cell<bool>,
     nomem_timer: Cell<bool>,
     me: Weak<ChannelInner>,
     /// QoS limits and the requests waiting for them (see `qos`).
@@ -146,10 +160,11 @@ impl IoChannel {
             lends_reads: backend.lends_reads(),
             backend: RefCell::new(backend),
             stats,
-            epochs: RefCell::new(Epochs::new()),
+            epochs: Epochs::new(),
             barriers: RefCell::new(VecDeque::new()),
             locked: RefCell::new(VecDeque::new()),
             nomem: RefCell::new(VecDeque::new()),
+            waiting: Cell::new(false),
             nomem_timer: Cell::new(false),
             me: me.clone(),
             qos: crate::qos::ChannelQos::new(),
@@ -249,7 +264,7 @@ impl ChannelInner {
             }
             _ if self.qos.on.get() && !io.qos_passed && crate::qos::limited(t) => crate::qos::submit(self, io),
             _ if t.writes() && crate::compare::write_blocked(&self.bdev, &io) => self.locked.borrow_mut().push_back(io),
-            _ if !self.nomem.borrow().is_empty() => self.nomem.borrow_mut().push_back(io),
+            _ if self.waiting.get() && !self.nomem.borrow().is_empty() => self.nomem.borrow_mut().push_back(io),
             _ => self.fit_and_dispatch(io),
         }
     }
@@ -313,7 +328,7 @@ impl ChannelInner {
     pub(crate) fn dispatch(&self, mut io: BdevIo) {
         io.fitted = true;
         io.counted = true;
-        io.epoch = self.epochs.borrow_mut().start();
+        io.epoch = self.epochs.start();
         self.backend.borrow_mut().submit(io);
     }
 
@@ -394,12 +409,12 @@ impl ChannelInner {
     /// Queues `b` behind every request handed to the module so far; gives it back when there
     /// is nothing to wait for (nothing in flight, no earlier barrier).
     fn behind_barrier(&self, b: Barrier) -> Option<Barrier> {
-        let mut epochs = self.epochs.borrow_mut();
-        if epochs.in_flight() == 0 && self.barriers.borrow().is_empty() {
+        if self.epochs.in_flight() == 0 && self.barriers.borrow().is_empty() {
             return Some(b);
         }
-        let e = epochs.open_barrier();
+        let e = self.epochs.open_barrier();
         self.barriers.borrow_mut().push_back((e, b));
+        self.waiting.set(true);
         None
     }
 
@@ -468,12 +483,21 @@ impl ChannelInner {
     /// all completed, and retries requests that met NoMem.
     #[inline]
     pub(crate) fn finished(&self, epoch: u64) {
-        self.epochs.borrow_mut().finish(epoch);
+        self.epochs.finish(epoch);
+        if self.waiting.get() {
+            self.serve_waiting();
+        }
+    }
+
+    fn serve_waiting(&self) {
         if !self.barriers.borrow().is_empty() {
             self.release_barriers();
         }
         if !self.nomem.borrow().is_empty() {
             self.retry_nomem();
+        }
+        if self.barriers.borrow().is_empty() && self.nomem.borrow().is_empty() {
+            self.waiting.set(false);
         }
     }
 
@@ -482,7 +506,7 @@ impl ChannelInner {
             let ready = {
                 let b = self.barriers.borrow();
                 match b.front() {
-                    Some((e, _)) => self.epochs.borrow().drained_through(*e),
+                    Some((e, _)) => self.epochs.drained_through(*e),
                     None => false,
                 }
             };
@@ -500,21 +524,23 @@ impl ChannelInner {
     pub(crate) fn retry_later(&self, mut io: BdevIo) {
         if io.counted {
             io.counted = false;
-            self.epochs.borrow_mut().finish(io.epoch);
+            self.epochs.finish(io.epoch);
         }
         self.nomem.borrow_mut().push_front(io);
+        self.waiting.set(true);
         self.arm_nomem_timer();
     }
 
     /// Queues a request the layer could not get a buffer for.
     pub(crate) fn wait_for_memory(&self, io: BdevIo) {
         self.nomem.borrow_mut().push_back(io);
+        self.waiting.set(true);
         self.arm_nomem_timer();
     }
 
     /// With nothing in flight, no completion will come to retry the NoMem queue: a timer does.
     fn arm_nomem_timer(&self) {
-        if self.epochs.borrow().in_flight() > 0 || self.nomem_timer.replace(true) {
+        if self.epochs.in_flight() > 0 || self.nomem_timer.replace(true) {
             return;
         }
         let me = self.me.clone();
