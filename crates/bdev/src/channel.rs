@@ -88,6 +88,9 @@ impl Epochs {
 pub(crate) struct ChannelInner {
     pub(crate) block_size: u32,
     io_types: IoTypes,
+    /// The types the bdev serves: its module's, and those the layer does for it (see
+    /// `Bdev::supports`).
+    serves: IoTypes,
     pub(crate) limits: Limits,
     /// Reads and writes may need fitting to `limits`.
     shape_payload: bool,
@@ -154,6 +157,7 @@ impl IoChannel {
         let inner = Rc::new_cyclic(|me| ChannelInner {
             block_size: bdev.block_size(),
             io_types: bdev.0.io_types,
+            serves: IoType::ALL.iter().filter(|t| bdev.supports(**t)).fold(IoTypes::default(), |s, t| s.with(*t)),
             limits,
             shape_payload: limits.shape_payload(),
             bdev: bdev.0.clone(),
@@ -338,13 +342,7 @@ impl ChannelInner {
             return IoStatus::Removed;
         }
         let t = req.io_type;
-        let emulated = match t {
-            IoType::Reset | IoType::Abort => true,
-            IoType::Compare => self.io_types.contains(IoType::Read),
-            IoType::CompareAndWrite => self.io_types.contains(IoType::Read) && self.io_types.contains(IoType::Write),
-            _ => false,
-        };
-        if !self.io_types.contains(t) && !emulated {
+        if !self.serves.contains(t) {
             return IoStatus::Unsupported;
         }
         if !write && t.writes() {
@@ -356,33 +354,44 @@ impl ChannelInner {
         if req.num_blocks == 0 {
             return IoStatus::OutOfRange;
         }
+        let blocks = self.bdev.num_blocks.load(Ordering::Relaxed);
         match req.offset_blocks.checked_add(req.num_blocks) {
-            Some(end) if end <= self.bdev.num_blocks.load(Ordering::Relaxed) => {}
+            Some(end) if end <= blocks => {}
             _ => return IoStatus::OutOfRange,
         }
         if let IoAux::CopyFrom(src) = req.aux {
             match src.checked_add(req.num_blocks) {
-                Some(end) if end <= self.bdev.num_blocks.load(Ordering::Relaxed) => {}
+                Some(end) if end <= blocks => {}
                 _ => return IoStatus::OutOfRange,
             }
         }
         if t.has_payload() && !req.is_zcopy_read() {
-            let want = req.num_blocks.checked_mul(self.block_size as u64);
-            if Some(req.payload_len() as u64) != want {
-                return IoStatus::Misaligned;
-            }
-            if let IoAux::Compare(cmp) = &req.aux {
-                if Some(cmp.iter().map(|b| b.len() as u64).sum::<u64>()) != want {
-                    return IoStatus::Misaligned;
-                }
-            } else if t == IoType::CompareAndWrite {
-                return IoStatus::Misaligned;
-            }
-            if t == IoType::Read && req.bufs.iter().any(|b| b.is_read_only()) {
-                return IoStatus::Failed(libc::EFAULT);
-            }
+            return self.check_payload(req);
         }
         IoStatus::Success
+    }
+
+    /// The payload of a read, write or compare (in range): as long as its blocks, writable for
+    /// a read; and a compare-and-write's compare data as long too. One pass over the segments.
+    #[inline]
+    fn check_payload(&self, req: &IoRequest) -> IoStatus {
+        // In range, so the product fits (a bdev's size in bytes does).
+        let want = req.num_blocks * self.block_size as u64;
+        let (mut len, mut read_only) = (0u64, false);
+        for b in req.bufs.iter() {
+            len += b.len() as u64;
+            read_only |= b.is_read_only();
+        }
+        if len != want {
+            return IoStatus::Misaligned;
+        }
+        match &req.aux {
+            IoAux::Compare(cmp) if cmp.iter().map(|b| b.len() as u64).sum::<u64>() != want => IoStatus::Misaligned,
+            IoAux::Compare(_) => IoStatus::Success,
+            _ if req.io_type == IoType::CompareAndWrite => IoStatus::Misaligned,
+            _ if req.io_type == IoType::Read && read_only => IoStatus::Failed(libc::EFAULT),
+            _ => IoStatus::Success,
+        }
     }
 
     /// A reset: once every request handed to the module before it has completed, it goes to
