@@ -201,7 +201,8 @@ impl IoChannel {
     /// the module.
     #[inline]
     pub fn submit(&self, req: IoRequest, done: Rc<dyn IoCompleter>, tag: u64) {
-        let mut io = BdevIo::new(req, Done::Caller(done, tag), self.inner.clone(), crate::io::submit_tick());
+        let mut io = BdevIo::new(req, self.inner.clone(), crate::io::submit_tick());
+        io.done = Done::Caller(done, tag);
         if self.inner.timeouts.on.get() {
             crate::timeout::track(&self.inner, &mut io, self.desc);
         }
@@ -213,7 +214,8 @@ impl IoChannel {
     /// resubmit from their completion (a benchmark job, a target's queue slot).
     #[inline]
     pub fn resubmit(&self, c: Completed, done: Rc<dyn IoCompleter>, tag: u64) {
-        let io = BdevIo::reuse(c, Done::Caller(done, tag), self.inner.clone(), crate::io::submit_tick());
+        let mut io = BdevIo::reuse(c, self.inner.clone(), crate::io::submit_tick());
+        io.done = Done::Caller(done, tag);
         self.inner.submit_checked(io, self.write);
     }
 
@@ -233,7 +235,8 @@ impl IoChannel {
     /// the parent from there. No table keyed by tag is needed: the child carries its parent.
     #[inline]
     pub fn submit_child(&self, parent: BdevIo, req: IoRequest, then: fn(BdevIo, Completed)) {
-        let mut io = BdevIo::new(req, Done::Parent(parent, then), self.inner.clone(), crate::io::submit_tick());
+        let mut io = BdevIo::new(req, self.inner.clone(), crate::io::submit_tick());
+        io.done = Done::Parent(parent, then);
         if self.inner.timeouts.on.get() {
             crate::timeout::track(&self.inner, &mut io, self.desc);
         }
@@ -276,7 +279,8 @@ impl ChannelInner {
     /// Submits `req` for the layer itself on behalf of `parent` (already checked).
     pub(crate) fn submit_internal(self: &Rc<Self>, parent: BdevIo, req: IoRequest, then: fn(BdevIo, Completed)) {
         let tick = parent.submit_tick;
-        let io = BdevIo::new(req, Done::Parent(parent, then), self.clone(), tick);
+        let mut io = BdevIo::new(req, self.clone(), tick);
+        io.done = Done::Parent(parent, then);
         self.route(io);
     }
 
@@ -288,7 +292,8 @@ impl ChannelInner {
         then: fn(BdevIo, Completed),
     ) {
         let tick = parent.submit_tick;
-        let mut io = BdevIo::new(req, Done::Parent(parent, then), self.clone(), tick);
+        let mut io = BdevIo::new(req, self.clone(), tick);
+        io.done = Done::Parent(parent, then);
         io.lock_bypass = true;
         self.route(io);
     }

@@ -217,7 +217,8 @@ pub(crate) fn fit(ch: &Rc<ChannelInner>, mut io: BdevIo) {
         status: Cell::new(IoStatus::Success),
     });
     for req in children {
-        let child = BdevIo::new(req, Done::Split(state.clone()), ch.clone(), tick);
+        let mut child = BdevIo::new(req, ch.clone(), tick);
+        child.done = Done::Split(state.clone());
         ch.dispatch(child);
     }
 }

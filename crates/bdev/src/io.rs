@@ -463,12 +463,17 @@ const CACHE_MAX: usize = 4096;
 /// Makes a used state (from the cache, or a completed request) ready for a new trip through
 /// the layer: everything but the request and the module's context is set afresh. The one place
 /// that knows every per-trip field.
-fn restart(s: &mut IoState, done: Done, ch: Option<Rc<ChannelInner>>, submit_tick: u64) {
+///
+/// The new `done` is `Done::None`: callers set it right after, where they build it. (Passed in,
+/// a `Done` was spilled and copied back by wider loads than the stores that wrote it, which the
+/// store buffer cannot forward: a stall of several ns per request.)
+#[inline(always)]
+fn restart(s: &mut IoState, ch: Option<Rc<ChannelInner>>, submit_tick: u64) {
     s.status = IoStatus::Success;
     s.latency_ticks = 0;
     s.result = 0;
     s.ch = ch;
-    s.done = done;
+    s.done = Done::None;
     s.submit_tick = submit_tick;
     s.counted = false;
     s.fitted = false;
@@ -478,11 +483,11 @@ fn restart(s: &mut IoState, done: Done, ch: Option<Rc<ChannelInner>>, submit_tic
     debug_assert!(s.bounced.is_none(), "a state between trips holds no bounce buffer");
 }
 
-fn take_state(req: IoRequest, done: Done, ch: Option<Rc<ChannelInner>>, submit_tick: u64) -> Box<IoState> {
+fn take_state(req: IoRequest, ch: Option<Rc<ChannelInner>>, submit_tick: u64) -> Box<IoState> {
     match CACHE.with(|c| c.borrow_mut().pop()) {
         Some(mut s) => {
             s.req = req;
-            restart(&mut s, done, ch, submit_tick);
+            restart(&mut s, ch, submit_tick);
             s
         }
         None => Box::new(IoState {
@@ -492,7 +497,7 @@ fn take_state(req: IoRequest, done: Done, ch: Option<Rc<ChannelInner>>, submit_t
             result: 0,
             ctx: [0; MODULE_CTX_BYTES / 8],
             ch,
-            done,
+            done: Done::None,
             submit_tick,
             epoch: 0,
             counted: false,
@@ -507,13 +512,13 @@ fn take_state(req: IoRequest, done: Done, ch: Option<Rc<ChannelInner>>, submit_t
 
 /// A state from the cache (or new) whose request is empty, for a child that will swap its
 /// parent's request in.
-fn take_empty_state(done: Done, ch: Rc<ChannelInner>, submit_tick: u64) -> Box<IoState> {
+fn take_empty_state(ch: Rc<ChannelInner>, submit_tick: u64) -> Box<IoState> {
     match CACHE.with(|c| c.borrow_mut().pop()) {
         Some(mut s) => {
-            restart(&mut s, done, Some(ch), submit_tick);
+            restart(&mut s, Some(ch), submit_tick);
             s
         }
-        None => take_state(IoRequest::new(IoType::Read, 0, 0), done, Some(ch), submit_tick),
+        None => take_state(IoRequest::new(IoType::Read, 0, 0), Some(ch), submit_tick),
     }
 }
 
@@ -633,8 +638,10 @@ impl IoState {
 }
 
 impl BdevIo {
-    pub(crate) fn new(req: IoRequest, done: Done, ch: Rc<ChannelInner>, submit_tick: u64) -> Self {
-        BdevIo(ManuallyDrop::new(take_state(req, done, Some(ch), submit_tick)))
+    /// A fresh state for `req` on `ch`, whose `done` (`Done::None`) the caller sets next.
+    #[inline]
+    pub(crate) fn new(req: IoRequest, ch: Rc<ChannelInner>, submit_tick: u64) -> Self {
+        BdevIo(ManuallyDrop::new(take_state(req, Some(ch), submit_tick)))
     }
 
     /// A child that carries `parent`'s own request (swapped out of it, so nothing is copied);
@@ -642,18 +649,20 @@ impl BdevIo {
     pub(crate) fn forwarding(parent: BdevIo, then: fn(BdevIo, Completed), ch: Rc<ChannelInner>) -> Self {
         let tick = parent.submit_tick;
         let mut parent = parent;
-        let mut s = take_empty_state(Done::None, ch, tick);
+        let mut s = take_empty_state(ch, tick);
         std::mem::swap(&mut s.req, &mut parent.req);
         s.done = Done::Parent(parent, then);
         BdevIo(ManuallyDrop::new(s))
     }
 
-    /// A completed request's state, ready to be submitted again as it is.
-    pub(crate) fn reuse(c: Completed, done: Done, ch: Rc<ChannelInner>, submit_tick: u64) -> Self {
+    /// A completed request's state, ready to be submitted again as it is on `ch`; the caller
+    /// sets its `done` (`Done::None`) next.
+    #[inline(always)]
+    pub(crate) fn reuse(c: Completed, ch: Rc<ChannelInner>, submit_tick: u64) -> Self {
         let mut c = ManuallyDrop::new(c);
         // SAFETY: `c` is never dropped, so its state is taken exactly once.
         let mut s = unsafe { ManuallyDrop::take(&mut c.0) };
-        restart(&mut s, done, Some(ch), submit_tick);
+        restart(&mut s, Some(ch), submit_tick);
         BdevIo(ManuallyDrop::new(s))
     }
 
