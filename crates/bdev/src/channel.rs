@@ -219,14 +219,26 @@ impl IoChannel {
         self.inner.submit_checked(io, self.write);
     }
 
-    /// Forwards `parent`'s own request (type, range, flags, buffers) to this channel's bdev, as a
-    /// passthru does: the child takes the request by a swap, so nothing is built or copied. When
-    /// the child completes, `then(parent, child)` runs; it gives the request back with
-    /// `Completed::return_req` and completes the parent. A virtual bdev that maps ranges
-    /// changes `parent.req.offset_blocks` before forwarding and back after.
+    /// Forwards `parent` itself to this channel's bdev, as a passthru does (SPDK's passthru
+    /// submits the same range and buffers on its base descriptor), and completes it with the
+    /// status the base gives. The same state travels on, with the parent's per-trip fields set
+    /// aside on its frame stack, so nothing is built, copied or taken from the cache. This
+    /// channel checks, counts, fits and accounts it as a request of its own; when it completes,
+    /// the parent's layer completes it in the same call (the module does not see it again).
+    /// Both bdevs must have the same block size: the range is the parent's.
     #[inline]
-    pub fn forward(&self, parent: BdevIo, then: fn(BdevIo, Completed)) {
-        let io = BdevIo::forwarding(parent, then, self.inner.clone());
+    pub fn forward(&self, parent: BdevIo) {
+        let io = BdevIo::forwarding(parent, None, self.inner.clone());
+        self.inner.submit_checked(io, self.write);
+    }
+
+    /// As [`IoChannel::forward`], but when this channel completes the request,
+    /// `then(parent, status)` runs with the parent's fields and context back, and completes
+    /// the parent (with that status or another, now or later). A virtual bdev that maps ranges
+    /// changes `parent.req.offset_blocks` before forwarding and back in `then`.
+    #[inline]
+    pub fn forward_then(&self, parent: BdevIo, then: fn(BdevIo, IoStatus)) {
+        let io = BdevIo::forwarding(parent, Some(then), self.inner.clone());
         self.inner.submit_checked(io, self.write);
     }
 

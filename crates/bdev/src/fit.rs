@@ -75,6 +75,7 @@ fn bounce(io: &mut BdevIo) -> bool {
     }
     let orig = std::mem::replace(&mut io.req.bufs, smallvec::smallvec![b]);
     io.bounced = Some(orig);
+    io.bounce_depth = io.frames.len() as u8;
     true
 }
 
