@@ -390,7 +390,7 @@ impl ChannelInner {
 
     /// The payload of a read, write or compare (in range): as long as its blocks, writable for
     /// a read; and a compare-and-write's compare data as long too. One pass over the segments.
-    #[inline]
+    #[inline(always)]
     fn check_payload(&self, req: &IoRequest) -> IoStatus {
         // In range, so the product fits (a bdev's size in bytes does).
         let want = req.num_blocks * self.block_size as u64;

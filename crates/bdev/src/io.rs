@@ -414,24 +414,20 @@ pub(crate) enum Done {
     Parent(BdevIo, fn(BdevIo, Completed)),
     /// To the split of a larger request (see `fit`).
     Split(Rc<crate::fit::SplitState>),
-    /// Back up to the virtual bdev that forwarded this very state (see `IoChannel::forward`):
-    /// the top `Frame` is restored and `then(parent, status)` runs, or with no `then` the
-    /// parent completes with the same status.
-    Forwarded(Option<fn(BdevIo, IoStatus)>),
 }
 
-/// What the outer layer of a forwarded request set aside while an inner layer has it: its
-/// per-trip fields, restored when the inner layer completes (see `IoChannel::forward`), and its
-/// module's context if the module is called back (`forward_then`; after a plain `forward` the
-/// module never sees the request again). The layer's flags are not kept: a request a module
-/// holds has been dispatched (`counted` and `fitted`), and the others only matter before
-/// dispatch.
+/// What the outer layer of a forwarded request set aside while an inner layer has it (see
+/// `IoChannel::forward`): its per-trip fields, restored when the inner layer completes, and
+/// what happens then. The request's `done` stays the outermost layer's throughout. The layer's
+/// flags are not kept: a request a module holds has been dispatched (`counted` and `fitted`),
+/// and the others only matter before dispatch.
 pub(crate) struct Frame {
     ch: Option<Rc<ChannelInner>>,
-    done: Done,
     epoch: u64,
     track: u32,
-    ctx: Option<[u64; MODULE_CTX_BYTES / 8]>,
+    /// Called with the parent back (`forward_then`, whose module context is in `saved_ctx`);
+    /// none: the parent completes as the inner layer did, and its module never sees it again.
+    then: Option<fn(BdevIo, IoStatus)>,
 }
 
 /// Bytes of per-I/O scratch a module may use, as `IoState::ctx`.
@@ -472,6 +468,9 @@ pub struct IoState {
     /// The outer layers of a forwarded request, outermost first (see `IoChannel::forward`).
     /// Keeps its capacity across trips, so forwarding allocates nothing in steady state.
     pub(crate) frames: Vec<Frame>,
+    /// The contexts of the modules that forwarded with `forward_then`, innermost last: each gets
+    /// its own back (the inner modules may write theirs).
+    saved_ctx: Vec<[u64; MODULE_CTX_BYTES / 8]>,
     /// How many frames stood below the layer that bounced the request (`bounced`): only that
     /// layer gives the caller's segments back.
     pub(crate) bounce_depth: u8,
@@ -508,7 +507,7 @@ fn restart(s: &mut IoState, ch: Option<Rc<ChannelInner>>, submit_tick: u64) {
     s.track = 0;
     s.qos_passed = false;
     debug_assert!(s.bounced.is_none(), "a state between trips holds no bounce buffer");
-    debug_assert!(s.frames.is_empty(), "a state between trips is forwarded by nobody");
+    debug_assert!(s.frames.is_empty() && s.saved_ctx.is_empty(), "a state between trips is forwarded by nobody");
 }
 
 fn take_state(req: IoRequest, ch: Option<Rc<ChannelInner>>, submit_tick: u64) -> Box<IoState> {
@@ -535,6 +534,7 @@ fn take_state(req: IoRequest, ch: Option<Rc<ChannelInner>>, submit_tick: u64) ->
             track: 0,
             qos_passed: false,
             frames: Vec::new(),
+            saved_ctx: Vec::new(),
             bounce_depth: 0,
         }),
     }
@@ -549,6 +549,7 @@ fn recycle(mut s: Box<IoState>) {
     s.done = Done::None;
     s.bounced = None;
     s.frames.clear();
+    s.saved_ctx.clear();
     let _ = CACHE.try_with(|c| {
         let mut c = c.borrow_mut();
         if c.len() < CACHE_MAX {
@@ -636,12 +637,7 @@ impl IoState {
 
     /// Address of the completer and tag the caller submitted with (what `IoAux::Abort` names).
     pub(crate) fn caller_id(&self) -> Option<(usize, u64)> {
-        // A forwarded request's caller is its outermost layer's.
-        let done = match &self.done {
-            Done::Forwarded(_) => &self.frames.first()?.done,
-            d => d,
-        };
-        match done {
+        match &self.done {
             Done::Caller(c, tag) => Some((Rc::as_ptr(c) as *const () as usize, *tag)),
             Done::Parent(p, _) => p.caller_id(),
             _ => None,
@@ -662,13 +658,16 @@ impl BdevIo {
     }
 
     /// `parent` itself, set up for a trip through `ch` on its behalf: the parent's per-trip
-    /// fields go onto its frame stack, and once `ch` completes it `then(parent, status)` runs
-    /// (or, without `then`, the parent completes with the same status).
-    /// Nothing is taken from the cache and the request does not move.
-    #[inline]
+    /// fields go onto its frame stack (and with `then`, its module's context aside), and once
+    /// `ch` completes it `then(parent, status)` runs (or, without `then`, the parent completes
+    /// with the same status). Nothing is taken from the cache and the request does not move.
+    #[inline(always)]
     pub(crate) fn forwarding(mut parent: BdevIo, then: Option<fn(BdevIo, IoStatus)>, ch: Rc<ChannelInner>) -> Self {
         let s = &mut **parent.0;
         debug_assert!(s.counted && s.fitted, "only a request its module holds is forwarded");
+        if then.is_some() {
+            s.saved_ctx.push(s.ctx);
+        }
         // Each field is written straight into the frame's slot: a frame built aside was copied in
         // by wider loads than the stores that built it, which cannot be forwarded from the store
         // buffer (a stall of ~10 ns per forward).
@@ -679,10 +678,9 @@ impl BdevIo {
         // only then does the length cover it.
         unsafe {
             std::ptr::addr_of_mut!((*slot).ch).write(s.ch.replace(ch));
-            std::ptr::addr_of_mut!((*slot).done).write(std::mem::replace(&mut s.done, Done::Forwarded(then)));
             std::ptr::addr_of_mut!((*slot).epoch).write(s.epoch);
             std::ptr::addr_of_mut!((*slot).track).write(std::mem::take(&mut s.track));
-            std::ptr::addr_of_mut!((*slot).ctx).write(then.map(|_| s.ctx));
+            std::ptr::addr_of_mut!((*slot).then).write(then);
             s.frames.set_len(n + 1);
         }
         s.status = IoStatus::Success;
@@ -748,20 +746,26 @@ impl BdevIo {
             if st.bounced.is_some() && st.bounce_depth as usize == st.frames.len() {
                 crate::fit::unbounce(&mut st);
             }
-            if !matches!(st.done, Done::Split(_)) {
+            // A split's children are counted as their parent, at the layer that split it.
+            if !(st.frames.is_empty() && matches!(st.done, Done::Split(_))) {
                 ch.account(&st.req, status, st.latency_ticks);
             }
             drop(ch);
-            if !matches!(st.done, Done::Forwarded(None)) {
-                break;
-            }
-            pop_frame(&mut st);
+            match st.frames.last() {
+                Some(f) if f.then.is_none() => pop_frame(&mut st),
+                _ => break,
+            };
         }
         // Requests submitted from inside the callback take `now` as their submit time instead
         // of reading the counter again (it costs ~13 ns in a VM); their latency is overstated
         // by the callback's own run time, never understated.
         let outer = COMPLETION_TICK.with(|t| t.replace(now));
-        deliver(st);
+        if st.frames.is_empty() {
+            deliver(st);
+        } else {
+            let then = pop_frame(&mut st).expect("a frame left by the loop has a callback");
+            then(BdevIo(ManuallyDrop::new(st)), status);
+        }
         COMPLETION_TICK.with(|t| t.set(outer));
     }
 
@@ -809,23 +813,24 @@ impl Drop for BdevIo {
 }
 
 /// Gives a forwarded request back to the layer that forwarded it: that layer's fields (and its
-/// module's context, if kept) come off the frame stack.
+/// module's context, if set aside) come off the stacks. Returns the frame's callback.
 #[inline(always)]
-fn pop_frame(st: &mut IoState) {
+fn pop_frame(st: &mut IoState) -> Option<fn(BdevIo, IoStatus)> {
     // Moved out field by field, in place: a frame popped whole was copied through the stack and
     // read back by loads straddling the stores that copied it, which stalls.
     let f = st.frames.last_mut().expect("a forwarded request has its parent's frame");
     st.ch = f.ch.take();
-    st.done = std::mem::replace(&mut f.done, Done::None);
     st.epoch = f.epoch;
     st.track = f.track;
-    if let Some(ctx) = f.ctx.take() {
-        st.ctx = ctx;
+    let then = f.then;
+    let n = st.frames.len() - 1;
+    st.frames.truncate(n);
+    if then.is_some() {
+        st.ctx = st.saved_ctx.pop().expect("forward_then set the context aside");
     }
     st.counted = true;
     st.fitted = true;
-    let n = st.frames.len() - 1;
-    st.frames.truncate(n);
+    then
 }
 
 fn deliver(mut st: Box<IoState>) {
@@ -833,15 +838,6 @@ fn deliver(mut st: Box<IoState>) {
         Done::Caller(cb, tag) => cb.io_done(tag, Completed(ManuallyDrop::new(st))),
         Done::Parent(parent, f) => f(parent, Completed(ManuallyDrop::new(st))),
         Done::Split(split) => split.child_done(Completed(ManuallyDrop::new(st))),
-        Done::Forwarded(then) => {
-            let status = st.status;
-            pop_frame(&mut st);
-            let parent = BdevIo(ManuallyDrop::new(st));
-            match then {
-                Some(then) => then(parent, status),
-                None => parent.complete(status),
-            }
-        }
         Done::None => recycle(st),
     }
 }
