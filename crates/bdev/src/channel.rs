@@ -98,6 +98,8 @@ pub(crate) struct ChannelInner {
     backend: RefCell<Box<dyn BackendChannel>>,
     /// The module lends its memory for zero-copy reads.
     lends_reads: bool,
+    /// Where the module forwards every request, unchanged (`BackendChannel::forwards_to`).
+    pass_to: Option<IoChannel>,
     stats: Rc<ChannelStats>,
     epochs: Epochs,
     /// Resets and drain waiters, each waiting for the requests handed to the module before it.
@@ -162,6 +164,7 @@ impl IoChannel {
             shape_payload: limits.shape_payload(),
             bdev: bdev.0.clone(),
             lends_reads: backend.lends_reads(),
+            pass_to: backend.forwards_to(),
             backend: RefCell::new(backend),
             stats,
             epochs: Epochs::new(),
@@ -350,7 +353,10 @@ impl ChannelInner {
         io.fitted = true;
         io.counted = true;
         io.epoch = self.epochs.start();
-        self.backend.borrow_mut().submit(io);
+        match &self.pass_to {
+            Some(base) => base.forward(io),
+            None => self.backend.borrow_mut().submit(io),
+        }
     }
 
     #[inline]
