@@ -164,7 +164,7 @@ impl IoChannel {
             shape_payload: limits.shape_payload(),
             bdev: bdev.0.clone(),
             lends_reads: backend.lends_reads(),
-            pass_to: backend.forwards_to(),
+            pass_to: backend.forwards_to().filter(|base| base.block_size() == bdev.block_size()),
             backend: RefCell::new(backend),
             stats,
             epochs: Epochs::new(),
@@ -209,7 +209,7 @@ impl IoChannel {
         if self.inner.timeouts.on.get() {
             crate::timeout::track(&self.inner, &mut io, self.desc);
         }
-        self.inner.submit_checked(io, self.write);
+        self.inner.submit_checked(io, self.write, true);
     }
 
     /// Submits a completed request again, as it now is (the caller changed its fields in place):
@@ -219,7 +219,7 @@ impl IoChannel {
     pub fn resubmit(&self, c: Completed, done: Rc<dyn IoCompleter>, tag: u64) {
         let mut io = BdevIo::reuse(c, self.inner.clone(), crate::io::submit_tick());
         io.done = Done::Caller(done, tag);
-        self.inner.submit_checked(io, self.write);
+        self.inner.submit_checked(io, self.write, true);
     }
 
     /// Forwards `parent` itself to this channel's bdev, as a passthru does (SPDK's passthru
@@ -232,7 +232,17 @@ impl IoChannel {
     #[inline]
     pub fn forward(&self, parent: BdevIo) {
         let io = BdevIo::forwarding(parent, None, self.inner.clone());
-        self.inner.submit_checked(io, self.write);
+        self.inner.submit_checked(io, self.write, true);
+    }
+
+    /// `forward`, by the layer of a bdev whose module forwards everything to this channel
+    /// (`BackendChannel::forwards_to`; same block size), of a request no module has touched
+    /// since that layer checked or built it: its payload still matches its blocks, so only
+    /// what differs between the two bdevs and descriptors is checked again.
+    #[inline]
+    fn forward_unchanged(&self, parent: BdevIo) {
+        let io = BdevIo::forwarding(parent, None, self.inner.clone());
+        self.inner.submit_checked(io, self.write, false);
     }
 
     /// As [`IoChannel::forward`], but when this channel completes the request,
@@ -242,7 +252,7 @@ impl IoChannel {
     #[inline]
     pub fn forward_then(&self, parent: BdevIo, then: fn(BdevIo, IoStatus)) {
         let io = BdevIo::forwarding(parent, Some(then), self.inner.clone());
-        self.inner.submit_checked(io, self.write);
+        self.inner.submit_checked(io, self.write, true);
     }
 
     /// Submits `req` on behalf of `parent` (a request of a virtual bdev's own): when it
@@ -255,14 +265,16 @@ impl IoChannel {
         if self.inner.timeouts.on.get() {
             crate::timeout::track(&self.inner, &mut io, self.desc);
         }
-        self.inner.submit_checked(io, self.write);
+        self.inner.submit_checked(io, self.write, true);
     }
 }
 
 impl ChannelInner {
+    /// Checks a request (its payload too if `payload`) and routes it, or completes it with
+    /// the check's status.
     #[inline]
-    fn submit_checked(self: &Rc<Self>, io: BdevIo, write: bool) {
-        let status = self.check(&io.req, write);
+    fn submit_checked(self: &Rc<Self>, io: BdevIo, write: bool, payload: bool) {
+        let status = self.check(&io.req, write, payload);
         if status != IoStatus::Success {
             log::debug!("bdev {}: rejected {:?}: {status}", self.bdev.name.escape_debug(), io.req.io_type);
             io.complete_deferred(status);
@@ -354,13 +366,16 @@ impl ChannelInner {
         io.counted = true;
         io.epoch = self.epochs.start();
         match &self.pass_to {
-            Some(base) => base.forward(io),
+            Some(base) => base.forward_unchanged(io),
             None => self.backend.borrow_mut().submit(io),
         }
     }
 
+    /// Checks a request against the bdev: not being removed, serves the type, holds the range;
+    /// against the descriptor: may write; and if `payload`, its payload (which depends on the
+    /// request alone).
     #[inline]
-    fn check(&self, req: &IoRequest, write: bool) -> IoStatus {
+    fn check(&self, req: &IoRequest, write: bool, payload: bool) -> IoStatus {
         if self.bdev.removing.load(Ordering::Relaxed) {
             return IoStatus::Removed;
         }
@@ -388,7 +403,7 @@ impl ChannelInner {
                 _ => return IoStatus::OutOfRange,
             }
         }
-        if t.has_payload() && !req.is_zcopy_read() {
+        if payload && t.has_payload() && !req.is_zcopy_read() {
             return self.check_payload(req);
         }
         IoStatus::Success
