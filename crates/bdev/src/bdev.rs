@@ -89,6 +89,13 @@ pub trait BackendChannel {
     /// their own (pending fault injection, delayed completions) complete them now, as
     /// `IoStatus::Aborted` with `complete_deferred`, as SPDK's modules do on reset.
     fn reset_begins(&mut self) {}
+    /// The channel a module that forwards every request unchanged (a passthru) forwards them
+    /// to: the layer then forwards each request there itself with `IoChannel::forward`, which
+    /// saves a call into the module per I/O, and never calls `submit`. Asked once, when the
+    /// channel is made.
+    fn forwards_to(&self) -> Option<crate::channel::IoChannel> {
+        None
+    }
     /// The module's own channel state, for `Bdev::for_each_channel` callbacks to downcast.
     fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
         None

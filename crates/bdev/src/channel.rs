@@ -22,61 +22,75 @@ const NOMEM_RETRY: Duration = Duration::from_micros(100);
 
 /// In-flight requests counted by the epoch they were handed to the module in. A barrier (a reset)
 /// opens a new epoch and waits only for the older ones to drain, so it cannot starve under a
-/// steady stream of new requests.
+/// steady stream of new requests. The current epoch's count is a plain cell, all that a request
+/// touches while no barrier waits; closed epochs still draining sit in a queue.
 struct Epochs {
-    /// Epoch of `counts[0]`.
-    base: u64,
-    /// Requests in flight per epoch, oldest first; never empty.
-    counts: VecDeque<u64>,
+    /// The epoch new requests join.
+    current: Cell<u64>,
+    /// Requests of `current` in flight.
+    count: Cell<u64>,
+    /// Closed epochs with requests still in flight, oldest first: (epoch, count > 0).
+    closed: RefCell<VecDeque<(u64, u64)>>,
 }
 
 impl Epochs {
     fn new() -> Self {
-        Self { base: 0, counts: VecDeque::from([0]) }
+        Self { current: Cell::new(0), count: Cell::new(0), closed: RefCell::new(VecDeque::new()) }
     }
 
     #[inline]
-    fn current(&self) -> u64 {
-        self.base + self.counts.len() as u64 - 1
+    fn start(&self) -> u64 {
+        self.count.set(self.count.get() + 1);
+        self.current.get()
     }
 
     #[inline]
-    fn start(&mut self) -> u64 {
-        *self.counts.back_mut().expect("epochs never empty") += 1;
-        self.current()
+    fn finish(&self, epoch: u64) {
+        if epoch == self.current.get() {
+            debug_assert!(self.count.get() > 0, "epoch count underflow");
+            self.count.set(self.count.get() - 1);
+        } else {
+            self.finish_closed(epoch);
+        }
     }
 
-    #[inline]
-    fn finish(&mut self, epoch: u64) {
-        let i = (epoch - self.base) as usize;
-        debug_assert!(self.counts[i] > 0, "epoch count underflow");
-        self.counts[i] -= 1;
-        while self.counts.len() > 1 && self.counts[0] == 0 {
-            self.counts.pop_front();
-            self.base += 1;
+    #[cold]
+    fn finish_closed(&self, epoch: u64) {
+        let mut closed = self.closed.borrow_mut();
+        let i = closed.iter().position(|(e, _)| *e == epoch).expect("a closed epoch with requests in flight");
+        closed[i].1 -= 1;
+        if closed[i].1 == 0 {
+            closed.remove(i);
         }
     }
 
     fn in_flight(&self) -> u64 {
-        self.counts.iter().sum()
+        self.count.get() + self.closed.borrow().iter().map(|(_, n)| n).sum::<u64>()
     }
 
     /// Closes the current epoch; returns it. Everything in it and before it must drain first.
-    fn open_barrier(&mut self) -> u64 {
-        let e = self.current();
-        self.counts.push_back(0);
+    fn open_barrier(&self) -> u64 {
+        let e = self.current.get();
+        if self.count.get() > 0 {
+            self.closed.borrow_mut().push_back((e, self.count.get()));
+        }
+        self.current.set(e + 1);
+        self.count.set(0);
         e
     }
 
     /// True once every request of `epoch` and earlier has completed.
     fn drained_through(&self, epoch: u64) -> bool {
-        self.base > epoch || (self.base == epoch && self.counts[0] == 0)
+        self.closed.borrow().front().is_none_or(|(e, _)| *e > epoch)
     }
 }
 
 pub(crate) struct ChannelInner {
     pub(crate) block_size: u32,
     io_types: IoTypes,
+    /// The types the bdev serves: its module's, and those the layer does for it (see
+    /// `Bdev::supports`).
+    serves: IoTypes,
     pub(crate) limits: Limits,
     /// Reads and writes may need fitting to `limits`.
     shape_payload: bool,
@@ -84,8 +98,10 @@ pub(crate) struct ChannelInner {
     backend: RefCell<Box<dyn BackendChannel>>,
     /// The module lends its memory for zero-copy reads.
     lends_reads: bool,
+    /// Where the module forwards every request, unchanged (`BackendChannel::forwards_to`).
+    pass_to: Option<IoChannel>,
     stats: Rc<ChannelStats>,
-    epochs: RefCell<Epochs>,
+    epochs: Epochs,
     /// Resets and drain waiters, each waiting for the requests handed to the module before it.
     barriers: RefCell<VecDeque<(u64, Barrier)>>,
     /// Writes waiting for a compare-and-write's range lock, and compare-and-writes waiting for
@@ -93,6 +109,9 @@ pub(crate) struct ChannelInner {
     pub(crate) locked: RefCell<VecDeque<BdevIo>>,
     /// Requests that met NoMem (from the module or the layer), in submission order.
     nomem: RefCell<VecDeque<BdevIo>>,
+    /// Set whenever something is queued in `nomem` or `barriers`, cleared once a completion
+    /// finds both empty: while it is clear, completions skip both queues.
+    waiting: Cell<bool>,
     nomem_timer: Cell<bool>,
     me: Weak<ChannelInner>,
     /// QoS limits and the requests waiting for them (see `qos`).
@@ -145,16 +164,19 @@ impl IoChannel {
         let inner = Rc::new_cyclic(|me| ChannelInner {
             block_size: bdev.block_size(),
             io_types: bdev.0.io_types,
+            serves: IoType::ALL.iter().filter(|t| bdev.supports(**t)).fold(IoTypes::default(), |s, t| s.with(*t)),
             limits,
             shape_payload: limits.shape_payload(),
             bdev: bdev.0.clone(),
             lends_reads: backend.lends_reads(),
+            pass_to: backend.forwards_to().filter(|base| base.block_size() == bdev.block_size()),
             backend: RefCell::new(backend),
             stats,
-            epochs: RefCell::new(Epochs::new()),
+            epochs: Epochs::new(),
             barriers: RefCell::new(VecDeque::new()),
             locked: RefCell::new(VecDeque::new()),
             nomem: RefCell::new(VecDeque::new()),
+            waiting: Cell::new(false),
             nomem_timer: Cell::new(false),
             me: me.clone(),
             qos: crate::qos::ChannelQos::new(),
@@ -187,11 +209,12 @@ impl IoChannel {
     /// the module.
     #[inline]
     pub fn submit(&self, req: IoRequest, done: Rc<dyn IoCompleter>, tag: u64) {
-        let mut io = BdevIo::new(req, Done::Caller(done, tag), self.inner.clone(), crate::io::submit_tick());
+        let mut io = BdevIo::new(req, self.inner.clone(), crate::io::submit_tick());
+        io.done = Done::Caller(done, tag);
         if self.inner.timeouts.on.get() {
             crate::timeout::track(&self.inner, &mut io, self.desc);
         }
-        self.inner.submit_checked(io, self.write);
+        self.inner.submit_checked(io, self.write, true);
     }
 
     /// Submits a completed request again, as it now is (the caller changed its fields in place):
@@ -199,19 +222,42 @@ impl IoChannel {
     /// resubmit from their completion (a benchmark job, a target's queue slot).
     #[inline]
     pub fn resubmit(&self, c: Completed, done: Rc<dyn IoCompleter>, tag: u64) {
-        let io = BdevIo::reuse(c, Done::Caller(done, tag), self.inner.clone(), crate::io::submit_tick());
-        self.inner.submit_checked(io, self.write);
+        let mut io = BdevIo::reuse(c, self.inner.clone(), crate::io::submit_tick());
+        io.done = Done::Caller(done, tag);
+        self.inner.submit_checked(io, self.write, true);
     }
 
-    /// Forwards `parent`'s own request (type, range, flags, buffers) to this channel's bdev, as a
-    /// passthru does: the child takes the request by a swap, so nothing is built or copied. When
-    /// the child completes, `then(parent, child)` runs; it gives the request back with
-    /// `Completed::return_req` and completes the parent. A virtual bdev that maps ranges
-    /// changes `parent.req.offset_blocks` before forwarding and back after.
+    /// Forwards `parent` itself to this channel's bdev, as a passthru does (SPDK's passthru
+    /// submits the same range and buffers on its base descriptor), and completes it with the
+    /// status the base gives. The same state travels on, with the parent's per-trip fields set
+    /// aside on its frame stack, so nothing is built, copied or taken from the cache. This
+    /// channel checks, counts, fits and accounts it as a request of its own; when it completes,
+    /// the parent's layer completes it in the same call (the module does not see it again).
+    /// Both bdevs must have the same block size: the range is the parent's.
     #[inline]
-    pub fn forward(&self, parent: BdevIo, then: fn(BdevIo, Completed)) {
-        let io = BdevIo::forwarding(parent, then, self.inner.clone());
-        self.inner.submit_checked(io, self.write);
+    pub fn forward(&self, parent: BdevIo) {
+        let io = BdevIo::forwarding(parent, None, self.inner.clone());
+        self.inner.submit_checked(io, self.write, true);
+    }
+
+    /// `forward`, by the layer of a bdev whose module forwards everything to this channel
+    /// (`BackendChannel::forwards_to`; same block size), of a request no module has touched
+    /// since that layer checked or built it: its payload still matches its blocks, so only
+    /// what differs between the two bdevs and descriptors is checked again.
+    #[inline]
+    fn forward_unchanged(&self, parent: BdevIo) {
+        let io = BdevIo::forwarding(parent, None, self.inner.clone());
+        self.inner.submit_checked(io, self.write, false);
+    }
+
+    /// As [`IoChannel::forward`], but when this channel completes the request,
+    /// `then(parent, status)` runs with the parent's fields and context back, and completes
+    /// the parent (with that status or another, now or later). A virtual bdev that maps ranges
+    /// changes `parent.req.offset_blocks` before forwarding and back in `then`.
+    #[inline]
+    pub fn forward_then(&self, parent: BdevIo, then: fn(BdevIo, IoStatus)) {
+        let io = BdevIo::forwarding(parent, Some(then), self.inner.clone());
+        self.inner.submit_checked(io, self.write, true);
     }
 
     /// Submits `req` on behalf of `parent` (a request of a virtual bdev's own): when it
@@ -219,24 +265,34 @@ impl IoChannel {
     /// the parent from there. No table keyed by tag is needed: the child carries its parent.
     #[inline]
     pub fn submit_child(&self, parent: BdevIo, req: IoRequest, then: fn(BdevIo, Completed)) {
-        let mut io = BdevIo::new(req, Done::Parent(parent, then), self.inner.clone(), crate::io::submit_tick());
+        let mut io = BdevIo::new(req, self.inner.clone(), crate::io::submit_tick());
+        io.done = Done::Parent(parent, then);
         if self.inner.timeouts.on.get() {
             crate::timeout::track(&self.inner, &mut io, self.desc);
         }
-        self.inner.submit_checked(io, self.write);
+        self.inner.submit_checked(io, self.write, true);
     }
 }
 
 impl ChannelInner {
+    /// Checks a request (its payload too if `payload`) and routes it, or completes it with
+    /// the check's status.
     #[inline]
-    fn submit_checked(self: &Rc<Self>, io: BdevIo, write: bool) {
-        let status = self.check(&io.req, write);
+    fn submit_checked(self: &Rc<Self>, io: BdevIo, write: bool, payload: bool) {
+        let status = self.check(&io.req, write, payload);
         if status != IoStatus::Success {
-            log::debug!("bdev {}: rejected {:?}: {status}", self.bdev.name.escape_debug(), io.req.io_type);
-            io.complete_deferred(status);
-            return;
+            return self.reject(io, status);
         }
         self.route(io);
+    }
+
+    /// Completes a request that failed its checks (out of line: the logging would weigh on
+    /// the checked path).
+    #[cold]
+    #[inline(never)]
+    fn reject(&self, io: BdevIo, status: IoStatus) {
+        log::debug!("bdev {}: rejected {:?}: {status}", self.bdev.name.escape_debug(), io.req.io_type);
+        io.complete_deferred(status);
     }
 
     /// Sends a checked request where its type goes: the layer's own handling (reset, abort,
@@ -261,7 +317,9 @@ impl ChannelInner {
             }
             _ if self.qos.on.get() && !io.qos_passed && crate::qos::limited(t) => crate::qos::submit(self, io),
             _ if t.writes() && crate::compare::write_blocked(&self.bdev, &io) => self.locked.borrow_mut().push_back(io),
-            _ if behind_nomem && !self.nomem.borrow().is_empty() => self.nomem.borrow_mut().push_back(io),
+            _ if behind_nomem && self.waiting.get() && !self.nomem.borrow().is_empty() => {
+                self.nomem.borrow_mut().push_back(io)
+            }
             _ => self.fit_and_dispatch(io),
         }
     }
@@ -269,7 +327,8 @@ impl ChannelInner {
     /// Submits `req` for the layer itself on behalf of `parent` (already checked).
     pub(crate) fn submit_internal(self: &Rc<Self>, parent: BdevIo, req: IoRequest, then: fn(BdevIo, Completed)) {
         let tick = parent.submit_tick;
-        let io = BdevIo::new(req, Done::Parent(parent, then), self.clone(), tick);
+        let mut io = BdevIo::new(req, self.clone(), tick);
+        io.done = Done::Parent(parent, then);
         self.route(io);
     }
 
@@ -281,7 +340,8 @@ impl ChannelInner {
         then: fn(BdevIo, Completed),
     ) {
         let tick = parent.submit_tick;
-        let mut io = BdevIo::new(req, Done::Parent(parent, then), self.clone(), tick);
+        let mut io = BdevIo::new(req, self.clone(), tick);
+        io.done = Done::Parent(parent, then);
         io.lock_bypass = true;
         self.route(io);
     }
@@ -325,23 +385,23 @@ impl ChannelInner {
     pub(crate) fn dispatch(&self, mut io: BdevIo) {
         io.fitted = true;
         io.counted = true;
-        io.epoch = self.epochs.borrow_mut().start();
-        self.backend.borrow_mut().submit(io);
+        io.epoch = self.epochs.start();
+        match &self.pass_to {
+            Some(base) => base.forward_unchanged(io),
+            None => self.backend.borrow_mut().submit(io),
+        }
     }
 
+    /// Checks a request against the bdev: not being removed, serves the type, holds the range;
+    /// against the descriptor: may write; and if `payload`, its payload (which depends on the
+    /// request alone).
     #[inline]
-    fn check(&self, req: &IoRequest, write: bool) -> IoStatus {
+    fn check(&self, req: &IoRequest, write: bool, payload: bool) -> IoStatus {
         if self.bdev.removing.load(Ordering::Relaxed) {
             return IoStatus::Removed;
         }
         let t = req.io_type;
-        let emulated = match t {
-            IoType::Reset | IoType::Abort => true,
-            IoType::Compare => self.io_types.contains(IoType::Read),
-            IoType::CompareAndWrite => self.io_types.contains(IoType::Read) && self.io_types.contains(IoType::Write),
-            _ => false,
-        };
-        if !self.io_types.contains(t) && !emulated {
+        if !self.serves.contains(t) {
             return IoStatus::Unsupported;
         }
         if !write && t.writes() {
@@ -353,33 +413,44 @@ impl ChannelInner {
         if req.num_blocks == 0 {
             return IoStatus::OutOfRange;
         }
+        let blocks = self.bdev.num_blocks.load(Ordering::Relaxed);
         match req.offset_blocks.checked_add(req.num_blocks) {
-            Some(end) if end <= self.bdev.num_blocks.load(Ordering::Relaxed) => {}
+            Some(end) if end <= blocks => {}
             _ => return IoStatus::OutOfRange,
         }
         if let IoAux::CopyFrom(src) = req.aux {
             match src.checked_add(req.num_blocks) {
-                Some(end) if end <= self.bdev.num_blocks.load(Ordering::Relaxed) => {}
+                Some(end) if end <= blocks => {}
                 _ => return IoStatus::OutOfRange,
             }
         }
-        if t.has_payload() && !req.is_zcopy_read() {
-            let want = req.num_blocks.checked_mul(self.block_size as u64);
-            if Some(req.payload_len() as u64) != want {
-                return IoStatus::Misaligned;
-            }
-            if let IoAux::Compare(cmp) = &req.aux {
-                if Some(cmp.iter().map(|b| b.len() as u64).sum::<u64>()) != want {
-                    return IoStatus::Misaligned;
-                }
-            } else if t == IoType::CompareAndWrite {
-                return IoStatus::Misaligned;
-            }
-            if t == IoType::Read && req.bufs.iter().any(|b| b.is_read_only()) {
-                return IoStatus::Failed(libc::EFAULT);
-            }
+        if payload && t.has_payload() && !req.is_zcopy_read() {
+            return self.check_payload(req);
         }
         IoStatus::Success
+    }
+
+    /// The payload of a read, write or compare (in range): as long as its blocks, writable for
+    /// a read; and a compare-and-write's compare data as long too. One pass over the segments.
+    #[inline(always)]
+    fn check_payload(&self, req: &IoRequest) -> IoStatus {
+        // In range, so the product fits (a bdev's size in bytes does).
+        let want = req.num_blocks * self.block_size as u64;
+        let (mut len, mut read_only) = (0u64, false);
+        for b in req.bufs.iter() {
+            len += b.len() as u64;
+            read_only |= b.is_read_only();
+        }
+        if len != want {
+            return IoStatus::Misaligned;
+        }
+        match &req.aux {
+            IoAux::Compare(cmp) if cmp.iter().map(|b| b.len() as u64).sum::<u64>() != want => IoStatus::Misaligned,
+            IoAux::Compare(_) => IoStatus::Success,
+            _ if req.io_type == IoType::CompareAndWrite => IoStatus::Misaligned,
+            _ if req.io_type == IoType::Read && read_only => IoStatus::Failed(libc::EFAULT),
+            _ => IoStatus::Success,
+        }
     }
 
     /// A reset: once every request handed to the module before it has completed, it goes to
@@ -406,12 +477,12 @@ impl ChannelInner {
     /// Queues `b` behind every request handed to the module so far; gives it back when there
     /// is nothing to wait for (nothing in flight, no earlier barrier).
     fn behind_barrier(&self, b: Barrier) -> Option<Barrier> {
-        let mut epochs = self.epochs.borrow_mut();
-        if epochs.in_flight() == 0 && self.barriers.borrow().is_empty() {
+        if self.epochs.in_flight() == 0 && self.barriers.borrow().is_empty() {
             return Some(b);
         }
-        let e = epochs.open_barrier();
+        let e = self.epochs.open_barrier();
         self.barriers.borrow_mut().push_back((e, b));
+        self.waiting.set(true);
         None
     }
 
@@ -480,12 +551,21 @@ impl ChannelInner {
     /// all completed, and retries requests that met NoMem.
     #[inline]
     pub(crate) fn finished(&self, epoch: u64) {
-        self.epochs.borrow_mut().finish(epoch);
+        self.epochs.finish(epoch);
+        if self.waiting.get() {
+            self.serve_waiting();
+        }
+    }
+
+    fn serve_waiting(&self) {
         if !self.barriers.borrow().is_empty() {
             self.release_barriers();
         }
         if !self.nomem.borrow().is_empty() {
             self.retry_nomem();
+        }
+        if self.barriers.borrow().is_empty() && self.nomem.borrow().is_empty() {
+            self.waiting.set(false);
         }
     }
 
@@ -494,7 +574,7 @@ impl ChannelInner {
             let ready = {
                 let b = self.barriers.borrow();
                 match b.front() {
-                    Some((e, _)) => self.epochs.borrow().drained_through(*e),
+                    Some((e, _)) => self.epochs.drained_through(*e),
                     None => false,
                 }
             };
@@ -512,21 +592,23 @@ impl ChannelInner {
     pub(crate) fn retry_later(&self, mut io: BdevIo) {
         if io.counted {
             io.counted = false;
-            self.epochs.borrow_mut().finish(io.epoch);
+            self.epochs.finish(io.epoch);
         }
         self.nomem.borrow_mut().push_front(io);
+        self.waiting.set(true);
         self.arm_nomem_timer();
     }
 
     /// Queues a request the layer could not get a buffer for.
     pub(crate) fn wait_for_memory(&self, io: BdevIo) {
         self.nomem.borrow_mut().push_back(io);
+        self.waiting.set(true);
         self.arm_nomem_timer();
     }
 
     /// With nothing in flight, no completion will come to retry the NoMem queue: a timer does.
     fn arm_nomem_timer(&self) {
-        if self.epochs.borrow().in_flight() > 0 || self.nomem_timer.replace(true) {
+        if self.epochs.in_flight() > 0 || self.nomem_timer.replace(true) {
             return;
         }
         let me = self.me.clone();

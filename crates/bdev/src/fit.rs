@@ -75,6 +75,7 @@ fn bounce(io: &mut BdevIo) -> bool {
     }
     let orig = std::mem::replace(&mut io.req.bufs, smallvec::smallvec![b]);
     io.bounced = Some(orig);
+    io.bounce_depth = io.frames.len() as u8;
     true
 }
 
@@ -217,7 +218,8 @@ pub(crate) fn fit(ch: &Rc<ChannelInner>, mut io: BdevIo) {
         status: Cell::new(IoStatus::Success),
     });
     for req in children {
-        let child = BdevIo::new(req, Done::Split(state.clone()), ch.clone(), tick);
+        let mut child = BdevIo::new(req, ch.clone(), tick);
+        child.done = Done::Split(state.clone());
         ch.dispatch(child);
     }
 }

@@ -240,7 +240,8 @@ fn abort(ch: &Rc<ChannelInner>, i: u32) {
             let mut req = crate::io::IoRequest::new(IoType::Abort, 0, 0);
             req.aux = crate::io::IoAux::Abort { completer, tag };
             let done = Rc::new(AbortDone { ch: Rc::downgrade(ch), slot: i });
-            let io = BdevIo::new(req, crate::io::Done::Caller(done, 0), ch.clone(), ferrite_reactor::tsc::ticks());
+            let mut io = BdevIo::new(req, ch.clone(), ferrite_reactor::tsc::ticks());
+            io.done = crate::io::Done::Caller(done, 0);
             ch.route(io);
         }
         None => {

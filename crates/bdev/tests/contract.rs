@@ -198,10 +198,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
 
     /// Writes and reads through random segment layouts under random limits land every byte
-    /// where it belongs, and the module never gets a request that breaks its limits.
+    /// where it belongs, and the module never gets a request that breaks its limits; also
+    /// through a passthru, whose layer fits the request before forwarding it (so the base's
+    /// layer finds nothing left to do, and a bounce is undone by the layer that made it).
     #[test]
     fn split_and_bounce_put_every_byte_in_place(
         limits in limits_strategy(),
+        through_passthru in any::<bool>(),
         bs in prop_oneof![Just(512u32), Just(1536), Just(4096)],
         ops in proptest::collection::vec((0u64..48, 1u64..16, proptest::collection::vec(0usize..100_000, 0..6),
             proptest::collection::vec(0usize..9, 1..4), any::<bool>(), any::<u8>()), 1..8),
@@ -215,7 +218,14 @@ proptest! {
         let backend = Shaped { mem: mem.clone(), limits, bs, violations: violations.clone(), submits: Arc::default() };
         let all = IoTypes::of(&[IoType::Read, IoType::Write, IoType::Unmap]);
         register(props(&name, bs, BLOCKS, all, limits), Arc::new(backend)).unwrap();
-        let desc = Bdev::open(&name, true, || {}).unwrap();
+        let top = if through_passthru {
+            let pt = format!("{name}_pt");
+            ferrite_bdev::modules::passthru::create(&name, &pt, None).unwrap();
+            pt
+        } else {
+            name.clone()
+        };
+        let desc = Bdev::open(&top, true, || {}).unwrap();
         let ch = desc.channel().unwrap();
         let mut model = vec![0u8; (BLOCKS * bs as u64) as usize];
         for (i, (off, n, cuts, skews, unmap, seed)) in ops.into_iter().enumerate() {
@@ -248,6 +258,9 @@ proptest! {
         prop_assert!(v.is_empty(), "limits broken: {:?} under {:?}", v, limits);
         drop(ch);
         drop(desc);
+        if through_passthru {
+            unregister(&top, None).unwrap();
+        }
         unregister(&name, None).unwrap();
     }
 }

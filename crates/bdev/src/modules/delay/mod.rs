@@ -11,10 +11,10 @@
 
 pub mod rpc;
 
-use super::passthru::base::{return_request, BaseBdev};
+use super::passthru::base::BaseBdev;
 use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
 use crate::channel::IoChannel;
-use crate::io::{BdevIo, Completed, IoAux, IoStatus, IoType};
+use crate::io::{BdevIo, IoAux, IoStatus, IoType};
 use ferrite_reactor::tsc;
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
@@ -122,7 +122,7 @@ impl DelayCh {
         };
         io.ctx[0] = class;
         io.ctx[1] = self as *const DelayCh as u64;
-        self.base.forward(io, child_done);
+        self.base.forward_then(io, base_done);
     }
 
     /// Completes held I/Os the abort names; if none, passes the abort to the base.
@@ -133,7 +133,7 @@ impl DelayCh {
         if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 {
             io.ctx[0] = NONE;
             io.ctx[1] = self as *const DelayCh as u64;
-            return self.base.forward(io, child_done);
+            return self.base.forward_then(io, base_done);
         }
         io.complete_deferred(IoStatus::Success);
     }
@@ -208,8 +208,7 @@ impl DelayCh {
     }
 }
 
-fn child_done(mut parent: BdevIo, child: Completed) {
-    let status = return_request(&mut parent, child);
+fn base_done(mut parent: BdevIo, status: IoStatus) {
     let class = parent.ctx[0];
     if class == NONE || ferrite_reactor::current().is_none() {
         return parent.complete(status);

@@ -17,7 +17,7 @@
 
 pub mod rpc;
 
-use super::passthru::base::{finish_child, return_request, take_request, BaseBdev};
+use super::passthru::base::BaseBdev;
 use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
 use crate::channel::IoChannel;
 use crate::io::{BdevIo, Completed, IoAux, IoRequest, IoStatus, IoType};
@@ -138,29 +138,32 @@ struct ErrorChannel(Rc<ErrorCh>);
 /// `ctx[0]` of a forwarded request: how to finish it.
 const PLAIN: u64 = 0;
 const CORRUPT_READ: u64 = 1;
-const CORRUPT_WRITE: u64 = 2;
 
 impl ErrorCh {
-    fn forward(&self, mut io: BdevIo, mode: u64, req: IoRequest) {
+    /// Hands `io` itself on to the base; `mode` says how to finish it.
+    fn forward(&self, mut io: BdevIo, mode: u64) {
         io.ctx[0] = mode;
         io.ctx[1] = self as *const ErrorCh as u64;
         self.inflight.set(self.inflight.get() + 1);
-        self.base.submit_child(io, req, child_done);
+        self.base.forward_then(io, forward_done);
+    }
+
+    /// Writes `req` (a corrupted copy of `io`'s data) to the base on behalf of `io`.
+    fn write_copy(&self, mut io: BdevIo, req: IoRequest) {
+        io.ctx[1] = self as *const ErrorCh as u64;
+        self.inflight.set(self.inflight.get() + 1);
+        self.base.submit_child(io, req, copy_done);
     }
 
     fn submit(&self, mut io: BdevIo) {
         match io.req.io_type {
             IoType::Abort => return self.abort(io),
-            IoType::Reset => {
-                // Pending I/Os were completed by reset_begins; the base gets the reset too.
-                let req = take_request(&mut io);
-                return self.forward(io, PLAIN, req);
-            }
+            // Pending I/Os were completed by reset_begins; the base gets the reset too.
+            IoType::Reset => return self.forward(io, PLAIN),
             _ => {}
         }
         let Some((kind, slot)) = self.disk.take(io.req.io_type, self.inflight.get()) else {
-            let req = take_request(&mut io);
-            return self.forward(io, PLAIN, req);
+            return self.forward(io, PLAIN);
         };
         match kind {
             ErrorType::Failure => io.complete_deferred(IoStatus::Failed(libc::EIO)),
@@ -188,18 +191,14 @@ impl ErrorCh {
                         let mut req = IoRequest::new(IoType::Write, io.req.offset_blocks, io.req.num_blocks);
                         req.flags = io.req.flags;
                         req.bufs.push(copy);
-                        self.forward(io, CORRUPT_WRITE, req);
+                        self.write_copy(io, req);
                     }
                     IoType::Read => {
                         io.ctx[2] = off;
                         io.ctx[3] = val as u64;
-                        let req = take_request(&mut io);
-                        self.forward(io, CORRUPT_READ, req);
+                        self.forward(io, CORRUPT_READ);
                     }
-                    _ => {
-                        let req = take_request(&mut io);
-                        self.forward(io, PLAIN, req);
-                    }
+                    _ => self.forward(io, PLAIN),
                 }
             }
         }
@@ -211,7 +210,7 @@ impl ErrorCh {
             return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
         };
         if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 {
-            return self.base.forward(io, finish_child);
+            return self.base.forward(io);
         }
         io.complete_deferred(IoStatus::Success);
     }
@@ -235,9 +234,8 @@ impl ErrorCh {
     fn resume_pending(&self) -> usize {
         let held = std::mem::take(&mut *self.pending.borrow_mut());
         let n = held.len();
-        for mut io in held {
-            let req = take_request(&mut io);
-            self.forward(io, PLAIN, req);
+        for io in held {
+            self.forward(io, PLAIN);
         }
         n
     }
@@ -261,27 +259,31 @@ fn corrupt_payload(io: &mut BdevIo, off: u64, val: u8) {
     }
 }
 
-fn child_done(mut parent: BdevIo, child: Completed) {
-    // SAFETY: ctx[1] points into this channel's `Rc<ErrorCh>`, which the parent keeps alive:
+/// The channel state a forwarded request points to (`ctx[1]`), with its in-flight count
+/// decreased.
+fn channel_of(io: &BdevIo) -> &ErrorCh {
+    // SAFETY: ctx[1] points into this channel's `Rc<ErrorCh>`, which the request keeps alive:
     // it holds its channel, which owns the backend channel, which owns the Rc.
-    let ch = unsafe { &*(parent.ctx[1] as *const ErrorCh) };
+    let ch = unsafe { &*(io.ctx[1] as *const ErrorCh) };
     ch.inflight.set(ch.inflight.get() - 1);
-    let status = match parent.ctx[0] {
-        CORRUPT_WRITE => {
-            let s = child.status;
-            drop(child); // the corrupted copy
-            s
-        }
-        CORRUPT_READ => {
-            let s = return_request(&mut parent, child);
-            if s.is_ok() {
-                let (off, val) = (parent.ctx[2], parent.ctx[3] as u8);
-                corrupt_payload(&mut parent, off, val);
-            }
-            s
-        }
-        _ => return_request(&mut parent, child),
-    };
+    ch
+}
+
+/// The base completed a forwarded request: a read to corrupt is corrupted on its way up.
+fn forward_done(mut io: BdevIo, status: IoStatus) {
+    channel_of(&io);
+    if io.ctx[0] == CORRUPT_READ && status.is_ok() {
+        let (off, val) = (io.ctx[2], io.ctx[3] as u8);
+        corrupt_payload(&mut io, off, val);
+    }
+    io.complete(status);
+}
+
+/// The base completed the corrupted copy of a write.
+fn copy_done(parent: BdevIo, child: Completed) {
+    channel_of(&parent);
+    let status = child.status;
+    drop(child); // the corrupted copy
     parent.complete(status);
 }
 

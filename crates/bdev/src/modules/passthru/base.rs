@@ -1,6 +1,6 @@
 //! The base-bdev half that every virtual bdev shares (passthru, delay, error, and the ones to
 //! come): open the base bdev for writing and claim it, describe a bdev with its geometry, limits
-//! and I/O types, forward requests to it with `IoChannel::submit_child`, unregister the virtual
+//! and I/O types, forward requests to it with `IoChannel::forward`, unregister the virtual
 //! bdev when the base goes away, and close the base once the virtual bdev is gone.
 //!
 //! Life cycle: `BaseBdev::open` (claims the base) → `register` of the virtual bdev →
@@ -13,7 +13,7 @@
 use crate::bdev::{lookup, unregister, Bdev, BdevError, BdevProps, Limits};
 use crate::channel::IoChannel;
 use crate::desc::BdevDesc;
-use crate::io::{BdevIo, Completed, IoRequest, IoType, IoTypes};
+use crate::io::{IoType, IoTypes};
 use ferrite_rpc::{errno_error, RpcError, RpcResult};
 use serde::Deserialize;
 use serde_json::json;
@@ -244,31 +244,6 @@ impl BaseBdev {
             log::warn!("{}: cannot unregister {name}: {e}", self.module);
         }
     }
-}
-
-/// Moves a request of a virtual bdev into a child for its base: the payload (and everything
-/// else) travels with the child and comes back with [`finish_child`], so lent buffers of a
-/// zero-copy read reach the caller unchanged and nothing is copied or allocated. The parent
-/// keeps its type and range meanwhile.
-#[inline]
-pub fn take_request(io: &mut BdevIo) -> IoRequest {
-    let keep = IoRequest::new(io.req.io_type, io.req.offset_blocks, io.req.num_blocks);
-    std::mem::replace(&mut io.req, keep)
-}
-
-/// Gives a child's request back to its parent (see [`take_request`]) with its result; returns
-/// the child's status.
-#[inline]
-pub fn return_request(parent: &mut BdevIo, mut child: Completed) -> crate::io::IoStatus {
-    child.return_req(parent);
-    child.status
-}
-
-/// The `then` of a plain forward: the parent completes as its child did.
-#[inline]
-pub fn finish_child(mut parent: BdevIo, child: Completed) {
-    let status = return_request(&mut parent, child);
-    parent.complete(status);
 }
 
 /// Params of a virtual bdev's delete method.

@@ -1,10 +1,12 @@
 //! The passthru bdev: forwards every request to its base bdev unchanged, as SPDK's
 //! `vbdev_passthru`. It is the reference for virtual bdevs: open and claim the base
 //! ([`base::BaseBdev`]), register a bdev with the base's geometry, limits and I/O types, and
-//! forward each request with `IoChannel::submit_child`, which carries the parent inside the
-//! child. The request's buffers move into the child and back, so a zero-copy read of a lending
-//! base (malloc) reaches the caller as the base's own memory, and nothing per I/O is allocated,
-//! locked or looked up in a table.
+//! forward each request with `IoChannel::forward`, which hands the request itself on to the
+//! base's channel (the passthru's own per-trip state waits on the request's frame stack). As it
+//! forwards everything unchanged, it names its base channel (`forwards_to`) and the layer
+//! forwards for it. The buffers never move, so a zero-copy read of a lending base (malloc)
+//! reaches the caller as the base's own memory, and nothing per I/O is allocated, copied, locked
+//! or looked up in a table.
 
 pub mod base;
 pub mod deferred;
@@ -13,7 +15,7 @@ pub mod rpc;
 use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
 use crate::channel::IoChannel;
 use crate::io::BdevIo;
-use base::{finish_child, BaseBdev};
+use base::BaseBdev;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -34,11 +36,16 @@ impl BackendChannel for PassthruChannel {
         self.lends
     }
 
+    /// Everything, abort and reset included, goes to the base: an abort names the caller's
+    /// request, which the base finds by the caller's identity the forwarded request keeps.
+    fn forwards_to(&self) -> Option<IoChannel> {
+        Some(self.base.clone())
+    }
+
+    /// Not called (`forwards_to`); what the layer does for it.
     #[inline]
     fn submit(&mut self, io: BdevIo) {
-        // Everything, abort and reset included, goes to the base: an abort names the caller's
-        // request, which the base finds through the child that carries it.
-        self.base.forward(io, finish_child);
+        self.base.forward(io);
     }
 }
 
