@@ -74,6 +74,21 @@ fn wait_count(n: &NbdDaemon, what: &str, pred: impl Fn(usize) -> bool) {
 }
 
 /// Writes `data` at `offset` and reads it back through `c`, comparing.
+/// Shrinks the client's receive buffer, so that replies it does not read back up quickly.
+fn small_rcvbuf(s: &TcpStream) {
+    let small: libc::c_int = 4096;
+    // SAFETY: setsockopt reads the int we own.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &small as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
 fn write_read_back(c: &mut Raw, cookie: u64, offset: u64, data: &[u8]) {
     c.write_ok(cookie, offset, data, 0);
     assert_eq!(c.read_ok(cookie + 1, offset, data.len() as u32), data, "read back at {offset}");
@@ -209,17 +224,7 @@ fn clients_that_leave_while_their_reads_wait_for_memory_are_cleaned_up() {
     let clients: Vec<_> = (0..3)
         .map(|k| {
             let (mut c, _) = Raw::open(n.port, "z0", false);
-            let small: libc::c_int = 4096;
-            // SAFETY: setsockopt reads the int we own.
-            unsafe {
-                libc::setsockopt(
-                    c.s.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVBUF,
-                    &small as *const _ as *const libc::c_void,
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                );
-            }
+            small_rcvbuf(&c.s);
             let mut reqs = Vec::new();
             for i in 0..3u64 {
                 reqs.extend_from_slice(&request_bytes(0, CMD_READ, k * 10 + i, i * (32 << 20), 32 << 20, &[]));
@@ -493,17 +498,7 @@ fn a_client_that_never_reads_its_replies_is_closed() {
     n.d.call("bdev_null_create", Some(json!({"name": "Q0", "num_blocks": 65536, "block_size": 4096})));
     n.export("Q0", "q0", true, "");
     let (mut c, _) = Raw::open(n.port, "q0", false);
-    let small: libc::c_int = 4096;
-    // SAFETY: setsockopt reads the int we own.
-    unsafe {
-        libc::setsockopt(
-            c.s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            &small as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
+    small_rcvbuf(&c.s);
     // 12 MiB of replies: more than the kernel's socket buffers take, so a send blocks.
     let mut reqs = Vec::new();
     for i in 0..3u64 {
