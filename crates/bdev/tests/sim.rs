@@ -826,3 +826,34 @@ fn nomem_below_delay(seed: u64) -> u64 {
 fn nomem_below_a_delay_bdev_is_retried_at_any_depth() {
     for_seeds(100, nomem_below_delay);
 }
+
+/// A timeout set on a passthru aborts a request held by the error bdev below it: the abort goes
+/// down through the passthru as any abort does.
+#[test]
+fn a_timeout_on_a_passthru_aborts_what_its_base_holds() {
+    let mut sim = Sim::new(2, 1).unwrap();
+    make_malloc(&mut sim, "M", 64);
+    sim.on(0, || -> Result<(), ferrite_bdev::BdevError> {
+        error::create("M", None)?;
+        passthru::create("EE_M", "P", None)?;
+        Ok(())
+    })
+    .unwrap();
+    let inj = error::Injection {
+        error_type: error::ErrorType::Pending,
+        num: 1,
+        queue_depth: 0,
+        corrupt_offset: 0,
+        corrupt_value: 0,
+        nvme_sct: 0,
+        nvme_sc: 0,
+    };
+    error::inject("EE_M", Some(ferrite_bdev::IoType::Read), inj).unwrap();
+    let rx = sim.engine().run_async(0, || async {
+        let desc = Bdev::open("P", true, || {}).unwrap();
+        desc.set_timeout(1, |_| true);
+        let ch = desc.channel().unwrap();
+        io(&ch, IoRequest::read(0, 1, buf_filled(512, 0))).await.status
+    });
+    assert_eq!(sim.block_on(rx, 100_000).unwrap(), IoStatus::TimedOut);
+}
