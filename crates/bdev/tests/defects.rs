@@ -399,15 +399,7 @@ fn deleting_under_pending_injected_io_completes_it() {
         })
         .unwrap();
         error::create("defect_pend", None).unwrap();
-        let inj = Injection {
-            error_type: ErrorType::Pending,
-            num: 1_000_000,
-            queue_depth: 0,
-            corrupt_offset: 0,
-            corrupt_value: 0,
-            nvme_sct: 0,
-            nvme_sc: 0,
-        };
+        let inj = Injection::of(ErrorType::Pending, 1_000_000);
         error::inject("EE_defect_pend", None, inj).unwrap();
         let d = Bdev::open("EE_defect_pend", true, || {}).unwrap();
         let ch = d.channel().unwrap();

@@ -649,15 +649,7 @@ fn reset_abort_timeout(seed: u64) -> u64 {
     .expect("stack");
     let pending = sim.rng().below(6) as u32;
     let nomem = sim.rng().below(20) as u32;
-    let inj = |error_type, num| error::Injection {
-        error_type,
-        num,
-        queue_depth: 0,
-        corrupt_offset: 0,
-        corrupt_value: 0,
-        nvme_sct: 0,
-        nvme_sc: 0,
-    };
+    let inj = error::Injection::of;
     error::inject("EE_D", Some(ferrite_bdev::IoType::Read), inj(error::ErrorType::Pending, pending)).unwrap();
     error::inject("EE_D", Some(ferrite_bdev::IoType::Write), inj(error::ErrorType::NoMem, nomem)).unwrap();
     let lanes = 1 + sim.rng().below(3);
@@ -747,15 +739,7 @@ fn timed_out_requests_are_aborted_where_they_wait_in_the_stack() {
         })
         .unwrap();
         if !below {
-            let inj = error::Injection {
-                error_type: error::ErrorType::Pending,
-                num: 1,
-                queue_depth: 0,
-                corrupt_offset: 0,
-                corrupt_value: 0,
-                nvme_sct: 0,
-                nvme_sc: 0,
-            };
+            let inj = error::Injection::of(error::ErrorType::Pending, 1);
             error::inject("EE_D", Some(ferrite_bdev::IoType::Read), inj).unwrap();
         }
         let e = sim.engine();
@@ -794,15 +778,7 @@ fn nomem_below_delay(seed: u64) -> u64 {
     })
     .expect("stack");
     let num = 1 + sim.rng().below(1000) as u32;
-    let inj = error::Injection {
-        error_type: error::ErrorType::NoMem,
-        num,
-        queue_depth: 0,
-        corrupt_offset: 0,
-        corrupt_value: 0,
-        nvme_sct: 0,
-        nvme_sc: 0,
-    };
+    let inj = error::Injection::of(error::ErrorType::NoMem, num);
     error::inject("EE_M", Some(ferrite_bdev::IoType::Write), inj).unwrap();
     let lanes = 1 + sim.rng().below(64);
     let e = sim.engine();
@@ -839,15 +815,7 @@ fn a_timeout_on_a_passthru_aborts_what_its_base_holds() {
         Ok(())
     })
     .unwrap();
-    let inj = error::Injection {
-        error_type: error::ErrorType::Pending,
-        num: 1,
-        queue_depth: 0,
-        corrupt_offset: 0,
-        corrupt_value: 0,
-        nvme_sct: 0,
-        nvme_sc: 0,
-    };
+    let inj = error::Injection::of(error::ErrorType::Pending, 1);
     error::inject("EE_M", Some(ferrite_bdev::IoType::Read), inj).unwrap();
     let rx = sim.engine().run_async(0, || async {
         let desc = Bdev::open("P", true, || {}).unwrap();

@@ -186,10 +186,6 @@ fn deleting_the_base_removes_the_passthru_and_waits_for_it() {
 
 use ferrite_bdev::modules::error::{self, ErrorType, Injection};
 
-fn inj(error_type: ErrorType, num: u32) -> Injection {
-    Injection { error_type, num, queue_depth: 0, corrupt_offset: 0, corrupt_value: 0, nvme_sct: 0, nvme_sc: 0 }
-}
-
 /// A malloc bdev `<tag>_m` with `EE_<tag>_m` over it, and a writable channel to the latter.
 fn error_over_malloc(tag: &str) -> (String, ferrite_bdev::BdevDesc, IoChannel) {
     let base = format!("{tag}_m");
@@ -215,7 +211,7 @@ fn error_failure_fails_exactly_num_ios_of_the_type() {
     let old = pattern(10, 512);
     write_read_back(&ch, 0, &old, &[512], &[512]);
     write_read_back(&ch, 1, &old, &[512], &[512]);
-    error::inject(&ee, Some(IoType::Write), inj(ErrorType::Failure, 2)).unwrap();
+    error::inject(&ee, Some(IoType::Write), Injection::of(ErrorType::Failure, 2)).unwrap();
     let new = pattern(11, 512);
     assert_eq!(run_one(&ch, IoRequest::write(0, 1, heap(&new))).status, IoStatus::Failed(libc::EIO));
     // Reads are not armed.
@@ -227,32 +223,32 @@ fn error_failure_fails_exactly_num_ios_of_the_type() {
     let st = ferrite_bdev::channel::local_iostat(bdev.id());
     assert_eq!(st.errors[0], 2, "two failures counted: {st:?}");
     // "all" arms reads too; NVMe statuses pass unchanged.
-    error::inject(&ee, None, inj(ErrorType::Failure, 1)).unwrap();
+    error::inject(&ee, None, Injection::of(ErrorType::Failure, 1)).unwrap();
     assert_eq!(run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512))).status, IoStatus::Failed(libc::EIO));
     assert_eq!(run_one(&ch, IoRequest::no_payload(IoType::Unmap, 0, 1)).status, IoStatus::Failed(libc::EIO));
     assert!(run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512))).status.is_ok(), "one each");
-    let mut n = inj(ErrorType::NvmeFailure, 1);
+    let mut n = Injection::of(ErrorType::NvmeFailure, 1);
     (n.nvme_sct, n.nvme_sc) = (1, 0x81);
     error::inject(&ee, Some(IoType::Flush), n).unwrap();
     let c = run_one(&ch, IoRequest::no_payload(IoType::Flush, 0, 0));
     assert_eq!(c.status, IoStatus::Nvme { sct: 1, sc: 0x81 });
     // Clear disarms; num 0 disarms.
-    error::inject(&ee, Some(IoType::Read), inj(ErrorType::Failure, 5)).unwrap();
+    error::inject(&ee, Some(IoType::Read), Injection::of(ErrorType::Failure, 5)).unwrap();
     error::clear(&ee).unwrap();
     assert!(run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512))).status.is_ok());
-    error::inject(&ee, Some(IoType::Read), inj(ErrorType::Failure, 0)).unwrap();
+    error::inject(&ee, Some(IoType::Read), Injection::of(ErrorType::Failure, 0)).unwrap();
     assert!(run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512))).status.is_ok());
     // Bad requests.
     assert!(matches!(
-        error::inject("vb_ee_fail_m", None, inj(ErrorType::Failure, 1)),
+        error::inject("vb_ee_fail_m", None, Injection::of(ErrorType::Failure, 1)),
         Err(ferrite_bdev::BdevError::NotFound(_))
     ));
     assert!(matches!(
-        error::inject(&ee, Some(IoType::Read), inj(ErrorType::CorruptData, 1)),
+        error::inject(&ee, Some(IoType::Read), Injection::of(ErrorType::CorruptData, 1)),
         Err(ferrite_bdev::BdevError::Invalid(_))
     ));
     assert!(matches!(
-        error::inject(&ee, Some(IoType::Reset), inj(ErrorType::Failure, 1)),
+        error::inject(&ee, Some(IoType::Reset), Injection::of(ErrorType::Failure, 1)),
         Err(ferrite_bdev::BdevError::Invalid(_))
     ));
     assert!(matches!(error::create("vb_ee_fail_m", None), Err(ferrite_bdev::BdevError::Exists(_))));
@@ -263,7 +259,7 @@ fn error_failure_fails_exactly_num_ios_of_the_type() {
 #[test]
 fn error_queue_depth_arms_only_deep_queues() {
     let (ee, desc, ch) = error_over_malloc("vb_ee_qd");
-    let mut i = inj(ErrorType::Failure, 1);
+    let mut i = Injection::of(ErrorType::Failure, 1);
     i.queue_depth = 2;
     error::inject(&ee, Some(IoType::Read), i).unwrap();
     assert!(run_one(&ch, IoRequest::read(0, 1, IoBuf::heap(512))).status.is_ok(), "queue depth 1 < 2");
@@ -279,7 +275,7 @@ fn error_queue_depth_arms_only_deep_queues() {
 #[test]
 fn error_pending_holds_until_abort_or_reset_and_abort_passes_through_a_passthru() {
     let (ee, desc, ch) = error_over_malloc("vb_ee_pend");
-    error::inject(&ee, Some(IoType::Read), inj(ErrorType::Pending, 2)).unwrap();
+    error::inject(&ee, Some(IoType::Read), Injection::of(ErrorType::Pending, 2)).unwrap();
     let c = Rc::new(Collect::default());
     for t in 0..3 {
         ch.submit(IoRequest::read(t, 1, IoBuf::heap(512)), c.clone(), t);
@@ -299,7 +295,7 @@ fn error_pending_holds_until_abort_or_reset_and_abort_passes_through_a_passthru(
     assert_eq!(r.status, IoStatus::Success);
     assert_eq!(wait_for(&c, 1).status, IoStatus::Aborted);
     // bdev_error_resume_pending's work: held I/Os go on to the base and succeed.
-    error::inject(&ee, Some(IoType::Read), inj(ErrorType::Pending, 1)).unwrap();
+    error::inject(&ee, Some(IoType::Read), Injection::of(ErrorType::Pending, 1)).unwrap();
     ch.submit(IoRequest::read(9, 1, IoBuf::heap(512)), c.clone(), 60);
     settle();
     assert!(c.take(60).is_none());
@@ -311,7 +307,7 @@ fn error_pending_holds_until_abort_or_reset_and_abort_passes_through_a_passthru(
     passthru::create(&ee, "vb_ee_pend_pt", None).unwrap();
     let pdesc = Bdev::open("vb_ee_pend_pt", true, || {}).unwrap();
     let pch = pdesc.channel().unwrap();
-    error::inject(&ee, Some(IoType::Write), inj(ErrorType::Pending, 1)).unwrap();
+    error::inject(&ee, Some(IoType::Write), Injection::of(ErrorType::Pending, 1)).unwrap();
     pch.submit(IoRequest::write(5, 1, heap(&pattern(5, 512))), c.clone(), 50);
     settle();
     assert!(c.take(50).is_none(), "held below the passthru");
@@ -329,7 +325,7 @@ fn error_pending_holds_until_abort_or_reset_and_abort_passes_through_a_passthru(
 fn error_corrupt_data_flips_one_byte_of_writes_and_reads() {
     let (ee, desc, ch) = error_over_malloc("vb_ee_corrupt");
     let data = pattern(20, 1024);
-    let mut i = inj(ErrorType::CorruptData, 1);
+    let mut i = Injection::of(ErrorType::CorruptData, 1);
     (i.corrupt_offset, i.corrupt_value) = (700, 0x5a);
     error::inject(&ee, Some(IoType::Write), i).unwrap();
     let mut w = IoRequest::new(IoType::Write, 4, 2);
@@ -372,7 +368,7 @@ fn error_nomem_is_retried_by_the_layer_until_it_succeeds() {
     let (ee, desc, ch) = error_over_malloc("vb_ee_nomem");
     let base = lookup("vb_ee_nomem_m").unwrap();
     let before = ferrite_bdev::channel::local_iostat(base.id()).num_write_ops;
-    error::inject(&ee, Some(IoType::Write), inj(ErrorType::NoMem, 3)).unwrap();
+    error::inject(&ee, Some(IoType::Write), Injection::of(ErrorType::NoMem, 3)).unwrap();
     let data = pattern(30, 512);
     let c = run_one(&ch, IoRequest::write(2, 1, heap(&data)));
     assert_eq!(c.status, IoStatus::Success, "the caller sees success");

@@ -105,15 +105,7 @@ fn a_three_deep_stack_round_trips_data_and_shows_injected_faults() {
             assert!(c.req.bufs.iter().all(|b| b.is_lent()), "zero-copy through the stack");
             assert_bytes_eq(&payload(&c), &data, "zero-copy read through three virtual bdevs");
         }
-        let inj = Injection {
-            error_type: ErrorType::Failure,
-            num: 2,
-            queue_depth: 0,
-            corrupt_offset: 0,
-            corrupt_value: 0,
-            nvme_sct: 0,
-            nvme_sc: 0,
-        };
+        let inj = Injection::of(ErrorType::Failure, 2);
         error::inject("EE_vr_stack_m", Some(IoType::Write), inj).unwrap();
         let st: Vec<IoStatus> = {
             let mut v = Vec::new();

@@ -46,8 +46,8 @@ pub(crate) struct Handle {
     writer: RefCell<Option<Waker>>,
     reader: RefCell<Option<Waker>>,
     export: RefCell<Option<String>>,
-    /// The reply batch being sent: when its send began, and its bytes (see `send_stalled`).
-    sending: Cell<Option<(Instant, usize)>>,
+    /// The reply batch being sent: the tick its send began at, and its bytes (see `send_stalled`).
+    sending: Cell<Option<(u64, usize)>>,
 }
 
 impl Handle {
@@ -561,7 +561,7 @@ async fn writer(c: Rc<Conn>) {
         // A client that stops reading its replies is closed by its paused reader, which watches
         // how long this send takes (`send_stalled`; no timer per send).
         let bytes: usize = parts.iter().map(|p| p.1).sum();
-        c.h.sending.set(Some((Instant::now(), bytes)));
+        c.h.sending.set(Some((ferrite_reactor::tsc::ticks(), bytes)));
         // SAFETY: every part points into `batch` (headers inside its heap buffer, data in pool
         // buffers it owns), which send_parts keeps until the send completes.
         let (res, b) = unsafe { c.h.sock.send_parts(&send_memory, &parts, batch).await };
@@ -691,9 +691,10 @@ const PAYLOAD_MEMORY_WAIT: Duration = Duration::from_millis(1);
 /// does not read its replies, and would otherwise hold their buffers (and this reactor's memory)
 /// for as long as it stays connected.
 fn send_stalled(h: &Handle) -> bool {
-    h.sending
-        .get()
-        .is_some_and(|(since, bytes)| since.elapsed() > REPLY_BASE_TIME + Duration::from_secs((bytes >> 20) as u64))
+    use ferrite_reactor::tsc::{duration_to_ticks, ticks};
+    h.sending.get().is_some_and(|(since, bytes)| {
+        ticks().saturating_sub(since) > duration_to_ticks(REPLY_BASE_TIME + Duration::from_secs((bytes >> 20) as u64))
+    })
 }
 
 /// True while the reader may take another request: below the caps of requests and payload

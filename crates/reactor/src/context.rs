@@ -76,7 +76,7 @@ impl Drop for EnterGuard {
 
 /// Enters the calling thread into `engine` (innermost wins).
 pub(crate) fn enter(engine: &Engine) -> EnterGuard {
-    ENTERED.with(|s| s.borrow_mut().push(engine.clone()));
+    enter_unguarded(engine);
     EnterGuard { engine: engine.clone(), _not_send: std::marker::PhantomData }
 }
 

@@ -82,6 +82,13 @@ pub struct Injection {
     pub nvme_sc: u8,
 }
 
+impl Injection {
+    /// `num` I/Os of `error_type`, with no queue-depth condition, corruption or NVMe status.
+    pub fn of(error_type: ErrorType, num: u32) -> Self {
+        Self { error_type, num, queue_depth: 0, corrupt_offset: 0, corrupt_value: 0, nvme_sct: 0, nvme_sc: 0 }
+    }
+}
+
 /// One I/O type's armed injection, read by every core.
 #[derive(Default)]
 struct Slot {
