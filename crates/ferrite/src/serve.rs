@@ -138,6 +138,7 @@ pub fn shutdown(engine: &Engine) {
         .run_async(0, || async {
             // Stop accepting and close the targets' connections first, then the bdevs.
             ferrite_nbd::rpc::shutdown(&ferrite_reactor::engine()).await;
+            ferrite_nvmf::target::rpc::shutdown(&ferrite_reactor::engine()).await;
             let mut waits = Vec::new();
             // Newest first: virtual bdevs go before the bdevs they stand on.
             for b in ferrite_bdev::list().into_iter().rev() {

@@ -136,7 +136,11 @@ pub fn registry(extend: impl FnOnce(&mut Registry)) -> Registry {
     }
     extend(&mut reg);
     for name in crate::options::TRAILING_SUBSYSTEMS {
-        reg.subsystem(options_only(name));
+        // A module may own the subsystem (the NVMe-oF target owns "nvmf"); the options it
+        // holds are written first in its config either way.
+        if !reg.subsystems().iter().any(|s| s.name == *name) {
+            reg.subsystem(options_only(name));
+        }
     }
     reg
 }

@@ -1,0 +1,380 @@
+//! Running commands: a capsule's checks (queue state, SGL, data length), where its data comes
+//! from, and the Fabrics commands (Connect, Property Get/Set, Disconnect). Admin and I/O
+//! commands go on to `admin` and `io`.
+
+use super::ctrlr::Ctrlr;
+use super::model::tables;
+use super::qpair::{Bound, Conn, Phase, Xfer, MAX_ADMIN_DATA};
+use crate::spec::fabrics::{self, cattr, ConnectCommand, ConnectData, FabricsCommand, InvalidParameter};
+use crate::spec::opcode::{self, DataTransfer};
+use crate::spec::registers::{self, Cap, Cc, Csts, Vs};
+use crate::spec::sgl::{sgl_subtype, SglDescriptor};
+use crate::spec::sqe::{Fuse, Sqe};
+use crate::spec::status::{fabrics as fsc, generic, Status};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Where a capsule's data goes, for the reader (None: nothing to receive now).
+pub(crate) type DataDest = Option<super::qpair::DestCmd>;
+
+fn xfer_of(sqe: &Sqe, raw: &[u8; 64]) -> Xfer {
+    let dir = if sqe.opcode == opcode::FABRICS {
+        DataTransfer::of(raw[fabrics::OFFSET_FCTYPE])
+    } else {
+        DataTransfer::of(sqe.opcode)
+    };
+    match dir {
+        DataTransfer::None => Xfer::None,
+        DataTransfer::HostToController => Xfer::ToCtrl,
+        DataTransfer::ControllerToHost => Xfer::ToHost,
+        // No command Ferrite runs moves data both ways; it fails as an invalid opcode.
+        DataTransfer::Bidirectional => Xfer::None,
+    }
+}
+
+/// A command capsule arrived with `icd` bytes of in-capsule data after it.
+pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest, String> {
+    let sqe = Sqe::decode(raw);
+    let xfer = xfer_of(&sqe, raw);
+    let admin = c.qid().is_none_or(|q| q == 0);
+    let sgl = sqe.sgl();
+    // The data length the command says, and whether the capsule carries it.
+    let (len, in_capsule, sgl_ok) = match (xfer, sgl) {
+        (Xfer::None, _) => (0, false, icd == 0),
+        (_, Some(SglDescriptor::DataBlock { address, length, subtype })) if subtype == sgl_subtype::OFFSET => {
+            (length, true, address == 0 && length == icd && xfer == Xfer::ToCtrl)
+        }
+        (_, Some(d @ SglDescriptor::TransportDataBlock { .. })) => {
+            let length = d.length().unwrap_or(0);
+            (length, false, icd == 0)
+        }
+        _ => (0, false, false),
+    };
+    let limit = if admin { MAX_ADMIN_DATA.max(c.opts.max_io_size) } else { c.opts.max_io_size };
+    let slot = c.new_cmd(sqe, raw, if sgl_ok { xfer } else { Xfer::None }, if sgl_ok { len } else { 0 });
+    let Some(slot) = slot else {
+        return Err(format!("the host sent more commands than its queue holds ({}); closing", c.sq_entries.get()));
+    };
+    let fail = |status: Status| -> Result<DataDest, String> {
+        c.complete(slot, status, 0, None);
+        // Any in-capsule data is read and dropped.
+        Ok(None)
+    };
+    if !sgl_ok {
+        log::info!("nvmf connection {}: command {:#04x} cid {}: bad SGL {:?}", c.id, sqe.opcode, sqe.cid, sgl);
+        return fail(Status::generic(generic::SGL_DESCRIPTOR_TYPE_INVALID).with_dnr());
+    }
+    if len > limit {
+        return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID).with_dnr());
+    }
+    if c.bound.borrow().is_none() {
+        let connect = sqe.opcode == opcode::FABRICS && raw[fabrics::OFFSET_FCTYPE] == fabrics::fctype::CONNECT;
+        if !connect {
+            log::info!("nvmf connection {}: command {:#04x} before Connect", c.id, sqe.opcode);
+            return fail(Status::generic(generic::COMMAND_SEQUENCE_ERROR).with_dnr());
+        }
+    }
+    if sqe.fuse == Fuse::Reserved || (admin && sqe.fuse != Fuse::Normal) {
+        return fail(Status::generic(generic::INVALID_FIELD).with_dnr());
+    }
+    if xfer == Xfer::ToCtrl && len > 0 {
+        let buf = if in_capsule {
+            // In-capsule data is bounded by the in-capsule size and the queue's depth.
+            Some(ferrite_reactor::alloc_buf(len as usize))
+        } else {
+            ferrite_reactor::try_alloc_buf(len as usize)
+        };
+        let Some(buf) = buf else {
+            log::warn!("nvmf connection {}: no memory for {len} bytes of write data; host to retry", c.id);
+            return fail(Status::generic(generic::COMMAND_INTERRUPTED));
+        };
+        {
+            let mut cmds = c.cmds.borrow_mut();
+            let cmd = &mut cmds[usize::from(slot)];
+            cmd.buf = Some(buf);
+            cmd.phase = Phase::Receiving;
+        }
+        if in_capsule {
+            return Ok(Some(super::qpair::DestCmd { slot }));
+        }
+        c.start_receive(slot, false);
+        return Ok(None);
+    }
+    run(c, slot);
+    Ok(None)
+}
+
+/// The data of the command in `slot` is all in.
+pub(crate) fn data_ready(c: &Rc<Conn>, slot: u16) {
+    let digest_error = {
+        let mut cmds = c.cmds.borrow_mut();
+        let cmd = &mut cmds[usize::from(slot)];
+        cmd.phase = Phase::Running;
+        cmd.digest_error
+    };
+    if digest_error {
+        c.complete(slot, Status::generic(generic::TRANSIENT_TRANSPORT_ERROR), 0, None);
+        return;
+    }
+    run(c, slot);
+}
+
+/// Runs the command in `slot` (its data, if any, is in).
+fn run(c: &Rc<Conn>, slot: u16) {
+    let (opc, raw) = {
+        let cmds = c.cmds.borrow();
+        let cmd = &cmds[usize::from(slot)];
+        (cmd.sqe.opcode, cmd.raw)
+    };
+    if opc == opcode::FABRICS {
+        return fabrics_cmd(c, slot, &raw);
+    }
+    match c.qid() {
+        Some(0) => super::admin::run(c, slot),
+        Some(_) => super::io::run(c, slot),
+        None => c.complete(slot, Status::generic(generic::COMMAND_SEQUENCE_ERROR).with_dnr(), 0, None),
+    }
+}
+
+fn fabrics_cmd(c: &Rc<Conn>, slot: u16, raw: &[u8; 64]) {
+    match FabricsCommand::decode(raw) {
+        Some(FabricsCommand::Connect(cmd)) => connect(c, slot, &cmd),
+        Some(FabricsCommand::PropertyGet(p)) => {
+            let Some(ctrl) = c.ctrl().filter(|_| c.qid() == Some(0)) else {
+                return c.complete(slot, Status::generic(generic::COMMAND_SEQUENCE_ERROR).with_dnr(), 0, None);
+            };
+            match property_get(c, &ctrl, p.ofst, p.size) {
+                Some(v) => {
+                    let mut cqe = crate::spec::cqe::Cqe::new(0, Status::SUCCESS);
+                    cqe.set_result_u64(v);
+                    complete_dw01(c, slot, cqe.dw0, cqe.dw1)
+                }
+                None => c.complete(slot, Status::generic(generic::INVALID_FIELD).with_dnr(), 0, None),
+            }
+        }
+        Some(FabricsCommand::PropertySet(p)) => {
+            let Some(ctrl) = c.ctrl().filter(|_| c.qid() == Some(0)) else {
+                return c.complete(slot, Status::generic(generic::COMMAND_SEQUENCE_ERROR).with_dnr(), 0, None);
+            };
+            let st = property_set(&ctrl, p.ofst, p.size, p.value);
+            c.complete(slot, st, 0, None)
+        }
+        Some(FabricsCommand::Disconnect(_)) => {
+            c.complete(slot, Status::SUCCESS, 0, None);
+            c.closing.set(true);
+        }
+        _ => c.complete(slot, Status::generic(generic::INVALID_OPCODE).with_dnr(), 0, None),
+    }
+}
+
+/// Completes with a 64-bit result (Property Get of CAP).
+fn complete_dw01(c: &Rc<Conn>, slot: u16, dw0: u32, dw1: u32) {
+    // The response capsule carries DW1 too; only Property Get uses it.
+    c.complete_with_dw1(slot, dw0, dw1);
+}
+
+fn cap(c: &Conn) -> Cap {
+    Cap {
+        mqes: c.opts.max_queue_depth.saturating_sub(1),
+        cqr: true,
+        to: 15,
+        css: registers::cap_css::NVM,
+        ..Cap::default()
+    }
+}
+
+fn property_get(c: &Conn, ctrl: &Ctrlr, ofst: u32, size: u8) -> Option<u64> {
+    if registers::property_size(ofst)? != fabrics::property_size_bytes(size)? {
+        return None;
+    }
+    let r = ctrl.regs.lock().unwrap();
+    Some(match ofst {
+        registers::offset::CAP => cap(c).to_u64(),
+        registers::offset::VS => u64::from(Vs::V1_3.to_u32()),
+        registers::offset::CC => u64::from(r.cc),
+        registers::offset::CSTS => u64::from(r.csts),
+        _ => 0,
+    })
+}
+
+fn property_set(ctrl: &Ctrlr, ofst: u32, size: u8, value: u64) -> Status {
+    let invalid = Status::generic(generic::INVALID_FIELD).with_dnr();
+    if registers::property_size(ofst).is_none() || registers::property_size(ofst) != fabrics::property_size_bytes(size)
+    {
+        return invalid;
+    }
+    if ofst != registers::offset::CC {
+        // Every other writable property is PCIe-only (NSSR is not supported over fabrics here).
+        return invalid;
+    }
+    let mut r = ctrl.regs.lock().unwrap();
+    let old = Cc::from_u32(r.cc);
+    let new = Cc::from_u32(value as u32);
+    let mut csts = Csts::from_u32(r.csts);
+    if new.en && !old.en {
+        if new.iosqes != 6 || new.iocqes != 4 {
+            // Only 64-byte SQEs and 16-byte CQEs exist over fabrics; SPDK refuses others too.
+            log::info!("nvmf controller {}: CC.EN with IOSQES {} IOCQES {}", ctrl.cntlid, new.iosqes, new.iocqes);
+        }
+        csts.rdy = true;
+    } else if !new.en && old.en {
+        csts.rdy = false;
+        csts.shst = 0;
+    }
+    if new.shn != 0 && old.shn == 0 {
+        csts.shst = registers::shst::COMPLETE;
+    } else if new.shn == 0 {
+        csts.shst = if csts.shst == registers::shst::COMPLETE && new.en { 0 } else { csts.shst };
+    }
+    r.cc = new.to_u32();
+    r.csts = csts.to_u32();
+    Status::SUCCESS
+}
+
+fn connect_error(c: &Rc<Conn>, slot: u16, p: InvalidParameter) {
+    let cqe = p.to_cqe(0);
+    c.complete(slot, cqe.status, cqe.dw0, None);
+}
+
+fn connect(c: &Rc<Conn>, slot: u16, cmd: &ConnectCommand) {
+    if c.bound.borrow().is_some() {
+        return c.complete(slot, Status::generic(generic::COMMAND_SEQUENCE_ERROR).with_dnr(), 0, None);
+    }
+    let data = {
+        let cmds = c.cmds.borrow();
+        cmds[usize::from(slot)].buf.as_ref().filter(|b| b.len() == ConnectData::SIZE).map(|b| {
+            let mut a = [0u8; ConnectData::SIZE];
+            a.copy_from_slice(b);
+            ConnectData::decode(&a)
+        })
+    };
+    let Some(data) = data else {
+        return c.complete(slot, Status::generic(generic::DATA_SGL_LENGTH_INVALID).with_dnr(), 0, None);
+    };
+    if cmd.recfmt != 0 {
+        return c.complete(slot, Status::command_specific(fsc::INCOMPATIBLE_FORMAT).with_dnr(), 0, None);
+    }
+    let (subnqn, hostnqn) = match data.names() {
+        Ok(n) => n,
+        Err((p, e)) => {
+            log::info!("nvmf connection {}: Connect with a bad NQN: {e}", c.id);
+            return connect_error(c, slot, p);
+        }
+    };
+    let (subnqn, hostnqn) = (subnqn.to_string(), hostnqn.to_string());
+    let qid = cmd.qid;
+    let entries = u32::from(cmd.sqsize) + 1;
+    let max = if qid == 0 { c.opts.max_aq_depth } else { c.opts.max_queue_depth };
+    if cmd.sqsize == 0 || entries > u32::from(max) {
+        log::info!("nvmf connection {}: Connect qid {qid} with SQSIZE {} (most {max} entries)", c.id, cmd.sqsize);
+        return connect_error(c, slot, InvalidParameter::in_command(ConnectCommand::OFFSET_SQSIZE as u16));
+    }
+    let kato = cmd.kato;
+    let mut t = tables();
+    let Some(sub) = t.subsystems.get_mut(&subnqn) else {
+        log::info!("nvmf connection {}: Connect to unknown subsystem {subnqn}", c.id);
+        return connect_error(c, slot, InvalidParameter::in_data(ConnectData::OFFSET_SUBNQN as u16));
+    };
+    if !sub.discovery && !sub.listens_on(&c.trid) {
+        log::info!("nvmf connection {}: subsystem {subnqn} does not listen on {}", c.id, c.trid.socket_addr());
+        return connect_error(c, slot, InvalidParameter::in_data(ConnectData::OFFSET_SUBNQN as u16));
+    }
+    if !sub.host_allowed(&hostnqn) {
+        log::warn!("nvmf connection {}: host {hostnqn} may not connect to {subnqn}", c.id);
+        drop(t);
+        return c.complete(slot, Status::command_specific(fsc::CONNECT_INVALID_HOST).with_dnr(), 0, None);
+    }
+    let ctrl = if qid == 0 {
+        if data.cntlid != fabrics::CNTLID_DYNAMIC {
+            drop(t);
+            return connect_error(c, slot, InvalidParameter::in_data(ConnectData::OFFSET_CNTLID as u16));
+        }
+        let Some(cntlid) = sub.take_cntlid() else {
+            drop(t);
+            return c.complete(slot, Status::command_specific(fsc::CONTROLLER_BUSY), 0, None);
+        };
+        let ctrl = Arc::new(Ctrlr::new(
+            cntlid,
+            &subnqn,
+            &hostnqn,
+            data.hostid,
+            sub.discovery,
+            c.trid.clone(),
+            sub.shared.clone(),
+            c.reactor,
+            c.id,
+            // A discovery controller without keep-alive is fine (nvme discover connects briefly).
+            kato,
+            cmd.cattr & cattr::DISABLE_SQ_FLOW_CONTROL != 0,
+        ));
+        sub.ctrlrs.insert(cntlid, ctrl.clone());
+        log::info!(
+            "nvmf connection {}: controller {cntlid} of {subnqn} for host {hostnqn} (keep-alive {kato} ms)",
+            c.id
+        );
+        ctrl
+    } else {
+        let Some(ctrl) = sub.ctrlrs.get(&data.cntlid).cloned() else {
+            drop(t);
+            log::info!("nvmf connection {}: I/O Connect to unknown controller {}", c.id, data.cntlid);
+            return connect_error(c, slot, InvalidParameter::in_data(ConnectData::OFFSET_CNTLID as u16));
+        };
+        drop(t);
+        if ctrl.hostnqn != hostnqn || ctrl.is_dead() {
+            return connect_error(c, slot, InvalidParameter::in_data(ConnectData::OFFSET_HOSTNQN as u16));
+        }
+        if !Cc::from_u32(ctrl.regs.lock().unwrap().cc).en {
+            return c.complete(slot, Status::generic(generic::COMMAND_SEQUENCE_ERROR).with_dnr(), 0, None);
+        }
+        if qid >= c.opts.max_qpairs_per_ctrlr || ctrl.discovery {
+            return connect_error(c, slot, InvalidParameter::in_command(ConnectCommand::OFFSET_QID as u16));
+        }
+        if !ctrl.qids.lock().unwrap().insert(qid) {
+            log::info!("nvmf connection {}: controller {} already has queue {qid}", c.id, ctrl.cntlid);
+            return connect_error(c, slot, InvalidParameter::in_command(ConnectCommand::OFFSET_QID as u16));
+        }
+        ctrl.io_qpairs.fetch_add(1, Ordering::Relaxed);
+        ctrl
+    };
+    let cntlid = ctrl.cntlid;
+    let stats = ctrl.new_stats();
+    *c.bound.borrow_mut() = Some(Bound { ctrl, qid, stats });
+    c.sq_entries.set(entries as u16);
+    c.c2h_success.set(c.opts.c2h_success && cmd.cattr & cattr::DISABLE_SQ_FLOW_CONTROL != 0);
+    c.set_icd_limit(if qid == 0 { crate::tcp::pdu::ADMIN_MAX_ICD } else { c.opts.in_capsule_data_size });
+    let ok = fabrics::ConnectSuccess { cntlid, atr: false, ascr: false };
+    c.complete(slot, Status::SUCCESS, ok.to_dw0(), None);
+}
+
+/// A connection ended: an admin queue takes its controller with it; an I/O queue leaves it.
+pub(crate) fn disconnected(c: &Conn) {
+    let Some(b) = c.bound.borrow_mut().take() else { return };
+    if b.qid == 0 {
+        destroy_ctrlr(&b.ctrl);
+    } else {
+        b.ctrl.qids.lock().unwrap().remove(&b.qid);
+        b.ctrl.io_qpairs.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Ends a controller: removed from its subsystem; its queue pairs close (each reactor's
+/// watchdog sees it dead within a second; those on this reactor close now).
+pub(crate) fn destroy_ctrlr(ctrl: &Arc<Ctrlr>) {
+    if ctrl.dead.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let mut t = tables();
+    if let Some(s) = t.subsystems.get_mut(&ctrl.subnqn) {
+        if s.ctrlrs.get(&ctrl.cntlid).is_some_and(|x| Arc::ptr_eq(x, ctrl)) {
+            s.ctrlrs.remove(&ctrl.cntlid);
+        }
+    }
+    drop(t);
+    log::info!("nvmf controller {} of {} (host {}) destroyed", ctrl.cntlid, ctrl.subnqn, ctrl.hostnqn);
+    let id = ctrl.cntlid;
+    let nqn = ctrl.subnqn.clone();
+    super::qpair::close_local(&|c: &Conn| {
+        c.bound.borrow().as_ref().is_some_and(|b| b.ctrl.cntlid == id && b.ctrl.subnqn == nqn && b.qid != 0)
+    });
+}

@@ -1,0 +1,243 @@
+//! NVM I/O commands through the bdev layer: Read (zero-copy where the bdev lends its memory),
+//! Write (FUA), Flush, Write Zeroes, Dataset Management (deallocate), Compare and fused
+//! Compare-and-Write. The command's slot is the bdev request's tag.
+
+use super::qpair::{Conn, Phase};
+use crate::spec::opcode::nvm;
+use crate::spec::sqe::Fuse;
+use crate::spec::status::{generic, media, Status};
+use ferrite_bdev::{Completed, IoCompleter, IoFlags, IoRequest, IoStatus, IoType};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+/// Most ranges in one Dataset Management command.
+const DSM_MAX_RANGES: usize = 256;
+/// Dataset Management CDW11 Attribute - Deallocate (AD).
+const DSM_DEALLOCATE: u32 = 1 << 2;
+
+/// The NVMe status for a bdev status.
+pub(crate) fn status_of(s: IoStatus) -> Status {
+    match s {
+        IoStatus::Success => Status::SUCCESS,
+        IoStatus::OutOfRange => Status::generic(generic::LBA_OUT_OF_RANGE).with_dnr(),
+        IoStatus::Misaligned => Status::generic(generic::INVALID_FIELD).with_dnr(),
+        IoStatus::Unsupported => Status::generic(generic::INVALID_OPCODE).with_dnr(),
+        IoStatus::Removed => Status::generic(generic::INVALID_NAMESPACE_OR_FORMAT).with_dnr(),
+        IoStatus::Aborted | IoStatus::TimedOut => Status::generic(generic::ABORTED_BY_REQUEST),
+        IoStatus::Miscompare => Status::media(media::COMPARE_FAILURE).with_dnr(),
+        IoStatus::Nvme { sct, sc } => Status::new(sct, sc),
+        IoStatus::NoMem | IoStatus::Failed(_) | IoStatus::Scsi { .. } => {
+            Status::generic(generic::INTERNAL_DEVICE_ERROR)
+        }
+    }
+}
+
+fn invalid_field() -> Status {
+    Status::generic(generic::INVALID_FIELD).with_dnr()
+}
+
+/// Runs the I/O command in `slot` (its data is in).
+pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
+    let (sqe, len) = {
+        let cmds = c.cmds.borrow();
+        let cmd = &cmds[usize::from(slot)];
+        (cmd.sqe, cmd.len)
+    };
+    // A fused first command waits for its second; anything else ends a lone first.
+    if sqe.fuse != Fuse::Second {
+        if let Some(first) = c.fused_first.take() {
+            c.complete(first, Status::generic(generic::ABORTED_MISSING_FUSED), 0, None);
+        }
+    }
+    let ns = match c.namespace(sqe.nsid) {
+        Ok(n) => n,
+        Err(st) => return c.complete(slot, st, 0, None),
+    };
+    if let Some(st) = ns.inaccessible {
+        return c.complete(slot, st, 0, None);
+    }
+    let bs = u64::from(ns.block_size);
+    let slba = u64::from(sqe.cdw10) | u64::from(sqe.cdw11) << 32;
+    let nlb = u64::from(sqe.cdw12 & 0xffff) + 1;
+    let fua = sqe.cdw12 & (1 << 30) != 0;
+    let with_data = matches!(sqe.opcode, nvm::READ | nvm::WRITE | nvm::COMPARE);
+    if with_data && nlb * bs != u64::from(len) {
+        return c.complete(slot, Status::generic(generic::DATA_SGL_LENGTH_INVALID).with_dnr(), 0, None);
+    }
+    let stats = c.bound.borrow().as_ref().map(|b| b.stats.clone());
+    let req = match sqe.opcode {
+        nvm::READ => {
+            if let Some(s) = &stats {
+                s.reads.fetch_add(1, Ordering::Relaxed);
+                s.read_bytes.fetch_add(u64::from(len), Ordering::Relaxed);
+            }
+            IoRequest::read_zcopy(slba, nlb)
+        }
+        nvm::WRITE => {
+            if let Some(s) = &stats {
+                s.writes.fetch_add(1, Ordering::Relaxed);
+                s.written_bytes.fetch_add(u64::from(len), Ordering::Relaxed);
+            }
+            let Some(buf) = c.cmds.borrow_mut()[usize::from(slot)].buf.take() else {
+                return c.complete(slot, invalid_field(), 0, None);
+            };
+            if sqe.fuse == Fuse::Second {
+                return compare_and_write(c, slot, ns, slba, nlb, buf);
+            }
+            let r = IoRequest::write(slba, nlb, buf);
+            if fua {
+                r.with_flags(IoFlags::FUA)
+            } else {
+                r
+            }
+        }
+        nvm::COMPARE => {
+            let Some(buf) = c.cmds.borrow_mut()[usize::from(slot)].buf.take() else {
+                return c.complete(slot, invalid_field(), 0, None);
+            };
+            if sqe.fuse == Fuse::First {
+                // Keep the data; the second command (a write of the same range) runs both.
+                let mut cmds = c.cmds.borrow_mut();
+                let cmd = &mut cmds[usize::from(slot)];
+                cmd.buf = Some(buf);
+                cmd.phase = Phase::Ready;
+                cmd.ns = Some(ns);
+                drop(cmds);
+                c.fused_first.set(Some(slot));
+                return;
+            }
+            IoRequest::compare(slba, nlb, buf)
+        }
+        nvm::FLUSH => {
+            if !ns.ns.bdev().supports(IoType::Flush) {
+                return c.complete(slot, Status::SUCCESS, 0, None);
+            }
+            IoRequest::no_payload(IoType::Flush, 0, 0)
+        }
+        nvm::WRITE_ZEROES => {
+            let r = IoRequest::no_payload(IoType::WriteZeroes, slba, nlb);
+            if fua {
+                r.with_flags(IoFlags::FUA)
+            } else {
+                r
+            }
+        }
+        nvm::DATASET_MANAGEMENT => return dsm(c, slot, ns, &sqe),
+        _ => return c.complete(slot, Status::generic(generic::INVALID_OPCODE).with_dnr(), 0, None),
+    };
+    if sqe.fuse != Fuse::Normal {
+        return c.complete(slot, invalid_field(), 0, None);
+    }
+    {
+        let mut cmds = c.cmds.borrow_mut();
+        let cmd = &mut cmds[usize::from(slot)];
+        cmd.ns = Some(ns.clone());
+        cmd.parts = 1;
+        cmd.part_status = IoStatus::Success;
+    }
+    ns.ch.submit(req, c.clone(), u64::from(slot));
+}
+
+fn compare_and_write(
+    c: &Rc<Conn>,
+    slot: u16,
+    ns: Rc<super::qpair::NsChan>,
+    slba: u64,
+    nlb: u64,
+    data: ferrite_reactor::IoBuf,
+) {
+    let Some(first) = c.fused_first.take() else {
+        return c.complete(slot, Status::generic(generic::ABORTED_MISSING_FUSED), 0, None);
+    };
+    let (first_sqe, cmp) = {
+        let mut cmds = c.cmds.borrow_mut();
+        let f = &mut cmds[usize::from(first)];
+        (f.sqe, f.buf.take())
+    };
+    let same = first_sqe.nsid == c.cmds.borrow()[usize::from(slot)].sqe.nsid
+        && (u64::from(first_sqe.cdw10) | u64::from(first_sqe.cdw11) << 32) == slba
+        && u64::from(first_sqe.cdw12 & 0xffff) + 1 == nlb;
+    let Some(cmp) = cmp.filter(|_| same) else {
+        c.complete(first, invalid_field(), 0, None);
+        return c.complete(slot, Status::generic(generic::ABORTED_FAILED_FUSED), 0, None);
+    };
+    {
+        let mut cmds = c.cmds.borrow_mut();
+        let cmd = &mut cmds[usize::from(slot)];
+        cmd.ns = Some(ns.clone());
+        cmd.partner = Some(first);
+        cmd.parts = 1;
+        cmd.part_status = IoStatus::Success;
+        cmds[usize::from(first)].phase = Phase::Running;
+    }
+    ns.ch.submit(IoRequest::compare_and_write(slba, nlb, cmp, data), c.clone(), u64::from(slot));
+}
+
+fn dsm(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>, sqe: &crate::spec::sqe::Sqe) {
+    let deallocate = sqe.cdw11 & DSM_DEALLOCATE != 0;
+    let nr = (sqe.cdw10 & 0xff) as usize + 1;
+    let buf = c.cmds.borrow_mut()[usize::from(slot)].buf.take();
+    let Some(buf) = buf.filter(|b| b.len() >= nr * 16) else {
+        return c.complete(slot, Status::generic(generic::DATA_SGL_LENGTH_INVALID).with_dnr(), 0, None);
+    };
+    if !deallocate || !ns.ns.bdev().supports(IoType::Unmap) {
+        // Attributes other than deallocate are hints.
+        return c.complete(slot, Status::SUCCESS, 0, None);
+    }
+    let ranges: smallvec::SmallVec<[(u64, u64); 8]> = crate::spec::io::DsmRange::iter(&buf, nr.min(DSM_MAX_RANGES))
+        .filter(|r| r.nlb > 0)
+        .map(|r| (r.slba, u64::from(r.nlb)))
+        .collect();
+    if ranges.is_empty() {
+        return c.complete(slot, Status::SUCCESS, 0, None);
+    }
+    {
+        let mut cmds = c.cmds.borrow_mut();
+        let cmd = &mut cmds[usize::from(slot)];
+        cmd.ns = Some(ns.clone());
+        cmd.parts = ranges.len() as u32;
+        cmd.part_status = IoStatus::Success;
+    }
+    for (lba, n) in ranges {
+        ns.ch.submit(IoRequest::no_payload(IoType::Unmap, lba, n), c.clone(), u64::from(slot));
+    }
+}
+
+impl IoCompleter for Conn {
+    fn io_done(&self, tag: u64, mut io: Completed) {
+        let slot = tag as u16;
+        let (done, status, partner, is_read) = {
+            let mut cmds = self.cmds.borrow_mut();
+            let cmd = &mut cmds[usize::from(slot)];
+            if !io.status.is_ok() && cmd.part_status.is_ok() {
+                cmd.part_status = io.status;
+            }
+            cmd.parts = cmd.parts.saturating_sub(1);
+            (cmd.parts == 0, cmd.part_status, cmd.partner, cmd.sqe.opcode == nvm::READ)
+        };
+        if !done {
+            return;
+        }
+        if let Some(first) = partner {
+            // Fused Compare-and-Write: the compare's outcome is the first command's; the write
+            // is aborted when the compare failed.
+            let (s1, s2) = match status {
+                IoStatus::Success => (Status::SUCCESS, Status::SUCCESS),
+                IoStatus::Miscompare => {
+                    (status_of(IoStatus::Miscompare), Status::generic(generic::ABORTED_FAILED_FUSED))
+                }
+                other => (status_of(other), status_of(other)),
+            };
+            self.complete(first, s1, 0, None);
+            return self.complete(slot, s2, 0, None);
+        }
+        if is_read && status.is_ok() {
+            let bufs = std::mem::take(&mut io.req.bufs);
+            return self.complete(slot, Status::SUCCESS, 0, Some(bufs));
+        }
+        if !status.is_ok() {
+            log::debug!("nvmf connection {}: I/O failed: {status}", self.id);
+        }
+        self.complete(slot, status_of(status), 0, None);
+    }
+}

@@ -1,0 +1,151 @@
+//! TCP listeners: one socket per address that any subsystem listens on, accepting on the first
+//! reactor and placing each connection (a queue pair) on the reactors in turn, as SPDK's poll
+//! groups do.
+
+use super::model::Trid;
+use ferrite_reactor::net::{Listener, Socket};
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Connections (queue pairs) a listener serves at once; more are accepted and closed.
+pub const MAX_CONNECTIONS: usize = 16_384;
+const LISTEN_BACKLOG: i32 = 4096;
+
+struct Listening {
+    listener: Rc<Listener>,
+    stopped: Rc<Cell<bool>>,
+}
+
+ferrite_reactor::reactor_local! {
+    /// Listening sockets by transport address (on the first reactor).
+    static LISTENING: RefCell<BTreeMap<Trid, Listening>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Gives a listener's place back when a connection ends.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn set_nodelay(fd: &OwnedFd) {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one int.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            &one as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+fn peer_of(fd: &OwnedFd) -> String {
+    // SAFETY: getpeername writes at most `len` bytes into storage we own.
+    unsafe {
+        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        if libc::getpeername(fd.as_raw_fd(), &mut ss as *mut _ as *mut libc::sockaddr, &mut len) != 0 {
+            return "?".into();
+        }
+        match ss.ss_family as i32 {
+            libc::AF_INET => {
+                let a = &*(&ss as *const _ as *const libc::sockaddr_in);
+                format!("{}:{}", std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)), u16::from_be(a.sin_port))
+            }
+            libc::AF_INET6 => {
+                let a = &*(&ss as *const _ as *const libc::sockaddr_in6);
+                format!("[{}]:{}", std::net::Ipv6Addr::from(a.sin6_addr.s6_addr), u16::from_be(a.sin6_port))
+            }
+            _ => "?".into(),
+        }
+    }
+}
+
+/// True if a socket listens on `trid`.
+pub fn is_listening(trid: &Trid) -> bool {
+    LISTENING.with(|l| l.borrow().contains_key(trid))
+}
+
+/// Starts listening on `trid` (on the first reactor); Ok if it already listens.
+pub fn listen(trid: &Trid) -> Result<(), String> {
+    if is_listening(trid) {
+        return Ok(());
+    }
+    let addr = trid.socket_addr();
+    let std_listener = std::net::TcpListener::bind(&addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let fd: OwnedFd = std_listener.into();
+    // SAFETY: listen on the socket we just bound (std's backlog is 128; this raises it).
+    unsafe { libc::listen(fd.as_raw_fd(), LISTEN_BACKLOG) };
+    let listener = Rc::new(Listener::new(fd));
+    let stopped = Rc::new(Cell::new(false));
+    let (l, st, t) = (listener.clone(), stopped.clone(), trid.clone());
+    ferrite_reactor::spawn_local(async move {
+        let engine = ferrite_reactor::engine();
+        let count = Arc::new(AtomicUsize::new(0));
+        let mut next = 0usize;
+        let mut refused = 0u64;
+        loop {
+            match l.accept().await {
+                Ok(fd) => {
+                    if count.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+                        if refused == 0 {
+                            log::warn!(
+                                "nvmf listener {}: {MAX_CONNECTIONS} connections; refusing more",
+                                t.socket_addr()
+                            );
+                        }
+                        refused += 1;
+                        continue;
+                    }
+                    refused = 0;
+                    count.fetch_add(1, Ordering::Relaxed);
+                    let slot = Slot(count.clone());
+                    set_nodelay(&fd);
+                    let peer = peer_of(&fd);
+                    let target = next % engine.count();
+                    next += 1;
+                    let trid = t.clone();
+                    engine.send(target, move || {
+                        ferrite_reactor::spawn_local(super::qpair::serve(Socket::new(fd), peer, trid, slot)).detach();
+                    });
+                }
+                Err(_) if st.get() => break,
+                Err(e) => {
+                    log::warn!("nvmf listener {}: accept: {e}", t.socket_addr());
+                    ferrite_reactor::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+        log::info!("nvmf listener {}: stopped", t.socket_addr());
+    })
+    .detach();
+    log::info!("NVMe/TCP target listening on {addr}");
+    LISTENING.with(|l| l.borrow_mut().insert(trid.clone(), Listening { listener, stopped }));
+    Ok(())
+}
+
+/// Stops listening on `trid` (connections made through it stay).
+pub fn unlisten(trid: &Trid) {
+    if let Some(l) = LISTENING.with(|l| l.borrow_mut().remove(trid)) {
+        l.stopped.set(true);
+        l.listener.shutdown();
+    }
+}
+
+/// Stops every listener.
+pub fn unlisten_all() {
+    let all: Vec<Trid> = LISTENING.with(|l| l.borrow().keys().cloned().collect());
+    for t in all {
+        unlisten(&t);
+    }
+}

@@ -1,0 +1,942 @@
+//! One NVMe/TCP connection, which is one queue pair, owned by one reactor.
+//!
+//! Two local tasks share it. The reader decodes PDUs from chunks received into the reactor's
+//! provided buffer ring: ICReq, command capsules (with in-capsule data placed in the command's
+//! buffer), H2CData answering R2Ts; it runs commands (Fabrics, admin or I/O, see `exec`) when
+//! their data is in. Completions queue the PDUs to send (R2T, C2HData, CapsuleResp); the
+//! writer sends everything queued in one `sendmsg` (read data from the bdev's buffers, lent
+//! memory for a zero-copy read, without a copy in Ferrite).
+
+use super::ctrlr::Ctrlr;
+use super::model::{Namespace, Trid};
+use super::rx::Rx;
+use crate::spec::cqe::Cqe;
+use crate::spec::sqe::Sqe;
+use crate::spec::status::{generic, Status};
+use crate::tcp::{controller_accept, encode, ControllerConfig, Decoder, Event, Negotiated, Pdu, PduError, Role, Want};
+use ferrite_bdev::{IoChannel, IoStatus};
+use ferrite_reactor::net::{SendCache, Socket};
+use ferrite_reactor::IoBuf;
+use smallvec::SmallVec;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// Time from accept to a successful Connect.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a batch of PDUs may take to be sent: this, plus 1 s per MiB.
+const SEND_BASE_TIME: Duration = Duration::from_secs(30);
+/// How long a command's data may take to arrive: this, plus 1 s per MiB.
+const DATA_BASE_TIME: Duration = Duration::from_secs(10);
+/// Largest admin command data (Get Log Page and Identify answers, Set Features data).
+pub(crate) const MAX_ADMIN_DATA: u32 = 64 << 10;
+
+/// Where a command stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// The slot is free.
+    Free,
+    /// Waiting for its data (in-capsule or H2CData after an R2T).
+    Receiving,
+    /// Data in (or none); waiting for its fused partner.
+    Ready,
+    /// Running.
+    Running,
+}
+
+/// Data direction of a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Xfer {
+    /// No data.
+    None,
+    /// Host to controller (the command's `buf`).
+    ToCtrl,
+    /// Controller to host.
+    ToHost,
+}
+
+/// A command being served.
+pub(crate) struct Cmd {
+    pub(crate) sqe: Sqe,
+    pub(crate) raw: [u8; 64],
+    pub(crate) phase: Phase,
+    pub(crate) xfer: Xfer,
+    /// Data length from the SGL.
+    pub(crate) len: u32,
+    /// Host-to-controller data.
+    pub(crate) buf: Option<IoBuf>,
+    /// Bytes of `buf` received so far.
+    pub(crate) got: u32,
+    /// The namespace an I/O command addresses.
+    pub(crate) ns: Option<Rc<NsChan>>,
+    /// Bdev requests still out (a Dataset Management with several ranges).
+    pub(crate) parts: u32,
+    /// The worst status of the parts so far.
+    pub(crate) part_status: IoStatus,
+    /// The fused partner's slot.
+    pub(crate) partner: Option<u16>,
+    /// A data digest error was seen on its data.
+    pub(crate) digest_error: bool,
+}
+
+impl Cmd {
+    fn free() -> Cmd {
+        Cmd {
+            sqe: Sqe::default(),
+            raw: [0; 64],
+            phase: Phase::Free,
+            xfer: Xfer::None,
+            len: 0,
+            buf: None,
+            got: 0,
+            ns: None,
+            parts: 0,
+            part_status: IoStatus::Success,
+            partner: None,
+            digest_error: false,
+        }
+    }
+}
+
+/// A namespace as one queue pair uses it: its channel on this reactor.
+pub(crate) struct NsChan {
+    pub(crate) ns: Arc<Namespace>,
+    pub(crate) ch: IoChannel,
+    pub(crate) block_size: u32,
+    /// I/O is refused with this path status (the listener's ANA state for the namespace's
+    /// group is not optimized or non-optimized).
+    pub(crate) inaccessible: Option<Status>,
+}
+
+/// PDUs ready to send for one command (or one R2T): a head, optional data with its digest,
+/// and an optional response capsule after it.
+pub(crate) struct Out {
+    head: [u8; crate::tcp::encoder::MAX_HEAD_LEN],
+    head_len: u8,
+    data: SmallVec<[IoBuf; 2]>,
+    ddgst: [u8; 4],
+    has_ddgst: bool,
+    resp: [u8; 32],
+    resp_len: u8,
+}
+
+impl Out {
+    fn empty() -> Out {
+        Out {
+            head: [0; crate::tcp::encoder::MAX_HEAD_LEN],
+            head_len: 0,
+            data: SmallVec::new(),
+            ddgst: [0; 4],
+            has_ddgst: false,
+            resp: [0; 32],
+            resp_len: 0,
+        }
+    }
+}
+
+/// State of the queue pair once connected.
+pub(crate) struct Bound {
+    pub(crate) ctrl: Arc<Ctrlr>,
+    pub(crate) qid: u16,
+    /// This queue pair's counters (read by the SMART log).
+    pub(crate) stats: Arc<super::ctrlr::CtrlrStats>,
+}
+
+/// One connection: a queue pair.
+pub(crate) struct Conn {
+    pub(crate) id: u64,
+    pub(crate) sock: Socket,
+    pub(crate) peer: String,
+    /// The listener it came through.
+    pub(crate) trid: Trid,
+    pub(crate) reactor: usize,
+    /// No more commands are read.
+    pub(crate) closing: Cell<bool>,
+    /// Closed for good: nothing more is sent.
+    pub(crate) dead: Cell<bool>,
+    writer: RefCell<Option<Waker>>,
+    reader: RefCell<Option<Waker>>,
+    /// What ICReq settled.
+    pub(crate) params: Cell<Negotiated>,
+    /// The controller and queue ID after Connect.
+    pub(crate) bound: RefCell<Option<Bound>>,
+    /// Queue entries (SQSIZE + 1) after Connect.
+    pub(crate) sq_entries: Cell<u16>,
+    sq_head: Cell<u16>,
+    /// The host disabled SQ flow control and the transport allows C2HData SUCCESS.
+    pub(crate) c2h_success: Cell<bool>,
+    /// Commands by slot.
+    pub(crate) cmds: RefCell<Vec<Cmd>>,
+    free: RefCell<Vec<u16>>,
+    pub(crate) in_flight: Cell<u32>,
+    out: RefCell<Vec<Out>>,
+    /// Bytes queued or being sent.
+    unsent_bytes: Cell<usize>,
+    /// Namespaces this queue pair used, by NSID, valid while the subsystem's epoch is.
+    ns_cache: RefCell<HashMap<u32, Rc<NsChan>>>,
+    ns_epoch: Cell<u64>,
+    /// Outstanding Asynchronous Event Requests (slots), admin queue only.
+    pub(crate) aers: RefCell<Vec<u16>>,
+    /// A fused first command waiting for its second (slot).
+    pub(crate) fused_first: Cell<Option<u16>>,
+    /// The batch being sent: tick it started, bytes.
+    sending: Cell<Option<(u64, usize)>>,
+    /// In-capsule data limit to apply from the next capsule (set by Connect).
+    icd_limit: Cell<Option<u32>>,
+    /// Tick of accept (Connect must come within CONNECT_TIMEOUT).
+    accepted: u64,
+    pub(crate) opts: super::model::TransportOpts,
+}
+
+ferrite_reactor::reactor_local! {
+    /// This reactor's connections by ID.
+    static LIVE: RefCell<HashMap<u64, Rc<Conn>>> = RefCell::new(HashMap::new());
+}
+
+ferrite_reactor::reactor_local! {
+    /// True while this reactor's watchdog runs.
+    static WATCHDOG: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Connection IDs, unique in the process.
+static NEXT_CONN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// What `nvmf_subsystem_get_qpairs` shows of a connection.
+#[derive(Debug, Clone)]
+pub struct QpairInfo {
+    /// Subsystem NQN.
+    pub subnqn: String,
+    /// Controller ID.
+    pub cntlid: u16,
+    /// Queue ID.
+    pub qid: u16,
+    /// Peer address.
+    pub peer: String,
+    /// Listener.
+    pub trid: Trid,
+    /// Reactor.
+    pub reactor: usize,
+}
+
+/// This reactor's connected queue pairs.
+pub(crate) fn local_qpairs() -> Vec<QpairInfo> {
+    LIVE.with(|l| {
+        l.borrow()
+            .values()
+            .filter_map(|c| {
+                c.bound.borrow().as_ref().map(|b| QpairInfo {
+                    subnqn: b.ctrl.subnqn.clone(),
+                    cntlid: b.ctrl.cntlid,
+                    qid: b.qid,
+                    peer: c.peer.clone(),
+                    trid: c.trid.clone(),
+                    reactor: c.reactor,
+                })
+            })
+            .collect()
+    })
+}
+
+/// Closes this reactor's connections that `pred` selects; returns how many.
+pub(crate) fn close_local(pred: &dyn Fn(&Conn) -> bool) -> usize {
+    let cs: Vec<Rc<Conn>> = LIVE.with(|l| l.borrow().values().filter(|c| pred(c)).cloned().collect());
+    for c in &cs {
+        c.close();
+    }
+    cs.len()
+}
+
+/// Drops every cached namespace of this reactor's queue pairs (a namespace was removed: its
+/// channels must go so that its bdev can close).
+pub(crate) fn purge_namespaces_local() {
+    let cs: Vec<Rc<Conn>> = LIVE.with(|l| l.borrow().values().cloned().collect());
+    for c in cs {
+        c.ns_cache.borrow_mut().clear();
+    }
+}
+
+/// Delivers a controller's pending asynchronous events to its outstanding AERs (runs on the
+/// admin queue's reactor).
+pub(crate) fn deliver_events(ctrl: &Arc<Ctrlr>) {
+    let Some(c) = LIVE.with(|l| l.borrow().get(&ctrl.admin_conn).cloned()) else { return };
+    c.deliver_events();
+}
+
+impl Conn {
+    /// Closes the connection: no more commands are read, nothing more is sent.
+    pub(crate) fn close(&self) {
+        if !self.dead.replace(true) {
+            log::info!("nvmf connection {}: closing", self.id);
+        }
+        self.closing.set(true);
+        self.sock.shutdown();
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if let Some(w) = self.writer.borrow_mut().take() {
+            w.wake();
+        }
+        if let Some(w) = self.reader.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    /// The controller, once connected.
+    pub(crate) fn ctrl(&self) -> Option<Arc<Ctrlr>> {
+        self.bound.borrow().as_ref().map(|b| b.ctrl.clone())
+    }
+
+    /// The queue ID, once connected.
+    pub(crate) fn qid(&self) -> Option<u16> {
+        self.bound.borrow().as_ref().map(|b| b.qid)
+    }
+
+    fn take_slot(&self) -> Option<u16> {
+        let mut cmds = self.cmds.borrow_mut();
+        let i = match self.free.borrow_mut().pop() {
+            Some(i) => i,
+            None => {
+                let cap = usize::from(self.sq_entries.get().max(1));
+                if cmds.len() >= cap {
+                    return None;
+                }
+                cmds.push(Cmd::free());
+                (cmds.len() - 1) as u16
+            }
+        };
+        self.in_flight.set(self.in_flight.get() + 1);
+        Some(i)
+    }
+
+    fn release(&self, slot: u16) {
+        {
+            let mut cmds = self.cmds.borrow_mut();
+            let c = &mut cmds[usize::from(slot)];
+            c.phase = Phase::Free;
+            c.buf = None;
+            c.ns = None;
+            c.partner = None;
+            c.parts = 0;
+        }
+        self.free.borrow_mut().push(slot);
+        self.in_flight.set(self.in_flight.get() - 1);
+        if self.closing.get() && self.in_flight.get() == 0 {
+            self.wake();
+        }
+    }
+
+    /// The next SQHD (SPDK advances it as each response goes out).
+    fn next_sqhd(&self) -> u16 {
+        let n = self.sq_entries.get().max(1);
+        let h = (self.sq_head.get() + 1) % n;
+        self.sq_head.set(h);
+        h
+    }
+
+    fn push_out(&self, o: Out) {
+        let bytes = o.head_len as usize
+            + o.data.iter().map(|d| d.len()).sum::<usize>()
+            + if o.has_ddgst { 4 } else { 0 }
+            + o.resp_len as usize;
+        self.unsent_bytes.set(self.unsent_bytes.get() + bytes);
+        self.out.borrow_mut().push(o);
+        if let Some(w) = self.writer.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    /// Completes the command in `slot` with `status` (and `dw0`); `data` is what a successful
+    /// controller-to-host command returns (at most the command's length is sent). Frees the
+    /// slot.
+    pub(crate) fn complete(&self, slot: u16, status: Status, dw0: u32, data: Option<SmallVec<[IoBuf; 2]>>) {
+        self.complete_full(slot, status, dw0, 0, data)
+    }
+
+    /// Completes with a 64-bit result (Property Get of an 8-byte property).
+    pub(crate) fn complete_with_dw1(&self, slot: u16, dw0: u32, dw1: u32) {
+        self.complete_full(slot, Status::SUCCESS, dw0, dw1, None)
+    }
+
+    fn complete_full(&self, slot: u16, status: Status, dw0: u32, dw1: u32, data: Option<SmallVec<[IoBuf; 2]>>) {
+        let (cid, xfer, len) = {
+            let cmds = self.cmds.borrow();
+            let c = &cmds[usize::from(slot)];
+            (c.sqe.cid, c.xfer, c.len)
+        };
+        if !status.is_success() {
+            if let Some(ctrl) = self.ctrl() {
+                ctrl.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.release(slot);
+        if self.dead.get() {
+            return;
+        }
+        let params = self.params.get();
+        let mut o = Out::empty();
+        let mut send_resp = true;
+        if let (true, Xfer::ToHost, Some(mut bufs)) = (status.is_success(), xfer, data) {
+            // Send at most what the host asked for.
+            let mut left = len as usize;
+            for b in bufs.iter_mut() {
+                if b.len() > left {
+                    trim(b, left);
+                }
+                left -= b.len();
+            }
+            bufs.retain(|b| !b.is_empty());
+            let total: usize = bufs.iter().map(|b| b.len()).sum();
+            if total > 0 {
+                let success = self.c2h_success.get() && dw0 == 0;
+                let pdu = Pdu::C2hData(crate::tcp::C2hData {
+                    cccid: cid,
+                    datao: 0,
+                    datal: total as u32,
+                    last: true,
+                    success,
+                });
+                let pieces: SmallVec<[&[u8]; 2]> = bufs.iter().map(|b| &b[..]).collect();
+                match encode(&mut o.head, &params, &pdu, &pieces) {
+                    Ok(f) => {
+                        o.head_len = f.head_len as u8;
+                        if let Some(d) = f.data_digest {
+                            o.ddgst = d;
+                            o.has_ddgst = true;
+                        }
+                        drop(pieces);
+                        o.data = bufs;
+                        send_resp = !success;
+                    }
+                    Err(e) => {
+                        log::warn!("nvmf connection {}: cannot frame C2HData: {e}", self.id);
+                    }
+                }
+            }
+        }
+        if send_resp {
+            let mut cqe = Cqe::new(cid, status);
+            cqe.dw0 = dw0;
+            cqe.dw1 = dw1;
+            cqe.sqid = self.qid().unwrap_or(0);
+            cqe.sqhd = if self.c2h_success.get() { 0xffff } else { self.next_sqhd() };
+            let pdu = Pdu::CapsuleResp(crate::tcp::CapsuleResp { cqe: cqe.to_bytes() });
+            match encode(&mut o.resp, &params, &pdu, &[]) {
+                Ok(f) => o.resp_len = f.head_len as u8,
+                Err(e) => log::warn!("nvmf connection {}: cannot frame a response: {e}", self.id),
+            }
+        } else if !self.c2h_success.get() {
+            self.next_sqhd();
+        }
+        self.push_out(o);
+    }
+
+    /// Queues an R2T asking for the rest of the data of the command in `slot`.
+    fn send_r2t(&self, slot: u16) {
+        let (cid, got, len) = {
+            let cmds = self.cmds.borrow();
+            let c = &cmds[usize::from(slot)];
+            (c.sqe.cid, c.got, c.len)
+        };
+        let pdu = Pdu::R2t(crate::tcp::R2t { cccid: cid, ttag: slot, r2to: got, r2tl: len - got });
+        let mut o = Out::empty();
+        match encode(&mut o.head, &self.params.get(), &pdu, &[]) {
+            Ok(f) => o.head_len = f.head_len as u8,
+            Err(e) => {
+                log::warn!("nvmf connection {}: cannot frame R2T: {e}", self.id);
+                return;
+            }
+        }
+        self.push_out(o);
+    }
+
+    /// Completes pending AERs with pending events.
+    pub(crate) fn deliver_events(&self) {
+        let Some(ctrl) = self.ctrl() else { return };
+        loop {
+            if self.aers.borrow().is_empty() {
+                return;
+            }
+            let Some(ev) = ctrl.regs.lock().unwrap().pending.pop_front() else { return };
+            let slot = self.aers.borrow_mut().remove(0);
+            self.complete(slot, Status::SUCCESS, ev.to_dw0(), None);
+        }
+    }
+
+    /// The namespace `nsid` as this queue pair uses it, or the status to fail the command with.
+    pub(crate) fn namespace(&self, nsid: u32) -> Result<Rc<NsChan>, Status> {
+        let ctrl = self.ctrl().ok_or(Status::generic(generic::COMMAND_SEQUENCE_ERROR))?;
+        let epoch = ctrl.subsys.epoch.load(Ordering::Acquire);
+        if epoch != self.ns_epoch.get() {
+            self.ns_cache.borrow_mut().clear();
+            self.ns_epoch.set(epoch);
+        }
+        if let Some(n) = self.ns_cache.borrow().get(&nsid) {
+            return Ok(n.clone());
+        }
+        let invalid = Status::generic(generic::INVALID_NAMESPACE_OR_FORMAT).with_dnr();
+        let (ns, state) = {
+            let t = super::model::tables();
+            let s = t.subsystem(&ctrl.subnqn).ok_or(invalid)?;
+            let ns = s.namespaces.get(&nsid).cloned().ok_or(invalid)?;
+            let state = s.listener(&self.trid).map(|l| l.ana_state(ns.anagrpid));
+            (ns, state)
+        };
+        let inaccessible = match state {
+            None => Some(Status::path(crate::spec::status::path::ASYMMETRIC_ACCESS_INACCESSIBLE)),
+            Some(s) if !s.serves_io() => Some(Status::path(match s {
+                super::model::AnaState::PersistentLoss => crate::spec::status::path::ASYMMETRIC_ACCESS_PERSISTENT_LOSS,
+                super::model::AnaState::Change => crate::spec::status::path::ASYMMETRIC_ACCESS_TRANSITION,
+                _ => crate::spec::status::path::ASYMMETRIC_ACCESS_INACCESSIBLE,
+            })),
+            Some(_) => None,
+        };
+        let ch = ns.desc.channel().map_err(|e| {
+            log::warn!("nvmf connection {}: namespace {nsid}: {e}", self.id);
+            Status::generic(generic::NAMESPACE_NOT_READY)
+        })?;
+        let n = Rc::new(NsChan { block_size: ns.bdev().block_size(), ns, ch, inaccessible });
+        self.ns_cache.borrow_mut().insert(nsid, n.clone());
+        Ok(n)
+    }
+}
+
+/// Shortens a buffer to `len` bytes (a slice of it when it is shared or lent).
+fn trim(b: &mut IoBuf, len: usize) {
+    b.set_len(len);
+}
+
+/// Starts this reactor's watchdog if it is not running: once a second it closes connections
+/// that did not connect in time, whose controller is gone or whose keep-alive expired, and
+/// those whose host stopped reading.
+fn start_watchdog() {
+    if WATCHDOG.with(|w| w.replace(true)) || ferrite_reactor::current().is_none() {
+        return;
+    }
+    fn tick() {
+        use ferrite_reactor::tsc::{duration_to_ticks, ticks};
+        let now = ticks();
+        let (conns, any) = LIVE.with(|l| {
+            let l = l.borrow();
+            (l.values().filter(|c| !c.dead.get()).cloned().collect::<Vec<_>>(), !l.is_empty())
+        });
+        for c in conns {
+            let bound = c.bound.borrow().as_ref().map(|b| (b.ctrl.clone(), b.qid));
+            match bound {
+                None if now.saturating_sub(c.accepted) > duration_to_ticks(CONNECT_TIMEOUT) => {
+                    log::warn!(
+                        "nvmf connection {} from {}: no Connect within {CONNECT_TIMEOUT:?}; closing",
+                        c.id,
+                        c.peer
+                    );
+                    c.close();
+                }
+                None => {}
+                Some((ctrl, qid)) => {
+                    if ctrl.is_dead() {
+                        c.close();
+                    } else if qid == 0 && ctrl.keep_alive_expired() {
+                        log::warn!(
+                            "nvmf controller {} of {} (host {}): keep-alive timeout expired; closing it",
+                            ctrl.cntlid,
+                            ctrl.subnqn,
+                            ctrl.hostnqn
+                        );
+                        super::exec::destroy_ctrlr(&ctrl);
+                        c.close();
+                    }
+                }
+            }
+            if let Some((since, bytes)) = c.sending.get() {
+                let limit = duration_to_ticks(SEND_BASE_TIME + Duration::from_secs((bytes >> 20) as u64));
+                if now.saturating_sub(since) > limit {
+                    log::warn!("nvmf connection {}: the host has not read its data in time; closing", c.id);
+                    c.close();
+                }
+            }
+        }
+        if any {
+            ferrite_reactor::after(WATCHDOG_PERIOD, tick);
+        } else {
+            WATCHDOG.with(|w| w.set(false));
+        }
+    }
+    ferrite_reactor::after(WATCHDOG_PERIOD, tick);
+}
+
+const WATCHDOG_PERIOD: Duration = Duration::from_secs(1);
+
+/// Serves one accepted connection to the end (a task on the reactor that owns it); `_slot`
+/// (the listener's connection count) is given back when it ends.
+pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
+    let reactor = ferrite_reactor::current().unwrap_or(0);
+    let opts = super::model::tables().transport_opts();
+    let id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+    let c = Rc::new(Conn {
+        id,
+        sock,
+        peer: peer.clone(),
+        trid,
+        reactor,
+        closing: Cell::new(false),
+        dead: Cell::new(false),
+        writer: RefCell::new(None),
+        reader: RefCell::new(None),
+        params: Cell::new(Negotiated::INITIAL),
+        bound: RefCell::new(None),
+        sq_entries: Cell::new(1),
+        sq_head: Cell::new(0),
+        c2h_success: Cell::new(false),
+        cmds: RefCell::new(Vec::new()),
+        free: RefCell::new(Vec::new()),
+        in_flight: Cell::new(0),
+        out: RefCell::new(Vec::new()),
+        unsent_bytes: Cell::new(0),
+        ns_cache: RefCell::new(HashMap::new()),
+        ns_epoch: Cell::new(u64::MAX),
+        aers: RefCell::new(Vec::new()),
+        fused_first: Cell::new(None),
+        sending: Cell::new(None),
+        icd_limit: Cell::new(None),
+        accepted: ferrite_reactor::tsc::ticks(),
+        opts,
+    });
+    LIVE.with(|l| l.borrow_mut().insert(id, c.clone()));
+    start_watchdog();
+    log::info!("nvmf connection {id} from {peer} on reactor {reactor}");
+    let writer_task = ferrite_reactor::spawn_local(writer(c.clone()));
+    if let Err(e) = reader(&c).await {
+        if !c.closing.get() {
+            log::info!("nvmf connection {id}: {e}");
+        }
+        // The host is gone or broke the protocol: nothing more is sent.
+        c.dead.set(true);
+    }
+    c.closing.set(true);
+    // Commands that wait on the host (AERs, a fused first, data still to come) end here.
+    let waiting: Vec<u16> = c
+        .cmds
+        .borrow()
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| matches!(x.phase, Phase::Ready | Phase::Receiving))
+        .map(|(i, _)| i as u16)
+        .collect();
+    c.aers.borrow_mut().clear();
+    c.fused_first.set(None);
+    for slot in waiting {
+        c.release(slot);
+    }
+    // Requests still waiting (for memory, in a delay bdev) are asked to end.
+    abort_in_flight(&c);
+    c.wake();
+    writer_task.await;
+    c.sock.shutdown();
+    super::exec::disconnected(&c);
+    c.ns_cache.borrow_mut().clear();
+    c.cmds.borrow_mut().clear();
+    LIVE.with(|l| l.borrow_mut().remove(&id));
+    log::info!("nvmf connection {id} closed");
+}
+
+/// Asks the bdev layer to abort every request of the connection still in flight.
+fn abort_in_flight(c: &Rc<Conn>) {
+    struct Ignore;
+    impl ferrite_bdev::IoCompleter for Ignore {
+        fn io_done(&self, _tag: u64, _io: ferrite_bdev::Completed) {}
+    }
+    let running: Vec<(u16, Rc<NsChan>)> = c
+        .cmds
+        .borrow()
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.phase == Phase::Running)
+        .filter_map(|(i, x)| x.ns.clone().map(|n| (i as u16, n)))
+        .collect();
+    if running.is_empty() {
+        return;
+    }
+    let me = c.clone();
+    let ignore: Rc<dyn ferrite_bdev::IoCompleter> = Rc::new(Ignore);
+    for (slot, n) in running {
+        n.ch.submit(ferrite_bdev::IoRequest::abort(&me, u64::from(slot)), ignore.clone(), 0);
+    }
+}
+
+/// Sends every queued PDU, batch by batch, until the connection closes and drains.
+async fn writer(c: Rc<Conn>) {
+    let mut batch: Vec<Out> = Vec::new();
+    let mut parts: Vec<(*const u8, usize)> = Vec::new();
+    let cache = SendCache::default();
+    loop {
+        let done = poll_fn(|cx| {
+            if !c.out.borrow().is_empty() {
+                return Poll::Ready(false);
+            }
+            if c.closing.get() && (c.in_flight.get() == 0 || c.dead.get()) {
+                return Poll::Ready(true);
+            }
+            *c.writer.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+        if done {
+            return;
+        }
+        std::mem::swap(&mut *c.out.borrow_mut(), &mut batch);
+        let bytes = c.unsent_bytes.replace(0);
+        if c.dead.get() {
+            batch.clear();
+            continue;
+        }
+        parts.clear();
+        for o in &batch {
+            parts.push((o.head.as_ptr(), o.head_len as usize));
+            for d in &o.data {
+                parts.push((d.as_ptr(), d.len()));
+            }
+            if o.has_ddgst {
+                parts.push((o.ddgst.as_ptr(), 4));
+            }
+            parts.push((o.resp.as_ptr(), o.resp_len as usize));
+        }
+        c.sending.set(Some((ferrite_reactor::tsc::ticks(), bytes)));
+        // SAFETY: every part points into `batch` (arrays inside its heap buffer, data in
+        // buffers it owns), which send_parts keeps until the send completes.
+        let (res, b) = unsafe { c.sock.send_parts(&cache, &parts, batch).await };
+        c.sending.set(None);
+        batch = b;
+        batch.clear();
+        if let Some(w) = c.reader.borrow_mut().take() {
+            w.wake();
+        }
+        if let Err(e) = res {
+            if !c.closing.get() {
+                log::info!("nvmf connection {}: send failed: {e}", c.id);
+            }
+            c.close();
+        }
+    }
+}
+
+/// Queued bytes past which the reader stops reading (the host must read its data first).
+const MAX_UNSENT: usize = 8 << 20;
+
+/// Data a connection's receive is waiting to place.
+#[derive(Clone, Copy)]
+enum Dest {
+    /// A command's buffer from this offset.
+    Cmd { slot: u16, at: u32 },
+    /// Nowhere (a failed command's data, a TermReq's copy of a header).
+    Skip,
+}
+
+/// Sends a C2HTermReq for `e` (its data: the offending header) and ends the connection.
+async fn terminate(c: &Conn, dec: &Decoder, e: PduError) -> String {
+    let mut buf = [0u8; 256];
+    if let Some(fes) = e.fes() {
+        if let Ok(n) = crate::tcp::encode_term_req(&mut buf, Role::Controller, fes, e.fei(), dec.received_header()) {
+            let _ = c.sock.send_all_by(buf[..n].to_vec(), Instant::now() + Duration::from_secs(1)).await;
+        }
+    }
+    format!("protocol error: {e}; sent C2HTermReq")
+}
+
+/// Reads and runs commands until the host disconnects, errs or the connection closes.
+async fn reader(c: &Rc<Conn>) -> Result<(), String> {
+    let mut rx = Rx::new(&c.sock);
+    let mut dec = Decoder::new(Role::Controller);
+    let mut dest = Dest::Skip;
+    loop {
+        if c.closing.get() {
+            return Ok(());
+        }
+        // Back-pressure: the host is not reading what it asked for.
+        if c.unsent_bytes.get() > MAX_UNSENT && !rx.has_buffered() {
+            rx.pause();
+            poll_fn(|cx| {
+                if c.closing.get() || c.unsent_bytes.get() <= MAX_UNSENT {
+                    return Poll::Ready(());
+                }
+                *c.reader.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            })
+            .await;
+            continue;
+        }
+        match dec.want() {
+            Want::Closed => return Err("decoder stopped".into()),
+            Want::Bytes(_) => {
+                let chunk = rx.chunk().await?;
+                let fed = match dec.feed(chunk) {
+                    Ok(f) => f,
+                    Err(e) => return Err(terminate(c, &dec, e).await),
+                };
+                chunk.consume(fed.consumed);
+                match fed.event {
+                    None => {}
+                    Some(Event::Header(h)) => match on_header(c, &mut dec, h)? {
+                        Some(d) => dest = d,
+                        None => dest = Dest::Skip,
+                    },
+                    Some(Event::DataEnd) => data_end(c, dest, false),
+                    Some(Event::DataDigestError { received, computed, .. }) => {
+                        log::warn!("nvmf connection {}: data digest {received:#010x}, computed {computed:#010x}", c.id);
+                        data_end(c, dest, true)
+                    }
+                }
+            }
+            Want::Data(left) => {
+                let left = left as usize;
+                match dest {
+                    Dest::Skip => {
+                        // Show the skipped bytes to the decoder (for its digest).
+                        let chunk = rx.chunk().await?;
+                        let k = chunk.len().min(left);
+                        let fed = dec.data(&chunk[..k]);
+                        chunk.consume(fed.consumed);
+                        if let Some(ev) = fed.event {
+                            if matches!(ev, Event::DataEnd) {
+                                data_end(c, dest, false);
+                            }
+                        }
+                    }
+                    Dest::Cmd { slot, at } => {
+                        let buf = c.cmds.borrow_mut()[usize::from(slot)].buf.take();
+                        let Some(buf) = buf else { return Err("data for a command without a buffer".into()) };
+                        let deadline = Some(Instant::now() + DATA_BASE_TIME + Duration::from_secs((left >> 20) as u64));
+                        let (res, buf) = rx.fill(buf, at as usize, left, deadline).await;
+                        let fed = dec.data(&buf[at as usize..at as usize + left]);
+                        {
+                            let mut cmds = c.cmds.borrow_mut();
+                            let cmd = &mut cmds[usize::from(slot)];
+                            cmd.buf = Some(buf);
+                            cmd.got += left as u32;
+                        }
+                        res?;
+                        dest = Dest::Cmd { slot, at: at + left as u32 };
+                        if let Some(Event::DataEnd) = fed.event {
+                            data_end(c, dest, false);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A header arrived: returns where its data goes.
+fn on_header(c: &Rc<Conn>, dec: &mut Decoder, h: crate::tcp::Header) -> Result<Option<Dest>, String> {
+    match h.pdu {
+        Pdu::IcReq(req) => {
+            let o = &c.opts;
+            let cfg = ControllerConfig { header_digest: true, data_digest: true, cpda: 0, maxh2cdata: o.max_h2c_data };
+            let (resp, params) = controller_accept(&req, &cfg);
+            let mut out = Out::empty();
+            let f = encode(&mut out.head, &Negotiated::INITIAL, &Pdu::IcResp(resp), &[])
+                .map_err(|e| format!("cannot frame ICResp: {e}"))?;
+            out.head_len = f.head_len as u8;
+            dec.set_params(params);
+            dec.set_max_icd(crate::tcp::pdu::ADMIN_MAX_ICD);
+            c.params.set(params);
+            log::debug!(
+                "nvmf connection {}: ICReq: header digest {}, data digest {}",
+                c.id,
+                params.header_digest,
+                params.data_digest
+            );
+            c.push_out(out);
+            Ok(None)
+        }
+        Pdu::H2cTermReq(t) => Err(format!("host sent H2CTermReq (FES {:#x}, FEI {:#x})", t.fes, t.fei)),
+        Pdu::CapsuleCmd(cmd) => {
+            let dest = super::exec::capsule(c, &cmd.sqe, h.data_len)?;
+            if let Some(limit) = c.icd_limit.take() {
+                dec.set_max_icd(limit);
+            }
+            Ok(dest.map(|d| Dest::Cmd { slot: d.slot, at: 0 }))
+        }
+        Pdu::H2cData(d) => {
+            let slot = d.ttag;
+            let ok = {
+                let cmds = c.cmds.borrow();
+                cmds.get(usize::from(slot)).is_some_and(|x| {
+                    x.phase == Phase::Receiving
+                        && x.sqe.cid == d.cccid
+                        && x.buf.is_some()
+                        && d.datao == x.got
+                        && u64::from(d.datao) + u64::from(d.datal) <= u64::from(x.len)
+                        && d.datal == h.data_len
+                })
+            };
+            if !ok {
+                return Err(format!(
+                    "H2CData (CCCID {}, TTAG {}, DATAO {}, DATAL {}) does not match an R2T",
+                    d.cccid, d.ttag, d.datao, d.datal
+                ));
+            }
+            Ok(Some(Dest::Cmd { slot, at: d.datao }))
+        }
+        other => Err(format!("unexpected {} from a host", other.pdu_type())),
+    }
+}
+
+/// A PDU's data is all in.
+fn data_end(c: &Rc<Conn>, dest: Dest, digest_error: bool) {
+    let Dest::Cmd { slot, .. } = dest else { return };
+    let ready = {
+        let mut cmds = c.cmds.borrow_mut();
+        let cmd = &mut cmds[usize::from(slot)];
+        cmd.digest_error |= digest_error;
+        cmd.got >= cmd.len
+    };
+    if ready {
+        super::exec::data_ready(c, slot);
+    }
+}
+
+/// A command whose in-capsule data follows its header.
+pub(crate) struct DestCmd {
+    /// Its slot.
+    pub(crate) slot: u16,
+}
+
+impl Conn {
+    /// Sets the in-capsule data limit for the capsules after this one.
+    pub(crate) fn set_icd_limit(&self, limit: u32) {
+        self.icd_limit.set(Some(limit));
+    }
+
+    /// Starts receiving the data of the command in `slot`: it came in the capsule (the decoder
+    /// says so), or an R2T asks for it.
+    pub(crate) fn start_receive(&self, slot: u16, in_capsule: bool) {
+        if !in_capsule {
+            self.send_r2t(slot);
+        }
+    }
+
+    /// Takes a slot for a new command.
+    pub(crate) fn new_cmd(&self, sqe: Sqe, raw: &[u8; 64], xfer: Xfer, len: u32) -> Option<u16> {
+        let slot = self.take_slot()?;
+        let mut cmds = self.cmds.borrow_mut();
+        let c = &mut cmds[usize::from(slot)];
+        c.sqe = sqe;
+        c.raw = *raw;
+        c.xfer = xfer;
+        c.len = len;
+        c.got = 0;
+        c.buf = None;
+        c.ns = None;
+        c.parts = 0;
+        c.part_status = IoStatus::Success;
+        c.partner = None;
+        c.digest_error = false;
+        c.phase = Phase::Running;
+        Some(slot)
+    }
+}

@@ -1,0 +1,121 @@
+//! A queue pair's receive side: bytes in chunks from the reactor's provided buffer ring (an
+//! idle connection holds no buffer), and data placed into command buffers, copied from chunks
+//! when it is small or already here, received straight into the buffer when it is large.
+
+use ferrite_reactor::net::{RecvStream, Socket};
+use ferrite_reactor::{IoBuf, RecvChunk};
+
+/// Data larger than this that has not arrived yet is received straight into its buffer
+/// (stopping the multishot receive costs a round trip, worth it only for large data).
+const DIRECT_FROM: usize = 64 << 10;
+
+/// A connection's received bytes not yet used, and how to receive more.
+pub(crate) struct Rx<'a> {
+    sock: &'a Socket,
+    stream: RecvStream<'a>,
+    cur: Option<RecvChunk>,
+    /// Receive one ring buffer at a time (data just went straight into its buffer).
+    single: bool,
+}
+
+impl<'a> Rx<'a> {
+    /// A receiver on `sock`, which must have no receive of its own in flight.
+    pub(crate) fn new(sock: &'a Socket) -> Self {
+        Self { sock, stream: sock.recv_stream(), cur: None, single: false }
+    }
+
+    /// The chunk being parsed, waiting for one if none is left. Err at end of stream or error.
+    pub(crate) async fn chunk(&mut self) -> Result<&mut RecvChunk, String> {
+        while self.cur.as_ref().is_none_or(|c| c.is_empty()) {
+            self.cur = None;
+            if let Some(c) = self.stream.try_next() {
+                self.cur = Some(c);
+                continue;
+            }
+            let next = if self.single { self.stream.next_single().await } else { self.stream.next().await };
+            match next {
+                Ok(Some(c)) => self.cur = Some(c),
+                Ok(None) => return Err("host closed the connection".into()),
+                Err(e) => return Err(format!("receive: {e}")),
+            }
+        }
+        Ok(self.cur.as_mut().expect("chunk present"))
+    }
+
+    /// True if a received chunk is waiting to be parsed.
+    pub(crate) fn has_buffered(&mut self) -> bool {
+        if self.cur.as_ref().is_some_and(|c| !c.is_empty()) {
+            return true;
+        }
+        self.cur = self.stream.try_next();
+        self.cur.is_some()
+    }
+
+    /// Copies received bytes into `dst` without waiting; returns how many.
+    fn take_buffered(&mut self, dst: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < dst.len() {
+            if self.cur.as_ref().is_none_or(|c| c.is_empty()) {
+                self.cur = self.stream.try_next();
+            }
+            let Some(c) = self.cur.as_mut() else { break };
+            let k = c.len().min(dst.len() - n);
+            dst[n..n + k].copy_from_slice(&c[..k]);
+            c.consume(k);
+            n += k;
+        }
+        if self.cur.as_ref().is_some_and(|c| c.is_empty()) {
+            self.cur = None;
+        }
+        n
+    }
+
+    /// Fills `buf[at..at + len]` with the next `len` bytes of the stream. Returns the buffer
+    /// and whether it worked.
+    pub(crate) async fn fill(
+        &mut self,
+        mut buf: IoBuf,
+        at: usize,
+        len: usize,
+        deadline: Option<std::time::Instant>,
+    ) -> (Result<(), String>, IoBuf) {
+        let end = at + len;
+        let mut have = at + self.take_buffered(&mut buf[at..end]);
+        self.single = false;
+        while have < end && end - have <= DIRECT_FROM {
+            // Small remainders come with the next chunks.
+            let c = match self.chunk().await {
+                Ok(c) => c,
+                Err(e) => return (Err(e), buf),
+            };
+            let k = c.len().min(end - have);
+            buf[have..have + k].copy_from_slice(&c[..k]);
+            c.consume(k);
+            have += k;
+        }
+        if have == end {
+            return (Ok(()), buf);
+        }
+        // Large: stop the stream (what it received meanwhile is queued and copied), then
+        // receive the rest straight into the buffer.
+        self.stream.stop().await;
+        have += self.take_buffered(&mut buf[have..end]);
+        if have == end {
+            return (Ok(()), buf);
+        }
+        self.single = true;
+        let whole = buf.len();
+        buf.set_len(end);
+        let (res, mut buf) = match deadline {
+            Some(d) => self.sock.recv_exact_by(buf, have, d).await,
+            None => self.sock.recv_exact(buf, have).await,
+        };
+        buf.set_len(whole);
+        (res.map_err(|e| format!("receive data: {e}")), buf)
+    }
+
+    /// Pauses receiving (back-pressure): further bytes stay in the socket.
+    pub(crate) fn pause(&mut self) {
+        self.stream.disarm();
+    }
+}
