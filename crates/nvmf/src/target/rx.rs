@@ -83,8 +83,19 @@ impl<'a> Rx<'a> {
         let mut have = at + self.take_buffered(&mut buf[at..end]);
         self.single = false;
         while have < end && end - have <= DIRECT_FROM {
-            // Small remainders come with the next chunks.
-            let c = match self.chunk().await {
+            // Small remainders come with the next chunks (by the deadline: a host that stops
+            // sending mid-data would otherwise hold the buffer for as long as it stays).
+            let next = match deadline {
+                Some(d) => {
+                    race(self.chunk(), async {
+                        ferrite_reactor::sleep(d.saturating_duration_since(std::time::Instant::now())).await;
+                        Err("the host did not send a command's data in time".to_string())
+                    })
+                    .await
+                }
+                None => self.chunk().await,
+            };
+            let c = match next {
                 Ok(c) => c,
                 Err(e) => return (Err(e), buf),
             };
@@ -118,4 +129,17 @@ impl<'a> Rx<'a> {
     pub(crate) fn pause(&mut self) {
         self.stream.disarm();
     }
+}
+
+/// Polls two futures and returns the first result.
+async fn race<T>(a: impl std::future::Future<Output = T>, b: impl std::future::Future<Output = T>) -> T {
+    let mut a = std::pin::pin!(a);
+    let mut b = std::pin::pin!(b);
+    std::future::poll_fn(move |cx| {
+        if let std::task::Poll::Ready(v) = a.as_mut().poll(cx) {
+            return std::task::Poll::Ready(v);
+        }
+        b.as_mut().poll(cx)
+    })
+    .await
 }
