@@ -64,20 +64,22 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
     if with_data && nlb * bs != u64::from(len) {
         return c.complete(slot, Status::generic(generic::DATA_SGL_LENGTH_INVALID).with_dnr(), 0, None);
     }
-    let stats = c.bound.borrow().as_ref().map(|b| b.stats.clone());
+    let count = |read: bool| {
+        if let Some(b) = c.bound.borrow().as_ref() {
+            // Only this reactor writes these counters: no contended cache line.
+            let s = &b.stats;
+            let (n, bytes) = if read { (&s.reads, &s.read_bytes) } else { (&s.writes, &s.written_bytes) };
+            n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            bytes.store(bytes.load(Ordering::Relaxed) + u64::from(len), Ordering::Relaxed);
+        }
+    };
     let req = match sqe.opcode {
         nvm::READ => {
-            if let Some(s) = &stats {
-                s.reads.fetch_add(1, Ordering::Relaxed);
-                s.read_bytes.fetch_add(u64::from(len), Ordering::Relaxed);
-            }
+            count(true);
             IoRequest::read_zcopy(slba, nlb)
         }
         nvm::WRITE => {
-            if let Some(s) = &stats {
-                s.writes.fetch_add(1, Ordering::Relaxed);
-                s.written_bytes.fetch_add(u64::from(len), Ordering::Relaxed);
-            }
+            count(false);
             let Some(buf) = c.cmds.borrow_mut()[usize::from(slot)].buf.take() else {
                 return c.complete(slot, invalid_field(), 0, None);
             };

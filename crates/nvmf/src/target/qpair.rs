@@ -178,7 +178,7 @@ pub(crate) struct Conn {
     /// Bytes queued or being sent.
     unsent_bytes: Cell<usize>,
     /// Namespaces this queue pair used, by NSID, valid while the subsystem's epoch is.
-    ns_cache: RefCell<HashMap<u32, Rc<NsChan>>>,
+    ns_cache: RefCell<Vec<(u32, Rc<NsChan>)>>,
     ns_epoch: Cell<u64>,
     /// Outstanding Asynchronous Event Requests (slots), admin queue only.
     pub(crate) aers: RefCell<Vec<u16>>,
@@ -476,7 +476,8 @@ impl Conn {
             self.ns_cache.borrow_mut().clear();
             self.ns_epoch.set(epoch);
         }
-        if let Some(n) = self.ns_cache.borrow().get(&nsid) {
+        // A queue pair uses few namespaces: a short list beats hashing on every I/O.
+        if let Some((_, n)) = self.ns_cache.borrow().iter().find(|(id, _)| *id == nsid) {
             return Ok(n.clone());
         }
         let invalid = Status::generic(generic::INVALID_NAMESPACE_OR_FORMAT).with_dnr();
@@ -501,7 +502,7 @@ impl Conn {
             Status::generic(generic::NAMESPACE_NOT_READY)
         })?;
         let n = Rc::new(NsChan { block_size: ns.bdev().block_size(), ns, ch, inaccessible });
-        self.ns_cache.borrow_mut().insert(nsid, n.clone());
+        self.ns_cache.borrow_mut().push((nsid, n.clone()));
         Ok(n)
     }
 }
@@ -597,7 +598,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
         in_flight: Cell::new(0),
         out: RefCell::new(Vec::new()),
         unsent_bytes: Cell::new(0),
-        ns_cache: RefCell::new(HashMap::new()),
+        ns_cache: RefCell::new(Vec::new()),
         ns_epoch: Cell::new(u64::MAX),
         aers: RefCell::new(Vec::new()),
         fused_first: Cell::new(None),
