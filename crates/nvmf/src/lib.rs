@@ -6,6 +6,7 @@
 //! include/spdk/nvme_spec.h and nvmf_spec.h), `tcp` the transport's framing, `target` the
 //! NVMe-oF target (SPDK's lib/nvmf).
 
+pub mod rx;
 pub mod spec;
 pub mod target;
 pub mod tcp;

@@ -4,7 +4,7 @@
 //!   listeners with ANA states, referrals), one per engine;
 //! - [`ctrlr`]: a controller, shared by its queue pairs across reactors;
 //! - `listen`: the TCP listeners (accept on the first reactor, queue pairs round robin);
-//! - `qpair`: one connection, its receive and send tasks; `rx` its receive side;
+//! - `qpair`: one connection, its receive and send tasks (receiving through [`crate::rx`]);
 //! - `exec`: capsule checks and Fabrics commands; `admin` and `io` the other commands;
 //! - [`rpc`]: SPDK's `nvmf_*` methods and the "nvmf" config subsystem.
 
@@ -17,6 +17,5 @@ mod exec;
 mod io;
 mod listen;
 mod qpair;
-mod rx;
 
 pub use qpair::QpairInfo;

@@ -9,7 +9,7 @@
 
 use super::ctrlr::Ctrlr;
 use super::model::{Namespace, Trid};
-use super::rx::Rx;
+use crate::rx::Rx;
 use crate::spec::cqe::Cqe;
 use crate::spec::sqe::Sqe;
 use crate::spec::status::{generic, Status};

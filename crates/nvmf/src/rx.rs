@@ -1,4 +1,4 @@
-//! A queue pair's receive side: bytes in chunks from the reactor's provided buffer ring (an
+//! A queue pair's receive side (target and host): bytes in chunks from the reactor's provided buffer ring (an
 //! idle connection holds no buffer), and data placed into command buffers, copied from chunks
 //! when it is small or already here, received straight into the buffer when it is large.
 
@@ -10,7 +10,8 @@ use ferrite_reactor::{IoBuf, RecvChunk};
 const DIRECT_FROM: usize = 64 << 10;
 
 /// A connection's received bytes not yet used, and how to receive more.
-pub(crate) struct Rx<'a> {
+/// The receive side of one NVMe/TCP connection.
+pub struct Rx<'a> {
     sock: &'a Socket,
     stream: RecvStream<'a>,
     cur: Option<RecvChunk>,
@@ -20,12 +21,12 @@ pub(crate) struct Rx<'a> {
 
 impl<'a> Rx<'a> {
     /// A receiver on `sock`, which must have no receive of its own in flight.
-    pub(crate) fn new(sock: &'a Socket) -> Self {
+    pub fn new(sock: &'a Socket) -> Self {
         Self { sock, stream: sock.recv_stream(), cur: None, single: false }
     }
 
     /// The chunk being parsed, waiting for one if none is left. Err at end of stream or error.
-    pub(crate) async fn chunk(&mut self) -> Result<&mut RecvChunk, String> {
+    pub async fn chunk(&mut self) -> Result<&mut RecvChunk, String> {
         while self.cur.as_ref().is_none_or(|c| c.is_empty()) {
             self.cur = None;
             if let Some(c) = self.stream.try_next() {
@@ -43,7 +44,7 @@ impl<'a> Rx<'a> {
     }
 
     /// True if a received chunk is waiting to be parsed.
-    pub(crate) fn has_buffered(&mut self) -> bool {
+    pub fn has_buffered(&mut self) -> bool {
         if self.cur.as_ref().is_some_and(|c| !c.is_empty()) {
             return true;
         }
@@ -72,7 +73,7 @@ impl<'a> Rx<'a> {
 
     /// Fills `buf[at..at + len]` with the next `len` bytes of the stream. Returns the buffer
     /// and whether it worked.
-    pub(crate) async fn fill(
+    pub async fn fill(
         &mut self,
         mut buf: IoBuf,
         at: usize,
@@ -126,7 +127,7 @@ impl<'a> Rx<'a> {
     }
 
     /// Pauses receiving (back-pressure): further bytes stay in the socket.
-    pub(crate) fn pause(&mut self) {
+    pub fn pause(&mut self) {
         self.stream.disarm();
     }
 }

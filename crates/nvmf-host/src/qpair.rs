@@ -1,0 +1,768 @@
+//! One host queue pair: a TCP connection to a controller, owned by one reactor.
+//!
+//! As on the target, a reader task decodes PDUs (ICResp, response capsules, C2HData placed
+//! straight into the request's buffers, R2Ts answered with H2CData from the request's buffers)
+//! and a writer task sends what is queued in one `sendmsg`. A command's slot is its CID. A
+//! command whose data is still being sent is not completed (and its buffers not released)
+//! before the send is done, whatever the controller answers.
+
+use ferrite_bdev::{BdevIo, IoStatus};
+use ferrite_nvmf::rx::Rx;
+use ferrite_nvmf::spec::cqe::Cqe;
+use ferrite_nvmf::spec::fabrics::{ConnectCommand, ConnectData, ConnectSuccess};
+use ferrite_nvmf::spec::nqn::NqnField;
+use ferrite_nvmf::spec::sgl::SglDescriptor;
+use ferrite_nvmf::spec::sqe::Sqe;
+use ferrite_nvmf::spec::status::Status;
+use ferrite_nvmf::tcp::encoder::MAX_HEAD_LEN;
+use ferrite_nvmf::tcp::{encode, host_accept, Decoder, Event, IcReq, Negotiated, Pdu, Role, Want};
+use ferrite_reactor::net::{SendCache, Socket};
+use ferrite_reactor::{oneshot, IoBuf};
+use smallvec::SmallVec;
+use std::cell::{Cell, RefCell};
+use std::future::{poll_fn, Future};
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// What a connection needs to know to Connect.
+#[derive(Debug, Clone)]
+pub struct ConnectParams {
+    /// The controller's address.
+    pub addr: std::net::SocketAddr,
+    /// Subsystem NQN.
+    pub subnqn: String,
+    /// Host NQN.
+    pub hostnqn: String,
+    /// Host identifier.
+    pub hostid: [u8; 16],
+    /// Queue ID (0: admin).
+    pub qid: u16,
+    /// Queue entries.
+    pub entries: u16,
+    /// Controller ID (FFFFh on the admin queue).
+    pub cntlid: u16,
+    /// Keep-alive timeout (admin queue), ms.
+    pub kato_ms: u32,
+    /// Ask for header digests.
+    pub hdgst: bool,
+    /// Ask for data digests.
+    pub ddgst: bool,
+    /// Time allowed for the TCP connect, ICReq and Connect.
+    pub timeout: Duration,
+}
+
+/// An admin or Fabrics command's answer.
+#[derive(Debug)]
+pub struct Reply {
+    /// The completion.
+    pub cqe: Cqe,
+    /// Data the controller returned.
+    pub data: Vec<u8>,
+}
+
+/// Who waits for a command.
+pub enum Owner {
+    /// A bdev request: data goes to or from its buffers; it completes with the status.
+    Bdev(BdevIo),
+    /// A caller waiting on a channel (admin and Fabrics commands), with the data to send.
+    Wait {
+        /// Where the reply goes.
+        tx: oneshot::Sender<Result<Reply, String>>,
+        /// Data to send (host to controller).
+        out: Option<IoBuf>,
+        /// Data received (controller to host).
+        inb: Option<IoBuf>,
+    },
+}
+
+struct Cmd {
+    owner: Option<Owner>,
+    /// Bytes of data the command moves.
+    len: u32,
+    /// Controller-to-host.
+    read: bool,
+    /// PDUs carrying its data not yet sent.
+    in_send: u16,
+    /// A completion that arrived while data was still being sent.
+    done: Option<Cqe>,
+    /// Extra data the command sends (a DSM range list), kept until it completes.
+    extra: Option<IoBuf>,
+}
+
+struct Out {
+    head: [u8; MAX_HEAD_LEN],
+    head_len: u8,
+    pieces: SmallVec<[(*const u8, usize); 2]>,
+    ddgst: [u8; 4],
+    has_ddgst: bool,
+    /// The command whose data this PDU carries.
+    slot: Option<u16>,
+}
+
+/// A connected queue pair.
+pub struct HostQpair {
+    sock: Socket,
+    params: Cell<Negotiated>,
+    qid: u16,
+    /// Most in-capsule data (0: none).
+    pub(crate) icd_max: Cell<u32>,
+    cmds: RefCell<Vec<Cmd>>,
+    free: RefCell<Vec<u16>>,
+    depth: u16,
+    out: RefCell<Vec<Out>>,
+    writer: RefCell<Option<Waker>>,
+    closed: Cell<bool>,
+    ic_wait: RefCell<Option<oneshot::Sender<Result<Negotiated, String>>>>,
+    /// The ICReq sent (the ICResp is checked against it).
+    ic_req: Cell<Option<IcReq>>,
+    /// Tasks still running (reader, writer).
+    tasks: Cell<u8>,
+    /// Runs once when the queue pair fails or closes (after its commands were failed).
+    on_close: RefCell<Option<Box<dyn FnOnce()>>>,
+    /// The controller ID Connect returned.
+    pub cntlid: Cell<u16>,
+}
+
+impl HostQpair {
+    /// Connects a queue pair (TCP, ICReq, Fabrics Connect). Runs on the reactor that will use it.
+    pub async fn connect(p: &ConnectParams) -> Result<Rc<HostQpair>, String> {
+        let deadline = Instant::now() + p.timeout;
+        let sock = Socket::connect_by(p.addr, deadline).await.map_err(|e| format!("connect to {}: {e}", p.addr))?;
+        set_nodelay(sock.raw_fd());
+        let depth = p.entries.saturating_sub(1).max(1);
+        let qp = Rc::new(HostQpair {
+            sock,
+            params: Cell::new(Negotiated::INITIAL),
+            qid: p.qid,
+            icd_max: Cell::new(if p.qid == 0 { 8192 } else { 0 }),
+            cmds: RefCell::new(Vec::new()),
+            free: RefCell::new(Vec::new()),
+            depth,
+            out: RefCell::new(Vec::new()),
+            writer: RefCell::new(None),
+            closed: Cell::new(false),
+            ic_wait: RefCell::new(None),
+            ic_req: Cell::new(None),
+            tasks: Cell::new(2),
+            on_close: RefCell::new(None),
+            cntlid: Cell::new(0),
+        });
+        let (tx, rx) = oneshot::channel();
+        *qp.ic_wait.borrow_mut() = Some(tx);
+        ferrite_reactor::spawn_local(reader(qp.clone())).detach();
+        ferrite_reactor::spawn_local(writer(qp.clone())).detach();
+        let ic = IcReq { pfv: 0, hpda: 0, hdgst: p.hdgst, ddgst: p.ddgst, maxr2t: 0 };
+        qp.ic_req.set(Some(ic));
+        let mut o = Out::new();
+        match encode(&mut o.head, &Negotiated::INITIAL, &Pdu::IcReq(ic), &[]) {
+            Ok(f) => o.head_len = f.head_len as u8,
+            Err(e) => return Err(format!("ICReq: {e}")),
+        }
+        qp.push(o);
+        let params = match with_deadline(rx, deadline).await {
+            Some(Ok(Ok(n))) => n,
+            Some(Ok(Err(e))) => {
+                qp.close();
+                return Err(e);
+            }
+            _ => {
+                qp.close();
+                return Err(format!("{}: no ICResp in time", p.addr));
+            }
+        };
+        let _ = params;
+        // Fabrics Connect with its 1 KiB of data in the capsule.
+        let cmd = ConnectCommand {
+            cid: 0,
+            sgl1: SglDescriptor::in_capsule(0, ConnectData::SIZE as u32),
+            recfmt: 0,
+            qid: p.qid,
+            sqsize: p.entries - 1,
+            cattr: 0,
+            kato: p.kato_ms,
+        };
+        let data = ConnectData {
+            hostid: p.hostid,
+            cntlid: p.cntlid,
+            subnqn: NqnField::new(&p.subnqn).map_err(|e| format!("subsystem NQN: {e}"))?,
+            hostnqn: NqnField::new(&p.hostnqn).map_err(|e| format!("host NQN: {e}"))?,
+        };
+        let mut raw = [0u8; 64];
+        cmd.encode(&mut raw);
+        let mut buf = ferrite_reactor::alloc_buf(ConnectData::SIZE);
+        buf.copy_from_slice(&data.to_bytes());
+        let reply = with_deadline(qp.submit_wait(Sqe::decode(&raw), Some(buf), 0), deadline).await;
+        let reply = match reply {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => {
+                qp.close();
+                return Err(e);
+            }
+            None => {
+                qp.close();
+                return Err(format!("{}: no Connect response in time", p.addr));
+            }
+        };
+        if !reply.cqe.status.is_success() {
+            qp.close();
+            return Err(format!(
+                "Connect to {} qid {} refused: status sct {:#x} sc {:#x}",
+                p.subnqn, p.qid, reply.cqe.status.sct, reply.cqe.status.sc
+            ));
+        }
+        qp.cntlid.set(ConnectSuccess::from_dw0(reply.cqe.dw0).cntlid);
+        Ok(qp)
+    }
+
+    /// Sets what runs when the queue pair fails or closes.
+    pub fn on_close(&self, f: impl FnOnce() + 'static) {
+        if self.closed.get() && self.tasks.get() == 0 {
+            f();
+        } else {
+            *self.on_close.borrow_mut() = Some(Box::new(f));
+        }
+    }
+
+    /// True once closed (or failed).
+    pub fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+
+    /// Queue ID.
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    /// Closes the connection; outstanding commands fail.
+    pub fn close(&self) {
+        if !self.closed.replace(true) {
+            self.sock.shutdown();
+        }
+        if let Some(w) = self.writer.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    fn push(&self, o: Out) {
+        self.out.borrow_mut().push(o);
+        if let Some(w) = self.writer.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    fn take_slot(&self) -> Option<u16> {
+        if let Some(s) = self.free.borrow_mut().pop() {
+            return Some(s);
+        }
+        let mut cmds = self.cmds.borrow_mut();
+        if cmds.len() >= usize::from(self.depth) {
+            return None;
+        }
+        cmds.push(Cmd { owner: None, len: 0, read: false, in_send: 0, done: None, extra: None });
+        Some((cmds.len() - 1) as u16)
+    }
+
+    /// Sends an admin or Fabrics command and waits for its completion. `out`: data to send;
+    /// `in_len`: bytes of data to receive.
+    pub async fn submit_wait(&self, mut sqe: Sqe, out: Option<IoBuf>, in_len: u32) -> Result<Reply, String> {
+        let (tx, rx) = oneshot::channel();
+        let inb = (in_len > 0).then(|| ferrite_reactor::alloc_buf(in_len as usize));
+        let len = out.as_ref().map_or(in_len, |b| b.len() as u32);
+        let read = out.is_none() && in_len > 0;
+        if self.closed.get() {
+            return Err("queue pair closed".into());
+        }
+        let Some(slot) = self.take_slot() else { return Err("queue full".into()) };
+        sqe.cid = slot;
+        let pieces: SmallVec<[(*const u8, usize); 2]> = out.iter().map(|b| (b.as_ptr(), b.len())).collect();
+        {
+            let mut cmds = self.cmds.borrow_mut();
+            let c = &mut cmds[usize::from(slot)];
+            c.owner = Some(Owner::Wait { tx, out, inb });
+            c.len = len;
+            c.read = read;
+            c.done = None;
+        }
+        self.send_capsule(slot, sqe, &pieces, len, read);
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err("queue pair closed".into()),
+        }
+    }
+
+    /// Starts a bdev request as command `sqe` (its CID and SGL are set here); `extra` is data
+    /// to send instead of the request's buffers (a DSM range list). Err gives the request
+    /// back when the queue is full or closed.
+    pub fn submit_io(&self, mut sqe: Sqe, io: BdevIo, read: bool, extra: Option<IoBuf>) -> Result<(), BdevIo> {
+        if self.closed.get() {
+            return Err(io);
+        }
+        let Some(slot) = self.take_slot() else { return Err(io) };
+        sqe.cid = slot;
+        let (pieces, len): (SmallVec<[(*const u8, usize); 2]>, u32) = match &extra {
+            Some(b) => (smallvec::smallvec![(b.as_ptr(), b.len())], b.len() as u32),
+            None if sqe.opcode & 3 == 0 => (SmallVec::new(), 0),
+            None => (io.req.bufs.iter().map(|b| (b.as_ptr(), b.len())).collect(), io.len_bytes() as u32),
+        };
+        {
+            let mut cmds = self.cmds.borrow_mut();
+            let c = &mut cmds[usize::from(slot)];
+            c.owner = Some(Owner::Bdev(io));
+            c.len = len;
+            c.read = read;
+            c.done = None;
+            c.extra = extra;
+        }
+        self.send_capsule(slot, sqe, if read { &[] } else { &pieces }, len, read);
+        Ok(())
+    }
+
+    fn send_capsule(&self, slot: u16, mut sqe: Sqe, pieces: &[(*const u8, usize)], len: u32, read: bool) {
+        let in_capsule = !read && len > 0 && len <= self.icd_max.get();
+        sqe.dptr = ferrite_nvmf::spec::sqe::DataPointer::Sgl(if in_capsule {
+            SglDescriptor::in_capsule(0, len)
+        } else {
+            SglDescriptor::transport(len)
+        });
+        sqe.psdt = ferrite_nvmf::spec::sqe::Psdt::SglMptrContiguous;
+        let mut raw = [0u8; 64];
+        sqe.encode(&mut raw);
+        let mut o = Out::new();
+        // SAFETY: the pieces point into buffers the command's slot owns until it completes,
+        // which waits for this PDU to be sent (`in_send`).
+        let data: SmallVec<[&[u8]; 2]> = if in_capsule {
+            pieces.iter().map(|&(p, l)| unsafe { std::slice::from_raw_parts(p, l) }).collect()
+        } else {
+            SmallVec::new()
+        };
+        let pdu = Pdu::CapsuleCmd(ferrite_nvmf::tcp::CapsuleCmd { sqe: raw });
+        match encode(&mut o.head, &self.params.get(), &pdu, &data) {
+            Ok(f) => {
+                o.head_len = f.head_len as u8;
+                if let Some(d) = f.data_digest {
+                    o.ddgst = d;
+                    o.has_ddgst = true;
+                }
+            }
+            Err(e) => {
+                log::warn!("nvme host: cannot frame a command: {e}");
+                self.finish(slot, Cqe::new(sqe.cid, Status::generic(0x06)));
+                return;
+            }
+        }
+        if in_capsule {
+            o.pieces = pieces.iter().copied().collect();
+            o.slot = Some(slot);
+            self.cmds.borrow_mut()[usize::from(slot)].in_send += 1;
+        }
+        self.push(o);
+    }
+
+    /// Answers an R2T: H2CData PDUs for the range, at most MAXH2CDATA each.
+    fn answer_r2t(&self, r: ferrite_nvmf::tcp::R2t) -> Result<(), String> {
+        let slot = r.cccid;
+        let params = self.params.get();
+        let pieces: SmallVec<[(*const u8, usize); 4]> = {
+            let cmds = self.cmds.borrow();
+            let c = cmds.get(usize::from(slot)).ok_or("R2T for an unknown command")?;
+            if c.read || c.owner.is_none() || u64::from(r.r2to) + u64::from(r.r2tl) > u64::from(c.len) {
+                return Err(format!("R2T (CCCID {}, R2TO {}, R2TL {}) outside its command", r.cccid, r.r2to, r.r2tl));
+            }
+            match (&c.extra, &c.owner) {
+                (Some(b), _) => smallvec::smallvec![(b.as_ptr(), b.len())],
+                (None, Some(Owner::Bdev(io))) => io.req.bufs.iter().map(|b| (b.as_ptr(), b.len())).collect(),
+                (None, Some(Owner::Wait { out: Some(b), .. })) => smallvec::smallvec![(b.as_ptr(), b.len())],
+                _ => return Err("R2T for a command without data".into()),
+            }
+        };
+        let max = params.maxh2cdata.max(4096);
+        let mut off = r.r2to;
+        let end = r.r2to + r.r2tl;
+        while off < end {
+            let n = (end - off).min(max);
+            let mut o = Out::new();
+            // The pieces of [off, off + n) of the scatter list.
+            let mut at = 0u32;
+            for &(p, l) in &pieces {
+                let (s, e) = (at, at + l as u32);
+                at = e;
+                let lo = s.max(off);
+                let hi = e.min(off + n);
+                if lo < hi {
+                    // SAFETY: within the piece.
+                    o.pieces.push((unsafe { p.add((lo - s) as usize) }, (hi - lo) as usize));
+                }
+            }
+            // SAFETY: the pieces point into buffers the slot owns until the send is done.
+            let data: SmallVec<[&[u8]; 4]> =
+                o.pieces.iter().map(|&(p, l)| unsafe { std::slice::from_raw_parts(p, l) }).collect();
+            let pdu = Pdu::H2cData(ferrite_nvmf::tcp::H2cData {
+                cccid: r.cccid,
+                ttag: r.ttag,
+                datao: off,
+                datal: n,
+                last: off + n == end,
+            });
+            let f = encode(&mut o.head, &params, &pdu, &data).map_err(|e| format!("H2CData: {e}"))?;
+            o.head_len = f.head_len as u8;
+            if let Some(d) = f.data_digest {
+                o.ddgst = d;
+                o.has_ddgst = true;
+            }
+            o.slot = Some(slot);
+            self.cmds.borrow_mut()[usize::from(slot)].in_send += 1;
+            self.push(o);
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// A completion arrived for `slot` (or the queue pair failed: a made-up one).
+    fn finish(&self, slot: u16, cqe: Cqe) {
+        let owner = {
+            let mut cmds = self.cmds.borrow_mut();
+            let Some(c) = cmds.get_mut(usize::from(slot)) else { return };
+            if c.owner.is_none() {
+                return;
+            }
+            if c.in_send > 0 {
+                // Its data is still with the kernel: complete when the send is done.
+                c.done = Some(cqe);
+                return;
+            }
+            c.extra = None;
+            c.done = None;
+            c.owner.take()
+        };
+        self.free.borrow_mut().push(slot);
+        match owner {
+            Some(Owner::Bdev(io)) => io.complete(status_of(&cqe)),
+            Some(Owner::Wait { tx, inb, .. }) => {
+                let data = inb.map(|b| b.to_vec()).unwrap_or_default();
+                tx.send(Ok(Reply { cqe, data }));
+            }
+            None => {}
+        }
+    }
+
+    /// Fails every outstanding command (the connection is gone).
+    fn fail_all(&self) {
+        let n = self.cmds.borrow().len();
+        for slot in 0..n as u16 {
+            let mut cqe = Cqe::new(slot, Status::path(ferrite_nvmf::spec::status::path::HOST_PATH_ERROR));
+            cqe.dw0 = u32::MAX;
+            self.cmds.borrow_mut()[usize::from(slot)].in_send = 0;
+            self.finish(slot, cqe);
+        }
+    }
+
+    fn task_done(&self) {
+        self.tasks.set(self.tasks.get() - 1);
+        if self.tasks.get() == 0 {
+            self.fail_all();
+            if let Some(w) = self.ic_wait.borrow_mut().take() {
+                w.send(Err("connection closed".into()));
+            }
+            if let Some(f) = self.on_close.borrow_mut().take() {
+                f();
+            }
+        }
+    }
+}
+
+impl Out {
+    fn new() -> Out {
+        Out {
+            head: [0; MAX_HEAD_LEN],
+            head_len: 0,
+            pieces: SmallVec::new(),
+            ddgst: [0; 4],
+            has_ddgst: false,
+            slot: None,
+        }
+    }
+}
+
+/// A bdev status for a completion.
+fn status_of(cqe: &Cqe) -> IoStatus {
+    use ferrite_nvmf::spec::status::{media, path, sct};
+    let s = cqe.status;
+    if s.is_success() {
+        IoStatus::Success
+    } else if s.sct == sct::MEDIA_ERROR && s.sc == media::COMPARE_FAILURE {
+        IoStatus::Miscompare
+    } else if s.sct == sct::PATH && s.sc == path::HOST_PATH_ERROR && cqe.dw0 == u32::MAX {
+        // The connection failed under the command.
+        IoStatus::Failed(libc::EIO)
+    } else {
+        IoStatus::Nvme { sct: s.sct, sc: s.sc }
+    }
+}
+
+fn set_nodelay(fd: std::os::fd::RawFd) {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one int.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            &one as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Waits for `rx` until `deadline`.
+async fn with_deadline<T>(rx: impl std::future::Future<Output = T>, deadline: Instant) -> Option<T> {
+    let mut rx = std::pin::pin!(rx);
+    let mut sleep = std::pin::pin!(ferrite_reactor::sleep(deadline.saturating_duration_since(Instant::now())));
+    poll_fn(|cx| {
+        if let Poll::Ready(v) = rx.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        sleep.as_mut().poll(cx).map(|_| None)
+    })
+    .await
+}
+
+async fn writer(qp: Rc<HostQpair>) {
+    let mut batch: Vec<Out> = Vec::new();
+    let mut parts: Vec<(*const u8, usize)> = Vec::new();
+    let cache = SendCache::default();
+    loop {
+        let closed = poll_fn(|cx| {
+            if qp.closed.get() {
+                return Poll::Ready(true);
+            }
+            if !qp.out.borrow().is_empty() {
+                return Poll::Ready(false);
+            }
+            *qp.writer.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+        if closed {
+            break;
+        }
+        std::mem::swap(&mut *qp.out.borrow_mut(), &mut batch);
+        parts.clear();
+        for o in &batch {
+            parts.push((o.head.as_ptr(), o.head_len as usize));
+            parts.extend(o.pieces.iter().copied());
+            if o.has_ddgst {
+                parts.push((o.ddgst.as_ptr(), 4));
+            }
+        }
+        // SAFETY: heads and digests are inside `batch`, which the send keeps; data pieces point
+        // into buffers their commands' slots keep until `in_send` drops to zero below.
+        let (res, b) = unsafe { qp.sock.send_parts(&cache, &parts, batch).await };
+        batch = b;
+        for o in batch.drain(..) {
+            if let Some(slot) = o.slot {
+                let done = {
+                    let mut cmds = qp.cmds.borrow_mut();
+                    let c = &mut cmds[usize::from(slot)];
+                    c.in_send = c.in_send.saturating_sub(1);
+                    if c.in_send == 0 {
+                        c.done.take()
+                    } else {
+                        None
+                    }
+                };
+                if let Some(cqe) = done {
+                    qp.finish(slot, cqe);
+                }
+            }
+        }
+        if let Err(e) = res {
+            log::info!("nvme host qpair {}: send failed: {e}", qp.qid);
+            qp.close();
+            break;
+        }
+    }
+    qp.out.borrow_mut().clear();
+    qp.task_done();
+}
+
+/// Where received data goes.
+enum Dest {
+    Skip,
+    /// Command `slot`'s read buffers from byte `at`.
+    Cmd {
+        slot: u16,
+        at: u32,
+        success: bool,
+    },
+}
+
+async fn reader(qp: Rc<HostQpair>) {
+    if let Err(e) = read_loop(&qp).await {
+        if !qp.closed.get() {
+            log::info!("nvme host qpair {}: {e}", qp.qid);
+        }
+    }
+    qp.close();
+    qp.task_done();
+}
+
+async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), String> {
+    let mut rx = Rx::new(&qp.sock);
+    let mut dec = Decoder::new(Role::Host);
+    let mut dest = Dest::Skip;
+    loop {
+        if qp.closed.get() {
+            return Ok(());
+        }
+        match dec.want() {
+            Want::Closed => return Err("decoder stopped".into()),
+            Want::Bytes(_) => {
+                let chunk = rx.chunk().await?;
+                let fed = dec.feed(chunk).map_err(|e| format!("protocol error from the controller: {e}"))?;
+                chunk.consume(fed.consumed);
+                match fed.event {
+                    None => {}
+                    Some(Event::Header(h)) => match h.pdu {
+                        Pdu::IcResp(resp) => {
+                            let req = qp.ic_req.get().ok_or("ICResp without an ICReq")?;
+                            let n = host_accept(&req, &resp).map_err(|e| format!("ICResp: {e}"))?;
+                            dec.set_params(n);
+                            qp.params.set(n);
+                            if let Some(w) = qp.ic_wait.borrow_mut().take() {
+                                w.send(Ok(n));
+                            }
+                        }
+                        Pdu::CapsuleResp(r) => {
+                            let cqe = Cqe::decode(&r.cqe);
+                            qp.finish(cqe.cid, cqe);
+                        }
+                        Pdu::C2hData(d) => {
+                            let ok = {
+                                let cmds = qp.cmds.borrow();
+                                cmds.get(usize::from(d.cccid)).is_some_and(|c| {
+                                    c.read
+                                        && c.owner.is_some()
+                                        && u64::from(d.datao) + u64::from(d.datal) <= u64::from(c.len)
+                                })
+                            };
+                            if !ok {
+                                return Err(format!("C2HData for CCCID {} outside a read", d.cccid));
+                            }
+                            dest = Dest::Cmd { slot: d.cccid, at: d.datao, success: d.success };
+                        }
+                        Pdu::R2t(r) => qp.answer_r2t(r)?,
+                        Pdu::C2hTermReq(t) => {
+                            return Err(format!("controller sent C2HTermReq (FES {:#x}, FEI {:#x})", t.fes, t.fei))
+                        }
+                        other => return Err(format!("unexpected {} from a controller", other.pdu_type())),
+                    },
+                    Some(Event::DataEnd) => {
+                        if let Dest::Cmd { slot, success: true, .. } = dest {
+                            qp.finish(slot, Cqe::new(slot, Status::SUCCESS));
+                        }
+                        dest = Dest::Skip;
+                    }
+                    Some(Event::DataDigestError { .. }) => {
+                        if let Dest::Cmd { slot, .. } = dest {
+                            qp.finish(slot, Cqe::new(slot, Status::generic(0x22)));
+                        }
+                        dest = Dest::Skip;
+                    }
+                }
+            }
+            Want::Data(left) => {
+                let left = left as usize;
+                match dest {
+                    Dest::Skip => {
+                        let chunk = rx.chunk().await?;
+                        let k = chunk.len().min(left);
+                        let fed = dec.data(&chunk[..k]);
+                        chunk.consume(fed.consumed);
+                    }
+                    Dest::Cmd { slot, at, success } => {
+                        let fed = place(qp, &mut rx, &mut dec, slot, at, left).await?;
+                        dest = Dest::Cmd { slot, at: at + left as u32, success };
+                        match fed {
+                            Some(Event::DataEnd) => {
+                                if success {
+                                    qp.finish(slot, Cqe::new(slot, Status::SUCCESS));
+                                }
+                                dest = Dest::Skip;
+                            }
+                            Some(Event::DataDigestError { .. }) => {
+                                qp.finish(slot, Cqe::new(slot, Status::generic(0x22)));
+                                dest = Dest::Skip;
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Receives `len` data bytes of command `slot` at byte `at` of its buffers (a scatter list),
+/// showing them to the decoder.
+async fn place(
+    qp: &HostQpair,
+    rx: &mut Rx<'_>,
+    dec: &mut Decoder,
+    slot: u16,
+    at: u32,
+    len: usize,
+) -> Result<Option<Event>, String> {
+    let deadline = Some(Instant::now() + Duration::from_secs(10 + (len >> 20) as u64));
+    let mut off = at as usize;
+    let end = off + len;
+    let mut event = None;
+    let mut seg_start = 0usize;
+    let mut i = 0usize;
+    while off < end {
+        // Take the segment holding `off` out of the command.
+        let buf = {
+            let mut cmds = qp.cmds.borrow_mut();
+            let c = &mut cmds[usize::from(slot)];
+            match c.owner.as_mut() {
+                Some(Owner::Bdev(io)) => {
+                    if i >= io.req.bufs.len() {
+                        return Err("C2HData beyond the read's buffers".into());
+                    }
+                    std::mem::replace(&mut io.req.bufs[i], IoBuf::heap(0))
+                }
+                Some(Owner::Wait { inb: Some(b), .. }) if i == 0 => std::mem::replace(b, IoBuf::heap(0)),
+                _ => return Err("C2HData for a command without buffers".into()),
+            }
+        };
+        let seg_len = buf.len();
+        if off >= seg_start + seg_len {
+            put_back(qp, slot, i, buf);
+            seg_start += seg_len;
+            i += 1;
+            continue;
+        }
+        let from = off - seg_start;
+        let n = (seg_len - from).min(end - off);
+        let (res, buf) = rx.fill(buf, from, n, deadline).await;
+        let fed = dec.data(&buf[from..from + n]);
+        put_back(qp, slot, i, buf);
+        res?;
+        if fed.event.is_some() {
+            event = fed.event;
+        }
+        off += n;
+        seg_start += seg_len;
+        i += 1;
+    }
+    Ok(event)
+}
+
+fn put_back(qp: &HostQpair, slot: u16, i: usize, buf: IoBuf) {
+    let mut cmds = qp.cmds.borrow_mut();
+    match cmds[usize::from(slot)].owner.as_mut() {
+        Some(Owner::Bdev(io)) => io.req.bufs[i] = buf,
+        Some(Owner::Wait { inb: Some(b), .. }) => *b = buf,
+        _ => {}
+    }
+}
