@@ -155,6 +155,8 @@ fn identify_controller(c: &Conn, ctrl: &Ctrlr, t: &Tables) -> IdentifyController
                 id.nanagrpid = s.max_namespaces;
             }
             id.nn = s.max_namespaces;
+            // Linux refuses a controller with ANA reporting whose MNAN is 0 or above NN.
+            id.mnan = s.max_namespaces;
             id.oncs = ic::oncs::COMPARE | ic::oncs::DSM | ic::oncs::WRITE_ZEROES;
             id.fuses = ic::fuses::COMPARE_AND_WRITE;
             id.vwc = ic::vwc::PRESENT | ic::vwc::FLUSH_BROADCAST_NOT_SUPPORTED;
@@ -481,13 +483,14 @@ fn get_log_page(c: &Rc<Conn>, slot: u16, ctrl: &Arc<Ctrlr>, sqe: &crate::spec::s
     if !rae {
         ctrl.log_read(lid_v);
     }
+    // Past the end of the page the host reads zeroes: nvme-cli reads the ANA log in 4 KiB
+    // pieces up to the size Identify allows for (NANAGRPID and MNAN), far past the log itself.
     let mut out = vec![0u8; len];
-    if offset > page.len() as u64 {
-        return c.complete(slot, invalid_field(), 0, None);
+    if offset < page.len() as u64 {
+        let from = &page[offset as usize..];
+        let k = from.len().min(len);
+        out[..k].copy_from_slice(&from[..k]);
     }
-    let from = &page[offset as usize..];
-    let k = from.len().min(len);
-    out[..k].copy_from_slice(&from[..k]);
     reply_data(c, slot, &out);
 }
 

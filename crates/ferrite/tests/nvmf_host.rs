@@ -1,0 +1,208 @@
+//! Ferrite's NVMe/TCP host (bdev_nvme_attach_controller) against Ferrite's NVMe/TCP target, in
+//! two processes: `ferrite perf -w verify` through the host at queue depths 1 to 128 and I/O
+//! sizes 4 KiB to 1 MiB on two cores (two I/O queue pairs), with and without digests; the host
+//! reconnecting after the target is killed and restarted (data written before is read back
+//! after, through NBD with qemu-io); and I/O failing cleanly once ctrlr_loss_timeout_sec has
+//! passed with the target gone.
+
+mod common;
+mod nbd_common;
+
+use common::{Daemon, TempDir};
+use nbd_common::{free_port, have, run_tool};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const NQN: &str = "nqn.2016-06.io.ferrite:host-test";
+
+/// A target daemon serving `bdevs` (already created by `setup`) as namespaces of NQN on
+/// 127.0.0.1:`port`.
+fn target(dir: &TempDir, sock: &str, port: u16, setup: impl Fn(&Daemon)) -> Daemon {
+    let d = Daemon::start_with(dir, sock, "0x1", &["--no-pin"]);
+    setup(&d);
+    d.call("nvmf_create_transport", Some(json!({"trtype": "TCP", "max_io_size": 1048576})));
+    d.call(
+        "nvmf_create_subsystem",
+        Some(json!({"nqn": NQN, "allow_any_host": true, "serial_number": "HOSTTEST01"})),
+    );
+    for b in d.bdev_names() {
+        d.call("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": b}})));
+    }
+    d.call(
+        "nvmf_subsystem_add_listener",
+        Some(json!({"nqn": NQN, "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string()}})),
+    );
+    d
+}
+
+fn attach_params(port: u16, extra: Value) -> Value {
+    let mut p = json!({"name": "Nvme0", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+        "trsvcid": port.to_string(), "subnqn": NQN});
+    if let Value::Object(m) = extra {
+        for (k, v) in m {
+            p[k] = v;
+        }
+    }
+    p
+}
+
+/// Runs `ferrite perf -w verify` through the host and checks it found no error.
+fn perf_verify(dir: &TempDir, port: u16, bdev: &str, qd: u32, size: u32, digests: bool) {
+    let cfg = dir.write_json(
+        "host.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
+            "params": attach_params(port, json!({"hdgst": digests, "ddgst": digests}))}]}]}),
+    );
+    let res = dir.join("perf.json");
+    let args = [
+        "perf",
+        "--json",
+        cfg.to_str().unwrap(),
+        "-T",
+        bdev,
+        "-q",
+        &qd.to_string(),
+        "-o",
+        &size.to_string(),
+        "-w",
+        "verify",
+        "-t",
+        "2",
+        "-m",
+        "0x3",
+        "--no-pin",
+        "--results-json",
+        res.to_str().unwrap(),
+    ];
+    let out = run_tool(dir, common::FERRITE, &args, Duration::from_secs(60));
+    out.assert_ok("ferrite perf over bdev_nvme");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&res).expect("results json")).expect("json");
+    let what = format!("{bdev} QD {qd} {size} B digests {digests}");
+    for r in doc["results"].as_array().expect("results") {
+        assert_eq!(r["io_failed"], json!(0), "{what}: failed I/O: {r}");
+        assert_eq!(r["verify_errors"], json!(0), "{what}: verify errors: {r}");
+        assert!(r["iops"].as_f64().unwrap_or(0.0) > 0.0, "{what}: no I/O: {r}");
+    }
+    println!("{what}: {} IOPS", doc["total"]["iops"]);
+}
+
+#[test]
+fn host_verifies_through_ferrite_target() {
+    let dir = TempDir::new("nvmf-host-verify");
+    let port = free_port();
+    let t = target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 131072, "block_size": 512})));
+        d.call("bdev_malloc_create", Some(json!({"name": "M1", "num_blocks": 16384, "block_size": 4096})));
+    });
+    for (bdev, qd, size) in [
+        ("Nvme0n1", 1, 4096),
+        ("Nvme0n1", 32, 4096),
+        ("Nvme0n1", 128, 4096),
+        ("Nvme0n1", 16, 131072),
+        ("Nvme0n2", 8, 1048576),
+        ("Nvme0n2", 32, 16384),
+    ] {
+        perf_verify(&dir, port, bdev, qd, size, false);
+    }
+    perf_verify(&dir, port, "Nvme0n2", 32, 65536, true);
+    perf_verify(&dir, port, "Nvme0n1", 16, 4096, true);
+    t.assert_serving();
+    // Every host disconnected: no controller is left behind.
+    let ctrls = t.call("nvmf_subsystem_get_controllers", Some(json!({"nqn": NQN})));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut ctrls = ctrls;
+    while ctrls.as_array().is_some_and(|a| !a.is_empty()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        ctrls = t.call("nvmf_subsystem_get_controllers", Some(json!({"nqn": NQN})));
+    }
+    assert_eq!(ctrls, json!([]), "controllers left after the hosts went");
+}
+
+/// A host daemon attached to the target and exporting the namespace over NBD; returns it and
+/// the NBD URI.
+fn host_with_nbd(dir: &TempDir, port: u16, extra: Value) -> (Daemon, String) {
+    let h = Daemon::start_with(dir, "host.sock", "0x1", &["--no-pin"]);
+    let names = h.call("bdev_nvme_attach_controller", Some(attach_params(port, extra)));
+    assert_eq!(names, json!(["Nvme0n1"]), "bdev names");
+    let ctrls = h.call("bdev_nvme_get_controllers", None);
+    assert_eq!(ctrls[0]["name"], "Nvme0", "{ctrls}");
+    let nbd = h.call("nbd_server_start", Some(json!({"address": "127.0.0.1:0"})));
+    let addr = nbd["address"].as_str().unwrap().to_string();
+    h.call("nbd_server_add_export", Some(json!({"bdev_name": "Nvme0n1", "name": "n1"})));
+    (h, format!("nbd://{addr}/n1"))
+}
+
+fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) -> (bool, String) {
+    let out = run_tool(dir, "qemu-io", &["-f", "raw", "-c", cmd, uri], Duration::from_secs(60));
+    let all = format!("{}\n{}", out.stdout, out.stderr);
+    let ok = out.status.success()
+        && !all.contains("failed")
+        && !all.contains("error")
+        && all.contains(" bytes at offset ");
+    (ok, all)
+}
+
+#[test]
+fn host_reconnects_after_target_restart() {
+    if !have("host_reconnects_after_target_restart", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("nvmf-host-reconnect");
+    let port = free_port();
+    // A file-backed namespace, so the data outlives the target process.
+    let img = dir.file_filled("disk.img", 16 << 20, 0);
+    let setup = |d: &Daemon| {
+        d.call("bdev_uring_create", Some(json!({"name": "U0", "filename": img.to_str().unwrap(), "block_size": 512})));
+    };
+    let mut t = target(&dir, "tgt.sock", port, setup);
+    let (h, uri) = host_with_nbd(&dir, port, json!({"ctrlr_loss_timeout_sec": 30, "reconnect_delay_sec": 1}));
+    let (ok, out) = qemu_io(&dir, &uri, "write -P 0xab 65536 1M");
+    assert!(ok, "write through the host: {out}");
+    t.proc.signal(libc::SIGKILL);
+    t.proc.expect_exit(Duration::from_secs(10), "killed target");
+    std::fs::remove_file(&t.sock).ok();
+    std::thread::sleep(Duration::from_secs(2));
+    let _t2 = target(&dir, "tgt.sock", port, setup);
+    // The host reconnects by itself; a read then sees what was written before the restart.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out) = qemu_io(&dir, &uri, "read -P 0xab 65536 1M");
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no successful read after the restart: {out}\nhost log:\n{}", h.proc.stderr());
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let (ok, out) = qemu_io(&dir, &uri, "write -P 0xcd 0 64k");
+    assert!(ok, "write after reconnecting: {out}");
+    let (ok, out) = qemu_io(&dir, &uri, "read -P 0xcd 0 64k");
+    assert!(ok, "read back after reconnecting: {out}");
+    h.assert_serving();
+}
+
+#[test]
+fn host_fails_io_after_ctrlr_loss_timeout() {
+    if !have("host_fails_io_after_ctrlr_loss_timeout", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("nvmf-host-loss");
+    let port = free_port();
+    let mut t = target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 32768, "block_size": 512})));
+    });
+    let (h, uri) = host_with_nbd(&dir, port, json!({"ctrlr_loss_timeout_sec": 3, "reconnect_delay_sec": 1}));
+    let (ok, out) = qemu_io(&dir, &uri, "write -P 0x5a 0 64k");
+    assert!(ok, "write: {out}");
+    t.proc.signal(libc::SIGKILL);
+    t.proc.expect_exit(Duration::from_secs(10), "killed target");
+    // Past the loss timeout, I/O fails (an error, not a hang) and the daemon serves on.
+    std::thread::sleep(Duration::from_secs(5));
+    let started = Instant::now();
+    let (ok, out) = qemu_io(&dir, &uri, "read 0 64k");
+    assert!(!ok, "a read succeeded with the target gone: {out}");
+    assert!(started.elapsed() < Duration::from_secs(20), "the failed read took {:?}", started.elapsed());
+    h.assert_serving();
+    assert_eq!(h.call("bdev_nvme_detach_controller", Some(json!({"name": "Nvme0"}))), json!(true));
+    assert!(!h.bdev_names().contains(&"Nvme0n1".to_string()), "bdev left after detach");
+}
