@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test Ferrite has: format, lints, unit/property/integration tests (which start the real
-# daemon and use real clients), the guest-kernel NBD test, and a short fuzz run of each parser.
+# daemon and use real clients), the guest-kernel NBD and NVMe/TCP tests, and a short fuzz run of
+# each parser.
 # Works on a fresh Debian machine with Rust (rustup) installed; installs what else it needs.
 # FUZZ_SECONDS=0 skips fuzzing, VM_TESTS=0 the guest kernel tests.
 set -euo pipefail
@@ -63,6 +64,7 @@ cargo test --workspace
 if [ "${VM_TESTS:-1}" != 0 ]; then
   echo "== guest kernel tests (QEMU, ../shared/vm)"
   bash tests/vm/nbd-guest.sh
+  bash tests/vm/nvmf-guest.sh
 fi
 if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
   echo "== fuzz"

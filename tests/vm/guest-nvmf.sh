@@ -1,0 +1,281 @@
+# Guest side of tests/vm/nvmf-guest.sh (runs as root in the QEMU guest, Debian's 6.1 kernel).
+# The host wrapper prepends PORT, PORT2, NQN, SN, MN, STEPS and ANA. The kernel's NVMe/TCP host
+# (nvme-cli) against Ferrite's target at 10.0.2.2 (the host's 127.0.0.1):
+#   1 discovery, 2 connect + identify/log pages, 3 raw and ext4 round trips, 4 fio verify,
+#   5 reconnect with header and data digests, 6 namespace hot add/remove (AEN),
+#   7 native multipath over two listeners while the host flips ANA states.
+# Asks the host for RPCs through the shared folder (/host/req-N -> /host/ack-N).
+set -u
+export LC_ALL=C
+T0=$(cut -d' ' -f1 /proc/uptime)
+step() { echo "=== [+$(awk -v t0="$T0" '{printf "%.1f", $1 - t0}' /proc/uptime)s] $*"; }
+ok() { echo "ok: $*"; }
+FAILED=()
+# bad MSG: a failed check after which the rest can still run (reported at the end).
+bad() { echo "FAIL: $*"; FAILED+=("$*"); }
+# fail MSG: a failed check after which nothing else makes sense.
+fail() {
+  echo "FAIL: $*"
+  [ ${#FAILED[@]} = 0 ] || printf 'FAIL (earlier): %s\n' "${FAILED[@]}"
+  echo "--- nvme list-subsys"; nvme list-subsys 2>&1 | head -20
+  echo "--- dmesg (last 60 lines)"; dmesg | tail -n 60
+  exit 1
+}
+# Which steps run (space-separated list; the host may narrow it for debugging).
+runs() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
+
+REQ=0
+# host_do WORDS...: the host runs the RPC named by WORDS; fails unless it answers 0 within 30 s.
+host_do() {
+  REQ=$((REQ + 1))
+  echo "$*" >/host/.req-$REQ && mv /host/.req-$REQ /host/req-$REQ
+  for _ in $(seq 300); do [ -f /host/ack-$REQ ] && break; sleep 0.1; done
+  [ -f /host/ack-$REQ ] || fail "host did not answer request $REQ ($*) within 30 s"
+  local rc; rc=$(cat /host/ack-$REQ)
+  [ "$rc" = 0 ] || fail "host request $REQ ($*) failed (rc $rc)"
+}
+
+# ns_dev NSID: the block device (multipath head) of namespace NSID, empty if none.
+ns_dev() {
+  local b
+  for b in /sys/block/nvme*n*; do
+    [[ ${b##*/} =~ ^nvme[0-9]+n[0-9]+$ ]] || continue
+    [ "$(cat "$b/nsid" 2>/dev/null)" = "$1" ] && { echo "/dev/${b##*/}"; return; }
+  done
+}
+# wait_ns NSID [SECONDS]: waits for the namespace's device; prints it.
+wait_ns() {
+  local d
+  for _ in $(seq $((${2:-10} * 10))); do
+    d=$(ns_dev "$1"); [ -n "$d" ] && [ -b "$d" ] && { echo "$d"; return 0; }
+    sleep 0.1
+  done
+  return 1
+}
+# ctrl_of PORT: the controller (nvmeN) connected through PORT.
+ctrl_of() {
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
+    grep -q "trsvcid=$1\b" "$c/address" 2>/dev/null && { echo "${c##*/}"; return; }
+  done
+}
+wait_no_ctrl() {
+  for _ in $(seq 100); do ls /sys/class/nvme/ 2>/dev/null | grep -q . || return 0; sleep 0.1; done
+  return 1
+}
+# roundtrip DEV MIB: writes MIB MiB of random data with O_DIRECT, reads back, compares.
+roundtrip() {
+  dd if=/dev/urandom of=/tmp/src bs=1M count="$2" status=none
+  dd if=/tmp/src of="$1" bs=1M oflag=direct status=none || fail "dd write to $1"
+  dd if="$1" of=/tmp/dst bs=1M count="$2" iflag=direct status=none || fail "dd read from $1"
+  cmp /tmp/src /tmp/dst || fail "raw data read back from $1 differs"
+  ok "raw $2 MiB O_DIRECT write/read/cmp on $1"
+}
+
+modprobe nvme-tcp || fail "modprobe nvme-tcp"
+modprobe crc32c_generic; modprobe ext4
+[ -s /etc/nvme/hostnqn ] || { mkdir -p /etc/nvme; nvme gen-hostnqn >/etc/nvme/hostnqn; }
+echo "host NQN $(cat /etc/nvme/hostnqn); multipath=$(cat /sys/module/nvme_core/parameters/multipath 2>/dev/null)"
+A="-t tcp -a 10.0.2.2"
+
+# ------------------------------------------------------------------ 1. discovery
+if runs 1; then
+  step "1. nvme discover -t tcp -a 10.0.2.2 -s $PORT"
+  out=$(nvme discover $A -s "$PORT" 2>&1); rc=$?
+  echo "$out"
+  [ $rc = 0 ] || fail "nvme discover (rc $rc)"
+  echo "$out" | grep -q "subnqn: *$NQN\$" || fail "discovery log does not list $NQN"
+  for p in "$PORT" "$PORT2"; do
+    echo "$out" | grep -q "trsvcid: *$p\b" || fail "discovery log has no entry for port $p"
+  done
+  ok "discovery lists $NQN on ports $PORT and $PORT2"
+fi
+
+# ------------------------------------------------------------------ 2. connect, identify
+step "2. nvme connect $A -s $PORT -n $NQN"
+nvme connect $A -s "$PORT" -n "$NQN" || fail "nvme connect"
+D1=$(wait_ns 1) || fail "namespace 1 did not appear"
+D2=$(wait_ns 2) || fail "namespace 2 did not appear"
+C=$(ctrl_of "$PORT"); [ -n "$C" ] || fail "no controller for port $PORT in /sys/class/nvme"
+echo "controller /dev/$C, nsid 1 = $D1, nsid 2 = $D2"
+nvme list || fail "nvme list"
+if runs 2; then
+  idc=$(nvme id-ctrl /dev/$C) || fail "nvme id-ctrl /dev/$C"
+  echo "$idc" | grep -E '^(vid|sn|mn|fr|cntlid|ver|mdts|oacs|oaes|anacap|anagrpmax|nanagrpid|mnan|sgls|subnqn|ioccsz|iorcsz|nn|kas|cmic) '
+  sn=$(echo "$idc" | sed -n 's/^sn *: *//p' | sed 's/ *$//')
+  mn=$(echo "$idc" | sed -n 's/^mn *: *//p' | sed 's/ *$//')
+  n=${#FAILED[@]}
+  [ "$sn" = "$SN" ] || bad "id-ctrl sn '$sn', expected '$SN'"
+  [ "$mn" = "$MN" ] || bad "id-ctrl mn '$mn', expected '$MN'"
+  [ ${#FAILED[@]} = "$n" ] && ok "id-ctrl: sn '$sn', mn '$mn'"
+  for pair in "$D1:9:131072" "$D2:12:16384"; do
+    IFS=: read -r d lbads nsze <<<"$pair"
+    n=${#FAILED[@]}
+    idn=$(nvme id-ns "$d") || { bad "nvme id-ns $d"; continue; }
+    echo "$idn" | grep -E '^(nsze|ncap|nuse|nlbaf|flbas|nmic|anagrpid|nguid|eui64) |in use'
+    inuse=$(echo "$idn" | grep 'in use' | sed -n 's/.*lbads:\([0-9]*\).*/\1/p')
+    [ "$inuse" = "$lbads" ] || bad "id-ns $d: lbads in use '$inuse', expected $lbads"
+    [ $(($(echo "$idn" | sed -n 's/^nsze *: *//p'))) = "$nsze" ] || bad "id-ns $d: nsze is not $nsze"
+    [ "$(cat /sys/block/${d#/dev/}/queue/logical_block_size)" = $((1 << lbads)) ] ||
+      bad "$d: logical block size is not $((1 << lbads))"
+    [ ${#FAILED[@]} = "$n" ] && ok "id-ns $d: lbads $lbads ($((1 << lbads))-byte blocks), nsze $nsze"
+  done
+  nvme smart-log /dev/$C && ok "smart-log" || bad "nvme smart-log /dev/$C"
+  if [ "$ANA" = 1 ]; then
+    if ! ana=$(nvme ana-log /dev/$C 2>&1); then
+      echo "$ana"
+      # Evidence: nvme-cli reads the ANA log in 4 KiB pieces (log page offsets 0, 4096, ...) up
+      # to the size id-ctrl allows (NANAGRPID and MNAN); the first piece alone, then the second.
+      echo "$idc" | grep -E '^(nanagrpid|mnan|anacap) '
+      for o in 0 4096; do
+        r=$(nvme get-log /dev/$C --log-id=12 --log-len=4096 --lpo=$o 2>&1 >/dev/null) && r=ok
+        echo "  nvme get-log /dev/$C --log-id=12 --log-len=4096 --lpo=$o: $r"
+      done
+      bad "nvme ana-log /dev/$C"
+    else
+      echo "$ana"
+      [ "$(echo "$ana" | grep -cE '^state\s*:\s*optimized')" = 2 ] && ok "ana-log" ||
+        bad "ana-log does not show 2 optimized groups"
+    fi
+  fi
+fi
+
+# ------------------------------------------------------------------ 3. raw + ext4
+if runs 3; then
+  step "3a. raw 8 MiB on nsid 1 ($D1, 512-byte blocks)"
+  roundtrip "$D1" 8
+  step "3b. ext4 on nsid 2 ($D2, 4096-byte blocks)"
+  mkfs.ext4 -q -F "$D2" || fail "mkfs.ext4 $D2"
+  mkdir -p /mnt/t && mount "$D2" /mnt/t || fail "mount $D2"
+  dd if=/dev/urandom of=/tmp/f bs=1M count=16 status=none
+  cp /tmp/f /mnt/t/f && sync && umount /mnt/t || fail "write 16 MiB file through ext4"
+  echo 3 >/proc/sys/vm/drop_caches
+  mount -o ro "$D2" /mnt/t || fail "remount $D2"
+  a=$(md5sum </tmp/f | cut -d' ' -f1); b=$(md5sum </mnt/t/f | cut -d' ' -f1); umount /mnt/t
+  [ "$a" = "$b" ] || fail "ext4 file md5 $b, expected $a"
+  ok "ext4 16 MiB file round trip, md5 $a"
+fi
+
+# ------------------------------------------------------------------ 4. fio verify
+if runs 4; then
+  for bs in 4k 128k; do
+    step "4. fio randwrite + verify crc32c, bs=$bs, iodepth 32, numjobs 2, 32 MiB on $D1"
+    # Each job has its own 16 MiB (offset_increment), so that the jobs do not overwrite each other.
+    fio --name=v$bs --filename="$D1" --ioengine=libaio --direct=1 --rw=randwrite --bs=$bs \
+      --iodepth=32 --numjobs=2 --size=16M --offset_increment=16M --verify=crc32c \
+      --verify_fatal=1 --do_verify=1 --group_reporting --eta=never --output=/tmp/fio.out
+    rc=$?
+    grep -E 'err=|write:|read:|verify|IOPS' /tmp/fio.out | head -12
+    [ $rc = 0 ] || { cat /tmp/fio.out; fail "fio bs=$bs exited $rc"; }
+    grep -q ' err= 0' /tmp/fio.out || { cat /tmp/fio.out; fail "fio bs=$bs reported errors"; }
+    ok "fio bs=$bs: no verify errors"
+  done
+  host_do qpairs
+fi
+
+# ------------------------------------------------------------------ 5. digests
+if runs 5; then
+  step "5. disconnect, reconnect with header and data digests (-g -G)"
+  nvme disconnect -n "$NQN" || fail "nvme disconnect"
+  wait_no_ctrl || fail "controllers still present after disconnect"
+  nvme connect $A -s "$PORT" -n "$NQN" -g -G || fail "nvme connect -g -G"
+  D1=$(wait_ns 1) || fail "namespace 1 did not appear (digests)"
+  D2=$(wait_ns 2) || fail "namespace 2 did not appear (digests)"
+  C=$(ctrl_of "$PORT")
+  roundtrip "$D1" 4
+  roundtrip "$D2" 4
+  ok "header + data digest connection"
+fi
+
+# ------------------------------------------------------------------ 6. namespace hot add/remove
+if runs 6; then
+  step "6a. host adds namespace 3 (nvmf_subsystem_add_ns) while connected"
+  scans=$(dmesg | grep -c 'rescanning namespaces')
+  host_do add_ns
+  D3=$(wait_ns 3 20) || { nvme list; fail "namespace 3 did not appear within 20 s (AEN / changed-ns log)"; }
+  nvme list
+  # The kernel rescans on the Namespace Attribute Changed event and logs it.
+  [ "$(dmesg | grep -c 'rescanning namespaces')" -gt "$scans" ] ||
+    bad "no 'rescanning namespaces' in dmesg: the namespace appeared without the AEN?"
+  dd if="$D3" of=/dev/null bs=1M count=1 iflag=direct status=none || fail "read from new namespace $D3"
+  roundtrip "$D3" 2
+  ok "namespace 3 appeared as $D3 and works"
+  step "6b. host removes namespace 3 (nvmf_subsystem_remove_ns)"
+  host_do remove_ns
+  for _ in $(seq 200); do [ -z "$(ns_dev 3)" ] && break; sleep 0.1; done
+  [ -z "$(ns_dev 3)" ] || { nvme list; fail "namespace 3 still present 20 s after removal"; }
+  nvme list
+  [ -n "$(ns_dev 1)" ] && [ -n "$(ns_dev 2)" ] || fail "namespaces 1 and 2 went with namespace 3"
+  ok "namespace 3 disappeared; 1 and 2 remain"
+fi
+
+# ------------------------------------------------------------------ 7. multipath + ANA
+if runs 7; then
+  step "7. native multipath: second path through port $PORT2"
+  nvme disconnect -n "$NQN" >/dev/null || fail "nvme disconnect"
+  wait_no_ctrl || fail "controllers still present after disconnect"
+  nvme connect $A -s "$PORT" -n "$NQN" || fail "nvme connect (path 1)"
+  nvme connect $A -s "$PORT2" -n "$NQN" || fail "nvme connect (path 2, port $PORT2)"
+  D1=$(wait_ns 1) || fail "namespace 1 did not appear (multipath)"
+  for _ in $(seq 50); do C1=$(ctrl_of "$PORT"); C2=$(ctrl_of "$PORT2"); [ -n "$C1" ] && [ -n "$C2" ] && break; sleep 0.1; done
+  [ -n "$C1" ] && [ -n "$C2" ] || fail "controllers for both ports not found ($C1, $C2)"
+  ls=$(nvme list-subsys); echo "$ls"
+  [ "$(echo "$ls" | grep -c "tcp traddr=10.0.2.2")" = 2 ] || fail "list-subsys does not show two paths"
+  [ "$(ls /sys/block | grep -c '^nvme[0-9]*n[0-9]*$')" = 2 ] || fail "expected 2 namespace heads, got: $(ls /sys/block | grep nvme)"
+  echo "iopolicy: $(cat /sys/class/nvme-subsystem/*/iopolicy | head -1)"
+  # path_state CTRL: the ANA state of CTRL's path to nsid 1.
+  path_state() { local p; for p in /sys/class/nvme/$1/nvme*c*n*; do [ "$(cat $p/nsid)" = 1 ] && cat $p/ana_state; done; }
+  path_reads() { local p; for p in /sys/class/nvme/$1/nvme*c*n*; do [ "$(cat $p/nsid)" = 1 ] && awk '{print $1}' $p/stat; done; }
+  echo "paths: $C1 (port $PORT) $(path_state $C1), $C2 (port $PORT2) $(path_state $C2)"
+  if [ "$ANA" = 1 ]; then
+    [ "$(path_state $C1)" = optimized ] && [ "$(path_state $C2)" = optimized ] || fail "paths are not both optimized"
+  fi
+  dd if=/dev/urandom of=/tmp/src bs=1M count=8 status=none
+  dd if=/tmp/src of="$D1" bs=1M oflag=direct status=none || fail "dd write to $D1"
+  want_md5=$(md5sum </tmp/src | cut -d' ' -f1)
+  rm -f /tmp/stop /tmp/ioerr /tmp/reads
+  ( while [ ! -f /tmp/stop ]; do
+      dd if="$D1" of=/tmp/rd bs=1M count=8 iflag=direct status=none || { echo "dd read error"; echo read >>/tmp/ioerr; }
+      m=$(md5sum </tmp/rd | cut -d' ' -f1)
+      [ "$m" = "$want_md5" ] || { echo "dd read: md5 $m, expected $want_md5"; echo md5 >>/tmp/ioerr; }
+      echo >>/tmp/reads
+    done ) &
+  RL=$!
+  # flip P STATE CTRL: the host sets listener P's ANA state; wait until the guest's path sees it.
+  flip() {
+    host_do ana "$1" "$2"
+    local s
+    for _ in $(seq 100); do s=$(path_state "$3"); [ "$s" = "$2" ] && break; sleep 0.1; done
+    [ "$s" = "$2" ] || fail "path $3 (port $1) shows ANA state '$s' 10 s after the host set '$2'"
+    sleep 1
+    echo "  port $1 -> $2: $C1 $(path_state $C1) ($(path_reads $C1) reads), $C2 $(path_state $C2) ($(path_reads $C2) reads); loop reads $(wc -l </tmp/reads 2>/dev/null)"
+  }
+  [ "$ANA" = 1 ] || { echo "(ANA reporting off: no flips, the loop reads for 5 s)"; sleep 5; }
+  for round in $([ "$ANA" = 1 ] && echo 1 2); do
+    step "7. ANA flip round $round (dd read loop running)"
+    flip "$PORT" inaccessible "$C1"
+    flip "$PORT" optimized "$C1"
+    flip "$PORT2" inaccessible "$C2"
+    flip "$PORT2" optimized "$C2"
+  done
+  touch /tmp/stop; wait $RL
+  n=$(wc -l </tmp/reads 2>/dev/null || echo 0)
+  [ ! -s /tmp/ioerr ] || fail "read loop saw errors: $(sort /tmp/ioerr | uniq -c | tr '\n' ' ')"
+  [ "$n" -ge 4 ] || fail "read loop completed only $n reads"
+  ok "multipath: $n x 8 MiB reads across ANA flips, no I/O error, data intact"
+fi
+
+step "disconnect"
+nvme disconnect -n "$NQN" || fail "final nvme disconnect"
+wait_no_ctrl || fail "controllers still present after final disconnect"
+echo "--- dmesg (nvme)"
+dmesg | grep -iE 'nvme|blk_update|I/O error' | tail -n 40
+kerr=$(dmesg | grep -iE 'nvme|blk_|Buffer I/O|I/O error' |
+  grep -E 'I/O error|blk_update_request|Buffer I/O|timeout|reset|[Ii]nvalid|[Ff]ail|error' || true)
+[ -z "$kerr" ] || bad "kernel reported errors: $kerr"
+if [ ${#FAILED[@]} != 0 ]; then
+  printf 'FAIL: %s\n' "${FAILED[@]}"
+  exit 1
+fi
+step "PASS: all guest checks"

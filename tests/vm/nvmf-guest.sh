@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The Linux kernel's NVMe/TCP host (nvme-cli, Debian's 6.1 kernel in a QEMU guest, ../shared/vm)
+# against Ferrite's NVMe-oF target: discovery, connect, identify and log pages, raw and ext4
+# round trips, fio verify on several queues, header/data digests, namespace hot add/remove
+# (AEN), native multipath across two listeners while ANA states flip (tests/vm/guest-nvmf.sh).
+# The guest asks for RPCs through the shared folder: it writes req-N, this script runs the RPC
+# and answers ack-N with its exit code. Prints SKIP with the reason when the guest cannot run.
+# Usage: tests/vm/nvmf-guest.sh [FERRITE_BINARY]
+# env: NVMF_GUEST_STEPS="1 2 3 4 5 6 7" (which guest steps run; connect always does),
+#      NVMF_GUEST_ANA=1 (0: the subsystem without ANA reporting; no ANA checks or flips),
+#      NVMF_GUEST_LOG_LEVEL=debug (the daemon's), TMO=240 (seconds),
+#      NVMF_GUEST_TARGET=spdk (SPDK's nvmf_tgt from ../shared/anchors as the target instead, as a
+#      reference for the same checks; ferrite is still the RPC client).
+# The console and the daemon's log are kept in target/nvmf-guest/.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+VM=$(cd "$ROOT/../shared/vm" 2>/dev/null && pwd) || { echo "SKIP nvmf-guest: ../shared/vm not found"; exit 0; }
+FERRITE=${1:-$ROOT/target/debug/ferrite}
+[ -x "$FERRITE" ] || (cd "$ROOT" && cargo build -q -p ferrite)
+
+if ! command -v qemu-system-x86_64 >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null 2>&1 || true
+fi
+command -v qemu-system-x86_64 >/dev/null || { echo "SKIP nvmf-guest: qemu-system-x86_64 not installed"; exit 0; }
+if ! out=$(bash "$VM/build-guest.sh" 2>&1); then
+  echo "SKIP nvmf-guest: the guest could not be built: $(printf '%s' "$out" | tail -n 3)"
+  exit 0
+fi
+
+TMP=$(mktemp -d)
+SHARE=$TMP/share
+mkdir -p "$SHARE"
+LOGS=$ROOT/target/nvmf-guest
+mkdir -p "$LOGS"
+SOCK=$TMP/ferrite.sock
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+PORT=${NVMF_PORT:-$(free_port)}
+PORT2=${NVMF_PORT2:-$(free_port)}
+while [ "$PORT2" = "$PORT" ]; do PORT2=$(free_port); done
+NQN=nqn.2016-06.io.spdk:ferrite-guest
+SN=FERRITE0000000000042
+MN="Ferrite guest test"
+# ANA reporting (NVMF_GUEST_ANA=0 turns it off, to tell ANA problems from the rest).
+ANA=${NVMF_GUEST_ANA:-1}
+ANA_JSON=$([ "$ANA" = 0 ] && echo false || echo true)
+
+# Two reactors, so that the admin and I/O queues land on different cores.
+if [ "${NVMF_GUEST_TARGET:-ferrite}" = spdk ]; then
+  # The reference: SPDK's nvmf_tgt under the same RPCs and guest checks.
+  [ -n "${SPDK_DIR:-}" ] || SPDK_DIR=$(bash "$ROOT/../shared/anchors/spdk.sh")
+  "$SPDK_DIR/build/bin/nvmf_tgt" --no-huge -s 1024 -m 0x3 --interrupt-mode --disable-cpumask-locks -r "$SOCK" >"$LOGS/daemon.log" 2>&1 &
+else
+  "$FERRITE" serve -m 0x3 -r "$SOCK" --log-level "${NVMF_GUEST_LOG_LEVEL:-debug}" >"$LOGS/daemon.log" 2>&1 &
+fi
+PID=$!
+SERVER=
+cleanup() {
+  if [ -n "$SERVER" ]; then kill "$SERVER" 2>/dev/null; fi
+  kill "$PID" 2>/dev/null
+  wait "$PID" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+for _ in $(seq 600); do [ -S "$SOCK" ] && break; sleep 0.05; done
+rpc() { "$FERRITE" rpc -s "$SOCK" "$@"; }
+listener() { echo "{\"trtype\":\"tcp\",\"adrfam\":\"ipv4\",\"traddr\":\"127.0.0.1\",\"trsvcid\":\"$1\"}"; }
+{
+  rpc bdev_malloc_create --name Nvmf512 --num-blocks 131072 --block-size 512
+  rpc bdev_malloc_create --name Nvmf4k --num-blocks 16384 --block-size 4096
+  rpc bdev_malloc_create --name NvmfHot --num-blocks 32768 --block-size 512
+  rpc nvmf_create_transport --trtype TCP
+  rpc nvmf_create_subsystem "{\"nqn\":\"$NQN\",\"serial_number\":\"$SN\",\"model_number\":\"$MN\",\"allow_any_host\":true,\"ana_reporting\":$ANA_JSON}"
+  rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"Nvmf512\",\"nsid\":1}}"
+  rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"Nvmf4k\",\"nsid\":2}}"
+  rpc nvmf_subsystem_add_listener "{\"nqn\":\"$NQN\",\"listen_address\":$(listener "$PORT")}"
+  rpc nvmf_subsystem_add_listener "{\"nqn\":\"$NQN\",\"listen_address\":$(listener "$PORT2")}"
+} >/dev/null
+echo "nvmf-guest: $NQN on 127.0.0.1:$PORT and :$PORT2 (daemon pid $PID, log $LOGS/daemon.log)"
+
+# The guest's requests (see host_do in guest-nvmf.sh).
+serve_requests() {
+  set +e # a failed RPC is answered, not fatal
+  local n=1 cmd a b rc
+  while :; do
+    if [ -f "$SHARE/req-$n" ]; then
+      read -r cmd a b <"$SHARE/req-$n" || true
+      echo "host: request $n: $cmd $a $b"
+      case $cmd in
+        qpairs)
+          rpc nvmf_subsystem_get_qpairs --nqn "$NQN" | python3 -c 'import json, sys
+q = json.load(sys.stdin)
+print("host: qpairs (cntlid, qid, poll group):", sorted((x["cntlid"], x["qid"], x["thread"][-1]) for x in q))'
+          rc=$?;;
+        add_ns)
+          rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"NvmfHot\",\"nsid\":3}}" >/dev/null
+          rc=$?;;
+        remove_ns)
+          rpc nvmf_subsystem_remove_ns "{\"nqn\":\"$NQN\",\"nsid\":3}" >/dev/null
+          rc=$?;;
+        ana)
+          rpc nvmf_subsystem_listener_set_ana_state \
+            "{\"nqn\":\"$NQN\",\"listen_address\":$(listener "$a"),\"ana_state\":\"$b\"}" >/dev/null
+          rc=$?;;
+        *) echo "host: unknown request '$cmd'"; rc=99;;
+      esac
+      echo "$rc" >"$SHARE/.ack" && mv "$SHARE/.ack" "$SHARE/ack-$n"
+      n=$((n + 1))
+    else
+      sleep 0.1
+    fi
+  done
+}
+serve_requests &
+SERVER=$!
+
+GUEST=$TMP/guest.sh
+{
+  echo "PORT=$PORT PORT2=$PORT2 NQN='$NQN' SN='$SN' MN='$MN'"
+  echo "STEPS='${NVMF_GUEST_STEPS:-1 2 3 4 5 6 7}' ANA=$ANA"
+  cat "$ROOT/tests/vm/guest-nvmf.sh"
+} >"$GUEST"
+rc=0
+"$VM/run-guest.sh" -t "${TMO:-240}" -s "$SHARE" -l "$LOGS/console.log" "$GUEST" || rc=$?
+if ! kill -0 "$PID" 2>/dev/null; then
+  echo "nvmf-guest: FAIL: the daemon died; last lines of $LOGS/daemon.log:"
+  tail -n 40 "$LOGS/daemon.log"
+  exit 1
+fi
+if [ "$rc" != 0 ]; then
+  echo "nvmf-guest: FAIL (guest rc $rc); last lines of $LOGS/daemon.log:"
+  tail -n 40 "$LOGS/daemon.log"
+  exit 1
+fi
+echo "nvmf-guest: PASS"
