@@ -3,7 +3,8 @@
 # (nvme-cli) against Ferrite's target at 10.0.2.2 (the host's 127.0.0.1):
 #   1 discovery, 2 connect + identify/log pages, 3 raw and ext4 round trips, 4 fio verify,
 #   5 reconnect with header and data digests, 6 namespace hot add/remove (AEN),
-#   7 native multipath over two listeners while the host flips ANA states.
+#   7 native multipath over two listeners while the host flips ANA states, 8 the daemon killed
+#   and restarted while connected: the kernel reconnects and I/O goes on.
 # Asks the host for RPCs through the shared folder (/host/req-N -> /host/ack-N).
 set -u
 export LC_ALL=C
@@ -274,6 +275,27 @@ dmesg | grep -iE 'nvme|blk_update|I/O error' | tail -n 40
 kerr=$(dmesg | grep -iE 'nvme|blk_|Buffer I/O|I/O error' |
   grep -E 'I/O error|blk_update_request|Buffer I/O|timeout|reset|[Ii]nvalid|[Ff]ail|error' || true)
 [ -z "$kerr" ] || bad "kernel reported errors: $kerr"
+# ------------------------------------------------------------------ 8. daemon restart
+# After the kernel-log check: a restart is meant to make the kernel recover (and log it).
+if runs 8; then
+  step "8. the daemon is killed and restarted while the host is connected"
+  nvme connect $A -s "$PORT" -n "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=60 || fail "nvme connect (restart step)"
+  D1=$(wait_ns 1) || fail "namespace 1 did not appear (restart step)"
+  dd if=/dev/urandom of=/tmp/src bs=1M count=4 status=none
+  dd if=/tmp/src of="$D1" bs=1M oflag=direct status=none || fail "dd write before the restart"
+  host_do restart
+  # The daemon came back empty (malloc): this write waits in the kernel until the controller
+  # is back, then goes through; the read must return it.
+  dd if=/dev/urandom of=/tmp/src2 bs=1M count=4 status=none
+  timeout 90 dd if=/tmp/src2 of="$D1" bs=1M oflag=direct status=none || fail "dd write after the restart"
+  timeout 30 dd if="$D1" of=/tmp/rd bs=1M count=4 iflag=direct status=none || fail "dd read after the restart"
+  cmp -s /tmp/src2 /tmp/rd || fail "data read after the restart differs from what was written"
+  dmesg | grep -iE 'reconnect' | tail -n 5
+  dmesg | grep -qiE 'Successfully reconnected' || fail "the kernel did not report a reconnection"
+  ok "the kernel reconnected after the restart; write and read back match"
+  nvme disconnect -n "$NQN" || fail "nvme disconnect after the restart"
+  wait_no_ctrl || fail "controllers still present after disconnect (restart step)"
+fi
 if [ ${#FAILED[@]} != 0 ]; then
   printf 'FAIL: %s\n' "${FAILED[@]}"
   exit 1

@@ -2,11 +2,12 @@
 # The Linux kernel's NVMe/TCP host (nvme-cli, Debian's 6.1 kernel in a QEMU guest, ../shared/vm)
 # against Ferrite's NVMe-oF target: discovery, connect, identify and log pages, raw and ext4
 # round trips, fio verify on several queues, header/data digests, namespace hot add/remove
-# (AEN), native multipath across two listeners while ANA states flip (tests/vm/guest-nvmf.sh).
+# (AEN), native multipath across two listeners while ANA states flip, the daemon killed and
+# restarted while the guest is connected (tests/vm/guest-nvmf.sh).
 # The guest asks for RPCs through the shared folder: it writes req-N, this script runs the RPC
 # and answers ack-N with its exit code. Prints SKIP with the reason when the guest cannot run.
 # Usage: tests/vm/nvmf-guest.sh [FERRITE_BINARY]
-# env: NVMF_GUEST_STEPS="1 2 3 4 5 6 7" (which guest steps run; connect always does),
+# env: NVMF_GUEST_STEPS="1 2 3 4 5 6 7 8" (which guest steps run; connect always does),
 #      NVMF_GUEST_ANA=1 (0: the subsystem without ANA reporting; no ANA checks or flips),
 #      NVMF_GUEST_LOG_LEVEL=debug (the daemon's), TMO=240 (seconds),
 #      NVMF_GUEST_TARGET=spdk (SPDK's nvmf_tgt from ../shared/anchors as the target instead, as a
@@ -53,11 +54,13 @@ else
   "$FERRITE" serve -m 0x3 -r "$SOCK" --log-level "${NVMF_GUEST_LOG_LEVEL:-debug}" >"$LOGS/daemon.log" 2>&1 &
 fi
 PID=$!
+# The daemon's PID (step 8 restarts it from the request server, a subshell).
+echo "$PID" >"$TMP/pid"
 SERVER=
 cleanup() {
   if [ -n "$SERVER" ]; then kill "$SERVER" 2>/dev/null; fi
-  kill "$PID" 2>/dev/null
-  wait "$PID" 2>/dev/null
+  kill "$(cat "$TMP/pid")" 2>/dev/null
+  wait "$PID" 2>/dev/null || true
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -101,6 +104,20 @@ print("host: qpairs (cntlid, qid, poll group):", sorted((x["cntlid"], x["qid"], 
           rpc nvmf_subsystem_listener_set_ana_state \
             "{\"nqn\":\"$NQN\",\"listen_address\":$(listener "$a"),\"ana_state\":\"$b\"}" >/dev/null
           rc=$?;;
+        restart)
+          # A crash and a restart from the saved config while the guest is connected.
+          rpc save_config >"$TMP/saved.json"
+          old=$(cat "$TMP/pid")
+          kill -KILL "$old"
+          for _ in $(seq 100); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
+          rm -f "$SOCK"
+          "$FERRITE" serve -m 0x3 -r "$SOCK" --log-level "${NVMF_GUEST_LOG_LEVEL:-debug}" \
+            --json "$TMP/saved.json" >>"$LOGS/daemon.log" 2>&1 &
+          echo $! >"$TMP/pid"
+          for _ in $(seq 600); do [ -S "$SOCK" ] && break; sleep 0.05; done
+          [ -S "$SOCK" ]
+          rc=$?
+          echo "host: daemon restarted (pid $(cat "$TMP/pid"))";;
         *) echo "host: unknown request '$cmd'"; rc=99;;
       esac
       echo "$rc" >"$SHARE/.ack" && mv "$SHARE/.ack" "$SHARE/ack-$n"
@@ -116,12 +133,14 @@ SERVER=$!
 GUEST=$TMP/guest.sh
 {
   echo "PORT=$PORT PORT2=$PORT2 NQN='$NQN' SN='$SN' MN='$MN'"
-  echo "STEPS='${NVMF_GUEST_STEPS:-1 2 3 4 5 6 7}' ANA=$ANA"
+  # Step 8 (a daemon restart) is Ferrite's only.
+  default_steps="1 2 3 4 5 6 7$([ "${NVMF_GUEST_TARGET:-ferrite}" = spdk ] || echo " 8")"
+  echo "STEPS='${NVMF_GUEST_STEPS:-$default_steps}' ANA=$ANA"
   cat "$ROOT/tests/vm/guest-nvmf.sh"
 } >"$GUEST"
 rc=0
 "$VM/run-guest.sh" -t "${TMO:-240}" -s "$SHARE" -l "$LOGS/console.log" "$GUEST" || rc=$?
-if ! kill -0 "$PID" 2>/dev/null; then
+if ! kill -0 "$(cat "$TMP/pid")" 2>/dev/null; then
   echo "nvmf-guest: FAIL: the daemon died; last lines of $LOGS/daemon.log:"
   tail -n 40 "$LOGS/daemon.log"
   exit 1
