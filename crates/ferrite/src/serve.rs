@@ -137,6 +137,9 @@ pub fn shutdown(engine: &Engine) {
     let closed = engine
         .run_async(0, || async {
             // Stop accepting and close the targets' connections first, then the bdevs.
+            // Remote controllers first (their keep-alives stop; no reconnection to a target
+            // that is going away, ours included).
+            ferrite_nvmf_host::rpc::shutdown().await;
             ferrite_nbd::rpc::shutdown(&ferrite_reactor::engine()).await;
             ferrite_nvmf::target::rpc::shutdown(&ferrite_reactor::engine()).await;
             let mut waits = Vec::new();

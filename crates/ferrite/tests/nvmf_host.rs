@@ -21,10 +21,7 @@ fn target(dir: &TempDir, sock: &str, port: u16, setup: impl Fn(&Daemon)) -> Daem
     let d = Daemon::start_with(dir, sock, "0x1", &["--no-pin"]);
     setup(&d);
     d.call("nvmf_create_transport", Some(json!({"trtype": "TCP", "max_io_size": 1048576})));
-    d.call(
-        "nvmf_create_subsystem",
-        Some(json!({"nqn": NQN, "allow_any_host": true, "serial_number": "HOSTTEST01"})),
-    );
+    d.call("nvmf_create_subsystem", Some(json!({"nqn": NQN, "allow_any_host": true, "serial_number": "HOSTTEST01"})));
     for b in d.bdev_names() {
         d.call("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": b}})));
     }
@@ -136,10 +133,8 @@ fn host_with_nbd(dir: &TempDir, port: u16, extra: Value) -> (Daemon, String) {
 fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) -> (bool, String) {
     let out = run_tool(dir, "qemu-io", &["-f", "raw", "-c", cmd, uri], Duration::from_secs(60));
     let all = format!("{}\n{}", out.stdout, out.stderr);
-    let ok = out.status.success()
-        && !all.contains("failed")
-        && !all.contains("error")
-        && all.contains(" bytes at offset ");
+    let ok =
+        out.status.success() && !all.contains("failed") && !all.contains("error") && all.contains(" bytes at offset ");
     (ok, all)
 }
 
@@ -171,7 +166,11 @@ fn host_reconnects_after_target_restart() {
         if ok {
             break;
         }
-        assert!(Instant::now() < deadline, "no successful read after the restart: {out}\nhost log:\n{}", h.proc.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "no successful read after the restart: {out}\nhost log:\n{}",
+            h.proc.stderr()
+        );
         std::thread::sleep(Duration::from_secs(1));
     }
     let (ok, out) = qemu_io(&dir, &uri, "write -P 0xcd 0 64k");

@@ -27,6 +27,7 @@ struct Attach {
     trtype: String,
     traddr: String,
     adrfam: Option<String>,
+    #[serde(default, deserialize_with = "port_text")]
     trsvcid: Option<String>,
     subnqn: Option<String>,
     hostnqn: Option<String>,
@@ -171,5 +172,15 @@ pub async fn shutdown() {
     let all: Vec<Attached> = std::mem::take(&mut *controllers().0.lock().unwrap()).into_values().collect();
     for (c, _) in all {
         ctrlr::detach(&c).await;
+    }
+}
+
+/// A port given as a string (SPDK's type) or, from `ferrite rpc --trsvcid 4420`, as a number.
+fn port_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Option::<serde_json::Value>::deserialize(d)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(s)) => Ok(Some(s)),
+        Some(serde_json::Value::Number(n)) => Ok(Some(n.to_string())),
+        Some(other) => Err(serde::de::Error::custom(format!("trsvcid must be a string, not {other}"))),
     }
 }

@@ -21,6 +21,7 @@ struct ListenAddress {
     trtype: String,
     adrfam: Option<String>,
     traddr: String,
+    #[serde(default, deserialize_with = "port_text")]
     trsvcid: Option<String>,
 }
 
@@ -885,5 +886,15 @@ pub async fn shutdown(engine: &ferrite_reactor::Engine) {
     for s in t.subsystems.values_mut() {
         s.namespaces.clear();
         s.ctrlrs.clear();
+    }
+}
+
+/// A port given as a string (SPDK's type) or, from `ferrite rpc --trsvcid 4420`, as a number.
+fn port_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Option::<serde_json::Value>::deserialize(d)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(s)) => Ok(Some(s)),
+        Some(serde_json::Value::Number(n)) => Ok(Some(n.to_string())),
+        Some(other) => Err(serde::de::Error::custom(format!("trsvcid must be a string, not {other}"))),
     }
 }
