@@ -16,7 +16,6 @@ use crate::spec::nqn::NqnField;
 use crate::spec::opcode::{admin as op, nvm};
 use crate::spec::status::{command_specific, generic, Status};
 use ferrite_bdev::IoType;
-use ferrite_reactor::IoBuf;
 use smallvec::smallvec;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -633,5 +632,3 @@ pub(crate) fn notify_discovery_changed(t: &mut Tables) {
     }
 }
 
-#[allow(dead_code)]
-fn _buf(_: IoBuf) {}

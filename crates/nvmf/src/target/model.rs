@@ -192,8 +192,6 @@ pub struct Namespace {
     pub uuid: [u8; 16],
     /// ANA group.
     pub anagrpid: u32,
-    /// Bumped when the namespace is removed: queue pairs drop what they cached of it.
-    pub removed: std::sync::atomic::AtomicBool,
 }
 
 impl Namespace {
@@ -366,11 +364,6 @@ impl Tables {
     /// listeners, which need the transport).
     pub fn transport_opts(&self) -> TransportOpts {
         self.transport.clone().unwrap_or_default()
-    }
-
-    /// Every controller of every subsystem.
-    pub fn all_ctrlrs(&self) -> Vec<Arc<Ctrlr>> {
-        self.subsystems.values().flat_map(|s| s.ctrlrs.values().cloned()).collect()
     }
 
     /// Every listener address of every subsystem, deduplicated.

@@ -477,7 +477,6 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
             eui64,
             uuid,
             anagrpid,
-            removed: Default::default(),
         }),
     );
     s.shared.bump();
