@@ -47,7 +47,36 @@ const PREFIX_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct Target {
     port: u16,
-    _engine: Engine,
+    ctx: ferrite_rpc::Ctx,
+}
+
+impl Target {
+    /// Calls an RPC method on reactor 0.
+    fn call(&self, method: &'static str, params: serde_json::Value) -> Result<serde_json::Value, String> {
+        let c = self.ctx.clone();
+        self.ctx
+            .engine
+            .run_async(0, move || async move {
+                ferrite_rpc::Registry::call(&c, method, ferrite_rpc::Params(Some(params))).await
+            })
+            .wait()
+            .expect("reactor 0 answers")
+            .map_err(|e| e.to_string())
+    }
+
+    /// Waits until the target has torn down every queue pair of the last input (so that what
+    /// the teardown does is charged to the input that caused it), at most a second.
+    fn settle(&self) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            match self.call("nvmf_subsystem_get_qpairs", json!({"nqn": SUBNQN})) {
+                Ok(v) if v.as_array().is_some_and(|a| a.is_empty()) => break,
+                _ => std::thread::sleep(Duration::from_micros(200)),
+            }
+        }
+        // A turn of the reactor for completions deferred to its next poll.
+        let _ = self.ctx.engine.call(0, || ()).wait();
+    }
 }
 
 static TARGET: OnceLock<Target> = OnceLock::new();
@@ -84,19 +113,16 @@ fn start() -> Target {
         .wait()
         .expect("reactor 0 answers")
         .expect("the target's config loads");
+    let mut t = Target { port: 0, ctx };
     for _ in 0..50 {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let params = json!({"nqn": SUBNQN, "listen_address":
             {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": port.to_string()}});
-        let c = ctx.clone();
-        let res = engine
-            .run_async(0, move || async move {
-                ferrite_rpc::Registry::call(&c, "nvmf_subsystem_add_listener", ferrite_rpc::Params(Some(params))).await
-            })
-            .wait()
-            .expect("reactor 0 answers");
-        if res.is_ok() {
-            return Target { port, _engine: engine };
+        if t.call("nvmf_subsystem_add_listener", params).is_ok() {
+            t.port = port;
+            // The engine runs for the rest of the process.
+            std::mem::forget(engine);
+            return t;
         }
     }
     panic!("no port to listen on");
@@ -300,7 +326,8 @@ impl Conn {
 
 fuzz_target!(|data: &[u8]| {
     let Some((&setup, bytes)) = data.split_first() else { return };
-    let port = TARGET.get_or_init(start).port;
+    let target = TARGET.get_or_init(start);
+    let port = target.port;
     let mut admin = Conn::open(port);
     admin.ic(setup);
     let cntlid = admin.connect(setup, 0, CNTLID_DYNAMIC);
@@ -322,4 +349,5 @@ fuzz_target!(|data: &[u8]| {
     }
     drop(io);
     drop(admin);
+    target.settle();
 });

@@ -837,6 +837,41 @@ fn hosts_that_vanish_with_io_in_flight() {
     still_serves(&mut n, 120);
 }
 
+/// The target closing connections itself while their I/O runs: removing the host, deleting
+/// the subsystem.
+#[test]
+fn the_target_closes_connections_with_io_in_flight() {
+    let (_dir, mut n) = setup("nvmftgtclose", "0x3", json!({}));
+    n.malloc("MD", 1024, 4096);
+    n.d.call(
+        "bdev_delay_create",
+        Some(json!({"base_bdev_name": "MD", "name": "D0", "avg_read_latency": 50000, "p99_read_latency": 50000,
+            "avg_write_latency": 50000, "p99_write_latency": 50000})),
+    );
+    const DNQN: &str = "nqn.2016-06.io.ferrite:delayed";
+    n.subsystem(DNQN, false);
+    n.add_host(DNQN, HOSTNQN);
+    let nsid = n.add_ns(DNQN, "D0");
+    n.listen(DNQN);
+    let mut s = Session::open(n.port, DNQN, 1, HostOpts::default(), 4096);
+    for k in 0..8u64 {
+        s.io[0].submit(Host::rw_sqe(nvm::READ, nsid, k, 1), None, 4096);
+    }
+    std::thread::sleep(Duration::from_millis(10));
+    assert_eq!(n.d.call("nvmf_subsystem_remove_host", Some(json!({"nqn": DNQN, "host": HOSTNQN}))), json!(true));
+    std::thread::sleep(Duration::from_millis(200));
+    n.assert_alive();
+    n.add_host(DNQN, HOSTNQN);
+    let mut s = Session::open(n.port, DNQN, 1, HostOpts::default(), 4096);
+    for k in 0..8u64 {
+        s.io[0].submit(Host::rw_sqe(nvm::WRITE, nsid, k, 1), Some(&[3u8; 4096]), 0);
+    }
+    std::thread::sleep(Duration::from_millis(10));
+    assert_eq!(n.d.call("nvmf_delete_subsystem", Some(json!({"nqn": DNQN}))), json!(true));
+    std::thread::sleep(Duration::from_millis(200));
+    still_serves(&mut n, 125);
+}
+
 #[test]
 fn a_thousand_silent_connections() {
     let limit = raise_nofile();
