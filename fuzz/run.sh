@@ -3,6 +3,8 @@
 #   rpc_request  - the JSON-RPC stream codec
 #   nbd_parsers  - the NBD handshake and transmission codec
 #   nvmf_tcp_pdu - the NVMe/TCP PDU decoder (and, through its checks, the encoder)
+#   nvmf_target  - the NVMe/TCP target's command handlers, an in-process engine fed each input
+#                  over a socket after a valid ICReq and Connect
 #
 # Usage: fuzz/run.sh [SECONDS]    (default 30; each target runs that long)
 #
@@ -12,7 +14,7 @@
 # earlier one failed; each prints an OK or FAIL line, and any FAIL makes this exit non-zero.
 set -euo pipefail
 
-TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu)
+TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target)
 
 SECONDS_TO_RUN="${1:-30}"
 if ! [[ "$SECONDS_TO_RUN" =~ ^[0-9]+$ ]] || [ "$SECONDS_TO_RUN" -eq 0 ]; then
