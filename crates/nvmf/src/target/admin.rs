@@ -631,4 +631,3 @@ pub(crate) fn notify_discovery_changed(t: &mut Tables) {
         }
     }
 }
-

@@ -38,7 +38,11 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
     let sqe = Sqe::decode(raw);
     let xfer = xfer_of(&sqe, raw);
     let admin = c.qid().is_none_or(|q| q == 0);
-    let sgl = sqe.sgl();
+    // Over fabrics the data pointer is SGL1 whatever PSDT says (byte 1 is reserved in Fabrics
+    // commands, and SPDK reads SGL1 without looking at it).
+    let mut sgl1 = [0u8; 16];
+    sgl1.copy_from_slice(&raw[24..40]);
+    let sgl = Some(SglDescriptor::decode(&sgl1));
     // The data length the command says, and whether the capsule carries it.
     let (len, in_capsule, sgl_ok) = match (xfer, sgl) {
         (Xfer::None, _) => (0, false, icd == 0),
@@ -77,6 +81,9 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
     }
     if sqe.fuse == Fuse::Reserved || (admin && sqe.fuse != Fuse::Normal) {
         return fail(Status::generic(generic::INVALID_FIELD).with_dnr());
+    }
+    if !admin {
+        c.pair_fused(slot, sqe.fuse);
     }
     if xfer == Xfer::ToCtrl && len > 0 {
         let buf = if in_capsule {
@@ -160,6 +167,10 @@ fn fabrics_cmd(c: &Rc<Conn>, slot: u16, raw: &[u8; 64]) {
             let st = property_set(&ctrl, p.ofst, p.size, p.value);
             c.complete(slot, st, 0, None)
         }
+        Some(FabricsCommand::Disconnect(_)) if c.qid() == Some(0) => {
+            // Disconnect deletes I/O queues; the admin queue goes with its controller.
+            c.complete(slot, Status::command_specific(fsc::INVALID_QUEUE_TYPE).with_dnr(), 0, None)
+        }
         Some(FabricsCommand::Disconnect(_)) => {
             c.complete(slot, Status::SUCCESS, 0, None);
             c.closing.set(true);
@@ -213,10 +224,7 @@ fn property_set(ctrl: &Ctrlr, ofst: u32, size: u8, value: u64) -> Status {
     let new = Cc::from_u32(value as u32);
     let mut csts = Csts::from_u32(r.csts);
     if new.en && !old.en {
-        if new.iosqes != 6 || new.iocqes != 4 {
-            // Only 64-byte SQEs and 16-byte CQEs exist over fabrics; SPDK refuses others too.
-            log::info!("nvmf controller {}: CC.EN with IOSQES {} IOCQES {}", ctrl.cntlid, new.iosqes, new.iocqes);
-        }
+        // IOSQES/IOCQES other than 64/16 bytes make I/O Connects fail (as in SPDK).
         csts.rdy = true;
     } else if !new.en && old.en {
         csts.rdy = false;
@@ -324,8 +332,14 @@ fn connect(c: &Rc<Conn>, slot: u16, cmd: &ConnectCommand) {
         if ctrl.hostnqn != hostnqn || ctrl.is_dead() {
             return connect_error(c, slot, InvalidParameter::in_data(ConnectData::OFFSET_HOSTNQN as u16));
         }
-        if !Cc::from_u32(ctrl.regs.lock().unwrap().cc).en {
+        let cc = Cc::from_u32(ctrl.regs.lock().unwrap().cc);
+        if !cc.en {
             return c.complete(slot, Status::generic(generic::COMMAND_SEQUENCE_ERROR).with_dnr(), 0, None);
+        }
+        if cc.iosqes != 6 || cc.iocqes != 4 {
+            // Only 64-byte SQEs and 16-byte CQEs exist over fabrics (SPDK refuses the same).
+            log::info!("nvmf connection {}: I/O Connect with CC.IOSQES {} IOCQES {}", c.id, cc.iosqes, cc.iocqes);
+            return connect_error(c, slot, InvalidParameter::in_command(ConnectCommand::OFFSET_QID as u16));
         }
         if qid >= c.opts.max_qpairs_per_ctrlr || ctrl.discovery {
             return connect_error(c, slot, InvalidParameter::in_command(ConnectCommand::OFFSET_QID as u16));

@@ -43,12 +43,6 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
         let cmd = &cmds[usize::from(slot)];
         (cmd.sqe, cmd.len)
     };
-    // A fused first command waits for its second; anything else ends a lone first.
-    if sqe.fuse != Fuse::Second {
-        if let Some(first) = c.fused_first.take() {
-            c.complete(first, Status::generic(generic::ABORTED_MISSING_FUSED), 0, None);
-        }
-    }
     let ns = match c.namespace(sqe.nsid) {
         Ok(n) => n,
         Err(st) => return c.complete(slot, st, 0, None),
@@ -80,12 +74,12 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
         }
         nvm::WRITE => {
             count(false);
+            if sqe.fuse == Fuse::Second {
+                return fused_ready(c, slot, ns);
+            }
             let Some(buf) = c.cmds.borrow_mut()[usize::from(slot)].buf.take() else {
                 return c.complete(slot, invalid_field(), 0, None);
             };
-            if sqe.fuse == Fuse::Second {
-                return compare_and_write(c, slot, ns, slba, nlb, buf);
-            }
             let r = IoRequest::write(slba, nlb, buf);
             if fua {
                 r.with_flags(IoFlags::FUA)
@@ -94,20 +88,12 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
             }
         }
         nvm::COMPARE => {
+            if sqe.fuse == Fuse::First {
+                return fused_ready(c, slot, ns);
+            }
             let Some(buf) = c.cmds.borrow_mut()[usize::from(slot)].buf.take() else {
                 return c.complete(slot, invalid_field(), 0, None);
             };
-            if sqe.fuse == Fuse::First {
-                // Keep the data; the second command (a write of the same range) runs both.
-                let mut cmds = c.cmds.borrow_mut();
-                let cmd = &mut cmds[usize::from(slot)];
-                cmd.buf = Some(buf);
-                cmd.phase = Phase::Ready;
-                cmd.ns = Some(ns);
-                drop(cmds);
-                c.fused_first.set(Some(slot));
-                return;
-            }
             IoRequest::compare(slba, nlb, buf)
         }
         nvm::FLUSH => {
@@ -140,39 +126,58 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
     ns.ch.submit(req, c.clone(), u64::from(slot));
 }
 
-fn compare_and_write(
-    c: &Rc<Conn>,
-    slot: u16,
-    ns: Rc<super::qpair::NsChan>,
-    slba: u64,
-    nlb: u64,
-    data: ferrite_reactor::IoBuf,
-) {
-    let Some(first) = c.fused_first.take() else {
-        return c.complete(slot, Status::generic(generic::ABORTED_MISSING_FUSED), 0, None);
-    };
-    let (first_sqe, cmp) = {
-        let mut cmds = c.cmds.borrow_mut();
-        let f = &mut cmds[usize::from(first)];
-        (f.sqe, f.buf.take())
-    };
-    let same = first_sqe.nsid == c.cmds.borrow()[usize::from(slot)].sqe.nsid
-        && (u64::from(first_sqe.cdw10) | u64::from(first_sqe.cdw11) << 32) == slba
-        && u64::from(first_sqe.cdw12 & 0xffff) + 1 == nlb;
-    let Some(cmp) = cmp.filter(|_| same) else {
-        c.complete(first, invalid_field(), 0, None);
-        return c.complete(slot, Status::generic(generic::ABORTED_FAILED_FUSED), 0, None);
-    };
-    {
+/// One half of a fused Compare and Write has its data: it waits for the other half, or, if
+/// that one is ready too, both run as one compare-and-write of the bdev layer. The halves were
+/// paired when their capsules arrived (`Conn::pair_fused`).
+fn fused_ready(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>) {
+    let (partner, broken) = {
         let mut cmds = c.cmds.borrow_mut();
         let cmd = &mut cmds[usize::from(slot)];
-        cmd.ns = Some(ns.clone());
-        cmd.partner = Some(first);
-        cmd.parts = 1;
-        cmd.part_status = IoStatus::Success;
-        cmds[usize::from(first)].phase = Phase::Running;
+        cmd.phase = Phase::Ready;
+        cmd.ns = Some(ns);
+        (cmd.partner, cmd.fused_broken)
+    };
+    if broken {
+        return c.complete(slot, Status::generic(generic::ABORTED_MISSING_FUSED), 0, None);
     }
-    ns.ch.submit(IoRequest::compare_and_write(slba, nlb, cmp, data), c.clone(), u64::from(slot));
+    let Some(partner) = partner else {
+        // A first whose second has not arrived yet waits for it (pair_fused links them, or
+        // breaks this one when something else comes next).
+        return;
+    };
+    if c.cmds.borrow()[usize::from(partner)].phase != Phase::Ready {
+        return; // the other half runs both once its data is in
+    }
+    let (first, second) =
+        if c.cmds.borrow()[usize::from(slot)].sqe.fuse == Fuse::First { (slot, partner) } else { (partner, slot) };
+    let (f, s, cmp, data, ns) = {
+        let mut cmds = c.cmds.borrow_mut();
+        let f = cmds[usize::from(first)].sqe;
+        let cmp = cmds[usize::from(first)].buf.take();
+        cmds[usize::from(first)].phase = Phase::Running;
+        let sc = &mut cmds[usize::from(second)];
+        sc.phase = Phase::Running;
+        sc.parts = 1;
+        sc.part_status = IoStatus::Success;
+        (f, sc.sqe, cmp, sc.buf.take(), sc.ns.clone())
+    };
+    let range = |q: &crate::spec::sqe::Sqe| (q.nsid, u64::from(q.cdw10) | u64::from(q.cdw11) << 32, q.cdw12 & 0xffff);
+    let valid = f.opcode == nvm::COMPARE && s.opcode == nvm::WRITE && range(&f) == range(&s);
+    match (cmp, data, ns) {
+        (Some(cmp), Some(data), Some(ns)) if valid => {
+            let (_, slba, nlb) = range(&s);
+            ns.ch.submit(
+                IoRequest::compare_and_write(slba, u64::from(nlb) + 1, cmp, data),
+                c.clone(),
+                u64::from(second),
+            );
+        }
+        _ => {
+            c.unpair(first);
+            c.complete(first, invalid_field(), 0, None);
+            c.complete(second, Status::generic(generic::ABORTED_FAILED_FUSED), 0, None);
+        }
+    }
 }
 
 fn dsm(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>, sqe: &crate::spec::sqe::Sqe) {
@@ -210,7 +215,10 @@ impl IoCompleter for Conn {
         let slot = tag as u16;
         let (done, status, partner, is_read) = {
             let mut cmds = self.cmds.borrow_mut();
-            let cmd = &mut cmds[usize::from(slot)];
+            let Some(cmd) = cmds.get_mut(usize::from(slot)).filter(|c| c.phase == Phase::Running) else {
+                log::warn!("nvmf connection {}: a completion for idle slot {slot}; dropped", self.id);
+                return;
+            };
             if !io.status.is_ok() && cmd.part_status.is_ok() {
                 cmd.part_status = io.status;
             }
@@ -223,6 +231,7 @@ impl IoCompleter for Conn {
         if let Some(first) = partner {
             // Fused Compare-and-Write: the compare's outcome is the first command's; the write
             // is aborted when the compare failed.
+            self.unpair(slot);
             let (s1, s2) = match status {
                 IoStatus::Success => (Status::SUCCESS, Status::SUCCESS),
                 IoStatus::Miscompare => {

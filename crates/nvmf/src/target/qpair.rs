@@ -82,6 +82,8 @@ pub(crate) struct Cmd {
     pub(crate) partner: Option<u16>,
     /// A data digest error was seen on its data.
     pub(crate) digest_error: bool,
+    /// A fused half whose other half did not follow it: it fails when it runs.
+    pub(crate) fused_broken: bool,
 }
 
 impl Cmd {
@@ -99,6 +101,7 @@ impl Cmd {
             part_status: IoStatus::Success,
             partner: None,
             digest_error: false,
+            fused_broken: false,
         }
     }
 }
@@ -182,7 +185,7 @@ pub(crate) struct Conn {
     ns_epoch: Cell<u64>,
     /// Outstanding Asynchronous Event Requests (slots), admin queue only.
     pub(crate) aers: RefCell<Vec<u16>>,
-    /// A fused first command waiting for its second (slot).
+    /// The last fused first command to arrive, until its second arrives (slot).
     pub(crate) fused_first: Cell<Option<u16>>,
     /// The batch being sent: tick it started, bytes.
     sending: Cell<Option<(u64, usize)>>,
@@ -315,19 +318,79 @@ impl Conn {
     }
 
     fn release(&self, slot: u16) {
-        {
+        let partner = {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
             c.phase = Phase::Free;
             c.buf = None;
             c.ns = None;
-            c.partner = None;
             c.parts = 0;
+            c.partner.take()
+        };
+        if self.fused_first.get() == Some(slot) {
+            self.fused_first.set(None);
+        }
+        // A fused half that ends on its own leaves the other one without its pair.
+        if let Some(p) = partner {
+            let linked = self.cmds.borrow().get(usize::from(p)).is_some_and(|x| x.partner == Some(slot));
+            if linked {
+                self.cmds.borrow_mut()[usize::from(p)].partner = None;
+                self.break_fused(p);
+            }
         }
         self.free.borrow_mut().push(slot);
         self.in_flight.set(self.in_flight.get() - 1);
         if self.closing.get() && self.in_flight.get() == 0 {
             self.wake();
+        }
+    }
+
+    /// Pairs fused halves as their capsules arrive (NVMe: the second immediately follows the
+    /// first in the queue), whatever order their data comes in.
+    pub(crate) fn pair_fused(&self, slot: u16, fuse: crate::spec::sqe::Fuse) {
+        use crate::spec::sqe::Fuse;
+        match fuse {
+            Fuse::First => {
+                if let Some(prev) = self.fused_first.replace(Some(slot)) {
+                    self.break_fused(prev);
+                }
+            }
+            Fuse::Second => match self.fused_first.take() {
+                Some(first) => {
+                    let mut cmds = self.cmds.borrow_mut();
+                    cmds[usize::from(first)].partner = Some(slot);
+                    cmds[usize::from(slot)].partner = Some(first);
+                }
+                None => self.cmds.borrow_mut()[usize::from(slot)].fused_broken = true,
+            },
+            _ => {
+                if let Some(prev) = self.fused_first.take() {
+                    self.break_fused(prev);
+                }
+            }
+        }
+    }
+
+    /// A fused half lost its pair: it fails with Aborted Missing Fused now if it waits, or
+    /// when its data is in.
+    fn break_fused(&self, slot: u16) {
+        let waiting = {
+            let mut cmds = self.cmds.borrow_mut();
+            let c = &mut cmds[usize::from(slot)];
+            c.fused_broken = true;
+            c.partner = None;
+            c.phase == Phase::Ready
+        };
+        if waiting {
+            self.complete(slot, Status::generic(generic::ABORTED_MISSING_FUSED), 0, None);
+        }
+    }
+
+    /// Unlinks a fused pair that completes together.
+    pub(crate) fn unpair(&self, slot: u16) {
+        let mut cmds = self.cmds.borrow_mut();
+        if let Some(p) = cmds[usize::from(slot)].partner.take() {
+            cmds[usize::from(p)].partner = None;
         }
     }
 
@@ -524,7 +587,7 @@ fn start_watchdog() {
         let now = ticks();
         let (conns, any) = LIVE.with(|l| {
             let l = l.borrow();
-            (l.values().filter(|c| !c.dead.get()).cloned().collect::<Vec<_>>(), !l.is_empty())
+            (l.values().cloned().collect::<Vec<_>>(), !l.is_empty())
         });
         for c in conns {
             let bound = c.bound.borrow().as_ref().map(|b| (b.ctrl.clone(), b.qid));
@@ -615,8 +678,9 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
         if !c.closing.get() {
             log::info!("nvmf connection {id}: {e}");
         }
-        // The host is gone or broke the protocol: nothing more is sent.
-        c.dead.set(true);
+        // The host is gone or broke the protocol: nothing more is sent, and a send blocked on
+        // a host that does not read ends now.
+        c.close();
     }
     c.closing.set(true);
     // Commands that wait on the host (AERs, a fused first, data still to come) end here.
@@ -639,8 +703,9 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
     writer_task.await;
     c.sock.shutdown();
     super::exec::disconnected(&c);
+    // The command table stays: requests still in the bdev layer complete into it (and are
+    // dropped, the connection being dead).
     c.ns_cache.borrow_mut().clear();
-    c.cmds.borrow_mut().clear();
     LIVE.with(|l| l.borrow_mut().remove(&id));
     log::info!("nvmf connection {id} closed");
 }
@@ -740,7 +805,14 @@ enum Dest {
 /// Sends a C2HTermReq for `e` (its data: the offending header) and ends the connection.
 async fn terminate(c: &Conn, dec: &Decoder, e: PduError) -> String {
     let mut buf = [0u8; 256];
-    if let Some(fes) = e.fes() {
+    // Not in the middle of the writer's send (the two would interleave on the wire): wait until
+    // it is idle, at most a second (a host that does not read gets no TermReq).
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while (!c.out.borrow().is_empty() || c.sending.get().is_some()) && Instant::now() < deadline {
+        ferrite_reactor::sleep(Duration::from_millis(1)).await;
+    }
+    let idle = c.out.borrow().is_empty() && c.sending.get().is_none();
+    if let (true, Some(fes)) = (idle, e.fes()) {
         if let Ok(n) = crate::tcp::encode_term_req(&mut buf, Role::Controller, fes, e.fei(), dec.received_header()) {
             let _ = c.sock.send_all_by(buf[..n].to_vec(), Instant::now() + Duration::from_secs(1)).await;
         }
@@ -769,6 +841,10 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
             })
             .await;
             continue;
+        }
+        // Connect set the queue's in-capsule limit: it holds from the next header on.
+        if let Some(limit) = c.icd_limit.take() {
+            dec.set_max_icd(limit);
         }
         match dec.want() {
             Want::Closed => return Err("decoder stopped".into()),
@@ -857,9 +933,6 @@ fn on_header(c: &Rc<Conn>, dec: &mut Decoder, h: crate::tcp::Header) -> Result<O
         Pdu::H2cTermReq(t) => Err(format!("host sent H2CTermReq (FES {:#x}, FEI {:#x})", t.fes, t.fei)),
         Pdu::CapsuleCmd(cmd) => {
             let dest = super::exec::capsule(c, &cmd.sqe, h.data_len)?;
-            if let Some(limit) = c.icd_limit.take() {
-                dec.set_max_icd(limit);
-            }
             Ok(dest.map(|d| Dest::Cmd { slot: d.slot, at: 0 }))
         }
         Pdu::H2cData(d) => {
@@ -937,6 +1010,7 @@ impl Conn {
         c.part_status = IoStatus::Success;
         c.partner = None;
         c.digest_error = false;
+        c.fused_broken = false;
         c.phase = Phase::Running;
         Some(slot)
     }

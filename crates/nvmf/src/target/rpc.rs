@@ -467,18 +467,8 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
         None => s.free_nsid().ok_or_else(|| invalid("Invalid parameters: the subsystem has no free NSID"))?,
     };
     let anagrpid = n.anagrpid.unwrap_or(nsid);
-    s.namespaces.insert(
-        nsid,
-        Arc::new(Namespace {
-            nsid,
-            bdev_name: n.bdev_name.clone(),
-            desc,
-            nguid,
-            eui64,
-            uuid,
-            anagrpid,
-        }),
-    );
+    s.namespaces
+        .insert(nsid, Arc::new(Namespace { nsid, bdev_name: n.bdev_name.clone(), desc, nguid, eui64, uuid, anagrpid }));
     s.shared.bump();
     admin::notify_ns_changed(s, nsid);
     admin::notify_ana_changed(s);
