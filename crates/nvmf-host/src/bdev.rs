@@ -24,7 +24,8 @@ struct NsBackend {
 }
 
 struct NsChannel {
-    ctrlr: Arc<HostCtrlr>,
+    /// This reactor's path to the controller (looked up once, not per I/O).
+    path: std::rc::Rc<crate::ctrlr::IoPath>,
     nsid: u32,
 }
 
@@ -38,7 +39,7 @@ fn rw(opcode: u8, nsid: u32, lba: u64, blocks: u64, fua: bool) -> Sqe {
 
 impl BackendChannel for NsChannel {
     fn submit(&mut self, io: BdevIo) {
-        let path = self.ctrlr.path();
+        let path = &self.path;
         let r = &io.req;
         let fua = r.flags.contains(IoFlags::FUA);
         let (sqe, read, extra) = match r.io_type {
@@ -73,7 +74,7 @@ impl BackendChannel for NsChannel {
 
 impl BdevBackend for NsBackend {
     fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
-        Ok(Box::new(NsChannel { ctrlr: self.ctrlr.clone(), nsid: self.nsid }))
+        Ok(Box::new(NsChannel { path: self.ctrlr.path(), nsid: self.nsid }))
     }
 
     fn driver_specific(&self) -> Value {

@@ -533,8 +533,12 @@ impl Conn {
 
     /// The namespace `nsid` as this queue pair uses it, or the status to fail the command with.
     pub(crate) fn namespace(&self, nsid: u32) -> Result<Rc<NsChan>, Status> {
-        let ctrl = self.ctrl().ok_or(Status::generic(generic::COMMAND_SEQUENCE_ERROR))?;
-        let epoch = ctrl.subsys.epoch.load(Ordering::Acquire);
+        // The controller is borrowed, not cloned: its reference count is shared with queue
+        // pairs on other cores, and an atomic add per I/O would bounce its cache line.
+        let epoch = match self.bound.borrow().as_ref() {
+            Some(b) => b.ctrl.subsys.epoch.load(Ordering::Acquire),
+            None => return Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR)),
+        };
         if epoch != self.ns_epoch.get() {
             self.ns_cache.borrow_mut().clear();
             self.ns_epoch.set(epoch);
@@ -543,6 +547,7 @@ impl Conn {
         if let Some((_, n)) = self.ns_cache.borrow().iter().find(|(id, _)| *id == nsid) {
             return Ok(n.clone());
         }
+        let ctrl = self.ctrl().ok_or(Status::generic(generic::COMMAND_SEQUENCE_ERROR))?;
         let invalid = Status::generic(generic::INVALID_NAMESPACE_OR_FORMAT).with_dnr();
         let (ns, state) = {
             let t = super::model::tables();
