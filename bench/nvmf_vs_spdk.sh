@@ -127,11 +127,14 @@ run_perf() {
   if ! timeout $((T + 30)) "$SPDK_DIR/build/bin/spdk_nvme_perf" --no-huge -s 1024 -c 0x2 -q "$qd" -o "$size" \
     -w "$w" -t "$T" -a 1 "$@" -r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN" \
     >"$out" 2>&1; then
-    fail "spdk_nvme_perf -q $qd -o $size -w $w $* failed; its output: $(grep -v '^$' "$out" | tail -5)"
+    fail "spdk_nvme_perf -q $qd -o $size -w $w $* failed (exit status); its errors and last lines:
+$(grep -iE 'error|fail' "$out" | head -10)
+$(grep -v '^$' "$out" | tail -3)"
   fi
   # Total : IOPS MiB/s Average min max (latencies in microseconds)
   RESULT=$(awk '/^Total *:/ {print $3, $4, $5}' "$out")
-  [ -n "$RESULT" ] || fail "no Total line from spdk_nvme_perf: $(tail -5 "$out")"
+  # (It exits 0 when it cannot connect at all: "No valid NVMe controllers found".)
+  [ -n "$RESULT" ] || fail "no Total line from spdk_nvme_perf -q $qd -o $size -w $w $*: $(grep -iE 'error|fail|no valid' "$out" | head -10)"
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
