@@ -44,6 +44,8 @@ for b in bin/nvmf_tgt bin/spdk_nvme_perf examples/bdevperf; do
 done
 case $NVMF_TARGET in ferrite | spdk) ;; *) fail "NVMF_TARGET must be ferrite or spdk, not $NVMF_TARGET" ;; esac
 need ss iproute2
+[ -x /usr/bin/time ] || { apt-get install -y -qq time >/dev/null 2>&1 || true; }
+[ -x /usr/bin/time ] || fail "/usr/bin/time (package time) is missing and could not be installed"
 export LD_LIBRARY_PATH="$SPDK_DIR/build/lib"
 NQN=nqn.2016-06.io.spdk:cnode1
 HZ=$(getconf CLK_TCK)
@@ -118,19 +120,33 @@ stop_target() { # SIGTERM, up to 5 s, then SIGKILL
   TPID=
 }
 
+# busy_jiffies: CPU time the whole machine spent busy so far (user, nice, system, irq, softirq
+# and steal of /proc/stat's cpu line), in clock ticks.
+busy_jiffies() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+
+# other_cpu BUSY_TICKS OURS_TICKS NANOSECONDS: sets OTHER to the % of one core that everything
+# but our processes (and the hypervisor, through steal) took in the window: the noise.
+other_cpu() { OTHER=$(python3 -c "print(max(0, round(100 * ($1 - ($2)) / $HZ / ($3 / 1e9))))"); }
+
 # run_perf QD SIZE WORKLOAD [FLAGS...]: spdk_nvme_perf against the running target; sets RESULT
-# to "IOPS MiB/s mean_latency_us" from its Total line. (Results go through globals, not $(...):
-# a fail in a command substitution would stop only that subshell.)
+# to "IOPS MiB/s mean_latency_us" from its Total line, and OTHER to the CPU the rest of the
+# machine used meanwhile. (Results go through globals, not $(...): a fail in a command
+# substitution would stop only that subshell.)
 run_perf() {
-  local qd=$1 size=$2 w=$3 out="$TMP/perf.out"
+  local qd=$1 size=$2 w=$3 out="$TMP/perf.out" b0 b1 t0 t1 n0 n1 pu ps
   shift 3
-  if ! timeout $((T + 30)) "$SPDK_DIR/build/bin/spdk_nvme_perf" --no-huge -s 1024 -c 0x2 -q "$qd" -o "$size" \
+  b0=$(busy_jiffies) t0=$(cpu_ticks "$TPID") n0=$(date +%s%N)
+  if ! timeout $((T + 30)) /usr/bin/time -f '%U %S' -o "$TMP/perf.time" \
+    "$SPDK_DIR/build/bin/spdk_nvme_perf" --no-huge -s 1024 -c 0x2 -q "$qd" -o "$size" \
     -w "$w" -t "$T" -a 1 "$@" -r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN" \
     >"$out" 2>&1; then
     fail "spdk_nvme_perf -q $qd -o $size -w $w $* failed (exit status); its errors and last lines:
 $(grep -iE 'error|fail' "$out" | head -10)
 $(grep -v '^$' "$out" | tail -3)"
   fi
+  b1=$(busy_jiffies) t1=$(cpu_ticks "$TPID") n1=$(date +%s%N)
+  read -r pu ps <"$TMP/perf.time"
+  other_cpu "$((b1 - b0))" "$((t1 - t0)) + ($pu + $ps) * $HZ" "$((n1 - n0))"
   # Total : IOPS MiB/s Average min max (latencies in microseconds)
   RESULT=$(awk '/^Total *:/ {print $3, $4, $5}' "$out")
   # (It exits 0 when it cannot connect at all: "No valid NVMe controllers found".)
@@ -145,13 +161,14 @@ ratio() { python3 -c "print(f'{$1/$2:.2f}' if $2 else '-')"; }
 start_target "$NVMF_TARGET" null # can it serve the config at all? (stops here if not)
 stop_target
 echo "ferrite column: $NVMF_TARGET$([ "$NVMF_TARGET" = ferrite ] && echo " ($FERRITE_MODE)"); spdk column: nvmf_tgt;" \
-  "${T}s per run after 1 s warm-up, median of $ROUNDS"
-printf '%-30s %10s %10s %6s %9s %9s %8s %8s\n' cell ferrite spdk ratio f_MiB/s s_MiB/s f_lat_us s_lat_us
+  "${T}s per run after 1 s warm-up, median of $ROUNDS; other%: the most CPU (% of one core) the rest" \
+  "of the machine took during any of the cell's runs (over ~10 and the cell is noise)"
+printf '%-30s %10s %10s %6s %9s %9s %8s %8s %6s\n' cell ferrite spdk ratio f_MiB/s s_MiB/s f_lat_us s_lat_us other%
 for cell in "null randread 4096 1" "null randread 4096 32" "null randread 4096 128" \
   "null randwrite 4096 1" "null randwrite 4096 32" "null randwrite 4096 128" \
   "null randread 4096 32 -H -I" "malloc read 131072 32" "malloc write 131072 32"; do
   read -r kind w size qd flags <<<"$cell"
-  fiops_all= siops_all= fm_all= sm_all= fl_all= sl_all=
+  fiops_all= siops_all= fm_all= sm_all= fl_all= sl_all= other_max=0
   for _ in $(seq "$ROUNDS"); do
     for side in ferrite spdk; do
       who=$side
@@ -161,6 +178,7 @@ for cell in "null randread 4096 1" "null randread 4096 32" "null randread 4096 1
       run_perf "$qd" "$size" "$w" $flags
       stop_target
       read -r i m l <<<"$RESULT"
+      [ "$OTHER" -gt "$other_max" ] && other_max=$OTHER
       if [ "$side" = ferrite ]; then fiops_all+="$i " fm_all+="$m " fl_all+="$l "; else siops_all+="$i " sm_all+="$m " sl_all+="$l "; fi
     done
   done
@@ -169,7 +187,7 @@ for cell in "null randread 4096 1" "null randread 4096 32" "null randread 4096 1
   if [ "$size" != 4096 ]; then fm=$(med "$fm_all") sm=$(med "$sm_all"); fi
   if [ "$qd" = 1 ]; then fl=$(med "$fl_all") sl=$(med "$sl_all"); fi
   name="$kind $w $((size / 1024))k qd$qd${flags:+ digests}"
-  printf '%-30s %10.0f %10.0f %6s %9s %9s %8s %8s\n' "$name" "$fiops" "$siops" "$(ratio "$fiops" "$siops")" "$fm" "$sm" "$fl" "$sl"
+  printf '%-30s %10.0f %10.0f %6s %9s %9s %8s %8s %6s\n' "$name" "$fiops" "$siops" "$(ratio "$fiops" "$siops")" "$fm" "$sm" "$fl" "$sl" "$other_max"
 done
 
 # --- idle cells ----------------------------------------------------------------------------
@@ -213,32 +231,40 @@ stop_host() {
   HPID=
 }
 
-# idle_cpu WHO MODE HOW: sets CPU to the % of one core the target used while the host idled.
+# idle_cpu WHO MODE HOW: sets CPU to the % of one core the target used while the host idled,
+# and OTHER to what the rest of the machine (not the target, not the host) used meanwhile.
 idle_cpu() {
   start_target "$1" null "$2"
   idle_host "$3"
-  local n0 n1 t0 t1
+  local n0 n1 t0 t1 h0 h1 b0 b1 w0 w1
   n0=$(established "$PORT")
   sleep 1
-  t0=$(cpu_ticks "$TPID")
+  b0=$(busy_jiffies) t0=$(cpu_ticks "$TPID") h0=$(cpu_ticks "$HPID") w0=$(date +%s%N)
   sleep "$IDLE_SECONDS"
-  t1=$(cpu_ticks "$TPID")
+  b1=$(busy_jiffies) t1=$(cpu_ticks "$TPID") h1=$(cpu_ticks "$HPID") w1=$(date +%s%N)
   n1=$(established "$PORT")
   [ "$n1" = "$n0" ] || fail "$1 idle with $3: connections went from $n0 to $n1 during the window"
   stop_host
   stop_target
-  CPU=$(python3 -c "print(f'{100 * ($t1 - $t0) / $HZ / $IDLE_SECONDS:.1f}')")
+  CPU=$(python3 -c "print(f'{100 * ($t1 - $t0) / $HZ / ($w1 - $w0) * 1e9:.1f}')")
+  other_cpu "$((b1 - b0))" "$((t1 - t0 + h1 - h0))" "$((w1 - w0))"
 }
 
 echo
 echo "idle: target CPU % of one core over ${IDLE_SECONDS}s with a host connected and silent"
-printf '%-30s %12s %12s %12s\n' host ferrite ferrite_poll spdk
+printf '%-30s %12s %12s %12s %6s\n' host ferrite ferrite_poll spdk other%
 for how in bdevperf perf; do
   label="bdevperf -z (admin queue)"
   [ "$how" = perf ] && label="perf stopped (admin + I/O)"
+  other_max=0
   idle_cpu "$NVMF_TARGET" adaptive "$how"
-  fa=$CPU fp=-
-  if [ "$NVMF_TARGET" = ferrite ]; then idle_cpu ferrite poll "$how" && fp=$CPU; fi
+  fa=$CPU fp=- other_max=$OTHER
+  if [ "$NVMF_TARGET" = ferrite ]; then
+    idle_cpu ferrite poll "$how"
+    fp=$CPU
+    [ "$OTHER" -gt "$other_max" ] && other_max=$OTHER
+  fi
   idle_cpu spdk - "$how"
-  printf '%-30s %12s %12s %12s\n' "$label" "$fa" "$fp" "$CPU"
+  [ "$OTHER" -gt "$other_max" ] && other_max=$OTHER
+  printf '%-30s %12s %12s %12s %6s\n' "$label" "$fa" "$fp" "$CPU" "$other_max"
 done
