@@ -24,12 +24,14 @@
 #     I/O queue, both silent.
 #   Ferrite in its default (adaptive) and in poll mode; SPDK's reactor polls, ~100%.
 # Environment: ROUNDS (3), FERRITE_MODE (reactor mode for the perf cells, default adaptive),
+# FERRITE_BIN (another build of the daemon to measure, e.g. a work tree's),
 # IDLE_SECONDS (5), NVMF_TARGET (ferrite; `spdk` puts SPDK's nvmf_tgt in the ferrite column too:
 # an SPDK-vs-SPDK run whose ratios show the noise of the machine).
 # Needs SPDK (../shared/anchors/spdk.sh unpacks it); prints SKIP without it. If Ferrite cannot
 # serve the config (e.g. nvmf_create_transport: Method not found), it says so and stops.
 # Usage: [ROUNDS=3] bench/nvmf_vs_spdk.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
+FERRITE=${FERRITE_BIN:-$FERRITE}
 T=${1:-5}
 ROUNDS=${ROUNDS:-3}
 FERRITE_MODE=${FERRITE_MODE:-adaptive}
