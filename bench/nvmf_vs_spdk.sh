@@ -25,7 +25,7 @@
 #   Ferrite in its default (adaptive) and in poll mode; SPDK's reactor polls, ~100%.
 # Environment: ROUNDS (3), FERRITE_MODE (reactor mode for the perf cells, default adaptive),
 # FERRITE_BIN (another build of the daemon to measure, e.g. a work tree's),
-# IDLE_SECONDS (5), NVMF_TARGET (ferrite; `spdk` puts SPDK's nvmf_tgt in the ferrite column too:
+# IDLE_SECONDS (5), ONLY (perf or idle: run only those cells), NVMF_TARGET (ferrite; `spdk` puts SPDK's nvmf_tgt in the ferrite column too:
 # an SPDK-vs-SPDK run whose ratios show the noise of the machine).
 # Needs SPDK (../shared/anchors/spdk.sh unpacks it); prints SKIP without it. If Ferrite cannot
 # serve the config (e.g. nvmf_create_transport: Method not found), it says so and stops.
@@ -36,6 +36,7 @@ T=${1:-5}
 ROUNDS=${ROUNDS:-3}
 FERRITE_MODE=${FERRITE_MODE:-adaptive}
 IDLE_SECONDS=${IDLE_SECONDS:-5}
+ONLY=${ONLY:-}
 NVMF_TARGET=${NVMF_TARGET:-ferrite}
 SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
 for b in bin/nvmf_tgt bin/spdk_nvme_perf examples/bdevperf; do
@@ -45,6 +46,7 @@ for b in bin/nvmf_tgt bin/spdk_nvme_perf examples/bdevperf; do
   fi
 done
 case $NVMF_TARGET in ferrite | spdk) ;; *) fail "NVMF_TARGET must be ferrite or spdk, not $NVMF_TARGET" ;; esac
+case $ONLY in "" | perf | idle) ;; *) fail "ONLY must be perf or idle, not $ONLY" ;; esac
 need ss iproute2
 [ -x /usr/bin/time ] || { apt-get install -y -qq time >/dev/null 2>&1 || true; }
 [ -x /usr/bin/time ] || fail "/usr/bin/time (package time) is missing and could not be installed"
@@ -160,37 +162,39 @@ med() { tr ' ' '\n' <<<"$1" | grep . | median; } # med "V1 V2 ...": their median
 ratio() { python3 -c "print(f'{$1/$2:.2f}' if $2 else '-')"; }
 
 # --- throughput cells -----------------------------------------------------------------------
-start_target "$NVMF_TARGET" null # can it serve the config at all? (stops here if not)
-stop_target
-echo "ferrite column: $NVMF_TARGET$([ "$NVMF_TARGET" = ferrite ] && echo " ($FERRITE_MODE)"); spdk column: nvmf_tgt;" \
-  "${T}s per run after 1 s warm-up, median of $ROUNDS; other%: the most CPU (% of one core) the rest" \
-  "of the machine took during any of the cell's runs (over ~10 and the cell is noise)"
-printf '%-30s %10s %10s %6s %9s %9s %8s %8s %6s\n' cell ferrite spdk ratio f_MiB/s s_MiB/s f_lat_us s_lat_us other%
-for cell in "null randread 4096 1" "null randread 4096 32" "null randread 4096 128" \
-  "null randwrite 4096 1" "null randwrite 4096 32" "null randwrite 4096 128" \
-  "null randread 4096 32 -H -I" "malloc read 131072 32" "malloc write 131072 32"; do
-  read -r kind w size qd flags <<<"$cell"
-  fiops_all= siops_all= fm_all= sm_all= fl_all= sl_all= other_max=0
-  for _ in $(seq "$ROUNDS"); do
-    for side in ferrite spdk; do
-      who=$side
-      [ "$side" = ferrite ] && who=$NVMF_TARGET
-      start_target "$who" "$kind"
-      # shellcheck disable=SC2086 # flags are words
-      run_perf "$qd" "$size" "$w" $flags
-      stop_target
-      read -r i m l <<<"$RESULT"
-      [ "$OTHER" -gt "$other_max" ] && other_max=$OTHER
-      if [ "$side" = ferrite ]; then fiops_all+="$i " fm_all+="$m " fl_all+="$l "; else siops_all+="$i " sm_all+="$m " sl_all+="$l "; fi
+perf_cells() {
+  echo "ferrite column: $NVMF_TARGET$([ "$NVMF_TARGET" = ferrite ] && echo " ($FERRITE_MODE)"); spdk column: nvmf_tgt;" \
+    "${T}s per run after 1 s warm-up, median of $ROUNDS; other%: the most CPU (% of one core) the rest" \
+    "of the machine took during any of the cell's runs (over ~10 and the cell is noise)"
+  printf '%-30s %10s %10s %6s %9s %9s %8s %8s %6s\n' cell ferrite spdk ratio f_MiB/s s_MiB/s f_lat_us s_lat_us other%
+  for cell in "null randread 4096 1" "null randread 4096 32" "null randread 4096 128" \
+    "null randwrite 4096 1" "null randwrite 4096 32" "null randwrite 4096 128" \
+    "null randread 4096 32 -H -I" "malloc read 131072 32" "malloc write 131072 32"; do
+    read -r kind w size qd flags <<<"$cell"
+    fiops_all= siops_all= fm_all= sm_all= fl_all= sl_all= other_max=0
+    for round in $(seq "$ROUNDS"); do
+      order="ferrite spdk"
+      ((round % 2)) || order="spdk ferrite" # alternate who goes first, against drift
+      for side in $order; do
+        who=$side
+        [ "$side" = ferrite ] && who=$NVMF_TARGET
+        start_target "$who" "$kind"
+        # shellcheck disable=SC2086 # flags are words
+        run_perf "$qd" "$size" "$w" $flags
+        stop_target
+        read -r i m l <<<"$RESULT"
+        [ "$OTHER" -gt "$other_max" ] && other_max=$OTHER
+        if [ "$side" = ferrite ]; then fiops_all+="$i " fm_all+="$m " fl_all+="$l "; else siops_all+="$i " sm_all+="$m " sl_all+="$l "; fi
+      done
     done
+    fiops=$(med "$fiops_all") siops=$(med "$siops_all")
+    fm=- sm=- fl=- sl=-
+    if [ "$size" != 4096 ]; then fm=$(med "$fm_all") sm=$(med "$sm_all"); fi
+    if [ "$qd" = 1 ]; then fl=$(med "$fl_all") sl=$(med "$sl_all"); fi
+    name="$kind $w $((size / 1024))k qd$qd${flags:+ digests}"
+    printf '%-30s %10.0f %10.0f %6s %9s %9s %8s %8s %6s\n' "$name" "$fiops" "$siops" "$(ratio "$fiops" "$siops")" "$fm" "$sm" "$fl" "$sl" "$other_max"
   done
-  fiops=$(med "$fiops_all") siops=$(med "$siops_all")
-  fm=- sm=- fl=- sl=-
-  if [ "$size" != 4096 ]; then fm=$(med "$fm_all") sm=$(med "$sm_all"); fi
-  if [ "$qd" = 1 ]; then fl=$(med "$fl_all") sl=$(med "$sl_all"); fi
-  name="$kind $w $((size / 1024))k qd$qd${flags:+ digests}"
-  printf '%-30s %10.0f %10.0f %6s %9s %9s %8s %8s %6s\n' "$name" "$fiops" "$siops" "$(ratio "$fiops" "$siops")" "$fm" "$sm" "$fl" "$sl" "$other_max"
-done
+}
 
 # --- idle cells ----------------------------------------------------------------------------
 # established PORT: number of established TCP connections to the target's port.
@@ -252,21 +256,29 @@ idle_cpu() {
   other_cpu "$((b1 - b0))" "$((t1 - t0 + h1 - h0))" "$((w1 - w0))"
 }
 
-echo
-echo "idle: target CPU % of one core over ${IDLE_SECONDS}s with a host connected and silent"
-printf '%-30s %12s %12s %12s %6s\n' host ferrite ferrite_poll spdk other%
-for how in bdevperf perf; do
-  label="bdevperf -z (admin queue)"
-  [ "$how" = perf ] && label="perf stopped (admin + I/O)"
-  other_max=0
-  idle_cpu "$NVMF_TARGET" adaptive "$how"
-  fa=$CPU fp=- other_max=$OTHER
-  if [ "$NVMF_TARGET" = ferrite ]; then
-    idle_cpu ferrite poll "$how"
-    fp=$CPU
+idle_cells() {
+  echo
+  echo "idle: target CPU % of one core over ${IDLE_SECONDS}s with a host connected and silent"
+  printf '%-30s %12s %12s %12s %6s\n' host ferrite ferrite_poll spdk other%
+  for how in bdevperf perf; do
+    label="bdevperf -z (admin queue)"
+    [ "$how" = perf ] && label="perf stopped (admin + I/O)"
+    other_max=0
+    idle_cpu "$NVMF_TARGET" adaptive "$how"
+    fa=$CPU fp=- other_max=$OTHER
+    if [ "$NVMF_TARGET" = ferrite ]; then
+      idle_cpu ferrite poll "$how"
+      fp=$CPU
+      [ "$OTHER" -gt "$other_max" ] && other_max=$OTHER
+    fi
+    idle_cpu spdk - "$how"
     [ "$OTHER" -gt "$other_max" ] && other_max=$OTHER
-  fi
-  idle_cpu spdk - "$how"
-  [ "$OTHER" -gt "$other_max" ] && other_max=$OTHER
-  printf '%-30s %12s %12s %12s %6s\n' "$label" "$fa" "$fp" "$CPU" "$other_max"
-done
+    printf '%-30s %12s %12s %12s %6s\n' "$label" "$fa" "$fp" "$CPU" "$other_max"
+  done
+}
+
+# --- the run --------------------------------------------------------------------------------
+start_target "$NVMF_TARGET" null # can it serve the config at all? (stops here if not)
+stop_target
+[ "$ONLY" = idle ] || perf_cells
+[ "$ONLY" = perf ] || idle_cells
