@@ -13,7 +13,10 @@
 #   malloc namespace (1 GiB, 4 KiB blocks), 128 KiB: sequential read and write at QD 32. Malloc
 #   there so the payload is real memory on both sides: a null bdev does not touch its buffers,
 #   so a target could send 128 KiB of whatever it likes, and the cell would measure framing only.
-# Each cell alternates the two targets ROUNDS times and prints medians and the ratio ferrite/spdk.
+# Each cell alternates the two targets ROUNDS times (who goes first alternates too) and prints
+# medians, the ratio ferrite/spdk, and other%: the most CPU (% of one core) that the rest of the
+# machine (other processes, and steal) took during any of its runs. The machine is shared: above
+# ~10 the cell is noise; rerun when it is quiet.
 # Idle cells: the target's CPU use (utime+stime of all its threads, /proc/PID/stat) over
 # IDLE_SECONDS while a host stays connected and sends no I/O, two ways:
 #   bdevperf -z: SPDK's bdev_nvme host (bdev_nvme_attach_controller in bdevperf's config),
@@ -23,10 +26,10 @@
 #   perf stopped: spdk_nvme_perf (QD 1) connected and running, then SIGSTOPped: an admin and an
 #     I/O queue, both silent.
 #   Ferrite in its default (adaptive) and in poll mode; SPDK's reactor polls, ~100%.
-# Environment: ROUNDS (3), FERRITE_MODE (reactor mode for the perf cells, default adaptive),
-# FERRITE_BIN (another build of the daemon to measure, e.g. a work tree's),
-# IDLE_SECONDS (5), ONLY (perf or idle: run only those cells), NVMF_TARGET (ferrite; `spdk` puts SPDK's nvmf_tgt in the ferrite column too:
-# an SPDK-vs-SPDK run whose ratios show the noise of the machine).
+# Environment: ROUNDS (3); FERRITE_MODE (reactor mode for the perf cells, default adaptive);
+# FERRITE_BIN (another build of the daemon to measure, e.g. a work tree's); IDLE_SECONDS (5);
+# ONLY (perf or idle: only those cells); NVMF_TARGET (ferrite; `spdk` puts SPDK's nvmf_tgt in
+# the ferrite column too: an SPDK-vs-SPDK run, whose ratios show the noise of the machine).
 # Needs SPDK (../shared/anchors/spdk.sh unpacks it); prints SKIP without it. If Ferrite cannot
 # serve the config (e.g. nvmf_create_transport: Method not found), it says so and stops.
 # Usage: [ROUNDS=3] bench/nvmf_vs_spdk.sh [SECONDS]
