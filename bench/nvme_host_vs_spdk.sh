@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Ferrite's NVMe/TCP host against SPDK's, side by side in one run: SPDK's nvmf_tgt on core 0
+# serves a null namespace (1 GiB, 4 KiB blocks); on core 1, `ferrite perf` and SPDK's bdevperf
+# load the same JSON config (bdev_nvme_attach_controller to that target, so each runs its own
+# NVMe/TCP host: Ferrite's crates/nvmf-host, SPDK's bdev_nvme) and run the same job. Cells:
+# 4 KiB randread QD 1, 32, 128; 4 KiB randwrite QD 32; 128 KiB read QD 32. Each cell alternates
+# the two hosts ROUNDS times and prints medians and the ratio ferrite/spdk.
+# Usage: [ROUNDS=3] bench/nvme_host_vs_spdk.sh [SECONDS]
+# Needs SPDK (../shared/anchors/spdk.sh unpacks it); prints SKIP without it.
+source "$(dirname "$0")/common.sh"
+T=${1:-4}
+ROUNDS=${ROUNDS:-3}
+SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
+for b in bin/nvmf_tgt examples/bdevperf; do
+  if [ -z "$SPDK_DIR" ] || [ ! -x "$SPDK_DIR/build/$b" ]; then
+    echo "SKIP: SPDK's $(basename $b) not available (run ../shared/anchors/spdk.sh, or set SPDK_DIR)"
+    exit 0
+  fi
+done
+export LD_LIBRARY_PATH="$SPDK_DIR/build/lib"
+NQN=nqn.2016-06.io.spdk:cnode1
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$TMP/target.json" <<J
+{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_null_create","params":{"name":"Null0","num_blocks":262144,"block_size":4096}}]},
+{"subsystem":"nvmf","config":[{"method":"nvmf_create_transport","params":{"trtype":"TCP"}},
+{"method":"nvmf_create_subsystem","params":{"nqn":"$NQN","allow_any_host":true,"serial_number":"SPDK001"}},
+{"method":"nvmf_subsystem_add_ns","params":{"nqn":"$NQN","namespace":{"bdev_name":"Null0"}}},
+{"method":"nvmf_subsystem_add_listener","params":{"nqn":"$NQN","listen_address":{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"$PORT"}}}]}]}
+J
+cat >"$TMP/host.json" <<J
+{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_nvme_attach_controller","params":{"name":"Nvme0","trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"$PORT","subnqn":"$NQN"}}]}]}
+J
+"$SPDK_DIR/build/bin/nvmf_tgt" --no-huge -s 1024 -m 0x1 --disable-cpumask-locks -r "$TMP/tgt.sock" \
+  --json "$TMP/target.json" >"$TMP/tgt.log" 2>&1 &
+TGT=$!
+trap 'kill $TGT 2>/dev/null; wait $TGT 2>/dev/null; rm -rf "$TMP"' EXIT
+for _ in $(seq 100); do grep -q "NVMe/TCP Target Listening\|Listening on" "$TMP/tgt.log" 2>/dev/null && break; sleep 0.1; done
+sleep 1
+
+# ferrite_iops QD SIZE WORKLOAD
+ferrite_iops() {
+  local res="$TMP/f.json"
+  "$FERRITE" perf --json "$TMP/host.json" -T Nvme0n1 -q "$1" -o "$2" -w "$3" -t "$T" -m 0x2 \
+    --results-json "$res" >"$TMP/f.log" 2>&1 || { tail -3 "$TMP/f.log" >&2; fail "ferrite perf failed ($*)"; }
+  json_get "$res" "int(d['total']['iops'])"
+}
+
+# spdk_iops QD SIZE WORKLOAD: bdevperf's Total line (its report lines start with \r).
+spdk_iops() {
+  "$SPDK_DIR/build/examples/bdevperf" --json "$TMP/host.json" -q "$1" -o "$2" -w "$3" -t "$T" -m 0x2 \
+    --no-pci --no-huge -s 1024 --disable-cpumask-locks 2>/dev/null | tr '\r' '\n' |
+    awk '/^ *Total *:/ {printf "%d\n", $3}' | tail -1
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+printf '%-9s %7s %4s %12s %12s %6s\n' workload size qd ferrite spdk ratio
+for cell in "randread 4096 1" "randread 4096 32" "randread 4096 128" "randwrite 4096 32" "read 131072 32"; do
+  read -r w size qd <<<"$cell"
+  f=() s=()
+  for _ in $(seq "$ROUNDS"); do
+    f+=("$(ferrite_iops "$qd" "$size" "$w")")
+    s+=("$(spdk_iops "$qd" "$size" "$w")")
+  done
+  fm=$(printf '%s\n' "${f[@]}" | median)
+  sm=$(printf '%s\n' "${s[@]}" | median)
+  [ -n "$sm" ] && [ "$sm" -gt 0 ] || fail "no bdevperf result for $cell"
+  printf '%-9s %7s %4s %12s %12s %6.2f\n' "$w" "$size" "$qd" "$fm" "$sm" "$(python3 -c "print($fm/$sm)")"
+done
