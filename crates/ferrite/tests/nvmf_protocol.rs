@@ -418,9 +418,11 @@ fn connects_that_must_fail() {
     let _q1 = Host::io(n.port, SUBNQN, admin.cntlid, 1, HostOpts::default(), 4096);
     let mut q = Host::initialized(n.port, HostOpts::default());
     let c = q.connect(SUBNQN, 1, admin.cntlid);
-    assert_eq!(status(&c), (sct::COMMAND_SPECIFIC, fsc::CONNECT_INVALID_PARAMETERS), "QID 1 twice: {:?}", c.cqe);
+    // Invalid Queue Identifier, as SPDK answers.
+    let invalid_qid = (sct::COMMAND_SPECIFIC, ferrite_nvmf::spec::status::command_specific::INVALID_QUEUE_IDENTIFIER);
+    assert_eq!(status(&c), invalid_qid, "QID 1 twice: {:?}", c.cqe);
     let c = q.connect(SUBNQN, 128, admin.cntlid);
-    assert_eq!(status(&c), (sct::COMMAND_SPECIFIC, fsc::CONNECT_INVALID_PARAMETERS), "QID 128: {:?}", c.cqe);
+    assert_eq!(status(&c), invalid_qid, "QID 128: {:?}", c.cqe);
     let _q2 = Host::io(n.port, SUBNQN, admin.cntlid, 127, HostOpts::default(), 4096);
     admin.keep_alive().ok("keep alive");
     // An I/O queue of a controller that does not exist.

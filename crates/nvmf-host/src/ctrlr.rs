@@ -106,6 +106,8 @@ pub struct HostCtrlr {
     pub detached: AtomicBool,
     /// The admin queue is lost and being reconnected.
     pub resetting: AtomicBool,
+    /// Given up on: lost past `ctrlr_loss_timeout_sec` (I/O fails; detach it).
+    pub failed: AtomicBool,
     /// Bumped at each successful (re)connection of the admin queue.
     pub generation: AtomicU64,
     /// Time the controller was lost (ns since the Unix epoch; 0 while connected).
@@ -241,6 +243,7 @@ impl HostCtrlr {
                 }
                 if me.loss_timed_out() {
                     log::warn!("nvme controller {}: ctrlr_loss_timeout_sec passed; giving up", me.opts.name);
+                    me.failed.store(true, Ordering::Release);
                     me.fail_paths();
                     return;
                 }
@@ -507,6 +510,7 @@ pub async fn attach(opts: AttachOpts) -> Result<(Arc<HostCtrlr>, Vec<NsInfo>), S
         info: Mutex::new(CtrlrInfo::default()),
         detached: AtomicBool::new(false),
         resetting: AtomicBool::new(false),
+        failed: AtomicBool::new(false),
         generation: AtomicU64::new(0),
         lost_at: AtomicU64::new(0),
         engine: ferrite_reactor::engine(),

@@ -88,6 +88,9 @@ struct Cmd {
     done: Option<Cqe>,
     /// Extra data the command sends (a DSM range list), kept until it completes.
     extra: Option<IoBuf>,
+    /// Bytes of a read's data received (a read that completes without all of them fails:
+    /// its buffers would hand out whatever they held before).
+    got: u32,
 }
 
 struct Out {
@@ -259,7 +262,7 @@ impl HostQpair {
         if cmds.len() >= usize::from(self.depth) {
             return None;
         }
-        cmds.push(Cmd { owner: None, len: 0, read: false, in_send: 0, done: None, extra: None });
+        cmds.push(Cmd { owner: None, len: 0, read: false, in_send: 0, done: None, extra: None, got: 0 });
         Some((cmds.len() - 1) as u16)
     }
 
@@ -283,6 +286,7 @@ impl HostQpair {
             c.len = len;
             c.read = read;
             c.done = None;
+            c.got = 0;
         }
         self.send_capsule(slot, sqe, &pieces, len, read);
         match rx.await {
@@ -313,6 +317,7 @@ impl HostQpair {
             c.read = read;
             c.done = None;
             c.extra = extra;
+            c.got = 0;
         }
         self.send_capsule(slot, sqe, if read { &[] } else { &pieces }, len, read);
         Ok(())
@@ -419,12 +424,21 @@ impl HostQpair {
     }
 
     /// A completion arrived for `slot` (or the queue pair failed: a made-up one).
-    fn finish(&self, slot: u16, cqe: Cqe) {
+    fn finish(&self, slot: u16, mut cqe: Cqe) {
         let owner = {
             let mut cmds = self.cmds.borrow_mut();
             let Some(c) = cmds.get_mut(usize::from(slot)) else { return };
             if c.owner.is_none() {
                 return;
+            }
+            if cqe.status.is_success() && c.read && c.got < c.len {
+                log::warn!(
+                    "nvme host qpair {}: command {slot} completed with {} of its {} data bytes",
+                    self.qid,
+                    c.got,
+                    c.len
+                );
+                cqe.status = Status::generic(ferrite_nvmf::spec::status::generic::DATA_TRANSFER_ERROR);
             }
             if c.in_send > 0 {
                 // Its data is still with the kernel: complete when the send is done.
@@ -748,6 +762,9 @@ async fn place(
         let fed = dec.data(&buf[from..from + n]);
         put_back(qp, slot, i, buf);
         res?;
+        if let Some(c) = qp.cmds.borrow_mut().get_mut(usize::from(slot)) {
+            c.got = c.got.saturating_add(n as u32);
+        }
         if fed.event.is_some() {
             event = fed.event;
         }

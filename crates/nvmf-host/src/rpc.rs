@@ -157,7 +157,13 @@ pub fn register(reg: &mut Registry) {
                 .filter(|(n, _)| a.name.as_ref().is_none_or(|x| x == *n))
                 .map(|(n, (c, _))| {
                     let o = &c.opts;
-                    let state = if c.resetting.load(std::sync::atomic::Ordering::Relaxed) { "resetting" } else { "enabled" };
+                    let state = if c.failed.load(std::sync::atomic::Ordering::Relaxed) {
+                        "failed"
+                    } else if c.resetting.load(std::sync::atomic::Ordering::Relaxed) {
+                        "resetting"
+                    } else {
+                        "enabled"
+                    };
                     json!({"name": n, "ctrlrs": [{"state": state, "cntlid": c.cntlid.load(std::sync::atomic::Ordering::Relaxed),
                         "trid": {"trtype": "TCP", "adrfam": o.adrfam, "traddr": o.traddr, "trsvcid": o.trsvcid, "subnqn": o.subnqn},
                         "host": {"nqn": o.hostnqn, "addr": "", "svcid": ""}}]})

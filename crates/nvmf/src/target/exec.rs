@@ -342,11 +342,21 @@ fn connect(c: &Rc<Conn>, slot: u16, cmd: &ConnectCommand) {
             return connect_error(c, slot, InvalidParameter::in_command(ConnectCommand::OFFSET_QID as u16));
         }
         if qid >= c.opts.max_qpairs_per_ctrlr || ctrl.discovery {
-            return connect_error(c, slot, InvalidParameter::in_command(ConnectCommand::OFFSET_QID as u16));
+            return c.complete(
+                slot,
+                Status::command_specific(crate::spec::status::command_specific::INVALID_QUEUE_IDENTIFIER).with_dnr(),
+                0,
+                None,
+            );
         }
         if !ctrl.qids.lock().unwrap().insert(qid) {
             log::info!("nvmf connection {}: controller {} already has queue {qid}", c.id, ctrl.cntlid);
-            return connect_error(c, slot, InvalidParameter::in_command(ConnectCommand::OFFSET_QID as u16));
+            return c.complete(
+                slot,
+                Status::command_specific(crate::spec::status::command_specific::INVALID_QUEUE_IDENTIFIER).with_dnr(),
+                0,
+                None,
+            );
         }
         ctrl.io_qpairs.fetch_add(1, Ordering::Relaxed);
         ctrl

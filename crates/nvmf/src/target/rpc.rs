@@ -39,8 +39,15 @@ impl ListenAddress {
             f => return Err(invalid(format!("Invalid parameters: address family {f} is not supported"))),
         };
         let trsvcid = self.trsvcid.clone().unwrap_or_else(|| "4420".into());
-        if trsvcid.parse::<u16>().is_err() {
-            return Err(invalid(format!("Invalid parameters: trsvcid {trsvcid} is not a port")));
+        // Port 0 would bind a port the kernel picks while hosts (and discovery) are told 0.
+        if trsvcid.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(invalid(format!("Invalid parameters: trsvcid {trsvcid} is not a port (1-65535)")));
+        }
+        // The address must be of the family given (SPDK refuses the mix too).
+        match self.traddr.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) if adrfam == "IPv4" => {}
+            Ok(std::net::IpAddr::V6(_)) if adrfam == "IPv6" => {}
+            _ => return Err(invalid(format!("Invalid parameters: traddr {} is not an {adrfam} address", self.traddr))),
         }
         Ok(Trid { adrfam: adrfam.into(), traddr: self.traddr.clone(), trsvcid })
     }
@@ -439,6 +446,15 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
     {
         let t = tables();
         let s = t.subsystem(&a.nqn).filter(|s| !s.discovery).ok_or_else(|| no_subsystem(&a.nqn))?;
+        // A namespace's identity is its bdev's: two namespaces of one bdev would give hosts
+        // duplicate identifiers (Linux refuses them; SPDK refuses the second add).
+        let same = ferrite_bdev::lookup(&n.bdev_name).map(|b| b.id());
+        if s.namespaces.values().any(|x| Some(x.bdev().id()) == same) {
+            return Err(invalid(format!(
+                "Invalid parameters: bdev {} is already a namespace of {}",
+                n.bdev_name, a.nqn
+            )));
+        }
         if let Some(id) = n.nsid {
             if id == 0 || id > s.max_namespaces || s.namespaces.contains_key(&id) {
                 return Err(invalid(format!("Invalid parameters: NSID {id} is in use or out of range")));
@@ -610,6 +626,10 @@ pub fn register(reg: &mut Registry) {
             return Err(no_subsystem(&a.nqn));
         };
         let mut l = model::SubListener { trid: trid.clone(), ana: Default::default() };
+        if state.is_some() && !s.ana_reporting {
+            drop(t);
+            return Err(invalid("Invalid parameters: ana_state needs a subsystem with ana_reporting"));
+        }
         if let Some(st) = state {
             l.ana.insert(a.anagrpid.unwrap_or(1), st);
         }
@@ -646,8 +666,10 @@ pub fn register(reg: &mut Registry) {
         let state = AnaState::parse(state).ok_or_else(|| invalid(format!("Invalid parameters: ANA state {state}")))?;
         let mut t = tables();
         let s = t.subsystems.get_mut(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
-        if !s.ana_reporting && a.anagrpid.is_some() {
-            return Err(invalid("Invalid parameters: ANA reporting is disabled"));
+        if !s.ana_reporting {
+            // Hosts could not read the states (no ANA log, no ANA bit in CMIC), yet I/O would
+            // fail with ANA statuses. SPDK answers the same.
+            return Err(RpcError::internal("error setting ANA state: -22 (ANA reporting is disabled)"));
         }
         let groups: Vec<u32> = match a.anagrpid {
             Some(g) => vec![g],
