@@ -614,6 +614,12 @@ fn h2c_data_outside_an_r2t_closes_the_connection() {
         }
         let got = q.expect_closed(CLOSE, what);
         println!("{what}: closed after {:?}", got.iter().map(|r| r.pdu.pdu_type()).collect::<Vec<_>>());
+        // Told why, as the transport spec asks (FES 01h or 04h), before the close.
+        assert!(
+            got.iter().any(|r| matches!(r.pdu, Pdu::C2hTermReq(_))),
+            "{what}: closed without a C2HTermReq ({:?})",
+            got.iter().map(|r| r.pdu.pdu_type()).collect::<Vec<_>>()
+        );
         // The admin queue of that controller lives on.
         s.admin.keep_alive().ok("admin queue after its I/O queue was closed");
     }

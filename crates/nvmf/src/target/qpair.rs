@@ -189,6 +189,8 @@ pub(crate) struct Conn {
     pub(crate) fused_first: Cell<Option<u16>>,
     /// The batch being sent: tick it started, bytes.
     sending: Cell<Option<(u64, usize)>>,
+    /// A protocol error found past the decoder, to report in a C2HTermReq.
+    pending_term: Cell<Option<PduError>>,
     /// In-capsule data limit to apply from the next capsule (set by Connect).
     icd_limit: Cell<Option<u32>>,
     /// Tick of accept (Connect must come within CONNECT_TIMEOUT).
@@ -671,6 +673,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
         aers: RefCell::new(Vec::new()),
         fused_first: Cell::new(None),
         sending: Cell::new(None),
+        pending_term: Cell::new(None),
         icd_limit: Cell::new(None),
         accepted: ferrite_reactor::tsc::ticks(),
         opts,
@@ -862,9 +865,15 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
                 chunk.consume(fed.consumed);
                 match fed.event {
                     None => {}
-                    Some(Event::Header(h)) => match on_header(c, &mut dec, h)? {
-                        Some(d) => dest = d,
-                        None => dest = Dest::Skip,
+                    Some(Event::Header(h)) => match on_header(c, &mut dec, h) {
+                        Ok(Some(d)) => dest = d,
+                        Ok(None) => dest = Dest::Skip,
+                        // A header that passed the decoder but not the command state: a
+                        // termination request names it, when one applies.
+                        Err(msg) => match c.pending_term.take() {
+                            Some(e) => return Err(format!("{msg}; {}", terminate(c, &dec, e).await)),
+                            None => return Err(msg),
+                        },
                     },
                     Some(Event::DataEnd) => data_end(c, dest, false),
                     Some(Event::DataDigestError { received, computed, .. }) => {
@@ -941,19 +950,35 @@ fn on_header(c: &Rc<Conn>, dec: &mut Decoder, h: crate::tcp::Header) -> Result<O
             Ok(dest.map(|d| Dest::Cmd { slot: d.slot, at: 0 }))
         }
         Pdu::H2cData(d) => {
+            use crate::tcp::pdu::offset;
+            use crate::tcp::PduType;
             let slot = d.ttag;
-            let ok = {
+            // What is wrong with it, as the termination request's FES/FEI say it.
+            let wrong = {
                 let cmds = c.cmds.borrow();
-                cmds.get(usize::from(slot)).is_some_and(|x| {
-                    x.phase == Phase::Receiving
-                        && x.sqe.cid == d.cccid
-                        && x.buf.is_some()
-                        && d.datao == x.got
-                        && u64::from(d.datao) + u64::from(d.datal) <= u64::from(x.len)
-                        && d.datal == h.data_len
-                })
+                match cmds.get(usize::from(slot)).filter(|x| x.phase == Phase::Receiving && x.buf.is_some()) {
+                    None => Some(PduError::InvalidField {
+                        pdu_type: PduType::H2cData,
+                        offset: offset::TTAG,
+                        value: u32::from(d.ttag),
+                    }),
+                    Some(x) if x.sqe.cid != d.cccid => Some(PduError::InvalidField {
+                        pdu_type: PduType::H2cData,
+                        offset: offset::CCCID,
+                        value: u32::from(d.cccid),
+                    }),
+                    Some(x)
+                        if d.datao != x.got
+                            || u64::from(d.datao) + u64::from(d.datal) > u64::from(x.len)
+                            || d.datal != h.data_len =>
+                    {
+                        Some(PduError::OutOfRange { pdu_type: PduType::H2cData, offset: d.datao, len: d.datal })
+                    }
+                    Some(_) => None,
+                }
             };
-            if !ok {
+            if let Some(e) = wrong {
+                c.pending_term.set(Some(e));
                 return Err(format!(
                     "H2CData (CCCID {}, TTAG {}, DATAO {}, DATAL {}) does not match an R2T",
                     d.cccid, d.ttag, d.datao, d.datal
