@@ -156,7 +156,7 @@ pub fn shutdown(engine: &Engine) {
                     ferrite_reactor::sleep(deadline.saturating_duration_since(Instant::now())).await;
                     false
                 };
-                if !race(wait, timeout).await {
+                if !ferrite_reactor::net::race(wait, timeout).await {
                     log::warn!("bdev {name} still open at shutdown");
                 }
             }
@@ -168,19 +168,6 @@ pub fn shutdown(engine: &Engine) {
     ferrite_bdev::module::fini_all();
     engine.stop();
     engine.join();
-}
-
-/// Polls two futures and returns the first result.
-async fn race<T>(a: impl std::future::Future<Output = T>, b: impl std::future::Future<Output = T>) -> T {
-    let mut a = std::pin::pin!(a);
-    let mut b = std::pin::pin!(b);
-    std::future::poll_fn(move |cx| {
-        if let std::task::Poll::Ready(v) = a.as_mut().poll(cx) {
-            return std::task::Poll::Ready(v);
-        }
-        b.as_mut().poll(cx)
-    })
-    .await
 }
 
 /// Runs the daemon until SIGINT, SIGTERM, SIGQUIT or SIGHUP; returns the exit code.

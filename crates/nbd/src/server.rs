@@ -96,55 +96,6 @@ fn bind(addr: &ListenAddr) -> std::io::Result<(OwnedFd, Option<ferrite_rpc::sock
     }
 }
 
-fn peer_of(fd: &OwnedFd) -> String {
-    // SAFETY: getpeername writes at most `len` bytes into the storage we own.
-    unsafe {
-        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        if libc::getpeername(fd.as_raw_fd(), &mut ss as *mut _ as *mut libc::sockaddr, &mut len) != 0 {
-            return "?".into();
-        }
-        match ss.ss_family as i32 {
-            libc::AF_INET => {
-                let a = &*(&ss as *const _ as *const libc::sockaddr_in);
-                let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-                format!("{ip}:{}", u16::from_be(a.sin_port))
-            }
-            libc::AF_INET6 => {
-                let a = &*(&ss as *const _ as *const libc::sockaddr_in6);
-                let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-                format!("[{ip}]:{}", u16::from_be(a.sin6_port))
-            }
-            _ => "unix".into(),
-        }
-    }
-}
-
-/// The address a listening socket is bound to, as `ip:port` (`[ip]:port` for IPv6).
-fn local_addr_of(fd: &OwnedFd) -> Option<String> {
-    // SAFETY: getsockname writes at most `len` bytes into the storage we own.
-    unsafe {
-        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        if libc::getsockname(fd.as_raw_fd(), &mut ss as *mut _ as *mut libc::sockaddr, &mut len) != 0 {
-            return None;
-        }
-        match ss.ss_family as i32 {
-            libc::AF_INET => {
-                let a = &*(&ss as *const _ as *const libc::sockaddr_in);
-                let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-                Some(format!("{ip}:{}", u16::from_be(a.sin_port)))
-            }
-            libc::AF_INET6 => {
-                let a = &*(&ss as *const _ as *const libc::sockaddr_in6);
-                let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-                Some(format!("[{ip}]:{}", u16::from_be(a.sin6_port)))
-            }
-            _ => None,
-        }
-    }
-}
-
 /// Raises the soft limit of open descriptors to the hard limit, once: every connection is a
 /// descriptor, and the usual soft limit (1,024) would stop a server far below its connection
 /// limit.
@@ -165,20 +116,6 @@ fn raise_fd_limit() {
     });
 }
 
-fn set_nodelay(fd: &OwnedFd) {
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt reads one int; failure (e.g. on a unix socket) is harmless.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            &one as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
-}
-
 /// Starts listening on `address` (call on the first reactor) and returns the address it is
 /// bound to (for TCP port 0, the port the kernel picked). Connections go to the reactors in turn.
 pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
@@ -197,7 +134,7 @@ pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
     // SAFETY: listen on the socket we just bound.
     unsafe { libc::listen(fd.as_raw_fd(), LISTEN_BACKLOG) };
     let bound = match &addr {
-        ListenAddr::Tcp(_) => local_addr_of(&fd).unwrap_or_else(|| address.to_string()),
+        ListenAddr::Tcp(_) => ferrite_reactor::net::local_name(fd.as_raw_fd()).unwrap_or_else(|| address.to_string()),
         ListenAddr::Unix(p) => p.clone(),
     };
     if SERVERS.with(|s| s.borrow().contains_key(&bound)) {
@@ -216,7 +153,7 @@ pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
         loop {
             match l.accept().await {
                 Ok(fd) => {
-                    let peer = peer_of(&fd);
+                    let peer = ferrite_reactor::net::peer_name(fd.as_raw_fd());
                     if count.load(Ordering::Relaxed) >= max {
                         if refused == 0 {
                             log::warn!(
@@ -234,7 +171,7 @@ pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
                     }
                     count.fetch_add(1, Ordering::Relaxed);
                     let slot = ConnSlot(count.clone());
-                    set_nodelay(&fd);
+                    ferrite_reactor::net::set_nodelay(fd.as_raw_fd());
                     let target = next % engine.count();
                     next += 1;
                     let listen = name.clone();

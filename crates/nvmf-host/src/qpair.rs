@@ -132,7 +132,7 @@ impl HostQpair {
     pub async fn connect(p: &ConnectParams) -> Result<Rc<HostQpair>, String> {
         let deadline = Instant::now() + p.timeout;
         let sock = Socket::connect_by(p.addr, deadline).await.map_err(|e| format!("connect to {}: {e}", p.addr))?;
-        set_nodelay(sock.raw_fd());
+        ferrite_reactor::net::set_nodelay(sock.raw_fd());
         let depth = p.entries.saturating_sub(1).max(1);
         let qp = Rc::new(HostQpair {
             sock,
@@ -511,20 +511,6 @@ fn status_of(cqe: &Cqe) -> IoStatus {
         IoStatus::Failed(libc::EIO)
     } else {
         IoStatus::Nvme { sct: s.sct, sc: s.sc }
-    }
-}
-
-fn set_nodelay(fd: std::os::fd::RawFd) {
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt reads one int.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            &one as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
     }
 }
 

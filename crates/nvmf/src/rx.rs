@@ -88,7 +88,7 @@ impl<'a> Rx<'a> {
             // sending mid-data would otherwise hold the buffer for as long as it stays).
             let next = match deadline {
                 Some(d) => {
-                    race(self.chunk(), async {
+                    ferrite_reactor::net::race(self.chunk(), async {
                         ferrite_reactor::sleep(d.saturating_duration_since(std::time::Instant::now())).await;
                         Err("the host did not send a command's data in time".to_string())
                     })
@@ -130,17 +130,4 @@ impl<'a> Rx<'a> {
     pub fn pause(&mut self) {
         self.stream.disarm();
     }
-}
-
-/// Polls two futures and returns the first result.
-async fn race<T>(a: impl std::future::Future<Output = T>, b: impl std::future::Future<Output = T>) -> T {
-    let mut a = std::pin::pin!(a);
-    let mut b = std::pin::pin!(b);
-    std::future::poll_fn(move |cx| {
-        if let std::task::Poll::Ready(v) = a.as_mut().poll(cx) {
-            return std::task::Poll::Ready(v);
-        }
-        b.as_mut().poll(cx)
-    })
-    .await
 }

@@ -708,3 +708,78 @@ impl Drop for Listener {
         cancel_in_flight(&self.owner);
     }
 }
+
+/// Sets TCP_NODELAY on a connected socket (a failure, e.g. on a unix socket, is harmless).
+pub fn set_nodelay(fd: RawFd) {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one int.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            &one as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// `ip:port` (`[ip]:port` for IPv6) of a socket address, or None for other families.
+fn sockaddr_text(ss: &libc::sockaddr_storage) -> Option<String> {
+    match ss.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let a = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(format!("{ip}:{}", u16::from_be(a.sin_port)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let a = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(format!("[{ip}]:{}", u16::from_be(a.sin6_port)))
+        }
+        _ => None,
+    }
+}
+
+/// The peer of a connected socket as `ip:port`, "unix" for a unix socket, "?" if unknown.
+pub fn peer_name(fd: RawFd) -> String {
+    // SAFETY: sockaddr_storage is plain data; getpeername writes at most `len` bytes into it.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: as above.
+    if unsafe { libc::getpeername(fd, &mut ss as *mut _ as *mut libc::sockaddr, &mut len) } != 0 {
+        return "?".into();
+    }
+    match sockaddr_text(&ss) {
+        Some(s) => s,
+        None if ss.ss_family as i32 == libc::AF_UNIX => "unix".into(),
+        None => "?".into(),
+    }
+}
+
+/// The address a socket is bound to, as `ip:port`, or None (unix sockets, errors).
+pub fn local_name(fd: RawFd) -> Option<String> {
+    // SAFETY: sockaddr_storage is plain data; getsockname writes at most `len` bytes into it.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: as above.
+    if unsafe { libc::getsockname(fd, &mut ss as *mut _ as *mut libc::sockaddr, &mut len) } != 0 {
+        return None;
+    }
+    sockaddr_text(&ss)
+}
+
+/// Polls two futures and returns the result of the first to finish (the other is dropped).
+pub async fn race<T>(a: impl Future<Output = T>, b: impl Future<Output = T>) -> T {
+    let mut a = std::pin::pin!(a);
+    let mut b = std::pin::pin!(b);
+    poll_fn(move |cx| {
+        if let Poll::Ready(v) = a.as_mut().poll(cx) {
+            return Poll::Ready(v);
+        }
+        b.as_mut().poll(cx)
+    })
+    .await
+}

@@ -35,42 +35,6 @@ impl Drop for Slot {
     }
 }
 
-fn set_nodelay(fd: &OwnedFd) {
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt reads one int.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            &one as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
-}
-
-fn peer_of(fd: &OwnedFd) -> String {
-    // SAFETY: getpeername writes at most `len` bytes into storage we own.
-    unsafe {
-        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        if libc::getpeername(fd.as_raw_fd(), &mut ss as *mut _ as *mut libc::sockaddr, &mut len) != 0 {
-            return "?".into();
-        }
-        match ss.ss_family as i32 {
-            libc::AF_INET => {
-                let a = &*(&ss as *const _ as *const libc::sockaddr_in);
-                format!("{}:{}", std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)), u16::from_be(a.sin_port))
-            }
-            libc::AF_INET6 => {
-                let a = &*(&ss as *const _ as *const libc::sockaddr_in6);
-                format!("[{}]:{}", std::net::Ipv6Addr::from(a.sin6_addr.s6_addr), u16::from_be(a.sin6_port))
-            }
-            _ => "?".into(),
-        }
-    }
-}
-
 /// True if a socket listens on `trid`.
 pub fn is_listening(trid: &Trid) -> bool {
     LISTENING.with(|l| l.borrow().contains_key(trid))
@@ -110,8 +74,8 @@ pub fn listen(trid: &Trid) -> Result<(), String> {
                     refused = 0;
                     count.fetch_add(1, Ordering::Relaxed);
                     let slot = Slot(count.clone());
-                    set_nodelay(&fd);
-                    let peer = peer_of(&fd);
+                    ferrite_reactor::net::set_nodelay(fd.as_raw_fd());
+                    let peer = ferrite_reactor::net::peer_name(fd.as_raw_fd());
                     let target = next % engine.count();
                     next += 1;
                     let trid = t.clone();
