@@ -48,25 +48,9 @@ impl<'a> Inbox<'a> {
         self.stream.disarm();
     }
 
-    /// Copies received bytes into `dst`, without waiting; returns how many. A chunk whose bytes
-    /// are all taken is dropped at once (its buffer goes back to the ring).
+    /// Copies received bytes into `dst` without waiting; returns how many.
     fn take_buffered(&mut self, dst: &mut [u8]) -> usize {
-        let mut n = 0;
-        while n < dst.len() {
-            if self.cur.as_ref().is_none_or(|c| c.is_empty()) {
-                // Dropping an emptied chunk gives its buffer back.
-                self.cur = self.stream.try_next();
-            }
-            let Some(c) = self.cur.as_mut() else { break };
-            let k = c.len().min(dst.len() - n);
-            dst[n..n + k].copy_from_slice(&c[..k]);
-            c.consume(k);
-            n += k;
-        }
-        if self.cur.as_ref().is_some_and(|c| c.is_empty()) {
-            self.cur = None;
-        }
-        n
+        self.stream.take_into(&mut self.cur, dst)
     }
 
     /// The next request header of `N` bytes; `closing` is checked before each receive.

@@ -713,7 +713,7 @@ async fn place(
     at: u32,
     len: usize,
 ) -> Result<Option<Event>, String> {
-    let deadline = Some(Instant::now() + Duration::from_secs(10 + (len >> 20) as u64));
+    let deadline = Some(Duration::from_secs(10 + (len >> 20) as u64));
     let mut off = at as usize;
     let end = off + len;
     let mut event = None;

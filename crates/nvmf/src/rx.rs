@@ -54,34 +54,22 @@ impl<'a> Rx<'a> {
 
     /// Copies received bytes into `dst` without waiting; returns how many.
     fn take_buffered(&mut self, dst: &mut [u8]) -> usize {
-        let mut n = 0;
-        while n < dst.len() {
-            if self.cur.as_ref().is_none_or(|c| c.is_empty()) {
-                self.cur = self.stream.try_next();
-            }
-            let Some(c) = self.cur.as_mut() else { break };
-            let k = c.len().min(dst.len() - n);
-            dst[n..n + k].copy_from_slice(&c[..k]);
-            c.consume(k);
-            n += k;
-        }
-        if self.cur.as_ref().is_some_and(|c| c.is_empty()) {
-            self.cur = None;
-        }
-        n
+        self.stream.take_into(&mut self.cur, dst)
     }
 
-    /// Fills `buf[at..at + len]` with the next `len` bytes of the stream. Returns the buffer
-    /// and whether it worked.
+    /// Fills `buf[at..at + len]` with the next `len` bytes of the stream, which must arrive
+    /// within `allowance` of the first wait for them (None: no limit; bytes already received
+    /// cost no clock read). Returns the buffer and whether it worked.
     pub async fn fill(
         &mut self,
         mut buf: IoBuf,
         at: usize,
         len: usize,
-        deadline: Option<std::time::Instant>,
+        allowance: Option<std::time::Duration>,
     ) -> (Result<(), String>, IoBuf) {
         let end = at + len;
         let mut have = at + self.take_buffered(&mut buf[at..end]);
+        let deadline = if have < end { allowance.map(|a| std::time::Instant::now() + a) } else { None };
         self.single = false;
         while have < end && end - have <= DIRECT_FROM {
             // Small remainders come with the next chunks (by the deadline: a host that stops

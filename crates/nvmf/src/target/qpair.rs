@@ -900,7 +900,7 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
                     Dest::Cmd { slot, at } => {
                         let buf = c.cmds.borrow_mut()[usize::from(slot)].buf.take();
                         let Some(buf) = buf else { return Err("data for a command without a buffer".into()) };
-                        let deadline = Some(Instant::now() + DATA_BASE_TIME + Duration::from_secs((left >> 20) as u64));
+                        let deadline = Some(DATA_BASE_TIME + Duration::from_secs((left >> 20) as u64));
                         let (res, buf) = rx.fill(buf, at as usize, left, deadline).await;
                         let fed = dec.data(&buf[at as usize..at as usize + left]);
                         {

@@ -146,6 +146,27 @@ impl<'a> RecvStream<'a> {
         self.st.queue.borrow_mut().pop_front()
     }
 
+    /// Copies bytes already received into `dst` without waiting, starting with what is left of
+    /// `cur` (the chunk being parsed) and taking further queued chunks into it; returns how
+    /// many. A chunk whose bytes are all taken is dropped at once (its buffer goes back).
+    pub fn take_into(&mut self, cur: &mut Option<RecvChunk>, dst: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < dst.len() {
+            if cur.as_ref().is_none_or(|c| c.is_empty()) {
+                *cur = self.try_next();
+            }
+            let Some(c) = cur.as_mut() else { break };
+            let k = c.len().min(dst.len() - n);
+            dst[n..n + k].copy_from_slice(&c[..k]);
+            c.consume(k);
+            n += k;
+        }
+        if cur.as_ref().is_some_and(|c| c.is_empty()) {
+            *cur = None;
+        }
+        n
+    }
+
     /// The next chunk; Ok(None) at the end of stream (after every chunk before it). Arms the
     /// multishot receive when nothing is queued.
     pub async fn next(&mut self) -> std::io::Result<Option<RecvChunk>> {
