@@ -1194,3 +1194,56 @@ fn a_protocol_error_closes_the_connection_of_a_host_that_does_not_read() {
     println!("closed {:?} after the protocol error", t.elapsed());
     still_serves(&mut n, 220);
 }
+
+/// Abort: a read held by a delay bdev (1.5 s) on an I/O queue of another reactor is aborted
+/// from the admin queue at once (the Abort answers "aborted", the read Aborted By Request);
+/// aborts of a command that is not outstanding, of a queue that does not exist and of an
+/// admin command that is not an AER answer "not aborted"; data written before reads back.
+#[test]
+fn abort_of_an_io_command_held_by_the_bdev() {
+    use ferrite_nvmf::spec::opcode::admin::ABORT;
+    let (_dir, mut n) = setup("nvmfabort", "0x3", json!({}));
+    n.malloc("MA", 1024, 4096);
+    n.d.call(
+        "bdev_delay_create",
+        Some(
+            json!({"base_bdev_name": "MA", "name": "DA", "avg_read_latency": 1_500_000, "p99_read_latency": 1_500_000,
+            "avg_write_latency": 10, "p99_write_latency": 10}),
+        ),
+    );
+    const ANQN: &str = "nqn.2016-06.io.ferrite:abort";
+    n.subsystem(ANQN, true);
+    let nsid = n.add_ns(ANQN, "DA");
+    n.listen(ANQN);
+    let mut s = Session::open(n.port, ANQN, 2, HostOpts::default(), 4096);
+    let data = pattern(31, 8192);
+    s.io[1].write(nsid, 4, &data, 4096).ok("write through the delay bdev");
+    let abort = |sqid: u16, cid: u16| Host::sqe(ABORT, 0, |q| q.cdw10 = u32::from(sqid) | u32::from(cid) << 16);
+
+    let t0 = Instant::now();
+    let read = s.io[1].submit(Host::rw_sqe(nvm::READ, nsid, 4, 2), None, 8192);
+    std::thread::sleep(Duration::from_millis(50));
+    let a = s.admin.cmd(abort(2, read), None, 0).ok("Abort");
+    assert_eq!(a.cqe.dw0 & 1, 0, "the held read is aborted: {:?}", a.cqe);
+    let r = s.io[1].wait(read);
+    assert_eq!(status(&r), (sct::GENERIC, generic::ABORTED_BY_REQUEST), "the aborted read: {:?}", r.cqe);
+    assert!(t0.elapsed() < Duration::from_millis(1200), "aborted before the delay ran out: {:?}", t0.elapsed());
+
+    // Nothing outstanding with that CID, a queue that does not exist, a Keep Alive's CID.
+    let a = s.admin.cmd(abort(2, read), None, 0).ok("Abort of a completed command");
+    assert_eq!(a.cqe.dw0 & 1, 1, "nothing to abort: {:?}", a.cqe);
+    let a = s.admin.cmd(abort(9, 1), None, 0).ok("Abort on a queue that does not exist");
+    assert_eq!(a.cqe.dw0 & 1, 1, "no such queue: {:?}", a.cqe);
+    let a = s.admin.cmd(abort(0, 0xfff0), None, 0).ok("Abort of an admin command that is not outstanding");
+    assert_eq!(a.cqe.dw0 & 1, 1, "nothing to abort on the admin queue: {:?}", a.cqe);
+
+    // A read that is aborted on the first queue while the second keeps working.
+    let held = s.io[0].submit(Host::rw_sqe(nvm::READ, nsid, 4, 1), None, 4096);
+    std::thread::sleep(Duration::from_millis(20));
+    let a = s.admin.cmd(abort(1, held), None, 0).ok("Abort on queue 1");
+    assert_eq!(a.cqe.dw0 & 1, 0, "aborted on queue 1: {:?}", a.cqe);
+    assert_eq!(status(&s.io[0].wait(held)), (sct::GENERIC, generic::ABORTED_BY_REQUEST));
+    // Not aborted: the data reads back whole (after the delay).
+    assert_eq!(s.io[1].read(nsid, 4, 2, 4096).ok("read back").data, data, "data written before the aborts");
+    still_serves(&mut n, 140);
+}

@@ -674,6 +674,64 @@ fn identify_controller_namespace_and_discovery() {
     t.stop();
 }
 
+/// bdevperf's aborts (`-k 1 -X`: an I/O outstanding for a second is aborted through bdev_nvme,
+/// which sends NVMe Abort on the admin queue) against a namespace whose reads a delay bdev holds
+/// for 3 s: the host sees its reads end with Aborted By Request (SPDK's host prints each such
+/// completion), long before the delay ran out, and the target keeps serving.
+#[test]
+fn bdevperf_aborts_reads_held_by_a_delay_bdev() {
+    let Some(env) = Env::get("bdevperf_aborts_reads_held_by_a_delay_bdev") else { return };
+    let _serial = one_at_a_time();
+    let dir = TempDir::new("nvmf-abort");
+    let port = free_port();
+    let delay = json!({"method": "bdev_delay_create", "params": {"base_bdev_name": "Malloc0", "name": "Delay0",
+        "avg_read_latency": 3_000_000, "p99_read_latency": 3_000_000, "avg_write_latency": 100, "p99_write_latency": 100}});
+    let s = Subsystem { nqn: NQN1, serial: SERIAL, model: MODEL, namespaces: &["Delay0"] };
+    let mut t = Target::start(&env, &dir, &config(vec![malloc("Malloc0", 4096, 4096), delay], &[s], port, false), port);
+    let host = json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
+        "params": {"name": "Nvme0", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string(), "subnqn": NQN1}}]}]});
+    let cfg = dir.write_json("bdevperf.json", &host);
+    let sock = dir.join("bdevperf.sock");
+    let mask = env.client_mask();
+    let args = strings(&[
+        "--json",
+        cfg.to_str().unwrap(),
+        "-q",
+        "4",
+        "-o",
+        "4096",
+        "-w",
+        "randread",
+        "-t",
+        "2",
+        "-k",
+        "1",
+        "-X",
+        "-f",
+        "-m",
+        &mask,
+        "--disable-cpumask-locks",
+        "--no-pci",
+        "--no-huge",
+        "-s",
+        "1024",
+        "-r",
+        sock.to_str().unwrap(),
+    ]);
+    let started = Instant::now();
+    let out = run_spdk(&env, &dir, BDEVPERF, &args);
+    let text = out.text();
+    out.assert_ok();
+    let aborted = text.lines().filter(|l| l.contains("ABORTED - BY REQUEST (00/07)")).count();
+    println!("{:?} target: {aborted} reads aborted by request in {:?}", env.kind, started.elapsed());
+    assert!(aborted >= 4, "{}: the held reads were not aborted by request:\n{text}", out.what);
+    let t_out = parse_bdevperf(&text).unwrap_or_else(|| panic!("{}: no Total line:\n{text}", out.what));
+    assert!(t_out.timeout_s > 0.0, "{}: bdevperf saw no timeout, so it sent no abort: {t_out:?}", out.what);
+    t.assert_running("bdevperf's aborts");
+    t.stop();
+}
+
 #[test]
 fn two_subsystems_two_namespaces_each() {
     let Some(env) = Env::get("two_subsystems_two_namespaces_each") else { return };

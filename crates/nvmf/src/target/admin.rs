@@ -1,5 +1,5 @@
 //! Admin commands: Identify, Get Log Page, Get/Set Features, Asynchronous Event Request, Keep
-//! Alive and Abort. Answers are built from the subsystem's tables (under their lock: the admin
+//! Alive and Abort (of AERs and of I/O commands, on whichever reactor holds them). Answers are built from the subsystem's tables (under their lock: the admin
 //! queue is not a hot path) into a pool buffer and sent as C2HData.
 
 use super::ctrlr::{Ctrlr, AER_LIMIT};
@@ -79,9 +79,12 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
     }
 }
 
-/// Abort: an outstanding AER of this queue can be aborted; other commands complete soon on
-/// their own (Ferrite's bdevs do not hold requests for long), so they are reported as not
-/// aborted (DW0 bit 0 set), which NVMe allows.
+/// Abort (cdw10: SQID, CID): an outstanding AER of the admin queue ends at once; an I/O
+/// command is looked up on its queue pair's reactor and the bdev layer asked to abort it
+/// (`IoType::Abort`: requests the layer queues, and those a module holds, such as a delay
+/// bdev's). A command still receiving its data is waited for up to the transport's
+/// `abort_timeout_sec`, as SPDK does. DW0 bit 0 answers "not aborted" when nothing was stopped:
+/// the command had completed, or its bdev could not stop it (it completes on its own).
 fn abort(c: &Rc<Conn>, slot: u16, sqe: &crate::spec::sqe::Sqe) {
     let sqid = sqe.cdw10 as u16;
     let cid = (sqe.cdw10 >> 16) as u16;
@@ -95,8 +98,26 @@ fn abort(c: &Rc<Conn>, slot: u16, sqe: &crate::spec::sqe::Sqe) {
             c.complete(a, Status::generic(generic::ABORTED_BY_REQUEST), 0, None);
             return c.complete(slot, Status::SUCCESS, 0, None);
         }
+        return c.complete(slot, Status::SUCCESS, 1, None);
     }
-    c.complete(slot, Status::SUCCESS, 1, None)
+    let at = c.ctrl().and_then(|ctrl| ctrl.qids.lock().unwrap().get(&sqid).copied());
+    let Some(at) = at else {
+        return c.complete(slot, Status::SUCCESS, 1, None);
+    };
+    let wait = std::time::Duration::from_secs(u64::from(c.opts.abort_timeout_sec));
+    let answer =
+        ferrite_reactor::engine().run_async(at.reactor, move || super::qpair::abort_command(at.conn, cid, wait));
+    let c = c.clone();
+    ferrite_reactor::spawn_local(async move {
+        let aborted = answer.await.unwrap_or(false);
+        ::log::info!(
+            "nvmf connection {}: Abort of command {cid} on queue {sqid}: {}",
+            c.id,
+            if aborted { "aborted" } else { "not aborted" }
+        );
+        c.complete(slot, Status::SUCCESS, u32::from(!aborted), None);
+    })
+    .detach();
 }
 
 /// MDTS for `max_io_size` with 4 KiB pages.

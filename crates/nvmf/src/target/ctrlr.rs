@@ -39,6 +39,15 @@ pub struct CtrlrRegs {
     pub io_queues: u16,
 }
 
+/// Where an I/O queue pair lives: its reactor and its connection ID there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpairAt {
+    /// The reactor that owns the connection.
+    pub reactor: usize,
+    /// The connection's ID in that reactor's table.
+    pub conn: u64,
+}
+
 /// A controller.
 pub struct Ctrlr {
     /// Controller ID.
@@ -70,8 +79,9 @@ pub struct Ctrlr {
     pub dead: AtomicBool,
     /// I/O queue pairs connected.
     pub io_qpairs: AtomicU16,
-    /// Queue IDs of the connected I/O queue pairs.
-    pub qids: Mutex<std::collections::BTreeSet<u16>>,
+    /// The connected I/O queue pairs by queue ID: where each lives (an Abort finds its
+    /// command there).
+    pub qids: Mutex<std::collections::BTreeMap<u16, QpairAt>>,
     /// Commands completed with an error (the error log page's count).
     pub errors: AtomicU64,
     /// Each queue pair's counters, for the SMART log (each written by its own reactor only).

@@ -349,7 +349,15 @@ fn connect(c: &Rc<Conn>, slot: u16, cmd: &ConnectCommand) {
                 None,
             );
         }
-        if !ctrl.qids.lock().unwrap().insert(qid) {
+        let at = super::ctrlr::QpairAt { reactor: c.reactor, conn: c.id };
+        let taken = match ctrl.qids.lock().unwrap().entry(qid) {
+            std::collections::btree_map::Entry::Occupied(_) => true,
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(at);
+                false
+            }
+        };
+        if taken {
             log::info!("nvmf connection {}: controller {} already has queue {qid}", c.id, ctrl.cntlid);
             return c.complete(
                 slot,

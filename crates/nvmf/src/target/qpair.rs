@@ -718,6 +718,38 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
     log::info!("nvmf connection {id} closed");
 }
 
+/// Aborts command `cid` of connection `conn` of this reactor (an Abort from its admin queue):
+/// a running command's bdev requests are asked to end (they complete as Aborted By Request
+/// through the usual path); one still receiving its data, or waiting for its fused partner,
+/// is waited for up to `wait`. True if something was aborted.
+pub(crate) async fn abort_command(conn: u64, cid: u16, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    loop {
+        let Some(c) = LIVE.with(|l| l.borrow().get(&conn).cloned()) else { return false };
+        if c.dead.get() {
+            return false;
+        }
+        let found = c
+            .cmds
+            .borrow()
+            .iter()
+            .enumerate()
+            .find(|(_, x)| x.phase != Phase::Free && x.sqe.cid == cid)
+            .map(|(i, x)| (i as u16, x.phase, x.ns.clone()));
+        match found {
+            Some((slot, Phase::Running, Some(n))) => {
+                let done = n.ch.submit_wait(ferrite_bdev::IoRequest::abort(&c, u64::from(slot))).await;
+                return done.status.is_ok();
+            }
+            Some((_, Phase::Receiving | Phase::Ready, _)) if Instant::now() < deadline => {
+                drop(c);
+                ferrite_reactor::sleep(Duration::from_millis(1)).await;
+            }
+            _ => return false,
+        }
+    }
+}
+
 /// Asks the bdev layer to abort every request of the connection still in flight.
 fn abort_in_flight(c: &Rc<Conn>) {
     struct Ignore;
