@@ -14,9 +14,14 @@
 #   there so the payload is real memory on both sides: a null bdev does not touch its buffers,
 #   so a target could send 128 KiB of whatever it likes, and the cell would measure framing only.
 # Each cell alternates the two targets ROUNDS times (who goes first alternates too) and prints
-# medians, the ratio ferrite/spdk, and other%: the most CPU (% of one core) that the rest of the
-# machine (other processes, and steal) took during any of its runs. The machine is shared: above
-# ~10 the cell is noise; rerun when it is quiet.
+# medians, the ratio ferrite/spdk, the best run of each side and their ratio, and other%: the
+# most CPU (% of one core) that the rest of the machine (other processes, and steal) took during
+# any of its runs. The machine is shared: above ~10 the cell is noise; rerun when it is quiet.
+# The best runs matter on this kind of machine: some runs of the client go at half speed
+# whichever target serves it (at 4 KiB randwrite QD 32 the client's own kernel copy of the data
+# it sends, _copy_from_iter under its sendmsg, costs ~4x more per byte in those runs: seen with
+# perf record on spdk_nvme_perf; SPDK's nvmf_tgt gets them as often as Ferrite does), and two
+# of them among a cell's three runs move its median.
 # Idle cells: the target's CPU use (utime+stime of all its threads, /proc/PID/stat) over
 # IDLE_SECONDS while a host stays connected and sends no I/O, two ways:
 #   bdevperf -z: SPDK's bdev_nvme host (bdev_nvme_attach_controller in bdevperf's config),
@@ -162,6 +167,7 @@ $(grep -v '^$' "$out" | tail -3)"
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 med() { tr ' ' '\n' <<<"$1" | grep . | median; } # med "V1 V2 ...": their median
+best() { tr ' ' '\n' <<<"$1" | grep . | sort -g | tail -1; } # best "V1 V2 ...": the highest
 ratio() { python3 -c "print(f'{$1/$2:.2f}' if $2 else '-')"; }
 
 # --- throughput cells -----------------------------------------------------------------------
@@ -169,7 +175,8 @@ perf_cells() {
   echo "ferrite column: $NVMF_TARGET$([ "$NVMF_TARGET" = ferrite ] && echo " ($FERRITE_MODE)"); spdk column: nvmf_tgt;" \
     "${T}s per run after 1 s warm-up, median of $ROUNDS; other%: the most CPU (% of one core) the rest" \
     "of the machine took during any of the cell's runs (over ~10 and the cell is noise)"
-  printf '%-30s %10s %10s %6s %9s %9s %8s %8s %6s\n' cell ferrite spdk ratio f_MiB/s s_MiB/s f_lat_us s_lat_us other%
+  printf '%-30s %10s %10s %6s %10s %10s %6s %9s %9s %8s %8s %6s\n' cell ferrite spdk ratio f_best s_best ratio \
+    f_MiB/s s_MiB/s f_lat_us s_lat_us other%
   for cell in "null randread 4096 1" "null randread 4096 32" "null randread 4096 128" \
     "null randwrite 4096 1" "null randwrite 4096 32" "null randwrite 4096 128" \
     "null randread 4096 32 -H -I" "malloc read 131072 32" "malloc write 131072 32"; do
@@ -191,11 +198,13 @@ perf_cells() {
       done
     done
     fiops=$(med "$fiops_all") siops=$(med "$siops_all")
+    fbest=$(best "$fiops_all") sbest=$(best "$siops_all")
     fm=- sm=- fl=- sl=-
     if [ "$size" != 4096 ]; then fm=$(med "$fm_all") sm=$(med "$sm_all"); fi
     if [ "$qd" = 1 ]; then fl=$(med "$fl_all") sl=$(med "$sl_all"); fi
     name="$kind $w $((size / 1024))k qd$qd${flags:+ digests}"
-    printf '%-30s %10.0f %10.0f %6s %9s %9s %8s %8s %6s\n' "$name" "$fiops" "$siops" "$(ratio "$fiops" "$siops")" "$fm" "$sm" "$fl" "$sl" "$other_max"
+    printf '%-30s %10.0f %10.0f %6s %10.0f %10.0f %6s %9s %9s %8s %8s %6s\n' "$name" "$fiops" "$siops" \
+      "$(ratio "$fiops" "$siops")" "$fbest" "$sbest" "$(ratio "$fbest" "$sbest")" "$fm" "$sm" "$fl" "$sl" "$other_max"
   done
 }
 
