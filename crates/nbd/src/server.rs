@@ -96,26 +96,6 @@ fn bind(addr: &ListenAddr) -> std::io::Result<(OwnedFd, Option<ferrite_rpc::sock
     }
 }
 
-/// Raises the soft limit of open descriptors to the hard limit, once: every connection is a
-/// descriptor, and the usual soft limit (1,024) would stop a server far below its connection
-/// limit.
-fn raise_fd_limit() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: getrlimit/setrlimit read and write the struct we own.
-        unsafe {
-            let mut r: libc::rlimit = std::mem::zeroed();
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-                let old = r.rlim_cur;
-                r.rlim_cur = r.rlim_max;
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) == 0 {
-                    log::info!("open file limit raised from {old} to {}", r.rlim_max);
-                }
-            }
-        }
-    });
-}
-
 /// Starts listening on `address` (call on the first reactor) and returns the address it is
 /// bound to (for TCP port 0, the port the kernel picked). Connections go to the reactors in turn.
 pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
@@ -126,7 +106,7 @@ pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
     if SERVERS.with(|s| s.borrow().contains_key(address)) {
         return Err(format!("an NBD server already listens on {address}"));
     }
-    raise_fd_limit();
+    ferrite_reactor::net::raise_fd_limit();
     let (fd, file) = bind(&addr).map_err(|e| format!("cannot listen on {address}: {e}"))?;
     // std listens with a backlog of 128: a burst of connections beyond it waits for SYN-ACK
     // retransmissions (seconds). Listening again only raises the backlog (the kernel caps it
@@ -150,9 +130,12 @@ pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
         let count = Arc::new(AtomicUsize::new(0));
         let mut refused = 0u64;
         let mut next = 0usize;
+        let mut errors = ferrite_reactor::net::AcceptErrors::new();
+        let what = format!("nbd server {name}");
         loop {
             match l.accept().await {
                 Ok(fd) => {
+                    errors.ok(&what);
                     let peer = ferrite_reactor::net::peer_name(fd.as_raw_fd());
                     if count.load(Ordering::Relaxed) >= max {
                         if refused == 0 {
@@ -182,9 +165,9 @@ pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
                 }
                 Err(_) if st.get() => break,
                 Err(e) => {
-                    // E.g. out of descriptors: back off rather than spin.
-                    log::warn!("nbd server {name}: accept: {e}");
-                    ferrite_reactor::sleep(Duration::from_millis(10)).await;
+                    // E.g. out of descriptors: back off rather than spin or flood the log.
+                    let wait = errors.failed(&what, &e);
+                    ferrite_reactor::sleep(wait).await;
                 }
             }
         }

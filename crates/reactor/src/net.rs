@@ -15,8 +15,10 @@
 //! [`Socket::recv_stream`] receives with a multishot receive into the reactor's provided buffer
 //! ring ([`recv_multi`]): a socket waiting for data then holds no buffer.
 
+mod accept;
 mod recv_multi;
 
+pub use accept::{raise_fd_limit, AcceptErrors};
 pub use recv_multi::{RecvStream, MAX_QUEUED};
 
 use crate::ring::{uring_opcode as op, uring_types as types, CqeHandler, SqEntry};

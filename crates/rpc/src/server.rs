@@ -143,16 +143,19 @@ fn lock(m: &Mutex<Pool>) -> std::sync::MutexGuard<'_, Pool> {
 }
 
 fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
+    let mut errors = ferrite_reactor::net::AcceptErrors::new();
     for conn in listener.incoming() {
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
         match conn {
-            Ok(c) => admit(&shared, c),
+            Ok(c) => {
+                errors.ok("rpc");
+                admit(&shared, c)
+            }
             Err(e) => {
-                log::warn!("rpc accept: {e}");
-                // E.g. out of descriptors: do not spin.
-                std::thread::sleep(Duration::from_millis(10));
+                // E.g. out of descriptors: back off rather than spin or flood the log.
+                std::thread::sleep(errors.failed("rpc", &e));
             }
         }
     }

@@ -134,6 +134,7 @@ fn fused_ready(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>) {
         let mut cmds = c.cmds.borrow_mut();
         let cmd = &mut cmds[usize::from(slot)];
         cmd.phase = Phase::Ready;
+        cmd.since = ferrite_reactor::tsc::ticks();
         cmd.ns = Some(ns);
         (cmd.partner, cmd.fused_broken)
     };

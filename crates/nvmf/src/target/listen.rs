@@ -10,7 +10,6 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Connections (queue pairs) a listener serves at once; more are accepted and closed.
 pub const MAX_CONNECTIONS: usize = 16_384;
@@ -46,6 +45,9 @@ pub fn listen(trid: &Trid) -> Result<(), String> {
         return Ok(());
     }
     let addr = trid.socket_addr();
+    // Each connection is a descriptor: the usual soft limit (1,024) would stop the target long
+    // before MAX_CONNECTIONS.
+    ferrite_reactor::net::raise_fd_limit();
     let std_listener = std::net::TcpListener::bind(&addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let fd: OwnedFd = std_listener.into();
     // SAFETY: listen on the socket we just bound (std's backlog is 128; this raises it).
@@ -58,9 +60,12 @@ pub fn listen(trid: &Trid) -> Result<(), String> {
         let count = Arc::new(AtomicUsize::new(0));
         let mut next = 0usize;
         let mut refused = 0u64;
+        let mut errors = ferrite_reactor::net::AcceptErrors::new();
+        let what = format!("nvmf listener {}", t.socket_addr());
         loop {
             match l.accept().await {
                 Ok(fd) => {
+                    errors.ok(&what);
                     if count.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
                         if refused == 0 {
                             log::warn!(
@@ -85,8 +90,10 @@ pub fn listen(trid: &Trid) -> Result<(), String> {
                 }
                 Err(_) if st.get() => break,
                 Err(e) => {
-                    log::warn!("nvmf listener {}: accept: {e}", t.socket_addr());
-                    ferrite_reactor::sleep(Duration::from_millis(10)).await;
+                    // E.g. out of descriptors (the connection stays in the backlog): back off
+                    // rather than spin or flood the log.
+                    let wait = errors.failed(&what, &e);
+                    ferrite_reactor::sleep(wait).await;
                 }
             }
         }

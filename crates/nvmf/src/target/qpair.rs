@@ -84,6 +84,9 @@ pub(crate) struct Cmd {
     pub(crate) digest_error: bool,
     /// A fused half whose other half did not follow it: it fails when it runs.
     pub(crate) fused_broken: bool,
+    /// Tick at which it began to wait on the host (its R2T was queued, or its fused partner
+    /// is missing); 0 while it does not. The watchdog bounds the wait.
+    pub(crate) since: u64,
 }
 
 impl Cmd {
@@ -102,6 +105,7 @@ impl Cmd {
             partner: None,
             digest_error: false,
             fused_broken: false,
+            since: 0,
         }
     }
 }
@@ -504,8 +508,9 @@ impl Conn {
     /// Queues an R2T asking for the rest of the data of the command in `slot`.
     fn send_r2t(&self, slot: u16) {
         let (cid, got, len) = {
-            let cmds = self.cmds.borrow();
-            let c = &cmds[usize::from(slot)];
+            let mut cmds = self.cmds.borrow_mut();
+            let c = &mut cmds[usize::from(slot)];
+            c.since = ferrite_reactor::tsc::ticks();
             (c.sqe.cid, c.got, c.len)
         };
         let pdu = Pdu::R2t(crate::tcp::R2t { cccid: cid, ttag: slot, r2to: got, r2tl: len - got });
@@ -623,6 +628,9 @@ fn start_watchdog() {
                     }
                 }
             }
+            if !c.dead.get() {
+                c.bound_host_waits(now);
+            }
             if let Some((since, bytes)) = c.sending.get() {
                 let limit = duration_to_ticks(SEND_BASE_TIME + Duration::from_secs((bytes >> 20) as u64));
                 if now.saturating_sub(since) > limit {
@@ -641,6 +649,55 @@ fn start_watchdog() {
 }
 
 const WATCHDOG_PERIOD: Duration = Duration::from_secs(1);
+
+impl Conn {
+    /// Bounds what waits on the host (once a second, from the watchdog): a command whose R2T
+    /// went out and whose data has not all come within 10 s + 1 s/MiB closes the connection
+    /// (it holds a write buffer from the pool or the heap budget, and a host could hold them
+    /// all by never answering); a fused half whose partner has not come in that time fails as
+    /// Aborted Missing Fused. Not while the reader is paused (the host is not reading; the send
+    /// watchdog bounds that).
+    fn bound_host_waits(&self, now: u64) {
+        use ferrite_reactor::tsc::duration_to_ticks;
+        if self.in_flight.get() == 0 || self.unsent_bytes.get() > MAX_UNSENT {
+            return;
+        }
+        let admin = self.qid().is_none_or(|q| q == 0);
+        let mut late_data = None;
+        let mut late_fused = SmallVec::<[u16; 4]>::new();
+        for (i, x) in self.cmds.borrow().iter().enumerate() {
+            if x.since == 0 {
+                continue;
+            }
+            let limit = duration_to_ticks(DATA_BASE_TIME + Duration::from_secs(u64::from(x.len >> 20)));
+            if now.saturating_sub(x.since) <= limit {
+                continue;
+            }
+            match x.phase {
+                Phase::Receiving => late_data = Some((x.sqe.cid, x.got, x.len)),
+                Phase::Ready if !admin && x.partner.is_none() => late_fused.push(i as u16),
+                _ => {}
+            }
+        }
+        if let Some((cid, got, len)) = late_data {
+            log::warn!(
+                "nvmf connection {} from {}: command {cid} has {got} of its {len} bytes of data {:?} after its R2T; closing",
+                self.id,
+                self.peer,
+                DATA_BASE_TIME + Duration::from_secs(u64::from(len >> 20)),
+            );
+            self.close();
+            return;
+        }
+        for slot in late_fused {
+            log::info!("nvmf connection {}: a fused command waited too long for its other half", self.id);
+            if self.fused_first.get() == Some(slot) {
+                self.fused_first.set(None);
+            }
+            self.break_fused(slot);
+        }
+    }
+}
 
 /// Serves one accepted connection to the end (a task on the reactor that owns it); `_slot`
 /// (the listener's connection count) is given back when it ends.
@@ -1073,6 +1130,7 @@ impl Conn {
         c.partner = None;
         c.digest_error = false;
         c.fused_broken = false;
+        c.since = 0;
         c.phase = Phase::Running;
         Some(slot)
     }
