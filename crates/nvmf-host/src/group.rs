@@ -187,15 +187,18 @@ async fn attach_new(opts: AttachOpts) -> Result<Vec<String>, RpcError> {
         ctrlrs: Mutex::new(vec![c.clone()]),
         bdevs: Mutex::new(Vec::new()),
     });
-    {
+    let taken = {
         let table = groups();
         let mut t = table.0.lock().unwrap();
-        if t.contains_key(&name) {
-            drop(t);
-            ctrlr::detach(&c).await;
-            return Err(errno_error(libc::EALREADY, format!("A controller named {name} already exists")));
+        let taken = t.contains_key(&name);
+        if !taken {
+            t.insert(name.clone(), g.clone());
         }
-        t.insert(name.clone(), g.clone());
+        taken
+    };
+    if taken {
+        ctrlr::detach(&c).await;
+        return Err(errno_error(libc::EALREADY, format!("A controller named {name} already exists")));
     }
     let mut names = Vec::new();
     for n in &ns {
@@ -217,7 +220,7 @@ async fn attach_new(opts: AttachOpts) -> Result<Vec<String>, RpcError> {
 /// Failover: checks that `trid` reaches the same subsystem and namespaces as `c`, then keeps
 /// it as an alternate path (SPDK's bdev_nvme_add_secondary_trid).
 async fn add_alternate(c: &Arc<HostCtrlr>, trid: Trid) -> Result<(), RpcError> {
-    if c.trids.lock().unwrap().iter().any(|t| *t == trid) {
+    if c.trids.lock().unwrap().contains(&trid) {
         return Err(strerror(libc::EALREADY));
     }
     let (_, ns) = ctrlr::probe(c, &trid).await.map_err(|e| errno_error(libc::EIO, format!("Unable to attach: {e}")))?;
