@@ -2,8 +2,9 @@
 //! (an alternate path taken when the active one's listener is removed, with `ferrite perf -w
 //! verify` running through it and data written before read back after, over NBD with qemu-io),
 //! multipath (two controllers, one bdev, I/O following ANA state changes, as the target's
-//! per-controller counters show), SPDK's refusals of a second attach, detach of one path, and
-//! save_config writing both paths.
+//! per-controller counters show), SPDK's refusals of a second attach, detach of one path,
+//! save_config writing both paths, and an abort of a command the target holds (answered "not
+//! aborted").
 
 mod common;
 mod nbd_common;
@@ -390,6 +391,78 @@ fn second_attach_refusals() {
         qemu_io(&dir, &uri, "write -P 0x5a 0 1M");
         qemu_io(&dir, &uri, "read -P 0x5a 0 1M");
     }
+    h.assert_serving();
+    t.assert_serving();
+}
+
+#[test]
+fn abort_reaches_the_target_and_not_aborted_is_handled() {
+    if !have("abort_reaches_the_target_and_not_aborted_is_handled", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("nvmf-host-abort");
+    let (port, front) = (free_port(), free_port());
+    // Reads take 2 s on the target (a delay bdev), so one is with the controller when it is
+    // aborted.
+    let t = Daemon::start_with(&dir, "tgt.sock", "0x1", &["--no-pin"]);
+    t.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 8192, "block_size": 512})));
+    t.call(
+        "bdev_delay_create",
+        Some(
+            json!({"base_bdev_name": "M0", "name": "D0", "avg_read_latency": 2_000_000, "p99_read_latency": 2_000_000,
+            "avg_write_latency": 10, "p99_write_latency": 10}),
+        ),
+    );
+    t.call("nvmf_create_transport", Some(json!({"trtype": "TCP"})));
+    t.call("nvmf_create_subsystem", Some(json!({"nqn": NQN, "allow_any_host": true})));
+    t.call("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": "D0"}})));
+    t.call("nvmf_subsystem_add_listener", Some(json!({"nqn": NQN, "listen_address": listen_addr(port)})));
+    // The host daemon serves its Nvme0n1 again over NVMe/TCP: when a host of it goes away,
+    // its target aborts the requests in flight, which reach the NVMe module as abort requests.
+    let h = Daemon::start_with(&dir, "host.sock", "0x1", &["--no-pin"]);
+    assert_eq!(h.call("bdev_nvme_attach_controller", Some(attach(port, json!({})))), json!(["Nvme0n1"]));
+    let nbd = h.call("nbd_server_start", Some(json!({"address": "127.0.0.1:0"})));
+    h.call("nbd_server_add_export", Some(json!({"bdev_name": "Nvme0n1", "name": "n1"})));
+    let uri = format!("nbd://{}/n1", nbd["address"].as_str().unwrap());
+    qemu_io(&dir, &uri, "write -P 0x12 0 4k");
+    let front_nqn = "nqn.2016-06.io.ferrite:front";
+    h.call("nvmf_create_transport", Some(json!({"trtype": "TCP"})));
+    h.call("nvmf_create_subsystem", Some(json!({"nqn": front_nqn, "allow_any_host": true})));
+    h.call("nvmf_subsystem_add_ns", Some(json!({"nqn": front_nqn, "namespace": {"bdev_name": "Nvme0n1"}})));
+    h.call("nvmf_subsystem_add_listener", Some(json!({"nqn": front_nqn, "listen_address": listen_addr(front)})));
+    let p = json!({"name": "Front", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+        "trsvcid": front.to_string(), "subnqn": front_nqn});
+    let cfg = json!({"method": "bdev_nvme_attach_controller", "params": p});
+    let cfg = dir.write_json("front.json", &json!({"subsystems": [{"subsystem": "bdev", "config": [cfg]}]}));
+    let args = [
+        "perf",
+        "--json",
+        cfg.to_str().unwrap(),
+        "-T",
+        "Frontn1",
+        "-q",
+        "4",
+        "-o",
+        "4096",
+        "-w",
+        "randread",
+        "-t",
+        "30",
+        "-m",
+        "0x1",
+        "--no-pin",
+    ];
+    let mut perf = Tool::spawn(&dir, common::FERRITE, &args);
+    std::thread::sleep(Duration::from_millis(1500));
+    perf.kill();
+    // The host sent NVMe Abort; Ferrite's target answers "not aborted" (DW0 bit 0) and the
+    // reads complete as they will.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !h.proc.stderr().contains("not aborted") {
+        assert!(Instant::now() < deadline, "no 'not aborted' in the host's log:\n{}", h.proc.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    qemu_io(&dir, &uri, "read -P 0x12 0 4k");
     h.assert_serving();
     t.assert_serving();
 }

@@ -30,6 +30,7 @@ pub(crate) fn abort(ch: &NsChan, io: BdevIo) {
         }
     });
     let Some((ctrlr, sqid, cid)) = found else {
+        log::debug!("nvme: abort: no request of this channel has that name");
         return io.complete_deferred(IoStatus::Failed(libc::ENOENT));
     };
     ferrite_reactor::spawn_local(async move {
@@ -38,7 +39,7 @@ pub(crate) fn abort(ch: &NsChan, io: BdevIo) {
         let status = match ctrlr.admin_command(sqe).await {
             Ok(r) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => IoStatus::Success,
             Ok(r) => {
-                log::debug!(
+                log::info!(
                     "nvme controller {}: command {cid} of queue {sqid} not aborted (dw0 {:#x}, sct {:#x} sc {:#x})",
                     ctrlr.opts.name,
                     r.cqe.dw0,
