@@ -487,8 +487,9 @@ impl HostCtrlr {
             if l.len() < 2 {
                 return;
             }
-            // The admin queue's loss rotates the list: put the removed path where the
-            // rotation drops it... by removing it and putting the last one first.
+            // The admin queue's loss rotates the list left before it connects: with the
+            // removed path gone and the last alternate put first, the rotation tries the
+            // next alternate first, as SPDK's failover does.
             l.remove(0);
             let last = l.pop().expect("an alternate");
             l.insert(0, last);
