@@ -118,7 +118,8 @@ pub trait BdevBackend: Send + Sync + 'static {
     fn driver_specific(&self) -> Value {
         Value::Object(Default::default())
     }
-    /// The `{"method":..,"params":..}` entry that recreates this bdev in a saved config.
+    /// The `{"method":..,"params":..}` entry that recreates this bdev in a saved config (or an
+    /// array of such entries, written in order: a module whose calls make several bdevs).
     fn config_entry(&self, bdev: &Bdev) -> Option<Value>;
 }
 

@@ -337,11 +337,18 @@ pub fn register(reg: &mut Registry) {
             let mut entries: Vec<Value> = list()
                 .iter()
                 .flat_map(|b| {
-                    b.backend()
-                        .config_entry(b)
-                        .map(|create| [Some(create), crate::qos::config_entry(b), crate::histogram::config_entry(b)])
+                    b.backend().config_entry(b).map(|create| {
+                        // An array stands for several create calls (a module that makes
+                        // several bdevs with one call writes them all with its first bdev).
+                        let mut v = match create {
+                            Value::Array(a) => a,
+                            one => vec![one],
+                        };
+                        v.extend(crate::qos::config_entry(b));
+                        v.extend(crate::histogram::config_entry(b));
+                        v
+                    })
                 })
-                .flatten()
                 .flatten()
                 .collect();
             entries.push(json!({"method": "bdev_wait_for_examine"}));

@@ -1,36 +1,64 @@
 //! A remote controller: its admin queue on the first reactor (initialization, identify,
-//! keep-alive, reconnection), one I/O queue pair per reactor made when a channel there first
-//! submits, and a bdev per namespace.
+//! keep-alive, asynchronous events, reconnection and failover between its paths), one I/O queue
+//! pair per reactor ([`crate::path::IoPath`]) made when a channel there first submits.
 
+use crate::ana::AnaTable;
+use crate::path::IoPath;
 use crate::qpair::{ConnectParams, HostQpair, Reply};
-use ferrite_bdev::{BdevIo, IoStatus};
-use ferrite_nvmf::spec::identify::{cns, NamespaceList};
+use crate::trid::Trid;
+use ferrite_nvmf::spec::identify::{cns, NamespaceList, NsIdDescriptor};
 use ferrite_nvmf::spec::identify_ctrl::IdentifyController;
 use ferrite_nvmf::spec::identify_ns::IdentifyNamespace;
 use ferrite_nvmf::spec::opcode::admin as op;
 use ferrite_nvmf::spec::registers::{self, Cc, Csts};
 use ferrite_nvmf::spec::sqe::Sqe;
-use ferrite_reactor::IoBuf;
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// What a second attach under the same name does (SPDK's `multipath` parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A second attach under the name is refused.
+    Disable,
+    /// A second attach adds an alternate path to the controller, used when the active one is lost.
+    Failover,
+    /// A second attach makes another controller of the subsystem; namespaces they share are
+    /// one bdev with a path through each (SPDK's default).
+    Multipath,
+}
+
+impl Mode {
+    /// Parses SPDK's names.
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "disable" => Some(Mode::Disable),
+            "failover" => Some(Mode::Failover),
+            "multipath" => Some(Mode::Multipath),
+            _ => None,
+        }
+    }
+
+    /// SPDK's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Disable => "disable",
+            Mode::Failover => "failover",
+            Mode::Multipath => "multipath",
+        }
+    }
+}
 
 /// What `bdev_nvme_attach_controller` asked for.
 #[derive(Debug, Clone)]
 pub struct AttachOpts {
     /// Controller name (bdevs are `<name>n<nsid>`).
     pub name: String,
-    /// "IPv4" or "IPv6".
-    pub adrfam: String,
-    /// Address.
-    pub traddr: String,
-    /// Port.
-    pub trsvcid: String,
-    /// Subsystem NQN.
-    pub subnqn: String,
+    /// The path given.
+    pub trid: Trid,
     /// Host NQN.
     pub hostnqn: String,
     /// Header digests.
@@ -47,17 +75,8 @@ pub struct AttachOpts {
     pub io_queue_size: u16,
     /// Keep-alive timeout in ms.
     pub kato_ms: u32,
-}
-
-impl AttachOpts {
-    fn socket_addr(&self) -> Result<std::net::SocketAddr, String> {
-        let s = if self.adrfam.eq_ignore_ascii_case("ipv6") {
-            format!("[{}]:{}", self.traddr, self.trsvcid)
-        } else {
-            format!("{}:{}", self.traddr, self.trsvcid)
-        };
-        s.parse().map_err(|e| format!("address {s}: {e}"))
-    }
+    /// What a second attach under the name does.
+    pub mode: Mode,
 }
 
 /// A namespace as identified.
@@ -71,6 +90,18 @@ pub struct NsInfo {
     pub num_blocks: u64,
     /// NGUID.
     pub nguid: [u8; 16],
+    /// EUI-64.
+    pub eui64: [u8; 8],
+    /// UUID from the namespace identification descriptors.
+    pub uuid: Option<[u8; 16]>,
+}
+
+impl NsInfo {
+    /// True if both identify the same namespace (SPDK's `bdev_nvme_compare_ns`: NGUID, EUI-64
+    /// and UUID all equal).
+    pub fn same_namespace(&self, o: &NsInfo) -> bool {
+        self.nguid == o.nguid && self.eui64 == o.eui64 && self.uuid == o.uuid
+    }
 }
 
 /// What identify told.
@@ -88,20 +119,26 @@ pub struct CtrlrInfo {
     pub oncs: u16,
     /// In-capsule data an I/O command may carry.
     pub icd_max: u32,
+    /// Multi-path I/O and namespace sharing capabilities (CMIC).
+    pub cmic: u8,
 }
 
 /// A remote controller.
 pub struct HostCtrlr {
     /// Unique ID in the process.
     pub id: u64,
-    /// Options.
+    /// Options of the attach that made it.
     pub opts: AttachOpts,
-    addr: std::net::SocketAddr,
+    /// Its paths: the first is the active one, the others alternates (failover), in the
+    /// order they are tried.
+    pub trids: Mutex<Vec<Trid>>,
     hostid: [u8; 16],
     /// Current controller ID.
     pub cntlid: AtomicU16,
     /// Identify results.
     pub info: Mutex<CtrlrInfo>,
+    /// Its namespaces as last identified.
+    pub namespaces: Mutex<Vec<NsInfo>>,
     /// Detached: everything stops.
     pub detached: AtomicBool,
     /// The admin queue is lost and being reconnected.
@@ -112,8 +149,15 @@ pub struct HostCtrlr {
     pub generation: AtomicU64,
     /// Time the controller was lost (ns since the Unix epoch; 0 while connected).
     lost_at: AtomicU64,
+    /// ANA state per namespace.
+    pub ana: AnaTable,
+    /// An ANA log read is under way.
+    pub ana_updating: AtomicBool,
+    /// The generation of the paths of its name: bumped whenever something that chooses a
+    /// path changes (state, ANA, paths added or removed); channels choose again when it moves.
+    pub paths_gen: Arc<AtomicU64>,
     /// Engine the controller lives in.
-    engine: ferrite_reactor::Engine,
+    pub(crate) engine: ferrite_reactor::Engine,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -137,10 +181,16 @@ fn text(b: &[u8]) -> String {
 }
 
 impl HostCtrlr {
-    fn params(&self, qid: u16, entries: u16, cntlid: u16) -> ConnectParams {
-        ConnectParams {
-            addr: self.addr,
-            subnqn: self.opts.subnqn.clone(),
+    /// The active path.
+    pub fn active_trid(&self) -> Trid {
+        self.trids.lock().unwrap()[0].clone()
+    }
+
+    pub(crate) fn params(&self, qid: u16, entries: u16, cntlid: u16) -> Result<ConnectParams, String> {
+        let trid = self.active_trid();
+        Ok(ConnectParams {
+            addr: trid.socket_addr()?,
+            subnqn: trid.subnqn,
             hostnqn: self.opts.hostnqn.clone(),
             hostid: self.hostid,
             qid,
@@ -150,22 +200,37 @@ impl HostCtrlr {
             hdgst: self.opts.hdgst,
             ddgst: self.opts.ddgst,
             timeout: Duration::from_secs(10),
-        }
+        })
     }
 
-    /// Connects (or reconnects) the admin queue and brings the controller up: CC.EN, CSTS.RDY,
-    /// identify, number of queues. Returns the namespaces. Runs on the first reactor.
+    /// Tells the channels of its name to choose their paths again.
+    pub fn paths_changed(&self) {
+        self.paths_gen.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// True while I/O may be sent to it without waiting (connected, not failed or detached).
+    pub fn is_up(&self) -> bool {
+        !self.detached.load(Ordering::Acquire)
+            && !self.failed.load(Ordering::Acquire)
+            && !self.resetting.load(Ordering::Acquire)
+    }
+
+    /// Connects (or reconnects) the admin queue on the active path and brings the controller
+    /// up: CC.EN, CSTS.RDY, identify, number of queues, ANA states, asynchronous events.
+    /// Returns the namespaces. Runs on the first reactor.
     async fn bring_up(self: &Arc<Self>) -> Result<Vec<NsInfo>, String> {
-        let admin = HostQpair::connect(&self.params(0, 32, 0xffff)).await?;
+        let admin = HostQpair::connect(&self.params(0, 32, 0xffff)?).await?;
         let cntlid = admin.cntlid.get();
         let result = self.init_admin(&admin).await;
         match result {
             Ok(ns) => {
                 self.cntlid.store(cntlid, Ordering::Release);
+                *self.namespaces.lock().unwrap() = ns.clone();
                 ADMIN.with(|a| a.borrow_mut().insert(self.id, admin.clone()));
                 let me = self.clone();
                 let gen = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
                 admin.on_close(move || me.admin_lost(gen));
+                crate::ana::start_aer(self, &admin);
                 Ok(ns)
             }
             Err(e) => {
@@ -202,6 +267,7 @@ impl HostCtrlr {
             max_xfer,
             oncs: ctrl.oncs,
             icd_max,
+            cmic: ctrl.cmic,
         };
         // Number of queues: one I/O queue per reactor.
         let n = self.engine.count() as u32;
@@ -210,6 +276,12 @@ impl HostCtrlr {
         sqe.cdw11 = (n - 1) | (n - 1) << 16;
         let r = admin.submit_wait(sqe, None, 0).await?;
         check(&r, "Set Features Number of Queues")?;
+        // Namespace attribute and ANA change notices (a controller without them refuses; no
+        // matter).
+        let mut sqe = Sqe::new(op::SET_FEATURES, 0, 0);
+        sqe.cdw10 = u32::from(ferrite_nvmf::spec::features::fid::ASYNC_EVENT_CONFIGURATION);
+        sqe.cdw11 = 1 << 8 | 1 << 11;
+        let _ = admin.submit_wait(sqe, None, 0).await;
         let list = identify(admin, cns::ACTIVE_NS_LIST, 0).await?;
         let list = NamespaceList::decode(list.as_slice().try_into().map_err(|_| "short identify")?);
         let mut out = Vec::new();
@@ -220,41 +292,85 @@ impl HostCtrlr {
             if ns.nsze == 0 {
                 continue;
             }
-            out.push(NsInfo { nsid, block_size: bs, num_blocks: ns.nsze, nguid: ns.nguid });
+            let uuid = match identify(admin, cns::NS_ID_DESCRIPTOR_LIST, nsid).await {
+                Ok(d) => NsIdDescriptor::read_list(&d).find_map(|x| match x {
+                    NsIdDescriptor::Uuid(u) => Some(u),
+                    _ => None,
+                }),
+                Err(_) => None,
+            };
+            out.push(NsInfo { nsid, block_size: bs, num_blocks: ns.nsze, nguid: ns.nguid, eui64: ns.eui64, uuid });
+        }
+        if ctrl.cmic & ferrite_nvmf::spec::identify_ctrl::cmic::ANA_REPORTING != 0 {
+            match crate::ana::read_log(admin).await {
+                Ok(map) => {
+                    if self.ana.replace(map) {
+                        self.paths_changed();
+                    }
+                }
+                Err(e) => log::info!("nvme controller {}: ANA log: {e}", self.opts.name),
+            }
         }
         Ok(out)
     }
 
-    /// The admin queue of generation `gen` closed: unless detached, reconnect it (every
-    /// `reconnect_delay_sec`, until `ctrlr_loss_timeout_sec`), and keep-alive resumes.
+    /// The admin queue of generation `gen` closed: unless detached, reconnect it, first at
+    /// once on each alternate path in turn (failover), then every `reconnect_delay_sec` until
+    /// `ctrlr_loss_timeout_sec`; keep-alive resumes.
     fn admin_lost(self: &Arc<Self>, gen: u64) {
         if self.detached.load(Ordering::Acquire) || self.generation.load(Ordering::Acquire) != gen {
             return;
         }
         ADMIN.with(|a| a.borrow_mut().remove(&self.id));
         self.resetting.store(true, Ordering::Release);
+        self.paths_changed();
         let _ = self.lost_at.compare_exchange(0, now_ns(), Ordering::AcqRel, Ordering::Acquire);
         log::warn!("nvme controller {}: admin queue lost; reconnecting", self.opts.name);
+        // I/O waiting for this controller goes back to its channels, which may have another
+        // controller of the subsystem to send it to (multipath).
+        let id = self.id;
+        self.engine.on_all(move |_| {
+            if let Some(p) = PATHS.with(|p| p.borrow().get(&id).cloned()) {
+                p.give_back_waiting();
+            }
+        });
         let me = self.clone();
         ferrite_reactor::spawn_local(async move {
+            let mut attempt = 0usize;
             loop {
                 if me.detached.load(Ordering::Acquire) {
                     return;
                 }
-                if me.loss_timed_out() {
-                    log::warn!("nvme controller {}: ctrlr_loss_timeout_sec passed; giving up", me.opts.name);
-                    me.failed.store(true, Ordering::Release);
-                    me.fail_paths();
-                    return;
+                let n = me.trids.lock().unwrap().len();
+                // Each path is tried once at once; after that, the loss timeout and the delay.
+                if attempt >= n {
+                    if me.loss_timed_out() {
+                        log::warn!("nvme controller {}: ctrlr_loss_timeout_sec passed; giving up", me.opts.name);
+                        me.failed.store(true, Ordering::Release);
+                        me.paths_changed();
+                        me.fail_paths();
+                        return;
+                    }
+                    ferrite_reactor::sleep(Duration::from_secs(me.opts.reconnect_delay_sec.max(1))).await;
                 }
-                ferrite_reactor::sleep(Duration::from_secs(me.opts.reconnect_delay_sec.max(1))).await;
+                attempt += 1;
+                if n > 1 {
+                    // Failover: the lost path goes to the end of the list.
+                    let mut t = me.trids.lock().unwrap();
+                    t.rotate_left(1);
+                    log::info!("nvme controller {}: trying path {}:{}", me.opts.name, t[0].traddr, t[0].trsvcid);
+                }
                 match me.bring_up().await {
                     Ok(_) => {
                         me.resetting.store(false, Ordering::Release);
                         me.lost_at.store(0, Ordering::Release);
+                        me.paths_changed();
+                        let t = me.active_trid();
                         log::info!(
-                            "nvme controller {}: reconnected (cntlid {})",
+                            "nvme controller {}: reconnected to {}:{} (cntlid {})",
                             me.opts.name,
+                            t.traddr,
+                            t.trsvcid,
                             me.cntlid.load(Ordering::Relaxed)
                         );
                         // The I/O paths reconnect with the new controller ID.
@@ -280,7 +396,10 @@ impl HostCtrlr {
     }
 
     /// True once waiting I/O should fail (fast_io_fail_timeout or the loss timeout).
-    fn io_fail_due(&self) -> bool {
+    pub(crate) fn io_fail_due(&self) -> bool {
+        if self.failed.load(Ordering::Acquire) {
+            return true;
+        }
         let lost = self.lost_at.load(Ordering::Acquire);
         if lost == 0 {
             return false;
@@ -320,31 +439,75 @@ impl HostCtrlr {
 
     /// This reactor's I/O path to the controller.
     pub(crate) fn path(self: &Arc<Self>) -> Rc<IoPath> {
-        PATHS.with(|p| {
-            p.borrow_mut()
-                .entry(self.id)
-                .or_insert_with(|| {
-                    Rc::new(IoPath {
-                        ctrlr: self.clone(),
-                        qp: RefCell::new(None),
-                        waiting: RefCell::new(VecDeque::new()),
-                        connecting: Cell::new(false),
-                    })
-                })
-                .clone()
-        })
+        PATHS.with(|p| p.borrow_mut().entry(self.id).or_insert_with(|| IoPath::new(self.clone())).clone())
+    }
+
+    /// Sends an admin command on the first reactor from any reactor; the answer comes back
+    /// to the caller's.
+    pub(crate) async fn admin_command(self: &Arc<Self>, sqe: Sqe) -> Result<Reply, String> {
+        let id = self.id;
+        let rx = self.engine.run_async(0, move || async move {
+            let Some(admin) = ADMIN.with(|a| a.borrow().get(&id).cloned()) else {
+                return Err("the admin queue is not connected".to_string());
+            };
+            admin.submit_wait(sqe, None, 0).await
+        });
+        rx.await.map_err(|_| "the first reactor stopped".to_string())?
+    }
+
+    /// Re-reads the ANA log (an I/O failed with an ANA status), unless a read is under way.
+    pub(crate) fn refresh_ana(self: &Arc<Self>) {
+        if self.ana_updating.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        self.engine.send(0, move || {
+            let Some(admin) = ADMIN.with(|a| a.borrow().get(&me.id).cloned()) else {
+                me.ana_updating.store(false, Ordering::Release);
+                return;
+            };
+            ferrite_reactor::spawn_local(async move { crate::ana::update(&me, &admin).await }).detach();
+        });
+    }
+
+    /// Drops the path `t` (not the active one: use [`HostCtrlr::fail_over`] for that).
+    pub fn remove_alternate(&self, t: &Trid) -> bool {
+        let mut l = self.trids.lock().unwrap();
+        let before = l.len();
+        let mut first = true;
+        l.retain(|x| std::mem::replace(&mut first, false) || x != t);
+        l.len() != before
+    }
+
+    /// Removes the active path and switches to the next one at once (SPDK's detach of the
+    /// active path while alternates remain). On the first reactor.
+    pub fn fail_over(self: &Arc<Self>) {
+        {
+            let mut l = self.trids.lock().unwrap();
+            if l.len() < 2 {
+                return;
+            }
+            // The admin queue's loss rotates the list left before it connects: with the
+            // removed path gone and the last alternate put first, the rotation tries the
+            // next alternate first, as SPDK's failover does.
+            l.remove(0);
+            let last = l.pop().expect("an alternate");
+            l.insert(0, last);
+        }
+        if let Some(a) = ADMIN.with(|a| a.borrow().get(&self.id).cloned()) {
+            a.close();
+        }
     }
 }
 
 fn kick_path(id: u64) {
     if let Some(p) = PATHS.with(|p| p.borrow().get(&id).cloned()) {
-        if !p.waiting.borrow().is_empty() {
-            p.connect();
-        }
+        p.kick();
     }
 }
 
-fn check(r: &Reply, what: &str) -> Result<(), String> {
+/// A failed completion as an error.
+pub(crate) fn check(r: &Reply, what: &str) -> Result<(), String> {
     if r.cqe.status.is_success() {
         Ok(())
     } else {
@@ -393,137 +556,56 @@ async fn identify(admin: &HostQpair, cns_v: u8, nsid: u32) -> Result<Vec<u8>, St
     Ok(r.data)
 }
 
-/// A request waiting for the I/O queue pair.
-struct Waiting {
-    sqe: Sqe,
-    io: BdevIo,
-    read: bool,
-    extra: Option<IoBuf>,
-}
-
-/// One reactor's way to a controller: its I/O queue pair, and requests waiting for it.
-pub(crate) struct IoPath {
-    ctrlr: Arc<HostCtrlr>,
-    qp: RefCell<Option<Rc<HostQpair>>>,
-    waiting: RefCell<VecDeque<Waiting>>,
-    connecting: Cell<bool>,
-}
-
-impl IoPath {
-    /// Sends a request, or keeps it until the queue pair is connected. Called from a channel's
-    /// submit: completes only deferred.
-    pub(crate) fn submit(self: &Rc<Self>, sqe: Sqe, io: BdevIo, read: bool, extra: Option<IoBuf>) {
-        if self.ctrlr.detached.load(Ordering::Acquire) {
-            return io.complete_deferred(IoStatus::Removed);
-        }
-        let qp = self.qp.borrow().clone();
-        if let Some(qp) = qp.filter(|q| !q.is_closed()) {
-            if let Err(io) = qp.submit_io(sqe, io, read, extra) {
-                // The queue is full: the bdev layer retries when something completes.
-                io.complete_deferred(IoStatus::NoMem);
-            }
-            return;
-        }
-        if self.ctrlr.io_fail_due() {
-            return io.complete_deferred(IoStatus::Failed(libc::EIO));
-        }
-        self.waiting.borrow_mut().push_back(Waiting { sqe, io, read, extra });
-        self.connect();
-    }
-
-    /// Connects the queue pair unless connecting; sends what waits once connected.
-    fn connect(self: &Rc<Self>) {
-        if self.connecting.replace(true) {
-            return;
-        }
-        let me = self.clone();
-        ferrite_reactor::spawn_local(async move {
-            loop {
-                let c = &me.ctrlr;
-                if c.detached.load(Ordering::Acquire) {
-                    me.fail_waiting();
-                    break;
-                }
-                if !c.resetting.load(Ordering::Acquire) {
-                    let qid = ferrite_reactor::current().unwrap_or(0) as u16 + 1;
-                    let params = c.params(qid, c.opts.io_queue_size, c.cntlid.load(Ordering::Acquire));
-                    match HostQpair::connect(&params).await {
-                        Ok(qp) => {
-                            qp.icd_max.set(c.info.lock().unwrap().icd_max);
-                            let path = me.clone();
-                            let q2 = Rc::downgrade(&qp);
-                            qp.on_close(move || {
-                                let mut cur = path.qp.borrow_mut();
-                                if cur.as_ref().is_some_and(|q| q2.upgrade().is_some_and(|x| Rc::ptr_eq(q, &x))) {
-                                    *cur = None;
-                                }
-                            });
-                            *me.qp.borrow_mut() = Some(qp.clone());
-                            let waiting: Vec<Waiting> = me.waiting.borrow_mut().drain(..).collect();
-                            for w in waiting {
-                                if let Err(io) = qp.submit_io(w.sqe, w.io, w.read, w.extra) {
-                                    io.complete(IoStatus::NoMem);
-                                }
-                            }
-                            break;
-                        }
-                        Err(e) => log::info!("nvme controller {}: I/O queue {qid}: {e}", c.opts.name),
-                    }
-                }
-                if c.io_fail_due() || c.opts.ctrlr_loss_timeout_sec == 0 && !c.resetting.load(Ordering::Acquire) {
-                    me.fail_waiting();
-                    break;
-                }
-                ferrite_reactor::sleep(Duration::from_secs(c.opts.reconnect_delay_sec.max(1))).await;
-                if me.waiting.borrow().is_empty() {
-                    break;
-                }
-            }
-            me.connecting.set(false);
-        })
-        .detach();
-    }
-
-    fn fail_waiting(&self) {
-        let waiting: Vec<Waiting> = self.waiting.borrow_mut().drain(..).collect();
-        for w in waiting {
-            w.io.complete(IoStatus::Failed(libc::EIO));
-        }
-    }
-
-    fn close(&self) {
-        if let Some(qp) = self.qp.borrow_mut().take() {
-            qp.close();
-        }
-        self.fail_waiting();
-    }
-}
-
-/// Connects to the controller and identifies it (call on the first reactor).
-pub async fn attach(opts: AttachOpts) -> Result<(Arc<HostCtrlr>, Vec<NsInfo>), String> {
-    let addr = opts.socket_addr()?;
+/// Connects to the controller on `opts.trid` and identifies it (call on the first reactor).
+/// `paths_gen` is the generation of the paths of its name.
+pub async fn attach(opts: AttachOpts, paths_gen: Arc<AtomicU64>) -> Result<(Arc<HostCtrlr>, Vec<NsInfo>), String> {
+    opts.trid.socket_addr()?;
     let ctrlr = Arc::new(HostCtrlr {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        addr,
+        trids: Mutex::new(vec![opts.trid.clone()]),
         hostid: *uuid::Uuid::new_v4().as_bytes(),
         cntlid: AtomicU16::new(0),
         info: Mutex::new(CtrlrInfo::default()),
+        namespaces: Mutex::new(Vec::new()),
         detached: AtomicBool::new(false),
         resetting: AtomicBool::new(false),
         failed: AtomicBool::new(false),
         generation: AtomicU64::new(0),
         lost_at: AtomicU64::new(0),
+        ana: AnaTable::default(),
+        ana_updating: AtomicBool::new(false),
+        paths_gen,
         engine: ferrite_reactor::engine(),
         opts,
     });
-    let ns = ctrlr.bring_up().await?;
-    ctrlr.keep_alive();
-    Ok((ctrlr, ns))
+    match ctrlr.bring_up().await {
+        Ok(ns) => {
+            ctrlr.keep_alive();
+            Ok((ctrlr, ns))
+        }
+        Err(e) => {
+            ctrlr.detached.store(true, Ordering::Release);
+            Err(e)
+        }
+    }
+}
+
+/// Connects to `trid` as `ctrlr`'s host would, identifies the controller and its namespaces,
+/// and disconnects: what a path must show before it is added as an alternate (SPDK probes it
+/// the same way).
+pub async fn probe(ctrlr: &Arc<HostCtrlr>, trid: &Trid) -> Result<(CtrlrInfo, Vec<NsInfo>), String> {
+    let mut opts = ctrlr.opts.clone();
+    opts.trid = trid.clone();
+    let (c, ns) = attach(opts, Arc::new(AtomicU64::new(0))).await?;
+    let info = c.info.lock().unwrap().clone();
+    detach(&c).await;
+    Ok((info, ns))
 }
 
 /// Stops everything of the controller: admin queue, I/O queues (on every reactor).
 pub async fn detach(ctrlr: &Arc<HostCtrlr>) {
     ctrlr.detached.store(true, Ordering::Release);
+    ctrlr.paths_changed();
     if let Some(a) = ADMIN.with(|a| a.borrow_mut().remove(&ctrlr.id)) {
         a.close();
     }

@@ -232,6 +232,14 @@ impl HostQpair {
         self.closed.get()
     }
 
+    /// The slot (CID) of the outstanding bdev request `named` picks.
+    pub(crate) fn find_command(&self, named: &dyn Fn(&BdevIo) -> bool) -> Option<u16> {
+        let cmds = self.cmds.borrow();
+        cmds.iter()
+            .position(|c| c.done.is_none() && matches!(&c.owner, Some(Owner::Bdev(io)) if named(io)))
+            .map(|i| i as u16)
+    }
+
     /// Queue ID.
     pub fn qid(&self) -> u16 {
         self.qid
@@ -451,7 +459,7 @@ impl HostQpair {
         };
         self.free.borrow_mut().push(slot);
         match owner {
-            Some(Owner::Bdev(io)) => io.complete(status_of(&cqe)),
+            Some(Owner::Bdev(io)) => bdev_done(io, &cqe),
             Some(Owner::Wait { tx, inb, .. }) => {
                 let data = inb.map(|b| b.to_vec()).unwrap_or_default();
                 tx.send(Ok(Reply { cqe, data }));
@@ -498,12 +506,36 @@ impl Out {
     }
 }
 
+/// Completes a bdev request, or, if it failed for a path reason (its connection dropped, an
+/// ANA status), sends it again through its channel, which may choose another path.
+fn bdev_done(io: BdevIo, cqe: &Cqe) {
+    use ferrite_nvmf::spec::log::ana_state;
+    use ferrite_nvmf::spec::status::{path, sct};
+    let status = status_of(cqe);
+    let s = cqe.status;
+    if s.sct != sct::PATH || s.sc == path::ABORTED_BY_HOST {
+        return io.complete(status);
+    }
+    let ana = match s.sc {
+        path::ASYMMETRIC_ACCESS_INACCESSIBLE => Some(ana_state::INACCESSIBLE),
+        path::ASYMMETRIC_ACCESS_PERSISTENT_LOSS => Some(ana_state::PERSISTENT_LOSS),
+        path::ASYMMETRIC_ACCESS_TRANSITION => Some(ana_state::CHANGE),
+        _ => None,
+    };
+    if let Some(state) = ana {
+        crate::channel::ana_failed(&io, state);
+    }
+    crate::channel::retry(io, status);
+}
+
 /// A bdev status for a completion.
 fn status_of(cqe: &Cqe) -> IoStatus {
-    use ferrite_nvmf::spec::status::{media, path, sct};
+    use ferrite_nvmf::spec::status::{generic, media, path, sct};
     let s = cqe.status;
     if s.is_success() {
         IoStatus::Success
+    } else if s.sct == sct::GENERIC && s.sc == generic::ABORTED_BY_REQUEST {
+        IoStatus::Aborted
     } else if s.sct == sct::MEDIA_ERROR && s.sc == media::COMPARE_FAILURE {
         IoStatus::Miscompare
     } else if s.sct == sct::PATH && s.sc == path::HOST_PATH_ERROR && cqe.dw0 == u32::MAX {

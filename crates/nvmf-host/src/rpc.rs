@@ -1,24 +1,13 @@
 //! SPDK's bdev_nvme methods for NVMe/TCP controllers: bdev_nvme_attach_controller (answers the
-//! names of the bdevs made), bdev_nvme_detach_controller, bdev_nvme_get_controllers.
+//! names of the bdevs the attach reaches), bdev_nvme_detach_controller (a name, or one of its
+//! paths), bdev_nvme_get_controllers, bdev_nvme_set_multipath_policy.
 //! `bdev_nvme_set_options` is an option method (kept by the registry).
 
-use crate::ctrlr::{self, AttachOpts, HostCtrlr};
+use crate::ctrlr::{AttachOpts, Mode};
+use crate::trid::{PathFilter, Trid};
 use ferrite_rpc::{errno_error, Params, Registry, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-
-/// Attached controllers by name, with their bdevs (one table per engine).
-#[derive(Default)]
-struct Controllers(Mutex<BTreeMap<String, Attached>>);
-
-/// A controller and the bdevs of its namespaces.
-type Attached = (Arc<HostCtrlr>, Vec<String>);
-
-fn controllers() -> Arc<Controllers> {
-    ferrite_reactor::engine_state::<Controllers>()
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,85 +46,86 @@ struct Attach {
     drives_per_ctrlr: Option<u32>,
 }
 
-/// The attach parameters save_config writes for a controller.
-pub(crate) fn attach_params(o: &AttachOpts) -> Value {
-    json!({"name": o.name, "trtype": "TCP", "adrfam": o.adrfam, "traddr": o.traddr, "trsvcid": o.trsvcid,
-        "subnqn": o.subnqn, "hostnqn": o.hostnqn, "hdgst": o.hdgst, "ddgst": o.ddgst,
-        "ctrlr_loss_timeout_sec": o.ctrlr_loss_timeout_sec, "reconnect_delay_sec": o.reconnect_delay_sec,
-        "fast_io_fail_timeout_sec": o.fast_io_fail_timeout_sec})
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Detach {
+    name: String,
+    trtype: Option<String>,
+    traddr: Option<String>,
+    adrfam: Option<String>,
+    #[serde(default, deserialize_with = "port_text")]
+    trsvcid: Option<String>,
+    subnqn: Option<String>,
+    #[allow(dead_code)]
+    hostaddr: Option<String>,
+    #[allow(dead_code)]
+    hostsvcid: Option<String>,
 }
 
 fn invalid(msg: impl Into<String>) -> RpcError {
     RpcError::invalid_params(msg.into())
 }
 
+/// The host NQN used when an attach names none (one per process, as SPDK's default).
+fn default_hostnqn() -> String {
+    static N: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    N.get_or_init(|| format!("nqn.2014-08.org.nvmexpress:uuid:{}", uuid::Uuid::new_v4())).clone()
+}
+
+fn attach_opts(a: Attach) -> Result<AttachOpts, RpcError> {
+    if !a.trtype.eq_ignore_ascii_case("tcp") {
+        return Err(invalid(format!("Invalid parameters: trtype {} is not supported (TCP only)", a.trtype)));
+    }
+    // SPDK's default is multipath.
+    let mode = match a.multipath.as_deref() {
+        None => Mode::Multipath,
+        Some(m) => Mode::parse(m)
+            .ok_or_else(|| invalid("Invalid parameters: multipath must be disable, failover or multipath"))?,
+    };
+    let loss = a.ctrlr_loss_timeout_sec.unwrap_or(0);
+    let delay = a.reconnect_delay_sec.unwrap_or(0);
+    if loss != 0 && delay == 0 || loss < -1 {
+        return Err(invalid("Invalid parameters: reconnect_delay_sec must be non-zero with ctrlr_loss_timeout_sec"));
+    }
+    let trid = Trid {
+        adrfam: a.adrfam.unwrap_or_else(|| "IPv4".into()),
+        traddr: a.traddr,
+        trsvcid: a.trsvcid.unwrap_or_else(|| "4420".into()),
+        subnqn: a.subnqn.unwrap_or_else(|| ferrite_nvmf::spec::nqn::DISCOVERY_NQN.into()),
+    };
+    trid.socket_addr().map_err(|e| invalid(format!("Invalid parameters: {e}")))?;
+    Ok(AttachOpts {
+        name: a.name,
+        trid,
+        hostnqn: a.hostnqn.unwrap_or_else(default_hostnqn),
+        hdgst: a.hdgst.unwrap_or(false),
+        ddgst: a.ddgst.unwrap_or(false),
+        ctrlr_loss_timeout_sec: loss,
+        reconnect_delay_sec: delay,
+        fast_io_fail_timeout_sec: a.fast_io_fail_timeout_sec.unwrap_or(0),
+        io_queue_size: 128,
+        kato_ms: 10_000,
+        mode,
+    })
+}
+
 /// Registers the methods.
 pub fn register(reg: &mut Registry) {
     reg.method("bdev_nvme_attach_controller", |_, p: Params| async move {
         let a: Attach = p.parse()?;
-        if !a.trtype.eq_ignore_ascii_case("tcp") {
-            return Err(invalid(format!("Invalid parameters: trtype {} is not supported (TCP only)", a.trtype)));
+        if a.name.is_empty() {
+            return Err(errno_error(libc::EINVAL, "Invalid argument"));
         }
-        if a.multipath.as_deref().is_some_and(|m| m != "disable" && m != "failover" && m != "multipath") {
-            return Err(invalid("Invalid parameters: multipath must be disable, failover or multipath"));
-        }
-        if controllers().0.lock().unwrap().contains_key(&a.name) {
-            return Err(errno_error(libc::EEXIST, format!("A controller named {} already exists", a.name)));
-        }
-        let loss = a.ctrlr_loss_timeout_sec.unwrap_or(0);
-        let delay = a.reconnect_delay_sec.unwrap_or(0);
-        if loss != 0 && delay == 0 || loss < -1 {
-            return Err(invalid(
-                "Invalid parameters: reconnect_delay_sec must be non-zero with ctrlr_loss_timeout_sec",
-            ));
-        }
-        let opts = AttachOpts {
-            name: a.name.clone(),
-            adrfam: a.adrfam.unwrap_or_else(|| "IPv4".into()),
-            traddr: a.traddr,
-            trsvcid: a.trsvcid.unwrap_or_else(|| "4420".into()),
-            subnqn: a.subnqn.unwrap_or_else(|| ferrite_nvmf::spec::nqn::DISCOVERY_NQN.into()),
-            hostnqn: a.hostnqn.unwrap_or_else(|| format!("nqn.2014-08.org.nvmexpress:uuid:{}", uuid::Uuid::new_v4())),
-            hdgst: a.hdgst.unwrap_or(false),
-            ddgst: a.ddgst.unwrap_or(false),
-            ctrlr_loss_timeout_sec: loss,
-            reconnect_delay_sec: delay,
-            fast_io_fail_timeout_sec: a.fast_io_fail_timeout_sec.unwrap_or(0),
-            io_queue_size: 128,
-            kato_ms: 10_000,
-        };
-        let (c, ns) =
-            ctrlr::attach(opts).await.map_err(|e| errno_error(libc::EIO, format!("Unable to attach: {e}")))?;
-        let names = match crate::bdev::register_namespaces(&c, &ns) {
-            Ok(n) => n,
-            Err(e) => {
-                ctrlr::detach(&c).await;
-                return Err(errno_error(e.errno(), e.to_string()));
-            }
-        };
-        log::info!("nvme controller {} attached: bdevs {:?}", a.name, names);
-        controllers().0.lock().unwrap().insert(a.name, (c, names.clone()));
+        let names = crate::group::attach(attach_opts(a)?).await?;
         Ok(json!(names))
     });
     reg.method("bdev_nvme_detach_controller", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        struct Detach {
-            name: String,
-        }
         let a: Detach = p.parse()?;
-        let Some((c, names)) = controllers().0.lock().unwrap().remove(&a.name) else {
-            return Err(errno_error(libc::ENODEV, format!("Controller {} not found", a.name)));
-        };
-        let mut waits = Vec::new();
-        for n in &names {
-            if let Ok(rx) = ferrite_bdev::unregister(n, Some("nvme")) {
-                waits.push(rx);
-            }
+        if a.trtype.as_deref().is_some_and(|t| !t.eq_ignore_ascii_case("tcp")) {
+            return Err(errno_error(libc::EINVAL, format!("Failed to parse trtype: {}", a.trtype.unwrap_or_default())));
         }
-        for w in waits {
-            let _ = w.await;
-        }
-        ctrlr::detach(&c).await;
+        let f = PathFilter { traddr: a.traddr, trsvcid: a.trsvcid, adrfam: a.adrfam, subnqn: a.subnqn };
+        crate::group::detach(&a.name, &f).await?;
         Ok(json!(true))
     });
     reg.method("bdev_nvme_get_controllers", |_, p: Params| async move {
@@ -145,40 +135,39 @@ pub fn register(reg: &mut Registry) {
             name: Option<String>,
         }
         let a: Get = p.parse()?;
-        let t = controllers();
-        let t = t.0.lock().unwrap();
         if let Some(n) = &a.name {
-            if !t.contains_key(n) {
-                return Err(errno_error(libc::ENODEV, format!("Controller {n} not found")));
-            }
+            let g = crate::group::get(n)
+                .ok_or_else(|| errno_error(libc::EINVAL, format!("Controller {n} does not exist")))?;
+            return Ok(json!([g.info_json()]));
         }
-        Ok(Value::Array(
-            t.iter()
-                .filter(|(n, _)| a.name.as_ref().is_none_or(|x| x == *n))
-                .map(|(n, (c, _))| {
-                    let o = &c.opts;
-                    let state = if c.failed.load(std::sync::atomic::Ordering::Relaxed) {
-                        "failed"
-                    } else if c.resetting.load(std::sync::atomic::Ordering::Relaxed) {
-                        "resetting"
-                    } else {
-                        "enabled"
-                    };
-                    json!({"name": n, "ctrlrs": [{"state": state, "cntlid": c.cntlid.load(std::sync::atomic::Ordering::Relaxed),
-                        "trid": {"trtype": "TCP", "adrfam": o.adrfam, "traddr": o.traddr, "trsvcid": o.trsvcid, "subnqn": o.subnqn},
-                        "host": {"nqn": o.hostnqn, "addr": "", "svcid": ""}}]})
-                })
-                .collect(),
-        ))
+        Ok(Value::Array(crate::group::all().iter().map(|g| g.info_json()).collect()))
+    });
+    reg.method("bdev_nvme_set_multipath_policy", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Policy {
+            name: String,
+            policy: String,
+            selector: Option<String>,
+            rr_min_io: Option<u32>,
+        }
+        let a: Policy = p.parse()?;
+        let active_active = match a.policy.as_str() {
+            "active_passive" => false,
+            "active_active" => true,
+            _ => return Err(invalid("Invalid parameters: policy must be active_passive or active_active")),
+        };
+        if a.selector.as_deref().is_some_and(|s| s != "round_robin") || a.rr_min_io.is_some_and(|n| n != 1) {
+            return Err(invalid("Invalid parameters: only the round_robin selector with rr_min_io 1 is supported"));
+        }
+        crate::group::set_policy(&a.name, active_active)?;
+        Ok(json!(true))
     });
 }
 
 /// Detaches every controller (daemon shutdown; on the first reactor, after bdevs are gone).
 pub async fn shutdown() {
-    let all: Vec<Attached> = std::mem::take(&mut *controllers().0.lock().unwrap()).into_values().collect();
-    for (c, _) in all {
-        ctrlr::detach(&c).await;
-    }
+    crate::group::shutdown().await;
 }
 
 /// A port given as a string (SPDK's type) or, from `ferrite rpc --trsvcid 4420`, as a number.

@@ -761,8 +761,13 @@ pub fn register(reg: &mut Registry) {
             s.ctrlrs
                 .values()
                 .map(|c| {
+                    // `io_stats` is Ferrite's: the I/O commands the controller has run (SPDK
+                    // shows none here), which tells which path a multipath host uses.
+                    let (reads, writes, bytes_read, bytes_written) = c.totals();
                     json!({"cntlid": c.cntlid, "hostnqn": c.hostnqn, "hostid": uuid_string(&c.hostid),
-                        "num_io_qpairs": c.io_qpairs.load(std::sync::atomic::Ordering::Relaxed)})
+                        "num_io_qpairs": c.io_qpairs.load(std::sync::atomic::Ordering::Relaxed),
+                        "io_stats": {"read_ops": reads, "write_ops": writes, "bytes_read": bytes_read,
+                            "bytes_written": bytes_written}})
                 })
                 .collect(),
         ))

@@ -1,0 +1,196 @@
+//! One reactor's way to one controller: its I/O queue pair (made when first needed, remade
+//! after the controller reconnects) and the requests waiting for it.
+
+use crate::ctrlr::HostCtrlr;
+use crate::qpair::HostQpair;
+use ferrite_bdev::{BdevIo, IoStatus};
+use ferrite_nvmf::spec::sqe::Sqe;
+use ferrite_reactor::IoBuf;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A request waiting for the I/O queue pair.
+struct Waiting {
+    sqe: Sqe,
+    io: BdevIo,
+    read: bool,
+    extra: Option<IoBuf>,
+}
+
+/// One reactor's way to a controller.
+pub struct IoPath {
+    /// The controller.
+    pub ctrlr: Arc<HostCtrlr>,
+    qp: RefCell<Option<Rc<HostQpair>>>,
+    /// The controller generation the queue pair was connected in.
+    qp_gen: Cell<u64>,
+    waiting: RefCell<VecDeque<Waiting>>,
+    connecting: Cell<bool>,
+}
+
+impl IoPath {
+    pub(crate) fn new(ctrlr: Arc<HostCtrlr>) -> Rc<IoPath> {
+        Rc::new(IoPath {
+            ctrlr,
+            qp: RefCell::new(None),
+            qp_gen: Cell::new(0),
+            waiting: RefCell::new(VecDeque::new()),
+            connecting: Cell::new(false),
+        })
+    }
+
+    /// The connected queue pair, if any.
+    pub(crate) fn qpair(&self) -> Option<Rc<HostQpair>> {
+        self.qp.borrow().clone().filter(|q| !q.is_closed())
+    }
+
+    /// Sends a request, or keeps it until the queue pair is connected. Called from a channel's
+    /// submit: completes only deferred.
+    pub(crate) fn submit(self: &Rc<Self>, sqe: Sqe, io: BdevIo, read: bool, extra: Option<IoBuf>) {
+        if self.ctrlr.detached.load(Ordering::Acquire) {
+            return io.complete_deferred(IoStatus::Removed);
+        }
+        if let Some(qp) = self.qpair() {
+            if let Err(io) = qp.submit_io(sqe, io, read, extra) {
+                // The queue is full: the bdev layer retries when something completes.
+                io.complete_deferred(IoStatus::NoMem);
+            }
+            return;
+        }
+        if self.ctrlr.io_fail_due() {
+            return io.complete_deferred(IoStatus::Failed(libc::EIO));
+        }
+        self.waiting.borrow_mut().push_back(Waiting { sqe, io, read, extra });
+        self.connect();
+    }
+
+    /// Connects the queue pair unless connecting; sends what waits once connected.
+    fn connect(self: &Rc<Self>) {
+        if self.connecting.replace(true) {
+            return;
+        }
+        let me = self.clone();
+        ferrite_reactor::spawn_local(async move {
+            loop {
+                let c = &me.ctrlr;
+                if c.detached.load(Ordering::Acquire) {
+                    me.fail_waiting();
+                    break;
+                }
+                if !c.resetting.load(Ordering::Acquire) {
+                    let qid = ferrite_reactor::current().unwrap_or(0) as u16 + 1;
+                    let gen = c.generation.load(Ordering::Acquire);
+                    let params = c.params(qid, c.opts.io_queue_size, c.cntlid.load(Ordering::Acquire));
+                    match params {
+                        Ok(params) => match HostQpair::connect(&params).await {
+                            Ok(qp) => {
+                                me.use_qpair(qp, gen);
+                                break;
+                            }
+                            Err(e) => log::info!("nvme controller {}: I/O queue {qid}: {e}", c.opts.name),
+                        },
+                        Err(e) => log::info!("nvme controller {}: {e}", c.opts.name),
+                    }
+                }
+                let single = c.trids.lock().unwrap().len() < 2;
+                if c.io_fail_due()
+                    || single && c.opts.ctrlr_loss_timeout_sec == 0 && !c.resetting.load(Ordering::Acquire)
+                {
+                    me.fail_waiting();
+                    break;
+                }
+                ferrite_reactor::sleep(Duration::from_secs(c.opts.reconnect_delay_sec.max(1))).await;
+                if me.waiting.borrow().is_empty() {
+                    break;
+                }
+            }
+            me.connecting.set(false);
+        })
+        .detach();
+    }
+
+    fn use_qpair(self: &Rc<Self>, qp: Rc<HostQpair>, gen: u64) {
+        qp.icd_max.set(self.ctrlr.info.lock().unwrap().icd_max);
+        let path = Rc::downgrade(self);
+        let q2 = Rc::downgrade(&qp);
+        qp.on_close(move || {
+            let Some(path) = path.upgrade() else { return };
+            let mut cur = path.qp.borrow_mut();
+            if cur.as_ref().is_some_and(|q| q2.upgrade().is_some_and(|x| Rc::ptr_eq(q, &x))) {
+                *cur = None;
+            }
+        });
+        *self.qp.borrow_mut() = Some(qp.clone());
+        self.qp_gen.set(gen);
+        let waiting: Vec<Waiting> = self.waiting.borrow_mut().drain(..).collect();
+        for w in waiting {
+            if let Err(io) = qp.submit_io(w.sqe, w.io, w.read, w.extra) {
+                io.complete(IoStatus::NoMem);
+            }
+        }
+    }
+
+    /// The controller reconnected: a queue pair of an older controller is dropped (its
+    /// commands go back to their channels) and what waits is sent on a new one.
+    pub(crate) fn kick(self: &Rc<Self>) {
+        let stale = self
+            .qp
+            .borrow()
+            .as_ref()
+            .is_some_and(|_| self.qp_gen.get() != self.ctrlr.generation.load(Ordering::Acquire));
+        if stale {
+            if let Some(qp) = self.qp.borrow_mut().take() {
+                qp.close();
+            }
+        }
+        if !self.waiting.borrow().is_empty() {
+            self.connect();
+        }
+    }
+
+    /// The controller was lost: what waits here goes back to its channels to choose a path
+    /// again (another controller of the subsystem may take it; if not, it comes back here).
+    pub(crate) fn give_back_waiting(&self) {
+        let waiting: Vec<Waiting> = self.waiting.borrow_mut().drain(..).collect();
+        for w in waiting {
+            crate::channel::resubmit(w.io);
+        }
+    }
+
+    /// Completes, as Aborted, the waiting requests `named` picks; how many.
+    pub(crate) fn abort_waiting(&self, named: &dyn Fn(&BdevIo) -> bool) -> usize {
+        let picked: Vec<Waiting> = {
+            let mut q = self.waiting.borrow_mut();
+            let (p, keep): (VecDeque<Waiting>, VecDeque<Waiting>) =
+                std::mem::take(&mut *q).into_iter().partition(|w| named(&w.io));
+            *q = keep;
+            p.into_iter().collect()
+        };
+        let n = picked.len();
+        for w in picked {
+            w.io.complete_deferred(IoStatus::Aborted);
+        }
+        n
+    }
+
+    /// Fails every waiting request.
+    pub(crate) fn fail_waiting(&self) {
+        let waiting: Vec<Waiting> = self.waiting.borrow_mut().drain(..).collect();
+        for w in waiting {
+            w.io.complete(IoStatus::Failed(libc::EIO));
+        }
+    }
+
+    /// Closes the queue pair (the controller is detached); what waits goes back to its
+    /// channels, which send it on another controller or fail it.
+    pub(crate) fn close(&self) {
+        if let Some(qp) = self.qp.borrow_mut().take() {
+            qp.close();
+        }
+        self.give_back_waiting();
+    }
+}
