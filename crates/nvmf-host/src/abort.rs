@@ -1,9 +1,9 @@
 //! Abort of an outstanding request (a bdev abort request, or a descriptor timeout's): a request
 //! still waiting on this reactor (parked, or for its queue pair) completes as Aborted at once;
 //! one with the controller gets an NVMe Abort (admin opcode 08h, CDW10 = SQID | CID << 16) on
-//! the controller's admin queue. The controller may answer "not aborted" (CQE DW0 bit 0 set;
-//! Ferrite's and SPDK's targets do for I/O commands): the abort then fails and the request
-//! completes as it will.
+//! the controller's admin queue. The controller may answer "not aborted" (CQE DW0 bit 0 set: the
+//! command had finished, or its target could not stop it): the abort then fails and the request
+//! completes as it will. Ferrite's and SPDK's targets abort an I/O command their bdev holds.
 
 use crate::channel::NsChan;
 use ferrite_bdev::{BdevIo, IoAux, IoStatus};
@@ -37,7 +37,10 @@ pub(crate) fn abort(ch: &NsChan, io: BdevIo) {
         let mut sqe = Sqe::new(op::ABORT, 0, 0);
         sqe.cdw10 = u32::from(sqid) | u32::from(cid) << 16;
         let status = match ctrlr.admin_command(sqe).await {
-            Ok(r) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => IoStatus::Success,
+            Ok(r) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => {
+                log::info!("nvme controller {}: command {cid} of queue {sqid} aborted", ctrlr.opts.name);
+                IoStatus::Success
+            }
             Ok(r) => {
                 log::info!(
                     "nvme controller {}: command {cid} of queue {sqid} not aborted (dw0 {:#x}, sct {:#x} sc {:#x})",
