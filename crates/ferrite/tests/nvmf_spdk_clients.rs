@@ -423,28 +423,42 @@ fn parse_bdevperf(text: &str) -> Option<BdevperfTotal> {
 /// to `port`, subsystem NQN1, as bdev Nvme0n1: `-w verify -q 32 -o SIZE -t 3` writes, reads back
 /// and compares every block. Checks it: exit status 0, no miscompare, no failed or timed-out I/O.
 fn bdevperf_verify(env: &Env, dir: &TempDir, port: u16, size: u32, digests: bool) -> BdevperfTotal {
-    let mut attach = json!({"name": "Nvme0", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
-        "trsvcid": port.to_string(), "subnqn": NQN1});
+    let mut attach = json!({});
     if digests {
         attach["hdgst"] = json!(true);
         attach["ddgst"] = json!(true);
+    }
+    let size = size.to_string();
+    let (out, text) = bdevperf(env, dir, port, attach, &["-q", "32", "-o", &size, "-w", "verify", "-t", "3"]);
+    out.assert_ok();
+    for bad in ["Buffer mismatch", "miscompare", "Miscompare", "verify failed"] {
+        assert!(!text.contains(bad), "{}: {bad:?} in its output:\n{text}", out.what);
+    }
+    assert!(text.contains("Nvme0n1"), "{}: no job on Nvme0n1:\n{text}", out.what);
+    let t = parse_bdevperf(&text).unwrap_or_else(|| panic!("{}: no Total line:\n{text}", out.what));
+    assert!(t.iops > 0.0 && t.fail_s == 0.0 && t.timeout_s == 0.0, "{}: {t:?}\n{text}", out.what);
+    t
+}
+
+/// Runs bdevperf with `job` (its workload flags) on bdev Nvme0n1: controller Nvme0 attached
+/// over NVMe/TCP to `port`, subsystem NQN1, with the attach parameters in `extra` added; on
+/// the client's core, without hugepages. Its output and the output's text.
+fn bdevperf(env: &Env, dir: &TempDir, port: u16, extra: Value, job: &[&str]) -> (Out, String) {
+    let mut attach = json!({"name": "Nvme0", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+        "trsvcid": port.to_string(), "subnqn": NQN1});
+    if let Value::Object(m) = extra {
+        for (k, v) in m {
+            attach[k] = v;
+        }
     }
     let host = json!({"subsystems": [{"subsystem": "bdev", "config": [
         {"method": "bdev_nvme_attach_controller", "params": attach}]}]});
     let cfg = dir.write_json("bdevperf.json", &host);
     let sock = dir.join("bdevperf.sock");
-    let (size, mask) = (size.to_string(), env.client_mask());
-    let args = strings(&[
-        "--json",
-        cfg.to_str().unwrap(),
-        "-q",
-        "32",
-        "-o",
-        &size,
-        "-w",
-        "verify",
-        "-t",
-        "3",
+    let mask = env.client_mask();
+    let mut args = strings(&["--json", cfg.to_str().unwrap()]);
+    args.extend(strings(job));
+    args.extend(strings(&[
         "-m",
         &mask,
         "--disable-cpumask-locks",
@@ -454,17 +468,10 @@ fn bdevperf_verify(env: &Env, dir: &TempDir, port: u16, size: u32, digests: bool
         "1024",
         "-r",
         sock.to_str().unwrap(),
-    ]);
+    ]));
     let out = run_spdk(env, dir, BDEVPERF, &args);
     let text = out.text();
-    out.assert_ok();
-    for bad in ["Buffer mismatch", "miscompare", "Miscompare", "verify failed"] {
-        assert!(!text.contains(bad), "{}: {bad:?} in its output:\n{text}", out.what);
-    }
-    assert!(text.contains("Nvme0n1"), "{}: no job on Nvme0n1:\n{text}", out.what);
-    let t = parse_bdevperf(&text).unwrap_or_else(|| panic!("{}: no Total line:\n{text}", out.what));
-    assert!(t.iops > 0.0 && t.fail_s == 0.0 && t.timeout_s == 0.0, "{}: {t:?}\n{text}", out.what);
-    t
+    (out, text)
 }
 
 /// The value of the first line `Key:   value` (trimmed) in spdk_nvme_identify's output.
@@ -688,40 +695,9 @@ fn bdevperf_aborts_reads_held_by_a_delay_bdev() {
         "avg_read_latency": 3_000_000, "p99_read_latency": 3_000_000, "avg_write_latency": 100, "p99_write_latency": 100}});
     let s = Subsystem { nqn: NQN1, serial: SERIAL, model: MODEL, namespaces: &["Delay0"] };
     let mut t = Target::start(&env, &dir, &config(vec![malloc("Malloc0", 4096, 4096), delay], &[s], port, false), port);
-    let host = json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
-        "params": {"name": "Nvme0", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
-            "trsvcid": port.to_string(), "subnqn": NQN1}}]}]});
-    let cfg = dir.write_json("bdevperf.json", &host);
-    let sock = dir.join("bdevperf.sock");
-    let mask = env.client_mask();
-    let args = strings(&[
-        "--json",
-        cfg.to_str().unwrap(),
-        "-q",
-        "4",
-        "-o",
-        "4096",
-        "-w",
-        "randread",
-        "-t",
-        "2",
-        "-k",
-        "1",
-        "-X",
-        "-f",
-        "-m",
-        &mask,
-        "--disable-cpumask-locks",
-        "--no-pci",
-        "--no-huge",
-        "-s",
-        "1024",
-        "-r",
-        sock.to_str().unwrap(),
-    ]);
     let started = Instant::now();
-    let out = run_spdk(&env, &dir, BDEVPERF, &args);
-    let text = out.text();
+    let job = ["-q", "4", "-o", "4096", "-w", "randread", "-t", "2", "-k", "1", "-X", "-f"];
+    let (out, text) = bdevperf(&env, &dir, port, json!({}), &job);
     out.assert_ok();
     let aborted = text.lines().filter(|l| l.contains("ABORTED - BY REQUEST (00/07)")).count();
     println!("{:?} target: {aborted} reads aborted by request in {:?}", env.kind, started.elapsed());
