@@ -502,6 +502,9 @@ fn recv_ring(ring: &mut Ring, cfg: RecvBufConfig) -> std::io::Result<Option<Rc<B
     Ok(Some(group))
 }
 
+/// A busy reactor runs the kernel's deferred completion work on one turn in this many.
+const TASK_WORK_EVERY: u32 = 4;
+
 /// How long an adaptive reactor waiting on the kernel polls before it starts yielding its core
 /// to other runnable threads on each turn.
 const ADAPTIVE_YIELD_AFTER: Duration = Duration::from_micros(20);
@@ -515,6 +518,7 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
     let mut last = ticks();
     let mut idle_since = last;
     let mut held_turns = 0u32;
+    let mut tw_skipped = 0u32;
     loop {
         let mut work = mailbox.drain(128, |m| m.run());
         for _ in 0..128 {
@@ -530,7 +534,16 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
         work += local.run_pollers();
         let now = ticks();
         work += local.run_timers(now);
-        local.ring.borrow_mut().run_task_work();
+        // Sockets are read (the kernel's deferred task work run) on idle turns and on every
+        // fourth busy one: more commands arrive per read, and each read and each reply batch
+        // costs the kernel a fixed amount (a QD 32 target read its socket 2.2x as often per
+        // I/O as SPDK's before this, and served 7-10% fewer I/Os).
+        if work == 0 || tw_skipped >= TASK_WORK_EVERY - 1 {
+            local.ring.borrow_mut().run_task_work();
+            tw_skipped = 0;
+        } else {
+            tw_skipped += 1;
+        }
         work += Ring::reap(&local.ring);
         // Submission is batched: SQEs queued in a busy turn wait one more turn (collecting more),
         // an idle turn submits at once, and a reactor about to sleep submits in the same

@@ -86,12 +86,25 @@ impl Ring {
     pub fn new(entries: u32, handlers: usize, doorbell_fd: i32) -> std::io::Result<Self> {
         let handlers = handlers.clamp(1, MAX_HANDLERS);
         let cq = (handlers as u32).clamp(entries.saturating_mul(2), MAX_CQ_ENTRIES.max(entries.saturating_mul(2)));
+        // Deferred task running: the kernel runs the work that completes socket operations
+        // (a multishot receive's reads) only when this thread enters asking for events, not
+        // on every enter, so the reactor decides how often its sockets are read (see
+        // `run_task_work`). Needs a single issuer and Linux 6.1; older kernels get the
+        // cooperative mode below.
         let ring = IoUring::builder()
             .setup_single_issuer()
-            .setup_coop_taskrun()
+            .setup_defer_taskrun()
             .setup_taskrun_flag()
             .setup_cqsize(cq)
             .build(entries)
+            .or_else(|_| {
+                IoUring::builder()
+                    .setup_single_issuer()
+                    .setup_coop_taskrun()
+                    .setup_taskrun_flag()
+                    .setup_cqsize(cq)
+                    .build(entries)
+            })
             .or_else(|_| IoUring::builder().setup_cqsize(cq).build(entries))
             .or_else(|_| IoUring::new(entries))?;
         let mut r = Self {
@@ -330,8 +343,9 @@ impl Ring {
     }
 
     /// Runs completion work the kernel left for this thread (socket operations complete that
-    /// way). With cooperative task running the kernel does not interrupt a polling reactor; it
-    /// raises a flag instead, and any io_uring_enter runs the work. Returns true if it entered.
+    /// way). The kernel does not interrupt a polling reactor; it raises a flag instead, and an
+    /// enter asking for events runs the work (with cooperative task running, the fallback,
+    /// any enter does). Returns true if it entered.
     pub fn run_task_work(&mut self) -> bool {
         if !self.ring.submission().taskrun() {
             return false;
@@ -368,7 +382,10 @@ impl Ring {
             return 0;
         }
         self.enters += 1;
-        match self.ring.submit() {
+        let len = self.ring.submission().len() as u32;
+        // Without GETEVENTS: deferred task work waits for `run_task_work`.
+        // SAFETY: io_uring_enter with no argument, submitting the entries already queued.
+        match unsafe { self.ring.submitter().enter::<libc::sigset_t>(len, 0, 0, None) } {
             Ok(n) => {
                 self.pending -= (n as u32).min(self.pending);
                 n
