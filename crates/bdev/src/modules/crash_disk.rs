@@ -220,7 +220,7 @@ impl BdevBackend for CrashBackend {
 /// is a multiple of the block size), all of it durable.
 pub fn create(name: &str, block_size: u32, image: Vec<u8>) -> Result<CrashDisk, BdevError> {
     let bs = block_size as usize;
-    if bs == 0 || image.is_empty() || image.len() % bs != 0 {
+    if bs == 0 || image.is_empty() || !image.len().is_multiple_of(bs) {
         return Err(BdevError::Invalid(format!(
             "a crash disk image of {} bytes is not a whole number of {block_size}-byte blocks",
             image.len()
