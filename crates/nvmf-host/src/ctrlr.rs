@@ -149,6 +149,9 @@ pub struct HostCtrlr {
     pub generation: AtomicU64,
     /// Time the controller was lost (ns since the Unix epoch; 0 while connected).
     lost_at: AtomicU64,
+    /// A reset disconnected it on purpose: not a loss (I/O waits without the loss timeouts)
+    /// unless the first reconnection fails.
+    reset_requested: AtomicBool,
     /// ANA state per namespace.
     pub ana: AnaTable,
     /// An ANA log read is under way.
@@ -324,8 +327,12 @@ impl HostCtrlr {
         ADMIN.with(|a| a.borrow_mut().remove(&self.id));
         self.resetting.store(true, Ordering::Release);
         self.paths_changed();
-        let _ = self.lost_at.compare_exchange(0, now_ns(), Ordering::AcqRel, Ordering::Acquire);
-        log::warn!("nvme controller {}: admin queue lost; reconnecting", self.opts.name);
+        if self.reset_requested.load(Ordering::Acquire) {
+            log::warn!("nvme controller {}: reset: connecting a new controller", self.opts.name);
+        } else {
+            let _ = self.lost_at.compare_exchange(0, now_ns(), Ordering::AcqRel, Ordering::Acquire);
+            log::warn!("nvme controller {}: admin queue lost; reconnecting", self.opts.name);
+        }
         // I/O waiting for this controller goes back to its channels, which may have another
         // controller of the subsystem to send it to (multipath).
         let id = self.id;
@@ -342,6 +349,10 @@ impl HostCtrlr {
                     return;
                 }
                 let n = me.trids.lock().unwrap().len();
+                if attempt > 0 && me.reset_requested.swap(false, Ordering::AcqRel) {
+                    // The reset's reconnection failed: from now on this is a loss.
+                    let _ = me.lost_at.compare_exchange(0, now_ns(), Ordering::AcqRel, Ordering::Acquire);
+                }
                 // Each path is tried once at once; after that, the loss timeout and the delay.
                 if attempt >= n {
                     if me.loss_timed_out() {
@@ -362,6 +373,7 @@ impl HostCtrlr {
                 }
                 match me.bring_up().await {
                     Ok(_) => {
+                        me.reset_requested.store(false, Ordering::Release);
                         me.resetting.store(false, Ordering::Release);
                         me.lost_at.store(0, Ordering::Release);
                         me.paths_changed();
@@ -383,6 +395,70 @@ impl HostCtrlr {
             }
         })
         .detach();
+    }
+
+    /// Resets the controller (SPDK's `bdev_nvme_reset_controller`): its admin queue is
+    /// disconnected and a new controller is connected on the same path; each reactor's I/O
+    /// queue pair of the old one is then dropped (its commands go back to their channels and are
+    /// sent again) and a new one made when needed. Waits until the controller is up again, or
+    /// until the reconnection gives up (`ctrlr_loss_timeout_sec`). Runs on the first reactor.
+    /// Errors are errnos: ENODEV once detached, EBUSY while a reset or reconnection is under
+    /// way, EIO if the controller could not be reconnected.
+    pub async fn reset(self: &Arc<Self>) -> Result<(), i32> {
+        if self.detached.load(Ordering::Acquire) {
+            return Err(libc::ENODEV);
+        }
+        if !self.is_up() || self.failed.load(Ordering::Acquire) {
+            return Err(libc::EBUSY);
+        }
+        let Some(admin) = ADMIN.with(|a| a.borrow().get(&self.id).cloned()) else {
+            return Err(libc::EBUSY);
+        };
+        let gen = self.generation.load(Ordering::Acquire);
+        {
+            // The admin queue's loss tries the next path first (rotating the list left): a
+            // reset stays on the active one.
+            let mut t = self.trids.lock().unwrap();
+            if t.len() > 1 {
+                t.rotate_right(1);
+            }
+        }
+        self.reset_requested.store(true, Ordering::Release);
+        admin.close();
+        // The reconnection (`admin_lost`) runs on its own; wait for its outcome.
+        loop {
+            ferrite_reactor::sleep(Duration::from_millis(5)).await;
+            if self.detached.load(Ordering::Acquire) {
+                return Err(libc::ENODEV);
+            }
+            if self.failed.load(Ordering::Acquire) {
+                return Err(libc::EIO);
+            }
+            if self.generation.load(Ordering::Acquire) != gen && self.is_up() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Resets the controller, or, if a reset or reconnection is already under way, waits for
+    /// its outcome (the bdev layer's reset of a namespace: SPDK's reset I/O). Runs on the first
+    /// reactor.
+    pub async fn reset_or_join(self: &Arc<Self>) -> Result<(), i32> {
+        match self.reset().await {
+            Err(libc::EBUSY) => loop {
+                if self.detached.load(Ordering::Acquire) {
+                    return Err(libc::ENODEV);
+                }
+                if self.failed.load(Ordering::Acquire) {
+                    return Err(libc::EIO);
+                }
+                if self.is_up() {
+                    return Ok(());
+                }
+                ferrite_reactor::sleep(Duration::from_millis(5)).await;
+            },
+            r => r,
+        }
     }
 
     /// True once the loss timeout has passed since the controller was lost.
@@ -569,6 +645,7 @@ pub async fn attach(opts: AttachOpts, paths_gen: Arc<AtomicU64>) -> Result<(Arc<
         namespaces: Mutex::new(Vec::new()),
         detached: AtomicBool::new(false),
         resetting: AtomicBool::new(false),
+        reset_requested: AtomicBool::new(false),
         failed: AtomicBool::new(false),
         generation: AtomicU64::new(0),
         lost_at: AtomicU64::new(0),

@@ -298,6 +298,27 @@ async fn add_controller(g: &Arc<Group>, opts: AttachOpts) -> Result<Vec<String>,
     Ok(names)
 }
 
+/// Resets the controllers of `name` (those with controller ID `cntlid`, or all if 0), one
+/// after the other (`bdev_nvme_reset_controller`). Runs on the first reactor.
+pub async fn reset(name: &str, cntlid: u16) -> Result<(), RpcError> {
+    let g = get(name).ok_or_else(|| strerror(libc::ENODEV))?;
+    let ctrlrs: Vec<Arc<HostCtrlr>> = g
+        .ctrlrs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| cntlid == 0 || c.cntlid.load(Ordering::Acquire) == cntlid)
+        .cloned()
+        .collect();
+    if ctrlrs.is_empty() {
+        return Err(strerror(libc::ENODEV));
+    }
+    for c in ctrlrs {
+        c.reset().await.map_err(strerror)?;
+    }
+    Ok(())
+}
+
 /// `bdev_nvme_detach_controller`: with an empty filter everything of the name, otherwise the
 /// paths it matches (an alternate is dropped; the active path fails over to the next; a
 /// controller's last path takes the controller, and a bdev left without controllers goes).
