@@ -330,3 +330,60 @@ fn perf_reset_workload_resets_the_remote_controller_without_failing_io() {
         out.stderr
     );
 }
+
+/// The host's bdevs and their sizes in blocks.
+fn host_bdevs(h: &Daemon) -> std::collections::BTreeMap<String, u64> {
+    let b = h.call("bdev_get_bdevs", None);
+    b.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["name"].as_str().unwrap().to_string(), x["num_blocks"].as_u64().unwrap()))
+        .collect()
+}
+
+fn wait_bdevs(h: &Daemon, what: &str, want: impl Fn(&std::collections::BTreeMap<String, u64>) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let b = host_bdevs(h);
+        if want(&b) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: host bdevs {b:?}\nhost log:\n{}", h.proc.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn host_follows_namespaces_added_removed_and_resized_on_the_target() {
+    if !have("host_follows_namespaces_added_removed_and_resized_on_the_target", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("nvmf-host-rescan");
+    let port = free_port();
+    let t = target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_null_create", Some(json!({"name": "N0", "num_blocks": 16384, "block_size": 512})));
+    });
+    let (h, uri1) = host_with_nbd(&dir, port, json!({}));
+    assert_eq!(host_bdevs(&h).get("Nvme0n1"), Some(&16384));
+    // A namespace added on the target becomes a bdev on the host (namespace attribute notice).
+    t.call("bdev_malloc_create", Some(json!({"name": "M1", "num_blocks": 8192, "block_size": 512})));
+    t.call("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": "M1"}})));
+    wait_bdevs(&h, "namespace 2 added", |b| b.get("Nvme0n2") == Some(&8192));
+    h.call("nbd_server_add_export", Some(json!({"bdev_name": "Nvme0n2", "name": "n2"})));
+    let uri2 = uri1.replace("/n1", "/n2");
+    let (ok, out) = qemu_io(&dir, &uri2, "write -P 0x6c 0 1M");
+    assert!(ok, "write to the added namespace: {out}");
+    let (ok, out) = qemu_io(&dir, &uri2, "read -P 0x6c 0 1M");
+    assert!(ok, "read back from the added namespace: {out}");
+    // A bdev that grows on the target grows on the host (NBD keeps it open: growing is allowed).
+    t.call("bdev_null_resize", Some(json!({"name": "N0", "new_size": 16})));
+    wait_bdevs(&h, "namespace 1 resized", |b| b.get("Nvme0n1") == Some(&32768));
+    // A namespace removed on the target takes its bdev on the host away; the other stays.
+    h.call("nbd_server_remove_export", Some(json!({"name": "n2"})));
+    t.call("nvmf_subsystem_remove_ns", Some(json!({"nqn": NQN, "nsid": 2})));
+    wait_bdevs(&h, "namespace 2 removed", |b| !b.contains_key("Nvme0n2") && b.contains_key("Nvme0n1"));
+    let (ok, out) = qemu_io(&dir, &uri1, "read 0 64k");
+    assert!(ok, "namespace 1 after the others changed: {out}");
+    h.assert_serving();
+    t.assert_serving();
+}

@@ -285,25 +285,7 @@ impl HostCtrlr {
         sqe.cdw10 = u32::from(ferrite_nvmf::spec::features::fid::ASYNC_EVENT_CONFIGURATION);
         sqe.cdw11 = 1 << 8 | 1 << 11;
         let _ = admin.submit_wait(sqe, None, 0).await;
-        let list = identify(admin, cns::ACTIVE_NS_LIST, 0).await?;
-        let list = NamespaceList::decode(list.as_slice().try_into().map_err(|_| "short identify")?);
-        let mut out = Vec::new();
-        for nsid in list.iter() {
-            let d = identify(admin, cns::NAMESPACE, nsid).await?;
-            let ns = IdentifyNamespace::decode(d.as_slice().try_into().map_err(|_| "short identify")?);
-            let Some(bs) = ns.current_format().block_size() else { continue };
-            if ns.nsze == 0 {
-                continue;
-            }
-            let uuid = match identify(admin, cns::NS_ID_DESCRIPTOR_LIST, nsid).await {
-                Ok(d) => NsIdDescriptor::read_list(&d).find_map(|x| match x {
-                    NsIdDescriptor::Uuid(u) => Some(u),
-                    _ => None,
-                }),
-                Err(_) => None,
-            };
-            out.push(NsInfo { nsid, block_size: bs, num_blocks: ns.nsze, nguid: ns.nguid, eui64: ns.eui64, uuid });
-        }
+        let out = scan_namespaces(admin).await?;
         if ctrl.cmic & ferrite_nvmf::spec::identify_ctrl::cmic::ANA_REPORTING != 0 {
             match crate::ana::read_log(admin).await {
                 Ok(map) => {
@@ -372,7 +354,9 @@ impl HostCtrlr {
                     log::info!("nvme controller {}: trying path {}:{}", me.opts.name, t[0].traddr, t[0].trsvcid);
                 }
                 match me.bring_up().await {
-                    Ok(_) => {
+                    Ok(ns) => {
+                        // Namespaces may have come or gone while it was away.
+                        crate::group::namespaces_changed(&me, &ns);
                         me.reset_requested.store(false, Ordering::Release);
                         me.resetting.store(false, Ordering::Release);
                         me.lost_at.store(0, Ordering::Release);
@@ -458,6 +442,18 @@ impl HostCtrlr {
                 ferrite_reactor::sleep(Duration::from_millis(5)).await;
             },
             r => r,
+        }
+    }
+
+    /// Reads the namespaces again (a namespace attribute notice, or a reconnection) and has the
+    /// group add, remove or resize its bdevs to match. Runs on the first reactor.
+    pub async fn rescan(self: &Arc<Self>, admin: &HostQpair) {
+        match scan_namespaces(admin).await {
+            Ok(ns) => {
+                *self.namespaces.lock().unwrap() = ns.clone();
+                crate::group::namespaces_changed(self, &ns);
+            }
+            Err(e) => log::warn!("nvme controller {}: namespace rescan: {e}", self.opts.name),
         }
     }
 
@@ -589,6 +585,32 @@ pub(crate) fn check(r: &Reply, what: &str) -> Result<(), String> {
     } else {
         Err(format!("{what}: status sct {:#x} sc {:#x}", r.cqe.status.sct, r.cqe.status.sc))
     }
+}
+
+/// The controller's active namespaces (Identify active namespace list, then each namespace
+/// and its identification descriptors); namespaces without a usable format or of size 0 are
+/// left out.
+async fn scan_namespaces(admin: &HostQpair) -> Result<Vec<NsInfo>, String> {
+    let list = identify(admin, cns::ACTIVE_NS_LIST, 0).await?;
+    let list = NamespaceList::decode(list.as_slice().try_into().map_err(|_| "short identify")?);
+    let mut out = Vec::new();
+    for nsid in list.iter() {
+        let d = identify(admin, cns::NAMESPACE, nsid).await?;
+        let ns = IdentifyNamespace::decode(d.as_slice().try_into().map_err(|_| "short identify")?);
+        let Some(bs) = ns.current_format().block_size() else { continue };
+        if ns.nsze == 0 {
+            continue;
+        }
+        let uuid = match identify(admin, cns::NS_ID_DESCRIPTOR_LIST, nsid).await {
+            Ok(d) => NsIdDescriptor::read_list(&d).find_map(|x| match x {
+                NsIdDescriptor::Uuid(u) => Some(u),
+                _ => None,
+            }),
+            Err(_) => None,
+        };
+        out.push(NsInfo { nsid, block_size: bs, num_blocks: ns.nsze, nguid: ns.nguid, eui64: ns.eui64, uuid });
+    }
+    Ok(out)
 }
 
 async fn prop_get(admin: &HostQpair, ofst: u32, size: u8) -> Result<u64, String> {
