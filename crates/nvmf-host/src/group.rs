@@ -261,14 +261,6 @@ async fn add_controller(g: &Arc<Group>, opts: AttachOpts) -> Result<Vec<String>,
         if g.ctrlrs.lock().unwrap().iter().any(|x| x.cntlid.load(Ordering::Relaxed) == cntlid) {
             return Err(refuse(format!("cntlid {cntlid} are duplicated")));
         }
-        let bdevs = g.bdevs.lock().unwrap();
-        for n in &ns {
-            if let Some(b) = bdevs.iter().find(|b| b.nsid == n.nsid) {
-                if !b.info.same_namespace(n) || b.info.block_size != n.block_size || b.info.num_blocks != n.num_blocks {
-                    return Err(refuse(format!("namespace {}: Namespaces are not identical", n.nsid)));
-                }
-            }
-        }
         Ok(())
     };
     if let Err(e) = check() {
@@ -280,6 +272,11 @@ async fn add_controller(g: &Arc<Group>, opts: AttachOpts) -> Result<Vec<String>,
     for n in &ns {
         let existing = g.bdevs.lock().unwrap().iter().find(|b| b.nsid == n.nsid).cloned();
         match existing {
+            // As SPDK: a namespace that differs from the bdev of its NSID is left out (logged),
+            // the controller's other namespaces still attach.
+            Some(b) if !b.info.same_namespace(n) || b.info.block_size != n.block_size => {
+                log::error!("nvme controller {}: namespace {}: Namespaces are not identical; left out", g.name, n.nsid);
+            }
             Some(b) => {
                 b.ctrlrs.lock().unwrap().push(c.clone());
                 names.push(b.name.clone());
@@ -326,6 +323,8 @@ pub fn namespaces_changed(c: &Arc<HostCtrlr>, ns: &[NsInfo]) {
                     }
                 }
                 None => {}
+                // Another controller's namespace of this NSID that differs stays left out.
+                Some(n) if !has && (!b.info.same_namespace(n) || b.info.block_size != n.block_size) => {}
                 Some(n) => {
                     if !has {
                         l.push(c.clone());
