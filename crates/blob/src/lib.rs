@@ -1,4 +1,4 @@
-//! Ferrite's blobstore, in SPDK's on-disk format.
+//! Ferrite's blobstore (SPDK's `lib/blob`), in SPDK's on-disk format.
 //!
 //! - [`format`]: the on-disk structures of SPDK v26.05's blobstore (super block, masks, metadata
 //!   pages, descriptors, extent pages), decoded to and encoded from typed structs without any
@@ -6,7 +6,10 @@
 //! - [`lvol`]: what SPDK's lvol layer keeps in blob xattrs (names, uuids).
 //! - [`offline`]: reads a whole image through a tiny [`offline::ReadAt`] trait, dumps it and
 //!   checks its consistency (`ferrite blobstore dump|check`).
+//! - [`store`]: the runtime blobstore: what a loaded blobstore keeps in memory and how it
+//!   changes.
 
 pub mod format;
 pub mod lvol;
 pub mod offline;
+pub mod store;

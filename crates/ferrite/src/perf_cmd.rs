@@ -19,7 +19,7 @@ pub struct PerfArgs {
     /// I/O size in bytes (suffixes k, m accepted: 4k, 128K).
     #[arg(short = 'o', value_name = "SIZE", value_parser = parse_size)]
     io_size: u32,
-    /// Workload: read, write, randread, randwrite, rw, randrw, verify, unmap, flush.
+    /// Workload: read, write, randread, randwrite, rw, randrw, verify, reset (verify with a bdev reset every 10 s), unmap, flush.
     #[arg(short = 'w', value_name = "TYPE")]
     workload: Workload,
     /// Read percentage of rw and randrw.

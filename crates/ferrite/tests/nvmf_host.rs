@@ -205,3 +205,185 @@ fn host_fails_io_after_ctrlr_loss_timeout() {
     assert_eq!(h.call("bdev_nvme_detach_controller", Some(json!({"name": "Nvme0"}))), json!(true));
     assert!(!h.bdev_names().contains(&"Nvme0n1".to_string()), "bdev left after detach");
 }
+
+/// The controller ID the host has for Nvme0.
+fn host_cntlid(h: &Daemon) -> u64 {
+    let c = h.call("bdev_nvme_get_controllers", Some(json!({"name": "Nvme0"})));
+    c[0]["ctrlrs"][0]["cntlid"].as_u64().unwrap_or_else(|| panic!("no cntlid in {c}"))
+}
+
+/// The controller IDs the target has for NQN.
+fn target_cntlids(t: &Daemon) -> Vec<u64> {
+    let c = t.call("nvmf_subsystem_get_controllers", Some(json!({"nqn": NQN})));
+    c.as_array().unwrap().iter().map(|x| x["cntlid"].as_u64().unwrap()).collect()
+}
+
+#[test]
+fn host_reset_controller_connects_a_new_controller_under_io() {
+    if !have("host_reset_controller_connects_a_new_controller_under_io", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("nvmf-host-reset");
+    let port = free_port();
+    let t = target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 32768, "block_size": 512})));
+    });
+    let (h, uri) = host_with_nbd(&dir, port, json!({}));
+    let (ok, out) = qemu_io(&dir, &uri, "write -P 0xab 0 1M");
+    assert!(ok, "write: {out}");
+    // Writes and read-backs run through the host while it resets its controller three times.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (uri, stop) = (uri.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let dir = TempDir::new("nvmf-host-reset-load");
+            let mut rounds = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let pat = 0x10 + (rounds % 0x40) as u8;
+                let off = (2 + rounds % 8) << 20;
+                let (ok, out) = qemu_io(&dir, &uri, &format!("write -P {pat} {off} 512k"));
+                assert!(ok, "write during resets (round {rounds}): {out}");
+                let (ok, out) = qemu_io(&dir, &uri, &format!("read -P {pat} {off} 512k"));
+                assert!(ok, "read back during resets (round {rounds}): {out}");
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let mut seen = vec![host_cntlid(&h)];
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(h.call("bdev_nvme_reset_controller", Some(json!({"name": "Nvme0"}))), json!(true));
+        let now = host_cntlid(&h);
+        assert!(!seen.contains(&now), "the reset reconnected to an old controller {now} (had {seen:?})");
+        seen.push(now);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = load.join().expect("the I/O during the resets succeeded");
+    assert!(rounds > 0, "no I/O ran during the resets");
+    // The target keeps only the newest controller (the old ones went with their queues).
+    let newest = *seen.last().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while target_cntlids(&t) != vec![newest] {
+        assert!(Instant::now() < deadline, "target controllers {:?}, want [{newest}]", target_cntlids(&t));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ok, out) = qemu_io(&dir, &uri, "read -P 0xab 0 1M");
+    assert!(ok, "data written before the resets: {out}");
+    // SPDK's errors: an unknown name or controller ID is ENODEV.
+    let e = h.call_err("bdev_nvme_reset_controller", Some(json!({"name": "Nvme9"})));
+    assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    let e = h.call_err("bdev_nvme_reset_controller", Some(json!({"name": "Nvme0", "cntlid": 999})));
+    assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    let e = h.call_err("bdev_nvme_reset_controller", Some(json!({"nmae": "Nvme0"})));
+    assert_eq!(e.code, -32602, "{e:?}");
+    assert_eq!(h.call("bdev_nvme_reset_controller", Some(json!({"name": "Nvme0", "cntlid": newest}))), json!(true));
+    h.assert_serving();
+    t.assert_serving();
+}
+
+#[test]
+fn perf_reset_workload_resets_the_remote_controller_without_failing_io() {
+    let dir = TempDir::new("nvmf-host-perf-reset");
+    let port = free_port();
+    let _t = target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 32768, "block_size": 512})));
+    });
+    let cfg = dir.write_json(
+        "host.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
+            "params": attach_params(port, json!({}))}]}]}),
+    );
+    let res = dir.join("perf.json");
+    // bdevperf's reset workload: verify, with a bdev reset every 10 s (so one in 12 s).
+    let args = [
+        "perf",
+        "--json",
+        cfg.to_str().unwrap(),
+        "-T",
+        "Nvme0n1",
+        "-q",
+        "16",
+        "-o",
+        "4096",
+        "-w",
+        "reset",
+        "-t",
+        "12",
+        "-m",
+        "0x1",
+        "--no-pin",
+        "--results-json",
+        res.to_str().unwrap(),
+    ];
+    let out = run_tool(&dir, common::FERRITE, &args, Duration::from_secs(60));
+    out.assert_ok("ferrite perf -w reset over bdev_nvme");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&res).expect("results json")).expect("json");
+    let r = &doc["results"][0];
+    assert_eq!(r["workload"], json!("reset"), "{r}");
+    assert_eq!(r["io_failed"], json!(0), "failed I/O: {r}");
+    assert_eq!(r["verify_errors"], json!(0), "verify errors: {r}");
+    assert!(r["iops"].as_f64().unwrap_or(0.0) > 0.0, "no I/O: {r}");
+    assert!(
+        out.stderr.contains("reset: connecting a new controller"),
+        "no controller reset was logged:\n{}",
+        out.stderr
+    );
+}
+
+/// The host's bdevs and their sizes in blocks.
+fn host_bdevs(h: &Daemon) -> std::collections::BTreeMap<String, u64> {
+    let b = h.call("bdev_get_bdevs", None);
+    b.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["name"].as_str().unwrap().to_string(), x["num_blocks"].as_u64().unwrap()))
+        .collect()
+}
+
+fn wait_bdevs(h: &Daemon, what: &str, want: impl Fn(&std::collections::BTreeMap<String, u64>) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let b = host_bdevs(h);
+        if want(&b) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: host bdevs {b:?}\nhost log:\n{}", h.proc.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn host_follows_namespaces_added_removed_and_resized_on_the_target() {
+    if !have("host_follows_namespaces_added_removed_and_resized_on_the_target", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("nvmf-host-rescan");
+    let port = free_port();
+    let t = target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_null_create", Some(json!({"name": "N0", "num_blocks": 16384, "block_size": 512})));
+    });
+    let (h, uri1) = host_with_nbd(&dir, port, json!({}));
+    assert_eq!(host_bdevs(&h).get("Nvme0n1"), Some(&16384));
+    // A namespace added on the target becomes a bdev on the host (namespace attribute notice).
+    t.call("bdev_malloc_create", Some(json!({"name": "M1", "num_blocks": 8192, "block_size": 512})));
+    t.call("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": "M1"}})));
+    wait_bdevs(&h, "namespace 2 added", |b| b.get("Nvme0n2") == Some(&8192));
+    h.call("nbd_server_add_export", Some(json!({"bdev_name": "Nvme0n2", "name": "n2"})));
+    let uri2 = uri1.replace("/n1", "/n2");
+    let (ok, out) = qemu_io(&dir, &uri2, "write -P 0x6c 0 1M");
+    assert!(ok, "write to the added namespace: {out}");
+    let (ok, out) = qemu_io(&dir, &uri2, "read -P 0x6c 0 1M");
+    assert!(ok, "read back from the added namespace: {out}");
+    // A bdev that grows on the target grows on the host (NBD keeps it open: growing is allowed).
+    t.call("bdev_null_resize", Some(json!({"name": "N0", "new_size": 16})));
+    wait_bdevs(&h, "namespace 1 resized", |b| b.get("Nvme0n1") == Some(&32768));
+    // A namespace removed on the target takes its bdev on the host away; the other stays.
+    h.call("nbd_server_remove_export", Some(json!({"name": "n2"})));
+    t.call("nvmf_subsystem_remove_ns", Some(json!({"nqn": NQN, "nsid": 2})));
+    wait_bdevs(&h, "namespace 2 removed", |b| !b.contains_key("Nvme0n2") && b.contains_key("Nvme0n1"));
+    let (ok, out) = qemu_io(&dir, &uri1, "read 0 64k");
+    assert!(ok, "namespace 1 after the others changed: {out}");
+    h.assert_serving();
+    t.assert_serving();
+}

@@ -1,6 +1,8 @@
 //! ANA (asymmetric namespace access) on the host: a controller's state per namespace, read
 //! from the ANA log page when the controller comes up, when it raises an ANA change notice
-//! (an asynchronous event request completes) and when an I/O fails with an ANA status.
+//! (an asynchronous event request completes) and when an I/O fails with an ANA status; and the
+//! outstanding asynchronous event request, whose namespace attribute notices rescan the
+//! namespaces.
 
 use crate::ctrlr::HostCtrlr;
 use crate::qpair::HostQpair;
@@ -105,6 +107,12 @@ pub fn start_aer(ctrlr: &Arc<HostCtrlr>, admin: &Rc<HostQpair>) {
             let ev = AsyncEvent::from_dw0(r.cqe.dw0);
             if ev.event_type == event_type::NOTICE && ev.info == notice::ANA_CHANGE {
                 update(&c, &admin).await;
+            } else if ev.event_type == event_type::NOTICE && ev.info == notice::NS_ATTR_CHANGED {
+                // Read (and so unmask) the changed namespace list, then look at every namespace.
+                let mut sqe = Sqe::new(op::GET_LOG_PAGE, 0, 0xffff_ffff);
+                sqe.cdw10 = u32::from(lid::CHANGED_NS_LIST) | (1023 << 16);
+                let _ = admin.submit_wait(sqe, None, 4096).await;
+                c.rescan(&admin).await;
             } else if ev.log_page != 0 {
                 // Read (and so unmask) the page; Ferrite has no use for its content.
                 let mut sqe = Sqe::new(op::GET_LOG_PAGE, 0, 0xffff_ffff);

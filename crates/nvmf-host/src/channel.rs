@@ -264,7 +264,7 @@ impl NsChan {
 impl BackendChannel for NsChannel {
     fn submit(&mut self, mut io: BdevIo) {
         match io.req.io_type {
-            IoType::Reset => return io.complete_deferred(IoStatus::Success),
+            IoType::Reset => return reset(&self.0.ns, io),
             IoType::Abort => return crate::abort::abort(&self.0, io),
             _ => {}
         }
@@ -276,6 +276,31 @@ impl BackendChannel for NsChannel {
     fn abort(&mut self, named: &dyn Fn(&BdevIo) -> bool) -> usize {
         self.0.abort_held(named)
     }
+}
+
+/// A reset of the namespace's bdev resets each of its controllers in turn (as SPDK's reset
+/// I/O does; a controller already resetting is waited for), on the first reactor; the request
+/// completes here once they are all up again, or failed if one could not be reconnected.
+fn reset(ns: &Arc<NsShared>, io: BdevIo) {
+    let ctrlrs: Vec<Arc<HostCtrlr>> = ns.ctrlrs.lock().unwrap().clone();
+    let Some(engine) = ctrlrs.first().map(|c| c.engine.clone()) else {
+        return io.complete_deferred(IoStatus::Success);
+    };
+    let rx = engine.run_async(0, move || async move {
+        for c in ctrlrs {
+            c.reset_or_join().await?;
+        }
+        Ok::<(), i32>(())
+    });
+    ferrite_reactor::spawn_local(async move {
+        let status = match rx.await {
+            Ok(Ok(())) => IoStatus::Success,
+            Ok(Err(e)) => IoStatus::Failed(e),
+            Err(_) => IoStatus::Failed(libc::ENODEV),
+        };
+        io.complete(status);
+    })
+    .detach();
 }
 
 impl NsChan {

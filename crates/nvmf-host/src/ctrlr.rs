@@ -149,6 +149,9 @@ pub struct HostCtrlr {
     pub generation: AtomicU64,
     /// Time the controller was lost (ns since the Unix epoch; 0 while connected).
     lost_at: AtomicU64,
+    /// A reset disconnected it on purpose: not a loss (I/O waits without the loss timeouts)
+    /// unless the first reconnection fails.
+    reset_requested: AtomicBool,
     /// ANA state per namespace.
     pub ana: AnaTable,
     /// An ANA log read is under way.
@@ -282,25 +285,7 @@ impl HostCtrlr {
         sqe.cdw10 = u32::from(ferrite_nvmf::spec::features::fid::ASYNC_EVENT_CONFIGURATION);
         sqe.cdw11 = 1 << 8 | 1 << 11;
         let _ = admin.submit_wait(sqe, None, 0).await;
-        let list = identify(admin, cns::ACTIVE_NS_LIST, 0).await?;
-        let list = NamespaceList::decode(list.as_slice().try_into().map_err(|_| "short identify")?);
-        let mut out = Vec::new();
-        for nsid in list.iter() {
-            let d = identify(admin, cns::NAMESPACE, nsid).await?;
-            let ns = IdentifyNamespace::decode(d.as_slice().try_into().map_err(|_| "short identify")?);
-            let Some(bs) = ns.current_format().block_size() else { continue };
-            if ns.nsze == 0 {
-                continue;
-            }
-            let uuid = match identify(admin, cns::NS_ID_DESCRIPTOR_LIST, nsid).await {
-                Ok(d) => NsIdDescriptor::read_list(&d).find_map(|x| match x {
-                    NsIdDescriptor::Uuid(u) => Some(u),
-                    _ => None,
-                }),
-                Err(_) => None,
-            };
-            out.push(NsInfo { nsid, block_size: bs, num_blocks: ns.nsze, nguid: ns.nguid, eui64: ns.eui64, uuid });
-        }
+        let out = scan_namespaces(admin).await?;
         if ctrl.cmic & ferrite_nvmf::spec::identify_ctrl::cmic::ANA_REPORTING != 0 {
             match crate::ana::read_log(admin).await {
                 Ok(map) => {
@@ -324,8 +309,12 @@ impl HostCtrlr {
         ADMIN.with(|a| a.borrow_mut().remove(&self.id));
         self.resetting.store(true, Ordering::Release);
         self.paths_changed();
-        let _ = self.lost_at.compare_exchange(0, now_ns(), Ordering::AcqRel, Ordering::Acquire);
-        log::warn!("nvme controller {}: admin queue lost; reconnecting", self.opts.name);
+        if self.reset_requested.load(Ordering::Acquire) {
+            log::warn!("nvme controller {}: reset: connecting a new controller", self.opts.name);
+        } else {
+            let _ = self.lost_at.compare_exchange(0, now_ns(), Ordering::AcqRel, Ordering::Acquire);
+            log::warn!("nvme controller {}: admin queue lost; reconnecting", self.opts.name);
+        }
         // I/O waiting for this controller goes back to its channels, which may have another
         // controller of the subsystem to send it to (multipath).
         let id = self.id;
@@ -342,6 +331,10 @@ impl HostCtrlr {
                     return;
                 }
                 let n = me.trids.lock().unwrap().len();
+                if attempt > 0 && me.reset_requested.swap(false, Ordering::AcqRel) {
+                    // The reset's reconnection failed: from now on this is a loss.
+                    let _ = me.lost_at.compare_exchange(0, now_ns(), Ordering::AcqRel, Ordering::Acquire);
+                }
                 // Each path is tried once at once; after that, the loss timeout and the delay.
                 if attempt >= n {
                     if me.loss_timed_out() {
@@ -361,7 +354,10 @@ impl HostCtrlr {
                     log::info!("nvme controller {}: trying path {}:{}", me.opts.name, t[0].traddr, t[0].trsvcid);
                 }
                 match me.bring_up().await {
-                    Ok(_) => {
+                    Ok(ns) => {
+                        // Namespaces may have come or gone while it was away.
+                        crate::group::namespaces_changed(&me, &ns);
+                        me.reset_requested.store(false, Ordering::Release);
                         me.resetting.store(false, Ordering::Release);
                         me.lost_at.store(0, Ordering::Release);
                         me.paths_changed();
@@ -383,6 +379,82 @@ impl HostCtrlr {
             }
         })
         .detach();
+    }
+
+    /// Resets the controller (SPDK's `bdev_nvme_reset_controller`): its admin queue is
+    /// disconnected and a new controller is connected on the same path; each reactor's I/O
+    /// queue pair of the old one is then dropped (its commands go back to their channels and are
+    /// sent again) and a new one made when needed. Waits until the controller is up again, or
+    /// until the reconnection gives up (`ctrlr_loss_timeout_sec`). Runs on the first reactor.
+    /// Errors are errnos: ENODEV once detached, EBUSY while a reset or reconnection is under
+    /// way, EIO if the controller could not be reconnected.
+    pub async fn reset(self: &Arc<Self>) -> Result<(), i32> {
+        if self.detached.load(Ordering::Acquire) {
+            return Err(libc::ENODEV);
+        }
+        if !self.is_up() || self.failed.load(Ordering::Acquire) {
+            return Err(libc::EBUSY);
+        }
+        let Some(admin) = ADMIN.with(|a| a.borrow().get(&self.id).cloned()) else {
+            return Err(libc::EBUSY);
+        };
+        let gen = self.generation.load(Ordering::Acquire);
+        {
+            // The admin queue's loss tries the next path first (rotating the list left): a
+            // reset stays on the active one.
+            let mut t = self.trids.lock().unwrap();
+            if t.len() > 1 {
+                t.rotate_right(1);
+            }
+        }
+        self.reset_requested.store(true, Ordering::Release);
+        admin.close();
+        // The reconnection (`admin_lost`) runs on its own; wait for its outcome.
+        loop {
+            ferrite_reactor::sleep(Duration::from_millis(5)).await;
+            if self.detached.load(Ordering::Acquire) {
+                return Err(libc::ENODEV);
+            }
+            if self.failed.load(Ordering::Acquire) {
+                return Err(libc::EIO);
+            }
+            if self.generation.load(Ordering::Acquire) != gen && self.is_up() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Resets the controller, or, if a reset or reconnection is already under way, waits for
+    /// its outcome (the bdev layer's reset of a namespace: SPDK's reset I/O). Runs on the first
+    /// reactor.
+    pub async fn reset_or_join(self: &Arc<Self>) -> Result<(), i32> {
+        match self.reset().await {
+            Err(libc::EBUSY) => loop {
+                if self.detached.load(Ordering::Acquire) {
+                    return Err(libc::ENODEV);
+                }
+                if self.failed.load(Ordering::Acquire) {
+                    return Err(libc::EIO);
+                }
+                if self.is_up() {
+                    return Ok(());
+                }
+                ferrite_reactor::sleep(Duration::from_millis(5)).await;
+            },
+            r => r,
+        }
+    }
+
+    /// Reads the namespaces again (a namespace attribute notice, or a reconnection) and has the
+    /// group add, remove or resize its bdevs to match. Runs on the first reactor.
+    pub async fn rescan(self: &Arc<Self>, admin: &HostQpair) {
+        match scan_namespaces(admin).await {
+            Ok(ns) => {
+                *self.namespaces.lock().unwrap() = ns.clone();
+                crate::group::namespaces_changed(self, &ns);
+            }
+            Err(e) => log::warn!("nvme controller {}: namespace rescan: {e}", self.opts.name),
+        }
     }
 
     /// True once the loss timeout has passed since the controller was lost.
@@ -515,6 +587,32 @@ pub(crate) fn check(r: &Reply, what: &str) -> Result<(), String> {
     }
 }
 
+/// The controller's active namespaces (Identify active namespace list, then each namespace
+/// and its identification descriptors); namespaces without a usable format or of size 0 are
+/// left out.
+async fn scan_namespaces(admin: &HostQpair) -> Result<Vec<NsInfo>, String> {
+    let list = identify(admin, cns::ACTIVE_NS_LIST, 0).await?;
+    let list = NamespaceList::decode(list.as_slice().try_into().map_err(|_| "short identify")?);
+    let mut out = Vec::new();
+    for nsid in list.iter() {
+        let d = identify(admin, cns::NAMESPACE, nsid).await?;
+        let ns = IdentifyNamespace::decode(d.as_slice().try_into().map_err(|_| "short identify")?);
+        let Some(bs) = ns.current_format().block_size() else { continue };
+        if ns.nsze == 0 {
+            continue;
+        }
+        let uuid = match identify(admin, cns::NS_ID_DESCRIPTOR_LIST, nsid).await {
+            Ok(d) => NsIdDescriptor::read_list(&d).find_map(|x| match x {
+                NsIdDescriptor::Uuid(u) => Some(u),
+                _ => None,
+            }),
+            Err(_) => None,
+        };
+        out.push(NsInfo { nsid, block_size: bs, num_blocks: ns.nsze, nguid: ns.nguid, eui64: ns.eui64, uuid });
+    }
+    Ok(out)
+}
+
 async fn prop_get(admin: &HostQpair, ofst: u32, size: u8) -> Result<u64, String> {
     let c = ferrite_nvmf::spec::fabrics::PropertyGetCommand {
         cid: 0,
@@ -569,6 +667,7 @@ pub async fn attach(opts: AttachOpts, paths_gen: Arc<AtomicU64>) -> Result<(Arc<
         namespaces: Mutex::new(Vec::new()),
         detached: AtomicBool::new(false),
         resetting: AtomicBool::new(false),
+        reset_requested: AtomicBool::new(false),
         failed: AtomicBool::new(false),
         generation: AtomicU64::new(0),
         lost_at: AtomicU64::new(0),

@@ -5,7 +5,7 @@
 //! Detach removes one path or everything.
 
 use crate::bdev::NsShared;
-use crate::ctrlr::{self, AttachOpts, HostCtrlr, Mode};
+use crate::ctrlr::{self, AttachOpts, HostCtrlr, Mode, NsInfo};
 use crate::trid::{PathFilter, Trid};
 use ferrite_rpc::{errno_error, RpcError};
 use serde_json::{json, Value};
@@ -261,14 +261,6 @@ async fn add_controller(g: &Arc<Group>, opts: AttachOpts) -> Result<Vec<String>,
         if g.ctrlrs.lock().unwrap().iter().any(|x| x.cntlid.load(Ordering::Relaxed) == cntlid) {
             return Err(refuse(format!("cntlid {cntlid} are duplicated")));
         }
-        let bdevs = g.bdevs.lock().unwrap();
-        for n in &ns {
-            if let Some(b) = bdevs.iter().find(|b| b.nsid == n.nsid) {
-                if !b.info.same_namespace(n) || b.info.block_size != n.block_size || b.info.num_blocks != n.num_blocks {
-                    return Err(refuse(format!("namespace {}: Namespaces are not identical", n.nsid)));
-                }
-            }
-        }
         Ok(())
     };
     if let Err(e) = check() {
@@ -280,6 +272,11 @@ async fn add_controller(g: &Arc<Group>, opts: AttachOpts) -> Result<Vec<String>,
     for n in &ns {
         let existing = g.bdevs.lock().unwrap().iter().find(|b| b.nsid == n.nsid).cloned();
         match existing {
+            // As SPDK: a namespace that differs from the bdev of its NSID is left out (logged),
+            // the controller's other namespaces still attach.
+            Some(b) if !b.info.same_namespace(n) || b.info.block_size != n.block_size => {
+                log::error!("nvme controller {}: namespace {}: Namespaces are not identical; left out", g.name, n.nsid);
+            }
             Some(b) => {
                 b.ctrlrs.lock().unwrap().push(c.clone());
                 names.push(b.name.clone());
@@ -296,6 +293,98 @@ async fn add_controller(g: &Arc<Group>, opts: AttachOpts) -> Result<Vec<String>,
     c.paths_changed();
     log::info!("nvme controller {}: controller {} added: bdevs {names:?}", g.name, c.cntlid.load(Ordering::Relaxed));
     Ok(names)
+}
+
+/// Controller `c` now reports namespaces `ns` (a namespace attribute notice, a reconnection):
+/// new NSIDs get a bdev (or, if another controller of the name has that namespace's bdev, a
+/// path in it), namespaces it no longer reports lose its path (a bdev left without a path is
+/// unregistered), and a namespace whose size changed resizes its bdev. As in SPDK, an NSID
+/// still active keeps its bdev (its identifiers are not compared again). Runs on the first
+/// reactor.
+pub fn namespaces_changed(c: &Arc<HostCtrlr>, ns: &[NsInfo]) {
+    let Some(g) = get(&c.opts.name) else { return };
+    if !g.ctrlrs.lock().unwrap().iter().any(|x| Arc::ptr_eq(x, c)) {
+        return;
+    }
+    let mut unreg = Vec::new();
+    let mut resized = Vec::new();
+    let mut added = Vec::new();
+    {
+        let mut bdevs = g.bdevs.lock().unwrap();
+        for b in bdevs.iter() {
+            let same = ns.iter().find(|n| n.nsid == b.nsid);
+            let mut l = b.ctrlrs.lock().unwrap();
+            let has = l.iter().any(|x| Arc::ptr_eq(x, c));
+            match same {
+                None if has => {
+                    l.retain(|x| !Arc::ptr_eq(x, c));
+                    if l.is_empty() {
+                        unreg.push(b.name.clone());
+                    }
+                }
+                None => {}
+                // Another controller's namespace of this NSID that differs stays left out.
+                Some(n) if !has && (!b.info.same_namespace(n) || b.info.block_size != n.block_size) => {}
+                Some(n) => {
+                    if !has {
+                        l.push(c.clone());
+                    }
+                    resized.push((b.name.clone(), n.num_blocks));
+                }
+            }
+        }
+        bdevs.retain(|b| !unreg.contains(&b.name));
+        for n in ns {
+            if bdevs.iter().any(|b| b.nsid == n.nsid) {
+                continue;
+            }
+            match crate::bdev::register_namespace(&g, c, n) {
+                Ok(b) => {
+                    added.push(b.name.clone());
+                    bdevs.push(b);
+                }
+                Err(e) => log::warn!("nvme controller {}: namespace {}: {e}", g.name, n.nsid),
+            }
+        }
+        g.gen.fetch_add(1, Ordering::AcqRel);
+    }
+    for (name, blocks) in resized {
+        if let Some(b) = ferrite_bdev::lookup(&name).filter(|b| b.num_blocks() != blocks) {
+            match b.notify_resize(blocks) {
+                Ok(()) => log::info!("nvme controller {}: {name} resized to {blocks} blocks", g.name),
+                Err(e) => log::warn!("nvme controller {}: {name}: {e}", g.name),
+            }
+        }
+    }
+    if !added.is_empty() {
+        log::info!("nvme controller {}: namespaces added: bdevs {added:?}", g.name);
+    }
+    for name in unreg {
+        log::info!("nvme controller {}: namespace of {name} removed: unregistering it", g.name);
+        // Its requests in flight finish or fail on their own; nothing waits for them here.
+        let _ = ferrite_bdev::unregister(&name, Some("nvme"));
+    }
+}
+
+/// Resets the controllers of `name` (those with controller ID `cntlid`, or all if 0), one
+/// after the other (`bdev_nvme_reset_controller`). Runs on the first reactor.
+pub async fn reset(name: &str, cntlid: u16) -> Result<(), RpcError> {
+    let g = get(name).ok_or_else(|| strerror(libc::ENODEV))?;
+    let ctrlrs: Vec<Arc<HostCtrlr>> = g
+        .ctrlrs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| cntlid == 0 || c.cntlid.load(Ordering::Acquire) == cntlid)
+        .cloned()
+        .collect();
+    if ctrlrs.is_empty() {
+        return Err(strerror(libc::ENODEV));
+    }
+    for c in ctrlrs {
+        c.reset().await.map_err(strerror)?;
+    }
+    Ok(())
 }
 
 /// `bdev_nvme_detach_controller`: with an empty filter everything of the name, otherwise the

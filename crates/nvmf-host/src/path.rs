@@ -103,7 +103,14 @@ impl IoPath {
                     me.fail_waiting();
                     break;
                 }
-                ferrite_reactor::sleep(Duration::from_secs(c.opts.reconnect_delay_sec.max(1))).await;
+                // While the controller reconnects, look again soon (its new I/O queue pair can
+                // be made as soon as it is up); after a failed connect, wait the delay.
+                let delay = if c.resetting.load(Ordering::Acquire) {
+                    Duration::from_millis(10)
+                } else {
+                    Duration::from_secs(c.opts.reconnect_delay_sec.max(1))
+                };
+                ferrite_reactor::sleep(delay).await;
                 if me.waiting.borrow().is_empty() {
                     break;
                 }

@@ -1,6 +1,6 @@
 //! SPDK's bdev_nvme methods for NVMe/TCP controllers: bdev_nvme_attach_controller (answers the
 //! names of the bdevs the attach reaches), bdev_nvme_detach_controller (a name, or one of its
-//! paths), bdev_nvme_get_controllers, bdev_nvme_set_multipath_policy.
+//! paths), bdev_nvme_get_controllers, bdev_nvme_set_multipath_policy, bdev_nvme_reset_controller.
 //! `bdev_nvme_set_options` is an option method (kept by the registry).
 
 use crate::ctrlr::{AttachOpts, Mode};
@@ -126,6 +126,18 @@ pub fn register(reg: &mut Registry) {
         }
         let f = PathFilter { traddr: a.traddr, trsvcid: a.trsvcid, adrfam: a.adrfam, subnqn: a.subnqn };
         crate::group::detach(&a.name, &f).await?;
+        Ok(json!(true))
+    });
+    reg.method("bdev_nvme_reset_controller", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Reset {
+            name: String,
+            #[serde(default)]
+            cntlid: u16,
+        }
+        let a: Reset = p.parse()?;
+        crate::group::reset(&a.name, a.cntlid).await?;
         Ok(json!(true))
     });
     reg.method("bdev_nvme_get_controllers", |_, p: Params| async move {

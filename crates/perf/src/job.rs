@@ -125,7 +125,7 @@ impl Job {
     fn prepare(&mut self, slot: usize, req: &mut IoRequest) {
         let w = self.spec.workload;
         req.num_blocks = self.io_blocks;
-        if w == Workload::Verify && self.slots[slot].phase == Phase::Write {
+        if w.verifies() && self.slots[slot].phase == Phase::Write {
             // The write just completed: read the same blocks back.
             self.slots[slot].phase = Phase::Read;
             req.io_type = IoType::Read;
@@ -137,7 +137,7 @@ impl Job {
         req.io_type = match w {
             Workload::Unmap => IoType::Unmap,
             Workload::Flush => IoType::Flush,
-            Workload::Verify => {
+            Workload::Verify | Workload::Reset => {
                 let seed = xorshift(&mut self.rng);
                 fill_pattern(&mut req.bufs[0], seed);
                 self.slots[slot] = Slot { seed, offset: off, phase: Phase::Write };
@@ -197,7 +197,7 @@ impl IoCompleter for JobCell {
         let mut io = io;
         let (status, latency_ticks, io_type) = (io.status, io.latency_ticks, io.req.io_type);
         if status == IoStatus::Success {
-            let verify_read = job.spec.workload == Workload::Verify && io_type == IoType::Read;
+            let verify_read = job.spec.workload.verifies() && io_type == IoType::Read;
             if verify_read {
                 let s = &job.slots[slot];
                 let ok = io.req.bufs.first().is_some_and(|b| check_pattern(b, s.seed, job.null_bdev));
@@ -209,7 +209,7 @@ impl IoCompleter for JobCell {
                 }
             }
             // A verify pair (write + read) counts as one I/O, as in bdevperf.
-            if job.spec.workload != Workload::Verify || verify_read {
+            if !job.spec.workload.verifies() || verify_read {
                 job.ios += 1;
                 job.bytes += job.spec.io_size as u64;
                 let ns = ((latency_ticks as u128 * job.ns_per_tick_q32) >> 32) as u64;
@@ -222,7 +222,7 @@ impl IoCompleter for JobCell {
             if job.first_error.is_none() {
                 job.first_error = Some(format!("{io_type:?} failed: {status}"));
             }
-            if job.spec.workload == Workload::Verify {
+            if job.spec.workload.verifies() {
                 job.slots[slot].phase = Phase::Read; // start over with a fresh write
             }
             if matches!(status, IoStatus::Removed) {
@@ -284,7 +284,7 @@ fn try_start(
     if span_ios == 0 {
         return Err(format!("bdev {} is too small for {}-byte I/O", bdev.name(), spec.io_size));
     }
-    if spec.workload == Workload::Verify && span_ios < spec.queue_depth as u64 {
+    if spec.workload.verifies() && span_ios < spec.queue_depth as u64 {
         return Err(format!("bdev {} is too small for verify at queue depth {}", bdev.name(), spec.queue_depth));
     }
     let ch = desc.channel().map_err(|e| e.to_string())?;
@@ -327,6 +327,9 @@ fn try_start(
             j.submit(slot, buf);
         }
     }
+    if job.0.borrow().spec.workload == Workload::Reset {
+        resets(job.clone());
+    }
     let j2 = job.clone();
     ferrite_reactor::after(duration, move || {
         let mut j = j2.0.borrow_mut();
@@ -336,4 +339,33 @@ fn try_start(
         }
     });
     Ok(())
+}
+
+/// How often a `reset` job resets its bdev (bdevperf's period).
+const RESET_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A `reset` job's resets: one every [`RESET_PERIOD`] until the job stops, each counted as a
+/// failed I/O (with the first error noted) if it fails.
+fn resets(job: Rc<JobCell>) {
+    ferrite_reactor::spawn_local(async move {
+        loop {
+            ferrite_reactor::sleep(RESET_PERIOD).await;
+            let ch = {
+                let j = job.0.borrow();
+                if j.stopping {
+                    return;
+                }
+                j.ch.clone()
+            };
+            let c = ch.submit_wait(IoRequest::new(IoType::Reset, 0, 0)).await;
+            let mut j = job.0.borrow_mut();
+            if c.status != IoStatus::Success {
+                j.failed += 1;
+                if j.first_error.is_none() {
+                    j.first_error = Some(format!("reset failed: {}", c.status));
+                }
+            }
+        }
+    })
+    .detach();
 }

@@ -17,6 +17,8 @@ pub enum Workload {
     RandRw,
     /// Each I/O writes a pattern, reads it back and compares.
     Verify,
+    /// Verify, with a reset of the bdev every 10 seconds (bdevperf's `reset`).
+    Reset,
     /// Unmaps.
     Unmap,
     /// Flushes.
@@ -34,11 +36,12 @@ impl std::str::FromStr for Workload {
             "rw" => Self::Rw,
             "randrw" => Self::RandRw,
             "verify" => Self::Verify,
+            "reset" => Self::Reset,
             "unmap" => Self::Unmap,
             "flush" => Self::Flush,
             _ => {
                 return Err(format!(
-                    "unknown workload {s:?} (read, write, randread, randwrite, rw, randrw, verify, unmap, flush)"
+                    "unknown workload {s:?} (read, write, randread, randwrite, rw, randrw, verify, reset, unmap, flush)"
                 ))
             }
         })
@@ -56,6 +59,7 @@ impl Workload {
             Self::Rw => "rw",
             Self::RandRw => "randrw",
             Self::Verify => "verify",
+            Self::Reset => "reset",
             Self::Unmap => "unmap",
             Self::Flush => "flush",
         }
@@ -64,6 +68,11 @@ impl Workload {
     /// True if offsets are random.
     pub fn random(self) -> bool {
         matches!(self, Self::RandRead | Self::RandWrite | Self::RandRw)
+    }
+
+    /// True if each I/O is a write read back and compared (verify, reset).
+    pub fn verifies(self) -> bool {
+        matches!(self, Self::Verify | Self::Reset)
     }
 
     /// True if the job needs write access.

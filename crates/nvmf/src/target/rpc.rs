@@ -464,11 +464,17 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
         }
     }
     let nqn = a.nqn.clone();
-    let desc = ferrite_bdev::Bdev::open_ext(&n.bdev_name, true, move |ev| {
-        if ev == ferrite_bdev::BdevEvent::Remove {
+    let bdev_name = n.bdev_name.clone();
+    let desc = ferrite_bdev::Bdev::open_ext(&n.bdev_name, true, move |ev| match ev {
+        ferrite_bdev::BdevEvent::Remove => {
             // The bdev is going: so is its namespace (hosts are told).
             let nqn = nqn.clone();
             ferrite_reactor::engine().send(0, move || hot_remove(&nqn));
+        }
+        ferrite_bdev::BdevEvent::Resize => {
+            // Hosts are told its size changed (SPDK's spdk_nvmf_subsystem_ns_changed).
+            let (nqn, bdev_name) = (nqn.clone(), bdev_name.clone());
+            ferrite_reactor::engine().send(0, move || resized(&nqn, &bdev_name));
         }
     })
     .map_err(|e| errno_error(libc::ENODEV, format!("Unable to add namespace: {e}")))?;
@@ -490,6 +496,16 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
     admin::notify_ana_changed(s);
     log::info!("nvmf subsystem {}: namespace {nsid} is bdev {}", a.nqn, n.bdev_name);
     Ok(json!(nsid))
+}
+
+/// A namespace's bdev changed size: each namespace on it raises a namespace attribute notice.
+fn resized(nqn: &str, bdev_name: &str) {
+    let t = tables();
+    let Some(s) = t.subsystems.get(nqn) else { return };
+    for n in s.namespaces.values().filter(|n| n.bdev_name == bdev_name) {
+        log::info!("nvmf subsystem {nqn}: namespace {} resized to {} blocks", n.nsid, n.bdev().num_blocks());
+        admin::notify_ns_changed(s, n.nsid);
+    }
 }
 
 /// A namespace's bdev is being removed: remove every namespace on it.
