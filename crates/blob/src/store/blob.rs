@@ -1,0 +1,737 @@
+//! Blobs: create, open, resize, xattrs, flags, metadata persistence, cluster allocation on a
+//! thin blob's first write, delete. Every operation here runs on the blobstore's metadata
+//! reactor; [`Blob::map`] is what other cores read.
+
+use super::{on_md_core, BsError, BsResult, ClusterMap, Store};
+use crate::format::blob::{link_chain, ClearMethod, FLAG_READ_ONLY, FLAG_THIN_PROV};
+use crate::format::units::{blobid_to_page, cluster_to_extent_page, extent_pages_for, page_to_blobid};
+use crate::format::blob::Access;
+use crate::format::{BlobMd, ExtentPage, MdPage, ParseLimits, Xattr, EXTENTS_PER_EP, INVALID_MD_PAGE};
+use ferrite_reactor::oneshot;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Most pages a blob's chain may have (a loop or a hostile chain stops there).
+const MAX_CHAIN: usize = 4096;
+
+/// What a new blob is made with.
+#[derive(Debug, Clone, Default)]
+pub struct BlobOpts {
+    /// Size in clusters.
+    pub num_clusters: u64,
+    /// Thin provisioned: clusters are allocated on first write.
+    pub thin: bool,
+    /// Xattrs (name, value), in order.
+    pub xattrs: Vec<(String, Vec<u8>)>,
+    /// Map clusters with RLE extents in the chain instead of an extent table (SPDK's
+    /// `use_extent_table = false`; the extent table is the default and what lvols use).
+    pub rle_extents: bool,
+    /// Clear method stored in the blob (None: the blobstore's default).
+    pub clear_method: Option<ClearMethod>,
+}
+
+/// A blob's metadata state (metadata reactor only).
+pub(crate) struct BlobState {
+    /// The metadata as it is now (maybe not yet on the device).
+    pub(crate) md: BlobMd,
+    /// The chain's metadata pages on the device: the first is the blob id's page.
+    pub(crate) chain: Vec<u32>,
+    /// Extent pages whose clusters changed since the last persist.
+    dirty_eps: BTreeSet<u64>,
+    /// Something other than extent pages changed (the chain must be rewritten).
+    chain_dirty: bool,
+    /// A persist is under way; the others wait here.
+    persisting: bool,
+    waiters: Vec<oneshot::Sender<()>>,
+    /// Clusters being allocated, with who else waits for each.
+    allocating: HashMap<u64, Vec<oneshot::Sender<BsResult<u64>>>>,
+    /// Clusters and extent pages a shrink cut off: released once the metadata without them is
+    /// on the device.
+    cut_clusters: Vec<u32>,
+    cut_pages: Vec<u32>,
+}
+
+/// An open blob's shared part.
+pub(crate) struct BlobInner {
+    pub(crate) id: u64,
+    pub(crate) store: Arc<Store>,
+    map: Mutex<Arc<ClusterMap>>,
+    map_gen: AtomicU64,
+    pub(crate) st: Mutex<BlobState>,
+}
+
+/// An open blob. Cheap to clone; may travel to other reactors for [`Blob::map`], but metadata
+/// operations run on the metadata reactor. The blob stays open while a handle exists.
+#[derive(Clone)]
+pub struct Blob(pub(crate) Arc<BlobInner>);
+
+impl std::fmt::Debug for Blob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Blob({:#x})", self.0.id)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The cluster map of `md` (device cluster indices to start blocks).
+fn map_of(md: &BlobMd, blocks_per_cluster: u64) -> ClusterMap {
+    let starts: Vec<u64> = md.clusters.iter().map(|&c| c as u64 * blocks_per_cluster).collect();
+    ClusterMap::from_starts(&starts)
+}
+
+impl Store {
+    /// Claims `n` free metadata pages (never page 0 of the region for anything but a blob's
+    /// first page: SPDK keeps extent pages off it too).
+    fn claim_pages(&self, n: usize) -> BsResult<Vec<u32>> {
+        let mut st = self.lock();
+        let mut got = Vec::with_capacity(n);
+        let mut from = 1;
+        for _ in 0..n {
+            match st.pages.find_first_clear(from) {
+                Some(p) => {
+                    st.pages.set(p);
+                    got.push(p as u32);
+                    from = p + 1;
+                }
+                None => {
+                    for p in &got {
+                        st.pages.clear(*p as usize);
+                    }
+                    return Err(BsError::NoSpace("no free metadata page".into()));
+                }
+            }
+        }
+        Ok(got)
+    }
+
+    fn release_pages(&self, pages: &[u32]) {
+        let mut st = self.lock();
+        for &p in pages {
+            if (p as usize) < st.pages.len() {
+                st.pages.clear(p as usize);
+            }
+        }
+    }
+
+    /// Claims `n` free clusters, lowest first.
+    fn claim_clusters(&self, n: u64) -> BsResult<Vec<u32>> {
+        let mut st = self.lock();
+        if (st.clusters.count_zeros() as u64) < n {
+            return Err(BsError::NoSpace(format!("{n} clusters wanted, {} free", st.clusters.count_zeros())));
+        }
+        Ok((0..n).map(|_| st.clusters.allocate().expect("counted free") as u32).collect())
+    }
+
+    fn release_clusters(&self, clusters: &[u32]) {
+        let mut st = self.lock();
+        for &c in clusters {
+            if c != 0 && (c as usize) < st.clusters.len() {
+                st.clusters.clear(c as usize);
+            }
+        }
+    }
+
+    /// Reads blob `id`'s metadata from the device: its chain and extent pages.
+    async fn read_blob(&self, id: u64) -> BsResult<(BlobMd, Vec<u32>)> {
+        let root = blobid_to_page(id);
+        if page_to_blobid(root as u64) != id || root >= self.geo.md_len {
+            return Err(BsError::NotFound(id));
+        }
+        let mut chain_pages = vec![root];
+        let mut pages: Vec<MdPage> = vec![self.read_page(root).await?];
+        while pages.last().expect("one page at least").next != INVALID_MD_PAGE {
+            if pages.len() >= MAX_CHAIN {
+                return Err(BsError::Invalid(format!("blob {id:#x}: metadata chain longer than {MAX_CHAIN} pages")));
+            }
+            let next = pages.last().expect("one page at least").next;
+            if chain_pages.contains(&next) {
+                return Err(BsError::Invalid(format!("blob {id:#x}: metadata chain loops at page {next}")));
+            }
+            chain_pages.push(next);
+            pages.push(self.read_page(next).await?);
+        }
+        let limits = ParseLimits::default();
+        let mut md = BlobMd::parse_chain(&pages, &limits)?;
+        if md.id != id {
+            return Err(BsError::NotFound(id));
+        }
+        if let Some(table) = md.extent_table.clone() {
+            let mut eps = Vec::with_capacity(table.len());
+            for p in table {
+                eps.push(if p == 0 { None } else { Some(ExtentPage::from_page(&self.read_page(p).await?)?) });
+            }
+            md.load_extent_pages(&eps)?;
+        }
+        Ok((md, chain_pages))
+    }
+}
+
+impl super::Blobstore {
+    fn check(&self) -> BsResult<&Arc<Store>> {
+        on_md_core(&self.0)?;
+        if self.0.lock().unloaded {
+            return Err(BsError::Busy("the blobstore is unloaded".into()));
+        }
+        Ok(&self.0)
+    }
+
+    /// Creates a blob and writes its metadata; returns its id.
+    pub async fn create_blob(&self, opts: &BlobOpts) -> BsResult<u64> {
+        let s = self.check()?;
+        s.mark_dirty().await?;
+        let id = {
+            let mut st = s.lock();
+            let mut from = 0;
+            let page = loop {
+                let p = st.pages.find_first_clear(from).ok_or_else(|| BsError::NoSpace("no free metadata page".into()))?;
+                if !st.blobids.get(p) {
+                    break p;
+                }
+                from = p + 1;
+            };
+            st.pages.set(page);
+            st.blobids.set(page);
+            page_to_blobid(page as u64)
+        };
+        let mut md = BlobMd::new(id);
+        if opts.rle_extents {
+            md.invalid_flags &= !crate::format::blob::FLAG_EXTENT_TABLE;
+            md.extent_table = None;
+        }
+        if opts.thin {
+            md.invalid_flags |= FLAG_THIN_PROV;
+        }
+        if let Some(c) = opts.clear_method {
+            md.md_ro_flags = (md.md_ro_flags & !crate::format::blob::CLEAR_METHOD_MASK) | clear_bits(c);
+        }
+        for (n, v) in &opts.xattrs {
+            md.xattrs.push(Xattr::new(n.as_bytes().to_vec(), v.clone()));
+        }
+        let inner = Arc::new(BlobInner {
+            id,
+            store: s.clone(),
+            map: Mutex::new(Arc::new(ClusterMap::new(0))),
+            map_gen: AtomicU64::new(0),
+            st: Mutex::new(BlobState {
+                md,
+                chain: vec![blobid_to_page(id)],
+                dirty_eps: BTreeSet::new(),
+                chain_dirty: true,
+                persisting: false,
+                waiters: Vec::new(),
+                allocating: HashMap::new(),
+                cut_clusters: Vec::new(),
+                cut_pages: Vec::new(),
+            }),
+        });
+        let blob = Blob(inner);
+        let res = async {
+            blob.set_size(opts.num_clusters)?;
+            blob.persist().await
+        }
+        .await;
+        if let Err(e) = res {
+            // Nothing refers to the blob: give back its page, id and clusters.
+            let clusters: Vec<u32> = lock(&blob.0.st).md.clusters.clone();
+            s.release_clusters(&clusters);
+            let mut st = s.lock();
+            st.pages.clear(blobid_to_page(id) as usize);
+            st.blobids.clear(blobid_to_page(id) as usize);
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// Opens blob `id` (the same handle if it is open already).
+    pub async fn open_blob(&self, id: u64) -> BsResult<Blob> {
+        let s = self.check()?;
+        {
+            let st = s.lock();
+            if let Some(b) = st.open.get(&id).and_then(|w| w.upgrade()) {
+                return Ok(Blob(b));
+            }
+            if let Some(why) = st.busy.get(&id) {
+                return Err(BsError::Busy(format!("blob {id:#x} is being {why}")));
+            }
+            let page = blobid_to_page(id) as usize;
+            if page_to_blobid(page as u64) != id || !st.blobids.get(page) {
+                return Err(BsError::NotFound(id));
+            }
+        }
+        s.lock().busy.insert(id, "opened");
+        let read = s.read_blob(id).await;
+        s.lock().busy.remove(&id);
+        let (md, chain) = read?;
+        if md.access() == Access::Unopenable {
+            return Err(BsError::Invalid(format!("blob {id:#x} has flags this version does not know")));
+        }
+        let map = map_of(&md, s.blocks_per_cluster);
+        let inner = Arc::new(BlobInner {
+            id,
+            store: s.clone(),
+            map: Mutex::new(Arc::new(map)),
+            map_gen: AtomicU64::new(0),
+            st: Mutex::new(BlobState {
+                md,
+                chain,
+                dirty_eps: BTreeSet::new(),
+                chain_dirty: false,
+                persisting: false,
+                waiters: Vec::new(),
+                allocating: HashMap::new(),
+                cut_clusters: Vec::new(),
+                cut_pages: Vec::new(),
+            }),
+        });
+        let mut st = s.lock();
+        if let Some(b) = st.open.get(&id).and_then(|w| w.upgrade()) {
+            return Ok(Blob(b));
+        }
+        st.open.retain(|_, w| w.strong_count() > 0);
+        st.open.insert(id, Arc::downgrade(&inner));
+        Ok(Blob(inner))
+    }
+
+    /// Deletes blob `id`, which must not be open: its first page is zeroed (and flushed), then
+    /// its pages, clusters and id are released and its clusters unmapped (unless its clear
+    /// method is none).
+    pub async fn delete_blob(&self, id: u64) -> BsResult<()> {
+        let s = self.check()?;
+        {
+            let mut st = s.lock();
+            if st.open.get(&id).is_some_and(|w| w.strong_count() > 0) {
+                return Err(BsError::Busy(format!("blob {id:#x} is open")));
+            }
+            if st.busy.contains_key(&id) {
+                return Err(BsError::Busy(format!("blob {id:#x} is busy")));
+            }
+            let page = blobid_to_page(id) as usize;
+            if page_to_blobid(page as u64) != id || !st.blobids.get(page) {
+                return Err(BsError::NotFound(id));
+            }
+            st.busy.insert(id, "deleted");
+        }
+        let res = async {
+            let (md, chain) = s.read_blob(id).await?;
+            s.mark_dirty().await?;
+            s.dev.write_zeroes(s.page_offset(chain[0]), s.geo.md_page_size as u64).await?;
+            s.dev.flush().await?;
+            let mut pages = chain.clone();
+            pages.extend(md.extent_table.iter().flatten().copied().filter(|&p| p != 0));
+            for &p in &chain[1..] {
+                s.dev.write_zeroes(s.page_offset(p), s.geo.md_page_size as u64).await?;
+            }
+            s.release_pages(&pages);
+            s.release_clusters(&md.clusters);
+            {
+                let mut st = s.lock();
+                st.blobids.clear(blobid_to_page(id) as usize);
+            }
+            if md.clear_method() != ClearMethod::None {
+                for &c in md.clusters.iter().filter(|&&c| c != 0) {
+                    s.dev.unmap(s.cluster_block(c) * s.dev.block_size() as u64, s.geo.cluster_size as u64).await?;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        s.lock().busy.remove(&id);
+        res
+    }
+}
+
+fn clear_bits(c: ClearMethod) -> u64 {
+    match c {
+        ClearMethod::Default => 0,
+        ClearMethod::None => 1,
+        ClearMethod::Unmap => 2,
+        ClearMethod::WriteZeroes => 3,
+    }
+}
+
+impl Blob {
+    /// The blob id.
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// The cluster map as it is now. Readers on other cores keep it until
+    /// [`Blob::map_generation`] moves (a resize replaced it).
+    pub fn map(&self) -> Arc<ClusterMap> {
+        lock(&self.0.map).clone()
+    }
+
+    /// Bumped whenever [`Blob::map`] is replaced.
+    pub fn map_generation(&self) -> u64 {
+        self.0.map_gen.load(Ordering::Acquire)
+    }
+
+    /// A copy of the metadata as it is now.
+    pub fn md(&self) -> BlobMd {
+        lock(&self.0.st).md.clone()
+    }
+
+    /// Size in clusters.
+    pub fn num_clusters(&self) -> u64 {
+        lock(&self.0.st).md.num_clusters
+    }
+
+    /// Allocated clusters.
+    pub fn allocated_clusters(&self) -> u64 {
+        lock(&self.0.st).md.allocated_clusters()
+    }
+
+    /// Thin provisioned.
+    pub fn is_thin(&self) -> bool {
+        lock(&self.0.st).md.is_thin_provisioned()
+    }
+
+    /// Read-only (a snapshot, or marked so).
+    pub fn is_read_only(&self) -> bool {
+        lock(&self.0.st).md.access() != Access::ReadWrite
+    }
+
+    /// The value of xattr `name`.
+    pub fn xattr(&self, name: &str) -> Option<Vec<u8>> {
+        lock(&self.0.st).md.xattr(name).map(|x| x.value.clone())
+    }
+
+    /// The names of its xattrs.
+    pub fn xattr_names(&self) -> Vec<String> {
+        lock(&self.0.st).md.xattrs.iter().map(|x| String::from_utf8_lossy(&x.name).into_owned()).collect()
+    }
+
+    fn writable_md(&self) -> BsResult<MutexGuard<'_, BlobState>> {
+        on_md_core(&self.0.store)?;
+        let st = lock(&self.0.st);
+        if matches!(st.md.access(), Access::MdReadOnly | Access::Unopenable) {
+            return Err(BsError::ReadOnly(self.0.id));
+        }
+        Ok(st)
+    }
+
+    /// Sets xattr `name` (in memory: [`Blob::sync_md`] writes it).
+    pub fn set_xattr(&self, name: &str, value: &[u8]) -> BsResult<()> {
+        let mut st = self.writable_md()?;
+        match st.md.xattrs.iter_mut().find(|x| x.name == name.as_bytes()) {
+            Some(x) => x.value = value.to_vec(),
+            None => st.md.xattrs.push(Xattr::new(name.as_bytes().to_vec(), value.to_vec())),
+        }
+        st.chain_dirty = true;
+        Ok(())
+    }
+
+    /// Removes xattr `name` (in memory); false if it had none.
+    pub fn remove_xattr(&self, name: &str) -> BsResult<bool> {
+        let mut st = self.writable_md()?;
+        let before = st.md.xattrs.len();
+        st.md.xattrs.retain(|x| x.name != name.as_bytes());
+        let removed = st.md.xattrs.len() != before;
+        st.chain_dirty |= removed;
+        Ok(removed)
+    }
+
+    /// Marks the blob read-only (in memory).
+    pub fn set_read_only(&self) -> BsResult<()> {
+        let mut st = self.writable_md()?;
+        st.md.data_ro_flags |= FLAG_READ_ONLY;
+        st.chain_dirty = true;
+        Ok(())
+    }
+
+    /// Changes the size to `n` clusters in memory (a thick blob gets its new clusters now;
+    /// clusters cut off are released when the metadata is written). Readers on other cores must
+    /// not be using the map (the caller freezes the blob's I/O).
+    fn set_size(&self, n: u64) -> BsResult<()> {
+        let s = &self.0.store;
+        let mut st = self.writable_md()?;
+        if st.md.access() != Access::ReadWrite {
+            return Err(BsError::ReadOnly(self.0.id));
+        }
+        let old = st.md.num_clusters;
+        if n > u32::MAX as u64 || n > ParseLimits::default().max_clusters {
+            return Err(BsError::Invalid(format!("{n} clusters are more than a blob holds")));
+        }
+        if n > old {
+            if st.md.is_thin_provisioned() {
+                st.md.clusters.resize(n as usize, 0);
+            } else {
+                let got = s.claim_clusters(n - old)?;
+                st.md.clusters.extend(got);
+            }
+            for ep in cluster_to_extent_page(old)..extent_pages_for(n) {
+                st.dirty_eps.insert(ep);
+            }
+        } else if n < old {
+            let cut = st.md.clusters.split_off(n as usize);
+            st.cut_clusters.extend(cut.into_iter().filter(|&c| c != 0));
+            if let Some(t) = st.md.extent_table.as_mut() {
+                let gone = t.split_off(extent_pages_for(n) as usize);
+                st.cut_pages.extend(gone.into_iter().filter(|&p| p != 0));
+            }
+            if n > 0 {
+                // The last extent page kept holds fewer clusters now.
+                st.dirty_eps.insert(cluster_to_extent_page(n - 1));
+            }
+            st.dirty_eps.retain(|&ep| ep < extent_pages_for(n));
+        }
+        st.md.num_clusters = n;
+        if let Some(t) = st.md.extent_table.as_mut() {
+            t.resize(extent_pages_for(n) as usize, 0);
+        }
+        st.chain_dirty = true;
+        let map = map_of(&st.md, s.blocks_per_cluster);
+        drop(st);
+        *lock(&self.0.map) = Arc::new(map);
+        self.0.map_gen.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Resizes to `n` clusters and writes the metadata. Shrinking releases (and unmaps) the
+    /// clusters cut off once the new metadata is on the device. The caller keeps the blob's I/O
+    /// away from the clusters that go.
+    pub async fn resize(&self, n: u64) -> BsResult<()> {
+        self.set_size(n)?;
+        self.persist().await
+    }
+
+    /// Writes the metadata changed in memory (xattrs, flags).
+    pub async fn sync_md(&self) -> BsResult<()> {
+        on_md_core(&self.0.store)?;
+        self.persist().await
+    }
+
+    /// Waits for this blob's turn to write metadata.
+    async fn turn(&self) {
+        loop {
+            let rx = {
+                let mut st = lock(&self.0.st);
+                if !st.persisting {
+                    st.persisting = true;
+                    return;
+                }
+                let (tx, rx) = oneshot::channel();
+                st.waiters.push(tx);
+                rx
+            };
+            let _ = rx.await;
+        }
+    }
+
+    fn end_turn(&self) {
+        let waiters = {
+            let mut st = lock(&self.0.st);
+            st.persisting = false;
+            std::mem::take(&mut st.waiters)
+        };
+        for w in waiters {
+            w.send(());
+        }
+    }
+
+    /// Writes what changed: extent pages (new ones to fresh pages, changed ones in place), and,
+    /// if more than extent pages changed, the chain copy-on-write (see the module doc of
+    /// [`super`]). Then releases what the old metadata held and the new does not.
+    pub(crate) async fn persist(&self) -> BsResult<()> {
+        self.turn().await;
+        let r = self.persist_turn().await;
+        self.end_turn();
+        r
+    }
+
+    async fn persist_turn(&self) -> BsResult<()> {
+        let s = self.0.store.clone();
+        s.mark_dirty().await?;
+        // What to write, decided under the lock; new pages claimed.
+        let mut new_pages: Vec<u32> = Vec::new();
+        let plan = (|| -> BsResult<Plan> {
+            let mut st = lock(&self.0.st);
+            let mut eps = Vec::new();
+            let dirty: Vec<u64> = std::mem::take(&mut st.dirty_eps).into_iter().collect();
+            let mut new_ep = false;
+            if st.md.extent_table.is_some() {
+                for n in dirty {
+                    let ep = st.md.extent_page(n);
+                    let Some(&at) = st.md.extent_table.as_ref().and_then(|t| t.get(n as usize)) else { continue };
+                    if at == 0 && ep.clusters.iter().all(|&c| c == 0) {
+                        continue;
+                    }
+                    let table = st.md.extent_table.as_mut().expect("checked");
+                    if table[n as usize] == 0 {
+                        let p = s.claim_pages(1)?[0];
+                        new_pages.push(p);
+                        table[n as usize] = p;
+                        new_ep = true;
+                    }
+                    eps.push((table[n as usize], ep.to_page()?));
+                }
+            } else if !dirty.is_empty() {
+                st.chain_dirty = true;
+            }
+            let chain = if st.chain_dirty || new_ep {
+                let mut pages = st.md.serialize()?;
+                let rest = s.claim_pages(pages.len() - 1)?;
+                new_pages.extend(&rest);
+                link_chain(&mut pages, &rest)?;
+                st.chain_dirty = false;
+                Some((pages, rest))
+            } else {
+                None
+            };
+            // What a shrink cut off goes once the chain without it is written.
+            let (cut, cut_pages) = if chain.is_some() {
+                (std::mem::take(&mut st.cut_clusters), std::mem::take(&mut st.cut_pages))
+            } else {
+                (Vec::new(), Vec::new())
+            };
+            Ok(Plan { eps, chain, cut, cut_pages })
+        })();
+        let plan = match plan {
+            Ok(p) => p,
+            Err(e) => {
+                s.release_pages(&new_pages);
+                return Err(e);
+            }
+        };
+        let res = self.write_plan(&s, &plan).await;
+        if let Err(e) = res {
+            // The old metadata is what the device has (or, after a crash, what recovery finds):
+            // give back what this attempt claimed and write everything again next time.
+            s.release_pages(&new_pages);
+            let mut st = lock(&self.0.st);
+            st.cut_clusters.extend(&plan.cut);
+            st.cut_pages.extend(&plan.cut_pages);
+            st.chain_dirty = true;
+            for n in 0..st.md.extent_table.as_ref().map_or(0, |t| t.len()) {
+                st.dirty_eps.insert(n as u64);
+            }
+            if let Some(t) = st.md.extent_table.as_mut() {
+                for (p, _) in &plan.eps {
+                    if new_pages.contains(p) {
+                        if let Some(slot) = t.iter_mut().find(|x| **x == *p) {
+                            *slot = 0;
+                        }
+                    }
+                }
+            }
+            return Err(e);
+        }
+        if let Some((_, rest)) = &plan.chain {
+            let old: Vec<u32> = {
+                let mut st = lock(&self.0.st);
+                let old = st.chain[1..].to_vec();
+                st.chain.truncate(1);
+                st.chain.extend(rest);
+                old
+            };
+            for &p in &old {
+                s.dev.write_zeroes(s.page_offset(p), s.geo.md_page_size as u64).await?;
+            }
+            s.release_pages(&old);
+        }
+        for &p in &plan.cut_pages {
+            s.dev.write_zeroes(s.page_offset(p), s.geo.md_page_size as u64).await?;
+        }
+        s.release_pages(&plan.cut_pages);
+        if !plan.cut.is_empty() {
+            let clear = lock(&self.0.st).md.clear_method();
+            s.release_clusters(&plan.cut);
+            if clear != ClearMethod::None {
+                for &c in plan.cut.iter().filter(|&&c| c != 0) {
+                    s.dev.unmap(s.cluster_block(c) * s.dev.block_size() as u64, s.geo.cluster_size as u64).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn write_plan(&self, s: &Store, plan: &Plan) -> BsResult<()> {
+        for (p, page) in &plan.eps {
+            s.write_page(*p, page).await?;
+        }
+        if let Some((pages, rest)) = &plan.chain {
+            for (page, &at) in pages[1..].iter().zip(rest) {
+                s.write_page(at, page).await?;
+            }
+            // Everything the first page refers to is on the medium before it is.
+            s.dev.flush().await?;
+            s.write_page(blobid_to_page(self.0.id), &pages[0]).await?;
+            s.dev.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Allocates cluster `index` of a thin blob (its first write), once: the cluster is claimed,
+    /// recorded in the metadata on the device, and only then published in the map. Concurrent
+    /// calls for the same cluster wait for the first. Returns the cluster's start block.
+    pub async fn allocate_cluster(&self, index: u64) -> BsResult<u64> {
+        let s = self.0.store.clone();
+        on_md_core(&s)?;
+        if let Some(start) = self.map().start(index) {
+            return Ok(start);
+        }
+        let waiter = {
+            let mut st = lock(&self.0.st);
+            if index >= st.md.num_clusters {
+                return Err(BsError::Invalid(format!("cluster {index} beyond the blob's {}", st.md.num_clusters)));
+            }
+            if st.md.access() != Access::ReadWrite {
+                return Err(BsError::ReadOnly(self.0.id));
+            }
+            match st.allocating.get_mut(&index) {
+                Some(w) => {
+                    let (tx, rx) = oneshot::channel();
+                    w.push(tx);
+                    Some(rx)
+                }
+                None => {
+                    st.allocating.insert(index, Vec::new());
+                    None
+                }
+            }
+        };
+        if let Some(rx) = waiter {
+            return rx.await.map_err(|_| BsError::Busy("the allocation was dropped".into()))?;
+        }
+        let res = async {
+            let c = s.claim_clusters(1)?[0];
+            {
+                let mut st = lock(&self.0.st);
+                st.md.clusters[index as usize] = c;
+                st.dirty_eps.insert(index / EXTENTS_PER_EP);
+            }
+            if let Err(e) = self.persist().await {
+                lock(&self.0.st).md.clusters[index as usize] = 0;
+                s.release_clusters(&[c]);
+                return Err(e);
+            }
+            let start = s.cluster_block(c);
+            let map = self.map();
+            match map.insert(index, start) {
+                Ok(()) => Ok(start),
+                Err(e) => Err(BsError::Invalid(format!("cluster {index} of blob {:#x}: {e:?}", self.0.id))),
+            }
+        }
+        .await;
+        let waiters = lock(&self.0.st).allocating.remove(&index).unwrap_or_default();
+        for w in waiters {
+            w.send(res.clone());
+        }
+        res
+    }
+}
+
+/// What one persist writes.
+struct Plan {
+    /// Extent pages: (metadata page, content).
+    eps: Vec<(u32, MdPage)>,
+    /// The chain and the fresh pages of its pages 1.., if the chain is rewritten.
+    chain: Option<(Vec<MdPage>, Vec<u32>)>,
+    /// Clusters cut off by a shrink, released after the write.
+    cut: Vec<u32>,
+    /// Extent pages cut off by a shrink, zeroed and released after the write.
+    cut_pages: Vec<u32>,
+}
