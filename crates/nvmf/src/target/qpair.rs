@@ -762,8 +762,21 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
     for slot in waiting {
         c.release(slot);
     }
-    // Requests still waiting (for memory, in a delay bdev) are asked to end.
+    // Requests still waiting (for memory, in a delay bdev) are asked to end. A request caught
+    // between two layers at that instant (a delay bdev's, on its way back from its base and
+    // not yet held) is not found: ask again a few times while the writer waits for them.
     abort_in_flight(&c);
+    let again = c.clone();
+    ferrite_reactor::spawn_local(async move {
+        for ms in [1, 10, 100, 1000] {
+            ferrite_reactor::sleep(Duration::from_millis(ms)).await;
+            if again.in_flight.get() == 0 {
+                return;
+            }
+            abort_in_flight(&again);
+        }
+    })
+    .detach();
     c.wake();
     writer_task.await;
     c.sock.shutdown();
