@@ -124,7 +124,11 @@ fn abort(c: &Rc<Conn>, slot: u16, sqe: &crate::spec::sqe::Sqe) {
     ferrite_reactor::spawn_local(async move {
         let aborted = answer.await.unwrap_or(false);
         c.aborts.set(c.aborts.get() - 1);
-        ::log::debug!(
+        // Each command aborted is worth a line; the misses (which a host can ask for at will)
+        // only at debug.
+        let level = if aborted { ::log::Level::Info } else { ::log::Level::Debug };
+        ::log::log!(
+            level,
             "nvmf connection {}: Abort of command {cid} on queue {sqid}: {}",
             c.id,
             if aborted { "aborted" } else { "not aborted" }
