@@ -40,7 +40,12 @@ fn u64_(b: &mut &[u8]) -> u64 {
 
 /// Reads NAME.pages.
 pub fn load_pages(name: &str) -> Pages {
-    let data = std::fs::read(fixtures_dir().join(format!("{name}.pages"))).unwrap();
+    load_pages_from(&fixtures_dir(), name)
+}
+
+/// Reads NAME.pages from `dir` (for users outside this crate).
+pub fn load_pages_from(dir: &std::path::Path, name: &str) -> Pages {
+    let data = std::fs::read(dir.join(format!("{name}.pages"))).unwrap();
     let mut b = data.as_slice();
     assert_eq!(take(&mut b, 8), b"FBLOBPG1");
     let page_size = u32_(&mut b) as usize;
