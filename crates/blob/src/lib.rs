@@ -7,6 +7,8 @@
 //! - [`offline`]: reads a whole image through a tiny [`offline::ReadAt`] trait, dumps it and
 //!   checks its consistency (`ferrite blobstore dump|check`).
 
+#![warn(missing_docs)]
+
 pub mod format;
 pub mod lvol;
 pub mod offline;
