@@ -5,6 +5,8 @@
 #   nvmf_tcp_pdu - the NVMe/TCP PDU decoder (and, through its checks, the encoder)
 #   nvmf_target  - the NVMe/TCP target's command handlers, an in-process engine fed each input
 #                  over a socket after a valid ICReq and Connect
+#   blob_md      - the blobstore on-disk format codec (super block, md pages, masks) and the
+#                  offline checker on whole images
 #
 # Usage: fuzz/run.sh [SECONDS]    (default 30; each target runs that long)
 #
@@ -14,7 +16,7 @@
 # earlier one failed; each prints an OK or FAIL line, and any FAIL makes this exit non-zero.
 set -euo pipefail
 
-TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target)
+TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md)
 
 SECONDS_TO_RUN="${1:-30}"
 if ! [[ "$SECONDS_TO_RUN" =~ ^[0-9]+$ ]] || [ "$SECONDS_TO_RUN" -eq 0 ]; then

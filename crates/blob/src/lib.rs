@@ -7,7 +7,9 @@
 //! - [`offline`]: reads a whole image through a tiny [`offline::ReadAt`] trait, dumps it and
 //!   checks its consistency (`ferrite blobstore dump|check`).
 //! - [`store`]: the runtime blobstore: what a loaded blobstore keeps in memory and how it
-//!   changes.
+//!   changes on the device.
+
+#![warn(missing_docs)]
 
 pub mod format;
 pub mod lvol;

@@ -1,6 +1,7 @@
-//! `ferrite`: the target daemon (`serve`), its JSON-RPC client (`rpc`) and a bdevperf-style
-//! benchmark (`perf`).
+//! `ferrite`: the target daemon (`serve`), its JSON-RPC client (`rpc`), a bdevperf-style
+//! benchmark (`perf`) and offline blobstore tools (`blobstore`).
 
+mod blobstore_cmd;
 mod logger;
 mod perf_cmd;
 mod rpc_cmd;
@@ -25,6 +26,8 @@ enum Cmd {
     Rpc(rpc_cmd::RpcArgs),
     /// Benchmark bdevs in-process, like SPDK's bdevperf (same flags).
     Perf(perf_cmd::PerfArgs),
+    /// Inspect a blobstore (lvstore) image offline: dump its metadata or check it.
+    Blobstore(blobstore_cmd::BlobstoreArgs),
 }
 
 fn main() {
@@ -33,6 +36,7 @@ fn main() {
         Cmd::Serve(a) => serve::run(a),
         Cmd::Rpc(a) => rpc_cmd::run(a),
         Cmd::Perf(a) => perf_cmd::run(a),
+        Cmd::Blobstore(a) => blobstore_cmd::run(a),
     };
     std::process::exit(code);
 }

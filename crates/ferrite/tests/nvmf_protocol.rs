@@ -1247,3 +1247,70 @@ fn abort_of_an_io_command_held_by_the_bdev() {
     assert_eq!(s.io[1].read(nsid, 4, 2, 4096).ok("read back").data, data, "data written before the aborts");
     still_serves(&mut n, 140);
 }
+
+#[test]
+fn reads_queued_just_before_a_disconnect_are_aborted() {
+    // The reads reach a delay bdev (60 s) in the same instant the host closes: the close must
+    // still abort every one of them (some are on their way back from the delay bdev's base and
+    // not yet held when the first abort looks), or they would pin the connection and the
+    // bdev for a minute.
+    let (_dir, mut n) = setup("nvmfheld", "0x1", json!({}));
+    n.d.call("bdev_null_create", Some(json!({"name": "NH", "num_blocks": 131072, "block_size": 512})));
+    n.d.call(
+        "bdev_delay_create",
+        Some(json!({"base_bdev_name": "NH", "name": "DH", "avg_read_latency": 60_000_000,
+            "p99_read_latency": 60_000_000, "avg_write_latency": 10, "p99_write_latency": 10})),
+    );
+    const HNQN: &str = "nqn.2016-06.io.ferrite:held";
+    n.subsystem(HNQN, true);
+    let nsid = n.add_ns(HNQN, "DH");
+    n.listen(HNQN);
+    for _ in 0..5 {
+        let mut s = Session::open(n.port, HNQN, 1, HostOpts::default(), 4096);
+        for i in 0..64 {
+            s.io[0].submit(Host::rw_sqe(nvm::READ, nsid, i * 8, 8), None, 4096);
+        }
+        drop(s);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Nothing is held: the delay bdev deletes at once.
+    let t0 = Instant::now();
+    assert_eq!(n.d.call("bdev_delay_delete", Some(json!({"name": "DH"}))), json!(true));
+    assert!(t0.elapsed() < Duration::from_secs(5), "bdev_delay_delete waited {:?}", t0.elapsed());
+    still_serves(&mut n, 141);
+}
+
+#[test]
+fn aborts_beyond_the_abort_command_limit_are_refused() {
+    use ferrite_nvmf::spec::opcode::admin::ABORT;
+    use ferrite_nvmf::spec::status::command_specific::ABORT_COMMAND_LIMIT_EXCEEDED;
+    let (_dir, mut n) = setup("nvmfacl", "0x1", json!({}));
+    let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+    let id = s.admin.identify(cns::CONTROLLER, 0, 0).ok("Identify Controller");
+    let acl = u32::from(id.data[258]);
+    assert_eq!(acl, 3, "ACL");
+    // Writes whose data (past the in-capsule size) the host never sends: they wait in
+    // Receiving, and an Abort of one waits for it (abort_timeout_sec, 1 s).
+    let data = pattern(7, 8192);
+    let writes: Vec<u16> =
+        (0..6).map(|i| s.io[0].submit(Host::rw_sqe(nvm::WRITE, NS4K, i * 2, 2), Some(&data), 0)).collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let abort = |cid: u16| Host::sqe(ABORT, 0, |q| q.cdw10 = 1 | u32::from(cid) << 16);
+    let aborts: Vec<u16> = writes.iter().map(|&w| s.admin.submit(abort(w), None, 0)).collect();
+    let t0 = Instant::now();
+    // ACL + 1 are answered; the others at once with Abort Command Limit Exceeded.
+    for &a in &aborts[acl as usize + 1..] {
+        let r = s.admin.wait(a);
+        assert_eq!(status(&r), (sct::COMMAND_SPECIFIC, ABORT_COMMAND_LIMIT_EXCEEDED), "{:?}", r.cqe);
+    }
+    assert!(t0.elapsed() < Duration::from_millis(900), "the refusals waited {:?}", t0.elapsed());
+    for &a in &aborts[..=acl as usize] {
+        let r = s.admin.wait(a);
+        assert_eq!(status(&r), (sct::GENERIC, generic::SUCCESS), "{:?}", r.cqe);
+    }
+    // The limit is free again: another Abort is answered (nothing by that CID: not aborted).
+    let r = s.admin.cmd(abort(0xfff0), None, 0).ok("Abort after the others");
+    assert_eq!(r.cqe.dw0 & 1, 1, "{:?}", r.cqe);
+    drop(s);
+    still_serves(&mut n, 142);
+}

@@ -342,6 +342,7 @@ impl HostCtrlr {
                         me.failed.store(true, Ordering::Release);
                         me.paths_changed();
                         me.fail_paths();
+                        crate::group::remove_lost(&me).await;
                         return;
                     }
                     ferrite_reactor::sleep(Duration::from_secs(me.opts.reconnect_delay_sec.max(1))).await;

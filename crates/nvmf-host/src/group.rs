@@ -419,6 +419,25 @@ pub async fn detach(name: &str, filter: &PathFilter) -> Result<(), RpcError> {
     if !filter.is_empty() && !matched {
         return Err(strerror(libc::ENXIO));
     }
+    drop_controllers(&g, &gone).await;
+    Ok(())
+}
+
+/// Controller `c` was given up on (`ctrlr_loss_timeout_sec` passed): as SPDK does, it is
+/// deleted; bdevs it alone served are unregistered, and the name goes with its last controller.
+pub async fn remove_lost(c: &Arc<HostCtrlr>) {
+    let Some(g) = get(&c.opts.name) else { return };
+    if !g.ctrlrs.lock().unwrap().iter().any(|x| Arc::ptr_eq(x, c)) {
+        return;
+    }
+    log::warn!("nvme controller {}: deleting the lost controller", g.name);
+    drop_controllers(&g, std::slice::from_ref(c)).await;
+}
+
+/// Takes controllers `gone` out of group `g`: they leave its bdevs first, bdevs left with none
+/// are unregistered, the group goes once it has no controller, then they are detached.
+async fn drop_controllers(g: &Arc<Group>, gone: &[Arc<HostCtrlr>]) {
+    let name = g.name.as_str();
     // Controllers that go leave the bdevs first; bdevs left with none are unregistered.
     let mut unreg = Vec::new();
     {
@@ -451,10 +470,9 @@ pub async fn detach(name: &str, filter: &PathFilter) -> Result<(), RpcError> {
     for w in waits {
         let _ = w.await;
     }
-    for c in &gone {
+    for c in gone {
         ctrlr::detach(c).await;
     }
-    Ok(())
 }
 
 /// Sets the multipath policy of a bdev of this module (`bdev_nvme_set_multipath_policy`).

@@ -138,7 +138,10 @@ impl HostQpair {
             sock,
             params: Cell::new(Negotiated::INITIAL),
             qid: p.qid,
-            icd_max: Cell::new(if p.qid == 0 { 8192 } else { 0 }),
+            // The admin queue takes 8 KiB in capsules (NVMe/TCP); an I/O queue's Connect data
+            // goes in its capsule too (every target takes that), and its own limit (IOCCSZ) is
+            // set once it is connected.
+            icd_max: Cell::new(if p.qid == 0 { 8192 } else { ConnectData::SIZE as u32 }),
             cmds: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             depth,

@@ -13,6 +13,7 @@ pub mod net;
 pub mod oneshot;
 mod panic;
 pub mod pbuf;
+pub mod ratelog;
 mod reactor;
 pub mod ring;
 pub mod sim;

@@ -334,3 +334,41 @@ impl<R: ReadAt + ?Sized> PageReader<'_, R> {
         Ok(entry)
     }
 }
+
+/// The masks SPDK's recovery (`bs_recover`, on loading a blobstore that is not clean) writes
+/// for this image: every page of every blob's chain and extent pages, the first page of every
+/// blob, and the metadata clusters plus every cluster a blob maps. Blobs whose metadata cannot
+/// be read contribute the pages that could be followed (SPDK itself would fail the load).
+pub fn rebuilt_masks(img: &Image) -> RebuiltMasks {
+    let g = &img.geometry;
+    let mut pages = MdMask::new(MaskKind::UsedPages, g.md_len);
+    let mut blobids = MdMask::new(MaskKind::UsedBlobIds, g.md_len);
+    // total_clusters fits u32: checked by SuperBlock::geometry.
+    let mut clusters = MdMask::new(MaskKind::UsedClusters, g.total_clusters as u32);
+    for c in 0..g.md_clusters {
+        clusters.set(c, true);
+    }
+    for b in &img.blobs {
+        blobids.set(blobid_to_page(b.id).into(), true);
+        for &p in b.chain.iter().chain(b.extent_pages.iter()) {
+            pages.set(p.into(), true);
+        }
+        if let Ok(md) = &b.md {
+            for &c in md.clusters.iter().filter(|&&c| c != 0) {
+                clusters.set(c.into(), true);
+            }
+        }
+    }
+    RebuiltMasks { used_pages: pages, used_clusters: clusters, used_blobids: blobids }
+}
+
+/// The result of [`rebuilt_masks`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebuiltMasks {
+    /// Used md pages.
+    pub used_pages: MdMask,
+    /// Used clusters.
+    pub used_clusters: MdMask,
+    /// Used blob ids.
+    pub used_blobids: MdMask,
+}

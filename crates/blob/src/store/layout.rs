@@ -91,7 +91,7 @@ impl Layout {
     /// The layout SPDK's `spdk_bs_init` gives a device of `dev` with `opts`.
     pub fn new(dev: DevGeometry, opts: InitOpts) -> Result<Layout, LayoutError> {
         let bs = dev.block_size;
-        if bs == 0 || dev.phys_block_size == 0 || dev.phys_block_size % bs != 0 {
+        if bs == 0 || dev.phys_block_size == 0 || !dev.phys_block_size.is_multiple_of(bs) {
             return Err(LayoutError::Invalid(format!(
                 "unsupported block size {bs} (physical {})",
                 dev.phys_block_size
@@ -102,7 +102,7 @@ impl Layout {
             return Err(LayoutError::Invalid(format!("metadata page size {md_page_size} is not a power of two")));
         }
         let cs = opts.cluster_size;
-        if cs < md_page_size || cs % md_page_size != 0 || cs % bs != 0 {
+        if cs < md_page_size || !cs.is_multiple_of(md_page_size) || !cs.is_multiple_of(bs) {
             return Err(LayoutError::Invalid(format!(
                 "cluster size {cs} is not a multiple of the metadata page ({md_page_size}) and the block ({bs})"
             )));

@@ -36,7 +36,6 @@ use bits::BitArray;
 pub use blob::{Blob, BlobOpts};
 pub use clusters::ClusterMap;
 pub use dev::{Dev, DevError};
-use ferrite_reactor::Engine;
 use layout::{DevGeometry, InitOpts, Layout};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -161,12 +160,9 @@ pub(crate) struct Store {
     pub(crate) dev: Dev,
     pub(crate) geo: Geometry,
     pub(crate) md_core: usize,
-    pub(crate) engine: Engine,
     pub(crate) md: Mutex<MdState>,
     /// Blocks per cluster.
     pub(crate) blocks_per_cluster: u64,
-    /// Blocks per metadata page.
-    pub(crate) blocks_per_page: u64,
 }
 
 impl std::fmt::Debug for Blobstore {
@@ -325,11 +321,9 @@ impl Blobstore {
         let md_core = ferrite_reactor::current().ok_or_else(|| BsError::Invalid("not on a reactor".into()))?;
         Ok(Blobstore(Arc::new(Store {
             blocks_per_cluster: (geo.cluster_size / geo.io_unit_size) as u64,
-            blocks_per_page: (geo.md_page_size / geo.io_unit_size) as u64,
             dev,
             geo,
             md_core,
-            engine: ferrite_reactor::engine(),
             md: Mutex::new(st),
         })))
     }

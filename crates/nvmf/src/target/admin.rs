@@ -85,6 +85,9 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
 /// bdev's). A command still receiving its data is waited for up to the transport's
 /// `abort_timeout_sec`, as SPDK does. DW0 bit 0 answers "not aborted" when nothing was stopped:
 /// the command had completed, or its bdev could not stop it (it completes on its own).
+/// Identify Controller's Abort Command Limit (0's based: this many plus one at a time).
+pub(crate) const ABORT_LIMIT: u8 = 3;
+
 fn abort(c: &Rc<Conn>, slot: u16, sqe: &crate::spec::sqe::Sqe) {
     let sqid = sqe.cdw10 as u16;
     let cid = (sqe.cdw10 >> 16) as u16;
@@ -104,13 +107,28 @@ fn abort(c: &Rc<Conn>, slot: u16, sqe: &crate::spec::sqe::Sqe) {
     let Some(at) = at else {
         return c.complete(slot, Status::SUCCESS, 1, None);
     };
+    // At most ACL + 1 Aborts are answered at a time (Identify Controller's 0's based limit).
+    if c.aborts.get() > u32::from(ABORT_LIMIT) {
+        return c.complete(
+            slot,
+            Status::command_specific(crate::spec::status::command_specific::ABORT_COMMAND_LIMIT_EXCEEDED),
+            0,
+            None,
+        );
+    }
+    c.aborts.set(c.aborts.get() + 1);
     let wait = std::time::Duration::from_secs(u64::from(c.opts.abort_timeout_sec));
     let answer =
         ferrite_reactor::engine().run_async(at.reactor, move || super::qpair::abort_command(at.conn, cid, wait));
     let c = c.clone();
     ferrite_reactor::spawn_local(async move {
         let aborted = answer.await.unwrap_or(false);
-        ::log::info!(
+        c.aborts.set(c.aborts.get() - 1);
+        // Each command aborted is worth a line; the misses (which a host can ask for at will)
+        // only at debug.
+        let level = if aborted { ::log::Level::Info } else { ::log::Level::Debug };
+        ::log::log!(
+            level,
             "nvmf connection {}: Abort of command {cid} on queue {sqid}: {}",
             c.id,
             if aborted { "aborted" } else { "not aborted" }
@@ -137,7 +155,7 @@ fn identify_controller(c: &Conn, ctrl: &Ctrlr, t: &Tables) -> IdentifyController
         cntlid: ctrl.cntlid,
         ver: crate::spec::registers::Vs::V1_3.to_u32(),
         ctratt: ic::ctratt::HOST_ID_128,
-        acl: 3,
+        acl: ABORT_LIMIT,
         aerl: (AER_LIMIT - 1) as u8,
         frmw: ic::frmw::SLOT1_RO | (1 << 1),
         lpa: ic::lpa::COMMAND_EFFECTS | ic::lpa::EXTENDED_DATA,

@@ -164,6 +164,8 @@ pub(crate) struct Conn {
     pub(crate) reactor: usize,
     /// No more commands are read.
     pub(crate) closing: Cell<bool>,
+    /// Abort commands of this (admin) queue still being answered.
+    pub(crate) aborts: Cell<u32>,
     /// Closed for good: nothing more is sent.
     pub(crate) dead: Cell<bool>,
     writer: RefCell<Option<Waker>>,
@@ -605,7 +607,8 @@ fn start_watchdog() {
             let bound = c.bound.borrow().as_ref().map(|b| (b.ctrl.clone(), b.qid));
             match bound {
                 None if now.saturating_sub(c.accepted) > duration_to_ticks(CONNECT_TIMEOUT) => {
-                    log::warn!(
+                    ferrite_reactor::log_limited!(
+                        log::Level::Warn,
                         "nvmf connection {} from {}: no Connect within {CONNECT_TIMEOUT:?}; closing",
                         c.id,
                         c.peer
@@ -712,6 +715,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
         trid,
         reactor,
         closing: Cell::new(false),
+        aborts: Cell::new(0),
         dead: Cell::new(false),
         writer: RefCell::new(None),
         reader: RefCell::new(None),
@@ -762,8 +766,21 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
     for slot in waiting {
         c.release(slot);
     }
-    // Requests still waiting (for memory, in a delay bdev) are asked to end.
+    // Requests still waiting (for memory, in a delay bdev) are asked to end. A request caught
+    // between two layers at that instant (a delay bdev's, on its way back from its base and
+    // not yet held) is not found: ask again a few times while the writer waits for them.
     abort_in_flight(&c);
+    let again = c.clone();
+    ferrite_reactor::spawn_local(async move {
+        for ms in [1, 10, 100, 1000] {
+            ferrite_reactor::sleep(Duration::from_millis(ms)).await;
+            if again.in_flight.get() == 0 {
+                return;
+            }
+            abort_in_flight(&again);
+        }
+    })
+    .detach();
     c.wake();
     writer_task.await;
     c.sock.shutdown();
@@ -781,6 +798,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
 /// is waited for up to `wait`. True if something was aborted.
 pub(crate) async fn abort_command(conn: u64, cid: u16, wait: Duration) -> bool {
     let deadline = Instant::now() + wait;
+    let mut poll = Duration::from_millis(1);
     loop {
         let Some(c) = LIVE.with(|l| l.borrow().get(&conn).cloned()) else { return false };
         if c.dead.get() {
@@ -800,7 +818,9 @@ pub(crate) async fn abort_command(conn: u64, cid: u16, wait: Duration) -> bool {
             }
             Some((_, Phase::Receiving | Phase::Ready, _)) if Instant::now() < deadline => {
                 drop(c);
-                ferrite_reactor::sleep(Duration::from_millis(1)).await;
+                // Looks again soon, then less and less often (up to every 32 ms).
+                ferrite_reactor::sleep(poll).await;
+                poll = (poll * 2).min(Duration::from_millis(32));
             }
             _ => return false,
         }
@@ -966,7 +986,11 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
                     },
                     Some(Event::DataEnd) => data_end(c, dest, false),
                     Some(Event::DataDigestError { received, computed, .. }) => {
-                        log::warn!("nvmf connection {}: data digest {received:#010x}, computed {computed:#010x}", c.id);
+                        ferrite_reactor::log_limited!(
+                            log::Level::Warn,
+                            "nvmf connection {}: data digest {received:#010x}, computed {computed:#010x}",
+                            c.id
+                        );
                         data_end(c, dest, true)
                     }
                 }
