@@ -113,3 +113,26 @@ fn after_a_crash_every_request_fails_and_a_flush_makes_writes_survive_the_next()
     assert_eq!(disk.counts().failed, 2);
     assert_eq!(blocks_of(&disk.image())[0], 0xb2, "a write after the cut changes nothing");
 }
+
+#[test]
+fn crash_at_cuts_the_power_on_the_chosen_write_and_tears_it() {
+    let mut sim = Sim::new(5, 1).unwrap();
+    let disk = sim.on(0, || crash_disk::create("K", BS as u32, vec![0; BS * BLOCKS])).unwrap();
+    // The third write or flush cuts the power; every unflushed version survives.
+    disk.crash_at(3, |n| n);
+    let rx = sim.engine().run_async(0, || async {
+        let desc = Bdev::open_ext("K", true, |_| {}).unwrap();
+        let ch = desc.channel().unwrap();
+        let mut out = Vec::new();
+        for (lba, n, tag) in [(0u64, 1u64, 1u8), (1, 1, 2), (2, 2, 3), (4, 1, 4)] {
+            out.push(io(&ch, IoRequest::write(lba, n, buf_from(&vec![tag; BS * n as usize]))).await.status);
+        }
+        out
+    });
+    let st = sim.block_on(rx, 100_000).unwrap();
+    assert_eq!(&st[..2], &[IoStatus::Success, IoStatus::Success]);
+    assert!(matches!(st[2], IoStatus::Failed(_)) && matches!(st[3], IoStatus::Failed(_)), "{st:?}");
+    assert!(disk.crashed());
+    // The torn write's blocks are versions like the others: kept here by the chooser.
+    assert_eq!(&blocks_of(&disk.image())[..5], &[1, 2, 3, 3, 0]);
+}

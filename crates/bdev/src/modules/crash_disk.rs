@@ -8,7 +8,8 @@
 //! or all, as a seeded generator decides), so writes not yet flushed are lost or kept in any
 //! combination across blocks, a multi-block write in flight is torn at block granularity, and
 //! one block's versions are never reordered. A block is the unit the disk writes atomically
-//! (`atomic_write_unit` 1). After the cut every request fails (`IoStatus::Failed`) until the
+//! (`atomic_write_unit` 1). [`CrashDisk::crash_at`] cuts it at the n-th write or flush, a crash
+//! point a seed can choose. After the cut every request fails (`IoStatus::Failed`) until the
 //! bdev is deleted; [`CrashDisk::image`] gives what survived, from which a test makes a new disk.
 //!
 //! The model is of a disk, not of Ferrite's I/O path: it serves requests inside `submit`
@@ -36,7 +37,13 @@ struct DiskState {
     crashed: bool,
     /// Requests served, by kind.
     counts: CrashDiskCounts,
+    /// Cut the power when this many writes and flushes have been submitted (the last one
+    /// torn), deciding with this.
+    armed: Option<(u64, Chooser)>,
 }
+
+/// Decides how many of a block's `n` unflushed versions survive a power cut (`0..=n`).
+type Chooser = Box<dyn FnMut(usize) -> usize + Send>;
 
 /// How many requests a crash disk served, by kind.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +71,33 @@ impl DiskState {
 
     fn write_block(&mut self, lba: u64, data: Box<[u8]>) {
         self.unflushed.entry(lba).or_default().push(data);
+    }
+
+    fn cut_power(&mut self, choose: &mut dyn FnMut(usize) -> usize) {
+        let bs = self.block_size;
+        for (lba, versions) in std::mem::take(&mut self.unflushed) {
+            let keep = choose(versions.len()).min(versions.len());
+            if keep > 0 {
+                let at = lba as usize * bs;
+                self.durable[at..at + bs].copy_from_slice(&versions[keep - 1]);
+            }
+        }
+        self.crashed = true;
+    }
+
+    /// Counts a write or flush; true if that one cuts the power (armed by `crash_at`).
+    fn tick(&mut self) -> bool {
+        let n = self.counts.writes + self.counts.flushes;
+        match self.armed.take() {
+            Some((at, mut choose)) if n >= at => {
+                self.cut_power(&mut *choose);
+                true
+            }
+            other => {
+                self.armed = other;
+                false
+            }
+        }
     }
 
     fn flush(&mut self) {
@@ -98,16 +132,19 @@ impl CrashDisk {
     /// `choose(n)`, which returns a number in `0..=n` (how many of the block's `n` unflushed
     /// versions survive). From then on every request fails.
     pub fn crash(&self, mut choose: impl FnMut(usize) -> usize) {
-        let mut st = self.lock();
-        let bs = st.block_size;
-        for (lba, versions) in std::mem::take(&mut st.unflushed) {
-            let keep = choose(versions.len()).min(versions.len());
-            if keep > 0 {
-                let at = lba as usize * bs;
-                st.durable[at..at + bs].copy_from_slice(&versions[keep - 1]);
-            }
-        }
-        st.crashed = true;
+        self.lock().cut_power(&mut choose);
+    }
+
+    /// Cuts the power when the `n`th write or flush (counting from 1, all kinds together,
+    /// those already served included) is submitted: that request is torn (its blocks count as
+    /// unflushed versions, like every other) and fails, as does everything after it.
+    pub fn crash_at(&self, n: u64, choose: impl FnMut(usize) -> usize + Send + 'static) {
+        self.lock().armed = Some((n, Box::new(choose)));
+    }
+
+    /// Whether the power was cut.
+    pub fn crashed(&self) -> bool {
+        self.lock().crashed
     }
 
     /// The durable image: after [`CrashDisk::crash`], what survived; before, what a crash that
@@ -188,15 +225,27 @@ impl BackendChannel for CrashChannel {
                 for (i, chunk) in data.chunks(bs).enumerate() {
                     st.write_block(first + i as u64, chunk.into());
                 }
+                if st.tick() {
+                    drop(st);
+                    return io.complete_deferred(IoStatus::Failed(libc::EIO));
+                }
             }
             IoType::WriteZeroes | IoType::Unmap => {
                 st.counts.writes += 1;
                 for lba in first..first + n {
                     st.write_block(lba, vec![0u8; bs].into_boxed_slice());
                 }
+                if st.tick() {
+                    drop(st);
+                    return io.complete_deferred(IoStatus::Failed(libc::EIO));
+                }
             }
             IoType::Flush => {
                 st.counts.flushes += 1;
+                if st.tick() {
+                    drop(st);
+                    return io.complete_deferred(IoStatus::Failed(libc::EIO));
+                }
                 st.flush();
             }
             _ => {}
@@ -234,6 +283,7 @@ pub fn create(name: &str, block_size: u32, image: Vec<u8>) -> Result<CrashDisk, 
         unflushed: BTreeMap::new(),
         crashed: false,
         counts: CrashDiskCounts::default(),
+        armed: None,
     }));
     let props = BdevProps {
         name: name.to_string(),

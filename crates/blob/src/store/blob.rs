@@ -3,9 +3,9 @@
 //! reactor; [`Blob::map`] is what other cores read.
 
 use super::{on_md_core, BsError, BsResult, ClusterMap, Store};
+use crate::format::blob::Access;
 use crate::format::blob::{link_chain, ClearMethod, FLAG_READ_ONLY, FLAG_THIN_PROV};
 use crate::format::units::{blobid_to_page, cluster_to_extent_page, extent_pages_for, page_to_blobid};
-use crate::format::blob::Access;
 use crate::format::{BlobMd, ExtentPage, MdPage, ParseLimits, Xattr, EXTENTS_PER_EP, INVALID_MD_PAGE};
 use ferrite_reactor::oneshot;
 use std::collections::{BTreeSet, HashMap};
@@ -186,7 +186,8 @@ impl super::Blobstore {
             let mut st = s.lock();
             let mut from = 0;
             let page = loop {
-                let p = st.pages.find_first_clear(from).ok_or_else(|| BsError::NoSpace("no free metadata page".into()))?;
+                let p =
+                    st.pages.find_first_clear(from).ok_or_else(|| BsError::NoSpace("no free metadata page".into()))?;
                 if !st.blobids.get(p) {
                     break p;
                 }
@@ -547,31 +548,43 @@ impl Blob {
         s.mark_dirty().await?;
         // What to write, decided under the lock; new pages claimed.
         let mut new_pages: Vec<u32> = Vec::new();
+        let mut old_eps: Vec<(usize, u32)> = Vec::new();
         let plan = (|| -> BsResult<Plan> {
             let mut st = lock(&self.0.st);
             let mut eps = Vec::new();
             let dirty: Vec<u64> = std::mem::take(&mut st.dirty_eps).into_iter().collect();
-            let mut new_ep = false;
             if st.md.extent_table.is_some() {
+                let dirty: Vec<u64> = dirty
+                    .into_iter()
+                    .filter(|&n| {
+                        let at = st.md.extent_table.as_ref().and_then(|t| t.get(n as usize)).copied();
+                        at.is_some_and(|at| at != 0 || st.md.extent_page(n).clusters.iter().any(|&c| c != 0))
+                    })
+                    .collect();
+                // The chain is rewritten if anything but extent page contents changed, or an
+                // extent page is new. Then every changed extent page goes to a fresh page too
+                // (its length may have changed with the size: rewritten in place it could reach
+                // the medium without the first page that gives that size); otherwise (a
+                // cluster allocated) the changed pages are rewritten in place, one atomic
+                // page each, and the chain stays.
+                let table = st.md.extent_table.as_ref().expect("checked");
+                let rewrite = st.chain_dirty || dirty.iter().any(|&n| table[n as usize] == 0);
                 for n in dirty {
-                    let ep = st.md.extent_page(n);
-                    let Some(&at) = st.md.extent_table.as_ref().and_then(|t| t.get(n as usize)) else { continue };
-                    if at == 0 && ep.clusters.iter().all(|&c| c == 0) {
-                        continue;
-                    }
+                    let ep = st.md.extent_page(n).to_page()?;
                     let table = st.md.extent_table.as_mut().expect("checked");
-                    if table[n as usize] == 0 {
+                    if rewrite {
                         let p = s.claim_pages(1)?[0];
                         new_pages.push(p);
-                        table[n as usize] = p;
-                        new_ep = true;
+                        let old = std::mem::replace(&mut table[n as usize], p);
+                        old_eps.push((n as usize, old));
                     }
-                    eps.push((table[n as usize], ep.to_page()?));
+                    eps.push((table[n as usize], ep));
                 }
+                st.chain_dirty |= rewrite;
             } else if !dirty.is_empty() {
                 st.chain_dirty = true;
             }
-            let chain = if st.chain_dirty || new_ep {
+            let chain = if st.chain_dirty {
                 let mut pages = st.md.serialize()?;
                 let rest = s.claim_pages(pages.len() - 1)?;
                 new_pages.extend(&rest);
@@ -587,36 +600,19 @@ impl Blob {
             } else {
                 (Vec::new(), Vec::new())
             };
-            Ok(Plan { eps, chain, cut, cut_pages })
+            Ok(Plan { eps, chain, cut, cut_pages, replaced: old_eps.clone() })
         })();
         let plan = match plan {
             Ok(p) => p,
             Err(e) => {
-                s.release_pages(&new_pages);
+                self.revert(&s, &new_pages, &old_eps, &[], &[]);
                 return Err(e);
             }
         };
-        let res = self.write_plan(&s, &plan).await;
-        if let Err(e) = res {
+        if let Err(e) = self.write_plan(&s, &plan).await {
             // The old metadata is what the device has (or, after a crash, what recovery finds):
             // give back what this attempt claimed and write everything again next time.
-            s.release_pages(&new_pages);
-            let mut st = lock(&self.0.st);
-            st.cut_clusters.extend(&plan.cut);
-            st.cut_pages.extend(&plan.cut_pages);
-            st.chain_dirty = true;
-            for n in 0..st.md.extent_table.as_ref().map_or(0, |t| t.len()) {
-                st.dirty_eps.insert(n as u64);
-            }
-            if let Some(t) = st.md.extent_table.as_mut() {
-                for (p, _) in &plan.eps {
-                    if new_pages.contains(p) {
-                        if let Some(slot) = t.iter_mut().find(|x| **x == *p) {
-                            *slot = 0;
-                        }
-                    }
-                }
-            }
+            self.revert(&s, &new_pages, &plan.replaced, &plan.cut, &plan.cut_pages);
             return Err(e);
         }
         if let Some((_, rest)) = &plan.chain {
@@ -632,10 +628,13 @@ impl Blob {
             }
             s.release_pages(&old);
         }
-        for &p in &plan.cut_pages {
+        // Extent pages a shrink cut off, and those replaced by fresh copies.
+        let gone: Vec<u32> =
+            plan.cut_pages.iter().copied().chain(plan.replaced.iter().map(|&(_, p)| p)).filter(|&p| p != 0).collect();
+        for &p in &gone {
             s.dev.write_zeroes(s.page_offset(p), s.geo.md_page_size as u64).await?;
         }
-        s.release_pages(&plan.cut_pages);
+        s.release_pages(&gone);
         if !plan.cut.is_empty() {
             let clear = lock(&self.0.st).md.clear_method();
             s.release_clusters(&plan.cut);
@@ -646,6 +645,30 @@ impl Blob {
             }
         }
         Ok(())
+    }
+
+    /// Undoes a persist that failed: the pages it claimed go back, extent table entries it
+    /// pointed at fresh pages point where they did, what a shrink cut stays to be released,
+    /// and everything is written again next time.
+    fn revert(&self, s: &Store, new_pages: &[u32], replaced: &[(usize, u32)], cut: &[u32], cut_pages: &[u32]) {
+        s.release_pages(new_pages);
+        let mut st = lock(&self.0.st);
+        st.cut_clusters.extend(cut);
+        st.cut_pages.extend(cut_pages);
+        if let Some(t) = st.md.extent_table.as_mut() {
+            for &(n, old) in replaced {
+                if let Some(slot) = t.get_mut(n) {
+                    *slot = old;
+                }
+            }
+            for slot in t.iter_mut().filter(|x| new_pages.contains(x)) {
+                *slot = 0;
+            }
+        }
+        st.chain_dirty = true;
+        for n in 0..st.md.extent_table.as_ref().map_or(0, |t| t.len()) {
+            st.dirty_eps.insert(n as u64);
+        }
     }
 
     async fn write_plan(&self, s: &Store, plan: &Plan) -> BsResult<()> {
@@ -734,4 +757,7 @@ struct Plan {
     cut: Vec<u32>,
     /// Extent pages cut off by a shrink, zeroed and released after the write.
     cut_pages: Vec<u32>,
+    /// Extent pages written to fresh pages: (index in the extent table, the old page, or 0),
+    /// the old ones zeroed and released after the write.
+    replaced: Vec<(usize, u32)>,
 }

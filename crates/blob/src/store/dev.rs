@@ -77,7 +77,7 @@ impl Dev {
 
     fn check(&self, what: &str, offset: u64, len: u64) -> Result<(u64, u64), DevError> {
         let bs = self.block_size as u64;
-        if offset % bs != 0 || len % bs != 0 {
+        if !offset.is_multiple_of(bs) || !len.is_multiple_of(bs) {
             return Err(DevError(format!("{what} of {len} bytes at {offset} is not block aligned")));
         }
         let (first, n) = (offset / bs, len / bs);

@@ -167,7 +167,11 @@ pub(crate) struct Store {
 
 impl std::fmt::Debug for Blobstore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Blobstore({:?}, {} clusters of {} B)", self.0.dev, self.0.geo.total_clusters, self.0.geo.cluster_size)
+        write!(
+            f,
+            "Blobstore({:?}, {} clusters of {} B)",
+            self.0.dev, self.0.geo.total_clusters, self.0.geo.cluster_size
+        )
     }
 }
 
@@ -336,7 +340,11 @@ impl Blobstore {
         let phys = dev.desc().bdev().limits().physical_block_size.max(dev.block_size());
         let layout = Layout::new(
             DevGeometry { block_size: dev.block_size(), phys_block_size: phys, num_blocks: dev.num_blocks() },
-            InitOpts { cluster_size: opts.cluster_size, num_md_pages: opts.num_md_pages, md_page_size: PAGE_SIZE as u32 },
+            InitOpts {
+                cluster_size: opts.cluster_size,
+                num_md_pages: opts.num_md_pages,
+                md_page_size: PAGE_SIZE as u32,
+            },
         )
         .map_err(|e| BsError::Invalid(e.to_string()))?;
         let sb = SuperBlock {
@@ -408,10 +416,7 @@ impl Blobstore {
         let sb = SuperBlock::decode(&raw)?;
         if let Some(t) = bstype {
             if sb.bstype != bstype_bytes(t)? && sb.bstype != [0u8; 16] {
-                return Err(BsError::Invalid(format!(
-                    "the blobstore is of type {:?}, not {t:?}",
-                    sb.bstype_str()
-                )));
+                return Err(BsError::Invalid(format!("the blobstore is of type {:?}, not {t:?}", sb.bstype_str())));
             }
         }
         let geo = sb.geometry(dev.size())?;

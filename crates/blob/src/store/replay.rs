@@ -40,7 +40,11 @@ pub(crate) async fn recover(s: &Store) -> BsResult<()> {
     let mut blobs = 0u64;
     for root in 0..len {
         let p = &raw[root as usize];
-        if !valid[root as usize] || p.sequence_num != 0 || p.id != page_to_blobid(root as u64) || st.pages.get(root as usize) {
+        if !valid[root as usize]
+            || p.sequence_num != 0
+            || p.id != page_to_blobid(root as u64)
+            || st.pages.get(root as usize)
+        {
             continue;
         }
         blobs += 1;

@@ -1,0 +1,421 @@
+//! The runtime blobstore over the crash disk (a simulated disk with a volatile write cache) in
+//! the deterministic simulator: what it writes reads back after an unload and a load, in the
+//! format the offline checker accepts; and after power cuts at any point of any sequence of
+//! metadata operations, the load recovers a consistent blobstore that holds every operation
+//! that completed (SIM_SEEDS sets how many seeds, SIM_SEED replays one).
+
+use ferrite_bdev::modules::crash_disk::{self, CrashDisk};
+use ferrite_bdev::Bdev;
+use ferrite_blob::format::BlobMd;
+use ferrite_blob::offline;
+use ferrite_blob::store::{BlobOpts, Blobstore, Dev, InitClear, StoreOpts};
+use ferrite_reactor::Sim;
+use std::panic::AssertUnwindSafe;
+
+const BLOCK: u32 = 4096;
+const MIB: usize = 1 << 20;
+const MAX_STEPS: u64 = 50_000_000;
+
+fn open_dev(name: &str) -> Dev {
+    let desc = Bdev::open_ext(name, true, |_| {}).expect("open the disk");
+    desc.claim("blobstore").expect("claim the disk");
+    Dev::new(desc)
+}
+
+fn opts() -> StoreOpts {
+    StoreOpts { cluster_size: MIB as u32, num_md_pages: None, bstype: "LVOLSTORE".into(), clear: InitClear::Unmap }
+}
+
+/// Checks an image with the offline checker (what `ferrite blobstore check` runs).
+fn check_image(img: &[u8], what: &str) -> offline::Image {
+    let image = offline::open(img, &offline::OpenOptions::default()).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    let report = offline::check(&image);
+    // A blobstore in use (loaded, not unloaded) is not clean; nothing else may be wrong.
+    let problems: Vec<_> = report.problems.iter().filter(|p| !matches!(p, offline::Problem::NotClean)).collect();
+    assert!(problems.is_empty(), "{what}: the checker found problems: {problems:?}");
+    image
+}
+
+#[test]
+fn blobs_survive_an_unload_and_a_load() {
+    let mut sim = Sim::new(1, 1).unwrap();
+    let disk = sim.on(0, || crash_disk::create("D", BLOCK, vec![0; 64 * MIB])).unwrap();
+    let rx = sim.engine().run_async(0, || async {
+        let bs = Blobstore::init(open_dev("D"), &opts()).await.unwrap();
+        let thick = bs
+            .create_blob(&BlobOpts {
+                num_clusters: 4,
+                xattrs: vec![("name".into(), b"thick\0".to_vec())],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let thin = bs.create_blob(&BlobOpts { num_clusters: 8, thin: true, ..Default::default() }).await.unwrap();
+        let b = bs.open_blob(thin).await.unwrap();
+        // Past 512 clusters: a second extent page.
+        b.resize(1000).await.unwrap();
+        for c in [0, 5, 700] {
+            b.allocate_cluster(c).await.unwrap();
+        }
+        assert_eq!(b.allocate_cluster(5).await.unwrap(), b.map().start(5).unwrap(), "a second allocation finds it");
+        b.set_xattr("uuid", b"1234").unwrap();
+        b.sync_md().await.unwrap();
+        let t = bs.open_blob(thick).await.unwrap();
+        assert_eq!(t.allocated_clusters(), 4);
+        let before: (BlobMd, BlobMd) = (b.md(), t.md());
+        let masks = bs.masks();
+        assert!(bs.unload().await.is_err(), "unload refuses while blobs are open");
+        drop((b, t));
+        bs.unload().await.unwrap();
+        (thick, thin, before, masks)
+    });
+    let (thick, thin, before, masks) = sim.block_on(rx, MAX_STEPS).unwrap();
+    assert_eq!(disk.unflushed_blocks(), 0, "the unload flushed everything");
+    let img = disk.image();
+    let image = check_image(&img, "after unload");
+    assert!(image.super_block.is_clean(), "marked clean");
+    assert_eq!(image.blobs.len(), 2);
+    // A new disk with that image: the load finds what was there.
+    sim.on(0, || crash_disk::create("E", BLOCK, img)).unwrap();
+    let rx = sim.engine().run_async(0, move || async move {
+        let bs = Blobstore::load(open_dev("E"), Some("LVOLSTORE")).await.unwrap();
+        assert_eq!(bs.masks(), masks, "the masks read back");
+        assert_eq!(bs.blob_ids(), vec![thick, thin]);
+        let t = bs.open_blob(thick).await.unwrap();
+        let b = bs.open_blob(thin).await.unwrap();
+        assert_eq!((b.md(), t.md()), before, "the metadata reads back");
+        assert_eq!(b.map().start(700), Some(before.0.clusters[700] as u64 * 256));
+        assert_eq!(b.xattr("uuid").as_deref(), Some(&b"1234"[..]));
+        // Shrink below an allocated cluster and delete the other blob: both give clusters back.
+        let free = bs.free_clusters();
+        b.resize(600).await.unwrap();
+        assert_eq!(bs.free_clusters(), free + 1, "cluster 700 released");
+        drop(t);
+        bs.delete_blob(thick).await.unwrap();
+        assert_eq!(bs.free_clusters(), free + 5, "the thick blob's 4 clusters released");
+        assert!(bs.open_blob(thick).await.is_err());
+        drop(b);
+        bs.unload().await.unwrap();
+    });
+    sim.block_on(rx, MAX_STEPS).unwrap();
+}
+
+/// The seeds to run: `SIM_SEED` alone if set, else `SIM_SEEDS` (or `default`) seeds from 0.
+fn seeds(default: u64) -> Vec<u64> {
+    if let Some(s) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
+        return vec![s];
+    }
+    let n = std::env::var("SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    (0..n).collect()
+}
+
+/// A blob as the operations that completed left it.
+#[derive(Debug, Clone, PartialEq)]
+struct ModelBlob {
+    num_clusters: u64,
+    thin: bool,
+    tag: Option<Vec<u8>>,
+    /// Clusters allocated and made durable by a flush since.
+    certain: std::collections::BTreeSet<u64>,
+    /// Clusters allocated with no flush since (on the medium or not).
+    maybe: std::collections::BTreeSet<u64>,
+}
+
+type Model = std::collections::BTreeMap<u64, ModelBlob>;
+
+/// What the operations log: the model after the last completed operation, and the one before
+/// the operation under way (whose outcome a crash may or may not keep).
+#[derive(Default)]
+struct Log {
+    done: Model,
+    before: Option<Model>,
+    /// The model the operation under way leads to (creation aside: see `creating`).
+    after: Option<Model>,
+    /// The operation under way creates a blob with these properties (its id is not known).
+    creating: Option<ModelBlob>,
+    ops: u64,
+}
+
+/// Every allocation so far is now durable (a flush completed after it).
+fn settle(m: &mut Model) {
+    for b in m.values_mut() {
+        let maybe = std::mem::take(&mut b.maybe);
+        b.certain.extend(maybe);
+    }
+}
+
+/// Random metadata operations until one fails (the power was cut) or `n` are done, logging
+/// each into `log`.
+async fn workload(bs: Blobstore, seed: u64, n: u64, log: std::sync::Arc<std::sync::Mutex<Log>>) {
+    let mut rng = ferrite_reactor::SimRng::new(seed ^ 0x5eed);
+    let mut model: Model = Model::new();
+    for _ in 0..n {
+        let ids: Vec<u64> = model.keys().copied().collect();
+        let pick = |rng: &mut ferrite_reactor::SimRng| ids[rng.below(ids.len() as u64) as usize];
+        let op = if ids.is_empty() { 0 } else { rng.below(7) };
+        let mut next = model.clone();
+        {
+            let mut l = log.lock().unwrap();
+            l.before = Some(model.clone());
+            l.after = None;
+            l.creating = None;
+        }
+        let res: Result<(), String> = match op {
+            0 | 1 => {
+                let thin = rng.chance(2, 3);
+                let n = if thin { rng.below(1200) } else { rng.below(4) };
+                let tag = rng.chance(1, 2).then(|| format!("blob-{}", rng.below(1000)).into_bytes());
+                let mb = ModelBlob {
+                    num_clusters: n,
+                    thin,
+                    tag: tag.clone(),
+                    certain: Default::default(),
+                    maybe: Default::default(),
+                };
+                {
+                    let mut after = next.clone();
+                    settle(&mut after);
+                    let mut l = log.lock().unwrap();
+                    l.creating = Some(mb.clone());
+                    l.after = Some(after);
+                }
+                let o = BlobOpts {
+                    num_clusters: n,
+                    thin,
+                    xattrs: tag.into_iter().map(|t| ("tag".to_string(), t)).collect(),
+                    ..Default::default()
+                };
+                match bs.create_blob(&o).await {
+                    Ok(id) => {
+                        next.insert(id, mb);
+                        settle(&mut next);
+                        Ok(())
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            2 => {
+                let id = pick(&mut rng);
+                let m = next.get_mut(&id).unwrap();
+                let n = if m.thin { rng.below(1200) } else { m.num_clusters.saturating_sub(1) + rng.below(3) };
+                m.num_clusters = n;
+                m.certain.retain(|&c| c < n);
+                m.maybe.retain(|&c| c < n);
+                settle(&mut next);
+                log.lock().unwrap().after = Some(next.clone());
+                let r = async {
+                    let b = bs.open_blob(id).await?;
+                    b.resize(n).await
+                }
+                .await;
+                r.map_err(|e| e.to_string())
+            }
+            3 | 4 => {
+                let id = pick(&mut rng);
+                let m = next.get_mut(&id).unwrap();
+                if !m.thin || m.num_clusters == 0 {
+                    continue;
+                }
+                let c = rng.below(m.num_clusters);
+                if !m.certain.contains(&c) {
+                    m.maybe.insert(c);
+                }
+                log.lock().unwrap().after = Some(next.clone());
+                let r = async {
+                    let b = bs.open_blob(id).await?;
+                    b.allocate_cluster(c).await.map(|_| ())
+                }
+                .await;
+                r.map_err(|e| e.to_string())
+            }
+            5 => {
+                let id = pick(&mut rng);
+                let tag = format!("t{}", rng.below(1 << 20)).into_bytes();
+                next.get_mut(&id).unwrap().tag = Some(tag.clone());
+                settle(&mut next);
+                log.lock().unwrap().after = Some(next.clone());
+                let r = async {
+                    let b = bs.open_blob(id).await?;
+                    b.set_xattr("tag", &tag)?;
+                    b.sync_md().await
+                }
+                .await;
+                r.map_err(|e| e.to_string())
+            }
+            _ => {
+                if rng.chance(1, 2) {
+                    settle(&mut next);
+                    log.lock().unwrap().after = Some(next.clone());
+                    let r = bs.dev().flush().await;
+                    r.map_err(|e| e.to_string())
+                } else {
+                    let id = pick(&mut rng);
+                    next.remove(&id);
+                    settle(&mut next);
+                    log.lock().unwrap().after = Some(next.clone());
+                    let r = bs.delete_blob(id).await;
+                    r.map_err(|e| e.to_string())
+                }
+            }
+        };
+        if std::env::var("SIM_VERBOSE").is_ok() {
+            println!("  op {op}: {res:?}; model now {next:?}");
+        }
+        if res.is_err() {
+            return; // the power is out
+        }
+        model = next;
+        let mut l = log.lock().unwrap();
+        l.done = model.clone();
+        l.before = None;
+        l.after = None;
+        l.creating = None;
+        l.ops += 1;
+    }
+}
+
+/// A recovered blob: size in clusters, thin, its `tag` xattr, its allocated clusters.
+type RecoveredBlob = (u64, bool, Option<Vec<u8>>, Vec<u64>);
+
+/// The recovered blobs by id.
+type Recovered = std::collections::BTreeMap<u64, RecoveredBlob>;
+
+/// What the recovered blobstore holds, blob by blob.
+async fn recovered(bs: &Blobstore) -> Recovered {
+    let mut out = Recovered::new();
+    for id in bs.blob_ids() {
+        let b = bs.open_blob(id).await.unwrap_or_else(|e| panic!("recovered blob {id:#x} does not open: {e}"));
+        let md = b.md();
+        let allocated: Vec<u64> =
+            md.clusters.iter().enumerate().filter(|(_, &c)| c != 0).map(|(i, _)| i as u64).collect();
+        out.insert(id, (md.num_clusters, md.is_thin_provisioned(), b.xattr("tag"), allocated));
+    }
+    out
+}
+
+fn matches(m: &ModelBlob, got: &RecoveredBlob) -> Result<(), String> {
+    let (n, thin, tag, allocated) = got;
+    if *n != m.num_clusters || *thin != m.thin || *tag != m.tag {
+        return Err(format!("size/thin/tag {:?} vs model {m:?}", (n, thin, tag)));
+    }
+    if !m.thin {
+        return if allocated.len() as u64 == m.num_clusters {
+            Ok(())
+        } else {
+            Err("a thick blob lost clusters".into())
+        };
+    }
+    let a: std::collections::BTreeSet<u64> = allocated.iter().copied().collect();
+    if !m.certain.is_subset(&a) {
+        return Err(format!("flushed allocations lost: {:?} not all in {a:?}", m.certain));
+    }
+    if !a.iter().all(|c| m.certain.contains(c) || m.maybe.contains(c)) {
+        return Err(format!("allocations nobody made: {a:?} vs {:?} + {:?}", m.certain, m.maybe));
+    }
+    Ok(())
+}
+
+/// Does the recovered state fit `model` (plus possibly one blob being created)?
+fn fits(model: &Model, creating: Option<&ModelBlob>, got: &Recovered) -> Result<(), String> {
+    for (id, m) in model {
+        let g = got.get(id).ok_or_else(|| format!("blob {id:#x} is gone"))?;
+        matches(m, g).map_err(|e| format!("blob {id:#x}: {e}"))?;
+    }
+    let extra: Vec<&u64> = got.keys().filter(|id| !model.contains_key(id)).collect();
+    match (extra.as_slice(), creating) {
+        ([], _) => Ok(()),
+        ([id], Some(c)) => matches(c, &got[id]).map_err(|e| format!("blob {id:#x} being created: {e}")),
+        _ => Err(format!("blobs nobody created: {extra:?}")),
+    }
+}
+
+/// Runs the workload of `seed` on a fresh crash disk, cut at its `cut`-th write or flush if
+/// given; returns the disk, the log and how many writes and flushes it saw.
+fn run_workload(
+    sim: &mut Sim,
+    seed: u64,
+    name: &str,
+    cut: Option<u64>,
+) -> (CrashDisk, std::sync::Arc<std::sync::Mutex<Log>>) {
+    let disk: CrashDisk = sim.on(0, || crash_disk::create(name, BLOCK, vec![0; 32 * MIB])).unwrap();
+    if let Some(n) = cut {
+        let mut rng = ferrite_reactor::SimRng::new(seed.wrapping_mul(31) + 7);
+        disk.crash_at(n, move |k| rng.below(k as u64 + 1) as usize);
+    }
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Log::default()));
+    let (l2, n2) = (log.clone(), name.to_string());
+    let ops = 5 + (seed % 40);
+    let rx = sim.engine().run_async(0, move || async move {
+        let o = StoreOpts { num_md_pages: Some(64), ..opts() };
+        if let Ok(bs) = Blobstore::init(open_dev(&n2), &o).await {
+            workload(bs, seed, ops, l2).await;
+        }
+    });
+    let _ = sim.block_on(rx, MAX_STEPS);
+    sim.run_until_idle(MAX_STEPS);
+    (disk, log)
+}
+
+fn crash_run(seed: u64) -> u64 {
+    let mut sim = Sim::new(seed, 1).unwrap();
+    // A run without a cut counts the writes and flushes; the cut falls on one of them.
+    let (dry, _) = run_workload(&mut sim, seed, &format!("dry{seed}"), None);
+    let events = dry.counts().writes + dry.counts().flushes;
+    let cut = 1 + sim.rng().below(events);
+    let (disk, log) = run_workload(&mut sim, seed, &format!("C{seed}"), Some(cut));
+    assert!(disk.crashed(), "seed {seed}: the cut at {cut} of {events} happened");
+    let img = disk.image();
+    if img[..8] != *b"SPDKBLOB" {
+        return 0; // the power went before the blobstore's creation reached the medium
+    }
+    // Recovery on a fresh disk with what survived.
+    let rname = format!("R{seed}");
+    let rdisk = sim.on(0, || crash_disk::create(&rname, BLOCK, img)).unwrap();
+    let rx = sim.engine().run_async(0, move || async move {
+        let bs = Blobstore::load(open_dev(&rname), Some("LVOLSTORE")).await.expect("the crashed blobstore loads");
+        recovered(&bs).await
+    });
+    let got = sim.block_on(rx, MAX_STEPS).unwrap();
+    // The recovered image is consistent (masks rebuilt, nothing leaked or shared).
+    check_image(&rdisk.current_image(), &format!("seed {seed}: after recovery"));
+    let l = log.lock().unwrap();
+    if std::env::var("SIM_VERBOSE").is_ok() {
+        println!(
+            "seed {seed}: cut at {cut} of {events} writes/flushes, {} operations done, mid-operation {}",
+            l.ops,
+            l.before.is_some()
+        );
+    }
+    // Between operations: exactly what completed. Mid-operation: the state either side of it
+    // (a blob being created may be there or not).
+    let ok_done = fits(&l.done, None, &got);
+    let ok_before = l.before.as_ref().map(|b| fits(b, None, &got));
+    let with_op = l.after.as_ref().map(|a| fits(a, l.creating.as_ref(), &got));
+    if ok_done.is_err() && !matches!(ok_before, Some(Ok(()))) && !matches!(with_op, Some(Ok(()))) {
+        panic!(
+            "seed {seed}: after {} operations the recovered blobstore fits neither state:\n  done: {:?}\n  before: {:?}\n  got: {got:?}",
+            l.ops, ok_done, ok_before
+        );
+    }
+    l.ops
+}
+
+#[test]
+fn power_cuts_during_metadata_operations_lose_nothing_that_completed() {
+    let mut total = 0;
+    for seed in seeds(200) {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| crash_run(seed))) {
+            Ok(n) => total += n,
+            Err(e) => {
+                let msg = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                panic!("seed {seed} failed (replay: SIM_SEED={seed}): {msg}");
+            }
+        }
+    }
+    assert!(total > 0, "no operation completed before the crashes");
+    println!("{total} operations completed before the power cuts");
+}
