@@ -493,7 +493,11 @@ pub fn check_name(name: &str) -> Result<(), BdevError> {
 /// Registers a bdev made by a module.
 pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev, BdevError> {
     check_geometry(props.block_size, props.num_blocks)?;
-    check_name(&props.name)?;
+    // A name that is a UUID is allowed only as the bdev's own UUID (lvols are named so).
+    let own_uuid = props.uuid.is_some_and(|u| uuid::Uuid::parse_str(&props.name).ok() == Some(u));
+    if !own_uuid {
+        check_name(&props.name)?;
+    }
     for a in &props.aliases {
         check_name(a)?;
     }

@@ -366,10 +366,21 @@ impl ChannelInner {
             }
         }
         let fit = self.shape_payload && io.req.io_type.has_payload() && !io.req.bufs.is_empty();
+        let crosses = || {
+            let l = &self.limits;
+            let b = l.optimal_io_boundary as u64;
+            l.split_on_optimal_io_boundary
+                && b > 0
+                && io.req.num_blocks > 0
+                && io.req.offset_blocks / b != (io.req.offset_blocks + io.req.num_blocks - 1) / b
+        };
         let fit_unmap = match io.req.io_type {
-            IoType::Unmap => self.limits.max_unmap_blocks != 0 && io.req.num_blocks > self.limits.max_unmap_blocks,
+            IoType::Unmap => {
+                self.limits.max_unmap_blocks != 0 && io.req.num_blocks > self.limits.max_unmap_blocks || crosses()
+            }
             IoType::WriteZeroes => {
                 self.limits.max_write_zeroes_blocks != 0 && io.req.num_blocks > self.limits.max_write_zeroes_blocks
+                    || crosses()
             }
             _ => false,
         };

@@ -93,7 +93,14 @@ fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[IoRequest; 4]>> 
             _ => l.max_write_zeroes_blocks,
         };
         while pos < end {
-            let n = (end - pos).min(max);
+            let mut n = end - pos;
+            if max > 0 {
+                n = n.min(max);
+            }
+            if l.split_on_optimal_io_boundary && l.optimal_io_boundary > 0 {
+                let b = l.optimal_io_boundary as u64;
+                n = n.min(b - pos % b);
+            }
             out.push(IoRequest::new(req.io_type, pos, n).with_flags(req.flags));
             pos += n;
         }
@@ -167,9 +174,18 @@ fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[IoRequest; 4]>> 
 /// True if one request within the limits: no split needed.
 fn fits(ch: &ChannelInner, req: &IoRequest) -> bool {
     let l = &ch.limits;
+    let crosses = |b: u64| req.num_blocks > 0 && req.offset_blocks / b != (req.offset_blocks + req.num_blocks - 1) / b;
+    // Unmaps and write-zeroes are split at the boundary too (an lvol maps each cluster alone).
+    let boundary =
+        (l.split_on_optimal_io_boundary && l.optimal_io_boundary > 0).then_some(l.optimal_io_boundary as u64);
     match req.io_type {
-        IoType::Unmap => return l.max_unmap_blocks == 0 || req.num_blocks <= l.max_unmap_blocks,
-        IoType::WriteZeroes => return l.max_write_zeroes_blocks == 0 || req.num_blocks <= l.max_write_zeroes_blocks,
+        IoType::Unmap => {
+            return (l.max_unmap_blocks == 0 || req.num_blocks <= l.max_unmap_blocks) && !boundary.is_some_and(crosses)
+        }
+        IoType::WriteZeroes => {
+            return (l.max_write_zeroes_blocks == 0 || req.num_blocks <= l.max_write_zeroes_blocks)
+                && !boundary.is_some_and(crosses)
+        }
         _ => {}
     }
     if l.max_io_blocks > 0 && req.num_blocks > l.max_io_blocks as u64 {

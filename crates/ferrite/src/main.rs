@@ -45,6 +45,7 @@ fn main() {
 pub(crate) fn registry() -> ferrite_rpc::Registry {
     ferrite_rpc::app::registry(|reg| {
         ferrite_bdev::rpc::register(reg);
+        ferrite_lvol::register(reg);
         ferrite_nbd::rpc::register(reg);
         ferrite_nvmf::target::rpc::register(reg);
         ferrite_nvmf_host::rpc::register(reg);

@@ -142,6 +142,8 @@ pub fn shutdown(engine: &Engine) {
             ferrite_nvmf_host::rpc::shutdown().await;
             ferrite_nbd::rpc::shutdown(&ferrite_reactor::engine()).await;
             ferrite_nvmf::target::rpc::shutdown(&ferrite_reactor::engine()).await;
+            // Lvol bdevs go and their lvstores are unloaded cleanly while their bases remain.
+            ferrite_lvol::rpc::shutdown().await;
             let mut waits = Vec::new();
             // Newest first: virtual bdevs go before the bdevs they stand on.
             for b in ferrite_bdev::list().into_iter().rev() {

@@ -450,11 +450,13 @@ impl Blobstore {
             s.write_masks().await?;
             s.dev.flush().await?;
         }
+        let (blobs, used) = {
+            let st = s.lock();
+            (st.blobids.count_ones(), st.clusters.count_ones())
+        };
         log::info!(
-            "blobstore loaded from {}: {} blobs, {} of {} clusters used",
+            "blobstore loaded from {}: {blobs} blobs, {used} of {} clusters used",
             s.dev.desc().bdev().name(),
-            s.lock().blobids.count_ones(),
-            s.lock().clusters.count_ones(),
             s.geo.total_clusters
         );
         Ok(bs)

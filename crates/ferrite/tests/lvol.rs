@@ -1,0 +1,406 @@
+//! Logical volumes with real clients: an lvstore on a file-backed bdev, a thick and a thin lvol
+//! written and read back over NBD with qemu-io, the lvols found again by examine after a clean
+//! restart and after a kill -9 (recovery), `ferrite blobstore check` on the file, SPDK's
+//! errors for bad requests; and SPDK v26.05's spdk_tgt opening the lvstore Ferrite wrote, with
+//! the same names, sizes and data (read with spdk_dd).
+
+mod common;
+mod nbd_common;
+
+use common::{Daemon, TempDir};
+use nbd_common::{have, run_tool};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+
+fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) {
+    // `cmd; flush` runs a flush after the command.
+    let mut args = vec!["-f", "raw"];
+    for c in cmd.split("; ") {
+        args.extend(["-c", c]);
+    }
+    args.push(uri);
+    let out = run_tool(dir, "qemu-io", &args, Duration::from_secs(60));
+    let all = format!("{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.status.success() && !all.contains("failed") && !all.contains("error") && all.contains(" bytes at offset "),
+        "qemu-io {cmd}: {all}"
+    );
+}
+
+/// A daemon with the file as bdev U0 (4 KiB blocks), examined.
+fn daemon(dir: &TempDir, img: &std::path::Path) -> Daemon {
+    let d = Daemon::start(dir, &[]);
+    d.call("bdev_uring_create", Some(json!({"name": "U0", "filename": img.to_str().unwrap(), "block_size": 4096})));
+    assert_eq!(d.call("bdev_wait_for_examine", None), json!(true));
+    d
+}
+
+fn lvols(d: &Daemon) -> Vec<Value> {
+    let mut v = d.call("bdev_lvol_get_lvols", None).as_array().unwrap().clone();
+    v.sort_by_key(|x| x["name"].as_str().unwrap().to_string());
+    v
+}
+
+fn nbd(d: &Daemon, bdev: &str, name: &str) -> String {
+    let s = d.call("nbd_server_start", Some(json!({"address": "127.0.0.1:0"})));
+    let addr = s["address"].as_str().unwrap().to_string();
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": bdev, "name": name})));
+    format!("nbd://{addr}/{name}")
+}
+
+fn check(dir: &TempDir, img: &std::path::Path) -> (bool, String) {
+    let out = run_tool(dir, common::FERRITE, &["blobstore", "check", img.to_str().unwrap()], Duration::from_secs(30));
+    (out.status.success(), format!("{}{}", out.stdout, out.stderr))
+}
+
+#[test]
+fn lvols_written_over_nbd_come_back_after_restarts() {
+    if !have("lvols_written_over_nbd_come_back_after_restarts", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol");
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(256 * MIB).unwrap();
+    let mut d = daemon(&dir, &img);
+    let uuid = d.call(
+        "bdev_lvol_create_lvstore",
+        Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB, "clear_method": "unmap"})),
+    );
+    let lvs = d.call("bdev_lvol_get_lvstores", None);
+    assert_eq!(lvs[0]["uuid"], uuid);
+    assert_eq!((lvs[0]["cluster_size"].as_u64(), lvs[0]["block_size"].as_u64()), (Some(MIB), Some(4096)));
+    let data_clusters = lvs[0]["total_data_clusters"].as_u64().unwrap();
+    assert_eq!(lvs[0]["free_clusters"].as_u64(), Some(data_clusters));
+    let thick = d.call("bdev_lvol_create", Some(json!({"lvol_name": "thick", "size_in_mib": 16, "lvs_name": "lvs0"})));
+    let thin = d.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "thin", "size_in_mib": 64, "uuid": uuid, "thin_provision": true})),
+    );
+    let lvs = d.call("bdev_lvol_get_lvstores", Some(json!({"lvs_name": "lvs0"})));
+    assert_eq!(lvs[0]["free_clusters"].as_u64(), Some(data_clusters - 16), "a thick lvol takes its clusters");
+    // bdev_get_bdevs: named by UUID, aliased lvs/lvol, SPDK's driver_specific.
+    let b = d.call("bdev_get_bdevs", Some(json!({"name": "lvs0/thin"})));
+    assert_eq!(b[0]["name"], thin);
+    assert_eq!(b[0]["uuid"], thin);
+    assert!(b[0]["aliases"].as_array().unwrap().contains(&json!("lvs0/thin")), "{b}");
+    assert_eq!(b[0]["num_blocks"].as_u64(), Some(64 * MIB / 4096));
+    assert_eq!(b[0]["driver_specific"]["lvol"]["lvol_store_uuid"], uuid);
+    assert_eq!(b[0]["driver_specific"]["lvol"]["thin_provision"], json!(true));
+    // Data through NBD: writes allocate the thin lvol's clusters; the rest reads as zeroes.
+    let u_thin = nbd(&d, "lvs0/thin", "thin");
+    let u_thick = u_thin.replace("/thin", "/thick");
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": thick, "name": "thick"})));
+    qemu_io(&dir, &u_thin, "write -P 0xab 1M 3M");
+    qemu_io(&dir, &u_thin, "write -P 0xcd 40M 512k");
+    qemu_io(&dir, &u_thin, "read -P 0xab 1M 3M");
+    qemu_io(&dir, &u_thin, "read -P 0 8M 1M");
+    qemu_io(&dir, &u_thick, "write -P 0x5a 0 16M");
+    let l = lvols(&d);
+    assert_eq!(l.len(), 2);
+    assert_eq!((l[1]["alias"].as_str(), l[1]["num_allocated_clusters"].as_u64()), (Some("lvs0/thin"), Some(4)));
+    assert_eq!(l[1]["is_thin_provisioned"], json!(true));
+    assert_eq!(l[0]["num_allocated_clusters"].as_u64(), Some(16));
+    // A clean restart: examine finds the lvstore and its lvols, data and all.
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    let (ok, out) = check(&dir, &img);
+    assert!(ok && out.contains("clean"), "after a clean shutdown: {out}");
+    let mut d = daemon(&dir, &img);
+    assert_eq!(lvols(&d), l, "the same lvols after a restart");
+    let u_thin = nbd(&d, "lvs0/thin", "thin");
+    qemu_io(&dir, &u_thin, "read -P 0xab 1M 3M");
+    qemu_io(&dir, &u_thin, "read -P 0xcd 40M 512k");
+    // Grow the thin lvol, write past the old end, delete the thick one; then kill -9.
+    assert_eq!(d.call("bdev_lvol_resize", Some(json!({"name": "lvs0/thin", "size_in_mib": 96}))), json!(true));
+    let b = d.call("bdev_get_bdevs", Some(json!({"name": thin})));
+    assert_eq!(b[0]["num_blocks"].as_u64(), Some(96 * MIB / 4096));
+    let u_thin = {
+        d.call("nbd_server_remove_export", Some(json!({"name": "thin"})));
+        d.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/thin", "name": "thin"})));
+        u_thin
+    };
+    // A flush (qemu-io's, through NBD) makes it durable before the kill.
+    qemu_io(&dir, &u_thin, "write -P 0x77 80M 1M; flush");
+    assert_eq!(d.call("bdev_lvol_delete", Some(json!({"name": "lvs0/thick"}))), json!(true));
+    d.proc.signal(libc::SIGKILL);
+    d.proc.expect_exit(Duration::from_secs(10), "killed");
+    let (ok, out) = check(&dir, &img);
+    assert!(!ok && out.contains("not clean"), "after kill -9 the check sees a dirty blobstore: {out}");
+    // The load recovers; everything flushed is there.
+    let d = daemon(&dir, &img);
+    assert!(d.proc.stderr().contains("recovering"), "{}", d.proc.stderr());
+    let l = lvols(&d);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!(l[0]["alias"], json!("lvs0/thin"));
+    let u_thin = nbd(&d, "lvs0/thin", "thin");
+    qemu_io(&dir, &u_thin, "read -P 0x77 80M 1M");
+    qemu_io(&dir, &u_thin, "read -P 0xab 1M 3M");
+    let lvs = d.call("bdev_lvol_get_lvstores", None);
+    assert_eq!(lvs[0]["free_clusters"].as_u64(), Some(data_clusters - 5), "the thick lvol's clusters are free");
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    let mut d = d;
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "after recovery and a clean shutdown: {out}");
+}
+
+#[test]
+fn bad_lvol_requests_get_spdks_errors() {
+    let dir = TempDir::new("lvol-bad");
+    let d = Daemon::start(&dir, &[]);
+    d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 16384, "block_size": 4096})));
+    d.call("bdev_malloc_create", Some(json!({"name": "Tiny", "num_blocks": 64, "block_size": 4096})));
+    let e =
+        d.call_err("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": "x", "cluster_sz": 6000})));
+    assert_eq!(e.code, -libc::EINVAL, "cluster size not a multiple of the block: {e:?}");
+    let e = d.call_err("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "Tiny", "lvs_name": "x"})));
+    assert_eq!(e.code, -libc::EINVAL, "a bdev smaller than a cluster: {e:?}");
+    let e = d.call_err("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "Nope", "lvs_name": "x"})));
+    assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    let long = "n".repeat(64);
+    let e = d.call_err("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": long})));
+    assert_eq!(e.code, -libc::EINVAL, "{e:?}");
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": "lvs", "cluster_sz": MIB})));
+    let e = d.call_err("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": "other"})));
+    assert_eq!(e.code, -libc::EBUSY, "the base is claimed: {e:?}");
+    let e = d.call_err("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "Tiny", "lvs_name": "lvs"})));
+    assert_eq!(e.code, -libc::EEXIST, "name taken: {e:?}");
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "a", "size_in_mib": 4, "lvs_name": "lvs"})));
+    let e = d.call_err("bdev_lvol_create", Some(json!({"lvol_name": "a", "size_in_mib": 4, "lvs_name": "lvs"})));
+    assert_eq!(e.code, -libc::EEXIST, "{e:?}");
+    let e = d.call_err("bdev_lvol_create", Some(json!({"lvol_name": "b", "size_in_mib": 4096, "lvs_name": "lvs"})));
+    assert_eq!(e.code, -libc::ENOSPC, "thick beyond the free clusters: {e:?}");
+    let e = d.call_err("bdev_lvol_create", Some(json!({"lvol_name": "c", "size_in_mib": 4, "lvs_name": "none"})));
+    assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    let e = d.call_err("bdev_lvol_create", Some(json!({"lvol_name": "c", "size_in_mib": 4})));
+    assert_eq!(e.code, -libc::EINVAL, "no lvstore named: {e:?}");
+    let e = d.call_err(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "c", "size_in_mib": 4, "lvs_name": "lvs", "clear_method": "shred"})),
+    );
+    assert_eq!(e.code, -libc::EINVAL, "{e:?}");
+    let e = d.call_err("bdev_lvol_delete", Some(json!({"name": "lvs/zz"})));
+    assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    // A thin lvol far larger than the store works; the whole store stays consistent.
+    d.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "big", "size_in_mib": 1 << 20, "lvs_name": "lvs", "thin_provision": true})),
+    );
+    assert_eq!(d.call("bdev_lvol_delete_lvstore", Some(json!({"lvs_name": "lvs"}))), json!(true));
+    assert!(d.call("bdev_lvol_get_lvstores", None).as_array().unwrap().is_empty());
+    assert_eq!(d.bdev_names().len(), 2, "the lvol bdevs are gone with their lvstore");
+    // The base is free again.
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": "again"})));
+    d.assert_serving();
+}
+
+/// SPDK v26.05 (`SPDK_DIR`), or None with the reason printed.
+fn spdk_dir(test: &str) -> Option<std::path::PathBuf> {
+    match std::env::var("SPDK_DIR") {
+        Ok(d) if std::path::Path::new(&d).join("build/bin/spdk_tgt").exists() => Some(d.into()),
+        _ => {
+            println!("SKIP {test}: SPDK_DIR is not set to an SPDK build (../shared/anchors/spdk.sh)");
+            None
+        }
+    }
+}
+
+#[test]
+fn spdk_opens_the_lvstore_ferrite_wrote() {
+    let test = "spdk_opens_the_lvstore_ferrite_wrote";
+    let Some(spdk) = spdk_dir(test) else { return };
+    if !have(test, &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-spdk");
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let mut d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "thick", "size_in_mib": 4, "lvs_name": "lvs0"})));
+    d.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "thin", "size_in_mib": 16, "lvs_name": "lvs0", "thin_provision": true})),
+    );
+    let u = nbd(&d, "lvs0/thin", "thin");
+    qemu_io(&dir, &u, "write -P 0x3c 2M 2M; flush");
+    let ours = lvols(&d);
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    // spdk_tgt with the file as an aio bdev: examine finds the same lvstore and lvols.
+    let lib = spdk.join("build/lib");
+    let sock = dir.join("spdk.sock");
+    let mut tgt = std::process::Command::new(spdk.join("build/bin/spdk_tgt"))
+        .args(["-m", "0x1", "--no-huge", "-s", "1024", "--disable-cpumask-locks", "-r", sock.to_str().unwrap()])
+        .env("LD_LIBRARY_PATH", &lib)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spdk_tgt starts");
+    let rpc = |args: &[&str]| -> Value {
+        let out = std::process::Command::new("python3")
+            .arg(spdk.join("scripts/rpc.py"))
+            .args(["-s", sock.to_str().unwrap(), "-t", "30"])
+            .args(args)
+            .env("PYTHONPATH", spdk.join("python"))
+            .output()
+            .expect("rpc.py runs");
+        assert!(out.status.success(), "rpc.py {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    };
+    let mut ready = false;
+    for _ in 0..100 {
+        if sock.exists() {
+            ready = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(ready, "spdk_tgt did not start");
+    std::thread::sleep(Duration::from_millis(300));
+    rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
+    rpc(&["bdev_wait_for_examine"]);
+    let mut theirs = rpc(&["bdev_lvol_get_lvols"]).as_array().unwrap().clone();
+    theirs.sort_by_key(|x| x["name"].as_str().unwrap().to_string());
+    let _ = rpc(&["spdk_kill_instance", "SIGTERM"]);
+    let _ = tgt.wait();
+    assert_eq!(theirs.len(), ours.len(), "SPDK's lvols: {theirs:?}");
+    for (t, o) in theirs.iter().zip(&ours) {
+        for k in ["alias", "uuid", "name", "is_thin_provisioned", "num_allocated_clusters"] {
+            assert_eq!(t[k], o[k], "{k}: SPDK {t} vs Ferrite {o}");
+        }
+        assert_eq!(t["lvs"]["uuid"], o["lvs"]["uuid"]);
+    }
+    // spdk_dd reads the thin lvol: the written range and zeroes around it.
+    let conf = dir.write_json(
+        "dd.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_aio_create",
+            "params": {"name": "A0", "filename": img.to_str().unwrap(), "block_size": 4096}}]}]}),
+    );
+    let out_file = dir.join("thin.bin");
+    let out = std::process::Command::new(spdk.join("build/bin/spdk_dd"))
+        .args(["--no-huge", "-s", "1024", "-m", "0x1", "--disable-cpumask-locks", "--no-rpc-server", "--json"])
+        .arg(&conf)
+        .args(["--ib=lvs0/thin", &format!("--of={}", out_file.display()), "--bs=1048576", "--count=16"])
+        .env("LD_LIBRARY_PATH", &lib)
+        .output()
+        .expect("spdk_dd runs");
+    assert!(
+        out.status.success(),
+        "spdk_dd: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = std::fs::read(&out_file).unwrap();
+    assert_eq!(data.len() as u64, 16 * MIB);
+    let m = MIB as usize;
+    assert!(data[2 * m..4 * m].iter().all(|&b| b == 0x3c), "the written range");
+    assert!(data[..2 * m].iter().chain(&data[4 * m..]).all(|&b| b == 0), "the rest reads zeroes");
+    // And SPDK left it consistent for us.
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "after SPDK: {out}");
+}
+
+#[test]
+fn ferrite_opens_an_lvstore_spdk_wrote() {
+    let test = "ferrite_opens_an_lvstore_spdk_wrote";
+    let Some(spdk) = spdk_dir(test) else { return };
+    if !have(test, &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-from-spdk");
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let lib = spdk.join("build/lib");
+    let sock = dir.join("spdk.sock");
+    let mut tgt = std::process::Command::new(spdk.join("build/bin/spdk_tgt"))
+        .args(["-m", "0x1", "--no-huge", "-s", "1024", "--disable-cpumask-locks", "-r", sock.to_str().unwrap()])
+        .env("LD_LIBRARY_PATH", &lib)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spdk_tgt starts");
+    let rpc = |args: &[&str]| -> Value {
+        let out = std::process::Command::new("python3")
+            .arg(spdk.join("scripts/rpc.py"))
+            .args(["-s", sock.to_str().unwrap(), "-t", "30"])
+            .args(args)
+            .env("PYTHONPATH", spdk.join("python"))
+            .output()
+            .expect("rpc.py runs");
+        assert!(out.status.success(), "rpc.py {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    };
+    for _ in 0..100 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
+    rpc(&["bdev_lvol_create_lvstore", "A0", "lvs0", "-c", "1048576"]);
+    rpc(&["bdev_lvol_create", "-l", "lvs0", "thick", "4"]);
+    rpc(&["bdev_lvol_create", "-l", "lvs0", "-t", "thin", "16"]);
+    let mut theirs = rpc(&["bdev_lvol_get_lvols"]).as_array().unwrap().clone();
+    let lvs_theirs = rpc(&["bdev_lvol_get_lvstores"]);
+    let _ = rpc(&["spdk_kill_instance", "SIGTERM"]);
+    let _ = tgt.wait();
+    // spdk_dd writes a pattern into the thin lvol (SPDK allocates its clusters).
+    let pattern: Vec<u8> = (0..2 * MIB).map(|i| (i % 251) as u8).collect();
+    let src = dir.join("pattern.bin");
+    std::fs::write(&src, &pattern).unwrap();
+    let conf = dir.write_json(
+        "dd.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_aio_create",
+            "params": {"name": "A0", "filename": img.to_str().unwrap(), "block_size": 4096}}]}]}),
+    );
+    let out = std::process::Command::new(spdk.join("build/bin/spdk_dd"))
+        .args(["--no-huge", "-s", "1024", "-m", "0x1", "--disable-cpumask-locks", "--no-rpc-server", "--json"])
+        .arg(&conf)
+        .args([&format!("--if={}", src.display()), "--ob=lvs0/thin", "--bs=1048576", "--count=2", "--seek=5"])
+        .env("LD_LIBRARY_PATH", &lib)
+        .output()
+        .expect("spdk_dd runs");
+    assert!(
+        out.status.success(),
+        "spdk_dd: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "SPDK's lvstore checks clean: {out}");
+    // Ferrite finds the lvstore by examine, with SPDK's names, UUIDs and sizes.
+    let d = daemon(&dir, &img);
+    let lvs_ours = d.call("bdev_lvol_get_lvstores", None);
+    for k in ["uuid", "name", "cluster_size", "block_size", "total_data_clusters"] {
+        assert_eq!(lvs_ours[0][k], lvs_theirs[0][k], "{k}");
+    }
+    theirs.sort_by_key(|x| x["name"].as_str().unwrap().to_string());
+    let ours = lvols(&d);
+    assert_eq!(ours.len(), 2, "{ours:?}");
+    for (t, o) in theirs.iter().zip(&ours) {
+        for k in ["alias", "uuid", "name", "is_thin_provisioned"] {
+            assert_eq!(t[k], o[k], "{k}: SPDK {t} vs Ferrite {o}");
+        }
+    }
+    assert_eq!(ours[1]["num_allocated_clusters"].as_u64(), Some(2), "spdk_dd's writes allocated two clusters");
+    let b = d.call("bdev_get_bdevs", Some(json!({"name": "lvs0/thin"})));
+    assert_eq!(b[0]["num_blocks"].as_u64(), Some(16 * MIB / 4096));
+    // The bytes SPDK wrote, through Ferrite's NBD export.
+    let u = nbd(&d, "lvs0/thin", "thin");
+    let out = dir.join("read.bin");
+    let r = run_tool(
+        &dir,
+        "qemu-img",
+        &["convert", "-f", "raw", "-O", "raw", &u, out.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    assert!(r.status.success(), "qemu-img convert: {}", r.stderr);
+    let data = std::fs::read(&out).unwrap();
+    let m = MIB as usize;
+    assert_eq!(&data[5 * m..7 * m], &pattern[..], "the data spdk_dd wrote");
+    assert!(data[..5 * m].iter().chain(&data[7 * m..]).all(|&b| b == 0), "unwritten clusters read zeroes");
+}

@@ -1,0 +1,201 @@
+//! The lvol bdev: a blob served as a bdev. Its I/O never touches the metadata: each core's
+//! channel maps a request's cluster to the base bdev through the blob's cluster map (read
+//! without a lock) and forwards the request itself to the base bdev's channel, with its offset
+//! moved. The bdev declares the cluster as its optimal I/O boundary with splitting, so the bdev
+//! layer hands it requests within one cluster.
+//!
+//! A thin lvol's unallocated cluster reads as zeroes (no parent yet); an unmap or write-zeroes
+//! of it has nothing to do; the first write to it asks the metadata reactor to allocate it (a
+//! message, then the write goes to the cluster the map now names). Flush and reset go to the
+//! base bdev.
+
+use crate::lvs::{Lvol, Lvstore};
+use crate::MODULE;
+use ferrite_bdev::{
+    BackendChannel, Bdev, BdevBackend, BdevError, BdevIo, BdevProps, IoChannel, IoStatus, IoType, IoTypes, Limits,
+};
+use ferrite_blob::store::{Blob, ClusterMap};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// The I/O types lvols serve.
+pub const IO_TYPES: IoTypes =
+    IoTypes::of(&[IoType::Read, IoType::Write, IoType::Unmap, IoType::WriteZeroes, IoType::Flush, IoType::Reset]);
+
+struct LvolBackend {
+    lvol: Arc<Lvol>,
+    lvs_name: String,
+    lvs_uuid: uuid::Uuid,
+    base: String,
+    dev: ferrite_blob::store::Dev,
+    blocks_per_cluster: u64,
+    md_core: usize,
+}
+
+struct LvolChannel {
+    base: IoChannel,
+    blob: Blob,
+    map: Arc<ClusterMap>,
+    gen: u64,
+    blocks_per_cluster: u64,
+    base_blocks: u64,
+    md_core: usize,
+    lends: bool,
+}
+
+impl LvolChannel {
+    /// The map as it is now (a resize replaced it if the generation moved).
+    #[inline]
+    fn refresh(&mut self) {
+        let g = self.blob.map_generation();
+        if g != self.gen {
+            self.map = self.blob.map();
+            self.gen = g;
+        }
+    }
+
+    /// A thin lvol's first write to a cluster: the metadata reactor allocates it, then the
+    /// write goes there.
+    fn allocate_then_write(&self, mut io: BdevIo, cluster: u64, within: u64) {
+        let blob = self.blob.clone();
+        let base = self.base.clone();
+        let md_core = self.md_core;
+        ferrite_reactor::spawn_local(async move {
+            let rx = ferrite_reactor::engine()
+                .run_async(md_core, move || async move { blob.allocate_cluster(cluster).await });
+            match rx.await {
+                Ok(Ok(start)) => {
+                    io.req.offset_blocks = start + within;
+                    base.forward(io);
+                }
+                Ok(Err(e)) => {
+                    log::warn!("lvol: cluster {cluster}: {e}");
+                    io.complete(IoStatus::Failed(e.errno()));
+                }
+                Err(_) => io.complete(IoStatus::Failed(libc::EIO)),
+            }
+        })
+        .detach();
+    }
+}
+
+impl BackendChannel for LvolChannel {
+    fn lends_reads(&self) -> bool {
+        self.lends
+    }
+
+    fn submit(&mut self, mut io: BdevIo) {
+        match io.req.io_type {
+            IoType::Flush | IoType::Reset => {
+                io.req.offset_blocks = 0;
+                io.req.num_blocks = self.base_blocks;
+                return self.base.forward(io);
+            }
+            IoType::Read | IoType::Write | IoType::Unmap | IoType::WriteZeroes => {}
+            _ => return io.complete_deferred(IoStatus::Unsupported),
+        }
+        self.refresh();
+        let cluster = io.req.offset_blocks / self.blocks_per_cluster;
+        let within = io.req.offset_blocks % self.blocks_per_cluster;
+        if let Some(start) = self.map.start(cluster) {
+            io.req.offset_blocks = start + within;
+            return self.base.forward(io);
+        }
+        match io.req.io_type {
+            IoType::Read => {
+                if io.req.bufs.is_empty() {
+                    // A zero-copy read of nothing allocated: a zeroed buffer of our own.
+                    let len = (io.req.num_blocks * io.block_size() as u64) as usize;
+                    let mut b = ferrite_reactor::alloc_buf(len);
+                    b.zero();
+                    io.req.bufs.push(b);
+                } else {
+                    for b in io.req.bufs.iter_mut() {
+                        b.zero();
+                    }
+                }
+                io.complete_deferred(IoStatus::Success)
+            }
+            // Nothing allocated reads as zeroes already.
+            IoType::Unmap | IoType::WriteZeroes => io.complete_deferred(IoStatus::Success),
+            _ => self.allocate_then_write(io, cluster, within),
+        }
+    }
+}
+
+impl BdevBackend for LvolBackend {
+    fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
+        let base = self.dev.desc().channel()?;
+        let blob = self.lvol.blob.clone();
+        Ok(Box::new(LvolChannel {
+            lends: self.dev.desc().bdev().backend().zcopy(),
+            base,
+            map: blob.map(),
+            gen: blob.map_generation(),
+            blob,
+            blocks_per_cluster: self.blocks_per_cluster,
+            base_blocks: self.dev.num_blocks(),
+            md_core: self.md_core,
+        }))
+    }
+
+    fn zcopy(&self) -> bool {
+        self.dev.desc().bdev().backend().zcopy()
+    }
+
+    fn driver_specific(&self) -> Value {
+        json!({"lvol": {
+            "lvol_store_uuid": self.lvs_uuid.to_string(),
+            "base_bdev": self.base,
+            "thin_provision": self.lvol.blob.is_thin(),
+            "num_allocated_clusters": self.lvol.blob.allocated_clusters(),
+            "snapshot": false,
+            "clone": false,
+            "esnap_clone": false,
+        }})
+    }
+
+    fn config_entry(&self, _bdev: &Bdev) -> Option<Value> {
+        // As in SPDK: lvols come back by examine of their base bdev, not from the config.
+        let _ = &self.lvs_name;
+        None
+    }
+}
+
+/// Registers the bdev of `lvol` (named by its UUID, aliased `lvs/lvol`).
+pub fn register(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>) -> Result<Bdev, BdevError> {
+    let g = lvs.bs.geometry();
+    let dev = lvs.bs.dev().clone();
+    let blocks_per_cluster = (g.cluster_size / g.io_unit_size) as u64;
+    let lvs_name = lvs.name.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let name = lvol.name.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let base_limits = *dev.desc().bdev().limits();
+    let props = BdevProps {
+        name: lvol.bdev_name(),
+        aliases: vec![format!("{lvs_name}/{name}")],
+        uuid: Some(lvol.uuid),
+        block_size: g.io_unit_size,
+        num_blocks: lvol.blob.num_clusters() * blocks_per_cluster,
+        product_name: "Logical Volume",
+        module: MODULE,
+        io_types: IO_TYPES,
+        limits: Limits {
+            physical_block_size: base_limits.physical_block_size,
+            buf_align: base_limits.buf_align,
+            optimal_io_boundary: blocks_per_cluster as u32,
+            split_on_optimal_io_boundary: true,
+            write_cache: base_limits.write_cache,
+            ..Limits::default()
+        },
+    };
+    let backend = LvolBackend {
+        lvol: lvol.clone(),
+        lvs_name,
+        lvs_uuid: lvs.uuid,
+        base: lvs.base.clone(),
+        blocks_per_cluster,
+        md_core: lvs.bs.md_core(),
+        dev,
+    };
+    ferrite_bdev::register(props, Arc::new(backend))
+}

@@ -1,0 +1,503 @@
+//! Lvstores and lvols: what SPDK's `lib/lvol` keeps (names and UUIDs in xattrs: an lvstore's on
+//! its blobstore's super blob, an lvol's on its blob) and the operations the RPCs run. Every
+//! lvstore lives on the first reactor (its blobstore's metadata reactor); the functions here
+//! run there.
+
+use crate::MODULE;
+use ferrite_bdev::{Bdev, BdevEvent, ExamineDone};
+use ferrite_blob::format::blob::ClearMethod;
+use ferrite_blob::lvol::{XATTR_NAME, XATTR_UUID};
+use ferrite_blob::store::{Blob, BlobOpts, Blobstore, BsError, Dev, InitClear, StoreOpts};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Blobstore type of an lvstore.
+pub const BSTYPE: &str = "LVOLSTORE";
+/// Longest lvstore or lvol name, in bytes (SPDK's 64 with the NUL).
+pub const NAME_MAX: usize = 63;
+/// SPDK's default cluster size for lvstores.
+pub const DEFAULT_CLUSTER_SIZE: u32 = 4 << 20;
+
+/// Why an lvol operation failed: an errno (SPDK's) and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LvolError {
+    /// The errno SPDK answers.
+    pub errno: i32,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl LvolError {
+    /// An error with `errno` and `message`.
+    pub fn new(errno: i32, message: impl Into<String>) -> Self {
+        Self { errno, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for LvolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<ferrite_blob::store::DevError> for LvolError {
+    fn from(e: ferrite_blob::store::DevError) -> Self {
+        LvolError::new(libc::EIO, e.to_string())
+    }
+}
+
+impl From<BsError> for LvolError {
+    fn from(e: BsError) -> Self {
+        LvolError::new(e.errno(), e.to_string())
+    }
+}
+
+/// Result of an lvol operation.
+pub type LvolResult<T> = Result<T, LvolError>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A loaded lvstore.
+pub struct Lvstore {
+    /// Its name.
+    pub name: Mutex<String>,
+    /// Its UUID.
+    pub uuid: uuid::Uuid,
+    /// The blobstore.
+    pub bs: Blobstore,
+    /// The base bdev's name.
+    pub base: String,
+    /// The super blob (names the lvstore).
+    pub super_blob: Blob,
+    /// Its lvols by UUID.
+    pub lvols: Mutex<BTreeMap<uuid::Uuid, Arc<Lvol>>>,
+}
+
+/// An lvol.
+pub struct Lvol {
+    /// Its name within the lvstore.
+    pub name: Mutex<String>,
+    /// Its UUID (also its bdev's name).
+    pub uuid: uuid::Uuid,
+    /// Its blob.
+    pub blob: Blob,
+    /// The lvstore's UUID.
+    pub lvs_uuid: uuid::Uuid,
+}
+
+impl Lvol {
+    /// The bdev's name: the UUID, as SPDK names lvol bdevs.
+    pub fn bdev_name(&self) -> String {
+        self.uuid.to_string()
+    }
+}
+
+/// The lvstores of an engine.
+#[derive(Default)]
+struct Table(Mutex<Vec<Arc<Lvstore>>>);
+
+fn table() -> Arc<Table> {
+    ferrite_reactor::engine_state::<Table>()
+}
+
+/// Every lvstore.
+pub fn all() -> Vec<Arc<Lvstore>> {
+    lock(&table().0).clone()
+}
+
+/// The lvstore with this name.
+pub fn by_name(name: &str) -> Option<Arc<Lvstore>> {
+    all().into_iter().find(|l| *lock(&l.name) == name)
+}
+
+/// The lvstore with this UUID.
+pub fn by_uuid(uuid: &str) -> Option<Arc<Lvstore>> {
+    let u = uuid::Uuid::parse_str(uuid).ok()?;
+    all().into_iter().find(|l| l.uuid == u)
+}
+
+/// The lvol a bdev name or alias (`lvs/lvol`) or UUID names.
+pub fn lvol(name: &str) -> Option<(Arc<Lvstore>, Arc<Lvol>)> {
+    for lvs in all() {
+        let lvols = lock(&lvs.lvols);
+        for l in lvols.values() {
+            let alias = format!("{}/{}", lock(&lvs.name), lock(&l.name));
+            if l.bdev_name() == name || alias == name {
+                let l = l.clone();
+                drop(lvols);
+                return Some((lvs, l));
+            }
+        }
+    }
+    None
+}
+
+fn check_name(what: &str, name: &str) -> LvolResult<()> {
+    if name.is_empty() || name.len() > NAME_MAX || name.contains('\0') {
+        return Err(LvolError::new(libc::EINVAL, format!("{what} name {name:?} must be 1 to {NAME_MAX} bytes")));
+    }
+    Ok(())
+}
+
+/// A C string xattr value: the text and its NUL (the lvstore's name, UUIDs).
+fn cstr(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+/// An lvol name as SPDK stores it at creation: 64 bytes, zero padded.
+fn padded_name(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.resize(NAME_MAX + 1, 0);
+    v
+}
+
+fn text_xattr(b: &Blob, name: &str) -> Option<String> {
+    let v = b.xattr(name)?;
+    let end = v.iter().position(|&c| c == 0).unwrap_or(v.len());
+    String::from_utf8(v[..end].to_vec()).ok()
+}
+
+/// Opens `bdev_name` for the lvstore (writable, claimed); its removal takes the lvstore down.
+fn open_base(bdev_name: &str) -> LvolResult<Dev> {
+    let name = bdev_name.to_string();
+    let desc = Bdev::open_ext(bdev_name, true, move |ev| {
+        if ev == BdevEvent::Remove {
+            let name = name.clone();
+            ferrite_reactor::engine().send(0, move || {
+                ferrite_reactor::spawn_local(async move { base_removed(&name).await }).detach();
+            });
+        }
+    })
+    .map_err(|e| {
+        let errno = match e {
+            ferrite_bdev::BdevError::NotFound(_) => libc::ENODEV,
+            _ => libc::EBUSY,
+        };
+        LvolError::new(errno, format!("cannot open bdev {bdev_name}: {e}"))
+    })?;
+    desc.claim(MODULE).map_err(|e| LvolError::new(libc::EBUSY, format!("bdev {bdev_name} is claimed: {e}")))?;
+    Ok(Dev::new(desc))
+}
+
+/// What `bdev_lvol_create_lvstore` takes.
+#[derive(Debug, Clone)]
+pub struct LvsOpts {
+    /// Base bdev.
+    pub bdev_name: String,
+    /// Lvstore name.
+    pub lvs_name: String,
+    /// Cluster size in bytes (None: 4 MiB).
+    pub cluster_sz: Option<u32>,
+    /// What happens to the data clusters.
+    pub clear: InitClear,
+    /// Metadata pages per 100 clusters (None: 100).
+    pub md_pages_per_cluster_ratio: Option<u32>,
+}
+
+/// Creates an lvstore on a bdev (`bdev_lvol_create_lvstore`).
+pub async fn create(o: &LvsOpts) -> LvolResult<Arc<Lvstore>> {
+    check_name("lvstore", &o.lvs_name)?;
+    if by_name(&o.lvs_name).is_some() {
+        return Err(LvolError::new(libc::EEXIST, format!("lvstore {} exists", o.lvs_name)));
+    }
+    let dev = open_base(&o.bdev_name)?;
+    let cluster = o.cluster_sz.unwrap_or(DEFAULT_CLUSTER_SIZE);
+    let bs_blocks = dev.block_size();
+    if cluster < bs_blocks || !cluster.is_multiple_of(bs_blocks) {
+        return Err(LvolError::new(
+            libc::EINVAL,
+            format!("cluster size {cluster} is not a multiple of the block size {bs_blocks}"),
+        ));
+    }
+    let total = dev.num_blocks() / (cluster / bs_blocks) as u64;
+    let ratio = o.md_pages_per_cluster_ratio.unwrap_or(100);
+    if ratio == 0 || ratio > 1000 {
+        return Err(LvolError::new(libc::EINVAL, format!("num_md_pages_per_cluster_ratio {ratio} is not 1 to 1000")));
+    }
+    let md_pages = ferrite_blob::store::layout::lvs_md_pages(total, ratio).max(1);
+    let opts = StoreOpts {
+        cluster_size: cluster,
+        num_md_pages: Some(
+            u32::try_from(md_pages).map_err(|_| LvolError::new(libc::EINVAL, "too many metadata pages"))?,
+        ),
+        bstype: BSTYPE.into(),
+        clear: o.clear,
+    };
+    let bs = Blobstore::init(dev, &opts).await?;
+    let uuid = uuid::Uuid::new_v4();
+    let super_id = bs
+        .create_blob(&BlobOpts {
+            xattrs: vec![(XATTR_NAME.into(), cstr(&o.lvs_name)), (XATTR_UUID.into(), cstr(&uuid.to_string()))],
+            ..Default::default()
+        })
+        .await?;
+    bs.set_super_blob(super_id).await?;
+    let super_blob = bs.open_blob(super_id).await?;
+    let lvs = Arc::new(Lvstore {
+        name: Mutex::new(o.lvs_name.clone()),
+        uuid,
+        bs,
+        base: o.bdev_name.clone(),
+        super_blob,
+        lvols: Mutex::new(BTreeMap::new()),
+    });
+    lock(&table().0).push(lvs.clone());
+    log::info!("lvstore {} ({uuid}) created on {}", o.lvs_name, o.bdev_name);
+    Ok(lvs)
+}
+
+/// Looks for an lvstore on a newly registered bdev and, if there is one, loads it and
+/// registers its lvols (examine). Ends the examine when done.
+pub fn examine(bdev: Bdev, done: ExamineDone) {
+    let name = bdev.name().to_string();
+    let engine = ferrite_reactor::engine();
+    ferrite_reactor::spawn_local(async move {
+        let rx = engine.run_async(0, move || async move {
+            if let Err(e) = load(&name).await {
+                if e.errno != libc::EILSEQ {
+                    log::warn!("lvol examine of {name}: {}", e.message);
+                }
+            }
+        });
+        let _ = rx.await;
+        done.finish();
+    })
+    .detach();
+}
+
+/// Loads the lvstore on `bdev_name`, if it holds one (EILSEQ if it does not).
+pub async fn load(bdev_name: &str) -> LvolResult<Arc<Lvstore>> {
+    let b = ferrite_bdev::lookup(bdev_name).ok_or_else(|| LvolError::new(libc::ENODEV, "no such bdev"))?;
+    if b.claimed_by().is_some() || all().iter().any(|l| l.base == bdev_name) {
+        return Err(LvolError::new(libc::EILSEQ, "claimed"));
+    }
+    // A look at the super block first, through a read-only descriptor (no claim).
+    {
+        let desc = Bdev::open_ext(bdev_name, false, |_| {}).map_err(|e| LvolError::new(libc::ENODEV, e.to_string()))?;
+        let len = (4096u32).max(b.block_size()) as u64;
+        if b.num_blocks() * (b.block_size() as u64) < len {
+            return Err(LvolError::new(libc::EILSEQ, "too small"));
+        }
+        let ch = desc.channel().map_err(|e| LvolError::new(libc::EIO, e.to_string()))?;
+        let req =
+            ferrite_bdev::IoRequest::read(0, len / b.block_size() as u64, ferrite_reactor::alloc_buf(len as usize));
+        let c = ch.submit_wait(req).await;
+        if !c.status.is_ok() {
+            return Err(LvolError::new(libc::EIO, format!("read of the super block: {}", c.status)));
+        }
+        let head: Vec<u8> = c.req.bufs.iter().flat_map(|x| x.iter().copied()).take(4096).collect();
+        match ferrite_blob::format::SuperBlock::decode(&head) {
+            Ok(sb) if sb.bstype_str() == BSTYPE => {}
+            _ => return Err(LvolError::new(libc::EILSEQ, "no lvstore")),
+        }
+    }
+    let dev = open_base(bdev_name)?;
+    let bs = Blobstore::load(dev, Some(BSTYPE)).await?;
+    let super_id = bs.super_blob().ok_or_else(|| LvolError::new(libc::EILSEQ, "the lvstore has no super blob"))?;
+    let super_blob = bs.open_blob(super_id).await?;
+    let name =
+        text_xattr(&super_blob, XATTR_NAME).ok_or_else(|| LvolError::new(libc::EILSEQ, "lvstore without a name"))?;
+    let uuid = text_xattr(&super_blob, XATTR_UUID)
+        .and_then(|u| uuid::Uuid::parse_str(&u).ok())
+        .ok_or_else(|| LvolError::new(libc::EILSEQ, "lvstore without a uuid"))?;
+    if by_name(&name).is_some() || all().iter().any(|l| l.uuid == uuid) {
+        return Err(LvolError::new(libc::EEXIST, format!("an lvstore named {name} or with uuid {uuid} is loaded")));
+    }
+    let lvs = Arc::new(Lvstore {
+        name: Mutex::new(name.clone()),
+        uuid,
+        bs: bs.clone(),
+        base: bdev_name.to_string(),
+        super_blob,
+        lvols: Mutex::new(BTreeMap::new()),
+    });
+    lock(&table().0).push(lvs.clone());
+    for id in bs.blob_ids().into_iter().filter(|&id| id != super_id) {
+        let blob = match bs.open_blob(id).await {
+            Ok(b) => b,
+            Err(e) => {
+                log::warn!("lvstore {name}: blob {id:#x} does not open: {e}");
+                continue;
+            }
+        };
+        let (Some(lname), Some(luuid)) =
+            (text_xattr(&blob, XATTR_NAME), text_xattr(&blob, XATTR_UUID).and_then(|u| uuid::Uuid::parse_str(&u).ok()))
+        else {
+            log::warn!("lvstore {name}: blob {id:#x} has no lvol name or uuid; left out");
+            continue;
+        };
+        let lvol = Arc::new(Lvol { name: Mutex::new(lname.clone()), uuid: luuid, blob, lvs_uuid: uuid });
+        if let Err(e) = crate::bdev::register(&lvs, &lvol) {
+            log::warn!("lvstore {name}: lvol {lname}: {e}");
+            continue;
+        }
+        lock(&lvs.lvols).insert(luuid, lvol);
+    }
+    log::info!("lvstore {name} ({uuid}) loaded from {bdev_name}: {} lvols", lock(&lvs.lvols).len());
+    Ok(lvs)
+}
+
+/// Creates an lvol of `size` bytes (rounded up to clusters) in `lvs` (`bdev_lvol_create`).
+pub async fn create_lvol(
+    lvs: &Arc<Lvstore>,
+    name: &str,
+    size: u64,
+    thin: bool,
+    clear: Option<ClearMethod>,
+) -> LvolResult<Arc<Lvol>> {
+    check_name("lvol", name)?;
+    if lock(&lvs.lvols).values().any(|l| *lock(&l.name) == name) {
+        return Err(LvolError::new(libc::EEXIST, format!("lvol {name} exists in lvstore {}", lock(&lvs.name))));
+    }
+    let cluster = lvs.bs.geometry().cluster_size as u64;
+    let clusters = size.div_ceil(cluster);
+    if !thin && clusters > lvs.bs.free_clusters() {
+        return Err(LvolError::new(
+            libc::ENOSPC,
+            format!("{clusters} clusters wanted, {} free", lvs.bs.free_clusters()),
+        ));
+    }
+    let uuid = uuid::Uuid::new_v4();
+    let id = lvs
+        .bs
+        .create_blob(&BlobOpts {
+            num_clusters: clusters,
+            thin,
+            xattrs: vec![(XATTR_NAME.into(), padded_name(name)), (XATTR_UUID.into(), cstr(&uuid.to_string()))],
+            clear_method: clear,
+            ..Default::default()
+        })
+        .await?;
+    let blob = lvs.bs.open_blob(id).await?;
+    let lvol = Arc::new(Lvol { name: Mutex::new(name.to_string()), uuid, blob, lvs_uuid: lvs.uuid });
+    if let Err(e) = crate::bdev::register(lvs, &lvol) {
+        drop(lvol);
+        let _ = lvs.bs.delete_blob(id).await;
+        return Err(LvolError::new(e.errno(), e.to_string()));
+    }
+    lock(&lvs.lvols).insert(uuid, lvol.clone());
+    log::info!(
+        "lvol {}/{name} ({uuid}) created: {clusters} clusters{}",
+        lock(&lvs.name),
+        if thin { ", thin" } else { "" }
+    );
+    Ok(lvol)
+}
+
+/// Deletes an lvol: its bdev goes (openers are told), then its blob.
+pub async fn delete_lvol(lvs: &Arc<Lvstore>, lvol: Arc<Lvol>) -> LvolResult<()> {
+    let id = lvol.blob.id();
+    let gone = ferrite_bdev::unregister(&lvol.bdev_name(), Some(MODULE))
+        .map_err(|e| LvolError::new(libc::ENODEV, e.to_string()))?;
+    let _ = gone.await;
+    lock(&lvs.lvols).remove(&lvol.uuid);
+    let name = lock(&lvol.name).clone();
+    // The blob closes once its last handle is gone: the bdev's (dropped with its last
+    // channel) and this one.
+    drop_arc_wait(&lvol).await;
+    match Arc::try_unwrap(lvol) {
+        Ok(l) => drop(l),
+        Err(_) => return Err(LvolError::new(libc::EBUSY, format!("lvol {name} is still in use"))),
+    }
+    lvs.bs.delete_blob(id).await?;
+    log::info!("lvol {}/{name} deleted", lock(&lvs.name));
+    Ok(())
+}
+
+/// Waits (briefly) until only the caller holds the lvol: the bdev's backend drops its handle
+/// once its last channel is gone.
+async fn drop_arc_wait(lvol: &Arc<Lvol>) {
+    for _ in 0..500 {
+        if Arc::strong_count(lvol) <= 1 {
+            return;
+        }
+        ferrite_reactor::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
+/// Resizes an lvol to `size` bytes (rounded up to clusters) and tells its bdev's openers.
+pub async fn resize_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, size: u64) -> LvolResult<()> {
+    let g = lvs.bs.geometry();
+    let clusters = size.div_ceil(g.cluster_size as u64);
+    let old = lvol.blob.num_clusters();
+    if clusters > old && !lvol.blob.is_thin() && clusters - old > lvs.bs.free_clusters() {
+        return Err(LvolError::new(
+            libc::ENOSPC,
+            format!("{} more clusters wanted, {} free", clusters - old, lvs.bs.free_clusters()),
+        ));
+    }
+    let b = ferrite_bdev::lookup(&lvol.bdev_name())
+        .ok_or_else(|| LvolError::new(libc::ENODEV, "the lvol's bdev is gone"))?;
+    let blocks = clusters * (g.cluster_size / g.io_unit_size) as u64;
+    if clusters < old && b.open_count() > 0 {
+        return Err(LvolError::new(libc::EBUSY, format!("lvol {} is open; it cannot shrink", lvol.bdev_name())));
+    }
+    lvol.blob.resize(clusters).await?;
+    b.notify_resize(blocks).map_err(|e| LvolError::new(libc::EINVAL, e.to_string()))?;
+    Ok(())
+}
+
+/// Deletes an lvstore with its lvols (`bdev_lvol_delete_lvstore`): the lvol bdevs go, the
+/// blobstore is unloaded and its super block zeroed, and the base bdev is released.
+pub async fn delete(lvs: &Arc<Lvstore>) -> LvolResult<()> {
+    let lvols: Vec<Arc<Lvol>> = lock(&lvs.lvols).values().cloned().collect();
+    for l in lvols {
+        delete_lvol(lvs, l).await?;
+    }
+    lock(&table().0).retain(|x| !Arc::ptr_eq(x, lvs));
+    let dev = lvs.bs.dev().clone();
+    // The super blob stays open in `lvs`: unload after the table lets go is not possible while
+    // it is open, so the store is destroyed in place: its super block is zeroed and flushed.
+    dev.write_zeroes(0, 4096u64.max(dev.block_size() as u64)).await?;
+    dev.flush().await?;
+    log::info!("lvstore {} ({}) deleted", lock(&lvs.name), lvs.uuid);
+    Ok(())
+}
+
+/// The base bdev of an lvstore is going: its lvol bdevs go with it (their data stays on the
+/// base; the lvstore comes back when the base does).
+async fn base_removed(base: &str) {
+    let Some(lvs) = all().into_iter().find(|l| l.base == base) else { return };
+    log::warn!("lvstore {}: base bdev {base} removed; its lvols go", lock(&lvs.name));
+    lock(&table().0).retain(|x| !Arc::ptr_eq(x, &lvs));
+    let lvols: Vec<Arc<Lvol>> = std::mem::take(&mut *lock(&lvs.lvols)).into_values().collect();
+    for l in lvols {
+        if let Ok(rx) = ferrite_bdev::unregister(&l.bdev_name(), Some(MODULE)) {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// Unloads every lvstore cleanly (daemon shutdown): its lvol bdevs go first (waiting for
+/// their openers), then the blobstore is unloaded (masks written, marked clean), while the base
+/// bdev is still there.
+pub async fn shutdown() {
+    let lvstores: Vec<Arc<Lvstore>> = std::mem::take(&mut *lock(&table().0));
+    for lvs in lvstores {
+        let lvols: Vec<Arc<Lvol>> = std::mem::take(&mut *lock(&lvs.lvols)).into_values().collect();
+        for l in &lvols {
+            if let Ok(rx) = ferrite_bdev::unregister(&l.bdev_name(), Some(MODULE)) {
+                let _ = rx.await;
+            }
+        }
+        for l in &lvols {
+            drop_arc_wait(l).await;
+        }
+        drop(lvols);
+        let name = lock(&lvs.name).clone();
+        let Ok(lvs) = Arc::try_unwrap(lvs) else {
+            log::warn!("lvstore {name}: still in use at shutdown; not unloaded (the next load recovers it)");
+            continue;
+        };
+        let Lvstore { bs, super_blob, .. } = lvs;
+        drop(super_blob);
+        match bs.unload().await {
+            Ok(()) => log::info!("lvstore {name} unloaded"),
+            Err(e) => log::warn!("lvstore {name}: unload: {e} (the next load recovers it)"),
+        }
+    }
+}

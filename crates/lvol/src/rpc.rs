@@ -1,0 +1,208 @@
+//! SPDK's lvol methods: bdev_lvol_create_lvstore, bdev_lvol_get_lvstores,
+//! bdev_lvol_delete_lvstore, bdev_lvol_create, bdev_lvol_get_lvols, bdev_lvol_delete,
+//! bdev_lvol_resize. Parameters, results and errnos as SPDK's.
+
+use crate::lvs::{self, LvolError, LvsOpts, Lvstore};
+use ferrite_blob::format::blob::ClearMethod;
+use ferrite_blob::store::InitClear;
+use ferrite_rpc::{errno_error, Params, Registry, RpcError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+fn err(e: LvolError) -> RpcError {
+    errno_error(e.errno, e.message)
+}
+
+fn einval(msg: impl Into<String>) -> RpcError {
+    errno_error(libc::EINVAL, msg)
+}
+
+/// The lvstore named by exactly one of `uuid` and `lvs_name` (SPDK's rule).
+fn pick_lvs(uuid: Option<&str>, name: Option<&str>) -> Result<Arc<Lvstore>, RpcError> {
+    match (uuid, name) {
+        (Some(_), Some(_)) | (None, None) => Err(einval("Invalid parameters: give one of uuid and lvs_name")),
+        (Some(u), None) => lvs::by_uuid(u).ok_or_else(|| errno_error(libc::ENODEV, "No such device")),
+        (None, Some(n)) => lvs::by_name(n).ok_or_else(|| errno_error(libc::ENODEV, "No such device")),
+    }
+}
+
+fn lvs_json(l: &Lvstore) -> Value {
+    let g = l.bs.geometry();
+    json!({
+        "uuid": l.uuid.to_string(),
+        "name": *l.name.lock().unwrap(),
+        "base_bdev": l.base,
+        "total_data_clusters": l.bs.data_clusters(),
+        "free_clusters": l.bs.free_clusters(),
+        "block_size": g.io_unit_size,
+        "cluster_size": g.cluster_size,
+    })
+}
+
+fn lvol_json(l: &Lvstore, v: &lvs::Lvol) -> Value {
+    let lvs_name = l.name.lock().unwrap().clone();
+    let name = v.name.lock().unwrap().clone();
+    json!({
+        "alias": format!("{lvs_name}/{name}"),
+        "uuid": v.uuid.to_string(),
+        "name": name,
+        "is_thin_provisioned": v.blob.is_thin(),
+        "is_snapshot": false,
+        "is_clone": false,
+        "is_esnap_clone": false,
+        "is_degraded": false,
+        "num_allocated_clusters": v.blob.allocated_clusters(),
+        "lvs": {"name": lvs_name, "uuid": l.uuid.to_string()},
+    })
+}
+
+fn clear_method(s: Option<&str>) -> Result<Option<ClearMethod>, RpcError> {
+    Ok(match s {
+        None => None,
+        Some("none") => Some(ClearMethod::None),
+        Some("unmap") => Some(ClearMethod::Unmap),
+        Some("write_zeroes") => Some(ClearMethod::WriteZeroes),
+        Some(o) => return Err(einval(format!("Invalid parameters: clear_method {o:?} (none, unmap, write_zeroes)"))),
+    })
+}
+
+/// Registers the methods.
+pub fn register(reg: &mut Registry) {
+    reg.method("bdev_lvol_create_lvstore", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            bdev_name: String,
+            lvs_name: String,
+            cluster_sz: Option<u32>,
+            clear_method: Option<String>,
+            num_md_pages_per_cluster_ratio: Option<u32>,
+            md_page_size: Option<u32>,
+        }
+        let a: A = p.parse()?;
+        if a.md_page_size.is_some_and(|s| s != 0 && s != 4096) {
+            return Err(einval("Invalid parameters: only md_page_size 4096 is supported"));
+        }
+        let clear = match a.clear_method.as_deref() {
+            None | Some("unmap") => InitClear::Unmap,
+            Some("write_zeroes") => InitClear::WriteZeroes,
+            Some("none") => InitClear::None,
+            Some(o) => return Err(einval(format!("Invalid parameters: clear_method {o:?}"))),
+        };
+        let o = LvsOpts {
+            bdev_name: a.bdev_name,
+            lvs_name: a.lvs_name,
+            cluster_sz: a.cluster_sz.filter(|&c| c != 0),
+            clear,
+            md_pages_per_cluster_ratio: a.num_md_pages_per_cluster_ratio,
+        };
+        let l = lvs::create(&o).await.map_err(err)?;
+        Ok(json!(l.uuid.to_string()))
+    });
+    reg.method("bdev_lvol_get_lvstores", |_, p: Params| async move {
+        #[derive(Deserialize, Default)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            uuid: Option<String>,
+            lvs_name: Option<String>,
+        }
+        let a: A = p.parse()?;
+        if a.uuid.is_some() || a.lvs_name.is_some() {
+            let l = pick_lvs(a.uuid.as_deref(), a.lvs_name.as_deref())?;
+            return Ok(json!([lvs_json(&l)]));
+        }
+        Ok(Value::Array(lvs::all().iter().map(|l| lvs_json(l)).collect()))
+    });
+    reg.method("bdev_lvol_delete_lvstore", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            uuid: Option<String>,
+            lvs_name: Option<String>,
+        }
+        let a: A = p.parse()?;
+        let l = pick_lvs(a.uuid.as_deref(), a.lvs_name.as_deref())?;
+        lvs::delete(&l).await.map_err(err)?;
+        Ok(json!(true))
+    });
+    reg.method("bdev_lvol_create", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            lvol_name: String,
+            size_in_mib: Option<u64>,
+            size: Option<u64>,
+            thin_provision: Option<bool>,
+            uuid: Option<String>,
+            lvs_name: Option<String>,
+            clear_method: Option<String>,
+        }
+        let a: A = p.parse()?;
+        let size = match (a.size_in_mib, a.size) {
+            (Some(m), None) => m.checked_mul(1 << 20).ok_or_else(|| einval("Invalid parameters: size too large"))?,
+            (None, Some(b)) => b,
+            _ => return Err(einval("Invalid parameters: give one of size_in_mib and size")),
+        };
+        let l = pick_lvs(a.uuid.as_deref(), a.lvs_name.as_deref())?;
+        let clear = clear_method(a.clear_method.as_deref())?;
+        let v =
+            lvs::create_lvol(&l, &a.lvol_name, size, a.thin_provision.unwrap_or(false), clear).await.map_err(err)?;
+        Ok(json!(v.bdev_name()))
+    });
+    reg.method("bdev_lvol_get_lvols", |_, p: Params| async move {
+        #[derive(Deserialize, Default)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            lvs_uuid: Option<String>,
+            lvs_name: Option<String>,
+        }
+        let a: A = p.parse()?;
+        let stores = if a.lvs_uuid.is_some() || a.lvs_name.is_some() {
+            vec![pick_lvs(a.lvs_uuid.as_deref(), a.lvs_name.as_deref())?]
+        } else {
+            lvs::all()
+        };
+        let mut out = Vec::new();
+        for l in &stores {
+            for v in l.lvols.lock().unwrap().values() {
+                out.push(lvol_json(l, v));
+            }
+        }
+        Ok(Value::Array(out))
+    });
+    reg.method("bdev_lvol_delete", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            name: String,
+        }
+        let a: A = p.parse()?;
+        let (l, v) = lvs::lvol(&a.name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
+        lvs::delete_lvol(&l, v).await.map_err(err)?;
+        Ok(json!(true))
+    });
+    reg.method("bdev_lvol_resize", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            name: String,
+            size_in_mib: Option<u64>,
+            size: Option<u64>,
+        }
+        let a: A = p.parse()?;
+        let size = match (a.size_in_mib, a.size) {
+            (Some(m), None) => m.checked_mul(1 << 20).ok_or_else(|| einval("Invalid parameters: size too large"))?,
+            (None, Some(b)) => b,
+            _ => return Err(einval("Invalid parameters: give one of size_in_mib and size")),
+        };
+        let (l, v) = lvs::lvol(&a.name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
+        lvs::resize_lvol(&l, &v, size).await.map_err(err)?;
+        Ok(json!(true))
+    });
+}
+
+/// Unloads every lvstore (daemon shutdown, after the bdevs are gone).
+pub async fn shutdown() {
+    lvs::shutdown().await;
+}
