@@ -169,6 +169,12 @@ fn bad_params_get_json_rpc_errors() {
     );
     assert!(!text.contains("bdev_set_qos_limit"), "no entry once the limits are cleared");
     assert_eq!(d.call("bdev_reset_iostat", None), json!(true));
+    // Only examine (the lvol module reads the first page of every new bdev, as SPDK's does)
+    // has touched M1: after the reset, every core that did shows nothing.
     let pc = d.call("bdev_get_iostat", Some(json!({"names": ["M1"], "per_channel": true})));
-    assert_eq!(pc["channels"], json!([]), "no core has used M1");
+    for ch in pc["channels"].as_array().unwrap() {
+        for k in ["num_read_ops", "num_write_ops", "bytes_read", "bytes_written"] {
+            assert_eq!(ch[k], json!(0), "{k} on M1 after the reset: {ch}");
+        }
+    }
 }

@@ -1267,7 +1267,8 @@ fn reads_queued_just_before_a_disconnect_are_aborted() {
     n.listen(HNQN);
     for _ in 0..5 {
         let mut s = Session::open(n.port, HNQN, 1, HostOpts::default(), 4096);
-        for i in 0..64 {
+        // As many as the queue holds (a host that sends more is cut off by the target).
+        for i in 0..24 {
             s.io[0].submit(Host::rw_sqe(nvm::READ, nsid, i * 8, 8), None, 4096);
         }
         drop(s);

@@ -95,12 +95,13 @@ fn create_list_and_delete_null_malloc_uring() {
     assert_eq!(e.code, -19, "{e:?}");
     assert!(e.message.contains("NoSuchBdev"), "{e:?}");
 
-    // bdev_get_iostat knows every bdev and nothing did I/O yet.
+    // bdev_get_iostat knows every bdev and nothing wrote yet (examine, as SPDK's, read the
+    // first page of each to look for an lvstore).
     let st = common::call(&mut c, "bdev_get_iostat", None);
     let st_bdevs = st["bdevs"].as_array().unwrap();
     assert_eq!(st_bdevs.len(), 4, "{st}");
     for b in st_bdevs {
-        assert_eq!(b["num_read_ops"], 0, "{b}");
+        assert!(b["num_read_ops"].as_u64().unwrap() <= 1, "{b}");
         assert_eq!(b["num_write_ops"], 0, "{b}");
     }
     assert!(st["tick_rate"].as_u64().unwrap() > 0, "{st}");

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Logical volumes against their base and against SPDK's, side by side in one run, one core:
+# Ferrite's `ferrite perf` and SPDK v26.05's bdevperf (../shared/anchors) load the same JSON
+# config (bdev_malloc_create of 1 GiB with 4 KiB blocks, then bdev_lvol_create_lvstore with
+# 4 MiB clusters and bdev_lvol_create; both run lvol RPCs from a config), a fresh process per run.
+# Cells (IOPS, 4 KiB, 5 s):
+#   malloc (raw) and thick lvol, randread and randwrite at QD 1 and 128: the lvol's share of
+#     the raw malloc bdev's IOPS (issue: >= 97%), and Ferrite's lvol against SPDK's lvol;
+#   thin lvol on a fresh lvstore with 1 MiB clusters, randwrite QD 32: first writes allocate
+#     clusters as they go (1,024 of them), Ferrite against SPDK.
+# Each cell alternates the tools ROUNDS times (who goes first alternates too) and prints medians
+# and ratios. Run it on a quiet machine.
+# Usage: [ROUNDS=3] bench/lvol_vs_spdk.sh [SECONDS]
+source "$(dirname "$0")/common.sh"
+T=${1:-5}
+ROUNDS=${ROUNDS:-3}
+SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
+if [ -z "$SPDK_DIR" ] || [ ! -x "$SPDK_DIR/build/examples/bdevperf" ]; then
+  echo "SKIP: SPDK's bdevperf not available (run ../shared/anchors/spdk.sh, or set SPDK_DIR)"
+  exit 0
+fi
+cfg() { # NAME CLUSTER_BYTES LVOL_JSON_OR_EMPTY
+  local lv=""
+  if [ -n "$3" ]; then
+    lv=",{\"method\":\"bdev_lvol_create_lvstore\",\"params\":{\"bdev_name\":\"M0\",\"lvs_name\":\"lvs0\",\"cluster_sz\":$2}},
+ {\"method\":\"bdev_lvol_create\",\"params\":$3}"
+  fi
+  cat > "$TMP/$1.json" <<J
+{"subsystems":[{"subsystem":"bdev","config":[
+ {"method":"bdev_malloc_create","params":{"name":"M0","num_blocks":262144,"block_size":4096}}$lv,
+ {"method":"bdev_wait_for_examine"}]}]}
+J
+}
+cfg malloc 0 ""
+cfg thick 4194304 '{"lvs_name":"lvs0","lvol_name":"l0","size_in_mib":1000}'
+cfg thin 1048576 '{"lvs_name":"lvs0","lvol_name":"l0","size_in_mib":1000,"thin_provision":true}'
+ferrite_iops() { # CONFIG BDEV WORKLOAD QD
+  local res="$TMP/res.json"
+  "$FERRITE" perf --json "$1" -T "$2" -q "$4" -o 4096 -w "$3" -t "$T" -m 0x1 --results-json "$res" >/dev/null ||
+    fail "ferrite perf on $2 failed"
+  json_get "$res" "int(d['total']['iops'])"
+}
+spdk_iops() { # CONFIG BDEV WORKLOAD QD
+  LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/examples/bdevperf" --no-pci --no-huge -s 2048 -m 0x1 \
+    --json "$1" -T "$2" -q "$4" -o 4096 -w "$3" -t "$T" 2>&1 | tr -d '\r' |
+    awk '$1 == "Total" { for (i = 1; i <= NF; i++) if ($i == ":") { print int($(i + 1)); exit } }'
+}
+median() { python3 -c "import statistics,sys; print(int(statistics.median(float(x) for x in sys.argv[1:])))" "$@"; }
+run_cell() { # LABEL CONFIG BDEV WORKLOAD QD -> sets F_MED S_MED
+  local f=() s=()
+  for r in $(seq 1 "$ROUNDS"); do
+    if [ $((r % 2)) = 1 ]; then
+      f+=("$(ferrite_iops "$2" "$3" "$4" "$5")"); s+=("$(spdk_iops "$2" "$3" "$4" "$5")")
+    else
+      s+=("$(spdk_iops "$2" "$3" "$4" "$5")"); f+=("$(ferrite_iops "$2" "$3" "$4" "$5")")
+    fi
+    [ -n "${s[-1]}" ] || fail "could not read bdevperf's Total line ($1)"
+  done
+  F_MED=$(median "${f[@]}"); S_MED=$(median "${s[@]}")
+}
+printf '%-34s %10s %10s %7s %14s %14s\n' cell ferrite spdk ratio ferrite_vs_raw spdk_vs_raw
+for w in randread randwrite; do
+  for qd in 1 128; do
+    run_cell raw "$TMP/malloc.json" M0 $w $qd; FR=$F_MED; SR=$S_MED
+    run_cell thick "$TMP/thick.json" lvs0/l0 $w $qd
+    printf '%-34s %10s %10s %7.2f %14.3f %14.3f\n' "thick lvol $w 4k qd$qd" "$F_MED" "$S_MED" \
+      "$(python3 -c "print($F_MED/$S_MED)")" "$(python3 -c "print($F_MED/$FR)")" "$(python3 -c "print($S_MED/$SR)")"
+    printf '%-34s %10s %10s %7.2f\n' "  (malloc raw $w 4k qd$qd)" "$FR" "$SR" "$(python3 -c "print($FR/$SR)")"
+  done
+done
+run_cell thin "$TMP/thin.json" lvs0/l0 randwrite 32
+printf '%-34s %10s %10s %7.2f\n' "thin first writes randwrite qd32" "$F_MED" "$S_MED" "$(python3 -c "print($F_MED/$S_MED)")"
