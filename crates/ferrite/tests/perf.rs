@@ -258,3 +258,22 @@ fn bdev_deleted_during_run() {
     assert!(stderr.contains("Victim0") && stderr.contains("deleted"), "no message about the deletion:\n{stderr}");
     assert!(!sock.exists(), "perf left its socket behind");
 }
+
+#[test]
+fn verify_never_has_two_slots_on_one_block_when_some_requests_are_slow() {
+    // 17 units of 4 KiB for 16 slots, behind a delay bdev whose latencies vary (1 in 100 takes
+    // 20 ms): the cursor wraps past slow slots all the time. A unit still being written or read
+    // back by one slot must not be given to another (as bdevperf's outstanding array), or a
+    // read-back sees the other slot's pattern and counts a verify error that is no data error.
+    let dir = TempDir::new("perfoverlap");
+    let doc = json!({"subsystems": [{"subsystem": "bdev", "config": [
+        {"method": "bdev_malloc_create", "params": {"name": "M0", "num_blocks": 17, "block_size": 4096}},
+        {"method": "bdev_delay_create", "params": {"base_bdev_name": "M0", "name": "D0",
+            "avg_read_latency": 5, "p99_read_latency": 20000, "avg_write_latency": 5, "p99_write_latency": 20000}},
+        {"method": "bdev_wait_for_examine"}]}]});
+    let cfg = dir.write_json("delay.json", &doc).to_str().unwrap().to_string();
+    let results = dir.join("results.json");
+    let args = verify_args(&results, &["-T", "D0"]);
+    let run = run_perf(&dir, "overlap", &cfg, &strs(&args), Duration::from_secs(20));
+    check_verify_run(&run, &results, "D0");
+}

@@ -66,6 +66,11 @@ struct Job {
     rng: u64,
     null_bdev: bool,
     slots: Vec<Slot>,
+    /// For verify and reset: the I/O units a slot is writing or reading back, which no other
+    /// slot may take meanwhile (as bdevperf's `outstanding` array): a slot held up (a path
+    /// failing over) while the cursor wraps would otherwise have another write its units, and
+    /// a read-back see the other's pattern.
+    in_use: Vec<u64>,
     in_flight: u32,
     stopping: bool,
     removed: Arc<AtomicBool>,
@@ -110,14 +115,34 @@ fn check_pattern(buf: &[u8], seed: u64, zeroes: bool) -> bool {
 
 impl Job {
     fn next_offset(&mut self) -> u64 {
-        let n = if self.spec.workload.random() {
-            ((xorshift(&mut self.rng) as u128 * self.span_ios as u128) >> 64) as u64
-        } else {
-            let n = self.cursor;
-            self.cursor = (self.cursor + 1) % self.span_ios;
-            n
+        let n = loop {
+            let n = if self.spec.workload.random() {
+                ((xorshift(&mut self.rng) as u128 * self.span_ios as u128) >> 64) as u64
+            } else {
+                let n = self.cursor;
+                self.cursor = (self.cursor + 1) % self.span_ios;
+                n
+            };
+            if !self.spec.workload.verifies() {
+                break n;
+            }
+            // At most queue-depth units are in use (a short list) and the span holds more than
+            // that (checked at start): the search ends.
+            if self.in_use.contains(&n) {
+                continue;
+            }
+            self.in_use.push(n);
+            break n;
         };
         self.start_block + n * self.io_blocks
+    }
+
+    /// The verify pair of `slot` is over: its unit is free for the others.
+    fn release_unit(&mut self, slot: usize) {
+        let n = (self.slots[slot].offset - self.start_block) / self.io_blocks;
+        if let Some(i) = self.in_use.iter().position(|&u| u == n) {
+            self.in_use.swap_remove(i);
+        }
     }
 
     /// Turns `req` (which holds the slot's buffer, if any) into the next request for `slot`,
@@ -199,6 +224,7 @@ impl IoCompleter for JobCell {
         if status == IoStatus::Success {
             let verify_read = job.spec.workload.verifies() && io_type == IoType::Read;
             if verify_read {
+                job.release_unit(slot);
                 let s = &job.slots[slot];
                 let ok = io.req.bufs.first().is_some_and(|b| check_pattern(b, s.seed, job.null_bdev));
                 if !ok {
@@ -223,6 +249,7 @@ impl IoCompleter for JobCell {
                 job.first_error = Some(format!("{io_type:?} failed: {status}"));
             }
             if job.spec.workload.verifies() {
+                job.release_unit(slot);
                 job.slots[slot].phase = Phase::Read; // start over with a fresh write
             }
             if matches!(status, IoStatus::Removed) {
@@ -284,7 +311,7 @@ fn try_start(
     if span_ios == 0 {
         return Err(format!("bdev {} is too small for {}-byte I/O", bdev.name(), spec.io_size));
     }
-    if spec.workload.verifies() && span_ios < spec.queue_depth as u64 {
+    if spec.workload.verifies() && span_ios <= spec.queue_depth as u64 {
         return Err(format!("bdev {} is too small for verify at queue depth {}", bdev.name(), spec.queue_depth));
     }
     let ch = desc.channel().map_err(|e| e.to_string())?;
@@ -298,6 +325,7 @@ fn try_start(
         cursor: 0,
         rng: 0x2545_f491_4f6c_dd1d ^ ((place.core as u64 + 1) << 32) ^ place.index as u64,
         slots: (0..qd).map(|_| Slot { seed: 0, offset: 0, phase: Phase::Read }).collect(),
+        in_use: Vec::with_capacity(qd),
         in_flight: 0,
         stopping: false,
         removed,
