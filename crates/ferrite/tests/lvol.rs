@@ -207,6 +207,84 @@ fn spdk_dir(test: &str) -> Option<std::path::PathBuf> {
     }
 }
 
+/// SPDK's spdk_tgt on its own socket in `dir`, with rpc.py to talk to it; killed on drop.
+struct SpdkTgt {
+    spdk: std::path::PathBuf,
+    sock: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl SpdkTgt {
+    fn start(spdk: &std::path::Path, dir: &TempDir) -> SpdkTgt {
+        let sock = dir.join("spdk.sock");
+        let child = std::process::Command::new(spdk.join("build/bin/spdk_tgt"))
+            .args(["-m", "0x1", "--no-huge", "-s", "1024", "--disable-cpumask-locks", "-r", sock.to_str().unwrap()])
+            .env("LD_LIBRARY_PATH", spdk.join("build/lib"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spdk_tgt starts");
+        let t = SpdkTgt { spdk: spdk.to_path_buf(), sock, child };
+        for _ in 0..100 {
+            if t.sock.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(t.sock.exists(), "spdk_tgt did not start");
+        std::thread::sleep(Duration::from_millis(300));
+        t
+    }
+
+    /// Runs rpc.py with `args`, expects success, returns its JSON output (or null).
+    fn rpc(&self, args: &[&str]) -> Value {
+        let out = std::process::Command::new("python3")
+            .arg(self.spdk.join("scripts/rpc.py"))
+            .args(["-s", self.sock.to_str().unwrap(), "-t", "30"])
+            .args(args)
+            .env("PYTHONPATH", self.spdk.join("python"))
+            .output()
+            .expect("rpc.py runs");
+        assert!(out.status.success(), "rpc.py {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    /// Stops it cleanly (its lvstores are unloaded).
+    fn stop(mut self) {
+        let _ = self.rpc(&["spdk_kill_instance", "SIGTERM"]);
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SpdkTgt {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs spdk_dd with the file as aio bdev A0 and `args`; expects success.
+fn spdk_dd(spdk: &std::path::Path, dir: &TempDir, img: &std::path::Path, args: &[&str]) {
+    let conf = dir.write_json(
+        "dd.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_aio_create",
+            "params": {"name": "A0", "filename": img.to_str().unwrap(), "block_size": 4096}}]}]}),
+    );
+    let out = std::process::Command::new(spdk.join("build/bin/spdk_dd"))
+        .args(["--no-huge", "-s", "1024", "-m", "0x1", "--disable-cpumask-locks", "--no-rpc-server", "--json"])
+        .arg(&conf)
+        .args(args)
+        .env("LD_LIBRARY_PATH", spdk.join("build/lib"))
+        .output()
+        .expect("spdk_dd runs");
+    assert!(
+        out.status.success(),
+        "spdk_dd: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn spdk_opens_the_lvstore_ferrite_wrote() {
     let test = "spdk_opens_the_lvstore_ferrite_wrote";
@@ -230,42 +308,12 @@ fn spdk_opens_the_lvstore_ferrite_wrote() {
     d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
     d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
     // spdk_tgt with the file as an aio bdev: examine finds the same lvstore and lvols.
-    let lib = spdk.join("build/lib");
-    let sock = dir.join("spdk.sock");
-    let mut tgt = std::process::Command::new(spdk.join("build/bin/spdk_tgt"))
-        .args(["-m", "0x1", "--no-huge", "-s", "1024", "--disable-cpumask-locks", "-r", sock.to_str().unwrap()])
-        .env("LD_LIBRARY_PATH", &lib)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spdk_tgt starts");
-    let rpc = |args: &[&str]| -> Value {
-        let out = std::process::Command::new("python3")
-            .arg(spdk.join("scripts/rpc.py"))
-            .args(["-s", sock.to_str().unwrap(), "-t", "30"])
-            .args(args)
-            .env("PYTHONPATH", spdk.join("python"))
-            .output()
-            .expect("rpc.py runs");
-        assert!(out.status.success(), "rpc.py {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-    };
-    let mut ready = false;
-    for _ in 0..100 {
-        if sock.exists() {
-            ready = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(ready, "spdk_tgt did not start");
-    std::thread::sleep(Duration::from_millis(300));
-    rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
-    rpc(&["bdev_wait_for_examine"]);
-    let mut theirs = rpc(&["bdev_lvol_get_lvols"]).as_array().unwrap().clone();
+    let tgt = SpdkTgt::start(&spdk, &dir);
+    tgt.rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
+    tgt.rpc(&["bdev_wait_for_examine"]);
+    let mut theirs = tgt.rpc(&["bdev_lvol_get_lvols"]).as_array().unwrap().clone();
     theirs.sort_by_key(|x| x["name"].as_str().unwrap().to_string());
-    let _ = rpc(&["spdk_kill_instance", "SIGTERM"]);
-    let _ = tgt.wait();
+    tgt.stop();
     assert_eq!(theirs.len(), ours.len(), "SPDK's lvols: {theirs:?}");
     for (t, o) in theirs.iter().zip(&ours) {
         for k in ["alias", "uuid", "name", "is_thin_provisioned", "num_allocated_clusters"] {
@@ -274,25 +322,9 @@ fn spdk_opens_the_lvstore_ferrite_wrote() {
         assert_eq!(t["lvs"]["uuid"], o["lvs"]["uuid"]);
     }
     // spdk_dd reads the thin lvol: the written range and zeroes around it.
-    let conf = dir.write_json(
-        "dd.json",
-        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_aio_create",
-            "params": {"name": "A0", "filename": img.to_str().unwrap(), "block_size": 4096}}]}]}),
-    );
     let out_file = dir.join("thin.bin");
-    let out = std::process::Command::new(spdk.join("build/bin/spdk_dd"))
-        .args(["--no-huge", "-s", "1024", "-m", "0x1", "--disable-cpumask-locks", "--no-rpc-server", "--json"])
-        .arg(&conf)
-        .args(["--ib=lvs0/thin", &format!("--of={}", out_file.display()), "--bs=1048576", "--count=16"])
-        .env("LD_LIBRARY_PATH", &lib)
-        .output()
-        .expect("spdk_dd runs");
-    assert!(
-        out.status.success(),
-        "spdk_dd: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let of = format!("--of={}", out_file.display());
+    spdk_dd(&spdk, &dir, &img, &["--ib=lvs0/thin", &of, "--bs=1048576", "--count=16"]);
     let data = std::fs::read(&out_file).unwrap();
     assert_eq!(data.len() as u64, 16 * MIB);
     let m = MIB as usize;
@@ -313,63 +345,20 @@ fn ferrite_opens_an_lvstore_spdk_wrote() {
     let dir = TempDir::new("lvol-from-spdk");
     let img = dir.join("disk.img");
     std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
-    let lib = spdk.join("build/lib");
-    let sock = dir.join("spdk.sock");
-    let mut tgt = std::process::Command::new(spdk.join("build/bin/spdk_tgt"))
-        .args(["-m", "0x1", "--no-huge", "-s", "1024", "--disable-cpumask-locks", "-r", sock.to_str().unwrap()])
-        .env("LD_LIBRARY_PATH", &lib)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spdk_tgt starts");
-    let rpc = |args: &[&str]| -> Value {
-        let out = std::process::Command::new("python3")
-            .arg(spdk.join("scripts/rpc.py"))
-            .args(["-s", sock.to_str().unwrap(), "-t", "30"])
-            .args(args)
-            .env("PYTHONPATH", spdk.join("python"))
-            .output()
-            .expect("rpc.py runs");
-        assert!(out.status.success(), "rpc.py {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-    };
-    for _ in 0..100 {
-        if sock.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
-    rpc(&["bdev_lvol_create_lvstore", "A0", "lvs0", "-c", "1048576"]);
-    rpc(&["bdev_lvol_create", "-l", "lvs0", "thick", "4"]);
-    rpc(&["bdev_lvol_create", "-l", "lvs0", "-t", "thin", "16"]);
-    let mut theirs = rpc(&["bdev_lvol_get_lvols"]).as_array().unwrap().clone();
-    let lvs_theirs = rpc(&["bdev_lvol_get_lvstores"]);
-    let _ = rpc(&["spdk_kill_instance", "SIGTERM"]);
-    let _ = tgt.wait();
+    let tgt = SpdkTgt::start(&spdk, &dir);
+    tgt.rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
+    tgt.rpc(&["bdev_lvol_create_lvstore", "A0", "lvs0", "-c", "1048576"]);
+    tgt.rpc(&["bdev_lvol_create", "-l", "lvs0", "thick", "4"]);
+    tgt.rpc(&["bdev_lvol_create", "-l", "lvs0", "-t", "thin", "16"]);
+    let mut theirs = tgt.rpc(&["bdev_lvol_get_lvols"]).as_array().unwrap().clone();
+    let lvs_theirs = tgt.rpc(&["bdev_lvol_get_lvstores"]);
+    tgt.stop();
     // spdk_dd writes a pattern into the thin lvol (SPDK allocates its clusters).
     let pattern: Vec<u8> = (0..2 * MIB).map(|i| (i % 251) as u8).collect();
     let src = dir.join("pattern.bin");
     std::fs::write(&src, &pattern).unwrap();
-    let conf = dir.write_json(
-        "dd.json",
-        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_aio_create",
-            "params": {"name": "A0", "filename": img.to_str().unwrap(), "block_size": 4096}}]}]}),
-    );
-    let out = std::process::Command::new(spdk.join("build/bin/spdk_dd"))
-        .args(["--no-huge", "-s", "1024", "-m", "0x1", "--disable-cpumask-locks", "--no-rpc-server", "--json"])
-        .arg(&conf)
-        .args([&format!("--if={}", src.display()), "--ob=lvs0/thin", "--bs=1048576", "--count=2", "--seek=5"])
-        .env("LD_LIBRARY_PATH", &lib)
-        .output()
-        .expect("spdk_dd runs");
-    assert!(
-        out.status.success(),
-        "spdk_dd: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let inp = format!("--if={}", src.display());
+    spdk_dd(&spdk, &dir, &img, &[&inp, "--ob=lvs0/thin", "--bs=1048576", "--count=2", "--seek=5"]);
     let (ok, out) = check(&dir, &img);
     assert!(ok, "SPDK's lvstore checks clean: {out}");
     // Ferrite finds the lvstore by examine, with SPDK's names, UUIDs and sizes.

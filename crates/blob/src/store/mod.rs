@@ -151,6 +151,21 @@ pub(crate) struct MdState {
     pub(crate) unloaded: bool,
 }
 
+impl MdState {
+    /// The state of a blobstore with super block `sb`: every mask clear, nothing open.
+    fn empty(sb: SuperBlock, geo: &Geometry) -> MdState {
+        MdState {
+            sb,
+            pages: BitArray::new(geo.md_len as usize),
+            clusters: BitArray::new(geo.total_clusters as usize),
+            blobids: BitArray::new(geo.md_len as usize),
+            open: HashMap::new(),
+            busy: HashMap::new(),
+            unloaded: false,
+        }
+    }
+}
+
 /// A loaded blobstore. Cheap to clone; the handle may travel to other reactors, but every
 /// operation runs on the metadata reactor.
 #[derive(Clone)]
@@ -372,15 +387,8 @@ impl Blobstore {
         for c in 0..geo.md_clusters as usize {
             clusters.set(c);
         }
-        let st = MdState {
-            sb,
-            pages: BitArray::new(geo.md_len as usize),
-            clusters,
-            blobids: BitArray::new(geo.md_len as usize),
-            open: HashMap::new(),
-            busy: HashMap::new(),
-            unloaded: false,
-        };
+        let mut st = MdState::empty(sb, &geo);
+        st.clusters = clusters;
         let bs = Self::new_store(dev, geo, st)?;
         let s = &bs.0;
         let md_bytes = (s.geo.md_start as u64 + s.geo.md_len as u64) * s.geo.md_page_size as u64;
@@ -421,15 +429,7 @@ impl Blobstore {
         }
         let geo = sb.geometry(dev.size())?;
         let clean = sb.is_clean();
-        let st = MdState {
-            sb: sb.clone(),
-            pages: BitArray::new(geo.md_len as usize),
-            clusters: BitArray::new(geo.total_clusters as usize),
-            blobids: BitArray::new(geo.md_len as usize),
-            open: HashMap::new(),
-            busy: HashMap::new(),
-            unloaded: false,
-        };
+        let st = MdState::empty(sb.clone(), &geo);
         let bs = Self::new_store(dev, geo, st)?;
         let s = &bs.0;
         if clean && sb.used_blobid_mask_len > 0 {
