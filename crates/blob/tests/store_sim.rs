@@ -419,3 +419,73 @@ fn power_cuts_during_metadata_operations_lose_nothing_that_completed() {
     assert!(total > 0, "no operation completed before the crashes");
     println!("{total} operations completed before the power cuts");
 }
+
+/// A delete unmaps its blob's clusters before it hands them back: a blob made meanwhile (which
+/// may get them) keeps what it wrote. And a create while a delete runs never reuses the id
+/// being deleted.
+fn delete_vs_create(seed: u64) {
+    let mut sim = Sim::new(seed, 1).unwrap();
+    let name = format!("DC{seed}");
+    sim.on(0, || crash_disk::create(&name, BLOCK, vec![0; 32 * MIB])).unwrap();
+    let rx = sim.engine().run_async(0, move || async move {
+        let o = StoreOpts { num_md_pages: Some(64), ..opts() };
+        let bs = Blobstore::init(open_dev(&name), &o).await.unwrap();
+        let a = bs.create_blob(&BlobOpts { num_clusters: 20, ..Default::default() }).await.unwrap();
+        let free_before = bs.free_clusters();
+        let bs2 = bs.clone();
+        let done = std::rc::Rc::new(std::cell::Cell::new(false));
+        let d2 = done.clone();
+        let deleting = ferrite_reactor::spawn_local(async move {
+            bs2.delete_blob(a).await.unwrap();
+            d2.set(true);
+        });
+        // Creates race the delete until one gets enough clusters (only the deleted blob's).
+        let b = loop {
+            match bs.create_blob(&BlobOpts { num_clusters: free_before + 20, ..Default::default() }).await {
+                Ok(id) => break id,
+                // Yield once (the next turn), so the delete's I/O goes on meanwhile.
+                Err(_) => {
+                    let mut once = false;
+                    std::future::poll_fn(|cx| {
+                        if std::mem::replace(&mut once, true) {
+                            std::task::Poll::Ready(())
+                        } else {
+                            cx.waker().wake_by_ref();
+                            std::task::Poll::Pending
+                        }
+                    })
+                    .await
+                }
+            }
+        };
+        if !done.get() {
+            assert_ne!(b, a, "the id still being deleted was reused");
+        }
+        if std::env::var("SIM_VERBOSE").is_ok() {
+            println!("seed: b created with the delete done: {}", done.get());
+        }
+        let blob = bs.open_blob(b).await.unwrap();
+        let starts: Vec<u64> = blob.map().starts();
+        let pattern = vec![0x5au8; MIB];
+        // Last cluster first: the delete unmaps in cluster order.
+        for &s in starts.iter().rev() {
+            bs.dev().write(s * BLOCK as u64, &pattern).await.unwrap();
+        }
+        deleting.await;
+        for &s in &starts {
+            let got = bs.dev().read(s * BLOCK as u64, MIB).await.unwrap();
+            assert!(got.iter().all(|&x| x == 0x5a), "blob {b:#x}: cluster at block {s} lost its data to the delete");
+        }
+    });
+    sim.block_on(rx, MAX_STEPS).unwrap();
+}
+
+#[test]
+fn a_delete_never_unmaps_clusters_it_handed_back() {
+    for seed in seeds(30) {
+        if let Err(e) = std::panic::catch_unwind(AssertUnwindSafe(|| delete_vs_create(seed))) {
+            let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+            panic!("seed {seed} failed (replay: SIM_SEED={seed}): {msg}");
+        }
+    }
+}

@@ -183,6 +183,11 @@ fn bad_lvol_requests_get_spdks_errors() {
     assert_eq!(e.code, -libc::EINVAL, "{e:?}");
     let e = d.call_err("bdev_lvol_delete", Some(json!({"name": "lvs/zz"})));
     assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    // A resize to 0 is refused before anything changes (the lvol keeps its clusters).
+    let e = d.call_err("bdev_lvol_resize", Some(json!({"name": "lvs/a", "size_in_mib": 0})));
+    assert_eq!(e.code, -libc::EINVAL, "{e:?}");
+    let a = d.call("bdev_lvol_get_lvols", Some(json!({"lvs_name": "lvs"})));
+    assert_eq!(a[0]["num_allocated_clusters"].as_u64(), Some(4), "{a}");
     // A thin lvol far larger than the store works; the whole store stays consistent.
     d.call(
         "bdev_lvol_create",

@@ -73,6 +73,8 @@ pub struct Lvstore {
     pub super_blob: Blob,
     /// Its lvols by UUID.
     pub lvols: Mutex<BTreeMap<uuid::Uuid, Arc<Lvol>>>,
+    /// Being deleted: no new lvol.
+    pub deleting: std::sync::atomic::AtomicBool,
 }
 
 /// An lvol.
@@ -94,9 +96,9 @@ impl Lvol {
     }
 }
 
-/// The lvstores of an engine.
+/// The lvstores of an engine, and the names of those being created.
 #[derive(Default)]
-struct Table(Mutex<Vec<Arc<Lvstore>>>);
+struct Table(Mutex<Vec<Arc<Lvstore>>>, Mutex<Vec<String>>);
 
 fn table() -> Arc<Table> {
     ferrite_reactor::engine_state::<Table>()
@@ -201,9 +203,21 @@ pub struct LvsOpts {
 /// Creates an lvstore on a bdev (`bdev_lvol_create_lvstore`).
 pub async fn create(o: &LvsOpts) -> LvolResult<Arc<Lvstore>> {
     check_name("lvstore", &o.lvs_name)?;
-    if by_name(&o.lvs_name).is_some() {
-        return Err(LvolError::new(libc::EEXIST, format!("lvstore {} exists", o.lvs_name)));
+    // The name is taken now (checked and reserved at once), not when the blobstore is made.
+    {
+        let t = table();
+        let mut creating = lock(&t.1);
+        if by_name(&o.lvs_name).is_some() || creating.contains(&o.lvs_name) {
+            return Err(LvolError::new(libc::EEXIST, format!("lvstore {} exists", o.lvs_name)));
+        }
+        creating.push(o.lvs_name.clone());
     }
+    let res = create_reserved(o).await;
+    lock(&table().1).retain(|n| *n != o.lvs_name);
+    res
+}
+
+async fn create_reserved(o: &LvsOpts) -> LvolResult<Arc<Lvstore>> {
     let dev = open_base(&o.bdev_name)?;
     let cluster = o.cluster_sz.unwrap_or(DEFAULT_CLUSTER_SIZE);
     let bs_blocks = dev.block_size();
@@ -244,6 +258,7 @@ pub async fn create(o: &LvsOpts) -> LvolResult<Arc<Lvstore>> {
         base: o.bdev_name.clone(),
         super_blob,
         lvols: Mutex::new(BTreeMap::new()),
+        deleting: std::sync::atomic::AtomicBool::new(false),
     });
     lock(&table().0).push(lvs.clone());
     log::info!("lvstore {} ({uuid}) created on {}", o.lvs_name, o.bdev_name);
@@ -332,6 +347,7 @@ pub async fn load(bdev_name: &str) -> LvolResult<Arc<Lvstore>> {
         base: bdev_name.to_string(),
         super_blob,
         lvols: Mutex::new(BTreeMap::new()),
+        deleting: std::sync::atomic::AtomicBool::new(false),
     });
     lock(&table().0).push(lvs.clone());
     for id in bs.blob_ids().into_iter().filter(|&id| id != super_id) {
@@ -368,6 +384,10 @@ pub async fn create_lvol(
     clear: Option<ClearMethod>,
 ) -> LvolResult<Arc<Lvol>> {
     check_name("lvol", name)?;
+    let gone = || LvolError::new(libc::ENODEV, format!("lvstore {} is being deleted", lock(&lvs.name)));
+    if lvs.deleting.load(std::sync::atomic::Ordering::Acquire) {
+        return Err(gone());
+    }
     if lock(&lvs.lvols).values().any(|l| *lock(&l.name) == name) {
         return Err(LvolError::new(libc::EEXIST, format!("lvol {name} exists in lvstore {}", lock(&lvs.name))));
     }
@@ -390,7 +410,27 @@ pub async fn create_lvol(
             ..Default::default()
         })
         .await?;
-    let blob = lvs.bs.open_blob(id).await?;
+    let blob = match lvs.bs.open_blob(id).await {
+        Ok(b) => b,
+        Err(e) => {
+            // Nothing refers to the new blob: it goes again.
+            let _ = lvs.bs.delete_blob(id).await;
+            return Err(e.into());
+        }
+    };
+    if lvs.deleting.load(std::sync::atomic::Ordering::Acquire)
+        || lock(&lvs.lvols).values().any(|l| *lock(&l.name) == name)
+    {
+        // The lvstore started going, or another create of this name won, while this one waited.
+        let err = if lvs.deleting.load(std::sync::atomic::Ordering::Acquire) {
+            gone()
+        } else {
+            LvolError::new(libc::EEXIST, format!("lvol {name} exists in lvstore {}", lock(&lvs.name)))
+        };
+        drop(blob);
+        let _ = lvs.bs.delete_blob(id).await;
+        return Err(err);
+    }
     let lvol = Arc::new(Lvol { name: Mutex::new(name.to_string()), uuid, blob, lvs_uuid: lvs.uuid });
     if let Err(e) = crate::bdev::register(lvs, &lvol) {
         drop(lvol);
@@ -441,6 +481,10 @@ async fn drop_arc_wait(lvol: &Arc<Lvol>) {
 pub async fn resize_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, size: u64) -> LvolResult<()> {
     let g = lvs.bs.geometry();
     let clusters = size.div_ceil(g.cluster_size as u64);
+    // Everything that can refuse is checked before the blob changes.
+    if clusters == 0 {
+        return Err(LvolError::new(libc::EINVAL, "an lvol cannot be resized to 0 bytes"));
+    }
     let old = lvol.blob.num_clusters();
     if clusters > old && !lvol.blob.is_thin() && clusters - old > lvs.bs.free_clusters() {
         return Err(LvolError::new(
@@ -462,6 +506,9 @@ pub async fn resize_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, size: u64) -> Lvo
 /// Deletes an lvstore with its lvols (`bdev_lvol_delete_lvstore`): the lvol bdevs go, the
 /// blobstore is unloaded and its super block zeroed, and the base bdev is released.
 pub async fn delete(lvs: &Arc<Lvstore>) -> LvolResult<()> {
+    if lvs.deleting.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return Err(LvolError::new(libc::EBUSY, format!("lvstore {} is being deleted", lock(&lvs.name))));
+    }
     let lvols: Vec<Arc<Lvol>> = lock(&lvs.lvols).values().cloned().collect();
     for l in lvols {
         delete_lvol(lvs, l).await?;

@@ -188,7 +188,8 @@ impl super::Blobstore {
             let page = loop {
                 let p =
                     st.pages.find_first_clear(from).ok_or_else(|| BsError::NoSpace("no free metadata page".into()))?;
-                if !st.blobids.get(p) {
+                // Not an id in use, nor one a delete is still releasing.
+                if !st.blobids.get(p) && !st.busy.contains_key(&page_to_blobid(p as u64)) {
                     break p;
                 }
                 from = p + 1;
@@ -325,16 +326,18 @@ impl super::Blobstore {
             for &p in &chain[1..] {
                 s.dev.write_zeroes(s.page_offset(p), s.geo.md_page_size as u64).await?;
             }
-            s.release_pages(&pages);
-            s.release_clusters(&md.clusters);
-            {
-                let mut st = s.lock();
-                st.blobids.clear(blobid_to_page(id) as usize);
-            }
+            // The clusters are unmapped while still the blob's, and only then handed back: once
+            // free, another blob may take one and write it at once.
             if md.clear_method() != ClearMethod::None {
                 for &c in md.clusters.iter().filter(|&&c| c != 0) {
                     s.dev.unmap(s.cluster_block(c) * s.dev.block_size() as u64, s.geo.cluster_size as u64).await?;
                 }
+            }
+            s.release_clusters(&md.clusters);
+            s.release_pages(&pages);
+            {
+                let mut st = s.lock();
+                st.blobids.clear(blobid_to_page(id) as usize);
             }
             Ok(())
         }
@@ -637,12 +640,14 @@ impl Blob {
         s.release_pages(&gone);
         if !plan.cut.is_empty() {
             let clear = lock(&self.0.st).md.clear_method();
-            s.release_clusters(&plan.cut);
+            // Unmapped before they are free (as in a delete): a cluster handed back may be
+            // written by its next owner at once.
             if clear != ClearMethod::None {
                 for &c in plan.cut.iter().filter(|&&c| c != 0) {
                     s.dev.unmap(s.cluster_block(c) * s.dev.block_size() as u64, s.geo.cluster_size as u64).await?;
                 }
             }
+            s.release_clusters(&plan.cut);
         }
         Ok(())
     }
