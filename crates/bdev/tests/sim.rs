@@ -17,37 +17,14 @@ use ferrite_bdev::modules::passthru::base::delete_vbdev;
 use ferrite_bdev::modules::{delay, error, malloc, null, passthru};
 use ferrite_bdev::{lookup, unregister, Bdev, BdevDesc, BdevEvent, BdevModule, ClaimType, ExamineDone};
 use ferrite_bdev::{IoRequest, IoStatus};
+use ferrite_reactor::sim::{for_seeds, seeds};
 use ferrite_reactor::{spawn_local, Sim};
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Most steps any wait of a simulation may take before it counts as a hang.
 const MAX_STEPS: u64 = 2_000_000;
-
-/// The seeds to run: `SIM_SEED` alone if set, else `SIM_SEEDS` (or `default`) seeds from 0.
-fn seeds(default: u64) -> Vec<u64> {
-    if let Some(s) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
-        return vec![s];
-    }
-    let n = std::env::var("SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
-    (0..n).collect()
-}
-
-/// Runs `f` for every seed; a failure is reported with its seed.
-fn for_seeds(default: u64, f: impl Fn(u64) -> u64) {
-    for seed in seeds(default) {
-        if let Err(e) = std::panic::catch_unwind(AssertUnwindSafe(|| f(seed))) {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            panic!("seed {seed} failed (replay: SIM_SEED={seed}): {msg}");
-        }
-    }
-}
 
 /// What one reactor's load saw.
 #[derive(Debug, Default, Clone, PartialEq)]

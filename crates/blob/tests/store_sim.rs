@@ -9,8 +9,8 @@ use ferrite_bdev::Bdev;
 use ferrite_blob::format::BlobMd;
 use ferrite_blob::offline;
 use ferrite_blob::store::{BlobOpts, Blobstore, Dev, InitClear, StoreOpts};
+use ferrite_reactor::sim::for_seeds;
 use ferrite_reactor::Sim;
-use std::panic::AssertUnwindSafe;
 
 const BLOCK: u32 = 4096;
 const MIB: usize = 1 << 20;
@@ -98,15 +98,6 @@ fn blobs_survive_an_unload_and_a_load() {
         bs.unload().await.unwrap();
     });
     sim.block_on(rx, MAX_STEPS).unwrap();
-}
-
-/// The seeds to run: `SIM_SEED` alone if set, else `SIM_SEEDS` (or `default`) seeds from 0.
-fn seeds(default: u64) -> Vec<u64> {
-    if let Some(s) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
-        return vec![s];
-    }
-    let n = std::env::var("SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
-    (0..n).collect()
 }
 
 /// A blob as the operations that completed left it.
@@ -402,20 +393,7 @@ fn crash_run(seed: u64) -> u64 {
 
 #[test]
 fn power_cuts_during_metadata_operations_lose_nothing_that_completed() {
-    let mut total = 0;
-    for seed in seeds(200) {
-        match std::panic::catch_unwind(AssertUnwindSafe(|| crash_run(seed))) {
-            Ok(n) => total += n,
-            Err(e) => {
-                let msg = e
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                panic!("seed {seed} failed (replay: SIM_SEED={seed}): {msg}");
-            }
-        }
-    }
+    let total = for_seeds(200, crash_run);
     assert!(total > 0, "no operation completed before the crashes");
     println!("{total} operations completed before the power cuts");
 }
@@ -482,10 +460,8 @@ fn delete_vs_create(seed: u64) {
 
 #[test]
 fn a_delete_never_unmaps_clusters_it_handed_back() {
-    for seed in seeds(30) {
-        if let Err(e) = std::panic::catch_unwind(AssertUnwindSafe(|| delete_vs_create(seed))) {
-            let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
-            panic!("seed {seed} failed (replay: SIM_SEED={seed}): {msg}");
-        }
-    }
+    for_seeds(30, |seed| {
+        delete_vs_create(seed);
+        0
+    });
 }

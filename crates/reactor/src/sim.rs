@@ -298,3 +298,33 @@ impl Drop for Sim {
         tsc::sim_end();
     }
 }
+
+/// The seeds a simulation test runs: `SIM_SEED` alone if set, else `SIM_SEEDS` (or `default`)
+/// seeds from 0.
+pub fn seeds(default: u64) -> Vec<u64> {
+    if let Some(s) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
+        return vec![s];
+    }
+    let n = std::env::var("SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    (0..n).collect()
+}
+
+/// Runs `f` for every seed of [`seeds`] and returns the (wrapping) sum of what it returned; a failure
+/// panics naming its seed and how to replay it.
+pub fn for_seeds(default: u64, f: impl Fn(u64) -> u64) -> u64 {
+    let mut total = 0u64;
+    for seed in seeds(default) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(seed))) {
+            Ok(n) => total = total.wrapping_add(n),
+            Err(e) => {
+                let msg = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                panic!("seed {seed} failed (replay: SIM_SEED={seed}): {msg}");
+            }
+        }
+    }
+    total
+}
