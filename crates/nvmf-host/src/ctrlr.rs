@@ -411,17 +411,23 @@ impl HostCtrlr {
         self.reset_requested.store(true, Ordering::Release);
         admin.close();
         // The reconnection (`admin_lost`) runs on its own; wait for its outcome.
+        self.wait_up(Some(gen)).await
+    }
+
+    /// Waits until the controller is up (in a generation after `gen`, if given): Ok, or
+    /// ENODEV once detached, EIO once given up on.
+    async fn wait_up(&self, gen: Option<u64>) -> Result<(), i32> {
         loop {
-            ferrite_reactor::sleep(Duration::from_millis(5)).await;
             if self.detached.load(Ordering::Acquire) {
                 return Err(libc::ENODEV);
             }
             if self.failed.load(Ordering::Acquire) {
                 return Err(libc::EIO);
             }
-            if self.generation.load(Ordering::Acquire) != gen && self.is_up() {
+            if gen.is_none_or(|g| self.generation.load(Ordering::Acquire) != g) && self.is_up() {
                 return Ok(());
             }
+            ferrite_reactor::sleep(Duration::from_millis(5)).await;
         }
     }
 
@@ -430,18 +436,7 @@ impl HostCtrlr {
     /// reactor.
     pub async fn reset_or_join(self: &Arc<Self>) -> Result<(), i32> {
         match self.reset().await {
-            Err(libc::EBUSY) => loop {
-                if self.detached.load(Ordering::Acquire) {
-                    return Err(libc::ENODEV);
-                }
-                if self.failed.load(Ordering::Acquire) {
-                    return Err(libc::EIO);
-                }
-                if self.is_up() {
-                    return Ok(());
-                }
-                ferrite_reactor::sleep(Duration::from_millis(5)).await;
-            },
+            Err(libc::EBUSY) => self.wait_up(None).await,
             r => r,
         }
     }
