@@ -24,7 +24,6 @@ pub const IO_TYPES: IoTypes =
 
 struct LvolBackend {
     lvol: Arc<Lvol>,
-    lvs_name: String,
     lvs_uuid: uuid::Uuid,
     base: String,
     dev: ferrite_blob::store::Dev,
@@ -157,7 +156,6 @@ impl BdevBackend for LvolBackend {
 
     fn config_entry(&self, _bdev: &Bdev) -> Option<Value> {
         // As in SPDK: lvols come back by examine of their base bdev, not from the config.
-        let _ = &self.lvs_name;
         None
     }
 }
@@ -190,7 +188,6 @@ pub fn register(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>) -> Result<Bdev, BdevError>
     };
     let backend = LvolBackend {
         lvol: lvol.clone(),
-        lvs_name,
         lvs_uuid: lvs.uuid,
         base: lvs.base.clone(),
         blocks_per_cluster,

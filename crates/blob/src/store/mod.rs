@@ -30,7 +30,7 @@ pub mod layout;
 mod replay;
 
 use crate::format::mask::{MaskKind, MdMask};
-use crate::format::superblock::{Geometry, SuperBlock, SIGNATURE, VERSION};
+use crate::format::superblock::{Geometry, SuperBlock, VERSION};
 use crate::format::{FormatError, MdPage, BLOBID_INVALID, PAGE_SIZE};
 use bits::BitArray;
 pub use blob::{Blob, BlobOpts};
@@ -79,7 +79,7 @@ impl BsError {
     /// The errno SPDK answers for this error.
     pub fn errno(&self) -> i32 {
         match self {
-            BsError::Dev(_) => libc_eio(),
+            BsError::Dev(_) => 5,     // EIO
             BsError::Format(_) => 84, // EILSEQ
             BsError::Invalid(_) => 22,
             BsError::NotFound(_) => 2,
@@ -88,10 +88,6 @@ impl BsError {
             BsError::ReadOnly(_) => 1,
         }
     }
-}
-
-fn libc_eio() -> i32 {
-    5
 }
 
 impl From<DevError> for BsError {
@@ -381,7 +377,6 @@ impl Blobstore {
             io_unit_size: layout.io_unit_size,
             md_page_size: layout.md_page_size,
         };
-        let _ = SIGNATURE;
         let geo = sb.geometry(dev.size())?;
         let mut clusters = BitArray::new(geo.total_clusters as usize);
         for c in 0..geo.md_clusters as usize {
