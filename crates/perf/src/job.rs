@@ -351,7 +351,13 @@ fn try_start(
         j.me = Some(me);
         let with_payload = !matches!(j.spec.workload, Workload::Unmap | Workload::Flush);
         for slot in 0..qd {
-            let buf = with_payload.then(|| ferrite_reactor::alloc_buf(j.spec.io_size as usize));
+            // A write's payload is a pattern, never what the pool buffer held before (another
+            // bdev's data that a read, examine's included, left in it).
+            let buf = with_payload.then(|| {
+                let mut b = ferrite_reactor::alloc_buf(j.spec.io_size as usize);
+                fill_pattern(&mut b, 0x5eed ^ slot as u64);
+                b
+            });
             j.submit(slot, buf);
         }
     }
