@@ -5,15 +5,20 @@
 use super::{on_md_core, BsError, BsResult, ClusterMap, Store};
 use crate::format::blob::Access;
 use crate::format::blob::{link_chain, ClearMethod, FLAG_READ_ONLY, FLAG_THIN_PROV};
+use crate::format::blob::{Parent, FLAG_INTERNAL_XATTR};
 use crate::format::units::{blobid_to_page, cluster_to_extent_page, extent_pages_for, page_to_blobid};
 use crate::format::{BlobMd, ExtentPage, MdPage, ParseLimits, Xattr, EXTENTS_PER_EP, INVALID_MD_PAGE};
 use ferrite_reactor::oneshot;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Most pages a blob's chain may have (a loop or a hostile chain stops there).
 const MAX_CHAIN: usize = 4096;
+/// Most ancestors a blob may have (a loop of parents stops there).
+pub(crate) const MAX_PARENTS: usize = 1024;
+/// Clusters allocated per metadata write when a blob is inflated or decoupled.
+pub(crate) const ALLOC_BATCH: usize = 32;
 
 /// What a new blob is made with.
 #[derive(Debug, Clone, Default)]
@@ -38,9 +43,9 @@ pub(crate) struct BlobState {
     /// The chain's metadata pages on the device: the first is the blob id's page.
     pub(crate) chain: Vec<u32>,
     /// Extent pages whose clusters changed since the last persist.
-    dirty_eps: BTreeSet<u64>,
+    pub(crate) dirty_eps: BTreeSet<u64>,
     /// Something other than extent pages changed (the chain must be rewritten).
-    chain_dirty: bool,
+    pub(crate) chain_dirty: bool,
     /// A persist is under way; the others wait here.
     persisting: bool,
     waiters: Vec<oneshot::Sender<()>>,
@@ -50,6 +55,37 @@ pub(crate) struct BlobState {
     /// on the device.
     cut_clusters: Vec<u32>,
     cut_pages: Vec<u32>,
+    /// The parent snapshot, open (reads of clusters this blob has not allocated go there).
+    pub(crate) parent: Option<Blob>,
+    /// A structural change (snapshot, merge, parent change) holds the cluster map: no
+    /// allocation starts meanwhile, and it starts only once none is under way.
+    exclusive: bool,
+    /// Who waits for `exclusive` to end or for the allocations under way to finish.
+    excl_waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl BlobState {
+    fn new(md: BlobMd, chain: Vec<u32>, chain_dirty: bool, parent: Option<Blob>) -> BlobState {
+        BlobState {
+            md,
+            chain,
+            dirty_eps: BTreeSet::new(),
+            chain_dirty,
+            persisting: false,
+            waiters: Vec::new(),
+            allocating: HashMap::new(),
+            cut_clusters: Vec::new(),
+            cut_pages: Vec::new(),
+            parent,
+            exclusive: false,
+            excl_waiters: Vec::new(),
+        }
+    }
+
+    /// Wakes whoever waits for the exclusive section or for allocations to end.
+    fn wake_exclusive(&mut self) -> Vec<oneshot::Sender<()>> {
+        std::mem::take(&mut self.excl_waiters)
+    }
 }
 
 /// An open blob's shared part.
@@ -57,7 +93,6 @@ pub(crate) struct BlobInner {
     pub(crate) id: u64,
     pub(crate) store: Arc<Store>,
     map: Mutex<Arc<ClusterMap>>,
-    map_gen: AtomicU64,
     pub(crate) st: Mutex<BlobState>,
 }
 
@@ -72,12 +107,12 @@ impl std::fmt::Debug for Blob {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The cluster map of `md` (device cluster indices to start blocks).
-fn map_of(md: &BlobMd, blocks_per_cluster: u64) -> ClusterMap {
+pub(crate) fn map_of(md: &BlobMd, blocks_per_cluster: u64) -> ClusterMap {
     let starts: Vec<u64> = md.clusters.iter().map(|&c| c as u64 * blocks_per_cluster).collect();
     ClusterMap::from_starts(&starts)
 }
@@ -125,7 +160,7 @@ impl Store {
         Ok((0..n).map(|_| st.clusters.allocate().expect("counted free") as u32).collect())
     }
 
-    fn release_clusters(&self, clusters: &[u32]) {
+    pub(crate) fn release_clusters(&self, clusters: &[u32]) {
         let mut st = self.lock();
         for &c in clusters {
             if c != 0 && (c as usize) < st.clusters.len() {
@@ -135,7 +170,7 @@ impl Store {
     }
 
     /// Reads blob `id`'s metadata from the device: its chain and extent pages.
-    async fn read_blob(&self, id: u64) -> BsResult<(BlobMd, Vec<u32>)> {
+    pub(crate) async fn read_blob(&self, id: u64) -> BsResult<(BlobMd, Vec<u32>)> {
         let root = blobid_to_page(id);
         if page_to_blobid(root as u64) != id || root >= self.geo.md_len {
             return Err(BsError::NotFound(id));
@@ -170,7 +205,7 @@ impl Store {
 }
 
 impl super::Blobstore {
-    fn check(&self) -> BsResult<&Arc<Store>> {
+    pub(crate) fn check(&self) -> BsResult<&Arc<Store>> {
         on_md_core(&self.0)?;
         if self.0.lock().unloaded {
             return Err(BsError::Busy("the blobstore is unloaded".into()));
@@ -180,6 +215,11 @@ impl super::Blobstore {
 
     /// Creates a blob and writes its metadata; returns its id.
     pub async fn create_blob(&self, opts: &BlobOpts) -> BsResult<u64> {
+        self.create_blob_with(opts, &[]).await
+    }
+
+    /// Creates a blob with internal xattrs too (a snapshot's `SNAPTMP`, a clone's `SNAP`).
+    pub(crate) async fn create_blob_with(&self, opts: &BlobOpts, internal: &[(&str, Vec<u8>)]) -> BsResult<u64> {
         let s = self.check()?;
         s.mark_dirty().await?;
         let id = {
@@ -212,22 +252,14 @@ impl super::Blobstore {
         for (n, v) in &opts.xattrs {
             md.xattrs.push(Xattr::new(n.as_bytes().to_vec(), v.clone()));
         }
+        for (n, v) in internal {
+            set_internal(&mut md, n, v.clone());
+        }
         let inner = Arc::new(BlobInner {
             id,
             store: s.clone(),
             map: Mutex::new(Arc::new(ClusterMap::new(0))),
-            map_gen: AtomicU64::new(0),
-            st: Mutex::new(BlobState {
-                md,
-                chain: vec![blobid_to_page(id)],
-                dirty_eps: BTreeSet::new(),
-                chain_dirty: true,
-                persisting: false,
-                waiters: Vec::new(),
-                allocating: HashMap::new(),
-                cut_clusters: Vec::new(),
-                cut_pages: Vec::new(),
-            }),
+            st: Mutex::new(BlobState::new(md, vec![blobid_to_page(id)], true, None)),
         });
         let blob = Blob(inner);
         let res = async {
@@ -247,9 +279,24 @@ impl super::Blobstore {
         Ok(id)
     }
 
-    /// Opens blob `id` (the same handle if it is open already).
+    /// Opens blob `id` (the same handle if it is open already), and its parents.
     pub async fn open_blob(&self, id: u64) -> BsResult<Blob> {
+        self.open_depth(id, 0).await
+    }
+
+    fn open_depth(
+        &self,
+        id: u64,
+        depth: usize,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = BsResult<Blob>> + '_>> {
+        Box::pin(async move { self.open_at(id, depth).await })
+    }
+
+    async fn open_at(&self, id: u64, depth: usize) -> BsResult<Blob> {
         let s = self.check()?;
+        if depth > MAX_PARENTS {
+            return Err(BsError::Invalid(format!("blob {id:#x}: more than {MAX_PARENTS} parents (a loop?)")));
+        }
         {
             let st = s.lock();
             if let Some(b) = st.open.get(&id).and_then(|w| w.upgrade()) {
@@ -270,23 +317,21 @@ impl super::Blobstore {
         if md.access() == Access::Unopenable {
             return Err(BsError::Invalid(format!("blob {id:#x} has flags this version does not know")));
         }
+        let parent = match md.parent()? {
+            None => None,
+            Some(Parent::Snapshot(pid)) => Some(self.open_depth(pid, depth + 1).await?),
+            Some(Parent::External(_)) => {
+                return Err(BsError::Invalid(format!(
+                    "blob {id:#x} is a clone of an external snapshot, which this version does not open"
+                )))
+            }
+        };
         let map = map_of(&md, s.blocks_per_cluster);
         let inner = Arc::new(BlobInner {
             id,
             store: s.clone(),
             map: Mutex::new(Arc::new(map)),
-            map_gen: AtomicU64::new(0),
-            st: Mutex::new(BlobState {
-                md,
-                chain,
-                dirty_eps: BTreeSet::new(),
-                chain_dirty: false,
-                persisting: false,
-                waiters: Vec::new(),
-                allocating: HashMap::new(),
-                cut_clusters: Vec::new(),
-                cut_pages: Vec::new(),
-            }),
+            st: Mutex::new(BlobState::new(md, chain, false, parent)),
         });
         let mut st = s.lock();
         if let Some(b) = st.open.get(&id).and_then(|w| w.upgrade()) {
@@ -299,8 +344,21 @@ impl super::Blobstore {
 
     /// Deletes blob `id`, which must not be open: its first page is zeroed (and flushed), then
     /// its pages, clusters and id are released and its clusters unmapped (unless its clear
-    /// method is none).
+    /// method is none). A snapshot with one clone first hands the clone the clusters it lacks
+    /// (SPDK's snapshot removal); one with more clones is refused.
     pub async fn delete_blob(&self, id: u64) -> BsResult<()> {
+        self.check()?;
+        let clones = self.clones_of(id);
+        match clones.len() {
+            0 => self.delete_keeping(id, &Keep::default()).await,
+            1 => self.delete_into_clone(id, clones[0]).await,
+            n => Err(BsError::Busy(format!("blob {id:#x} has {n} clones; only one with a single clone can go"))),
+        }
+    }
+
+    /// Deletes blob `id` (see [`Blobstore::delete_blob`]) except for the clusters and extent
+    /// pages in `keep`: another blob took them over.
+    pub(crate) async fn delete_keeping(&self, id: u64, keep: &Keep) -> BsResult<()> {
         let s = self.check()?;
         {
             let mut st = s.lock();
@@ -322,28 +380,69 @@ impl super::Blobstore {
             s.dev.write_zeroes(s.page_offset(chain[0]), s.geo.md_page_size as u64).await?;
             s.dev.flush().await?;
             let mut pages = chain.clone();
-            pages.extend(md.extent_table.iter().flatten().copied().filter(|&p| p != 0));
-            for &p in &chain[1..] {
+            pages.extend(md.extent_table.iter().flatten().copied().filter(|&p| p != 0 && !keep.pages.contains(&p)));
+            for &p in &pages[1..] {
                 s.dev.write_zeroes(s.page_offset(p), s.geo.md_page_size as u64).await?;
             }
+            let clusters: Vec<u32> =
+                md.clusters.iter().copied().filter(|c| *c != 0 && !keep.clusters.contains(c)).collect();
             // The clusters are unmapped while still the blob's, and only then handed back: once
             // free, another blob may take one and write it at once.
             if md.clear_method() != ClearMethod::None {
-                for &c in md.clusters.iter().filter(|&&c| c != 0) {
+                for &c in &clusters {
                     s.dev.unmap(s.cluster_block(c) * s.dev.block_size() as u64, s.geo.cluster_size as u64).await?;
                 }
             }
-            s.release_clusters(&md.clusters);
+            s.release_clusters(&clusters);
             s.release_pages(&pages);
             {
                 let mut st = s.lock();
                 st.blobids.clear(blobid_to_page(id) as usize);
+                st.parents.remove(&id);
             }
             Ok(())
         }
         .await;
         s.lock().busy.remove(&id);
         res
+    }
+
+    /// The blobs whose parent is `id` (its clones), lowest first.
+    pub fn clones_of(&self, id: u64) -> Vec<u64> {
+        let st = self.0.lock();
+        let mut v: Vec<u64> = st.parents.iter().filter(|(_, &p)| p == id).map(|(&c, _)| c).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The parent snapshot of blob `id`, as the blobstore knows it (every blob's is read at
+    /// load and kept up to date).
+    pub fn parent_of(&self, id: u64) -> Option<u64> {
+        self.0.lock().parents.get(&id).copied()
+    }
+}
+
+/// What a delete leaves alone because another blob holds it.
+#[derive(Debug, Default)]
+pub(crate) struct Keep {
+    pub(crate) clusters: std::collections::HashSet<u32>,
+    pub(crate) pages: std::collections::HashSet<u32>,
+}
+
+/// Sets internal xattr `name` of `md` (and the flag that says it has some).
+pub(crate) fn set_internal(md: &mut BlobMd, name: &str, value: Vec<u8>) {
+    match md.internal_xattrs.iter_mut().find(|x| x.name == name.as_bytes()) {
+        Some(x) => x.value = value,
+        None => md.internal_xattrs.push(Xattr::new(name.as_bytes().to_vec(), value)),
+    }
+    md.invalid_flags |= FLAG_INTERNAL_XATTR;
+}
+
+/// Removes internal xattr `name` of `md` (and the flag once none is left).
+pub(crate) fn remove_internal(md: &mut BlobMd, name: &str) {
+    md.internal_xattrs.retain(|x| x.name != name.as_bytes());
+    if md.internal_xattrs.is_empty() {
+        md.invalid_flags &= !FLAG_INTERNAL_XATTR;
     }
 }
 
@@ -368,9 +467,53 @@ impl Blob {
         lock(&self.0.map).clone()
     }
 
-    /// Bumped whenever [`Blob::map`] is replaced.
+    /// Replaces the cluster map (its readers see the generation move).
+    pub(crate) fn set_map(&self, map: ClusterMap) {
+        *lock(&self.0.map) = Arc::new(map);
+        self.0.store.bump_generation();
+    }
+
+    /// The blobstore's topology generation: it moves whenever any blob's map is replaced, a
+    /// parent changes or a blob becomes read-only. A reader that keeps [`Blob::maps`] takes
+    /// them again when it moves (one atomic load per I/O).
+    #[inline]
     pub fn map_generation(&self) -> u64 {
-        self.0.map_gen.load(Ordering::Acquire)
+        self.0.store.generation.load(Ordering::Acquire)
+    }
+
+    /// This blob's map and its ancestors' in order: a cluster's data is in the first map that
+    /// has it allocated, and zeroes if none has.
+    pub fn maps(&self) -> Vec<Arc<ClusterMap>> {
+        let mut out = vec![self.map()];
+        let mut p = lock(&self.0.st).parent.clone();
+        while let Some(b) = p {
+            out.push(b.map());
+            p = lock(&b.0.st).parent.clone();
+        }
+        out
+    }
+
+    /// The parent snapshot's id, if the blob has one.
+    pub fn parent_id(&self) -> Option<u64> {
+        lock(&self.0.st).parent.as_ref().map(|p| p.0.id)
+    }
+
+    /// The parent snapshot, open.
+    pub fn parent(&self) -> Option<Blob> {
+        lock(&self.0.st).parent.clone()
+    }
+
+    /// The device block where an ancestor holds cluster `index`'s data (the data a first write
+    /// to it starts from), if one does.
+    fn ancestor_start(&self, index: u64) -> Option<u64> {
+        let mut p = lock(&self.0.st).parent.clone();
+        while let Some(b) = p {
+            if let Some(s) = b.map().start(index) {
+                return Some(s);
+            }
+            p = lock(&b.0.st).parent.clone();
+        }
+        None
     }
 
     /// A copy of the metadata as it is now.
@@ -443,6 +586,8 @@ impl Blob {
         let mut st = self.writable_md()?;
         st.md.data_ro_flags |= FLAG_READ_ONLY;
         st.chain_dirty = true;
+        drop(st);
+        self.0.store.bump_generation();
         Ok(())
     }
 
@@ -489,8 +634,7 @@ impl Blob {
         st.chain_dirty = true;
         let map = map_of(&st.md, s.blocks_per_cluster);
         drop(st);
-        *lock(&self.0.map) = Arc::new(map);
-        self.0.map_gen.fetch_add(1, Ordering::AcqRel);
+        self.set_map(map);
         Ok(())
     }
 
@@ -693,62 +837,168 @@ impl Blob {
     }
 
     /// Allocates cluster `index` of a thin blob (its first write), once: the cluster is claimed,
+    /// filled with its parent's data if an ancestor has some (a clone's copy-on-write),
     /// recorded in the metadata on the device, and only then published in the map. Concurrent
     /// calls for the same cluster wait for the first. Returns the cluster's start block.
     pub async fn allocate_cluster(&self, index: u64) -> BsResult<u64> {
-        let s = self.0.store.clone();
-        on_md_core(&s)?;
+        on_md_core(&self.0.store)?;
         if let Some(start) = self.map().start(index) {
             return Ok(start);
         }
-        let waiter = {
+        self.allocate_many(&[index]).await?;
+        self.map().start(index).ok_or_else(|| BsError::Busy(format!("cluster {index} was not allocated")))
+    }
+
+    /// Allocates the clusters `indices` not yet allocated (see [`Blob::allocate_cluster`]),
+    /// with one metadata write for all.
+    pub(crate) async fn allocate_many(&self, indices: &[u64]) -> BsResult<()> {
+        let s = self.0.store.clone();
+        on_md_core(&s)?;
+        // No allocation starts while a structural change holds the map.
+        loop {
+            let rx = {
+                let mut st = lock(&self.0.st);
+                if !st.exclusive {
+                    break;
+                }
+                let (tx, rx) = oneshot::channel();
+                st.excl_waiters.push(tx);
+                rx
+            };
+            let _ = rx.await;
+        }
+        let map = self.map();
+        let mut mine = Vec::new();
+        let mut waits = Vec::new();
+        {
             let mut st = lock(&self.0.st);
-            if index >= st.md.num_clusters {
-                return Err(BsError::Invalid(format!("cluster {index} beyond the blob's {}", st.md.num_clusters)));
-            }
             if st.md.access() != Access::ReadWrite {
                 return Err(BsError::ReadOnly(self.0.id));
             }
-            match st.allocating.get_mut(&index) {
-                Some(w) => {
-                    let (tx, rx) = oneshot::channel();
-                    w.push(tx);
-                    Some(rx)
-                }
-                None => {
-                    st.allocating.insert(index, Vec::new());
-                    None
+            for &index in indices {
+                if index >= st.md.num_clusters {
+                    return Err(BsError::Invalid(format!("cluster {index} beyond the blob's {}", st.md.num_clusters)));
                 }
             }
+            for &index in indices {
+                if map.start(index).is_some() {
+                    continue;
+                }
+                match st.allocating.get_mut(&index) {
+                    Some(w) => {
+                        let (tx, rx) = oneshot::channel();
+                        w.push(tx);
+                        waits.push(rx);
+                    }
+                    None => {
+                        st.allocating.insert(index, Vec::new());
+                        mine.push(index);
+                    }
+                }
+            }
+        }
+        let res = if mine.is_empty() { Ok(0) } else { self.allocate_claimed(&s, &mine).await };
+        let waiters: Vec<_> = {
+            let mut st = lock(&self.0.st);
+            let w: Vec<_> = mine.iter().flat_map(|i| st.allocating.remove(i).unwrap_or_default()).collect();
+            let ex = if st.allocating.is_empty() { st.wake_exclusive() } else { Vec::new() };
+            drop(st);
+            for e in ex {
+                e.send(());
+            }
+            w
         };
-        if let Some(rx) = waiter {
-            return rx.await.map_err(|_| BsError::Busy("the allocation was dropped".into()))?;
-        }
-        let res = async {
-            let c = s.claim_clusters(1)?[0];
-            {
-                let mut st = lock(&self.0.st);
-                st.md.clusters[index as usize] = c;
-                st.dirty_eps.insert(index / EXTENTS_PER_EP);
-            }
-            if let Err(e) = self.persist().await {
-                lock(&self.0.st).md.clusters[index as usize] = 0;
-                s.release_clusters(&[c]);
-                return Err(e);
-            }
-            let start = s.cluster_block(c);
-            let map = self.map();
-            match map.insert(index, start) {
-                Ok(()) => Ok(start),
-                Err(e) => Err(BsError::Invalid(format!("cluster {index} of blob {:#x}: {e:?}", self.0.id))),
-            }
-        }
-        .await;
-        let waiters = lock(&self.0.st).allocating.remove(&index).unwrap_or_default();
         for w in waiters {
             w.send(res.clone());
         }
-        res
+        res?;
+        for rx in waits {
+            rx.await.map_err(|_| BsError::Busy("the allocation was dropped".into()))??;
+        }
+        Ok(())
+    }
+
+    /// Claims a cluster for each of `indices` (registered as allocating by the caller), copies
+    /// the ancestors' data in, writes the metadata and publishes them.
+    async fn allocate_claimed(&self, s: &Arc<Store>, indices: &[u64]) -> BsResult<u64> {
+        let got = s.claim_clusters(indices.len() as u64)?;
+        let res = async {
+            let len = s.geo.cluster_size as usize;
+            let bs = s.dev.block_size() as u64;
+            let mut copied = false;
+            for (&index, &c) in indices.iter().zip(&got) {
+                if let Some(from) = self.ancestor_start(index) {
+                    let data = s.dev.read(from * bs, len).await?;
+                    s.dev.write(s.cluster_block(c) * bs, &data).await?;
+                    copied = true;
+                }
+            }
+            if copied {
+                // The copies are on the medium before the metadata that finds them.
+                s.dev.flush().await?;
+            }
+            {
+                let mut st = lock(&self.0.st);
+                for (&index, &c) in indices.iter().zip(&got) {
+                    st.md.clusters[index as usize] = c;
+                    st.dirty_eps.insert(index / EXTENTS_PER_EP);
+                }
+            }
+            if let Err(e) = self.persist().await {
+                let mut st = lock(&self.0.st);
+                for &index in indices {
+                    if let Some(slot) = st.md.clusters.get_mut(index as usize) {
+                        *slot = 0;
+                    }
+                }
+                return Err(e);
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = res {
+            s.release_clusters(&got);
+            return Err(e);
+        }
+        // Recorded on the device: the clusters are the blob's whatever happens to the map.
+        let map = self.map();
+        for (&index, &c) in indices.iter().zip(&got) {
+            if let Err(e) = map.insert(index, s.cluster_block(c)) {
+                log::error!("blob {:#x}: cluster {index} allocated but not published: {e:?}", self.0.id);
+                return Err(BsError::Invalid(format!("cluster {index} of blob {:#x}: {e:?}", self.0.id)));
+            }
+        }
+        Ok(indices.len() as u64)
+    }
+
+    /// Takes the map for a structural change: waits for allocations under way to finish and
+    /// keeps new ones from starting until [`Blob::end_exclusive`].
+    pub(crate) async fn exclusive(&self) {
+        loop {
+            let rx = {
+                let mut st = lock(&self.0.st);
+                if !st.exclusive && st.allocating.is_empty() {
+                    st.exclusive = true;
+                    return;
+                }
+                let (tx, rx) = oneshot::channel();
+                st.excl_waiters.push(tx);
+                rx
+            };
+            let _ = rx.await;
+        }
+    }
+
+    /// Ends a structural change: allocations go on.
+    pub(crate) fn end_exclusive(&self) {
+        let w = {
+            let mut st = lock(&self.0.st);
+            st.exclusive = false;
+            st.wake_exclusive()
+        };
+        for w in w {
+            w.send(());
+        }
     }
 }
 

@@ -28,6 +28,7 @@ pub mod clusters;
 pub mod dev;
 pub mod layout;
 mod replay;
+mod snapshot;
 
 use crate::format::mask::{MaskKind, MdMask};
 use crate::format::superblock::{Geometry, SuperBlock, VERSION};
@@ -143,6 +144,8 @@ pub(crate) struct MdState {
     pub(crate) open: HashMap<u64, Weak<blob::BlobInner>>,
     /// Blobs being deleted or whose metadata is being loaded (no second open meanwhile).
     pub(crate) busy: HashMap<u64, &'static str>,
+    /// Each clone's parent snapshot (child id to parent id), for every blob of the store.
+    pub(crate) parents: HashMap<u64, u64>,
     /// Unloaded: every operation fails.
     pub(crate) unloaded: bool,
 }
@@ -157,6 +160,7 @@ impl MdState {
             blobids: BitArray::new(geo.md_len as usize),
             open: HashMap::new(),
             busy: HashMap::new(),
+            parents: HashMap::new(),
             unloaded: false,
         }
     }
@@ -174,6 +178,8 @@ pub(crate) struct Store {
     pub(crate) md: Mutex<MdState>,
     /// Blocks per cluster.
     pub(crate) blocks_per_cluster: u64,
+    /// Topology generation (see [`Blob::map_generation`]).
+    pub(crate) generation: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Blobstore {
@@ -199,6 +205,11 @@ fn on_md_core(s: &Store) -> BsResult<()> {
 impl Store {
     pub(crate) fn lock(&self) -> MutexGuard<'_, MdState> {
         self.md.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells the data path that a map, a parent or a read-only flag changed.
+    pub(crate) fn bump_generation(&self) {
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Byte offset of metadata page `page` (region relative).
@@ -340,6 +351,7 @@ impl Blobstore {
             geo,
             md_core,
             md: Mutex::new(st),
+            generation: std::sync::atomic::AtomicU64::new(0),
         })))
     }
 
@@ -435,13 +447,17 @@ impl Blobstore {
                 let bytes = s.dev.read(start as u64 * page as u64, len as usize * page).await?;
                 masks.push(MdMask::decode(&bytes, kind)?);
             }
-            let mut st = s.lock();
-            st.pages = bits_from_mask(&masks[0], s.geo.md_len as usize);
-            st.clusters = bits_from_mask(&masks[1], s.geo.total_clusters as usize);
-            st.blobids = bits_from_mask(&masks[2], s.geo.md_len as usize);
+            {
+                let mut st = s.lock();
+                st.pages = bits_from_mask(&masks[0], s.geo.md_len as usize);
+                st.clusters = bits_from_mask(&masks[1], s.geo.total_clusters as usize);
+                st.blobids = bits_from_mask(&masks[2], s.geo.md_len as usize);
+            }
+            snapshot::recover_interrupted(&bs).await?;
         } else {
             log::warn!("blobstore on {}: not unloaded cleanly; recovering its metadata", s.dev.desc().bdev().name());
             replay::recover(s).await?;
+            snapshot::recover_interrupted(&bs).await?;
             s.write_masks().await?;
             s.dev.flush().await?;
         }
