@@ -226,7 +226,7 @@ pub struct BdevProps {
 pub(crate) struct BdevShared {
     pub(crate) id: u64,
     pub(crate) name: String,
-    pub(crate) aliases: Vec<String>,
+    pub(crate) aliases: Mutex<Vec<String>>,
     pub(crate) uuid: uuid::Uuid,
     pub(crate) block_size: u32,
     pub(crate) num_blocks: AtomicU64,
@@ -267,8 +267,32 @@ impl Bdev {
         &self.0.name
     }
     /// Aliases.
-    pub fn aliases(&self) -> &[String] {
-        &self.0.aliases
+    pub fn aliases(&self) -> Vec<String> {
+        self.0.aliases.lock().unwrap().clone()
+    }
+
+    /// Replaces alias `old` by `new` (SPDK's `spdk_bdev_alias_del` and `_add`, as an lvol
+    /// rename does). Fails if `new` names another bdev or alias, or `old` is not an alias.
+    pub fn rename_alias(&self, old: &str, new: &str) -> Result<(), BdevError> {
+        let mut reg = registry();
+        if !self.0.aliases.lock().unwrap().iter().any(|a| a == old) {
+            return Err(BdevError::NotFound(format!("{old} (not an alias of {})", self.name())));
+        }
+        if old == new {
+            return Ok(());
+        }
+        if reg.by_name.contains_key(new) || reg.aliases.contains_key(new) {
+            return Err(BdevError::Exists(new.to_string()));
+        }
+        if reg.by_name.get(self.name()).is_some_and(|b| b.id() == self.id()) {
+            reg.aliases.remove(old);
+            reg.aliases.insert(new.to_string(), self.name().to_string());
+        }
+        let mut a = self.0.aliases.lock().unwrap();
+        for x in a.iter_mut().filter(|x| *x == old) {
+            *x = new.to_string();
+        }
+        Ok(())
     }
     /// UUID.
     pub fn uuid(&self) -> uuid::Uuid {
@@ -515,7 +539,7 @@ pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev,
     let bdev = Bdev(Arc::new(BdevShared {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         name: props.name.clone(),
-        aliases: props.aliases.clone(),
+        aliases: Mutex::new(props.aliases.clone()),
         uuid,
         block_size: props.block_size,
         num_blocks: AtomicU64::new(props.num_blocks),
@@ -577,7 +601,7 @@ pub fn unregister(name: &str, module: Option<&str>) -> Result<ferrite_reactor::o
         }
         reg.by_name.remove(name);
         reg.order.retain(|(id, _)| *id != bdev.id());
-        for a in &bdev.0.aliases {
+        for a in bdev.0.aliases.lock().unwrap().iter() {
             reg.aliases.remove(a);
         }
         bdev

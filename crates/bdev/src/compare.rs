@@ -169,3 +169,62 @@ fn finish_caw(io: BdevIo, status: IoStatus) {
         None => ch.retry_locked_here(),
     }
 }
+
+/// A held lock on a range of a bdev's blocks (SPDK's `bdev_lock_lba_range`): writes to the
+/// range (write, write zeroes, unmap, compare-and-write) wait in their channels, on every core,
+/// until it is dropped. Reads go on. A virtual bdev's module takes one to change where a range
+/// lives (an lvol snapshot moves its clusters) with no write in flight.
+pub struct LbaRangeLock {
+    bdev: Arc<BdevShared>,
+    id: u64,
+}
+
+impl std::fmt::Debug for LbaRangeLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LbaRangeLock({}, {})", self.bdev.name, self.id)
+    }
+}
+
+impl crate::Bdev {
+    /// Locks blocks `[start, start + num)`: waits for overlapping locks to go, then for every
+    /// core's channel to finish the requests its module had before (the writes already past
+    /// the lock). On a reactor.
+    pub async fn lock_lba_range(&self, start: u64, num: u64) -> LbaRangeLock {
+        let bdev = self.0.clone();
+        let end = start.saturating_add(num);
+        let id = loop {
+            {
+                let mut locks = bdev.locks.lock().unwrap();
+                if !locks.iter().any(|r| overlaps(r, start, end)) {
+                    let id = bdev.next_lock.fetch_add(1, Ordering::Relaxed);
+                    locks.push(LockedRange { start, end, id });
+                    bdev.lock_count.fetch_add(1, Ordering::SeqCst);
+                    break id;
+                }
+            }
+            ferrite_reactor::sleep(std::time::Duration::from_millis(1)).await;
+        };
+        let held = LbaRangeLock { bdev: bdev.clone(), id };
+        let (tx, rx) = ferrite_reactor::oneshot::channel();
+        quiesce(&bdev, move || tx.send(()));
+        let _ = rx.await;
+        held
+    }
+}
+
+impl Drop for LbaRangeLock {
+    fn drop(&mut self) {
+        {
+            let mut locks = self.bdev.locks.lock().unwrap();
+            locks.retain(|r| r.id != self.id);
+            self.bdev.lock_count.fetch_sub(1, Ordering::SeqCst);
+        }
+        let bid = self.bdev.id;
+        if ferrite_reactor::current().is_some() {
+            let engine = ferrite_reactor::engine();
+            for c in 0..engine.count() {
+                engine.send(c, move || channel::retry_locked(bid));
+            }
+        }
+    }
+}

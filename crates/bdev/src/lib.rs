@@ -5,6 +5,7 @@
 pub mod bdev;
 pub mod channel;
 mod compare;
+pub use compare::LbaRangeLock;
 pub mod desc;
 mod fit;
 pub mod histogram;

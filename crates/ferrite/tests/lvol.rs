@@ -146,6 +146,134 @@ fn lvols_written_over_nbd_come_back_after_restarts() {
     assert!(ok, "after recovery and a clean shutdown: {out}");
 }
 
+/// qemu-io `cmd` must fail (a write to a read-only lvol).
+fn qemu_io_fails(dir: &TempDir, uri: &str, cmd: &str) {
+    let out = run_tool(dir, "qemu-io", &["-f", "raw", "-c", cmd, uri], Duration::from_secs(60));
+    let all = format!("{}\n{}", out.stdout, out.stderr);
+    assert!(all.contains("failed") || !out.status.success(), "qemu-io {cmd} should fail: {all}");
+}
+
+fn lvol_named<'a>(l: &'a [Value], name: &str) -> &'a Value {
+    l.iter().find(|v| v["name"] == name).unwrap_or_else(|| panic!("no lvol {name} in {l:?}"))
+}
+
+#[test]
+fn snapshots_and_clones_over_nbd() {
+    if !have("snapshots_and_clones_over_nbd", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-snap");
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let mut d = daemon(&dir, &img);
+    d.call(
+        "bdev_lvol_create_lvstore",
+        Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB, "clear_method": "unmap"})),
+    );
+    let free0 = d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    d.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "base", "size_in_mib": 16, "lvs_name": "lvs0", "thin_provision": true})),
+    );
+    let u = nbd(&d, "lvs0/base", "base");
+    qemu_io(&dir, &u, "write -P 0xaa 0 8M; flush");
+    // The snapshot holds the data; the lvol becomes its clone.
+    let snap = d.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/base", "snapshot_name": "snap"})));
+    let l = lvols(&d);
+    assert_eq!(
+        (lvol_named(&l, "snap")["uuid"].clone(), lvol_named(&l, "snap")["is_snapshot"].clone()),
+        (snap.clone(), json!(true))
+    );
+    assert_eq!(lvol_named(&l, "base")["is_clone"], json!(true));
+    assert_eq!(lvol_named(&l, "base")["num_allocated_clusters"].as_u64(), Some(0));
+    assert_eq!(lvol_named(&l, "snap")["num_allocated_clusters"].as_u64(), Some(8));
+    let b = d.call("bdev_get_bdevs", Some(json!({"name": "lvs0/base"})));
+    assert_eq!(b[0]["driver_specific"]["lvol"]["base_snapshot"], json!("snap"), "{b}");
+    assert_eq!(b[0]["driver_specific"]["lvol"]["clone"], json!(true));
+    let b = d.call("bdev_get_bdevs", Some(json!({"name": "lvs0/snap"})));
+    assert_eq!(b[0]["driver_specific"]["lvol"]["clones"], json!(["base"]), "{b}");
+    assert_eq!(b[0]["driver_specific"]["lvol"]["snapshot"], json!(true));
+    // A partial write to the clone copies the rest of its cluster from the snapshot.
+    qemu_io(&dir, &u, "write -P 0xbb 1M 64k; flush");
+    qemu_io(&dir, &u, "read -P 0xaa 0 1M");
+    qemu_io(&dir, &u, "read -P 0xbb 1M 64k");
+    qemu_io(&dir, &u, "read -P 0xaa 1088k 960k");
+    qemu_io(&dir, &u, "read -P 0 8M 8M");
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/snap", "name": "snap"})));
+    let us = u.replace("/base", "/snap");
+    qemu_io(&dir, &us, "read -P 0xaa 0 8M");
+    qemu_io_fails(&dir, &us, "write -P 0x11 0 4k");
+    // A clone of the snapshot writes on its own.
+    let e = d.call_err("bdev_lvol_clone", Some(json!({"snapshot_name": "lvs0/base", "clone_name": "x"})));
+    assert_eq!(e.code, -libc::EINVAL, "only a read-only lvol is cloned: {e:?}");
+    d.call("bdev_lvol_clone", Some(json!({"snapshot_name": "lvs0/snap", "clone_name": "cl"})));
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/cl", "name": "cl"})));
+    let uc = u.replace("/base", "/cl");
+    qemu_io(&dir, &uc, "write -P 0xcc 4M 4k; flush");
+    qemu_io(&dir, &uc, "read -P 0xaa 0 4M");
+    qemu_io(&dir, &uc, "read -P 0xcc 4M 4k");
+    qemu_io(&dir, &u, "read -P 0xaa 4M 4k");
+    let e = d.call_err("bdev_lvol_delete", Some(json!({"name": "lvs0/snap"})));
+    assert_eq!(e.code, -libc::EBUSY, "a snapshot with two clones stays: {e:?}");
+    let e = d.call_err("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/cl", "snapshot_name": "base"})));
+    assert_eq!(e.code, -libc::EEXIST, "{e:?}");
+    // Renames: the lvol's alias and every alias of a renamed lvstore.
+    d.call("bdev_lvol_rename", Some(json!({"old_name": "lvs0/cl", "new_name": "cl2"})));
+    d.call("bdev_lvol_rename_lvstore", Some(json!({"old_name": "lvs0", "new_name": "lvs1"})));
+    let b = d.call("bdev_get_bdevs", Some(json!({"name": "lvs1/cl2"})));
+    assert!(b[0]["aliases"].as_array().unwrap().contains(&json!("lvs1/cl2")), "{b}");
+    assert_eq!(d.call_err("bdev_get_bdevs", Some(json!({"name": "lvs0/cl"}))).code, -libc::ENODEV);
+    // A clean restart: the same family, names and bytes.
+    let before = lvols(&d);
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "{out}");
+    let d2 = daemon(&dir, &img);
+    assert_eq!(lvols(&d2), before);
+    let u = nbd(&d2, "lvs1/base", "base");
+    qemu_io(&dir, &u, "read -P 0xbb 1M 64k");
+    qemu_io(&dir, &u, "read -P 0xaa 1088k 960k");
+    d2.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs1/cl2", "name": "cl"})));
+    qemu_io(&dir, &u.replace("/base", "/cl"), "read -P 0xcc 4M 4k");
+    // The clone goes; then the snapshot, whose last clone takes its clusters.
+    d2.call("nbd_server_remove_export", Some(json!({"name": "cl"})));
+    assert_eq!(d2.call("bdev_lvol_delete", Some(json!({"name": "lvs1/cl2"}))), json!(true));
+    assert_eq!(d2.call("bdev_lvol_delete", Some(json!({"name": "lvs1/snap"}))), json!(true));
+    let l = lvols(&d2);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!((l[0]["is_clone"].clone(), l[0]["num_allocated_clusters"].as_u64()), (json!(false), Some(8)));
+    qemu_io(&dir, &u, "read -P 0xaa 0 1M");
+    qemu_io(&dir, &u, "read -P 0xbb 1M 64k");
+    qemu_io(&dir, &u, "read -P 0xaa 1088k 7104k");
+    let free = d2.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    assert_eq!(free, free0 - 8, "no cluster leaked");
+    // Snapshot again, then decouple (no grandparent: no parent left) and inflate (thick).
+    d2.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs1/base", "snapshot_name": "s2"})));
+    qemu_io(&dir, &u, "write -P 0xdd 0 4k; flush");
+    d2.call("bdev_lvol_decouple_parent", Some(json!({"name": "lvs1/base"})));
+    let l = lvols(&d2);
+    assert_eq!(
+        (lvol_named(&l, "base")["is_clone"].clone(), lvol_named(&l, "s2")["is_snapshot"].clone()),
+        (json!(false), json!(false))
+    );
+    qemu_io(&dir, &u, "read -P 0xdd 0 4k");
+    qemu_io(&dir, &u, "read -P 0xaa 4k 1020k");
+    d2.call("bdev_lvol_inflate", Some(json!({"name": "lvs1/base"})));
+    let l = lvols(&d2);
+    assert_eq!(lvol_named(&l, "base")["is_thin_provisioned"], json!(false));
+    assert_eq!(lvol_named(&l, "base")["num_allocated_clusters"].as_u64(), Some(16));
+    qemu_io(&dir, &u, "read -P 0xbb 1M 64k");
+    qemu_io(&dir, &u, "read -P 0 8M 8M");
+    // Read-only: writes fail from then on.
+    d2.call("bdev_lvol_set_read_only", Some(json!({"name": "lvs1/base"})));
+    qemu_io_fails(&dir, &u, "write -P 0x11 0 4k");
+    qemu_io(&dir, &u, "read -P 0xdd 0 4k");
+    d2.assert_serving();
+    drop(d2);
+    let _ = &mut d;
+}
+
 #[test]
 fn bad_lvol_requests_get_spdks_errors() {
     let dir = TempDir::new("lvol-bad");

@@ -4,10 +4,14 @@
 //! moved. The bdev declares the cluster as its optimal I/O boundary with splitting, so the bdev
 //! layer hands it requests within one cluster.
 //!
-//! A thin lvol's unallocated cluster reads as zeroes (no parent yet); an unmap or write-zeroes
-//! of it has nothing to do; the first write to it asks the metadata reactor to allocate it (a
-//! message, then the write goes to the cluster the map now names). Flush and reset go to the
-//! base bdev.
+//! A thin lvol's unallocated cluster reads from the first ancestor (snapshot) that has it, or as
+//! zeroes; an unmap of it has nothing to do, nor has a write-zeroes if no ancestor has it; the
+//! first write to it asks the metadata reactor to allocate it (copying the ancestor's data in:
+//! copy-on-write), then goes to the cluster the map now names. Flush and reset go to the base
+//! bdev. A read-only lvol (a snapshot) fails writes with EROFS.
+//!
+//! Each channel keeps the maps of the blob and its ancestors, taken again whenever the
+//! blobstore's topology generation moves (a resize, a snapshot, a parent change, read-only).
 
 use crate::lvs::{Lvol, Lvstore};
 use crate::MODULE;
@@ -21,6 +25,8 @@ use std::sync::Arc;
 /// The I/O types lvols serve.
 pub const IO_TYPES: IoTypes =
     IoTypes::of(&[IoType::Read, IoType::Write, IoType::Unmap, IoType::WriteZeroes, IoType::Flush, IoType::Reset]);
+/// The I/O types read-only lvols (snapshots) serve.
+pub const READ_ONLY_IO_TYPES: IoTypes = IoTypes::of(&[IoType::Read, IoType::Flush, IoType::Reset]);
 
 struct LvolBackend {
     lvol: Arc<Lvol>,
@@ -35,6 +41,9 @@ struct LvolChannel {
     base: IoChannel,
     blob: Blob,
     map: Arc<ClusterMap>,
+    /// The ancestors' maps, nearest first.
+    parents: Vec<Arc<ClusterMap>>,
+    read_only: bool,
     gen: u64,
     blocks_per_cluster: u64,
     base_blocks: u64,
@@ -43,14 +52,28 @@ struct LvolChannel {
 }
 
 impl LvolChannel {
-    /// The map as it is now (a resize replaced it if the generation moved).
+    /// The maps as they are now (taken again if the generation moved).
     #[inline]
     fn refresh(&mut self) {
         let g = self.blob.map_generation();
         if g != self.gen {
-            self.map = self.blob.map();
-            self.gen = g;
+            self.retake(g);
         }
+    }
+
+    #[cold]
+    fn retake(&mut self, g: u64) {
+        let mut maps = self.blob.maps();
+        self.map = maps.remove(0);
+        self.parents = maps;
+        self.read_only = self.blob.is_read_only();
+        self.gen = g;
+    }
+
+    /// Where an ancestor holds `cluster`, if one does.
+    #[inline]
+    fn in_parents(&self, cluster: u64) -> Option<u64> {
+        self.parents.iter().find_map(|m| m.start(cluster))
     }
 
     /// A thin lvol's first write to a cluster: the metadata reactor allocates it, then the
@@ -94,13 +117,21 @@ impl BackendChannel for LvolChannel {
             _ => return io.complete_deferred(IoStatus::Unsupported),
         }
         self.refresh();
+        if self.read_only && io.req.io_type != IoType::Read {
+            return io.complete_deferred(IoStatus::Failed(libc::EROFS));
+        }
         let cluster = io.req.offset_blocks / self.blocks_per_cluster;
         let within = io.req.offset_blocks % self.blocks_per_cluster;
         if let Some(start) = self.map.start(cluster) {
             io.req.offset_blocks = start + within;
             return self.base.forward(io);
         }
+        let parent = if self.parents.is_empty() { None } else { self.in_parents(cluster) };
         match io.req.io_type {
+            IoType::Read if parent.is_some() => {
+                io.req.offset_blocks = parent.unwrap_or_default() + within;
+                self.base.forward(io)
+            }
             IoType::Read => {
                 if io.req.bufs.is_empty() {
                     // A zero-copy read of nothing allocated: a zeroed buffer of our own.
@@ -115,8 +146,9 @@ impl BackendChannel for LvolChannel {
                 }
                 io.complete_deferred(IoStatus::Success)
             }
-            // Nothing allocated reads as zeroes already.
-            IoType::Unmap | IoType::WriteZeroes => io.complete_deferred(IoStatus::Success),
+            // Unmap leaves what the cluster reads as; nothing allocated reads as zeroes already.
+            IoType::Unmap => io.complete_deferred(IoStatus::Success),
+            IoType::WriteZeroes if parent.is_none() => io.complete_deferred(IoStatus::Success),
             _ => self.allocate_then_write(io, cluster, within),
         }
     }
@@ -126,11 +158,15 @@ impl BdevBackend for LvolBackend {
     fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
         let base = self.dev.desc().channel()?;
         let blob = self.lvol.blob.clone();
+        let gen = blob.map_generation();
+        let mut maps = blob.maps();
         Ok(Box::new(LvolChannel {
             lends: self.dev.desc().bdev().backend().zcopy(),
             base,
-            map: blob.map(),
-            gen: blob.map_generation(),
+            map: maps.remove(0),
+            parents: maps,
+            read_only: blob.is_read_only(),
+            gen,
             blob,
             blocks_per_cluster: self.blocks_per_cluster,
             base_blocks: self.dev.num_blocks(),
@@ -143,15 +179,24 @@ impl BdevBackend for LvolBackend {
     }
 
     fn driver_specific(&self) -> Value {
-        json!({"lvol": {
+        let blob = &self.lvol.blob;
+        let family = crate::lvs::family(&self.lvol);
+        let mut v = json!({
             "lvol_store_uuid": self.lvs_uuid.to_string(),
             "base_bdev": self.base,
-            "thin_provision": self.lvol.blob.is_thin(),
-            "num_allocated_clusters": self.lvol.blob.allocated_clusters(),
-            "snapshot": false,
-            "clone": false,
+            "thin_provision": blob.is_thin(),
+            "num_allocated_clusters": blob.allocated_clusters(),
+            "snapshot": !family.clones.is_empty(),
+            "clone": family.parent.is_some(),
             "esnap_clone": false,
-        }})
+        });
+        if let Some(p) = family.parent {
+            v["base_snapshot"] = json!(p);
+        }
+        if !family.clones.is_empty() {
+            v["clones"] = json!(family.clones);
+        }
+        json!({ "lvol": v })
     }
 
     fn config_entry(&self, _bdev: &Bdev) -> Option<Value> {
@@ -168,6 +213,7 @@ pub fn register(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>) -> Result<Bdev, BdevError>
     let lvs_name = lvs.name.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let name = lvol.name.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let base_limits = *dev.desc().bdev().limits();
+    let io_types = if lvol.blob.is_read_only() { READ_ONLY_IO_TYPES } else { IO_TYPES };
     let props = BdevProps {
         name: lvol.bdev_name(),
         aliases: vec![format!("{lvs_name}/{name}")],
@@ -176,7 +222,7 @@ pub fn register(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>) -> Result<Bdev, BdevError>
         num_blocks: lvol.blob.num_clusters() * blocks_per_cluster,
         product_name: "Logical Volume",
         module: MODULE,
-        io_types: IO_TYPES,
+        io_types,
         limits: Limits {
             physical_block_size: base_limits.physical_block_size,
             buf_align: base_limits.buf_align,

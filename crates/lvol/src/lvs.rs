@@ -449,6 +449,13 @@ pub async fn create_lvol(
 /// Deletes an lvol: its bdev goes (openers are told), then its blob.
 pub async fn delete_lvol(lvs: &Arc<Lvstore>, lvol: Arc<Lvol>) -> LvolResult<()> {
     let id = lvol.blob.id();
+    let clones = lvs.bs.clones_of(id).len();
+    if clones > 1 {
+        return Err(LvolError::new(
+            libc::EBUSY,
+            format!("lvol {} is a snapshot with {clones} clones; delete them first", lock(&lvol.name)),
+        ));
+    }
     let gone = ferrite_bdev::unregister(&lvol.bdev_name(), Some(MODULE))
         .map_err(|e| LvolError::new(libc::ENODEV, e.to_string()))?;
     let _ = gone.await;
@@ -509,9 +516,22 @@ pub async fn delete(lvs: &Arc<Lvstore>) -> LvolResult<()> {
     if lvs.deleting.swap(true, std::sync::atomic::Ordering::AcqRel) {
         return Err(LvolError::new(libc::EBUSY, format!("lvstore {} is being deleted", lock(&lvs.name))));
     }
-    let lvols: Vec<Arc<Lvol>> = lock(&lvs.lvols).values().cloned().collect();
-    for l in lvols {
-        delete_lvol(lvs, l).await?;
+    // Clones before their snapshots (a snapshot with no clone left goes without a merge).
+    loop {
+        let lvols: Vec<Arc<Lvol>> = lock(&lvs.lvols).values().cloned().collect();
+        if lvols.is_empty() {
+            break;
+        }
+        // (Only the lvols deleted now are held here: a delete waits for the last other holder.)
+        let (leaves, rest): (Vec<Arc<Lvol>>, Vec<Arc<Lvol>>) =
+            lvols.into_iter().partition(|l| lvs.bs.clones_of(l.blob.id()).is_empty());
+        let next = if leaves.is_empty() { rest } else { leaves };
+        for l in next {
+            if let Err(e) = delete_lvol(lvs, l).await {
+                lvs.deleting.store(false, std::sync::atomic::Ordering::Release);
+                return Err(e);
+            }
+        }
     }
     lock(&table().0).retain(|x| !Arc::ptr_eq(x, lvs));
     let dev = lvs.bs.dev().clone();
@@ -565,4 +585,181 @@ pub async fn shutdown() {
             Err(e) => log::warn!("lvstore {name}: unload: {e} (the next load recovers it)"),
         }
     }
+}
+
+/// An lvol's place among snapshots and clones: its parent's name and its clones' names.
+#[derive(Debug, Default)]
+pub struct Family {
+    /// The parent snapshot's lvol name (a clone has one).
+    pub parent: Option<String>,
+    /// The names of the lvols that have it as parent (a snapshot has some).
+    pub clones: Vec<String>,
+}
+
+/// The family of `lvol` in its lvstore.
+pub fn family(lvol: &Lvol) -> Family {
+    let Some(lvs) = all().into_iter().find(|l| l.uuid == lvol.lvs_uuid) else { return Family::default() };
+    let by_id: BTreeMap<u64, String> =
+        lock(&lvs.lvols).values().map(|l| (l.blob.id(), lock(&l.name).clone())).collect();
+    let id = lvol.blob.id();
+    Family {
+        parent: lvs.bs.parent_of(id).and_then(|p| by_id.get(&p).cloned()),
+        clones: lvs.bs.clones_of(id).iter().filter_map(|c| by_id.get(c).cloned()).collect(),
+    }
+}
+
+fn name_taken(lvs: &Lvstore, name: &str) -> LvolResult<()> {
+    if lock(&lvs.lvols).values().any(|l| *lock(&l.name) == name) {
+        return Err(LvolError::new(libc::EEXIST, format!("lvol {name} exists in lvstore {}", lock(&lvs.name))));
+    }
+    Ok(())
+}
+
+/// Registers the bdev of a new lvol over `blob` and adds it to the lvstore; the blob is
+/// deleted if that fails.
+async fn adopt(lvs: &Arc<Lvstore>, name: &str, uuid: uuid::Uuid, blob: Blob) -> LvolResult<Arc<Lvol>> {
+    let id = blob.id();
+    if let Err(e) = name_taken(lvs, name) {
+        drop(blob);
+        let _ = lvs.bs.delete_blob(id).await;
+        return Err(e);
+    }
+    let lvol = Arc::new(Lvol { name: Mutex::new(name.to_string()), uuid, blob, lvs_uuid: lvs.uuid });
+    if let Err(e) = crate::bdev::register(lvs, &lvol) {
+        drop(lvol);
+        let _ = lvs.bs.delete_blob(id).await;
+        return Err(LvolError::new(e.errno(), e.to_string()));
+    }
+    lock(&lvs.lvols).insert(uuid, lvol.clone());
+    Ok(lvol)
+}
+
+/// Snapshots `lvol` as `name` (`bdev_lvol_snapshot`): writes to the lvol wait while its
+/// clusters move to the snapshot (reads go on); the lvol becomes the snapshot's clone.
+pub async fn snapshot_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, name: &str) -> LvolResult<Arc<Lvol>> {
+    check_name("snapshot", name)?;
+    name_taken(lvs, name)?;
+    if lvol.blob.is_read_only() {
+        return Err(LvolError::new(libc::EINVAL, format!("lvol {} is read-only: no snapshot of it", lock(&lvol.name))));
+    }
+    let bdev = ferrite_bdev::lookup(&lvol.bdev_name())
+        .ok_or_else(|| LvolError::new(libc::ENODEV, "the lvol's bdev is gone"))?;
+    let uuid = uuid::Uuid::new_v4();
+    let xattrs = vec![(XATTR_NAME.into(), padded_name(name)), (XATTR_UUID.into(), cstr(&uuid.to_string()))];
+    let sid = lvs.bs.prepare_snapshot(&lvol.blob, xattrs).await?;
+    let started = std::time::Instant::now();
+    let held = bdev.lock_lba_range(0, u64::MAX).await;
+    let r = lvs.bs.commit_snapshot(&lvol.blob, sid).await;
+    drop(held);
+    let snap = r?;
+    log::info!(
+        "lvol {}/{}: snapshot {name} ({uuid}) taken; writes waited {} us",
+        lock(&lvs.name),
+        lock(&lvol.name),
+        started.elapsed().as_micros()
+    );
+    adopt(lvs, name, uuid, snap).await
+}
+
+/// Clones snapshot (read-only lvol) `snap` as `name` (`bdev_lvol_clone`).
+pub async fn clone_lvol(lvs: &Arc<Lvstore>, snap: &Arc<Lvol>, name: &str) -> LvolResult<Arc<Lvol>> {
+    check_name("clone", name)?;
+    name_taken(lvs, name)?;
+    if !snap.blob.is_read_only() {
+        return Err(LvolError::new(
+            libc::EINVAL,
+            format!("lvol {} is not read-only: it cannot be cloned", lock(&snap.name)),
+        ));
+    }
+    let uuid = uuid::Uuid::new_v4();
+    let xattrs = vec![(XATTR_NAME.into(), padded_name(name)), (XATTR_UUID.into(), cstr(&uuid.to_string()))];
+    let id = lvs.bs.create_clone(&snap.blob, xattrs).await?;
+    let blob = match lvs.bs.open_blob(id).await {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = lvs.bs.delete_blob(id).await;
+            return Err(e.into());
+        }
+    };
+    let lvol = adopt(lvs, name, uuid, blob).await?;
+    log::info!("lvol {}/{name} ({uuid}) cloned from {}", lock(&lvs.name), lock(&snap.name));
+    Ok(lvol)
+}
+
+/// Allocates every cluster of `lvol` and drops its parent (`bdev_lvol_inflate`), or, with
+/// `all` false, only what its parent holds and takes the grandparent (`bdev_lvol_decouple_parent`).
+pub async fn separate_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, all: bool) -> LvolResult<()> {
+    if !all && lvol.blob.parent_id().is_none() {
+        return Err(LvolError::new(libc::EINVAL, format!("lvol {} has no parent", lock(&lvol.name))));
+    }
+    if all {
+        lvs.bs.inflate(&lvol.blob).await?;
+    } else {
+        lvs.bs.decouple_parent(&lvol.blob).await?;
+    }
+    log::info!("lvol {}/{} {}", lock(&lvs.name), lock(&lvol.name), if all { "inflated" } else { "decoupled" });
+    Ok(())
+}
+
+/// Marks `lvol` read-only (`bdev_lvol_set_read_only`): its writes fail from now on.
+pub async fn set_read_only(lvol: &Arc<Lvol>) -> LvolResult<()> {
+    lvol.blob.set_read_only()?;
+    lvol.blob.sync_md().await?;
+    Ok(())
+}
+
+/// Renames `lvol` (`bdev_lvol_rename`): its xattr and its bdev's alias.
+pub async fn rename_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, new: &str) -> LvolResult<()> {
+    check_name("lvol", new)?;
+    let old = lock(&lvol.name).clone();
+    if old == new {
+        return Ok(());
+    }
+    name_taken(lvs, new)?;
+    let lvs_name = lock(&lvs.name).clone();
+    let b = ferrite_bdev::lookup(&lvol.bdev_name())
+        .ok_or_else(|| LvolError::new(libc::ENODEV, "the lvol's bdev is gone"))?;
+    if ferrite_bdev::lookup(&format!("{lvs_name}/{new}")).is_some() {
+        return Err(LvolError::new(libc::EEXIST, format!("a bdev is named {lvs_name}/{new}")));
+    }
+    lvol.blob.set_xattr(XATTR_NAME, &cstr(new))?;
+    if let Err(e) = lvol.blob.sync_md().await {
+        let _ = lvol.blob.set_xattr(XATTR_NAME, &cstr(&old));
+        return Err(e.into());
+    }
+    *lock(&lvol.name) = new.to_string();
+    b.rename_alias(&format!("{lvs_name}/{old}"), &format!("{lvs_name}/{new}"))
+        .map_err(|e| LvolError::new(e.errno(), e.to_string()))?;
+    log::info!("lvol {lvs_name}/{old} renamed {new}");
+    Ok(())
+}
+
+/// Renames an lvstore (`bdev_lvol_rename_lvstore`): its super blob's xattr and every lvol's
+/// alias.
+pub async fn rename_lvstore(lvs: &Arc<Lvstore>, new: &str) -> LvolResult<()> {
+    check_name("lvstore", new)?;
+    let old = lock(&lvs.name).clone();
+    if old == new {
+        return Ok(());
+    }
+    if by_name(new).is_some() || lock(&table().1).iter().any(|n| n == new) {
+        return Err(LvolError::new(libc::EEXIST, format!("lvstore {new} exists")));
+    }
+    lvs.super_blob.set_xattr(XATTR_NAME, &cstr(new))?;
+    if let Err(e) = lvs.super_blob.sync_md().await {
+        let _ = lvs.super_blob.set_xattr(XATTR_NAME, &cstr(&old));
+        return Err(e.into());
+    }
+    *lock(&lvs.name) = new.to_string();
+    let lvols: Vec<Arc<Lvol>> = lock(&lvs.lvols).values().cloned().collect();
+    for l in lvols {
+        let n = lock(&l.name).clone();
+        if let Some(b) = ferrite_bdev::lookup(&l.bdev_name()) {
+            if let Err(e) = b.rename_alias(&format!("{old}/{n}"), &format!("{new}/{n}")) {
+                log::warn!("lvstore {old} renamed {new}: alias of lvol {n}: {e}");
+            }
+        }
+    }
+    log::info!("lvstore {old} renamed {new}");
+    Ok(())
 }

@@ -1,6 +1,8 @@
 //! SPDK's lvol methods: bdev_lvol_create_lvstore, bdev_lvol_get_lvstores,
-//! bdev_lvol_delete_lvstore, bdev_lvol_create, bdev_lvol_get_lvols, bdev_lvol_delete,
-//! bdev_lvol_resize. Parameters, results and errnos as SPDK's.
+//! bdev_lvol_delete_lvstore, bdev_lvol_rename_lvstore, bdev_lvol_create, bdev_lvol_get_lvols,
+//! bdev_lvol_delete, bdev_lvol_resize, bdev_lvol_snapshot, bdev_lvol_clone, bdev_lvol_inflate,
+//! bdev_lvol_decouple_parent, bdev_lvol_set_read_only, bdev_lvol_rename. Parameters, results
+//! and errnos as SPDK's.
 
 use crate::lvs::{self, LvolError, LvsOpts, Lvstore};
 use ferrite_blob::format::blob::ClearMethod;
@@ -48,8 +50,8 @@ fn lvol_json(l: &Lvstore, v: &lvs::Lvol) -> Value {
         "uuid": v.uuid.to_string(),
         "name": name,
         "is_thin_provisioned": v.blob.is_thin(),
-        "is_snapshot": false,
-        "is_clone": false,
+        "is_snapshot": !l.bs.clones_of(v.blob.id()).is_empty(),
+        "is_clone": v.blob.parent_id().is_some(),
         "is_esnap_clone": false,
         "is_degraded": false,
         "num_allocated_clusters": v.blob.allocated_clusters(),
@@ -69,6 +71,7 @@ fn clear_method(s: Option<&str>) -> Result<Option<ClearMethod>, RpcError> {
 
 /// Registers the methods.
 pub fn register(reg: &mut Registry) {
+    register_family(reg);
     reg.method("bdev_lvol_create_lvstore", |_, p: Params| async move {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -198,6 +201,86 @@ pub fn register(reg: &mut Registry) {
         };
         let (l, v) = lvs::lvol(&a.name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
         lvs::resize_lvol(&l, &v, size).await.map_err(err)?;
+        Ok(json!(true))
+    });
+}
+
+fn lvol_by_name(name: &str) -> Result<(Arc<Lvstore>, Arc<lvs::Lvol>), RpcError> {
+    lvs::lvol(name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))
+}
+
+/// Registers the snapshot, clone and rename methods.
+fn register_family(reg: &mut Registry) {
+    reg.method("bdev_lvol_snapshot", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            lvol_name: String,
+            snapshot_name: String,
+        }
+        let a: A = p.parse()?;
+        let (l, v) = lvol_by_name(&a.lvol_name)?;
+        let s = lvs::snapshot_lvol(&l, &v, &a.snapshot_name).await.map_err(err)?;
+        Ok(json!(s.bdev_name()))
+    });
+    reg.method("bdev_lvol_clone", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            snapshot_name: String,
+            clone_name: String,
+        }
+        let a: A = p.parse()?;
+        let (l, v) = lvol_by_name(&a.snapshot_name)?;
+        let c = lvs::clone_lvol(&l, &v, &a.clone_name).await.map_err(err)?;
+        Ok(json!(c.bdev_name()))
+    });
+    for (method, all) in [("bdev_lvol_inflate", true), ("bdev_lvol_decouple_parent", false)] {
+        reg.method(method, move |_, p: Params| async move {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct A {
+                name: String,
+            }
+            let a: A = p.parse()?;
+            let (l, v) = lvol_by_name(&a.name)?;
+            lvs::separate_lvol(&l, &v, all).await.map_err(err)?;
+            Ok(json!(true))
+        });
+    }
+    reg.method("bdev_lvol_set_read_only", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            name: String,
+        }
+        let a: A = p.parse()?;
+        let (_, v) = lvol_by_name(&a.name)?;
+        lvs::set_read_only(&v).await.map_err(err)?;
+        Ok(json!(true))
+    });
+    reg.method("bdev_lvol_rename", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            old_name: String,
+            new_name: String,
+        }
+        let a: A = p.parse()?;
+        let (l, v) = lvol_by_name(&a.old_name)?;
+        lvs::rename_lvol(&l, &v, &a.new_name).await.map_err(err)?;
+        Ok(json!(true))
+    });
+    reg.method("bdev_lvol_rename_lvstore", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            old_name: String,
+            new_name: String,
+        }
+        let a: A = p.parse()?;
+        let l = lvs::by_name(&a.old_name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
+        lvs::rename_lvstore(&l, &a.new_name).await.map_err(err)?;
         Ok(json!(true))
     });
 }

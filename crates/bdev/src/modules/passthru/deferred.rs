@@ -82,7 +82,8 @@ fn depth_over(name: &str, new: &str) -> u32 {
 /// The examine of `module`: makes its virtual bdevs configured over `bdev` (by name or alias)
 /// that are not registered.
 pub(crate) fn examine(module: &'static str, bdev: &Bdev) {
-    let names: Vec<&str> = std::iter::once(bdev.name()).chain(bdev.aliases().iter().map(String::as_str)).collect();
+    let aliases = bdev.aliases();
+    let names: Vec<&str> = std::iter::once(bdev.name()).chain(aliases.iter().map(String::as_str)).collect();
     let due: Vec<(String, Make)> = table()
         .0
         .iter()
