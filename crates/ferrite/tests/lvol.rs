@@ -527,6 +527,152 @@ fn ferrite_opens_an_lvstore_spdk_wrote() {
     assert!(data[..5 * m].iter().chain(&data[7 * m..]).all(|&b| b == 0), "unwritten clusters read zeroes");
 }
 
+/// The fields of `bdev_lvol_get_lvols` both implementations must agree on.
+const FAMILY_KEYS: [&str; 7] =
+    ["alias", "uuid", "name", "is_thin_provisioned", "is_snapshot", "is_clone", "num_allocated_clusters"];
+
+/// Reads `len` MiB of bdev `name` from the lvstore file with spdk_dd.
+fn spdk_read(spdk: &std::path::Path, dir: &TempDir, img: &std::path::Path, name: &str, len: u64) -> Vec<u8> {
+    let out = dir.join(&format!("{}.bin", name.replace('/', "_")));
+    let ib = format!("--ib={name}");
+    let of = format!("--of={}", out.display());
+    let count = format!("--count={len}");
+    spdk_dd(spdk, dir, img, &[&ib, &of, "--bs=1048576", &count]);
+    std::fs::read(&out).unwrap()
+}
+
+/// Reads a whole bdev through Ferrite's NBD export `export`.
+fn nbd_read(dir: &TempDir, uri: &str) -> Vec<u8> {
+    let out = dir.join("nbd-read.bin");
+    let _ = std::fs::remove_file(&out);
+    let r = run_tool(dir, "qemu-img", &["convert", "-f", "raw", "-O", "raw", uri, out.to_str().unwrap()], Duration::from_secs(60));
+    assert!(r.status.success(), "qemu-img convert: {}", r.stderr);
+    std::fs::read(&out).unwrap()
+}
+
+fn filled(len: u64, runs: &[(u64, u64, u8)]) -> Vec<u8> {
+    let mut v = vec![0u8; len as usize];
+    for &(at, n, b) in runs {
+        v[at as usize..(at + n) as usize].fill(b);
+    }
+    v
+}
+
+#[test]
+fn snapshot_families_cross_between_spdk_and_ferrite() {
+    // Both ways: a thin lvol with data, its snapshot, a clone of the snapshot with writes of its
+    // own and a resized thick lvol, made by one implementation, open in the other with the
+    // same names, UUIDs, flags, sizes and bytes.
+    let test = "snapshot_families_cross_between_spdk_and_ferrite";
+    let Some(spdk) = spdk_dir(test) else { return };
+    if !have(test, &["qemu-io", "qemu-img"]) {
+        return;
+    }
+    let m = MIB;
+    // The bytes each lvol must hold (16 MiB each; thick is 8 MiB).
+    let snap_data = filled(16 * m, &[(2 * m, 2 * m, 0x3c)]);
+    let thin_data = filled(16 * m, &[(2 * m, 2 * m, 0x3c), (3 * m, 64 << 10, 0x4d)]);
+    let clone_data = filled(16 * m, &[(2 * m, 2 * m, 0x3c), (10 * m, 4096, 0x5e)]);
+
+    // 1. SPDK makes the family; Ferrite opens it.
+    let dir = TempDir::new("lvol-family-spdk");
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let tgt = SpdkTgt::start(&spdk, &dir);
+    tgt.rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
+    tgt.rpc(&["bdev_lvol_create_lvstore", "A0", "lvs0", "-c", "1048576"]);
+    tgt.rpc(&["bdev_lvol_create", "-l", "lvs0", "thick", "4"]);
+    tgt.rpc(&["bdev_lvol_create", "-l", "lvs0", "-t", "thin", "16"]);
+    tgt.stop();
+    let src = dir.join("src.bin");
+    std::fs::write(&src, vec![0x3cu8; 2 * MIB as usize]).unwrap();
+    let inp = format!("--if={}", src.display());
+    spdk_dd(&spdk, &dir, &img, &[&inp, "--ob=lvs0/thin", "--bs=1048576", "--count=2", "--seek=2"]);
+    let tgt = SpdkTgt::start(&spdk, &dir);
+    tgt.rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
+    tgt.rpc(&["bdev_wait_for_examine"]);
+    tgt.rpc(&["bdev_lvol_snapshot", "lvs0/thin", "snap"]);
+    tgt.rpc(&["bdev_lvol_clone", "lvs0/snap", "cl"]);
+    tgt.rpc(&["bdev_lvol_resize", "lvs0/thick", "8"]);
+    tgt.stop();
+    std::fs::write(&src, vec![0x4du8; 64 << 10]).unwrap();
+    spdk_dd(&spdk, &dir, &img, &[&inp, "--ob=lvs0/thin", "--bs=65536", "--count=1", "--seek=48"]);
+    std::fs::write(&src, vec![0x5eu8; 4096]).unwrap();
+    spdk_dd(&spdk, &dir, &img, &[&inp, "--ob=lvs0/cl", "--bs=4096", "--count=1", "--seek=2560"]);
+    let tgt = SpdkTgt::start(&spdk, &dir);
+    tgt.rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
+    tgt.rpc(&["bdev_wait_for_examine"]);
+    let mut theirs = tgt.rpc(&["bdev_lvol_get_lvols"]).as_array().unwrap().clone();
+    theirs.sort_by_key(|x| x["name"].as_str().unwrap().to_string());
+    tgt.stop();
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "SPDK's family checks clean: {out}");
+    let d = daemon(&dir, &img);
+    let ours = lvols(&d);
+    assert_eq!(ours.len(), 4, "{ours:?}");
+    for (t, o) in theirs.iter().zip(&ours) {
+        for k in FAMILY_KEYS {
+            assert_eq!(t[k], o[k], "{k}: SPDK {t} vs Ferrite {o}");
+        }
+    }
+    let b = d.call("bdev_get_bdevs", Some(json!({"name": "lvs0/thick"})));
+    assert_eq!(b[0]["num_blocks"].as_u64(), Some(8 * MIB / 4096), "the resize");
+    let u = nbd(&d, "lvs0/thin", "thin");
+    for (name, want) in [("thin", &thin_data), ("snap", &snap_data), ("cl", &clone_data)] {
+        if name != "thin" {
+            d.call("nbd_server_add_export", Some(json!({"bdev_name": format!("lvs0/{name}"), "name": name})));
+        }
+        let got = nbd_read(&dir, &u.replace("/thin", &format!("/{name}")));
+        assert!(got == *want, "lvol {name}: Ferrite reads other bytes than SPDK wrote");
+    }
+    drop(d);
+
+    // 2. Ferrite makes the same family; SPDK opens it.
+    let dir = TempDir::new("lvol-family-ferrite");
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let mut d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "thick", "size_in_mib": 4, "lvs_name": "lvs0"})));
+    d.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "thin", "size_in_mib": 16, "lvs_name": "lvs0", "thin_provision": true})),
+    );
+    let u = nbd(&d, "lvs0/thin", "thin");
+    qemu_io(&dir, &u, "write -P 0x3c 2M 2M; flush");
+    d.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/thin", "snapshot_name": "snap"})));
+    d.call("bdev_lvol_clone", Some(json!({"snapshot_name": "lvs0/snap", "clone_name": "cl"})));
+    d.call("bdev_lvol_resize", Some(json!({"name": "lvs0/thick", "size_in_mib": 8})));
+    qemu_io(&dir, &u, "write -P 0x4d 3M 64k; flush");
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/cl", "name": "cl"})));
+    qemu_io(&dir, &u.replace("/thin", "/cl"), "write -P 0x5e 10M 4k; flush");
+    let ours = lvols(&d);
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "Ferrite's family checks clean: {out}");
+    let tgt = SpdkTgt::start(&spdk, &dir);
+    tgt.rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
+    tgt.rpc(&["bdev_wait_for_examine"]);
+    let mut theirs = tgt.rpc(&["bdev_lvol_get_lvols"]).as_array().unwrap().clone();
+    theirs.sort_by_key(|x| x["name"].as_str().unwrap().to_string());
+    let thick = tgt.rpc(&["bdev_get_bdevs", "-b", "lvs0/thick"]);
+    tgt.stop();
+    assert_eq!(theirs.len(), 4, "{theirs:?}");
+    for (t, o) in theirs.iter().zip(&ours) {
+        for k in FAMILY_KEYS {
+            assert_eq!(t[k], o[k], "{k}: SPDK {t} vs Ferrite {o}");
+        }
+    }
+    assert_eq!(thick[0]["num_blocks"].as_u64(), Some(8 * MIB / 4096));
+    for (name, want) in [("thin", &thin_data), ("snap", &snap_data), ("cl", &clone_data)] {
+        let got = spdk_read(&spdk, &dir, &img, &format!("lvs0/{name}"), 16);
+        assert!(got == *want, "lvol {name}: SPDK reads other bytes than Ferrite wrote");
+    }
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "after SPDK: {out}");
+}
+
 #[test]
 fn kill_9_under_a_verify_workload_on_a_thin_lvol_recovers() {
     // ferrite perf loads the lvstore from the file (examine) and runs verify on a thin lvol,
