@@ -65,6 +65,7 @@ if [ "${VM_TESTS:-1}" != 0 ]; then
   echo "== guest kernel tests (QEMU, ../shared/vm)"
   bash tests/vm/nbd-guest.sh
   bash tests/vm/nvmf-guest.sh
+  bash tests/vm/lvol-guest.sh
 fi
 if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
   echo "== fuzz"
