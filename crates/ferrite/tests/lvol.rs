@@ -527,6 +527,58 @@ fn ferrite_opens_an_lvstore_spdk_wrote() {
     assert!(data[..5 * m].iter().chain(&data[7 * m..]).all(|&b| b == 0), "unwritten clusters read zeroes");
 }
 
+#[test]
+fn an_lvstore_grows_with_its_base() {
+    if !have("an_lvstore_grows_with_its_base", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-grow");
+    let img = dir.join("disk.img");
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(64 * MIB).unwrap();
+    let mut d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "a", "size_in_mib": 32, "lvs_name": "lvs0"})));
+    let u = nbd(&d, "lvs0/a", "a");
+    qemu_io(&dir, &u, "write -P 0x61 0 32M; flush");
+    let before = d.call("bdev_lvol_get_lvstores", None)[0].clone();
+    // Nothing to grow yet.
+    assert_eq!(d.call("bdev_lvol_grow_lvstore", Some(json!({"lvs_name": "lvs0"}))), json!(true));
+    assert_eq!(d.call("bdev_lvol_get_lvstores", None)[0], before);
+    let e = d.call_err("bdev_lvol_create", Some(json!({"lvol_name": "b", "size_in_mib": 100, "lvs_name": "lvs0"})));
+    assert_eq!(e.code, -libc::ENOSPC, "{e:?}");
+    // The file grows, the bdev sees it, the lvstore takes it.
+    f.set_len(256 * MIB).unwrap();
+    d.call("bdev_uring_rescan", Some(json!({"name": "U0"})));
+    assert_eq!(d.call("bdev_lvol_grow_lvstore", Some(json!({"uuid": before["uuid"]}))), json!(true));
+    let after = d.call("bdev_lvol_get_lvstores", None)[0].clone();
+    let grown = after["total_data_clusters"].as_u64().unwrap() - before["total_data_clusters"].as_u64().unwrap();
+    assert_eq!(grown, 192, "{before} -> {after}");
+    assert_eq!(after["free_clusters"].as_u64().unwrap(), before["free_clusters"].as_u64().unwrap() + 192);
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "b", "size_in_mib": 200, "lvs_name": "lvs0"})));
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/b", "name": "b"})));
+    qemu_io(&dir, &u.replace("/a", "/b"), "write -P 0x62 199M 1M; flush");
+    // Past what the cluster mask has room for: ENOSPC, nothing changes.
+    f.set_len(40 << 30).unwrap();
+    d.call("bdev_uring_rescan", Some(json!({"name": "U0"})));
+    let e = d.call_err("bdev_lvol_grow_lvstore", Some(json!({"lvs_name": "lvs0"})));
+    assert_eq!(e.code, -libc::ENOSPC, "{e:?}");
+    let now = d.call("bdev_lvol_get_lvstores", None)[0].clone();
+    assert_eq!(now["total_data_clusters"], after["total_data_clusters"]);
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "{out}");
+    // Loaded again: the grown size, both lvols, their data.
+    let d2 = daemon(&dir, &img);
+    assert_eq!(d2.call("bdev_lvol_get_lvstores", None)[0]["total_data_clusters"], after["total_data_clusters"]);
+    let u = nbd(&d2, "lvs0/a", "a");
+    qemu_io(&dir, &u, "read -P 0x61 0 32M");
+    d2.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/b", "name": "b"})));
+    qemu_io(&dir, &u.replace("/a", "/b"), "read -P 0x62 199M 1M");
+    let _ = &mut d;
+}
+
 /// The fields of `bdev_lvol_get_lvols` both implementations must agree on.
 const FAMILY_KEYS: [&str; 7] =
     ["alias", "uuid", "name", "is_thin_provisioned", "is_snapshot", "is_clone", "num_allocated_clusters"];
@@ -545,7 +597,12 @@ fn spdk_read(spdk: &std::path::Path, dir: &TempDir, img: &std::path::Path, name:
 fn nbd_read(dir: &TempDir, uri: &str) -> Vec<u8> {
     let out = dir.join("nbd-read.bin");
     let _ = std::fs::remove_file(&out);
-    let r = run_tool(dir, "qemu-img", &["convert", "-f", "raw", "-O", "raw", uri, out.to_str().unwrap()], Duration::from_secs(60));
+    let r = run_tool(
+        dir,
+        "qemu-img",
+        &["convert", "-f", "raw", "-O", "raw", uri, out.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
     assert!(r.status.success(), "qemu-img convert: {}", r.stderr);
     std::fs::read(&out).unwrap()
 }

@@ -763,3 +763,13 @@ pub async fn rename_lvstore(lvs: &Arc<Lvstore>, new: &str) -> LvolResult<()> {
     log::info!("lvstore {old} renamed {new}");
     Ok(())
 }
+
+/// Grows an lvstore to its base bdev's size now (`bdev_lvol_grow_lvstore`, after the base grew).
+pub async fn grow(lvs: &Arc<Lvstore>) -> LvolResult<()> {
+    let before = lvs.bs.total_clusters();
+    let after = lvs.bs.grow().await?;
+    if after != before {
+        log::info!("lvstore {}: grown from {before} to {after} clusters", lock(&lvs.name));
+    }
+    Ok(())
+}

@@ -1,5 +1,5 @@
 //! SPDK's lvol methods: bdev_lvol_create_lvstore, bdev_lvol_get_lvstores,
-//! bdev_lvol_delete_lvstore, bdev_lvol_rename_lvstore, bdev_lvol_create, bdev_lvol_get_lvols,
+//! bdev_lvol_delete_lvstore, bdev_lvol_rename_lvstore, bdev_lvol_grow_lvstore, bdev_lvol_create, bdev_lvol_get_lvols,
 //! bdev_lvol_delete, bdev_lvol_resize, bdev_lvol_snapshot, bdev_lvol_clone, bdev_lvol_inflate,
 //! bdev_lvol_decouple_parent, bdev_lvol_set_read_only, bdev_lvol_rename. Parameters, results
 //! and errnos as SPDK's.
@@ -269,6 +269,18 @@ fn register_family(reg: &mut Registry) {
         let a: A = p.parse()?;
         let (l, v) = lvol_by_name(&a.old_name)?;
         lvs::rename_lvol(&l, &v, &a.new_name).await.map_err(err)?;
+        Ok(json!(true))
+    });
+    reg.method("bdev_lvol_grow_lvstore", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            uuid: Option<String>,
+            lvs_name: Option<String>,
+        }
+        let a: A = p.parse()?;
+        let l = pick_lvs(a.uuid.as_deref(), a.lvs_name.as_deref())?;
+        lvs::grow(&l).await.map_err(err)?;
         Ok(json!(true))
     });
     reg.method("bdev_lvol_rename_lvstore", |_, p: Params| async move {

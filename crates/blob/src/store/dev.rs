@@ -27,7 +27,6 @@ impl std::error::Error for DevError {}
 pub struct Dev {
     desc: Arc<BdevDesc>,
     block_size: u32,
-    num_blocks: u64,
     write_cache: bool,
     can_flush: bool,
     can_unmap: bool,
@@ -36,7 +35,7 @@ pub struct Dev {
 
 impl std::fmt::Debug for Dev {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Dev({}, {} x {} B)", self.desc.bdev().name(), self.num_blocks, self.block_size)
+        write!(f, "Dev({}, {} x {} B)", self.desc.bdev().name(), self.num_blocks(), self.block_size)
     }
 }
 
@@ -46,7 +45,6 @@ impl Dev {
         let b = desc.bdev().clone();
         Dev {
             block_size: b.block_size(),
-            num_blocks: b.num_blocks(),
             write_cache: b.limits().write_cache,
             can_flush: b.supports(IoType::Flush),
             can_unmap: b.supports(IoType::Unmap),
@@ -67,12 +65,12 @@ impl Dev {
 
     /// Number of blocks.
     pub fn num_blocks(&self) -> u64 {
-        self.num_blocks
+        self.desc.bdev().num_blocks()
     }
 
     /// Bytes on the device.
     pub fn size(&self) -> u64 {
-        self.num_blocks * self.block_size as u64
+        self.num_blocks() * self.block_size as u64
     }
 
     fn check(&self, what: &str, offset: u64, len: u64) -> Result<(u64, u64), DevError> {
@@ -81,7 +79,7 @@ impl Dev {
             return Err(DevError(format!("{what} of {len} bytes at {offset} is not block aligned")));
         }
         let (first, n) = (offset / bs, len / bs);
-        if first.checked_add(n).is_none_or(|end| end > self.num_blocks) {
+        if first.checked_add(n).is_none_or(|end| end > self.num_blocks()) {
             return Err(DevError(format!("{what} of {len} bytes at {offset} is beyond the device")));
         }
         Ok((first, n))
@@ -133,7 +131,7 @@ impl Dev {
         if !self.write_cache || !self.can_flush {
             return Ok(());
         }
-        self.run("flush", IoRequest::new(IoType::Flush, 0, self.num_blocks)).await.map(|_| ())
+        self.run("flush", IoRequest::new(IoType::Flush, 0, self.num_blocks())).await.map(|_| ())
     }
 
     /// Zeroes `len` bytes at byte `offset`: write zeroes if the device has it, else writes of

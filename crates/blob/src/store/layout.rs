@@ -83,7 +83,7 @@ impl std::fmt::Display for LayoutError {
 impl std::error::Error for LayoutError {}
 
 /// Pages a mask of `bits` bits takes, header included.
-fn mask_pages(bits: u64, page: u32) -> u64 {
+pub(crate) fn mask_pages(bits: u64, page: u32) -> u64 {
     (MASK_HEADER_BYTES + bits.div_ceil(8)).div_ceil(page as u64)
 }
 

@@ -523,7 +523,55 @@ impl Blobstore {
 
     /// Clusters for data in all (total minus those the metadata takes).
     pub fn data_clusters(&self) -> u64 {
-        self.0.geo.total_clusters - self.0.geo.md_clusters
+        self.total_clusters() - self.0.geo.md_clusters
+    }
+
+    /// Clusters in all (more after [`Blobstore::grow`]).
+    pub fn total_clusters(&self) -> u64 {
+        self.0.lock().clusters.len() as u64
+    }
+
+    /// Grows the blobstore to its device's size now (SPDK's `spdk_bs_grow_live`): the super
+    /// block takes the new size (and a longer cluster mask, which must fit the room left for
+    /// it at creation); the new clusters are free. Returns the clusters in all, unchanged if
+    /// the device did not grow by a cluster.
+    pub async fn grow(&self) -> BsResult<u64> {
+        let s = &self.0;
+        on_md_core(s)?;
+        let dev_size = s.dev.size();
+        let (sb, old) = {
+            let st = s.lock();
+            (st.sb.clone(), st.clusters.len() as u64)
+        };
+        if dev_size <= sb.size {
+            return Ok(old);
+        }
+        let total = dev_size / s.geo.cluster_size as u64;
+        if total > u32::MAX as u64 {
+            return Err(BsError::NoSpace(format!("{total} clusters do not fit 32-bit cluster indices")));
+        }
+        let mask_len = layout::mask_pages(total, s.geo.md_page_size);
+        let room = sb.used_blobid_mask_start.saturating_sub(sb.used_cluster_mask_start) as u64;
+        if mask_len > room {
+            return Err(BsError::NoSpace(format!(
+                "the cluster mask of {total} clusters needs {mask_len} pages; the blobstore has room for {room}"
+            )));
+        }
+        s.mark_dirty().await?;
+        {
+            let mut st = s.lock();
+            st.sb.size = dev_size;
+            st.sb.used_cluster_mask_len = mask_len as u32;
+            if total > old {
+                st.clusters.resize(total as usize);
+            }
+        }
+        // If this fails the super block on the device may say either size: the store is dirty,
+        // so the next load rebuilds the masks from it; memory keeps the larger size.
+        s.write_super().await?;
+        s.dev.flush().await?;
+        log::info!("blobstore on {}: grown from {old} to {total} clusters", s.dev.desc().bdev().name());
+        Ok(total)
     }
 
     /// The application's root blob (SPDK's super blob), if set.
