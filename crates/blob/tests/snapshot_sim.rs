@@ -58,8 +58,18 @@ async fn write_cluster(bs: &Blobstore, b: &Blob, i: u64, v: u64) {
 async fn contents(bs: &Blobstore, b: &Blob) -> Vec<u64> {
     let maps = b.maps();
     let mut out = Vec::new();
+    let external = b.root_external().and_then(|id| bs.external_source(&id));
     for i in 0..maps[0].len() as u64 {
         match maps.iter().find_map(|m| m.start(i)) {
+            None if external.is_some() => {
+                let x = external.as_ref().unwrap();
+                let at = i * CLUSTER as u64;
+                let n = x.size().saturating_sub(at).min(CLUSTER as u64) as usize;
+                let mut d = if n > 0 { x.read(at, n).await.expect("read external") } else { Vec::new() };
+                d.resize(CLUSTER, 0);
+                let v = u64::from_le_bytes(d[..8].try_into().unwrap());
+                out.push(if d == pattern(v) { v } else { u64::MAX });
+            }
             None => out.push(0),
             Some(s) => {
                 let d = bs.dev().read(s * BLOCK as u64, CLUSTER).await.expect("read");
@@ -160,6 +170,72 @@ fn snapshot_clone_write_delete_inflate_decouple() {
     });
     sim.block_on(rx, MAX_STEPS).unwrap();
     check_image(&disk.image(), "after unload");
+}
+
+/// An external snapshot (another disk) as the parent of an esnap clone: reads come from it,
+/// first writes copy from it, snapshots and clones of the clone keep it at the root, inflate
+/// and decouple leave it, and it is found again after a load.
+#[test]
+fn clones_of_an_external_snapshot() {
+    let mut sim = Sim::new(2, 1).unwrap();
+    sim.on(0, || crash_disk::create("D", BLOCK, vec![0; 16 << 20])).unwrap();
+    // The external snapshot: 4 clusters' worth, tagged 70..73.
+    let mut ext = Vec::new();
+    for v in 70..74 {
+        ext.extend(pattern(v));
+    }
+    sim.on(0, move || crash_disk::create("X", BLOCK, ext)).unwrap();
+    let rx = sim.engine().run_async(0, || async {
+        let bs = Blobstore::init(open_dev("D"), &opts()).await.unwrap();
+        let xid = b"external-1\0".to_vec();
+        let x = Dev::new(Bdev::open_ext("X", false, |_| {}).unwrap());
+        bs.set_external_source(xid.clone(), x.clone());
+        // Larger than the external snapshot: the rest reads zeroes.
+        let opts = BlobOpts { num_clusters: 6, thin: true, external_parent: Some(xid.clone()), ..Default::default() };
+        let a_id = bs.create_blob(&opts).await.unwrap();
+        let a = bs.open_blob(a_id).await.unwrap();
+        assert_eq!(a.external_id(), Some(xid.clone()));
+        assert_eq!(contents(&bs, &a).await, vec![70, 71, 72, 73, 0, 0]);
+        let c1 = a.allocate_cluster(1).await.unwrap();
+        assert_eq!(
+            bs.dev().read(c1 * BLOCK as u64, CLUSTER).await.unwrap(),
+            pattern(71),
+            "copied from the external snapshot"
+        );
+        write_cluster(&bs, &a, 2, 82).await;
+        assert_eq!(contents(&bs, &a).await, vec![70, 71, 82, 73, 0, 0]);
+        // A snapshot takes the external parent along; the lvol reads through it.
+        let s_id = bs.prepare_snapshot(&a, vec![]).await.unwrap();
+        let s = bs.commit_snapshot(&a, s_id).await.unwrap();
+        assert_eq!((s.external_id(), a.external_id()), (Some(xid.clone()), None));
+        assert_eq!(a.root_external(), Some(xid.clone()));
+        assert_eq!(contents(&bs, &a).await, vec![70, 71, 82, 73, 0, 0]);
+        let c_id = bs.create_clone(&s, vec![]).await.unwrap();
+        let c = bs.open_blob(c_id).await.unwrap();
+        write_cluster(&bs, &c, 0, 90).await;
+        assert_eq!(contents(&bs, &c).await, vec![90, 71, 82, 73, 0, 0]);
+        // Decouple from the snapshot: the clone takes its clusters and the external parent.
+        bs.decouple_parent(&c).await.unwrap();
+        assert_eq!((c.parent_id(), c.external_id()), (None, Some(xid.clone())));
+        assert_eq!(contents(&bs, &c).await, vec![90, 71, 82, 73, 0, 0]);
+        // Inflate: every cluster its own, no parent of any kind.
+        bs.inflate(&a).await.unwrap();
+        assert_eq!((a.parent_id(), a.root_external()), (None, None));
+        assert_eq!(contents(&bs, &a).await, vec![70, 71, 82, 73, 0, 0]);
+        write_cluster(&bs, &c, 3, 93).await;
+        drop((a, s, c));
+        bs.unload().await.unwrap();
+        drop(bs);
+        let bs = Blobstore::load(open_dev("D"), None).await.unwrap();
+        bs.set_external_source(xid.clone(), x);
+        let c = bs.open_blob(c_id).await.unwrap();
+        assert_eq!(contents(&bs, &c).await, vec![90, 71, 82, 93, 0, 0]);
+        assert_eq!(contents(&bs, &bs.open_blob(a_id).await.unwrap()).await, vec![70, 71, 82, 73, 0, 0]);
+        // Without its device, a first write fails (reads are the application's to refuse).
+        bs.remove_external_source(&xid);
+        assert!(c.allocate_cluster(4).await.is_err());
+    });
+    sim.block_on(rx, MAX_STEPS).unwrap();
 }
 
 /// A blob as the completed operations left it: its cluster tags, read-only, parent.

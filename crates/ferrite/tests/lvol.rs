@@ -579,6 +579,83 @@ fn an_lvstore_grows_with_its_base() {
     let _ = &mut d;
 }
 
+#[test]
+fn clones_of_an_external_bdev() {
+    if !have("clones_of_an_external_bdev", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-esnap");
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let golden = dir.join("golden.img");
+    // The external snapshot: 6 MiB of data (not a whole number of 4 MiB clusters).
+    std::fs::File::create(&golden).unwrap().set_len(6 * MIB).unwrap();
+    let mut d = daemon(&dir, &img);
+    d.call("bdev_uring_create", Some(json!({"name": "G", "filename": golden.to_str().unwrap(), "block_size": 4096})));
+    let u = nbd(&d, "G", "g");
+    qemu_io(&dir, &u, "write -P 0x47 0 6M; flush");
+    d.call("nbd_server_remove_export", Some(json!({"name": "g"})));
+    let g_uuid = d.call("bdev_get_bdevs", Some(json!({"name": "G"})))[0]["uuid"].clone();
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0"})));
+    let e = d.call_err("bdev_lvol_clone_bdev", Some(json!({"bdev": "nope", "lvs_name": "lvs0", "clone_name": "c"})));
+    assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    d.call("bdev_lvol_clone_bdev", Some(json!({"bdev": "G", "lvs_name": "lvs0", "clone_name": "ec"})));
+    let l = lvols(&d);
+    assert_eq!((l[0]["is_esnap_clone"].clone(), l[0]["is_thin_provisioned"].clone()), (json!(true), json!(true)));
+    let b = d.call("bdev_get_bdevs", Some(json!({"name": "lvs0/ec"})));
+    assert_eq!(b[0]["num_blocks"].as_u64(), Some(8 * MIB / 4096), "6 MiB rounded up to 4 MiB clusters");
+    assert_eq!(b[0]["driver_specific"]["lvol"]["external_snapshot_name"], json!("G"), "{b}");
+    // Nobody writes the external snapshot while clones read it.
+    let e = d.call_err("nbd_server_add_export", Some(json!({"bdev_name": "G", "name": "g"})));
+    assert!(e.code < 0, "{e:?}");
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/ec", "name": "ec"})));
+    let ue = u.replace("/g", "/ec");
+    qemu_io(&dir, &ue, "read -P 0x47 0 6M");
+    qemu_io(&dir, &ue, "read -P 0 6M 2M");
+    qemu_io(&dir, &ue, "write -P 0x65 5M 4k; flush");
+    qemu_io(&dir, &ue, "read -P 0x47 4M 1M");
+    qemu_io(&dir, &ue, "read -P 0x65 5M 4k");
+    qemu_io(&dir, &ue, "read -P 0x47 5124k 1020k");
+    // A snapshot and a clone of it keep reading through to the external snapshot.
+    d.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/ec", "snapshot_name": "es"})));
+    d.call("bdev_lvol_clone", Some(json!({"snapshot_name": "lvs0/es", "clone_name": "ec2"})));
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/ec2", "name": "ec2"})));
+    qemu_io(&dir, &u.replace("/g", "/ec2"), "read -P 0x47 0 1M");
+    qemu_io(&dir, &u.replace("/g", "/ec2"), "read -P 0x65 5M 4k");
+    // The bytes of the external snapshot are untouched.
+    assert!(std::fs::read(&golden).unwrap().iter().all(|&b| b == 0x47));
+    // Restarted without it: the clones are degraded (listed, no bdev); it appears: they attach.
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "{out}");
+    let d2 = daemon(&dir, &img);
+    let l = lvols(&d2);
+    assert_eq!(l.len(), 3, "{l:?}");
+    let es = l.iter().find(|v| v["name"] == "es").unwrap();
+    assert_eq!((es["is_degraded"].clone(), es["is_esnap_clone"].clone()), (json!(true), json!(true)), "{es}");
+    assert_eq!(d2.call_err("bdev_get_bdevs", Some(json!({"name": "lvs0/es"}))).code, -libc::ENODEV);
+    d2.call(
+        "bdev_uring_create",
+        Some(json!({"name": "G2", "filename": golden.to_str().unwrap(), "block_size": 4096, "uuid": g_uuid})),
+    );
+    assert_eq!(d2.call("bdev_wait_for_examine", None), json!(true));
+    let l = lvols(&d2);
+    assert!(l.iter().all(|v| v["is_degraded"] == json!(false)), "{l:?}");
+    let u = nbd(&d2, "lvs0/ec2", "ec2");
+    qemu_io(&dir, &u, "read -P 0x47 0 5M");
+    qemu_io(&dir, &u, "read -P 0x65 5M 4k");
+    // Inflate: the clone holds every byte itself.
+    d2.call("bdev_lvol_inflate", Some(json!({"name": "lvs0/ec2"})));
+    let l = lvols(&d2);
+    let ec2 = l.iter().find(|v| v["name"] == "ec2").unwrap();
+    assert_eq!((ec2["is_clone"].clone(), ec2["is_esnap_clone"].clone()), (json!(false), json!(false)), "{ec2}");
+    qemu_io(&dir, &u, "read -P 0x47 0 5M");
+    qemu_io(&dir, &u, "read -P 0 6M 2M");
+    d2.assert_serving();
+    let _ = &mut d;
+}
+
 /// The fields of `bdev_lvol_get_lvols` both implementations must agree on.
 const FAMILY_KEYS: [&str; 7] =
     ["alias", "uuid", "name", "is_thin_provisioned", "is_snapshot", "is_clone", "num_allocated_clusters"];

@@ -30,6 +30,8 @@ pub const READ_ONLY_IO_TYPES: IoTypes = IoTypes::of(&[IoType::Read, IoType::Flus
 
 struct LvolBackend {
     lvol: Arc<Lvol>,
+    /// The external snapshot's device, for an lvol whose ancestry starts at one.
+    ext: Option<ferrite_blob::store::Dev>,
     lvs_uuid: uuid::Uuid,
     base: String,
     dev: ferrite_blob::store::Dev,
@@ -44,6 +46,10 @@ struct LvolChannel {
     /// The ancestors' maps, nearest first.
     parents: Vec<Arc<ClusterMap>>,
     read_only: bool,
+    /// The external snapshot's channel, if the lvol was made over one.
+    ext: Option<ExtChannel>,
+    /// The ancestry still starts at the external snapshot (inflate ends that).
+    ext_root: bool,
     gen: u64,
     blocks_per_cluster: u64,
     base_blocks: u64,
@@ -67,7 +73,31 @@ impl LvolChannel {
         self.map = maps.remove(0);
         self.parents = maps;
         self.read_only = self.blob.is_read_only();
+        self.ext_root = self.ext.is_some() && self.blob.root_external().is_some();
         self.gen = g;
+    }
+
+    /// Reads a range no blob of the ancestry holds from the external snapshot: forwarded if
+    /// it lies within it and the block sizes match; else the part within it is read into a
+    /// buffer of ours, copied over, and the rest zeroed.
+    fn ext_read(&self, mut io: BdevIo, cluster: u64, within: u64) {
+        let ext = self.ext.as_ref().expect("checked by the caller");
+        let bs = io.block_size() as u64;
+        let at = (cluster * self.blocks_per_cluster + within) * bs;
+        let len = io.req.num_blocks * bs;
+        let ext_bs = ext.ch.block_size() as u64;
+        let ext_size = ext.ch.num_blocks() * ext_bs;
+        if ext_bs == bs && at + len <= ext_size {
+            io.req.offset_blocks = at / bs;
+            return ext.ch.forward(io);
+        }
+        let n = ext_size.saturating_sub(at).min(len);
+        if n == 0 {
+            fill_zeroes(&mut io, 0);
+            return io.complete_deferred(IoStatus::Success);
+        }
+        let req = ferrite_bdev::IoRequest::read(at / ext_bs, n / ext_bs, ferrite_reactor::alloc_buf(n as usize));
+        ext.ch.submit_child(io, req, ext_read_done);
     }
 
     /// Where an ancestor holds `cluster`, if one does.
@@ -101,6 +131,58 @@ impl LvolChannel {
     }
 }
 
+/// The channel of an lvol's external snapshot bdev on this core.
+struct ExtChannel {
+    ch: IoChannel,
+}
+
+/// Zeroes a read's payload from byte `from` on (a zero-copy read of nothing gets a zeroed
+/// buffer of ours).
+fn fill_zeroes(io: &mut BdevIo, from: usize) {
+    if io.req.bufs.is_empty() {
+        let len = (io.req.num_blocks * io.block_size() as u64) as usize;
+        let mut b = ferrite_reactor::alloc_buf(len);
+        b.zero();
+        io.req.bufs.push(b);
+        return;
+    }
+    let mut at = 0;
+    for b in io.req.bufs.iter_mut() {
+        let l = b.len();
+        if at + l > from {
+            let start = from.saturating_sub(at);
+            b[start..].fill(0);
+        }
+        at += l;
+    }
+}
+
+/// The part of a read the external snapshot holds arrived: copied into the parent's payload,
+/// the rest zeroed.
+fn ext_read_done(mut parent: BdevIo, c: ferrite_bdev::Completed) {
+    if !c.status.is_ok() {
+        return parent.complete(c.status);
+    }
+    let data = &c.req.bufs[0];
+    if parent.req.bufs.is_empty() {
+        let len = (parent.req.num_blocks * parent.block_size() as u64) as usize;
+        parent.req.bufs.push(ferrite_reactor::alloc_buf(len));
+    }
+    let mut at = 0;
+    for b in parent.req.bufs.iter_mut() {
+        if at >= data.len() {
+            break;
+        }
+        let n = b.len().min(data.len() - at);
+        b[..n].copy_from_slice(&data[at..at + n]);
+        at += n;
+    }
+    let n = data.len();
+    drop(c);
+    fill_zeroes(&mut parent, n);
+    parent.complete(IoStatus::Success);
+}
+
 impl BackendChannel for LvolChannel {
     fn lends_reads(&self) -> bool {
         self.lends
@@ -132,18 +214,11 @@ impl BackendChannel for LvolChannel {
                 io.req.offset_blocks = parent.unwrap_or_default() + within;
                 self.base.forward(io)
             }
+            IoType::Read if self.ext_root => self.ext_read(io, cluster, within),
+            // The external snapshot has data everywhere: zeroes need a cluster of their own.
+            IoType::WriteZeroes if self.ext_root => self.allocate_then_write(io, cluster, within),
             IoType::Read => {
-                if io.req.bufs.is_empty() {
-                    // A zero-copy read of nothing allocated: a zeroed buffer of our own.
-                    let len = (io.req.num_blocks * io.block_size() as u64) as usize;
-                    let mut b = ferrite_reactor::alloc_buf(len);
-                    b.zero();
-                    io.req.bufs.push(b);
-                } else {
-                    for b in io.req.bufs.iter_mut() {
-                        b.zero();
-                    }
-                }
+                fill_zeroes(&mut io, 0);
                 io.complete_deferred(IoStatus::Success)
             }
             // Unmap leaves what the cluster reads as; nothing allocated reads as zeroes already.
@@ -160,7 +235,13 @@ impl BdevBackend for LvolBackend {
         let blob = self.lvol.blob.clone();
         let gen = blob.map_generation();
         let mut maps = blob.maps();
+        let ext = match &self.ext {
+            Some(d) => Some(ExtChannel { ch: d.desc().channel()? }),
+            None => None,
+        };
         Ok(Box::new(LvolChannel {
+            ext_root: ext.is_some() && blob.root_external().is_some(),
+            ext,
             lends: self.dev.desc().bdev().backend().zcopy(),
             base,
             map: maps.remove(0),
@@ -188,8 +269,11 @@ impl BdevBackend for LvolBackend {
             "num_allocated_clusters": blob.allocated_clusters(),
             "snapshot": !family.clones.is_empty(),
             "clone": family.parent.is_some(),
-            "esnap_clone": false,
+            "esnap_clone": blob.external_id().is_some(),
         });
+        if let Some(x) = crate::lvs::external_snapshot_name(&self.lvol) {
+            v["external_snapshot_name"] = json!(x);
+        }
         if let Some(p) = family.parent {
             v["base_snapshot"] = json!(p);
         }
@@ -232,7 +316,9 @@ pub fn register(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>) -> Result<Bdev, BdevError>
             ..Limits::default()
         },
     };
+    let ext = lvol.blob.root_external().and_then(|id| lvs.bs.external_source(&id));
     let backend = LvolBackend {
+        ext,
         lvol: lvol.clone(),
         lvs_uuid: lvs.uuid,
         base: lvs.base.clone(),

@@ -75,6 +75,9 @@ pub struct Lvstore {
     pub lvols: Mutex<BTreeMap<uuid::Uuid, Arc<Lvol>>>,
     /// Being deleted: no new lvol.
     pub deleting: std::sync::atomic::AtomicBool,
+    /// Clones of external snapshots whose bdev is not there (SPDK's degraded lvols): no bdev
+    /// until it appears.
+    pub degraded: Mutex<Vec<Arc<Lvol>>>,
 }
 
 /// An lvol.
@@ -259,6 +262,7 @@ async fn create_reserved(o: &LvsOpts) -> LvolResult<Arc<Lvstore>> {
         super_blob,
         lvols: Mutex::new(BTreeMap::new()),
         deleting: std::sync::atomic::AtomicBool::new(false),
+        degraded: Mutex::new(Vec::new()),
     });
     lock(&table().0).push(lvs.clone());
     log::info!("lvstore {} ({uuid}) created on {}", o.lvs_name, o.bdev_name);
@@ -282,6 +286,7 @@ pub fn examine(bdev: Bdev, done: ExamineDone) {
     let engine = ferrite_reactor::engine();
     ferrite_reactor::spawn_local(async move {
         let rx = engine.run_async(0, move || async move {
+            attach_degraded(&name);
             if let Err(e) = load(&name).await {
                 if e.errno != libc::EILSEQ {
                     log::warn!("lvol examine of {name}: {}", e.message);
@@ -348,6 +353,7 @@ pub async fn load(bdev_name: &str) -> LvolResult<Arc<Lvstore>> {
         super_blob,
         lvols: Mutex::new(BTreeMap::new()),
         deleting: std::sync::atomic::AtomicBool::new(false),
+        degraded: Mutex::new(Vec::new()),
     });
     lock(&table().0).push(lvs.clone());
     for id in bs.blob_ids().into_iter().filter(|&id| id != super_id) {
@@ -365,6 +371,17 @@ pub async fn load(bdev_name: &str) -> LvolResult<Arc<Lvstore>> {
             continue;
         };
         let lvol = Arc::new(Lvol { name: Mutex::new(lname.clone()), uuid: luuid, blob, lvs_uuid: uuid });
+        if let Some(id) = lvol.blob.root_external() {
+            let found = esnap_bdev(&id).and_then(|b| open_esnap(&lvs, &b).ok());
+            if found.is_none() {
+                log::warn!(
+                    "lvstore {name}: lvol {lname} is degraded: its external snapshot {} is not there",
+                    esnap_text(&id)
+                );
+                lock(&lvs.degraded).push(lvol);
+                continue;
+            }
+        }
         if let Err(e) = crate::bdev::register(&lvs, &lvol) {
             log::warn!("lvstore {name}: lvol {lname}: {e}");
             continue;
@@ -689,7 +706,7 @@ pub async fn clone_lvol(lvs: &Arc<Lvstore>, snap: &Arc<Lvol>, name: &str) -> Lvo
 /// Allocates every cluster of `lvol` and drops its parent (`bdev_lvol_inflate`), or, with
 /// `all` false, only what its parent holds and takes the grandparent (`bdev_lvol_decouple_parent`).
 pub async fn separate_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, all: bool) -> LvolResult<()> {
-    if !all && lvol.blob.parent_id().is_none() {
+    if !all && lvol.blob.parent_id().is_none() && lvol.blob.external_id().is_none() {
         return Err(LvolError::new(libc::EINVAL, format!("lvol {} has no parent", lock(&lvol.name))));
     }
     if all {
@@ -772,4 +789,119 @@ pub async fn grow(lvs: &Arc<Lvstore>) -> LvolResult<()> {
         log::info!("lvstore {}: grown from {before} to {after} clusters", lock(&lvs.name));
     }
     Ok(())
+}
+
+/// An external snapshot id as text (the bdev UUID SPDK stores, without its NUL).
+pub fn esnap_text(id: &[u8]) -> String {
+    let end = id.iter().position(|&c| c == 0).unwrap_or(id.len());
+    String::from_utf8_lossy(&id[..end]).into_owned()
+}
+
+/// The bdev an external snapshot id names (by UUID).
+fn esnap_bdev(id: &[u8]) -> Option<Bdev> {
+    ferrite_bdev::lookup(&esnap_text(id))
+}
+
+/// The device of external snapshot bdev `b` for `lvs`: opened read-only and claimed
+/// read-many-write-none (nobody writes it while clones read it), registered with the blobstore
+/// under its UUID; the same one if it is already.
+fn open_esnap(lvs: &Lvstore, b: &Bdev) -> LvolResult<Dev> {
+    let id = cstr(&b.uuid().to_string());
+    if let Some(d) = lvs.bs.external_source(&id) {
+        return Ok(d);
+    }
+    let io_unit = lvs.bs.geometry().io_unit_size;
+    if !io_unit.is_multiple_of(b.block_size()) {
+        return Err(LvolError::new(
+            libc::EINVAL,
+            format!("bdev {}: blocks of {} B do not divide the lvstore's {io_unit} B", b.name(), b.block_size()),
+        ));
+    }
+    let name = b.name().to_string();
+    let desc = Bdev::open_ext(b.name(), false, move |ev| {
+        if ev == BdevEvent::Remove {
+            log::warn!("external snapshot bdev {name} removed: its clones fail reads it would serve");
+        }
+    })
+    .map_err(|e| LvolError::new(libc::ENODEV, format!("cannot open bdev {}: {e}", b.name())))?;
+    desc.claim_as(MODULE, ferrite_bdev::ClaimType::ReadManyWriteNone, 0)
+        .map_err(|e| LvolError::new(libc::EPERM, format!("bdev {} cannot be an external snapshot: {e}", b.name())))?;
+    let dev = Dev::new(desc);
+    lvs.bs.set_external_source(id, dev.clone());
+    Ok(dev)
+}
+
+/// A bdev appeared: degraded lvols whose external snapshot it is get their bdevs.
+fn attach_degraded(name: &str) {
+    let Some(b) = ferrite_bdev::lookup(name) else { return };
+    let uuid = b.uuid().to_string();
+    for lvs in all() {
+        let due: Vec<Arc<Lvol>> = {
+            let mut d = lock(&lvs.degraded);
+            let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut *d)
+                .into_iter()
+                .partition(|l| l.blob.root_external().is_some_and(|id| esnap_text(&id) == uuid));
+            *d = keep;
+            due
+        };
+        for l in due {
+            let res = open_esnap(&lvs, &b)
+                .and_then(|_| crate::bdev::register(&lvs, &l).map_err(|e| LvolError::new(e.errno(), e.to_string())));
+            match res {
+                Ok(_) => {
+                    log::info!("lvstore {}: lvol {} is whole again ({name} is there)", lock(&lvs.name), lock(&l.name));
+                    lock(&lvs.lvols).insert(l.uuid, l);
+                }
+                Err(e) => {
+                    log::warn!("lvstore {}: lvol {} stays degraded: {e}", lock(&lvs.name), lock(&l.name));
+                    lock(&lvs.degraded).push(l);
+                }
+            }
+        }
+    }
+}
+
+/// Makes `name`, a thin clone of bdev `bdev_name` (an external snapshot: any bdev nobody
+/// writes), in `lvs` (`bdev_lvol_clone_bdev`). Its size is the bdev's, rounded up to clusters.
+pub async fn clone_bdev(lvs: &Arc<Lvstore>, bdev_name: &str, name: &str) -> LvolResult<Arc<Lvol>> {
+    check_name("clone", name)?;
+    name_taken(lvs, name)?;
+    let b =
+        ferrite_bdev::lookup(bdev_name).ok_or_else(|| LvolError::new(libc::ENODEV, format!("no bdev {bdev_name}")))?;
+    if lvs.base == b.name() || lock(&lvs.lvols).values().any(|l| l.bdev_name() == b.name()) {
+        return Err(LvolError::new(
+            libc::EINVAL,
+            format!("bdev {bdev_name} is in lvstore {}: clone its snapshot", lock(&lvs.name)),
+        ));
+    }
+    open_esnap(lvs, &b)?;
+    let size = b.num_blocks() * b.block_size() as u64;
+    let clusters = size.div_ceil(lvs.bs.geometry().cluster_size as u64);
+    let uuid = uuid::Uuid::new_v4();
+    let id = lvs
+        .bs
+        .create_blob(&BlobOpts {
+            num_clusters: clusters,
+            thin: true,
+            xattrs: vec![(XATTR_NAME.into(), padded_name(name)), (XATTR_UUID.into(), cstr(&uuid.to_string()))],
+            external_parent: Some(cstr(&b.uuid().to_string())),
+            ..Default::default()
+        })
+        .await?;
+    let blob = match lvs.bs.open_blob(id).await {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = lvs.bs.delete_blob(id).await;
+            return Err(e.into());
+        }
+    };
+    let lvol = adopt(lvs, name, uuid, blob).await?;
+    log::info!("lvol {}/{name} ({uuid}) cloned from bdev {bdev_name}", lock(&lvs.name));
+    Ok(lvol)
+}
+
+/// The name of the bdev an lvol's external snapshot is, if it is an esnap clone.
+pub fn external_snapshot_name(lvol: &Lvol) -> Option<String> {
+    let id = lvol.blob.external_id()?;
+    Some(esnap_bdev(&id).map(|b| b.name().to_string()).unwrap_or_else(|| esnap_text(&id)))
 }

@@ -1,6 +1,7 @@
 //! SPDK's lvol methods: bdev_lvol_create_lvstore, bdev_lvol_get_lvstores,
 //! bdev_lvol_delete_lvstore, bdev_lvol_rename_lvstore, bdev_lvol_grow_lvstore, bdev_lvol_create, bdev_lvol_get_lvols,
-//! bdev_lvol_delete, bdev_lvol_resize, bdev_lvol_snapshot, bdev_lvol_clone, bdev_lvol_inflate,
+//! bdev_lvol_delete, bdev_lvol_resize, bdev_lvol_snapshot, bdev_lvol_clone, bdev_lvol_clone_bdev,
+//! bdev_lvol_inflate,
 //! bdev_lvol_decouple_parent, bdev_lvol_set_read_only, bdev_lvol_rename. Parameters, results
 //! and errnos as SPDK's.
 
@@ -52,8 +53,8 @@ fn lvol_json(l: &Lvstore, v: &lvs::Lvol) -> Value {
         "is_thin_provisioned": v.blob.is_thin(),
         "is_snapshot": !l.bs.clones_of(v.blob.id()).is_empty(),
         "is_clone": v.blob.parent_id().is_some(),
-        "is_esnap_clone": false,
-        "is_degraded": false,
+        "is_esnap_clone": v.blob.external_id().is_some(),
+        "is_degraded": l.degraded.lock().unwrap().iter().any(|d| d.uuid == v.uuid),
         "num_allocated_clusters": v.blob.allocated_clusters(),
         "lvs": {"name": lvs_name, "uuid": l.uuid.to_string()},
     })
@@ -168,7 +169,9 @@ pub fn register(reg: &mut Registry) {
         };
         let mut out = Vec::new();
         for l in &stores {
-            for v in l.lvols.lock().unwrap().values() {
+            let mut all: Vec<Arc<lvs::Lvol>> = l.lvols.lock().unwrap().values().cloned().collect();
+            all.extend(l.degraded.lock().unwrap().iter().cloned());
+            for v in &all {
                 out.push(lvol_json(l, v));
             }
         }
@@ -222,6 +225,19 @@ fn register_family(reg: &mut Registry) {
         let (l, v) = lvol_by_name(&a.lvol_name)?;
         let s = lvs::snapshot_lvol(&l, &v, &a.snapshot_name).await.map_err(err)?;
         Ok(json!(s.bdev_name()))
+    });
+    reg.method("bdev_lvol_clone_bdev", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            bdev: String,
+            lvs_name: String,
+            clone_name: String,
+        }
+        let a: A = p.parse()?;
+        let l = lvs::by_name(&a.lvs_name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
+        let c = lvs::clone_bdev(&l, &a.bdev, &a.clone_name).await.map_err(err)?;
+        Ok(json!(c.bdev_name()))
     });
     reg.method("bdev_lvol_clone", |_, p: Params| async move {
         #[derive(Deserialize)]

@@ -34,6 +34,9 @@ pub struct BlobOpts {
     pub rle_extents: bool,
     /// Clear method stored in the blob (None: the blobstore's default).
     pub clear_method: Option<ClearMethod>,
+    /// A clone of an external snapshot with this id (SPDK's esnap: for lvols, the bdev's UUID
+    /// as a C string): its unallocated clusters read from that device.
+    pub external_parent: Option<Vec<u8>>,
 }
 
 /// A blob's metadata state (metadata reactor only).
@@ -255,6 +258,10 @@ impl super::Blobstore {
         for (n, v) in internal {
             set_internal(&mut md, n, v.clone());
         }
+        if let Some(x) = &opts.external_parent {
+            set_internal(&mut md, crate::format::XATTR_EXTERNAL_SNAPSHOT_ID, x.clone());
+            md.invalid_flags |= FLAG_THIN_PROV | crate::format::blob::FLAG_EXTERNAL_SNAPSHOT;
+        }
         let inner = Arc::new(BlobInner {
             id,
             store: s.clone(),
@@ -320,11 +327,8 @@ impl super::Blobstore {
         let parent = match md.parent()? {
             None => None,
             Some(Parent::Snapshot(pid)) => Some(self.open_depth(pid, depth + 1).await?),
-            Some(Parent::External(_)) => {
-                return Err(BsError::Invalid(format!(
-                    "blob {id:#x} is a clone of an external snapshot, which this version does not open"
-                )))
-            }
+            // Read through the source the application registers for its id.
+            Some(Parent::External(_)) => None,
         };
         let map = map_of(&md, s.blocks_per_cluster);
         let inner = Arc::new(BlobInner {
@@ -501,6 +505,27 @@ impl Blob {
     /// The parent snapshot, open.
     pub fn parent(&self) -> Option<Blob> {
         lock(&self.0.st).parent.clone()
+    }
+
+    /// The external snapshot id of this blob (an esnap clone's), if it has one.
+    pub fn external_id(&self) -> Option<Vec<u8>> {
+        match lock(&self.0.st).md.parent() {
+            Ok(Some(Parent::External(id))) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// The external snapshot at the root of this blob's ancestry (its own, or the oldest
+    /// ancestor's): unallocated clusters no ancestor holds read from it.
+    pub fn root_external(&self) -> Option<Vec<u8>> {
+        let mut b = self.clone();
+        loop {
+            let p = lock(&b.0.st).parent.clone();
+            match p {
+                Some(p) => b = p,
+                None => return b.external_id(),
+            }
+        }
     }
 
     /// The device block where an ancestor holds cluster `index`'s data (the data a first write
@@ -926,12 +951,17 @@ impl Blob {
             let len = s.geo.cluster_size as usize;
             let bs = s.dev.block_size() as u64;
             let mut copied = false;
+            let external = self.root_external();
             for (&index, &c) in indices.iter().zip(&got) {
-                if let Some(from) = self.ancestor_start(index) {
-                    let data = s.dev.read(from * bs, len).await?;
-                    s.dev.write(s.cluster_block(c) * bs, &data).await?;
-                    copied = true;
-                }
+                let data = match self.ancestor_start(index) {
+                    Some(from) => s.dev.read(from * bs, len).await?,
+                    None => match &external {
+                        Some(id) => s.read_external(id, index * len as u64, len).await?,
+                        None => continue,
+                    },
+                };
+                s.dev.write(s.cluster_block(c) * bs, &data).await?;
+                copied = true;
             }
             if copied {
                 // The copies are on the medium before the metadata that finds them.

@@ -180,6 +180,8 @@ pub(crate) struct Store {
     pub(crate) blocks_per_cluster: u64,
     /// Topology generation (see [`Blob::map_generation`]).
     pub(crate) generation: std::sync::atomic::AtomicU64,
+    /// The devices of external snapshots, by id (the application registers them).
+    pub(crate) external: Mutex<HashMap<Vec<u8>, Dev>>,
 }
 
 impl std::fmt::Debug for Blobstore {
@@ -205,6 +207,18 @@ fn on_md_core(s: &Store) -> BsResult<()> {
 impl Store {
     pub(crate) fn lock(&self) -> MutexGuard<'_, MdState> {
         self.md.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads `len` bytes at `offset` of external snapshot `id` (zeroes past its end).
+    pub(crate) async fn read_external(&self, id: &[u8], offset: u64, len: usize) -> BsResult<Vec<u8>> {
+        let dev = self.external.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned();
+        let dev = dev.ok_or_else(|| {
+            BsError::Dev(DevError(format!("external snapshot {:?} is not present", String::from_utf8_lossy(id))))
+        })?;
+        let n = dev.size().saturating_sub(offset).min(len as u64) as usize;
+        let mut data = if n > 0 { dev.read(offset, n).await? } else { Vec::new() };
+        data.resize(len, 0);
+        Ok(data)
     }
 
     /// Tells the data path that a map, a parent or a read-only flag changed.
@@ -352,6 +366,7 @@ impl Blobstore {
             md_core,
             md: Mutex::new(st),
             generation: std::sync::atomic::AtomicU64::new(0),
+            external: Mutex::new(HashMap::new()),
         })))
     }
 
@@ -589,6 +604,21 @@ impl Blobstore {
         s.write_super().await?;
         s.dev.flush().await?;
         Ok(())
+    }
+
+    /// Registers the device of external snapshot `id` (esnap clones read it and copy from it).
+    pub fn set_external_source(&self, id: Vec<u8>, dev: Dev) {
+        self.0.external.lock().unwrap_or_else(|e| e.into_inner()).insert(id, dev);
+    }
+
+    /// The device registered for external snapshot `id`.
+    pub fn external_source(&self, id: &[u8]) -> Option<Dev> {
+        self.0.external.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned()
+    }
+
+    /// Forgets the device of external snapshot `id`; returns it.
+    pub fn remove_external_source(&self, id: &[u8]) -> Option<Dev> {
+        self.0.external.lock().unwrap_or_else(|e| e.into_inner()).remove(id)
     }
 
     /// Every blob id in use, lowest first.

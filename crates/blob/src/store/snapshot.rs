@@ -18,8 +18,10 @@
 use super::blob::{lock, map_of, remove_internal, set_internal, Keep};
 use super::ClusterMap;
 use super::{Blob, BlobOpts, Blobstore, BsError, BsResult};
-use crate::format::blob::{Parent, FLAG_READ_ONLY, FLAG_THIN_PROV};
-use crate::format::{BlobMd, XATTR_SNAPSHOT, XATTR_SNAPSHOT_IN_PROGRESS, XATTR_SNAPSHOT_PENDING_REMOVAL};
+use crate::format::blob::{Parent, FLAG_EXTERNAL_SNAPSHOT, FLAG_READ_ONLY, FLAG_THIN_PROV};
+use crate::format::{
+    BlobMd, XATTR_EXTERNAL_SNAPSHOT_ID, XATTR_SNAPSHOT, XATTR_SNAPSHOT_IN_PROGRESS, XATTR_SNAPSHOT_PENDING_REMOVAL,
+};
 
 fn id_bytes(id: u64) -> Vec<u8> {
     id.to_le_bytes().to_vec()
@@ -27,6 +29,29 @@ fn id_bytes(id: u64) -> Vec<u8> {
 
 fn id_of(v: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(v.try_into().ok()?))
+}
+
+/// The external snapshot id of `md`, if it is an esnap clone.
+fn external_of(md: &BlobMd) -> Option<Vec<u8>> {
+    match md.parent() {
+        Ok(Some(Parent::External(id))) => Some(id),
+        _ => None,
+    }
+}
+
+/// Makes `md` a clone of external snapshot `id` (the flag and the `EXTSNAP` xattr), or, with
+/// None, not one.
+fn set_external(md: &mut BlobMd, id: Option<Vec<u8>>) {
+    match id {
+        Some(id) => {
+            set_internal(md, XATTR_EXTERNAL_SNAPSHOT_ID, id);
+            md.invalid_flags |= FLAG_EXTERNAL_SNAPSHOT;
+        }
+        None => {
+            remove_internal(md, XATTR_EXTERNAL_SNAPSHOT_ID);
+            md.invalid_flags &= !FLAG_EXTERNAL_SNAPSHOT;
+        }
+    }
 }
 
 /// Sets (or, with None, removes) `md`'s parent snapshot xattr.
@@ -53,6 +78,7 @@ impl Blobstore {
             xattrs,
             rle_extents: !md.uses_extent_table(),
             clear_method: Some(md.clear_method()),
+            external_parent: None,
         };
         self.create_blob_with(&opts, &[(XATTR_SNAPSHOT_IN_PROGRESS, id_bytes(orig.id()))]).await
     }
@@ -106,6 +132,7 @@ impl Blobstore {
             st.md.extent_table = omd.extent_table.clone();
             st.md.invalid_flags |= FLAG_THIN_PROV;
             set_parent_xattr(&mut st.md, oparent.as_ref().map(|p| p.id()));
+            set_external(&mut st.md, external_of(&omd));
             st.parent = oparent.clone();
             st.dirty_eps.clear();
             st.chain_dirty = true;
@@ -128,6 +155,7 @@ impl Blobstore {
             }
             st.md.invalid_flags |= FLAG_THIN_PROV;
             set_parent_xattr(&mut st.md, Some(sb.id()));
+            set_external(&mut st.md, None);
             st.parent = Some(sb.clone());
             st.dirty_eps.clear();
             st.chain_dirty = true;
@@ -231,6 +259,7 @@ impl Blobstore {
                     }
                 }
                 set_parent_xattr(&mut st.md, grand.as_ref().map(|g| g.id()));
+                set_external(&mut st.md, external_of(&smd));
                 st.parent = grand.clone();
                 st.chain_dirty = true;
             }
@@ -290,7 +319,7 @@ impl Blobstore {
     /// Allocates the clusters `blob`'s parent holds and it lacks, then takes the parent's
     /// parent as its own (SPDK's decouple parent).
     pub async fn decouple_parent(&self, blob: &Blob) -> BsResult<()> {
-        if blob.parent().is_none() {
+        if blob.parent().is_none() && blob.external_id().is_none() {
             return Err(BsError::Invalid(format!("blob {:#x} has no parent", blob.id())));
         }
         self.separate(blob, false).await
@@ -302,12 +331,14 @@ impl Blobstore {
             return Err(BsError::ReadOnly(blob.id()));
         }
         loop {
+            // An external snapshot as parent holds every cluster.
+            let whole = all || blob.external_id().is_some();
             let wanted: Vec<u64> = {
                 let map = blob.map();
                 let parent = blob.parent().map(|p| p.map());
                 (0..map.len() as u64)
                     .filter(|&i| map.start(i).is_none())
-                    .filter(|&i| all || parent.as_ref().is_some_and(|p| p.start(i).is_some()))
+                    .filter(|&i| whole || parent.as_ref().is_some_and(|p| p.start(i).is_some()))
                     .collect()
             };
             if !wanted.is_empty() {
@@ -321,7 +352,7 @@ impl Blobstore {
             let map = blob.map();
             let parent = blob.parent();
             let missing = (0..map.len() as u64).any(|i| {
-                map.start(i).is_none() && (all || parent.as_ref().is_some_and(|p| p.map().start(i).is_some()))
+                map.start(i).is_none() && (whole || parent.as_ref().is_some_and(|p| p.map().start(i).is_some()))
             });
             if missing {
                 blob.end_exclusive();
@@ -335,6 +366,9 @@ impl Blobstore {
                     st.md.invalid_flags &= !FLAG_THIN_PROV;
                 }
                 set_parent_xattr(&mut st.md, new_parent.as_ref().map(|p| p.id()));
+                // Decoupled from a snapshot of an external snapshot: that one is the parent now.
+                let new_external = if all { None } else { parent.as_ref().and_then(|p| p.external_id()) };
+                set_external(&mut st.md, new_external);
                 st.parent = new_parent.clone();
                 st.chain_dirty = true;
             }
