@@ -265,6 +265,26 @@ fn snapshots_and_clones_over_nbd() {
     assert_eq!(lvol_named(&l, "base")["num_allocated_clusters"].as_u64(), Some(16));
     qemu_io(&dir, &u, "read -P 0xbb 1M 64k");
     qemu_io(&dir, &u, "read -P 0 8M 8M");
+    // A new thin lvol takes the snapshot as parent and reads it.
+    d2.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "t", "size_in_mib": 16, "lvs_name": "lvs1", "thin_provision": true})),
+    );
+    d2.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "t8", "size_in_mib": 8, "lvs_name": "lvs1", "thin_provision": true})),
+    );
+    let e = d2.call_err("bdev_lvol_set_parent", Some(json!({"lvol_name": "lvs1/t", "parent_name": "lvs1/base"})));
+    assert_eq!(e.code, -libc::EINVAL, "the parent must be read-only: {e:?}");
+    let e = d2.call_err("bdev_lvol_set_parent", Some(json!({"lvol_name": "lvs1/t8", "parent_name": "lvs1/s2"})));
+    assert_eq!(e.code, -libc::EINVAL, "sizes differ: {e:?}");
+    d2.call("bdev_lvol_set_parent", Some(json!({"lvol_name": "lvs1/t", "parent_name": "lvs1/s2"})));
+    assert_eq!(lvol_named(&lvols(&d2), "t")["is_clone"], json!(true));
+    d2.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs1/t", "name": "t"})));
+    let ut = u.replace("/base", "/t");
+    qemu_io(&dir, &ut, "read -P 0xaa 0 1M");
+    qemu_io(&dir, &ut, "read -P 0xbb 1M 64k");
+    qemu_io(&dir, &ut, "read -P 0 8M 8M");
     // Read-only: writes fail from then on.
     d2.call("bdev_lvol_set_read_only", Some(json!({"name": "lvs1/base"})));
     qemu_io_fails(&dir, &u, "write -P 0x11 0 4k");

@@ -905,3 +905,10 @@ pub fn external_snapshot_name(lvol: &Lvol) -> Option<String> {
     let id = lvol.blob.external_id()?;
     Some(esnap_bdev(&id).map(|b| b.name().to_string()).unwrap_or_else(|| esnap_text(&id)))
 }
+
+/// Makes snapshot `parent` the parent of thin lvol `lvol` (`bdev_lvol_set_parent`).
+pub async fn set_parent(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, parent: &Arc<Lvol>) -> LvolResult<()> {
+    lvs.bs.set_parent(&lvol.blob, &parent.blob).await?;
+    log::info!("lvol {}/{}: parent is now {}", lock(&lvs.name), lock(&lvol.name), lock(&parent.name));
+    Ok(())
+}

@@ -2,7 +2,7 @@
 //! bdev_lvol_delete_lvstore, bdev_lvol_rename_lvstore, bdev_lvol_grow_lvstore, bdev_lvol_create, bdev_lvol_get_lvols,
 //! bdev_lvol_delete, bdev_lvol_resize, bdev_lvol_snapshot, bdev_lvol_clone, bdev_lvol_clone_bdev,
 //! bdev_lvol_inflate,
-//! bdev_lvol_decouple_parent, bdev_lvol_set_read_only, bdev_lvol_rename. Parameters, results
+//! bdev_lvol_decouple_parent, bdev_lvol_set_parent, bdev_lvol_set_read_only, bdev_lvol_rename. Parameters, results
 //! and errnos as SPDK's.
 
 use crate::lvs::{self, LvolError, LvsOpts, Lvstore};
@@ -264,6 +264,22 @@ fn register_family(reg: &mut Registry) {
             Ok(json!(true))
         });
     }
+    reg.method("bdev_lvol_set_parent", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            lvol_name: String,
+            parent_name: String,
+        }
+        let a: A = p.parse()?;
+        let (l, v) = lvol_by_name(&a.lvol_name)?;
+        let (pl, pv) = lvol_by_name(&a.parent_name)?;
+        if !Arc::ptr_eq(&l, &pl) {
+            return Err(einval("Invalid parameters: the parent is in another lvstore"));
+        }
+        lvs::set_parent(&l, &v, &pv).await.map_err(err)?;
+        Ok(json!(true))
+    });
     reg.method("bdev_lvol_set_read_only", |_, p: Params| async move {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]

@@ -310,6 +310,61 @@ impl Blobstore {
         self.delete_keeping(snap, &keep).await
     }
 
+    /// Makes read-only blob `parent` the parent of thin blob `blob` (SPDK's `set_parent`): its
+    /// unallocated clusters read from `parent` from now on. Both have the same size; `parent`
+    /// must not descend from `blob`.
+    pub async fn set_parent(&self, blob: &Blob, parent: &Blob) -> BsResult<()> {
+        let s = self.check()?.clone();
+        if blob.id() == parent.id() {
+            return Err(BsError::Invalid("a blob cannot be its own parent".into()));
+        }
+        if !blob.is_thin() {
+            return Err(BsError::Invalid(format!("blob {:#x} is not thin provisioned", blob.id())));
+        }
+        if !parent.is_read_only() {
+            return Err(BsError::Invalid(format!("blob {:#x} is not read-only: it cannot be a parent", parent.id())));
+        }
+        if blob.num_clusters() != parent.num_clusters() {
+            return Err(BsError::Invalid(format!(
+                "blob {:#x} has {} clusters and {:#x} {}: a parent has the size of its clone",
+                blob.id(),
+                blob.num_clusters(),
+                parent.id(),
+                parent.num_clusters()
+            )));
+        }
+        let mut p = Some(parent.clone());
+        while let Some(x) = p {
+            if x.id() == blob.id() {
+                return Err(BsError::Invalid(format!("blob {:#x} descends from {:#x}", parent.id(), blob.id())));
+            }
+            p = x.parent();
+        }
+        blob.exclusive().await;
+        let before = blob.md();
+        let old_parent = blob.parent();
+        {
+            let mut st = lock(&blob.0.st);
+            set_parent_xattr(&mut st.md, Some(parent.id()));
+            set_external(&mut st.md, None);
+            st.parent = Some(parent.clone());
+            st.chain_dirty = true;
+        }
+        let r = blob.persist().await;
+        if r.is_err() {
+            let mut st = lock(&blob.0.st);
+            st.md.invalid_flags = before.invalid_flags;
+            st.md.internal_xattrs = before.internal_xattrs;
+            st.parent = old_parent;
+            st.chain_dirty = true;
+        } else {
+            s.lock().parents.insert(blob.id(), parent.id());
+        }
+        s.bump_generation();
+        blob.end_exclusive();
+        r
+    }
+
     /// Allocates every cluster `blob` lacks (with its ancestors' data) and drops its parent;
     /// the blob is thick afterwards (SPDK's inflate).
     pub async fn inflate(&self, blob: &Blob) -> BsResult<()> {
