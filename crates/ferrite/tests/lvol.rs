@@ -828,6 +828,77 @@ fn snapshot_families_cross_between_spdk_and_ferrite() {
 }
 
 #[test]
+fn snapshots_under_a_verify_workload_lose_no_write() {
+    // ferrite perf's verify workload (write, read back, compare) runs on a thin lvol while
+    // snapshots are taken under it, then a clone, a decouple and an inflate: every write that
+    // completed reads back, before and after each of them (writes wait while clusters move).
+    let dir = TempDir::new("lvol-snap-verify");
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(512 * MIB).unwrap();
+    let mut d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": 256 << 10})));
+    d.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "vol", "size_in_mib": 64, "lvs_name": "lvs0", "thin_provision": true})),
+    );
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    let cfg = dir.write_json(
+        "perf.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [
+            {"method": "bdev_uring_create", "params": {"name": "U0", "filename": img.to_str().unwrap(), "block_size": 4096}},
+            {"method": "bdev_wait_for_examine"}]}]}),
+    );
+    let sock = dir.join("perf.sock");
+    let res = dir.join("res.json");
+    let args = [
+        "perf",
+        "--json",
+        cfg.to_str().unwrap(),
+        "-T",
+        "lvs0/vol",
+        "-q",
+        "32",
+        "-o",
+        "4096",
+        "-w",
+        "verify",
+        "-t",
+        "8",
+        "-m",
+        "0x1",
+        "-r",
+        sock.to_str().unwrap(),
+        "--results-json",
+        res.to_str().unwrap(),
+    ];
+    let mut p = common::Proc::spawn(&dir, "perf", &args);
+    let rpc = |args: &[&str]| {
+        let mut a = vec!["rpc", "-s", sock.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let out = run_tool(&dir, common::FERRITE, &a, Duration::from_secs(30));
+        assert!(out.status.success(), "rpc {args:?}: {}{}", out.stdout, out.stderr);
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    for n in 0..3 {
+        rpc(&["bdev_lvol_snapshot", "--lvol-name", "lvs0/vol", "--snapshot-name", &format!("s{n}")]);
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    rpc(&["bdev_lvol_clone", "--snapshot-name", "lvs0/s2", "--clone-name", "c"]);
+    rpc(&["bdev_lvol_decouple_parent", "--name", "lvs0/vol"]);
+    std::thread::sleep(Duration::from_millis(500));
+    rpc(&["bdev_lvol_inflate", "--name", "lvs0/vol"]);
+    p.expect_exit(Duration::from_secs(60), "perf ends");
+    let r: Value = serde_json::from_slice(&std::fs::read(&res).unwrap()).unwrap();
+    let job = &r["results"][0];
+    assert_eq!(job["verify_errors"].as_u64(), Some(0), "{r}");
+    assert_eq!(job["io_failed"].as_u64(), Some(0), "{r}");
+    assert!(r["total"]["iops"].as_f64().unwrap() > 0.0, "{r}");
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "{out}");
+}
+
+#[test]
 fn kill_9_under_a_verify_workload_on_a_thin_lvol_recovers() {
     // ferrite perf loads the lvstore from the file (examine) and runs verify on a thin lvol,
     // allocating clusters as it goes; it is killed mid-run, three times. Each time the next
