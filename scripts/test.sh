@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test Ferrite has: format, lints, unit/property/integration tests (which start the real
-# daemon and use real clients), the guest-kernel NBD and NVMe/TCP tests, and a short fuzz run of
+# daemon and use real clients), the guest-kernel NBD, NVMe/TCP and lvol tests, and a short fuzz run of
 # each parser.
 # Works on a fresh Debian machine with Rust (rustup) installed; installs what else it needs.
 # FUZZ_SECONDS=0 skips fuzzing, VM_TESTS=0 the guest kernel tests.
