@@ -317,9 +317,16 @@ impl super::Blobstore {
                 return Err(BsError::NotFound(id));
             }
         }
-        s.lock().busy.insert(id, "opened");
-        let read = s.read_blob(id).await;
-        s.lock().busy.remove(&id);
+        let cached = s.lock().preread.remove(&id);
+        let read = match cached {
+            Some(r) => Ok(r),
+            None => {
+                s.lock().busy.insert(id, "opened");
+                let read = s.read_blob(id).await;
+                s.lock().busy.remove(&id);
+                read
+            }
+        };
         let (md, chain) = read?;
         if md.access() == Access::Unopenable {
             return Err(BsError::Invalid(format!("blob {id:#x} has flags this version does not know")));
@@ -377,6 +384,7 @@ impl super::Blobstore {
                 return Err(BsError::NotFound(id));
             }
             st.busy.insert(id, "deleted");
+            st.preread.remove(&id);
         }
         let res = async {
             let (md, chain) = s.read_blob(id).await?;

@@ -146,6 +146,9 @@ pub(crate) struct MdState {
     pub(crate) busy: HashMap<u64, &'static str>,
     /// Each clone's parent snapshot (child id to parent id), for every blob of the store.
     pub(crate) parents: HashMap<u64, u64>,
+    /// Metadata the load read (to find parents), kept for each blob's first open: a load
+    /// followed by opening every blob reads each chain once.
+    pub(crate) preread: HashMap<u64, (crate::format::BlobMd, Vec<u32>)>,
     /// Unloaded: every operation fails.
     pub(crate) unloaded: bool,
 }
@@ -161,6 +164,7 @@ impl MdState {
             open: HashMap::new(),
             busy: HashMap::new(),
             parents: HashMap::new(),
+            preread: HashMap::new(),
             unloaded: false,
         }
     }

@@ -455,7 +455,10 @@ pub(crate) async fn recover_interrupted(bs: &Blobstore) -> BsResult<()> {
     let mut marked = Vec::new();
     for id in bs.blob_ids() {
         let md = match s.read_blob(id).await {
-            Ok((md, _)) => md,
+            Ok((md, chain)) => {
+                s.lock().preread.insert(id, (md.clone(), chain));
+                md
+            }
             Err(e) => {
                 log::warn!("blobstore: blob {id:#x} does not read: {e}");
                 continue;
@@ -472,6 +475,7 @@ pub(crate) async fn recover_interrupted(bs: &Blobstore) -> BsResult<()> {
         }
     }
     for (id, x, other) in marked {
+        s.lock().preread.remove(&id);
         let omd = match s.read_blob(other).await {
             Ok((m, _)) => m,
             Err(e) => {
