@@ -121,7 +121,8 @@ impl LvolChannel {
                     base.forward(io);
                 }
                 Ok(Err(e)) => {
-                    log::warn!("lvol: cluster {cluster}: {e}");
+                    // Every write to a full lvstore fails here: one line now and then, not each.
+                    ferrite_reactor::log_limited!(log::Level::Warn, "lvol: cluster {cluster}: {e}");
                     io.complete(IoStatus::Failed(e.errno()));
                 }
                 Err(_) => io.complete(IoStatus::Failed(libc::EIO)),

@@ -961,14 +961,17 @@ impl Blob {
             let mut copied = false;
             let external = self.root_external();
             for (&index, &c) in indices.iter().zip(&got) {
-                let data = match self.ancestor_start(index) {
-                    Some(from) => s.dev.read(from * bs, len).await?,
+                let to = s.cluster_block(c) * bs;
+                match self.ancestor_start(index) {
+                    Some(from) => s.dev.copy_from(&s.dev, from * bs, to, len as u64).await?,
                     None => match &external {
-                        Some(id) => s.read_external(id, index * len as u64, len).await?,
+                        Some(id) => {
+                            let src = s.external_source(id)?;
+                            s.dev.copy_from(&src, index * len as u64, to, len as u64).await?
+                        }
                         None => continue,
                     },
-                };
-                s.dev.write(s.cluster_block(c) * bs, &data).await?;
+                }
                 copied = true;
             }
             if copied {

@@ -125,6 +125,35 @@ impl Dev {
         Ok(())
     }
 
+    /// Copies `len` bytes at byte `src_offset` of `src` to byte `dst_offset` here (a first
+    /// write's copy-on-write), one buffer per chunk going from the read straight to the write;
+    /// what lies past the end of `src` is written as zeroes.
+    pub async fn copy_from(&self, src: &Dev, src_offset: u64, dst_offset: u64, len: u64) -> Result<(), DevError> {
+        self.check("copy", dst_offset, len)?;
+        let mut pos = 0u64;
+        while pos < len {
+            let n = (len - pos).min(MAX_CHUNK as u64);
+            let (first, blocks) = self.check("copy", dst_offset + pos, n)?;
+            let avail = src.size().saturating_sub(src_offset + pos).min(n);
+            let buf = if avail == n {
+                let (sf, sb) = src.check("copy", src_offset + pos, n)?;
+                let mut c = src.run("copy", IoRequest::read(sf, sb, ferrite_reactor::alloc_buf(n as usize))).await?;
+                c.req.bufs.pop().expect("the read's buffer")
+            } else {
+                let mut buf = ferrite_reactor::alloc_buf(n as usize);
+                buf.zero();
+                if avail > 0 {
+                    let part = src.read(src_offset + pos, avail as usize).await?;
+                    buf[..part.len()].copy_from_slice(&part);
+                }
+                buf
+            };
+            self.run("copy", IoRequest::write(first, blocks, buf)).await?;
+            pos += n;
+        }
+        Ok(())
+    }
+
     /// Makes every completed write durable, if the device has a volatile write cache (a
     /// barrier between writes that must reach the medium in order).
     pub async fn flush(&self) -> Result<(), DevError> {

@@ -213,16 +213,12 @@ impl Store {
         self.md.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reads `len` bytes at `offset` of external snapshot `id` (zeroes past its end).
-    pub(crate) async fn read_external(&self, id: &[u8], offset: u64, len: usize) -> BsResult<Vec<u8>> {
+    /// The device of external snapshot `id`, registered by the application.
+    pub(crate) fn external_source(&self, id: &[u8]) -> BsResult<Dev> {
         let dev = self.external.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned();
-        let dev = dev.ok_or_else(|| {
+        dev.ok_or_else(|| {
             BsError::Dev(DevError(format!("external snapshot {:?} is not present", String::from_utf8_lossy(id))))
-        })?;
-        let n = dev.size().saturating_sub(offset).min(len as u64) as usize;
-        let mut data = if n > 0 { dev.read(offset, n).await? } else { Vec::new() };
-        data.resize(len, 0);
-        Ok(data)
+        })
     }
 
     /// Tells the data path that a map, a parent or a read-only flag changed.
