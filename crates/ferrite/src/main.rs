@@ -36,7 +36,13 @@ fn main() {
         Cmd::Serve(a) => serve::run(a),
         Cmd::Rpc(a) => rpc_cmd::run(a),
         Cmd::Perf(a) => perf_cmd::run(a),
-        Cmd::Blobstore(a) => blobstore_cmd::run(a),
+        Cmd::Blobstore(a) => {
+            // A reader that goes away (`dump | head`) ends the command quietly, as with other
+            // Unix tools, instead of a panic on the broken pipe.
+            // SAFETY: restoring the default action of a signal before any thread starts.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            blobstore_cmd::run(a)
+        }
     };
     std::process::exit(code);
 }
