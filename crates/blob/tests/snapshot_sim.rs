@@ -238,6 +238,54 @@ fn clones_of_an_external_snapshot() {
     sim.block_on(rx, MAX_STEPS).unwrap();
 }
 
+/// Operations on one blob exclude each other (EBUSY), a delete's hold keeps clones and
+/// snapshots away, and a chain of snapshots longer than any fixed limit opens after a load.
+#[test]
+fn holds_and_long_chains() {
+    let mut sim = Sim::new(3, 1).unwrap();
+    sim.on(0, || crash_disk::create("D", BLOCK, vec![0; 32 << 20])).unwrap();
+    let rx = sim.engine().run_async(0, || async {
+        let o = StoreOpts { num_md_pages: Some(4096), ..opts() };
+        let bs = Blobstore::init(open_dev("D"), &o).await.unwrap();
+        let a_id = bs.create_blob(&BlobOpts { num_clusters: 2, thin: true, ..Default::default() }).await.unwrap();
+        let a = bs.open_blob(a_id).await.unwrap();
+        write_cluster(&bs, &a, 0, 5).await;
+        let s = bs.prepare_snapshot(&a, vec![]).await.unwrap();
+        let sb = bs.commit_snapshot(&a, s).await.unwrap();
+        // An operation under way on a blob: the others on it are refused.
+        let held = bs.reserve(a_id, "test").unwrap();
+        assert!(matches!(bs.inflate(&a).await, Err(ferrite_blob::store::BsError::Busy(_))));
+        assert!(bs.prepare_snapshot(&a, vec![]).await.is_err());
+        assert!(bs.reserve(a_id, "again").is_err());
+        drop(held);
+        // A snapshot held for its delete takes no new clone.
+        let hold = bs.reserve_delete(s).unwrap();
+        assert!(matches!(bs.create_clone(&sb, vec![]).await, Err(ferrite_blob::store::BsError::Busy(_))));
+        drop(hold);
+        let c = bs.create_clone(&sb, vec![]).await.unwrap();
+        assert!(bs.reserve_delete(s).is_err(), "two clones");
+        assert!(matches!(bs.set_parent(&a, &sb).await, Err(ferrite_blob::store::BsError::Exists(_))));
+        drop(sb);
+        bs.delete_blob(c).await.unwrap();
+        // 1,100 snapshots deep (past the 1,024 an earlier version refused at load).
+        for _ in 0..1100 {
+            let s = bs.prepare_snapshot(&a, vec![]).await.unwrap();
+            bs.commit_snapshot(&a, s).await.unwrap();
+        }
+        assert_eq!(contents(&bs, &a).await, vec![5, 0]);
+        drop(a);
+        bs.unload().await.unwrap();
+        drop(bs);
+        let bs = Blobstore::load(open_dev("D"), None).await.unwrap();
+        let a = bs.open_blob(a_id).await.unwrap();
+        assert_eq!(a.maps().len(), 1102);
+        assert_eq!(contents(&bs, &a).await, vec![5, 0]);
+        drop(a);
+        bs.unload().await.unwrap();
+    });
+    sim.block_on(rx, MAX_STEPS * 20).unwrap();
+}
+
 /// A blob as the completed operations left it: its cluster tags, read-only, parent.
 #[derive(Debug, Clone, PartialEq)]
 struct ModelBlob {

@@ -346,6 +346,15 @@ fn bad_lvol_requests_get_spdks_errors() {
     assert_eq!(d.bdev_names().len(), 2, "the lvol bdevs are gone with their lvstore");
     // The base is free again.
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": "again"})));
+    // A rename whose aliases would meet another lvol's ("again" + "x/y" and "again/x" + "y")
+    // is refused before anything changes.
+    d.call("bdev_malloc_create", Some(json!({"name": "M2", "num_blocks": 16384, "block_size": 4096})));
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M2", "lvs_name": "t", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "y", "size_in_mib": 4, "lvs_name": "t"})));
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "x/y", "size_in_mib": 4, "lvs_name": "again"})));
+    let e = d.call_err("bdev_lvol_rename_lvstore", Some(json!({"old_name": "t", "new_name": "again/x"})));
+    assert_eq!(e.code, -libc::EEXIST, "{e:?}");
+    assert_eq!(d.call("bdev_get_bdevs", Some(json!({"name": "t/y"})))[0]["aliases"][1], json!("t/y"));
     d.assert_serving();
 }
 
@@ -665,6 +674,20 @@ fn clones_of_an_external_bdev() {
     let u = nbd(&d2, "lvs0/ec2", "ec2");
     qemu_io(&dir, &u, "read -P 0x47 0 5M");
     qemu_io(&dir, &u, "read -P 0x65 5M 4k");
+    // The external snapshot's bdev goes while clones read it: the delete finishes, the lvols
+    // over it are degraded; it comes back: they attach again.
+    d2.call("nbd_server_remove_export", Some(json!({"name": "ec2"})));
+    assert_eq!(d2.call("bdev_uring_delete", Some(json!({"name": "G2"}))), json!(true));
+    let l = lvols(&d2);
+    assert_eq!(l.iter().filter(|v| v["is_degraded"] == json!(true)).count(), 3, "{l:?}");
+    d2.call(
+        "bdev_uring_create",
+        Some(json!({"name": "G3", "filename": golden.to_str().unwrap(), "block_size": 4096, "uuid": g_uuid})),
+    );
+    assert_eq!(d2.call("bdev_wait_for_examine", None), json!(true));
+    assert!(lvols(&d2).iter().all(|v| v["is_degraded"] == json!(false)));
+    d2.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/ec2", "name": "ec2"})));
+    qemu_io(&dir, &u, "read -P 0x47 0 5M");
     // Inflate: the clone holds every byte itself.
     d2.call("bdev_lvol_inflate", Some(json!({"name": "lvs0/ec2"})));
     let l = lvols(&d2);

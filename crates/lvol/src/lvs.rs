@@ -466,13 +466,12 @@ pub async fn create_lvol(
 /// Deletes an lvol: its bdev goes (openers are told), then its blob.
 pub async fn delete_lvol(lvs: &Arc<Lvstore>, lvol: Arc<Lvol>) -> LvolResult<()> {
     let id = lvol.blob.id();
-    let clones = lvs.bs.clones_of(id).len();
-    if clones > 1 {
-        return Err(LvolError::new(
-            libc::EBUSY,
-            format!("lvol {} is a snapshot with {clones} clones; delete them first", lock(&lvol.name)),
-        ));
-    }
+    // Held from here: no clone, snapshot or parent change of it (or of its one clone) starts
+    // while its bdev goes, so the delete cannot be refused after the bdev is gone.
+    let hold = lvs
+        .bs
+        .reserve_delete(id)
+        .map_err(|e| LvolError::new(e.errno(), format!("lvol {} cannot be deleted now: {e}", lock(&lvol.name))))?;
     let gone = ferrite_bdev::unregister(&lvol.bdev_name(), Some(MODULE))
         .map_err(|e| LvolError::new(libc::ENODEV, e.to_string()))?;
     let _ = gone.await;
@@ -481,13 +480,36 @@ pub async fn delete_lvol(lvs: &Arc<Lvstore>, lvol: Arc<Lvol>) -> LvolResult<()> 
     // The blob closes once its last handle is gone: the bdev's (dropped with its last
     // channel) and this one.
     drop_arc_wait(&lvol).await;
-    match Arc::try_unwrap(lvol) {
-        Ok(l) => drop(l),
-        Err(_) => return Err(LvolError::new(libc::EBUSY, format!("lvol {name} is still in use"))),
+    let lvol = match Arc::try_unwrap(lvol) {
+        Ok(l) => l,
+        Err(l) => {
+            restore(lvs, l.clone());
+            return Err(LvolError::new(libc::EBUSY, format!("lvol {name} is still in use")));
+        }
+    };
+    let Lvol { name: lname, uuid, blob, lvs_uuid } = lvol;
+    drop(blob);
+    if let Err(e) = lvs.bs.delete_held(hold).await {
+        // Still there (the delete failed before it changed anything, or the next load
+        // finishes it): its bdev comes back.
+        log::warn!("lvol {}/{name}: delete failed: {e}", lock(&lvs.name));
+        if let Ok(blob) = lvs.bs.open_blob(id).await {
+            restore(lvs, Arc::new(Lvol { name: lname, uuid, blob, lvs_uuid }));
+        }
+        return Err(e.into());
     }
-    lvs.bs.delete_blob(id).await?;
     log::info!("lvol {}/{name} deleted", lock(&lvs.name));
     Ok(())
+}
+
+/// Registers the bdev of an lvol whose delete failed again.
+fn restore(lvs: &Arc<Lvstore>, lvol: Arc<Lvol>) {
+    match crate::bdev::register(lvs, &lvol) {
+        Ok(_) => {
+            lock(&lvs.lvols).insert(lvol.uuid, lvol);
+        }
+        Err(e) => log::warn!("lvol {}: its bdev does not come back: {e}", lock(&lvol.name)),
+    }
 }
 
 /// Waits (briefly) until only the caller holds the lvol: the bdev's backend drops its handle
@@ -762,13 +784,22 @@ pub async fn rename_lvstore(lvs: &Arc<Lvstore>, new: &str) -> LvolResult<()> {
     if by_name(new).is_some() || lock(&table().1).iter().any(|n| n == new) {
         return Err(LvolError::new(libc::EEXIST, format!("lvstore {new} exists")));
     }
+    // Every new alias must be free (names may hold '/': "a/b" + "c" and "a" + "b/c" meet).
+    let lvols: Vec<Arc<Lvol>> = lock(&lvs.lvols).values().cloned().collect();
+    for l in &lvols {
+        let alias = format!("{new}/{}", lock(&l.name));
+        if let Some(b) = ferrite_bdev::lookup(&alias) {
+            if b.name() != l.bdev_name() {
+                return Err(LvolError::new(libc::EEXIST, format!("bdev {} is named {alias} already", b.name())));
+            }
+        }
+    }
     lvs.super_blob.set_xattr(XATTR_NAME, &cstr(new))?;
     if let Err(e) = lvs.super_blob.sync_md().await {
         let _ = lvs.super_blob.set_xattr(XATTR_NAME, &cstr(&old));
         return Err(e.into());
     }
     *lock(&lvs.name) = new.to_string();
-    let lvols: Vec<Arc<Lvol>> = lock(&lvs.lvols).values().cloned().collect();
     for l in lvols {
         let n = lock(&l.name).clone();
         if let Some(b) = ferrite_bdev::lookup(&l.bdev_name()) {
@@ -818,9 +849,14 @@ fn open_esnap(lvs: &Lvstore, b: &Bdev) -> LvolResult<Dev> {
         ));
     }
     let name = b.name().to_string();
+    let eid = id.clone();
     let desc = Bdev::open_ext(b.name(), false, move |ev| {
         if ev == BdevEvent::Remove {
-            log::warn!("external snapshot bdev {name} removed: its clones fail reads it would serve");
+            log::warn!("external snapshot bdev {name} is going: the lvols over it become degraded");
+            let eid = eid.clone();
+            ferrite_reactor::engine().send(0, move || {
+                ferrite_reactor::spawn_local(async move { esnap_removed(&eid).await }).detach();
+            });
         }
     })
     .map_err(|e| LvolError::new(libc::ENODEV, format!("cannot open bdev {}: {e}", b.name())))?;
@@ -871,7 +907,10 @@ pub async fn clone_bdev(lvs: &Arc<Lvstore>, bdev_name: &str, name: &str) -> Lvol
     if lvs.base == b.name() || lock(&lvs.lvols).values().any(|l| l.bdev_name() == b.name()) {
         return Err(LvolError::new(
             libc::EINVAL,
-            format!("bdev {bdev_name} is in lvstore {}: clone its snapshot", lock(&lvs.name)),
+            format!(
+                "bdev {bdev_name} is lvstore {}'s base or one of its lvols (clone a snapshot with bdev_lvol_clone)",
+                lock(&lvs.name)
+            ),
         ));
     }
     open_esnap(lvs, &b)?;
@@ -911,4 +950,26 @@ pub async fn set_parent(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, parent: &Arc<Lvol>
     lvs.bs.set_parent(&lvol.blob, &parent.blob).await?;
     log::info!("lvol {}/{}: parent is now {}", lock(&lvs.name), lock(&lvol.name), lock(&parent.name));
     Ok(())
+}
+
+/// An external snapshot's bdev is going: the lvols that read it lose their bdevs and wait,
+/// degraded, for it to come back (SPDK's behaviour); its descriptor is closed so that its
+/// removal can finish.
+async fn esnap_removed(id: &[u8]) {
+    for lvs in all() {
+        if lvs.bs.external_source(id).is_none() {
+            continue;
+        }
+        let hit: Vec<Arc<Lvol>> =
+            lock(&lvs.lvols).values().filter(|l| l.blob.root_external().is_some_and(|r| r == id)).cloned().collect();
+        for l in hit {
+            lock(&lvs.lvols).remove(&l.uuid);
+            if let Ok(rx) = ferrite_bdev::unregister(&l.bdev_name(), Some(MODULE)) {
+                let _ = rx.await;
+            }
+            log::warn!("lvstore {}: lvol {} is degraded", lock(&lvs.name), lock(&l.name));
+            lock(&lvs.degraded).push(l);
+        }
+        lvs.bs.remove_external_source(id);
+    }
 }

@@ -15,8 +15,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Most pages a blob's chain may have (a loop or a hostile chain stops there).
 const MAX_CHAIN: usize = 4096;
-/// Most ancestors a blob may have (a loop of parents stops there).
-pub(crate) const MAX_PARENTS: usize = 1024;
 /// Clusters allocated per metadata write when a blob is inflated or decoupled.
 pub(crate) const ALLOC_BATCH: usize = 32;
 
@@ -286,29 +284,61 @@ impl super::Blobstore {
         Ok(id)
     }
 
-    /// Opens blob `id` (the same handle if it is open already), and its parents.
+    /// Opens blob `id` (the same handle if it is open already), and its parents: the chain up
+    /// to the first open ancestor (or the root) is read first, then opened from the root down
+    /// (no recursion: a chain may be as long as the store has blobs; a loop is refused).
     pub async fn open_blob(&self, id: u64) -> BsResult<Blob> {
-        self.open_depth(id, 0).await
-    }
-
-    fn open_depth(
-        &self,
-        id: u64,
-        depth: usize,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = BsResult<Blob>> + '_>> {
-        Box::pin(async move { self.open_at(id, depth).await })
-    }
-
-    async fn open_at(&self, id: u64, depth: usize) -> BsResult<Blob> {
         let s = self.check()?;
-        if depth > MAX_PARENTS {
-            return Err(BsError::Invalid(format!("blob {id:#x}: more than {MAX_PARENTS} parents (a loop?)")));
+        let mut read: Vec<(u64, BlobMd, Vec<u32>)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut cur = id;
+        let mut parent = loop {
+            if let Some(b) = s.lock().open.get(&cur).and_then(|w| w.upgrade()) {
+                break Some(Blob(b));
+            }
+            if !seen.insert(cur) {
+                return Err(BsError::Invalid(format!("blob {id:#x}: its parents loop at {cur:#x}")));
+            }
+            let (md, chain) = self.read_for_open(cur).await?;
+            let next = match md.parent()? {
+                Some(Parent::Snapshot(p)) => Some(p),
+                // Read through the source the application registers for its id.
+                Some(Parent::External(_)) | None => None,
+            };
+            read.push((cur, md, chain));
+            match next {
+                Some(p) => cur = p,
+                None => break None,
+            }
+        };
+        for (bid, md, chain) in read.into_iter().rev() {
+            let map = map_of(&md, s.blocks_per_cluster);
+            let inner = Arc::new(BlobInner {
+                id: bid,
+                store: s.clone(),
+                map: Mutex::new(Arc::new(map)),
+                st: Mutex::new(BlobState::new(md, chain, false, parent.take())),
+            });
+            let mut st = s.lock();
+            let b = match st.open.get(&bid).and_then(|w| w.upgrade()) {
+                Some(b) => b,
+                None => {
+                    st.open.retain(|_, w| w.strong_count() > 0);
+                    st.open.insert(bid, Arc::downgrade(&inner));
+                    inner
+                }
+            };
+            parent = Some(Blob(b));
         }
+        Ok(parent.expect("the blob itself was opened"))
+    }
+
+    /// Reads blob `id`'s metadata for an open (the load's copy if it has one), checking that
+    /// the id is in use, not being deleted, and has no flag this version does not know.
+    async fn read_for_open(&self, id: u64) -> BsResult<(BlobMd, Vec<u32>)> {
+        let s = self.check()?;
         {
             let st = s.lock();
-            if let Some(b) = st.open.get(&id).and_then(|w| w.upgrade()) {
-                return Ok(Blob(b));
-            }
             if let Some(why) = st.busy.get(&id) {
                 return Err(BsError::Busy(format!("blob {id:#x} is being {why}")));
             }
@@ -318,39 +348,19 @@ impl super::Blobstore {
             }
         }
         let cached = s.lock().preread.remove(&id);
-        let read = match cached {
-            Some(r) => Ok(r),
+        let (md, chain) = match cached {
+            Some(r) => r,
             None => {
                 s.lock().busy.insert(id, "opened");
                 let read = s.read_blob(id).await;
                 s.lock().busy.remove(&id);
-                read
+                read?
             }
         };
-        let (md, chain) = read?;
         if md.access() == Access::Unopenable {
             return Err(BsError::Invalid(format!("blob {id:#x} has flags this version does not know")));
         }
-        let parent = match md.parent()? {
-            None => None,
-            Some(Parent::Snapshot(pid)) => Some(self.open_depth(pid, depth + 1).await?),
-            // Read through the source the application registers for its id.
-            Some(Parent::External(_)) => None,
-        };
-        let map = map_of(&md, s.blocks_per_cluster);
-        let inner = Arc::new(BlobInner {
-            id,
-            store: s.clone(),
-            map: Mutex::new(Arc::new(map)),
-            st: Mutex::new(BlobState::new(md, chain, false, parent)),
-        });
-        let mut st = s.lock();
-        if let Some(b) = st.open.get(&id).and_then(|w| w.upgrade()) {
-            return Ok(Blob(b));
-        }
-        st.open.retain(|_, w| w.strong_count() > 0);
-        st.open.insert(id, Arc::downgrade(&inner));
-        Ok(Blob(inner))
+        Ok((md, chain))
     }
 
     /// Deletes blob `id`, which must not be open: its first page is zeroed (and flushed), then
@@ -359,11 +369,17 @@ impl super::Blobstore {
     /// (SPDK's snapshot removal); one with more clones is refused.
     pub async fn delete_blob(&self, id: u64) -> BsResult<()> {
         self.check()?;
-        let clones = self.clones_of(id);
-        match clones.len() {
-            0 => self.delete_keeping(id, &Keep::default()).await,
-            1 => self.delete_into_clone(id, clones[0]).await,
-            n => Err(BsError::Busy(format!("blob {id:#x} has {n} clones; only one with a single clone can go"))),
+        let hold = self.reserve_delete(id)?;
+        self.delete_held(hold).await
+    }
+
+    /// Deletes the blob `hold` holds (see [`Blobstore::reserve_delete`]).
+    pub async fn delete_held(&self, hold: super::DeleteHold) -> BsResult<()> {
+        self.check()?;
+        let id = hold.blob.id();
+        match &hold.clone {
+            None => self.delete_keeping(id, &Keep::default()).await,
+            Some(c) => self.delete_into_clone(id, c.id()).await,
         }
     }
 

@@ -58,6 +58,8 @@ pub enum BsError {
     NoSpace(String),
     /// The blob is read-only.
     ReadOnly(u64),
+    /// It is so already (reason).
+    Exists(String),
 }
 
 impl std::fmt::Display for BsError {
@@ -70,6 +72,7 @@ impl std::fmt::Display for BsError {
             BsError::Busy(s) => write!(f, "busy: {s}"),
             BsError::NoSpace(s) => write!(f, "no space: {s}"),
             BsError::ReadOnly(id) => write!(f, "blob {id:#x} is read-only"),
+            BsError::Exists(s) => write!(f, "{s}"),
         }
     }
 }
@@ -87,6 +90,7 @@ impl BsError {
             BsError::Busy(_) => 16,
             BsError::NoSpace(_) => 28,
             BsError::ReadOnly(_) => 1,
+            BsError::Exists(_) => 17,
         }
     }
 }
@@ -146,6 +150,9 @@ pub(crate) struct MdState {
     pub(crate) busy: HashMap<u64, &'static str>,
     /// Each clone's parent snapshot (child id to parent id), for every blob of the store.
     pub(crate) parents: HashMap<u64, u64>,
+    /// Blobs an operation holds (snapshot, clone, delete, inflate, ...): a second one on the
+    /// same blob is refused with EBUSY, as SPDK's `locked_operation_in_progress`.
+    pub(crate) ops: HashMap<u64, &'static str>,
     /// Metadata the load read (to find parents), kept for each blob's first open: a load
     /// followed by opening every blob reads each chain once.
     pub(crate) preread: HashMap<u64, (crate::format::BlobMd, Vec<u32>)>,
@@ -165,9 +172,43 @@ impl MdState {
             busy: HashMap::new(),
             parents: HashMap::new(),
             preread: HashMap::new(),
+            ops: HashMap::new(),
             unloaded: false,
         }
     }
+}
+
+/// An operation's hold on a blob (see [`Blobstore::reserve`]); released when dropped.
+pub struct BlobOp {
+    store: Arc<Store>,
+    id: u64,
+}
+
+impl BlobOp {
+    /// The blob held.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl std::fmt::Debug for BlobOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BlobOp({:#x})", self.id)
+    }
+}
+
+impl Drop for BlobOp {
+    fn drop(&mut self) {
+        self.store.lock().ops.remove(&self.id);
+    }
+}
+
+/// A delete's hold on a blob and, for a snapshot with one clone, on that clone (see
+/// [`Blobstore::reserve_delete`]).
+#[derive(Debug)]
+pub struct DeleteHold {
+    blob: BlobOp,
+    clone: Option<BlobOp>,
 }
 
 /// A loaded blobstore. Cheap to clone; the handle may travel to other reactors, but every
@@ -619,6 +660,33 @@ impl Blobstore {
     /// Forgets the device of external snapshot `id`; returns it.
     pub fn remove_external_source(&self, id: &[u8]) -> Option<Dev> {
         self.0.external.lock().unwrap_or_else(|e| e.into_inner()).remove(id)
+    }
+
+    /// Holds blob `id` for an operation (`what`, for the error others get): EBUSY if another
+    /// holds it.
+    pub fn reserve(&self, id: u64, what: &'static str) -> BsResult<BlobOp> {
+        let mut st = self.0.lock();
+        if let Some(other) = st.ops.get(&id) {
+            return Err(BsError::Busy(format!("blob {id:#x}: another operation ({other}) is under way")));
+        }
+        st.ops.insert(id, what);
+        Ok(BlobOp { store: self.0.clone(), id })
+    }
+
+    /// Holds blob `id` for its deletion, and its clone if it is a snapshot with one: EBUSY if
+    /// it has more clones or either is held. The application takes this before it lets go of
+    /// what uses the blob, then deletes with [`Blobstore::delete_held`].
+    pub fn reserve_delete(&self, id: u64) -> BsResult<DeleteHold> {
+        let blob = self.reserve(id, "delete")?;
+        let clones = self.clones_of(id);
+        let clone = match clones.len() {
+            0 => None,
+            1 => Some(self.reserve(clones[0], "delete of its parent")?),
+            n => {
+                return Err(BsError::Busy(format!("blob {id:#x} has {n} clones; only one with a single clone can go")))
+            }
+        };
+        Ok(DeleteHold { blob, clone })
     }
 
     /// Every blob id in use, lowest first.

@@ -68,6 +68,7 @@ impl Blobstore {
     /// [`Blobstore::commit_snapshot`] (or [`Blobstore::abort_snapshot`]).
     pub async fn prepare_snapshot(&self, orig: &Blob, xattrs: Vec<(String, Vec<u8>)>) -> BsResult<u64> {
         self.check()?;
+        let _op = self.reserve(orig.id(), "snapshot")?;
         if orig.is_read_only() {
             return Err(BsError::Invalid(format!("blob {:#x} is read-only: no snapshot of it", orig.id())));
         }
@@ -93,6 +94,7 @@ impl Blobstore {
     /// may go on: the data stays where it is). Returns the snapshot, open and read-only.
     pub async fn commit_snapshot(&self, orig: &Blob, snap: u64) -> BsResult<Blob> {
         let s = self.check()?.clone();
+        let _op = self.reserve(orig.id(), "snapshot")?;
         let sb = self.open_blob(snap).await?;
         orig.exclusive().await;
         let r = self.commit_held(orig, &sb).await;
@@ -211,6 +213,7 @@ impl Blobstore {
         if !parent.is_read_only() {
             return Err(BsError::Invalid(format!("blob {:#x} is not read-only: it cannot be cloned", parent.id())));
         }
+        let _op = self.reserve(parent.id(), "clone")?;
         let md = parent.md();
         let opts = BlobOpts { num_clusters: md.num_clusters, thin: true, xattrs, ..Default::default() };
         let id = self.create_blob_with(&opts, &[(XATTR_SNAPSHOT, id_bytes(parent.id()))]).await?;
@@ -318,6 +321,11 @@ impl Blobstore {
         if blob.id() == parent.id() {
             return Err(BsError::Invalid("a blob cannot be its own parent".into()));
         }
+        if blob.parent_id() == Some(parent.id()) {
+            return Err(BsError::Exists(format!("blob {:#x} is the parent of {:#x} already", parent.id(), blob.id())));
+        }
+        let _op = self.reserve(blob.id(), "set parent")?;
+        let _op2 = self.reserve(parent.id(), "set parent of a clone")?;
         if !blob.is_thin() {
             return Err(BsError::Invalid(format!("blob {:#x} is not thin provisioned", blob.id())));
         }
@@ -382,6 +390,7 @@ impl Blobstore {
 
     async fn separate(&self, blob: &Blob, all: bool) -> BsResult<()> {
         let s = self.check()?.clone();
+        let _op = self.reserve(blob.id(), if all { "inflate" } else { "decouple" })?;
         if blob.is_read_only() {
             return Err(BsError::ReadOnly(blob.id()));
         }
