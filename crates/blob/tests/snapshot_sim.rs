@@ -101,6 +101,7 @@ fn snapshot_clone_write_delete_inflate_decouple() {
         // Snapshot: the snapshot has A's clusters, A none, and both read the same.
         let s_id = bs.prepare_snapshot(&a, vec![("name".into(), b"snap".to_vec())]).await.unwrap();
         let s = bs.commit_snapshot(&a, s_id).await.unwrap();
+        bs.finish_snapshot(&s).await.unwrap();
         assert!(s.is_read_only());
         assert_eq!(a.parent_id(), Some(s_id));
         assert!(a.is_thin());
@@ -138,9 +139,11 @@ fn snapshot_clone_write_delete_inflate_decouple() {
         // Two snapshots in a row: A <- S2 <- S1; decouple takes S1 as parent; inflate drops it.
         let s1 = bs.prepare_snapshot(&a, vec![]).await.unwrap();
         let s1b = bs.commit_snapshot(&a, s1).await.unwrap();
+        bs.finish_snapshot(&s1b).await.unwrap();
         write_cluster(&bs, &a, 0, 40).await;
         let s2 = bs.prepare_snapshot(&a, vec![]).await.unwrap();
         let s2b = bs.commit_snapshot(&a, s2).await.unwrap();
+        bs.finish_snapshot(&s2b).await.unwrap();
         assert_eq!(s2b.parent_id(), Some(s1));
         assert_eq!(contents(&bs, &a).await, vec![40, 21, 12, 13]);
         bs.decouple_parent(&a).await.unwrap();
@@ -207,6 +210,7 @@ fn clones_of_an_external_snapshot() {
         // A snapshot takes the external parent along; the lvol reads through it.
         let s_id = bs.prepare_snapshot(&a, vec![]).await.unwrap();
         let s = bs.commit_snapshot(&a, s_id).await.unwrap();
+        bs.finish_snapshot(&s).await.unwrap();
         assert_eq!((s.external_id(), a.external_id()), (Some(xid.clone()), None));
         assert_eq!(a.root_external(), Some(xid.clone()));
         assert_eq!(contents(&bs, &a).await, vec![70, 71, 82, 73, 0, 0]);
@@ -252,6 +256,7 @@ fn holds_and_long_chains() {
         write_cluster(&bs, &a, 0, 5).await;
         let s = bs.prepare_snapshot(&a, vec![]).await.unwrap();
         let sb = bs.commit_snapshot(&a, s).await.unwrap();
+        bs.finish_snapshot(&sb).await.unwrap();
         // An operation under way on a blob: the others on it are refused.
         let held = bs.reserve(a_id, "test").unwrap();
         assert!(matches!(bs.inflate(&a).await, Err(ferrite_blob::store::BsError::Busy(_))));
@@ -270,7 +275,8 @@ fn holds_and_long_chains() {
         // 1,100 snapshots deep (past the 1,024 an earlier version refused at load).
         for _ in 0..1100 {
             let s = bs.prepare_snapshot(&a, vec![]).await.unwrap();
-            bs.commit_snapshot(&a, s).await.unwrap();
+            let sb = bs.commit_snapshot(&a, s).await.unwrap();
+            bs.finish_snapshot(&sb).await.unwrap();
         }
         assert_eq!(contents(&bs, &a).await, vec![5, 0]);
         drop(a);
@@ -353,7 +359,8 @@ async fn workload(bs: Blobstore, seed: u64, n: u64, log: Arc<Mutex<Log>>) {
                     log.lock().unwrap().creating = Some(ModelBlob { data: data.clone(), read_only: true });
                     let b = bs.open_blob(id).await?;
                     let s = bs.prepare_snapshot(&b, vec![]).await?;
-                    bs.commit_snapshot(&b, s).await?;
+                    let sb = bs.commit_snapshot(&b, s).await?;
+                    bs.finish_snapshot(&sb).await?;
                     next.insert(s, ModelBlob { data, read_only: true });
                 }
                 5 => {

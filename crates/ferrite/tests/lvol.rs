@@ -295,6 +295,30 @@ fn snapshots_and_clones_over_nbd() {
 }
 
 #[test]
+fn copy_on_write_on_a_malloc_base() {
+    // A malloc base copies clusters itself (the bdev's copy request): a clone's first partial
+    // write keeps the rest of the cluster from the snapshot.
+    if !have("copy_on_write_on_a_malloc_base", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-cow-malloc");
+    let d = Daemon::start(&dir, &[]);
+    d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 16384, "block_size": 4096})));
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": "m", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "v", "size_in_mib": 8, "lvs_name": "m"})));
+    let u = nbd(&d, "m/v", "v");
+    qemu_io(&dir, &u, "write -P 0x71 0 8M");
+    d.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "m/v", "snapshot_name": "s"})));
+    qemu_io(&dir, &u, "write -P 0x72 3M 4k");
+    qemu_io(&dir, &u, "read -P 0x71 0 3M");
+    qemu_io(&dir, &u, "read -P 0x72 3M 4k");
+    qemu_io(&dir, &u, "read -P 0x71 3076k 1020k");
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": "m/s", "name": "s"})));
+    qemu_io(&dir, &u.replace("/v", "/s"), "read -P 0x71 0 8M");
+    d.assert_serving();
+}
+
+#[test]
 fn bad_lvol_requests_get_spdks_errors() {
     let dir = TempDir::new("lvol-bad");
     let d = Daemon::start(&dir, &[]);

@@ -691,6 +691,8 @@ pub async fn snapshot_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, name: &str) -> 
     let r = lvs.bs.commit_snapshot(&lvol.blob, sid).await;
     drop(held);
     let snap = r?;
+    // Done once the lvol names it; if this write fails the next load finishes the snapshot.
+    let _ = lvs.bs.finish_snapshot(&snap).await;
     log::info!(
         "lvol {}/{}: snapshot {name} ({uuid}) taken; writes waited {} us",
         lock(&lvs.name),

@@ -31,6 +31,7 @@ pub struct Dev {
     can_flush: bool,
     can_unmap: bool,
     can_write_zeroes: bool,
+    can_copy: bool,
 }
 
 impl std::fmt::Debug for Dev {
@@ -49,6 +50,7 @@ impl Dev {
             can_flush: b.supports(IoType::Flush),
             can_unmap: b.supports(IoType::Unmap),
             can_write_zeroes: b.supports(IoType::WriteZeroes),
+            can_copy: b.supports(IoType::Copy),
             desc: Arc::new(desc),
         }
     }
@@ -129,7 +131,12 @@ impl Dev {
     /// write's copy-on-write), one buffer per chunk going from the read straight to the write;
     /// what lies past the end of `src` is written as zeroes.
     pub async fn copy_from(&self, src: &Dev, src_offset: u64, dst_offset: u64, len: u64) -> Result<(), DevError> {
-        self.check("copy", dst_offset, len)?;
+        let (dst_first, blocks) = self.check("copy", dst_offset, len)?;
+        // Within one device that copies itself (a malloc bdev: one memcpy), one request.
+        if self.can_copy && Arc::ptr_eq(&self.desc, &src.desc) && src_offset.is_multiple_of(self.block_size as u64) {
+            let (src_first, _) = self.check("copy", src_offset, len)?;
+            return self.run("copy", IoRequest::copy(dst_first, src_first, blocks)).await.map(|_| ());
+        }
         let mut pos = 0u64;
         while pos < len {
             let n = (len - pos).min(MAX_CHUNK as u64);

@@ -189,20 +189,29 @@ impl Blobstore {
                 None => st.parents.remove(&sb.id()),
             };
         }
-        // 3. The snapshot is finished: read-only, unmarked.
+        // 3. The snapshot is read-only from now on (in memory at once: nothing writes it);
+        // its metadata says so after `finish_snapshot`.
         {
             let mut st = lock(&sb.0.st);
             remove_internal(&mut st.md, XATTR_SNAPSHOT_IN_PROGRESS);
             st.md.data_ro_flags |= FLAG_READ_ONLY;
             st.chain_dirty = true;
         }
-        // The snapshot is made once `orig` names it: if this write fails, the next load
-        // finishes it (SNAPTMP, and `orig` names it).
-        if let Err(e) = sb.persist().await {
+        Ok(())
+    }
+
+    /// Last step of a snapshot, after [`Blobstore::commit_snapshot`] (writes to the original
+    /// may go on meanwhile): the snapshot's metadata loses `SNAPTMP` and says read-only. The
+    /// snapshot is made once the original names it: if this write fails, the next load
+    /// finishes it.
+    pub async fn finish_snapshot(&self, snap: &Blob) -> BsResult<()> {
+        self.check()?;
+        if let Err(e) = snap.persist().await {
             log::warn!(
                 "blobstore: snapshot {:#x}: its last metadata write failed ({e}); the next load finishes it",
-                sb.id()
+                snap.id()
             );
+            return Err(e);
         }
         Ok(())
     }
