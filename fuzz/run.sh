@@ -7,6 +7,8 @@
 #                  over a socket after a valid ICReq and Connect
 #   blob_md      - the blobstore on-disk format codec (super block, md pages, masks) and the
 #                  offline checker on whole images
+#   blob_load    - the runtime blobstore load on valid images with metadata pages (super block,
+#                  masks, md region) overwritten: no panic, no hang, nothing written on failure
 #
 # Usage: fuzz/run.sh [SECONDS]    (default 30; each target runs that long)
 #
@@ -16,7 +18,7 @@
 # earlier one failed; each prints an OK or FAIL line, and any FAIL makes this exit non-zero.
 set -euo pipefail
 
-TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md)
+TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md blob_load)
 
 SECONDS_TO_RUN="${1:-30}"
 if ! [[ "$SECONDS_TO_RUN" =~ ^[0-9]+$ ]] || [ "$SECONDS_TO_RUN" -eq 0 ]; then

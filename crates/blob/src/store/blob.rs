@@ -201,6 +201,14 @@ impl Store {
             }
             md.load_extent_pages(&eps)?;
         }
+        // Clusters past the device (or in the metadata) are damage: refused before anything
+        // acts on them (a delete would unmap them).
+        let (total, md_clusters) = (self.lock().clusters.len() as u64, self.geo.md_clusters);
+        if let Some(&c) = md.clusters.iter().find(|&&c| c != 0 && (c as u64 >= total || (c as u64) < md_clusters)) {
+            return Err(BsError::Format(crate::format::FormatError::BadChain(format!(
+                "blob {id:#x}: cluster {c} is outside the data clusters {md_clusters}..{total}"
+            ))));
+        }
         Ok((md, chain_pages))
     }
 }

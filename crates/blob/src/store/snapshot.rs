@@ -501,25 +501,33 @@ pub(crate) async fn recover_interrupted(bs: &Blobstore) -> BsResult<()> {
                 continue;
             }
         };
-        if matches!(omd.parent(), Ok(Some(Parent::Snapshot(p))) if p == id) {
+        // A step that fails leaves the blob as it is (logged): the load goes on, and the
+        // checker or the next load sees it.
+        let r = if matches!(omd.parent(), Ok(Some(Parent::Snapshot(p))) if p == id) {
             // The other blob names it: a finished snapshot.
             log::warn!("blobstore: finishing snapshot {id:#x} ({x} for {other:#x})");
-            let b = bs.open_blob(id).await?;
-            {
-                let mut st = lock(&b.0.st);
-                remove_internal(&mut st.md, XATTR_SNAPSHOT_IN_PROGRESS);
-                remove_internal(&mut st.md, XATTR_SNAPSHOT_PENDING_REMOVAL);
-                st.md.data_ro_flags |= FLAG_READ_ONLY;
-                st.chain_dirty = true;
+            async {
+                let b = bs.open_blob(id).await?;
+                {
+                    let mut st = lock(&b.0.st);
+                    remove_internal(&mut st.md, XATTR_SNAPSHOT_IN_PROGRESS);
+                    remove_internal(&mut st.md, XATTR_SNAPSHOT_PENDING_REMOVAL);
+                    st.md.data_ro_flags |= FLAG_READ_ONLY;
+                    st.chain_dirty = true;
+                }
+                b.persist().await
             }
-            b.persist().await?;
+            .await
         } else {
             log::warn!("blobstore: removing blob {id:#x} ({x} for {other:#x}, which does not name it)");
             let keep = Keep {
                 clusters: omd.clusters.iter().copied().filter(|&c| c != 0).collect(),
                 pages: omd.extent_table.iter().flatten().copied().filter(|&p| p != 0).collect(),
             };
-            bs.delete_keeping(id, &keep).await?;
+            bs.delete_keeping(id, &keep).await
+        };
+        if let Err(e) = r {
+            log::warn!("blobstore: blob {id:#x} ({x}) could not be finished: {e}");
         }
     }
     Ok(())
