@@ -1009,4 +1009,47 @@ fn kill_9_under_a_verify_workload_on_a_thin_lvol_recovers() {
     }
     assert!(allocated > 0, "the verify runs allocated clusters");
     assert!(recovered > 0, "no run was killed with metadata changed (nothing recovered)");
+    // Once more on a clone of a snapshot of it: its first writes copy from the snapshot.
+    let d = daemon(&dir, &img);
+    d.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/thin", "snapshot_name": "snap"})));
+    d.call("bdev_lvol_clone", Some(json!({"snapshot_name": "lvs0/snap", "clone_name": "cl"})));
+    let snap_clusters = lvols(&d).iter().find(|l| l["name"] == "snap").unwrap()["num_allocated_clusters"].clone();
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    let mut d = d;
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    let args = [
+        "perf",
+        "--json",
+        cfg.to_str().unwrap(),
+        "-T",
+        "lvs0/cl",
+        "-q",
+        "32",
+        "-o",
+        "4096",
+        "-w",
+        "verify",
+        "-t",
+        "30",
+        "-m",
+        "0x1",
+    ];
+    let mut p = common::Proc::spawn(&dir, "perf-clone", &args);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(matches!(p.child.try_wait(), Ok(None)), "perf ended early: {}", p.stderr());
+    p.signal(libc::SIGKILL);
+    p.expect_exit(Duration::from_secs(10), "killed perf");
+    let d = daemon(&dir, &img);
+    let l = lvols(&d);
+    assert_eq!(l.len(), 3, "{l:?}");
+    let cl = l.iter().find(|v| v["name"] == "cl").unwrap();
+    assert_eq!(cl["is_clone"], json!(true));
+    assert!(cl["num_allocated_clusters"].as_u64().unwrap() > 0, "the clone copied clusters: {cl}");
+    let snap = l.iter().find(|v| v["name"] == "snap").unwrap();
+    assert_eq!(snap["num_allocated_clusters"], snap_clusters, "the snapshot is unchanged");
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    let mut d = d;
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "after the clone's run: {out}");
 }
