@@ -7,9 +7,11 @@
 //! blob reads what the completed operations left (SIM_SEEDS sets how many seeds, SIM_SEED
 //! replays one).
 
+mod common;
+
+use common::{check_image, open_dev};
 use ferrite_bdev::modules::crash_disk::{self, CrashDisk};
 use ferrite_bdev::Bdev;
-use ferrite_blob::offline;
 use ferrite_blob::store::{Blob, BlobOpts, Blobstore, Dev, InitClear, StoreOpts};
 use ferrite_reactor::sim::for_seeds;
 use ferrite_reactor::{Sim, SimRng};
@@ -20,12 +22,6 @@ const BLOCK: u32 = 4096;
 const CLUSTER: usize = 64 << 10;
 const MAX_STEPS: u64 = 50_000_000;
 
-fn open_dev(name: &str) -> Dev {
-    let desc = Bdev::open_ext(name, true, |_| {}).expect("open the disk");
-    desc.claim("blobstore").expect("claim the disk");
-    Dev::new(desc)
-}
-
 fn opts() -> StoreOpts {
     StoreOpts {
         cluster_size: CLUSTER as u32,
@@ -33,13 +29,6 @@ fn opts() -> StoreOpts {
         bstype: "LVOLSTORE".into(),
         clear: InitClear::Unmap,
     }
-}
-
-fn check_image(img: &[u8], what: &str) {
-    let image = offline::open(img, &offline::OpenOptions::default()).unwrap_or_else(|e| panic!("{what}: {e:?}"));
-    let report = offline::check(&image);
-    let problems: Vec<_> = report.problems.iter().filter(|p| !matches!(p, offline::Problem::NotClean)).collect();
-    assert!(problems.is_empty(), "{what}: the checker found problems: {problems:?}");
 }
 
 /// A cluster's worth of `v` (an 8-byte tag, repeated).

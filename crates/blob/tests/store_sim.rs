@@ -4,11 +4,12 @@
 //! metadata operations, the load recovers a consistent blobstore that holds every operation
 //! that completed (SIM_SEEDS sets how many seeds, SIM_SEED replays one).
 
+mod common;
+
+use common::{check_image, open_dev};
 use ferrite_bdev::modules::crash_disk::{self, CrashDisk};
-use ferrite_bdev::Bdev;
 use ferrite_blob::format::BlobMd;
-use ferrite_blob::offline;
-use ferrite_blob::store::{BlobOpts, Blobstore, Dev, InitClear, StoreOpts};
+use ferrite_blob::store::{BlobOpts, Blobstore, InitClear, StoreOpts};
 use ferrite_reactor::sim::for_seeds;
 use ferrite_reactor::Sim;
 
@@ -16,24 +17,8 @@ const BLOCK: u32 = 4096;
 const MIB: usize = 1 << 20;
 const MAX_STEPS: u64 = 50_000_000;
 
-fn open_dev(name: &str) -> Dev {
-    let desc = Bdev::open_ext(name, true, |_| {}).expect("open the disk");
-    desc.claim("blobstore").expect("claim the disk");
-    Dev::new(desc)
-}
-
 fn opts() -> StoreOpts {
     StoreOpts { cluster_size: MIB as u32, num_md_pages: None, bstype: "LVOLSTORE".into(), clear: InitClear::Unmap }
-}
-
-/// Checks an image with the offline checker (what `ferrite blobstore check` runs).
-fn check_image(img: &[u8], what: &str) -> offline::Image {
-    let image = offline::open(img, &offline::OpenOptions::default()).unwrap_or_else(|e| panic!("{what}: {e:?}"));
-    let report = offline::check(&image);
-    // A blobstore in use (loaded, not unloaded) is not clean; nothing else may be wrong.
-    let problems: Vec<_> = report.problems.iter().filter(|p| !matches!(p, offline::Problem::NotClean)).collect();
-    assert!(problems.is_empty(), "{what}: the checker found problems: {problems:?}");
-    image
 }
 
 #[test]

@@ -37,6 +37,12 @@ fn daemon(dir: &TempDir, img: &std::path::Path) -> Daemon {
     d
 }
 
+/// Stops the daemon cleanly (its lvstores are unloaded) and waits for it.
+fn stop(mut d: Daemon) {
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+}
+
 fn lvols(d: &Daemon) -> Vec<Value> {
     let mut v = d.call("bdev_lvol_get_lvols", None).as_array().unwrap().clone();
     v.sort_by_key(|x| x["name"].as_str().unwrap().to_string());
@@ -63,7 +69,7 @@ fn lvols_written_over_nbd_come_back_after_restarts() {
     let dir = TempDir::new("lvol");
     let img = dir.join("disk.img");
     std::fs::File::create(&img).unwrap().set_len(256 * MIB).unwrap();
-    let mut d = daemon(&dir, &img);
+    let d = daemon(&dir, &img);
     let uuid = d.call(
         "bdev_lvol_create_lvstore",
         Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB, "clear_method": "unmap"})),
@@ -103,8 +109,7 @@ fn lvols_written_over_nbd_come_back_after_restarts() {
     assert_eq!(l[1]["is_thin_provisioned"], json!(true));
     assert_eq!(l[0]["num_allocated_clusters"].as_u64(), Some(16));
     // A clean restart: examine finds the lvstore and its lvols, data and all.
-    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    stop(d);
     let (ok, out) = check(&dir, &img);
     assert!(ok && out.contains("clean"), "after a clean shutdown: {out}");
     let mut d = daemon(&dir, &img);
@@ -139,9 +144,7 @@ fn lvols_written_over_nbd_come_back_after_restarts() {
     qemu_io(&dir, &u_thin, "read -P 0xab 1M 3M");
     let lvs = d.call("bdev_lvol_get_lvstores", None);
     assert_eq!(lvs[0]["free_clusters"].as_u64(), Some(data_clusters - 5), "the thick lvol's clusters are free");
-    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-    let mut d = d;
-    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    stop(d);
     let (ok, out) = check(&dir, &img);
     assert!(ok, "after recovery and a clean shutdown: {out}");
 }
@@ -165,7 +168,7 @@ fn snapshots_and_clones_over_nbd() {
     let dir = TempDir::new("lvol-snap");
     let img = dir.join("disk.img");
     std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
-    let mut d = daemon(&dir, &img);
+    let d = daemon(&dir, &img);
     d.call(
         "bdev_lvol_create_lvstore",
         Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB, "clear_method": "unmap"})),
@@ -225,8 +228,7 @@ fn snapshots_and_clones_over_nbd() {
     assert_eq!(d.call_err("bdev_get_bdevs", Some(json!({"name": "lvs0/cl"}))).code, -libc::ENODEV);
     // A clean restart: the same family, names and bytes.
     let before = lvols(&d);
-    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    stop(d);
     let (ok, out) = check(&dir, &img);
     assert!(ok, "{out}");
     let d2 = daemon(&dir, &img);
@@ -291,7 +293,6 @@ fn snapshots_and_clones_over_nbd() {
     qemu_io(&dir, &u, "read -P 0xdd 0 4k");
     d2.assert_serving();
     drop(d2);
-    let _ = &mut d;
 }
 
 #[test]
@@ -481,7 +482,7 @@ fn spdk_opens_the_lvstore_ferrite_wrote() {
     let dir = TempDir::new("lvol-spdk");
     let img = dir.join("disk.img");
     std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
-    let mut d = daemon(&dir, &img);
+    let d = daemon(&dir, &img);
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
     d.call("bdev_lvol_create", Some(json!({"lvol_name": "thick", "size_in_mib": 4, "lvs_name": "lvs0"})));
     d.call(
@@ -491,8 +492,7 @@ fn spdk_opens_the_lvstore_ferrite_wrote() {
     let u = nbd(&d, "lvs0/thin", "thin");
     qemu_io(&dir, &u, "write -P 0x3c 2M 2M; flush");
     let ours = lvols(&d);
-    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    stop(d);
     // spdk_tgt with the file as an aio bdev: examine finds the same lvstore and lvols.
     let tgt = SpdkTgt::start(&spdk, &dir);
     tgt.rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
@@ -589,7 +589,7 @@ fn an_lvstore_grows_with_its_base() {
     let img = dir.join("disk.img");
     let f = std::fs::File::create(&img).unwrap();
     f.set_len(64 * MIB).unwrap();
-    let mut d = daemon(&dir, &img);
+    let d = daemon(&dir, &img);
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
     d.call("bdev_lvol_create", Some(json!({"lvol_name": "a", "size_in_mib": 32, "lvs_name": "lvs0"})));
     let u = nbd(&d, "lvs0/a", "a");
@@ -618,8 +618,7 @@ fn an_lvstore_grows_with_its_base() {
     assert_eq!(e.code, -libc::ENOSPC, "{e:?}");
     let now = d.call("bdev_lvol_get_lvstores", None)[0].clone();
     assert_eq!(now["total_data_clusters"], after["total_data_clusters"]);
-    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    stop(d);
     let (ok, out) = check(&dir, &img);
     assert!(ok, "{out}");
     // Loaded again: the grown size, both lvols, their data.
@@ -629,7 +628,6 @@ fn an_lvstore_grows_with_its_base() {
     qemu_io(&dir, &u, "read -P 0x61 0 32M");
     d2.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/b", "name": "b"})));
     qemu_io(&dir, &u.replace("/a", "/b"), "read -P 0x62 199M 1M");
-    let _ = &mut d;
 }
 
 #[test]
@@ -643,7 +641,7 @@ fn clones_of_an_external_bdev() {
     let golden = dir.join("golden.img");
     // The external snapshot: 6 MiB of data (not a whole number of 4 MiB clusters).
     std::fs::File::create(&golden).unwrap().set_len(6 * MIB).unwrap();
-    let mut d = daemon(&dir, &img);
+    let d = daemon(&dir, &img);
     d.call("bdev_uring_create", Some(json!({"name": "G", "filename": golden.to_str().unwrap(), "block_size": 4096})));
     let u = nbd(&d, "G", "g");
     qemu_io(&dir, &u, "write -P 0x47 0 6M; flush");
@@ -678,8 +676,7 @@ fn clones_of_an_external_bdev() {
     // The bytes of the external snapshot are untouched.
     assert!(std::fs::read(&golden).unwrap().iter().all(|&b| b == 0x47));
     // Restarted without it: the clones are degraded (listed, no bdev); it appears: they attach.
-    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    stop(d);
     let (ok, out) = check(&dir, &img);
     assert!(ok, "{out}");
     let d2 = daemon(&dir, &img);
@@ -720,7 +717,6 @@ fn clones_of_an_external_bdev() {
     qemu_io(&dir, &u, "read -P 0x47 0 5M");
     qemu_io(&dir, &u, "read -P 0 6M 2M");
     d2.assert_serving();
-    let _ = &mut d;
 }
 
 /// The fields of `bdev_lvol_get_lvols` both implementations must agree on.
@@ -832,7 +828,7 @@ fn snapshot_families_cross_between_spdk_and_ferrite() {
     let dir = TempDir::new("lvol-family-ferrite");
     let img = dir.join("disk.img");
     std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
-    let mut d = daemon(&dir, &img);
+    let d = daemon(&dir, &img);
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
     d.call("bdev_lvol_create", Some(json!({"lvol_name": "thick", "size_in_mib": 4, "lvs_name": "lvs0"})));
     d.call(
@@ -848,8 +844,7 @@ fn snapshot_families_cross_between_spdk_and_ferrite() {
     d.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/cl", "name": "cl"})));
     qemu_io(&dir, &u.replace("/thin", "/cl"), "write -P 0x5e 10M 4k; flush");
     let ours = lvols(&d);
-    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    stop(d);
     let (ok, out) = check(&dir, &img);
     assert!(ok, "Ferrite's family checks clean: {out}");
     let tgt = SpdkTgt::start(&spdk, &dir);
@@ -882,14 +877,13 @@ fn snapshots_under_a_verify_workload_lose_no_write() {
     let dir = TempDir::new("lvol-snap-verify");
     let img = dir.join("disk.img");
     std::fs::File::create(&img).unwrap().set_len(512 * MIB).unwrap();
-    let mut d = daemon(&dir, &img);
+    let d = daemon(&dir, &img);
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": 256 << 10})));
     d.call(
         "bdev_lvol_create",
         Some(json!({"lvol_name": "vol", "size_in_mib": 64, "lvs_name": "lvs0", "thin_provision": true})),
     );
-    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    stop(d);
     let cfg = dir.write_json(
         "perf.json",
         &json!({"subsystems": [{"subsystem": "bdev", "config": [
@@ -954,14 +948,13 @@ fn kill_9_under_a_verify_workload_on_a_thin_lvol_recovers() {
     let dir = TempDir::new("lvol-kill9");
     let img = dir.join("disk.img");
     std::fs::File::create(&img).unwrap().set_len(256 * MIB).unwrap();
-    let mut d = daemon(&dir, &img);
+    let d = daemon(&dir, &img);
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": 256 << 10})));
     d.call(
         "bdev_lvol_create",
         Some(json!({"lvol_name": "thin", "size_in_mib": 128, "lvs_name": "lvs0", "thin_provision": true})),
     );
-    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    stop(d);
     let cfg = dir.write_json(
         "perf.json",
         &json!({"subsystems": [{"subsystem": "bdev", "config": [
@@ -1001,9 +994,7 @@ fn kill_9_under_a_verify_workload_on_a_thin_lvol_recovers() {
         let now = l[0]["num_allocated_clusters"].as_u64().unwrap();
         assert!(now >= allocated, "round {round}: {now} clusters, had {allocated}");
         allocated = now;
-        d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-        let mut d = d;
-        d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+        stop(d);
         let (ok, out) = check(&dir, &img);
         assert!(ok, "round {round}: {out}");
     }
@@ -1014,9 +1005,7 @@ fn kill_9_under_a_verify_workload_on_a_thin_lvol_recovers() {
     d.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/thin", "snapshot_name": "snap"})));
     d.call("bdev_lvol_clone", Some(json!({"snapshot_name": "lvs0/snap", "clone_name": "cl"})));
     let snap_clusters = lvols(&d).iter().find(|l| l["name"] == "snap").unwrap()["num_allocated_clusters"].clone();
-    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-    let mut d = d;
-    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    stop(d);
     let args = [
         "perf",
         "--json",
@@ -1047,9 +1036,7 @@ fn kill_9_under_a_verify_workload_on_a_thin_lvol_recovers() {
     assert!(cl["num_allocated_clusters"].as_u64().unwrap() > 0, "the clone copied clusters: {cl}");
     let snap = l.iter().find(|v| v["name"] == "snap").unwrap();
     assert_eq!(snap["num_allocated_clusters"], snap_clusters, "the snapshot is unchanged");
-    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
-    let mut d = d;
-    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    stop(d);
     let (ok, out) = check(&dir, &img);
     assert!(ok, "after the clone's run: {out}");
 }

@@ -427,34 +427,15 @@ pub async fn create_lvol(
             ..Default::default()
         })
         .await?;
-    let blob = match lvs.bs.open_blob(id).await {
-        Ok(b) => b,
-        Err(e) => {
-            // Nothing refers to the new blob: it goes again.
-            let _ = lvs.bs.delete_blob(id).await;
-            return Err(e.into());
-        }
-    };
-    if lvs.deleting.load(std::sync::atomic::Ordering::Acquire)
-        || lock(&lvs.lvols).values().any(|l| *lock(&l.name) == name)
-    {
-        // The lvstore started going, or another create of this name won, while this one waited.
-        let err = if lvs.deleting.load(std::sync::atomic::Ordering::Acquire) {
-            gone()
-        } else {
-            LvolError::new(libc::EEXIST, format!("lvol {name} exists in lvstore {}", lock(&lvs.name)))
-        };
+    let blob = open_new(lvs, id).await?;
+    if lvs.deleting.load(std::sync::atomic::Ordering::Acquire) {
+        // The lvstore started going while this one waited.
         drop(blob);
         let _ = lvs.bs.delete_blob(id).await;
-        return Err(err);
+        return Err(gone());
     }
-    let lvol = Arc::new(Lvol { name: Mutex::new(name.to_string()), uuid, blob, lvs_uuid: lvs.uuid });
-    if let Err(e) = crate::bdev::register(lvs, &lvol) {
-        drop(lvol);
-        let _ = lvs.bs.delete_blob(id).await;
-        return Err(LvolError::new(e.errno(), e.to_string()));
-    }
-    lock(&lvs.lvols).insert(uuid, lvol.clone());
+    // Another create of this name may have won meanwhile: `adopt` checks.
+    let lvol = adopt(lvs, name, uuid, blob).await?;
     log::info!(
         "lvol {}/{name} ({uuid}) created: {clusters} clusters{}",
         lock(&lvs.name),
@@ -654,6 +635,17 @@ fn name_taken(lvs: &Lvstore, name: &str) -> LvolResult<()> {
     Ok(())
 }
 
+/// Opens blob `id`, just made; nothing refers to it yet, so it goes again if that fails.
+async fn open_new(lvs: &Lvstore, id: u64) -> LvolResult<Blob> {
+    match lvs.bs.open_blob(id).await {
+        Ok(b) => Ok(b),
+        Err(e) => {
+            let _ = lvs.bs.delete_blob(id).await;
+            Err(e.into())
+        }
+    }
+}
+
 /// Registers the bdev of a new lvol over `blob` and adds it to the lvstore; the blob is
 /// deleted if that fails.
 async fn adopt(lvs: &Arc<Lvstore>, name: &str, uuid: uuid::Uuid, blob: Blob) -> LvolResult<Arc<Lvol>> {
@@ -715,13 +707,7 @@ pub async fn clone_lvol(lvs: &Arc<Lvstore>, snap: &Arc<Lvol>, name: &str) -> Lvo
     let uuid = uuid::Uuid::new_v4();
     let xattrs = vec![(XATTR_NAME.into(), padded_name(name)), (XATTR_UUID.into(), cstr(&uuid.to_string()))];
     let id = lvs.bs.create_clone(&snap.blob, xattrs).await?;
-    let blob = match lvs.bs.open_blob(id).await {
-        Ok(b) => b,
-        Err(e) => {
-            let _ = lvs.bs.delete_blob(id).await;
-            return Err(e.into());
-        }
-    };
+    let blob = open_new(lvs, id).await?;
     let lvol = adopt(lvs, name, uuid, blob).await?;
     log::info!("lvol {}/{name} ({uuid}) cloned from {}", lock(&lvs.name), lock(&snap.name));
     Ok(lvol)
@@ -929,13 +915,7 @@ pub async fn clone_bdev(lvs: &Arc<Lvstore>, bdev_name: &str, name: &str) -> Lvol
             ..Default::default()
         })
         .await?;
-    let blob = match lvs.bs.open_blob(id).await {
-        Ok(b) => b,
-        Err(e) => {
-            let _ = lvs.bs.delete_blob(id).await;
-            return Err(e.into());
-        }
-    };
+    let blob = open_new(lvs, id).await?;
     let lvol = adopt(lvs, name, uuid, blob).await?;
     log::info!("lvol {}/{name} ({uuid}) cloned from bdev {bdev_name}", lock(&lvs.name));
     Ok(lvol)

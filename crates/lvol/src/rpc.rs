@@ -30,6 +30,29 @@ fn pick_lvs(uuid: Option<&str>, name: Option<&str>) -> Result<Arc<Lvstore>, RpcE
     }
 }
 
+/// An lvstore named by `uuid` or `lvs_name` (see [`pick_lvs`]).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LvsRef {
+    uuid: Option<String>,
+    lvs_name: Option<String>,
+}
+
+/// An lvol (or lvstore) named by `name`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Named {
+    name: String,
+}
+
+/// A rename.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rename {
+    old_name: String,
+    new_name: String,
+}
+
 fn lvs_json(l: &Lvstore) -> Value {
     let g = l.bs.geometry();
     json!({
@@ -105,13 +128,7 @@ pub fn register(reg: &mut Registry) {
         Ok(json!(l.uuid.to_string()))
     });
     reg.method("bdev_lvol_get_lvstores", |_, p: Params| async move {
-        #[derive(Deserialize, Default)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            uuid: Option<String>,
-            lvs_name: Option<String>,
-        }
-        let a: A = p.parse()?;
+        let a: LvsRef = p.parse()?;
         if a.uuid.is_some() || a.lvs_name.is_some() {
             let l = pick_lvs(a.uuid.as_deref(), a.lvs_name.as_deref())?;
             return Ok(json!([lvs_json(&l)]));
@@ -119,13 +136,7 @@ pub fn register(reg: &mut Registry) {
         Ok(Value::Array(lvs::all().iter().map(|l| lvs_json(l)).collect()))
     });
     reg.method("bdev_lvol_delete_lvstore", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            uuid: Option<String>,
-            lvs_name: Option<String>,
-        }
-        let a: A = p.parse()?;
+        let a: LvsRef = p.parse()?;
         let l = pick_lvs(a.uuid.as_deref(), a.lvs_name.as_deref())?;
         lvs::delete(&l).await.map_err(err)?;
         Ok(json!(true))
@@ -178,12 +189,7 @@ pub fn register(reg: &mut Registry) {
         Ok(Value::Array(out))
     });
     reg.method("bdev_lvol_delete", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            name: String,
-        }
-        let a: A = p.parse()?;
+        let a: Named = p.parse()?;
         let (l, v) = lvs::lvol(&a.name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
         lvs::delete_lvol(&l, v).await.map_err(err)?;
         Ok(json!(true))
@@ -253,12 +259,7 @@ fn register_family(reg: &mut Registry) {
     });
     for (method, all) in [("bdev_lvol_inflate", true), ("bdev_lvol_decouple_parent", false)] {
         reg.method(method, move |_, p: Params| async move {
-            #[derive(Deserialize)]
-            #[serde(deny_unknown_fields)]
-            struct A {
-                name: String,
-            }
-            let a: A = p.parse()?;
+            let a: Named = p.parse()?;
             let (l, v) = lvol_by_name(&a.name)?;
             lvs::separate_lvol(&l, &v, all).await.map_err(err)?;
             Ok(json!(true))
@@ -281,48 +282,25 @@ fn register_family(reg: &mut Registry) {
         Ok(json!(true))
     });
     reg.method("bdev_lvol_set_read_only", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            name: String,
-        }
-        let a: A = p.parse()?;
+        let a: Named = p.parse()?;
         let (_, v) = lvol_by_name(&a.name)?;
         lvs::set_read_only(&v).await.map_err(err)?;
         Ok(json!(true))
     });
     reg.method("bdev_lvol_rename", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            old_name: String,
-            new_name: String,
-        }
-        let a: A = p.parse()?;
+        let a: Rename = p.parse()?;
         let (l, v) = lvol_by_name(&a.old_name)?;
         lvs::rename_lvol(&l, &v, &a.new_name).await.map_err(err)?;
         Ok(json!(true))
     });
     reg.method("bdev_lvol_grow_lvstore", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            uuid: Option<String>,
-            lvs_name: Option<String>,
-        }
-        let a: A = p.parse()?;
+        let a: LvsRef = p.parse()?;
         let l = pick_lvs(a.uuid.as_deref(), a.lvs_name.as_deref())?;
         lvs::grow(&l).await.map_err(err)?;
         Ok(json!(true))
     });
     reg.method("bdev_lvol_rename_lvstore", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            old_name: String,
-            new_name: String,
-        }
-        let a: A = p.parse()?;
+        let a: Rename = p.parse()?;
         let l = lvs::by_name(&a.old_name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
         lvs::rename_lvstore(&l, &a.new_name).await.map_err(err)?;
         Ok(json!(true))

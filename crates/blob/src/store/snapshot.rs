@@ -326,7 +326,7 @@ impl Blobstore {
     /// unallocated clusters read from `parent` from now on. Both have the same size; `parent`
     /// must not descend from `blob`.
     pub async fn set_parent(&self, blob: &Blob, parent: &Blob) -> BsResult<()> {
-        let s = self.check()?.clone();
+        self.check()?;
         if blob.id() == parent.id() {
             return Err(BsError::Invalid("a blob cannot be its own parent".into()));
         }
@@ -358,13 +358,25 @@ impl Blobstore {
             p = x.parent();
         }
         blob.exclusive().await;
-        let before = blob.md();
-        let old_parent = blob.parent();
+        let r = self.repoint(blob, Some(parent.clone()), None, false).await;
+        blob.end_exclusive();
+        r
+    }
+
+    /// Gives `blob` (its map held exclusively by the caller) a new parent snapshot and external
+    /// snapshot (and, with `thick`, clears its thin flag), writes its metadata and tells the
+    /// data path; on a failed write the blob is as it was.
+    async fn repoint(&self, blob: &Blob, parent: Option<Blob>, external: Option<Vec<u8>>, thick: bool) -> BsResult<()> {
+        let s = self.check()?.clone();
+        let (before, old_parent) = (blob.md(), blob.parent());
         {
             let mut st = lock(&blob.0.st);
-            set_parent_xattr(&mut st.md, Some(parent.id()));
-            set_external(&mut st.md, None);
-            st.parent = Some(parent.clone());
+            if thick {
+                st.md.invalid_flags &= !FLAG_THIN_PROV;
+            }
+            set_parent_xattr(&mut st.md, parent.as_ref().map(|p| p.id()));
+            set_external(&mut st.md, external);
+            st.parent = parent.clone();
             st.chain_dirty = true;
         }
         let r = blob.persist().await;
@@ -375,10 +387,13 @@ impl Blobstore {
             st.parent = old_parent;
             st.chain_dirty = true;
         } else {
-            s.lock().parents.insert(blob.id(), parent.id());
+            let mut st = s.lock();
+            match &parent {
+                Some(p) => st.parents.insert(blob.id(), p.id()),
+                None => st.parents.remove(&blob.id()),
+            };
         }
         s.bump_generation();
-        blob.end_exclusive();
         r
     }
 
@@ -398,7 +413,7 @@ impl Blobstore {
     }
 
     async fn separate(&self, blob: &Blob, all: bool) -> BsResult<()> {
-        let s = self.check()?.clone();
+        self.check()?;
         let _op = self.reserve(blob.id(), if all { "inflate" } else { "decouple" })?;
         if blob.is_read_only() {
             return Err(BsError::ReadOnly(blob.id()));
@@ -406,14 +421,7 @@ impl Blobstore {
         loop {
             // An external snapshot as parent holds every cluster.
             let whole = all || blob.external_id().is_some();
-            let wanted: Vec<u64> = {
-                let map = blob.map();
-                let parent = blob.parent().map(|p| p.map());
-                (0..map.len() as u64)
-                    .filter(|&i| map.start(i).is_none())
-                    .filter(|&i| whole || parent.as_ref().is_some_and(|p| p.start(i).is_some()))
-                    .collect()
-            };
+            let wanted = lacking(blob, whole);
             if !wanted.is_empty() {
                 for chunk in wanted.chunks(super::blob::ALLOC_BATCH) {
                     blob.allocate_many(chunk).await?;
@@ -422,48 +430,30 @@ impl Blobstore {
             }
             blob.exclusive().await;
             // A resize or a new parent cluster since the look above: go round again.
-            let map = blob.map();
             let parent = blob.parent();
-            let missing = (0..map.len() as u64).any(|i| {
-                map.start(i).is_none() && (whole || parent.as_ref().is_some_and(|p| p.map().start(i).is_some()))
-            });
+            let missing = !lacking(blob, whole).is_empty();
             if missing {
                 blob.end_exclusive();
                 continue;
             }
-            let before = blob.md();
             let new_parent = if all { None } else { parent.as_ref().and_then(|p| p.parent()) };
-            {
-                let mut st = lock(&blob.0.st);
-                if all {
-                    st.md.invalid_flags &= !FLAG_THIN_PROV;
-                }
-                set_parent_xattr(&mut st.md, new_parent.as_ref().map(|p| p.id()));
-                // Decoupled from a snapshot of an external snapshot: that one is the parent now.
-                let new_external = if all { None } else { parent.as_ref().and_then(|p| p.external_id()) };
-                set_external(&mut st.md, new_external);
-                st.parent = new_parent.clone();
-                st.chain_dirty = true;
-            }
-            let r = blob.persist().await;
-            if r.is_err() {
-                let mut st = lock(&blob.0.st);
-                st.md.invalid_flags = before.invalid_flags;
-                st.md.internal_xattrs = before.internal_xattrs;
-                st.parent = parent;
-                st.chain_dirty = true;
-            } else {
-                let mut st = s.lock();
-                match &new_parent {
-                    Some(p) => st.parents.insert(blob.id(), p.id()),
-                    None => st.parents.remove(&blob.id()),
-                };
-            }
-            s.bump_generation();
+            // Decoupled from a snapshot of an external snapshot: that one is the parent now.
+            let new_external = if all { None } else { parent.as_ref().and_then(|p| p.external_id()) };
+            let r = self.repoint(blob, new_parent, new_external, all).await;
             blob.end_exclusive();
             return r;
         }
     }
+}
+
+/// The clusters `blob` has not allocated that its parent holds (all of them, with `whole`).
+fn lacking(blob: &Blob, whole: bool) -> Vec<u64> {
+    let map = blob.map();
+    let parent = blob.parent().map(|p| p.map());
+    (0..map.len() as u64)
+        .filter(|&i| map.start(i).is_none())
+        .filter(|&i| whole || parent.as_ref().is_some_and(|p| p.start(i).is_some()))
+        .collect()
 }
 
 /// At load: reads every blob's parent into the store's table and finishes snapshot

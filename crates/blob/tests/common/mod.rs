@@ -80,3 +80,21 @@ pub fn load_json(name: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(fixtures_dir().join(format!("{name}.json"))).unwrap();
     serde_json::from_str(&text).unwrap()
 }
+
+/// Opens and claims bdev `name` as a blobstore's device (the simulation tests' crash disks).
+pub fn open_dev(name: &str) -> ferrite_blob::store::Dev {
+    let desc = ferrite_bdev::Bdev::open_ext(name, true, |_| {}).expect("open the disk");
+    desc.claim("blobstore").expect("claim the disk");
+    ferrite_blob::store::Dev::new(desc)
+}
+
+/// Checks an image with the offline checker (what `ferrite blobstore check` runs): a
+/// blobstore in use (loaded, not unloaded) is not clean; nothing else may be wrong.
+pub fn check_image(img: &[u8], what: &str) -> ferrite_blob::offline::Image {
+    use ferrite_blob::offline;
+    let image = offline::open(img, &offline::OpenOptions::default()).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    let report = offline::check(&image);
+    let problems: Vec<_> = report.problems.iter().filter(|p| !matches!(p, offline::Problem::NotClean)).collect();
+    assert!(problems.is_empty(), "{what}: the checker found problems: {problems:?}");
+    image
+}
