@@ -67,7 +67,8 @@ struct DelayNode {
 impl DelayNode {
     fn set(&self, t: LatencyType, us: u64) {
         self.us[t as usize].store(us, Ordering::Relaxed);
-        let ticks = (us as u128 * tsc::ticks_per_sec() as u128 / 1_000_000) as u64;
+        // Rounded up: an I/O is held at least as long as asked.
+        let ticks = (us as u128 * tsc::ticks_per_sec() as u128).div_ceil(1_000_000) as u64;
         self.ticks[t as usize].store(ticks, Ordering::Relaxed);
     }
 
