@@ -180,6 +180,21 @@ impl Limits {
             || self.max_segment_size > 0
     }
 
+    /// The optimal I/O boundary if splitting at it is the only thing that shapes payloads
+    /// (no alignment, size or segment limit), else 0.
+    pub(crate) fn only_boundary(&self) -> u64 {
+        let only = self.split_on_optimal_io_boundary
+            && self.buf_align <= 1
+            && self.max_io_blocks == 0
+            && self.max_segments == 0
+            && self.max_segment_size == 0;
+        if only {
+            self.optimal_io_boundary as u64
+        } else {
+            0
+        }
+    }
+
     fn check(&self, block_size: u32) -> Result<(), BdevError> {
         let pbs = self.physical_block_size;
         if pbs != 0 && (pbs < block_size || !pbs.is_multiple_of(block_size)) {

@@ -94,6 +94,9 @@ pub(crate) struct ChannelInner {
     pub(crate) limits: Limits,
     /// Reads and writes may need fitting to `limits`.
     shape_payload: bool,
+    /// The optimal I/O boundary when it is the only limit that shapes payloads (0 otherwise):
+    /// a request within it needs no fitting, known without the general pass (an lvol's).
+    only_boundary: u64,
     pub(crate) bdev: Arc<BdevShared>,
     backend: RefCell<Box<dyn BackendChannel>>,
     /// The module lends its memory for zero-copy reads.
@@ -167,6 +170,7 @@ impl IoChannel {
             serves: IoType::ALL.iter().filter(|t| bdev.supports(**t)).fold(IoTypes::default(), |s, t| s.with(*t)),
             limits,
             shape_payload: limits.shape_payload(),
+            only_boundary: limits.only_boundary(),
             bdev: bdev.0.clone(),
             lends_reads: backend.lends_reads(),
             pass_to: backend.forwards_to().filter(|base| base.block_size() == bdev.block_size()),
@@ -246,6 +250,15 @@ impl IoChannel {
     /// what differs between the two bdevs and descriptors is checked again.
     #[inline]
     fn forward_unchanged(&self, parent: BdevIo) {
+        let io = BdevIo::forwarding(parent, None, self.inner.clone());
+        self.inner.submit_checked(io, self.write, false);
+    }
+
+    /// As [`IoChannel::forward`], for a module that moved only the request's offset (a
+    /// mapping such as an lvol's): the payload its own layer checked is not checked again.
+    #[inline]
+    pub fn forward_moved(&self, parent: BdevIo) {
+        debug_assert_eq!(parent.block_size(), self.inner.block_size, "forwarded between block sizes");
         let io = BdevIo::forwarding(parent, None, self.inner.clone());
         self.inner.submit_checked(io, self.write, false);
     }
@@ -365,14 +378,18 @@ impl ChannelInner {
                 None => return self.wait_for_memory(io),
             }
         }
-        let fit = self.shape_payload && io.req.io_type.has_payload() && !io.req.bufs.is_empty();
+        let fit = self.shape_payload
+            && io.req.io_type.has_payload()
+            && !io.req.bufs.is_empty()
+            && (self.only_boundary == 0
+                || crate::fit::crosses(io.req.offset_blocks, io.req.num_blocks, self.only_boundary));
         let crosses = || {
             let l = &self.limits;
             let b = l.optimal_io_boundary as u64;
             l.split_on_optimal_io_boundary
                 && b > 0
                 && io.req.num_blocks > 0
-                && io.req.offset_blocks / b != (io.req.offset_blocks + io.req.num_blocks - 1) / b
+                && crate::fit::crosses(io.req.offset_blocks, io.req.num_blocks, b)
         };
         let fit_unmap = match io.req.io_type {
             IoType::Unmap => {

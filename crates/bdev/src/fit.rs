@@ -171,13 +171,26 @@ fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[IoRequest; 4]>> 
     Some(out)
 }
 
+/// True if blocks `offset..offset + n` (`n` > 0) cross a multiple of `b` (> 0). Without a
+/// division when `b` is a power of two (an lvol's cluster), as it is on every request of a
+/// bdev that splits at its boundary.
+#[inline(always)]
+pub(crate) fn crosses(offset: u64, n: u64, b: u64) -> bool {
+    let last = offset + (n - 1);
+    if b.is_power_of_two() {
+        offset ^ last >= b
+    } else {
+        offset / b != last / b
+    }
+}
+
 /// True if one request within the limits: no split needed.
 fn fits(ch: &ChannelInner, req: &IoRequest) -> bool {
     let l = &ch.limits;
-    let crosses = |b: u64| req.num_blocks > 0 && req.offset_blocks / b != (req.offset_blocks + req.num_blocks - 1) / b;
     // Unmaps and write-zeroes are split at the boundary too (an lvol maps each cluster alone).
     let boundary =
         (l.split_on_optimal_io_boundary && l.optimal_io_boundary > 0).then_some(l.optimal_io_boundary as u64);
+    let crosses = |b: u64| req.num_blocks > 0 && crosses(req.offset_blocks, req.num_blocks, b);
     match req.io_type {
         IoType::Unmap => {
             return (l.max_unmap_blocks == 0 || req.num_blocks <= l.max_unmap_blocks) && !boundary.is_some_and(crosses)
@@ -191,11 +204,8 @@ fn fits(ch: &ChannelInner, req: &IoRequest) -> bool {
     if l.max_io_blocks > 0 && req.num_blocks > l.max_io_blocks as u64 {
         return false;
     }
-    if l.split_on_optimal_io_boundary && l.optimal_io_boundary > 0 {
-        let b = l.optimal_io_boundary as u64;
-        if req.offset_blocks / b != (req.offset_blocks + req.num_blocks - 1) / b {
-            return false;
-        }
+    if boundary.is_some_and(crosses) {
+        return false;
     }
     if l.max_segments > 0 && req.bufs.len() > l.max_segments as usize {
         return false;
@@ -237,5 +247,26 @@ pub(crate) fn fit(ch: &Rc<ChannelInner>, mut io: BdevIo) {
         let mut child = BdevIo::new(req, ch.clone(), tick);
         child.done = Done::Split(state.clone());
         ch.dispatch(child);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::crosses;
+
+    #[test]
+    fn crosses_agrees_with_division_for_every_boundary() {
+        for b in 1..=40u64 {
+            for offset in 0..130u64 {
+                for n in 1..70u64 {
+                    let want = offset / b != (offset + n - 1) / b;
+                    assert_eq!(crosses(offset, n, b), want, "offset {offset} n {n} boundary {b}");
+                }
+            }
+        }
+        let big = 1u64 << 40;
+        assert!(!crosses(big - 8, 8, 1 << 20));
+        assert!(crosses(big - 8, 9, 1 << 20));
+        assert!(crosses(u64::MAX - 9, 10, 1 << 3));
     }
 }

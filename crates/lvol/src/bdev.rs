@@ -100,6 +100,18 @@ impl LvolChannel {
         ext.ch.submit_child(io, req, ext_read_done);
     }
 
+    /// The cluster of the lvol's block `offset`, and the block's place within it (no division
+    /// for the power-of-two cluster sizes lvstores nearly always have).
+    #[inline(always)]
+    fn locate(&self, offset: u64) -> (u64, u64) {
+        let b = self.blocks_per_cluster;
+        if b.is_power_of_two() {
+            (offset >> b.trailing_zeros(), offset & (b - 1))
+        } else {
+            (offset / b, offset % b)
+        }
+    }
+
     /// Where an ancestor holds `cluster`, if one does.
     #[inline]
     fn in_parents(&self, cluster: u64) -> Option<u64> {
@@ -118,7 +130,7 @@ impl LvolChannel {
             match rx.await {
                 Ok(Ok(start)) => {
                     io.req.offset_blocks = start + within;
-                    base.forward(io);
+                    base.forward_moved(io);
                 }
                 Ok(Err(e)) => {
                     // Every write to a full lvstore fails here: one line now and then, not each.
@@ -203,17 +215,16 @@ impl BackendChannel for LvolChannel {
         if self.read_only && io.req.io_type != IoType::Read {
             return io.complete_deferred(IoStatus::Failed(libc::EROFS));
         }
-        let cluster = io.req.offset_blocks / self.blocks_per_cluster;
-        let within = io.req.offset_blocks % self.blocks_per_cluster;
+        let (cluster, within) = self.locate(io.req.offset_blocks);
         if let Some(start) = self.map.start(cluster) {
             io.req.offset_blocks = start + within;
-            return self.base.forward(io);
+            return self.base.forward_moved(io);
         }
         let parent = if self.parents.is_empty() { None } else { self.in_parents(cluster) };
         match io.req.io_type {
             IoType::Read if parent.is_some() => {
                 io.req.offset_blocks = parent.unwrap_or_default() + within;
-                self.base.forward(io)
+                self.base.forward_moved(io)
             }
             IoType::Read if self.ext_root => self.ext_read(io, cluster, within),
             // The external snapshot has data everywhere: zeroes need a cluster of their own.
