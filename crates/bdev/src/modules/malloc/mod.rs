@@ -10,6 +10,7 @@
 //! range, like concurrent writers on a real disk.
 
 pub mod rpc;
+mod stream;
 
 use crate::bdev::{check_geometry, register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
 use crate::io::{BdevIo, IoAux, IoStatus, IoType, IoTypes};
@@ -120,7 +121,7 @@ impl BackendChannel for MallocChannel {
                 IoType::Copy => {
                     if let IoAux::CopyFrom(src) = io.req.aux {
                         let src = self.mem.base.add((src * io.block_size() as u64) as usize);
-                        std::ptr::copy(src, base, len);
+                        stream::copy(src, base, len);
                     }
                 }
                 _ => {}
