@@ -716,7 +716,31 @@ fn clones_of_an_external_bdev() {
     assert_eq!((ec2["is_clone"].clone(), ec2["is_esnap_clone"].clone()), (json!(false), json!(false)), "{ec2}");
     qemu_io(&dir, &u, "read -P 0x47 0 5M");
     qemu_io(&dir, &u, "read -P 0 6M 2M");
+    // Degraded lvols (no bdev) are deleted as SPDK finds them: by lvs_name/lvol_name (the
+    // snapshot, into its one clone) and by UUID; nothing leaks, the inflated clone is whole.
+    assert_eq!(d2.call("bdev_uring_delete", Some(json!({"name": "G3"}))), json!(true));
+    let l = lvols(&d2);
+    assert_eq!(l.iter().filter(|v| v["is_degraded"] == json!(true)).count(), 2, "{l:?}");
+    let ec_uuid = l.iter().find(|v| v["name"] == "ec").unwrap()["uuid"].as_str().unwrap().to_string();
+    let free = |d: &Daemon| d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    let before = free(&d2);
+    assert_eq!(d2.call("bdev_lvol_delete", Some(json!({"name": "lvs0/es"}))), json!(true));
+    let e = d2.call_err("bdev_lvol_delete", Some(json!({"name": "lvs0/es"})));
+    assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    assert_eq!(d2.call("bdev_lvol_delete", Some(json!({"name": ec_uuid}))), json!(true));
+    let l = lvols(&d2);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!(l[0]["name"], json!("ec2"));
+    assert!(free(&d2) > before, "the deleted lvols' clusters are free again");
+    qemu_io(&dir, &u, "read -P 0x47 0 5M");
+    qemu_io(&dir, &u, "read -P 0x65 5M 4k");
     d2.assert_serving();
+    stop(d2);
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "{out}");
+    let d3 = daemon(&dir, &img);
+    let l = lvols(&d3);
+    assert_eq!((l.len(), l[0]["is_degraded"].clone()), (1, json!(false)), "{l:?}");
 }
 
 /// The fields of `bdev_lvol_get_lvols` both implementations must agree on.

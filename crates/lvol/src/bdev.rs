@@ -30,8 +30,10 @@ pub const READ_ONLY_IO_TYPES: IoTypes = IoTypes::of(&[IoType::Read, IoType::Flus
 
 struct LvolBackend {
     lvol: Arc<Lvol>,
-    /// The external snapshot's device, for an lvol whose ancestry starts at one.
-    ext: Option<ferrite_blob::store::Dev>,
+    /// The blobstore, whose registry of external snapshot devices a new channel reads: the
+    /// backend holds no descriptor of its own, so an external snapshot's bdev can go (its
+    /// lvols become degraded) even when this lvol no longer reads it (inflated, decoupled).
+    bs: ferrite_blob::store::Blobstore,
     lvs_uuid: uuid::Uuid,
     base: String,
     dev: ferrite_blob::store::Dev,
@@ -247,7 +249,7 @@ impl BdevBackend for LvolBackend {
         let blob = self.lvol.blob.clone();
         let gen = blob.map_generation();
         let mut maps = blob.maps();
-        let ext = match &self.ext {
+        let ext = match blob.root_external().and_then(|id| self.bs.external_source(&id)) {
             Some(d) => Some(ExtChannel { ch: d.desc().channel()? }),
             None => None,
         };
@@ -328,9 +330,8 @@ pub fn register(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>) -> Result<Bdev, BdevError>
             ..Limits::default()
         },
     };
-    let ext = lvol.blob.root_external().and_then(|id| lvs.bs.external_source(&id));
     let backend = LvolBackend {
-        ext,
+        bs: lvs.bs.clone(),
         lvol: lvol.clone(),
         lvs_uuid: lvs.uuid,
         base: lvs.base.clone(),

@@ -139,6 +139,22 @@ pub fn lvol(name: &str) -> Option<(Arc<Lvstore>, Arc<Lvol>)> {
     None
 }
 
+/// A degraded lvol (no bdev: its external snapshot is missing) by its UUID or its
+/// `lvs_name/lvol_name`, as SPDK's `bdev_lvol_delete` finds one.
+pub fn degraded_lvol(name: &str) -> Option<(Arc<Lvstore>, Arc<Lvol>)> {
+    for lvs in all() {
+        let lvs_name = lock(&lvs.name).clone();
+        let hit = lock(&lvs.degraded)
+            .iter()
+            .find(|l| l.uuid.to_string() == name || format!("{lvs_name}/{}", lock(&l.name)) == name)
+            .cloned();
+        if let Some(l) = hit {
+            return Some((lvs, l));
+        }
+    }
+    None
+}
+
 fn check_name(what: &str, name: &str) -> LvolResult<()> {
     if name.is_empty() || name.len() > NAME_MAX || name.contains('\0') {
         return Err(LvolError::new(libc::EINVAL, format!("{what} name {name:?} must be 1 to {NAME_MAX} bytes")));
@@ -453,10 +469,17 @@ pub async fn delete_lvol(lvs: &Arc<Lvstore>, lvol: Arc<Lvol>) -> LvolResult<()> 
         .bs
         .reserve_delete(id)
         .map_err(|e| LvolError::new(e.errno(), format!("lvol {} cannot be deleted now: {e}", lock(&lvol.name))))?;
-    let gone = ferrite_bdev::unregister(&lvol.bdev_name(), Some(MODULE))
-        .map_err(|e| LvolError::new(libc::ENODEV, e.to_string()))?;
-    let _ = gone.await;
-    lock(&lvs.lvols).remove(&lvol.uuid);
+    let degraded = {
+        let mut d = lock(&lvs.degraded);
+        let at = d.iter().position(|l| Arc::ptr_eq(l, &lvol));
+        at.map(|i| d.remove(i)).is_some()
+    };
+    if !degraded {
+        let gone = ferrite_bdev::unregister(&lvol.bdev_name(), Some(MODULE))
+            .map_err(|e| LvolError::new(libc::ENODEV, e.to_string()))?;
+        let _ = gone.await;
+        lock(&lvs.lvols).remove(&lvol.uuid);
+    }
     let name = lock(&lvol.name).clone();
     // The blob closes once its last handle is gone: the bdev's (dropped with its last
     // channel) and this one.
@@ -464,7 +487,7 @@ pub async fn delete_lvol(lvs: &Arc<Lvstore>, lvol: Arc<Lvol>) -> LvolResult<()> 
     let lvol = match Arc::try_unwrap(lvol) {
         Ok(l) => l,
         Err(l) => {
-            restore(lvs, l.clone());
+            restore(lvs, l.clone(), degraded);
             return Err(LvolError::new(libc::EBUSY, format!("lvol {name} is still in use")));
         }
     };
@@ -475,7 +498,7 @@ pub async fn delete_lvol(lvs: &Arc<Lvstore>, lvol: Arc<Lvol>) -> LvolResult<()> 
         // finishes it): its bdev comes back.
         log::warn!("lvol {}/{name}: delete failed: {e}", lock(&lvs.name));
         if let Ok(blob) = lvs.bs.open_blob(id).await {
-            restore(lvs, Arc::new(Lvol { name: lname, uuid, blob, lvs_uuid }));
+            restore(lvs, Arc::new(Lvol { name: lname, uuid, blob, lvs_uuid }), degraded);
         }
         return Err(e.into());
     }
@@ -483,8 +506,12 @@ pub async fn delete_lvol(lvs: &Arc<Lvstore>, lvol: Arc<Lvol>) -> LvolResult<()> 
     Ok(())
 }
 
-/// Registers the bdev of an lvol whose delete failed again.
-fn restore(lvs: &Arc<Lvstore>, lvol: Arc<Lvol>) {
+/// Puts back an lvol whose delete failed: its bdev registered again, or, degraded, in the
+/// list of lvols waiting for their external snapshot.
+fn restore(lvs: &Arc<Lvstore>, lvol: Arc<Lvol>, degraded: bool) {
+    if degraded {
+        return lock(&lvs.degraded).push(lvol);
+    }
     match crate::bdev::register(lvs, &lvol) {
         Ok(_) => {
             lock(&lvs.lvols).insert(lvol.uuid, lvol);

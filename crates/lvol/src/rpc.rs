@@ -190,7 +190,10 @@ pub fn register(reg: &mut Registry) {
     });
     reg.method("bdev_lvol_delete", |_, p: Params| async move {
         let a: Named = p.parse()?;
-        let (l, v) = lvs::lvol(&a.name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
+        // A degraded lvol has no bdev: SPDK finds it by UUID or lvs_name/lvol_name.
+        let (l, v) = lvs::lvol(&a.name)
+            .or_else(|| lvs::degraded_lvol(&a.name))
+            .ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
         lvs::delete_lvol(&l, v).await.map_err(err)?;
         Ok(json!(true))
     });
