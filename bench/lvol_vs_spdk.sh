@@ -8,8 +8,11 @@
 #     the raw malloc bdev's IOPS (issue: >= 97%), and Ferrite's lvol against SPDK's lvol;
 #   thin lvol on a fresh lvstore with 1 MiB clusters, randwrite QD 32: first writes allocate
 #     clusters as they go (1,024 of them), Ferrite against SPDK.
-# Each cell alternates the tools ROUNDS times (who goes first alternates too) and prints medians
-# and ratios. Run it on a quiet machine.
+# Each round of a read/write cell runs all four (Ferrite's malloc and lvol, SPDK's malloc and
+# lvol) back to back, in an order that alternates between rounds, so each lvol/malloc quotient
+# compares runs made within seconds of each other: this machine's speed drifts by 10-20% over
+# minutes, which made quotients of medians taken minutes apart swing from 0.78 to 1.04. Printed:
+# medians of the IOPS, and the medians of the per-round quotients. Run it on a quiet machine.
 # Usage: [ROUNDS=3] bench/lvol_vs_spdk.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
 T=${1:-5}
@@ -46,7 +49,8 @@ spdk_iops() { # CONFIG BDEV WORKLOAD QD
     awk '$1 == "Total" { for (i = 1; i <= NF; i++) if ($i == ":") { print int($(i + 1)); exit } }'
 }
 median() { python3 -c "import statistics,sys; print(int(statistics.median(float(x) for x in sys.argv[1:])))" "$@"; }
-run_cell() { # LABEL CONFIG BDEV WORKLOAD QD -> sets F_MED S_MED
+# run_cell LABEL CONFIG BDEV WORKLOAD QD -> F_MED S_MED (Ferrite vs SPDK, alternating)
+run_cell() {
   local f=() s=()
   for r in $(seq 1 "$ROUNDS"); do
     if [ $((r % 2)) = 1 ]; then
@@ -58,14 +62,34 @@ run_cell() { # LABEL CONFIG BDEV WORKLOAD QD -> sets F_MED S_MED
   done
   F_MED=$(median "${f[@]}"); S_MED=$(median "${s[@]}")
 }
+# pair_cell WORKLOAD QD -> medians of the four tools' IOPS and of the per-round quotients
+pair_cell() {
+  local fr=() fl=() sr=() sl=() fq=() sq=() fs=() rs=()
+  local w=$1 qd=$2
+  for r in $(seq 1 "$ROUNDS"); do
+    local a b c d
+    if [ $((r % 2)) = 1 ]; then
+      a=$(ferrite_iops "$TMP/malloc.json" M0 "$w" "$qd"); b=$(ferrite_iops "$TMP/thick.json" lvs0/l0 "$w" "$qd")
+      c=$(spdk_iops "$TMP/malloc.json" M0 "$w" "$qd"); d=$(spdk_iops "$TMP/thick.json" lvs0/l0 "$w" "$qd")
+    else
+      d=$(spdk_iops "$TMP/thick.json" lvs0/l0 "$w" "$qd"); c=$(spdk_iops "$TMP/malloc.json" M0 "$w" "$qd")
+      b=$(ferrite_iops "$TMP/thick.json" lvs0/l0 "$w" "$qd"); a=$(ferrite_iops "$TMP/malloc.json" M0 "$w" "$qd")
+    fi
+    [ -n "$c" ] && [ -n "$d" ] || fail "could not read bdevperf's Total line ($w qd$qd)"
+    fr+=("$a"); fl+=("$b"); sr+=("$c"); sl+=("$d")
+    fq+=("$(python3 -c "print($b/$a)")"); sq+=("$(python3 -c "print($d/$c)")")
+    fs+=("$(python3 -c "print($b/$d)")"); rs+=("$(python3 -c "print($a/$c)")")
+  done
+  printf '%-34s %10s %10s %7.2f %14.3f %14.3f\n' "thick lvol $w 4k qd$qd" "$(median "${fl[@]}")" "$(median "${sl[@]}")" \
+    "$(fmedian "${fs[@]}")" "$(fmedian "${fq[@]}")" "$(fmedian "${sq[@]}")"
+  printf '%-34s %10s %10s %7.2f   (lvol/malloc per round: %s)\n' "  (malloc raw $w 4k qd$qd)" "$(median "${fr[@]}")" \
+    "$(median "${sr[@]}")" "$(fmedian "${rs[@]}")" "$(printf '%.3f ' "${fq[@]}")"
+}
+fmedian() { python3 -c "import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }
 printf '%-34s %10s %10s %7s %14s %14s\n' cell ferrite spdk ratio ferrite_vs_raw spdk_vs_raw
 for w in randread randwrite; do
   for qd in 1 128; do
-    run_cell raw "$TMP/malloc.json" M0 $w $qd; FR=$F_MED; SR=$S_MED
-    run_cell thick "$TMP/thick.json" lvs0/l0 $w $qd
-    printf '%-34s %10s %10s %7.2f %14.3f %14.3f\n' "thick lvol $w 4k qd$qd" "$F_MED" "$S_MED" \
-      "$(python3 -c "print($F_MED/$S_MED)")" "$(python3 -c "print($F_MED/$FR)")" "$(python3 -c "print($S_MED/$SR)")"
-    printf '%-34s %10s %10s %7.2f\n' "  (malloc raw $w 4k qd$qd)" "$FR" "$SR" "$(python3 -c "print($FR/$SR)")"
+    pair_cell $w $qd
   done
 done
 run_cell thin "$TMP/thin.json" lvs0/l0 randwrite 32
