@@ -14,19 +14,9 @@
 #      reference for the same checks; ferrite is still the RPC client).
 # The console and the daemon's log are kept in target/nvmf-guest/.
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-VM=$(cd "$ROOT/../shared/vm" 2>/dev/null && pwd) || { echo "SKIP nvmf-guest: ../shared/vm not found"; exit 0; }
-FERRITE=${1:-$ROOT/target/debug/ferrite}
-[ -x "$FERRITE" ] || (cd "$ROOT" && cargo build -q -p ferrite)
-
-if ! command -v qemu-system-x86_64 >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-  apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null 2>&1 || true
-fi
-command -v qemu-system-x86_64 >/dev/null || { echo "SKIP nvmf-guest: qemu-system-x86_64 not installed"; exit 0; }
-if ! out=$(bash "$VM/build-guest.sh" 2>&1); then
-  echo "SKIP nvmf-guest: the guest could not be built: $(printf '%s' "$out" | tail -n 3)"
-  exit 0
-fi
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "$0")/common.sh"
+guest_setup nvmf-guest "${1:-}"
 
 TMP=$(mktemp -d)
 SHARE=$TMP/share
@@ -34,7 +24,6 @@ mkdir -p "$SHARE"
 LOGS=$ROOT/target/nvmf-guest
 mkdir -p "$LOGS"
 SOCK=$TMP/ferrite.sock
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 PORT=${NVMF_PORT:-$(free_port)}
 PORT2=${NVMF_PORT2:-$(free_port)}
 while [ "$PORT2" = "$PORT" ]; do PORT2=$(free_port); done
