@@ -407,12 +407,19 @@ fn uring_create_errors() {
 }
 
 /// Zero-copy reads: malloc lends its memory (read-only views that outlive the bdev's removal);
-/// null cannot lend, so the bdev layer reads into a pool buffer instead. Both return the data.
+/// null lends views of one mapping of zeroes (several for a read longer than it); uring cannot
+/// lend, so the bdev layer reads into a pool buffer instead. All return the data.
 #[test]
 fn zero_copy_reads_lend_memory_or_fall_back() {
     let e = engine(1, ReactorMode::Interrupt);
     const M: &str = "data_zcopy_malloc";
     const N: &str = "data_zcopy_null";
+    const U: &str = "data_zcopy_uring";
+    let tmp = TempFile::new("zcopy-uring", 64 * 512);
+    let seed = pattern(5, 64 * 512);
+    std::fs::OpenOptions::new().write(true).open(&tmp.path).unwrap().write_all_at(&seed, 0).unwrap();
+    uring::create(UringOpts { name: U.into(), filename: tmp.path_str(), block_size: None, ..Default::default() })
+        .unwrap();
     malloc::create(MallocOpts {
         name: Some(M.into()),
         num_blocks: 64,
@@ -421,9 +428,10 @@ fn zero_copy_reads_lend_memory_or_fall_back() {
         ..Default::default()
     })
     .unwrap();
-    null::create(NullOpts { name: N.into(), num_blocks: 64, block_size: 512, uuid: None, ..Default::default() })
+    null::create(NullOpts { name: N.into(), num_blocks: 8192, block_size: 512, uuid: None, ..Default::default() })
         .unwrap();
-    run(&e, 0, || async {
+    let want_u = seed[2 * 512..5 * 512].to_vec();
+    run(&e, 0, move || async move {
         let desc = Bdev::open(M, true, || {}).unwrap();
         let ch = desc.channel().unwrap();
         let data = pattern(9, 8 * 512);
@@ -440,16 +448,36 @@ fn zero_copy_reads_lend_memory_or_fall_back() {
         assert!(ferrite_bdev::lookup(M).is_none(), "bdev gone");
         assert_bytes_eq(&payload(&held), &data, "lent view after the bdev's removal");
 
-        let desc = Bdev::open(N, false, || {}).unwrap();
+        let desc = Bdev::open(N, true, || {}).unwrap();
         let ch = desc.channel().unwrap();
+        io_ok(&ch, IoRequest::write(0, 8, buf_from(&data))).await;
         let c = io(&ch, IoRequest::read_zcopy(0, 3)).await;
         assert_eq!(c.status, IoStatus::Success);
         assert_eq!(c.req.bufs.len(), 1);
-        assert!(!c.req.bufs[0].is_lent(), "null reads into a pool buffer");
+        assert!(c.req.bufs[0].is_lent(), "null lends its zeroes");
         assert_eq!(payload(&c), vec![0u8; 3 * 512]);
+        // Longer than the mapping of zeroes (1 MiB): several views of it.
+        let c = io(&ch, IoRequest::read_zcopy(1, 2049 + 2048)).await;
+        assert_eq!(c.status, IoStatus::Success);
+        assert_eq!(c.req.bufs.iter().map(|b| b.len()).collect::<Vec<_>>(), vec![1 << 20, 1 << 20, 512]);
+        assert!(payload(&c).iter().all(|&b| b == 0), "null reads zeroes");
+        // A read into the caller's buffer zeroes what it held.
+        let got = io_ok(&ch, IoRequest::read(0, 8, buf_from(&data))).await;
+        assert_eq!(got, vec![0u8; 8 * 512]);
         drop(ch);
         drop(desc);
         unregister(N, None).unwrap().await.unwrap();
+
+        let desc = Bdev::open(U, false, || {}).unwrap();
+        let ch = desc.channel().unwrap();
+        let c = io(&ch, IoRequest::read_zcopy(2, 3)).await;
+        assert_eq!(c.status, IoStatus::Success);
+        assert_eq!(c.req.bufs.len(), 1);
+        assert!(!c.req.bufs[0].is_lent(), "uring reads into a pool buffer");
+        assert_bytes_eq(&payload(&c), &want_u, "zero-copy read of uring");
+        drop(ch);
+        drop(desc);
+        unregister(U, None).unwrap().await.unwrap();
     });
     shutdown(e);
 }

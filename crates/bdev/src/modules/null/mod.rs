@@ -1,13 +1,21 @@
 //! The null bdev: discards writes, reads zeroes. For testing upper layers and measuring the
 //! stack's own overhead. Serves what SPDK's null bdev serves: read, write, write zeroes and
 //! reset (flush and unmap are refused, as in SPDK).
+//!
+//! A zero-copy read (a target's: NVMe/TCP, NBD) is lent a view of one read-only mapping of
+//! zeroes that every channel shares, so it takes no buffer and zeroes nothing; a read into the
+//! caller's own buffers zeroes them. (SPDK's null bdev hands a read a pool buffer as it is,
+//! whatever it last held.)
 
 pub mod rpc;
 
 use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
 use crate::io::{BdevIo, IoStatus, IoType, IoTypes};
+use ferrite_reactor::{IoBuf, Lender};
 use serde_json::{json, Value};
-use std::sync::Arc;
+use std::ptr::NonNull;
+use std::rc::Rc;
+use std::sync::{Arc, OnceLock};
 
 /// Parameters of `bdev_null_create`.
 #[derive(Debug, Clone, Default)]
@@ -31,14 +39,61 @@ struct NullBackend {
     physical_block_size: Option<u32>,
 }
 
-struct NullChannel;
+/// Bytes of the shared mapping of zeroes; a longer zero-copy read is lent several views of it.
+const ZEROES_LEN: usize = 1 << 20;
+
+/// The process's read-only mapping of zeroes (anonymous and never written: every page of it is
+/// the kernel's zero page, so it costs no memory). Never unmapped.
+fn zeroes() -> Option<NonNull<u8>> {
+    static ZEROES: OnceLock<usize> = OnceLock::new();
+    let at = *ZEROES.get_or_init(|| {
+        // SAFETY: a fresh anonymous private read-only mapping; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ZEROES_LEN,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            0
+        } else {
+            p as usize
+        }
+    });
+    NonNull::new(at as *mut u8)
+}
+
+struct NullChannel {
+    /// The shared zeroes and this core's handle for lending them (None: the mapping failed,
+    /// and zero-copy reads get pool buffers from the bdev layer instead).
+    zeroes: Option<(NonNull<u8>, Rc<Lender>)>,
+}
 
 impl BackendChannel for NullChannel {
+    fn lends_reads(&self) -> bool {
+        self.zeroes.is_some()
+    }
+
     #[inline]
     fn submit(&mut self, mut io: BdevIo) {
         if io.req.io_type == IoType::Read {
-            for b in io.req.bufs.iter_mut() {
-                b.zero();
+            if io.req.is_zcopy_read() {
+                let (at, lender) = self.zeroes.as_ref().expect("lends only with the mapping");
+                let mut left = io.len_bytes() as usize;
+                while left > 0 {
+                    let n = left.min(ZEROES_LEN);
+                    // SAFETY: the mapping holds ZEROES_LEN readable bytes and is never unmapped.
+                    io.req.bufs.push(unsafe { IoBuf::lent(*at, n, lender.clone()) });
+                    left -= n;
+                }
+            } else {
+                for b in io.req.bufs.iter_mut() {
+                    b.zero();
+                }
             }
         }
         io.complete_deferred(IoStatus::Success);
@@ -47,7 +102,11 @@ impl BackendChannel for NullChannel {
 
 impl BdevBackend for NullBackend {
     fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
-        Ok(Box::new(NullChannel))
+        Ok(Box::new(NullChannel { zeroes: zeroes().map(|at| (at, Rc::new(Lender::new(())))) }))
+    }
+
+    fn zcopy(&self) -> bool {
+        zeroes().is_some()
     }
 
     fn config_entry(&self, bdev: &Bdev) -> Option<Value> {
