@@ -370,8 +370,9 @@ impl ChannelInner {
     /// Fits a checked request to the module's limits and hands it (or its pieces) over.
     #[inline]
     pub(crate) fn fit_and_dispatch(self: &Rc<Self>, mut io: BdevIo) {
-        if io.req.is_zcopy_read() && !self.lends_reads {
-            // The module cannot lend: a plain read into a pool buffer serves the caller the same.
+        if io.req.is_zcopy_read() && (!self.lends_reads || self.splits_zcopy(&io.req)) {
+            // The module cannot lend, or the read must be split (lent views cannot be stitched
+            // across a split): a plain read into a pool buffer serves the caller the same.
             let len = io.req.num_blocks * self.block_size as u64;
             match ferrite_reactor::try_alloc_buf(len as usize) {
                 Some(b) => io.req.bufs.push(b),
@@ -406,6 +407,19 @@ impl ChannelInner {
         } else {
             self.dispatch(io);
         }
+    }
+
+    /// True if a zero-copy read breaks the module's limits (an lvol's cluster boundary): it
+    /// would have to be split, and split children of a read need the parent's buffer.
+    #[inline]
+    fn splits_zcopy(&self, req: &IoRequest) -> bool {
+        if !self.shape_payload {
+            return false;
+        }
+        if self.only_boundary != 0 {
+            return crate::fit::crosses(req.offset_blocks, req.num_blocks, self.only_boundary);
+        }
+        !crate::fit::fits(self, req)
     }
 
     /// Hands a request to the module.

@@ -185,7 +185,7 @@ pub(crate) fn crosses(offset: u64, n: u64, b: u64) -> bool {
 }
 
 /// True if one request within the limits: no split needed.
-fn fits(ch: &ChannelInner, req: &IoRequest) -> bool {
+pub(crate) fn fits(ch: &ChannelInner, req: &IoRequest) -> bool {
     let l = &ch.limits;
     // Unmaps and write-zeroes are split at the boundary too (an lvol maps each cluster alone).
     let boundary =

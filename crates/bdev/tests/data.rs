@@ -424,6 +424,7 @@ fn zero_copy_reads_lend_memory_or_fall_back() {
         name: Some(M.into()),
         num_blocks: 64,
         block_size: 512,
+        optimal_io_boundary: Some(16),
         uuid: None,
         ..Default::default()
     })
@@ -440,6 +441,16 @@ fn zero_copy_reads_lend_memory_or_fall_back() {
         assert_eq!(c.status, IoStatus::Success);
         assert!(c.req.bufs.iter().all(|b| b.is_lent()), "malloc lends its memory");
         assert_bytes_eq(&payload(&c), &data, "zero-copy read of malloc");
+        // Across its optimal I/O boundary (16 blocks, split): read into a buffer and split,
+        // as lent views of the pieces could not be put together.
+        io_ok(&ch, IoRequest::write(12, 8, buf_from(&data))).await;
+        let across = io(&ch, IoRequest::read_zcopy(12, 8)).await;
+        assert_eq!(across.status, IoStatus::Success);
+        assert!(!across.req.bufs.iter().any(|b| b.is_lent()), "a split read is not lent");
+        assert_bytes_eq(&payload(&across), &data, "zero-copy read across the boundary");
+        let after = io(&ch, IoRequest::read_zcopy(16, 4)).await;
+        assert!(after.req.bufs.iter().all(|b| b.is_lent()), "within the boundary: lent");
+        assert_bytes_eq(&payload(&after), &data[4 * 512..], "zero-copy read after the boundary");
         // A lent view keeps the memory mapped after the bdev is gone.
         let held = c;
         drop(ch);

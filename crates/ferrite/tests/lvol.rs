@@ -320,6 +320,45 @@ fn copy_on_write_on_a_malloc_base() {
 }
 
 #[test]
+fn reads_across_clusters_of_a_malloc_base() {
+    // Malloc lends its memory for zero-copy reads (NBD's): a read across a cluster boundary must
+    // still be split there, or its second part comes from the blocks after the first cluster
+    // (another lvol's). Thin lvols written in turns so that no lvol's clusters are adjacent;
+    // a power-of-two cluster and one that is not.
+    if !have("reads_across_clusters_of_a_malloc_base", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-span-malloc");
+    let d = Daemon::start(&dir, &[]);
+    for (m, lvs, c) in [("M0", "p", MIB), ("M1", "q", 12288)] {
+        d.call("bdev_malloc_create", Some(json!({"name": m, "num_blocks": 4096, "block_size": 4096})));
+        d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": m, "lvs_name": lvs, "cluster_sz": c})));
+        for v in ["x", "y"] {
+            let p = json!({"lvol_name": v, "size_in_mib": 4, "lvs_name": lvs, "thin_provision": true});
+            d.call("bdev_lvol_create", Some(p));
+        }
+        let ux = nbd(&d, &format!("{lvs}/x"), &format!("{lvs}x"));
+        let uy = nbd(&d, &format!("{lvs}/y"), &format!("{lvs}y"));
+        // x: clusters 0 and 1 with 0x41, 3 with 0x43; y: cluster 0 with 0x42, in between.
+        qemu_io(&dir, &ux, &format!("write -P 0x41 0 {c}"));
+        qemu_io(&dir, &uy, &format!("write -P 0x42 0 {c}"));
+        qemu_io(&dir, &ux, &format!("write -P 0x41 {c} {c}"));
+        qemu_io(&dir, &ux, &format!("write -P 0x43 {} {c}", 3 * c));
+        // Each read below crosses at least one cluster boundary in one request.
+        qemu_io(&dir, &ux, &format!("read -P 0x41 0 {}", 2 * c));
+        qemu_io(&dir, &ux, &format!("read -P 0x41 {} 8k", c - 4096));
+        qemu_io(&dir, &ux, &format!("read -P 0 {} {c}", 2 * c));
+        qemu_io(&dir, &ux, &format!("read -P 0 {} 8k", 3 * c - 4096 - 4096));
+        qemu_io(&dir, &ux, &format!("read -P 0x43 {} {c}", 3 * c));
+        qemu_io(&dir, &uy, &format!("read -P 0x42 0 {c}"));
+        qemu_io(&dir, &uy, &format!("read -P 0 {c} {}", 3 * c));
+        qemu_io(&dir, &uy, &format!("read -P 0x42 {} 4k", c - 4096));
+        qemu_io(&dir, &uy, &format!("read -P 0 {c} 8k"));
+    }
+    d.assert_serving();
+}
+
+#[test]
 fn bad_lvol_requests_get_spdks_errors() {
     let dir = TempDir::new("lvol-bad");
     let d = Daemon::start(&dir, &[]);

@@ -218,6 +218,8 @@ impl BackendChannel for LvolChannel {
             return io.complete_deferred(IoStatus::Failed(libc::EROFS));
         }
         let (cluster, within) = self.locate(io.req.offset_blocks);
+        // The bdev layer splits at the cluster (the optimal I/O boundary), zero-copy reads too.
+        debug_assert!(within + io.req.num_blocks <= self.blocks_per_cluster, "request crosses a cluster");
         if let Some(start) = self.map.start(cluster) {
             io.req.offset_blocks = start + within;
             return self.base.forward_moved(io);
