@@ -760,6 +760,19 @@ fn clones_of_an_external_bdev() {
     assert_eq!(d2.call("bdev_uring_delete", Some(json!({"name": "G3"}))), json!(true));
     let l = lvols(&d2);
     assert_eq!(l.iter().filter(|v| v["is_degraded"] == json!(true)).count(), 2, "{l:?}");
+    // Their names stay theirs (they come back under them).
+    let e = d2.call_err("bdev_lvol_create", Some(json!({"lvol_name": "ec", "size_in_mib": 4, "lvs_name": "lvs0"})));
+    assert_eq!(e.code, -libc::EEXIST, "{e:?}");
+    let e = d2.call_err("bdev_lvol_rename", Some(json!({"old_name": "lvs0/ec2", "new_name": "es"})));
+    assert_eq!(e.code, -libc::EEXIST, "{e:?}");
+    // A clean shutdown with degraded lvols leaves the lvstore clean; they are degraded again.
+    stop(d2);
+    let (ok, out) = check(&dir, &img);
+    assert!(ok && out.contains(", clean"), "{out}");
+    let d2 = daemon(&dir, &img);
+    let l = lvols(&d2);
+    assert_eq!(l.iter().filter(|v| v["is_degraded"] == json!(true)).count(), 2, "{l:?}");
+    let u = nbd(&d2, "lvs0/ec2", "ec2");
     let ec_uuid = l.iter().find(|v| v["name"] == "ec").unwrap()["uuid"].as_str().unwrap().to_string();
     let free = |d: &Daemon| d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
     let before = free(&d2);

@@ -620,6 +620,9 @@ pub async fn shutdown() {
             drop_arc_wait(l).await;
         }
         drop(lvols);
+        // Degraded lvols have no bdev, but their blobs are open: closed here, or the unload
+        // finds them busy and leaves the store to be recovered at the next load.
+        drop(std::mem::take(&mut *lock(&lvs.degraded)));
         let name = lock(&lvs.name).clone();
         let Ok(lvs) = Arc::try_unwrap(lvs) else {
             log::warn!("lvstore {name}: still in use at shutdown; not unloaded (the next load recovers it)");
@@ -656,7 +659,9 @@ pub fn family(lvol: &Lvol) -> Family {
 }
 
 fn name_taken(lvs: &Lvstore, name: &str) -> LvolResult<()> {
-    if lock(&lvs.lvols).values().any(|l| *lock(&l.name) == name) {
+    // Degraded lvols keep their names: they come back under them.
+    let named = |l: &Arc<Lvol>| *lock(&l.name) == name;
+    if lock(&lvs.lvols).values().any(named) || lock(&lvs.degraded).iter().any(named) {
         return Err(LvolError::new(libc::EEXIST, format!("lvol {name} exists in lvstore {}", lock(&lvs.name))));
     }
     Ok(())
@@ -801,7 +806,9 @@ pub async fn rename_lvstore(lvs: &Arc<Lvstore>, new: &str) -> LvolResult<()> {
     }
     // Every new alias must be free (names may hold '/': "a/b" + "c" and "a" + "b/c" meet).
     let lvols: Vec<Arc<Lvol>> = lock(&lvs.lvols).values().cloned().collect();
-    for l in &lvols {
+    // Degraded lvols too: their bdevs come back under the new aliases.
+    let degraded: Vec<Arc<Lvol>> = lock(&lvs.degraded).clone();
+    for l in lvols.iter().chain(&degraded) {
         let alias = format!("{new}/{}", lock(&l.name));
         if let Some(b) = ferrite_bdev::lookup(&alias) {
             if b.name() != l.bdev_name() {
