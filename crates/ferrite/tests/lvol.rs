@@ -795,6 +795,79 @@ fn clones_of_an_external_bdev() {
     assert_eq!((l.len(), l[0]["is_degraded"].clone()), (1, json!(false)), "{l:?}");
 }
 
+#[test]
+fn an_external_snapshot_that_goes_and_returns_at_once() {
+    // The external snapshot's bdev is deleted and created again (same UUID) at the same time,
+    // while a reader keeps one clone busy (so its bdev takes a while to go): once it is back,
+    // every clone is whole and reads it. (Found by the break-it round: the removal, finishing
+    // after the return, forgot the new device, and clones stayed degraded or read zeroes.)
+    if !have("an_external_snapshot_that_goes_and_returns_at_once", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-esnap-flap");
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(64 * MIB).unwrap();
+    let golden = dir.join("golden.img");
+    let bytes: Vec<u8> = (0..1024).flat_map(|i| vec![(i % 250 + 1) as u8; 4096]).collect();
+    std::fs::write(&golden, &bytes).unwrap();
+    let d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "s", "cluster_sz": MIB})));
+    let m = json!({"name": "M", "filename": golden.to_str().unwrap(), "block_size": 4096,
+        "uuid": "77777777-2222-4333-8444-555555555555"});
+    d.call("bdev_uring_create", Some(m.clone()));
+    for n in ["e1", "e2", "e3"] {
+        d.call("bdev_lvol_clone_bdev", Some(json!({"bdev": "M", "lvs_name": "s", "clone_name": n})));
+    }
+    let u1 = nbd(&d, "s/e1", "e1");
+    for round in 0..8 {
+        let _ = d.client().call("nbd_server_add_export", Some(json!({"bdev_name": "s/e1", "name": "e1"})));
+        let mut reader = std::process::Command::new("qemu-io")
+            .args(["-f", "raw", &u1])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            let stdin = reader.stdin.as_mut().unwrap();
+            for _ in 0..200 {
+                let _ = writeln!(stdin, "read 0 64k");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20 * (round % 4)));
+        let created = std::thread::scope(|t| {
+            let del = t.spawn(|| d.client().call("bdev_uring_delete", Some(json!({"name": "M"}))));
+            let created = d.client().call("bdev_uring_create", Some(m.clone())).is_ok();
+            assert_eq!(del.join().unwrap().ok(), Some(json!(true)), "round {round}: the delete");
+            created
+        });
+        if !created {
+            // The create came first (the name was still taken): again, now that it is gone.
+            d.call("bdev_uring_create", Some(m.clone()));
+        }
+        let _ = reader.kill();
+        let _ = reader.wait();
+        // The clones attach when the snapshot is back; give the attach its turn.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while lvols(&d).iter().any(|v| v["is_degraded"] == json!(true)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let l = lvols(&d);
+        assert!(l.iter().all(|v| v["is_degraded"] == json!(false)), "round {round}: {l:?}");
+    }
+    for (i, n) in ["e1", "e2", "e3"].iter().enumerate() {
+        let u = nbd(&d, &format!("s/{n}"), &format!("x{i}"));
+        qemu_io(&dir, &u, "read -P 0x01 0 4k");
+        qemu_io(&dir, &u, "read -P 0x03 8k 4k");
+        // The first write copies the cluster from the snapshot, which must be there.
+        qemu_io(&dir, &u, "write -P 0x99 4k 4k; flush");
+        qemu_io(&dir, &u, "read -P 0x01 0 4k");
+        qemu_io(&dir, &u, "read -P 0x99 4k 4k");
+    }
+    d.assert_serving();
+}
+
 /// The fields of `bdev_lvol_get_lvols` both implementations must agree on.
 const FAMILY_KEYS: [&str; 7] =
     ["alias", "uuid", "name", "is_thin_provisioned", "is_snapshot", "is_clone", "num_allocated_clusters"];

@@ -973,9 +973,7 @@ pub async fn set_parent(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, parent: &Arc<Lvol>
 /// removal can finish.
 async fn esnap_removed(id: &[u8]) {
     for lvs in all() {
-        if lvs.bs.external_source(id).is_none() {
-            continue;
-        }
+        let Some(gone) = lvs.bs.external_source(id) else { continue };
         let hit: Vec<Arc<Lvol>> =
             lock(&lvs.lvols).values().filter(|l| l.blob.root_external().is_some_and(|r| r == id)).cloned().collect();
         for l in hit {
@@ -986,6 +984,15 @@ async fn esnap_removed(id: &[u8]) {
             log::warn!("lvstore {}: lvol {} is degraded", lock(&lvs.name), lock(&l.name));
             lock(&lvs.degraded).push(l);
         }
-        lvs.bs.remove_external_source(id);
+        // The bdev may have come back while the lvol bdevs went: its new device, registered by
+        // the attach, stays; only the one that went is forgotten.
+        if lvs.bs.external_source(id).is_some_and(|d| d.same(&gone)) {
+            lvs.bs.remove_external_source(id);
+        }
+    }
+    // Lvols that went degraded after such a return attach now.
+    let text = esnap_text(id);
+    if let Some(b) = ferrite_bdev::lookup(&text).filter(|b| b.uuid().to_string() == text) {
+        attach_degraded(b.name());
     }
 }

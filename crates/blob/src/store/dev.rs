@@ -55,6 +55,11 @@ impl Dev {
         }
     }
 
+    /// True if `other` is a handle of the same open descriptor (not merely of the same bdev).
+    pub fn same(&self, other: &Dev) -> bool {
+        Arc::ptr_eq(&self.desc, &other.desc)
+    }
+
     /// The descriptor.
     pub fn desc(&self) -> &BdevDesc {
         &self.desc
