@@ -13,7 +13,7 @@ use crate::handshake::{self as hs, OptionRequest};
 use crate::inbox::{Header, Inbox};
 use crate::proto::*;
 use crate::transmission::{self as tx, Command, Limits, Request};
-use ferrite_bdev::{Bdev, BdevDesc, Completed, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
+use ferrite_bdev::{Bdev, BdevDesc, Completed, IoBufs, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
 use ferrite_reactor::net::{SendCache, Socket};
 use ferrite_reactor::{alloc_buf, IoBuf};
 use std::cell::{Cell, RefCell};
@@ -359,7 +359,8 @@ struct Slot {
 struct Reply {
     hdr: [u8; 32],
     hdr_len: u8,
-    data: Option<IoBuf>,
+    /// A read's data: one buffer, or several when the bdev lent it in pieces.
+    data: IoBufs,
     /// The request's payload bytes counted in `Conn::held_bytes`.
     held: u64,
 }
@@ -412,7 +413,7 @@ impl Conn {
         self.me.upgrade().expect("connection alive while it submits")
     }
 
-    fn queue_reply(&self, req: &Request, error: u32, data: Option<IoBuf>) {
+    fn queue_reply(&self, req: &Request, error: u32, data: IoBufs) {
         if self.h.dead.get() {
             // Nobody to send to: free the reply (and its read data) now.
             self.held_bytes.set(self.held_bytes.get() - held_by(req));
@@ -422,15 +423,16 @@ impl Conn {
             }
             return;
         }
-        let mut r = Reply { hdr: [0; 32], hdr_len: 16, data: None, held: held_by(req) };
+        let mut r = Reply { hdr: [0; 32], hdr_len: 16, data: IoBufs::new(), held: held_by(req) };
         if self.limits.structured && req.command == Command::Read {
             match data {
-                Some(d) if error == 0 => {
+                d if error == 0 && !d.is_empty() => {
+                    let len: usize = d.iter().map(|b| b.len()).sum();
                     let mut h = [0u8; 28];
-                    tx::encode_offset_data_header(&mut h, req.cookie, req.offset, d.len() as u32, true);
+                    tx::encode_offset_data_header(&mut h, req.cookie, req.offset, len as u32, true);
                     r.hdr[..28].copy_from_slice(&h);
                     r.hdr_len = 28;
-                    r.data = Some(d);
+                    r.data = d;
                 }
                 _ => {
                     let mut v = Vec::with_capacity(32);
@@ -444,7 +446,7 @@ impl Conn {
             let mut h = [0u8; 16];
             tx::encode_simple_reply(&mut h, error, req.cookie);
             r.hdr[..16].copy_from_slice(&h);
-            r.data = if error == 0 { data } else { None };
+            r.data = if error == 0 { data } else { IoBufs::new() };
         }
         self.replies.borrow_mut().push(r);
         self.unsent.set(self.unsent.get() + 1);
@@ -492,7 +494,7 @@ impl Conn {
             Command::WriteZeroes => IoRequest::no_payload(IoType::WriteZeroes, off, n),
             _ => {
                 // CACHE is a hint; validate() let nothing else through.
-                self.queue_reply(&req, 0, None);
+                self.queue_reply(&req, 0, IoBufs::new());
                 return;
             }
         };
@@ -515,8 +517,7 @@ impl IoCompleter for Conn {
             self.ch.submit(IoRequest::no_payload(IoType::Flush, 0, 0), self.me(), tag);
             return;
         }
-        debug_assert!(req.command != Command::Read || !io.status.is_ok() || io.req.bufs.len() == 1);
-        let data = if req.command == Command::Read { io.req.bufs.pop() } else { None };
+        let data = if req.command == Command::Read { std::mem::take(&mut io.req.bufs) } else { IoBufs::new() };
         self.queue_reply(&req, nbd_error(io.status), data);
         self.release(tag as u32);
     }
@@ -554,7 +555,7 @@ async fn writer(c: Rc<Conn>) {
         parts.clear();
         for r in &batch {
             parts.push((r.hdr.as_ptr(), r.hdr_len as usize));
-            if let Some(d) = &r.data {
+            for d in &r.data {
                 parts.push((d.as_ptr(), d.len()));
             }
         }
@@ -779,7 +780,7 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
                     req.length,
                     req.flags
                 );
-                c.queue_reply(&req, errno, None);
+                c.queue_reply(&req, errno, IoBufs::new());
             }
             Ok(()) if req.command == Command::Disc => return Ok(()),
             Ok(()) => c.submit(req, payload),
