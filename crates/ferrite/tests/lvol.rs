@@ -868,6 +868,40 @@ fn an_external_snapshot_that_goes_and_returns_at_once() {
     d.assert_serving();
 }
 
+#[test]
+fn an_lvstore_on_an_lvol_shuts_down_and_comes_back() {
+    // An lvstore whose base is another lvstore's lvol: a clean shutdown unloads the inner one
+    // first (the outer lvol's bdev cannot go while the inner store holds it: the shutdown used
+    // to wait for it forever), both are clean, and both come back by examine with their bytes.
+    if !have("an_lvstore_on_an_lvol_shuts_down_and_comes_back", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-nested");
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(64 * MIB).unwrap();
+    let d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "outer", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "base", "size_in_mib": 32, "lvs_name": "outer"})));
+    d.call(
+        "bdev_lvol_create_lvstore",
+        Some(json!({"bdev_name": "outer/base", "lvs_name": "inner", "cluster_sz": MIB})),
+    );
+    let p = json!({"lvol_name": "v", "size_in_mib": 8, "lvs_name": "inner", "thin_provision": true});
+    d.call("bdev_lvol_create", Some(p));
+    let u = nbd(&d, "inner/v", "v");
+    qemu_io(&dir, &u, "write -P 0x5e 1M 2M; flush");
+    stop(d);
+    let (ok, out) = check(&dir, &img);
+    assert!(ok && out.contains(", clean"), "{out}");
+    let d = daemon(&dir, &img);
+    let names: Vec<Value> = lvols(&d).iter().map(|l| l["alias"].clone()).collect();
+    assert_eq!(names, vec![json!("outer/base"), json!("inner/v")], "both lvstores came back");
+    let u = nbd(&d, "inner/v", "v");
+    qemu_io(&dir, &u, "read -P 0x5e 1M 2M");
+    qemu_io(&dir, &u, "read -P 0 0 1M");
+    stop(d);
+}
+
 /// The fields of `bdev_lvol_get_lvols` both implementations must agree on.
 const FAMILY_KEYS: [&str; 7] =
     ["alias", "uuid", "name", "is_thin_provisioned", "is_snapshot", "is_clone", "num_allocated_clusters"];

@@ -608,8 +608,12 @@ async fn base_removed(base: &str) {
 /// their openers), then the blobstore is unloaded (masks written, marked clean), while the base
 /// bdev is still there.
 pub async fn shutdown() {
-    let lvstores: Vec<Arc<Lvstore>> = std::mem::take(&mut *lock(&table().0));
-    for lvs in lvstores {
+    let mut left: Vec<Arc<Lvstore>> = std::mem::take(&mut *lock(&table().0));
+    while !left.is_empty() {
+        // An lvstore on another's lvol goes first: that lvol's bdev cannot go while the store
+        // on it holds it open (the shutdown waited for it forever).
+        let next = left.iter().position(|a| !left.iter().any(|b| !Arc::ptr_eq(a, b) && hosts(a, b))).unwrap_or(0);
+        let lvs = left.remove(next);
         let lvols: Vec<Arc<Lvol>> = std::mem::take(&mut *lock(&lvs.lvols)).into_values().collect();
         for l in &lvols {
             if let Ok(rx) = ferrite_bdev::unregister(&l.bdev_name(), Some(MODULE)) {
@@ -635,6 +639,12 @@ pub async fn shutdown() {
             Err(e) => log::warn!("lvstore {name}: unload: {e} (the next load recovers it)"),
         }
     }
+}
+
+/// True if lvstore `inner`'s base bdev is one of `outer`'s lvols.
+fn hosts(outer: &Lvstore, inner: &Lvstore) -> bool {
+    let Some(base) = ferrite_bdev::lookup(&inner.base) else { return false };
+    lock(&outer.lvols).values().any(|l| l.bdev_name() == base.name())
 }
 
 /// An lvol's place among snapshots and clones: its parent's name and its clones' names.
