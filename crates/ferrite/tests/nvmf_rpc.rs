@@ -44,6 +44,12 @@ fn nvmf_rpcs_refuse_what_spdk_refuses() {
     assert_eq!(d.call("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": "M0"}}))), json!(1));
     d.call_err("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": "M0"}})));
     d.call_err("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": "nope"}})));
+    // Blocks that are not a power of two cannot be told to hosts (LBADS): refused, and the bdev
+    // is left unopened (it can be deleted at once).
+    d.call("bdev_null_create", Some(json!({"name": "N1536", "num_blocks": 4096, "block_size": 1536})));
+    let e = d.call_err("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": "N1536"}})));
+    assert!(e.message.contains("power of two"), "{e:?}");
+    assert_eq!(d.call("bdev_null_delete", Some(json!({"name": "N1536"}))), json!(true));
     // Port 0 (hosts would be told 0), an address of the other family, a busy port.
     d.call_err(
         "nvmf_subsystem_add_listener",

@@ -478,6 +478,14 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
         }
     })
     .map_err(|e| errno_error(libc::ENODEV, format!("Unable to add namespace: {e}")))?;
+    // LBADS is a power of two: a namespace of 1536-byte blocks would show hosts 512-byte ones.
+    let bs = desc.bdev().block_size();
+    if !bs.is_power_of_two() {
+        return Err(invalid(format!(
+            "Invalid parameters: bdev {} has {bs}-byte blocks; a namespace's block size is a power of two",
+            n.bdev_name
+        )));
+    }
     if uuid == [0; 16] {
         uuid = *desc.bdev().uuid().as_bytes();
     }
