@@ -324,13 +324,14 @@ pub async fn load(bdev_name: &str) -> LvolResult<Arc<Lvstore>> {
     // A look at the super block first, through a read-only descriptor (no claim).
     {
         let desc = Bdev::open_ext(bdev_name, false, |_| {}).map_err(|e| LvolError::new(libc::ENODEV, e.to_string()))?;
-        let len = (4096u32).max(b.block_size()) as u64;
-        if b.num_blocks() * (b.block_size() as u64) < len {
+        // The first 4 KiB, in whole blocks (blocks need not divide 4 KiB: 1536 bytes).
+        let bs = b.block_size() as u64;
+        let len = 4096u64.div_ceil(bs) * bs;
+        if b.num_blocks() * bs < len {
             return Err(LvolError::new(libc::EILSEQ, "too small"));
         }
         let ch = desc.channel().map_err(|e| LvolError::new(libc::EIO, e.to_string()))?;
-        let req =
-            ferrite_bdev::IoRequest::read(0, len / b.block_size() as u64, ferrite_reactor::alloc_buf(len as usize));
+        let req = ferrite_bdev::IoRequest::read(0, len / bs, ferrite_reactor::alloc_buf(len as usize));
         // A device that does not answer (or a path that is down) does not hold examine up.
         let read = async { Some(ch.submit_wait(req).await) };
         let timeout = async {
