@@ -29,6 +29,13 @@ fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) {
     );
 }
 
+/// A sparse file of `mib` MiB, `disk.img` in `dir`, for an lvstore.
+fn sparse_image(dir: &TempDir, mib: u64) -> std::path::PathBuf {
+    let img = dir.join("disk.img");
+    std::fs::File::create(&img).unwrap().set_len(mib * MIB).unwrap();
+    img
+}
+
 /// A daemon with the file as bdev U0 (4 KiB blocks), examined.
 fn daemon(dir: &TempDir, img: &std::path::Path) -> Daemon {
     let d = Daemon::start(dir, &[]);
@@ -67,8 +74,7 @@ fn lvols_written_over_nbd_come_back_after_restarts() {
         return;
     }
     let dir = TempDir::new("lvol");
-    let img = dir.join("disk.img");
-    std::fs::File::create(&img).unwrap().set_len(256 * MIB).unwrap();
+    let img = sparse_image(&dir, 256);
     let d = daemon(&dir, &img);
     let uuid = d.call(
         "bdev_lvol_create_lvstore",
@@ -166,8 +172,7 @@ fn snapshots_and_clones_over_nbd() {
         return;
     }
     let dir = TempDir::new("lvol-snap");
-    let img = dir.join("disk.img");
-    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let img = sparse_image(&dir, 128);
     let d = daemon(&dir, &img);
     d.call(
         "bdev_lvol_create_lvstore",
@@ -519,8 +524,7 @@ fn spdk_opens_the_lvstore_ferrite_wrote() {
         return;
     }
     let dir = TempDir::new("lvol-spdk");
-    let img = dir.join("disk.img");
-    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let img = sparse_image(&dir, 128);
     let d = daemon(&dir, &img);
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
     d.call("bdev_lvol_create", Some(json!({"lvol_name": "thick", "size_in_mib": 4, "lvs_name": "lvs0"})));
@@ -568,8 +572,7 @@ fn ferrite_opens_an_lvstore_spdk_wrote() {
         return;
     }
     let dir = TempDir::new("lvol-from-spdk");
-    let img = dir.join("disk.img");
-    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let img = sparse_image(&dir, 128);
     let tgt = SpdkTgt::start(&spdk, &dir);
     tgt.rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
     tgt.rpc(&["bdev_lvol_create_lvstore", "A0", "lvs0", "-c", "1048576"]);
@@ -675,8 +678,7 @@ fn clones_of_an_external_bdev() {
         return;
     }
     let dir = TempDir::new("lvol-esnap");
-    let img = dir.join("disk.img");
-    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let img = sparse_image(&dir, 128);
     let golden = dir.join("golden.img");
     // The external snapshot: 6 MiB of data (not a whole number of 4 MiB clusters).
     std::fs::File::create(&golden).unwrap().set_len(6 * MIB).unwrap();
@@ -805,8 +807,7 @@ fn an_external_snapshot_that_goes_and_returns_at_once() {
         return;
     }
     let dir = TempDir::new("lvol-esnap-flap");
-    let img = dir.join("disk.img");
-    std::fs::File::create(&img).unwrap().set_len(64 * MIB).unwrap();
+    let img = sparse_image(&dir, 64);
     let golden = dir.join("golden.img");
     let bytes: Vec<u8> = (0..1024).flat_map(|i| vec![(i % 250 + 1) as u8; 4096]).collect();
     std::fs::write(&golden, &bytes).unwrap();
@@ -877,8 +878,7 @@ fn an_lvstore_on_an_lvol_shuts_down_and_comes_back() {
         return;
     }
     let dir = TempDir::new("lvol-nested");
-    let img = dir.join("disk.img");
-    std::fs::File::create(&img).unwrap().set_len(64 * MIB).unwrap();
+    let img = sparse_image(&dir, 64);
     let d = daemon(&dir, &img);
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "outer", "cluster_sz": MIB})));
     d.call("bdev_lvol_create", Some(json!({"lvol_name": "base", "size_in_mib": 32, "lvs_name": "outer"})));
@@ -956,8 +956,7 @@ fn snapshot_families_cross_between_spdk_and_ferrite() {
 
     // 1. SPDK makes the family; Ferrite opens it.
     let dir = TempDir::new("lvol-family-spdk");
-    let img = dir.join("disk.img");
-    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let img = sparse_image(&dir, 128);
     let tgt = SpdkTgt::start(&spdk, &dir);
     tgt.rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
     tgt.rpc(&["bdev_lvol_create_lvstore", "A0", "lvs0", "-c", "1048576"]);
@@ -1009,8 +1008,7 @@ fn snapshot_families_cross_between_spdk_and_ferrite() {
 
     // 2. Ferrite makes the same family; SPDK opens it.
     let dir = TempDir::new("lvol-family-ferrite");
-    let img = dir.join("disk.img");
-    std::fs::File::create(&img).unwrap().set_len(128 * MIB).unwrap();
+    let img = sparse_image(&dir, 128);
     let d = daemon(&dir, &img);
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
     d.call("bdev_lvol_create", Some(json!({"lvol_name": "thick", "size_in_mib": 4, "lvs_name": "lvs0"})));
@@ -1058,8 +1056,7 @@ fn snapshots_under_a_verify_workload_lose_no_write() {
     // snapshots are taken under it, then a clone, a decouple and an inflate: every write that
     // completed reads back, before and after each of them (writes wait while clusters move).
     let dir = TempDir::new("lvol-snap-verify");
-    let img = dir.join("disk.img");
-    std::fs::File::create(&img).unwrap().set_len(512 * MIB).unwrap();
+    let img = sparse_image(&dir, 512);
     let d = daemon(&dir, &img);
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": 256 << 10})));
     d.call(
@@ -1129,8 +1126,7 @@ fn kill_9_under_a_verify_workload_on_a_thin_lvol_recovers() {
     // load recovers a blobstore that the offline checker finds consistent after a clean
     // shutdown, and the lvol is still there with the clusters it had.
     let dir = TempDir::new("lvol-kill9");
-    let img = dir.join("disk.img");
-    std::fs::File::create(&img).unwrap().set_len(256 * MIB).unwrap();
+    let img = sparse_image(&dir, 256);
     let d = daemon(&dir, &img);
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": 256 << 10})));
     d.call(
