@@ -112,7 +112,11 @@ struct Log {
     ops: u64,
 }
 
-/// Every allocation so far is now durable (a flush completed after it).
+/// Every allocation so far is now durable (a flush completed after it). Only once the
+/// operation that flushes has completed: cut in the middle of it, its own writes and the
+/// earlier unflushed ones reach the medium block by block, in any combination (a delete may be
+/// there while an earlier allocation is not), so the model of the operation under way keeps
+/// them as maybe.
 fn settle(m: &mut Model) {
     for b in m.values_mut() {
         let maybe = std::mem::take(&mut b.maybe);
@@ -177,8 +181,8 @@ async fn workload(bs: Blobstore, seed: u64, n: u64, log: std::sync::Arc<std::syn
                 m.num_clusters = n;
                 m.certain.retain(|&c| c < n);
                 m.maybe.retain(|&c| c < n);
-                settle(&mut next);
                 log.lock().unwrap().after = Some(next.clone());
+                settle(&mut next);
                 let r = async {
                     let b = bs.open_blob(id).await?;
                     b.resize(n).await
@@ -208,8 +212,8 @@ async fn workload(bs: Blobstore, seed: u64, n: u64, log: std::sync::Arc<std::syn
                 let id = pick(&mut rng);
                 let tag = format!("t{}", rng.below(1 << 20)).into_bytes();
                 next.get_mut(&id).unwrap().tag = Some(tag.clone());
-                settle(&mut next);
                 log.lock().unwrap().after = Some(next.clone());
+                settle(&mut next);
                 let r = async {
                     let b = bs.open_blob(id).await?;
                     b.set_xattr("tag", &tag)?;
@@ -220,15 +224,15 @@ async fn workload(bs: Blobstore, seed: u64, n: u64, log: std::sync::Arc<std::syn
             }
             _ => {
                 if rng.chance(1, 2) {
-                    settle(&mut next);
                     log.lock().unwrap().after = Some(next.clone());
+                    settle(&mut next);
                     let r = bs.dev().flush().await;
                     r.map_err(|e| e.to_string())
                 } else {
                     let id = pick(&mut rng);
                     next.remove(&id);
-                    settle(&mut next);
                     log.lock().unwrap().after = Some(next.clone());
+                    settle(&mut next);
                     let r = bs.delete_blob(id).await;
                     r.map_err(|e| e.to_string())
                 }
@@ -369,8 +373,8 @@ fn crash_run(seed: u64) -> u64 {
     let with_op = l.after.as_ref().map(|a| fits(a, l.creating.as_ref(), &got));
     if ok_done.is_err() && !matches!(ok_before, Some(Ok(()))) && !matches!(with_op, Some(Ok(()))) {
         panic!(
-            "seed {seed}: after {} operations the recovered blobstore fits neither state:\n  done: {:?}\n  before: {:?}\n  got: {got:?}",
-            l.ops, ok_done, ok_before
+            "seed {seed}: after {} operations the recovered blobstore fits neither state:\n  done: {:?}\n  before: {:?}\n  with the operation: {:?}\n  got: {got:?}",
+            l.ops, ok_done, ok_before, with_op
         );
     }
     l.ops
