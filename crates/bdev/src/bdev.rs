@@ -174,25 +174,29 @@ impl Limits {
     /// True if a read or write may need fitting (alignment, boundary, size or segment limits).
     pub(crate) fn shape_payload(&self) -> bool {
         self.buf_align > 1
-            || (self.split_on_optimal_io_boundary && self.optimal_io_boundary > 0)
+            || self.split_boundary() > 0
             || self.max_io_blocks > 0
             || self.max_segments > 0
             || self.max_segment_size > 0
     }
 
-    /// The optimal I/O boundary if splitting at it is the only thing that shapes payloads
-    /// (no alignment, size or segment limit), else 0.
-    pub(crate) fn only_boundary(&self) -> u64 {
-        let only = self.split_on_optimal_io_boundary
-            && self.buf_align <= 1
-            && self.max_io_blocks == 0
-            && self.max_segments == 0
-            && self.max_segment_size == 0;
-        if only {
+    /// The optimal I/O boundary requests are split at (0: none).
+    pub(crate) fn split_boundary(&self) -> u64 {
+        if self.split_on_optimal_io_boundary {
             self.optimal_io_boundary as u64
         } else {
             0
         }
+    }
+
+    /// True if splitting at the boundary is the only thing that shapes payloads (no alignment,
+    /// size or segment limit), as for an lvol.
+    pub(crate) fn boundary_only(&self) -> bool {
+        self.split_boundary() > 0
+            && self.buf_align <= 1
+            && self.max_io_blocks == 0
+            && self.max_segments == 0
+            && self.max_segment_size == 0
     }
 
     fn check(&self, block_size: u32) -> Result<(), BdevError> {

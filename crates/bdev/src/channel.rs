@@ -94,9 +94,11 @@ pub(crate) struct ChannelInner {
     pub(crate) limits: Limits,
     /// Reads and writes may need fitting to `limits`.
     shape_payload: bool,
-    /// The optimal I/O boundary when it is the only limit that shapes payloads (0 otherwise):
-    /// a request within it needs no fitting, known without the general pass (an lvol's).
-    only_boundary: u64,
+    /// The optimal I/O boundary requests are split at (0: none).
+    split_boundary: u64,
+    /// The boundary is the only limit that shapes payloads: a request within it needs no
+    /// fitting, known without the general pass (an lvol's).
+    boundary_only: bool,
     pub(crate) bdev: Arc<BdevShared>,
     backend: RefCell<Box<dyn BackendChannel>>,
     /// The module lends its memory for zero-copy reads.
@@ -170,7 +172,8 @@ impl IoChannel {
             serves: IoType::ALL.iter().filter(|t| bdev.supports(**t)).fold(IoTypes::default(), |s, t| s.with(*t)),
             limits,
             shape_payload: limits.shape_payload(),
-            only_boundary: limits.only_boundary(),
+            split_boundary: limits.split_boundary(),
+            boundary_only: limits.boundary_only(),
             bdev: bdev.0.clone(),
             lends_reads: backend.lends_reads(),
             pass_to: backend.forwards_to().filter(|base| base.block_size() == bdev.block_size()),
@@ -382,23 +385,15 @@ impl ChannelInner {
         let fit = self.shape_payload
             && io.req.io_type.has_payload()
             && !io.req.bufs.is_empty()
-            && (self.only_boundary == 0
-                || crate::fit::crosses(io.req.offset_blocks, io.req.num_blocks, self.only_boundary));
-        let crosses = || {
-            let l = &self.limits;
-            let b = l.optimal_io_boundary as u64;
-            l.split_on_optimal_io_boundary
-                && b > 0
-                && io.req.num_blocks > 0
-                && crate::fit::crosses(io.req.offset_blocks, io.req.num_blocks, b)
-        };
+            && (!self.boundary_only || self.crosses_boundary(&io.req));
         let fit_unmap = match io.req.io_type {
             IoType::Unmap => {
-                self.limits.max_unmap_blocks != 0 && io.req.num_blocks > self.limits.max_unmap_blocks || crosses()
+                self.limits.max_unmap_blocks != 0 && io.req.num_blocks > self.limits.max_unmap_blocks
+                    || self.crosses_boundary(&io.req)
             }
             IoType::WriteZeroes => {
                 self.limits.max_write_zeroes_blocks != 0 && io.req.num_blocks > self.limits.max_write_zeroes_blocks
-                    || crosses()
+                    || self.crosses_boundary(&io.req)
             }
             _ => false,
         };
@@ -416,10 +411,18 @@ impl ChannelInner {
         if !self.shape_payload {
             return false;
         }
-        if self.only_boundary != 0 {
-            return crate::fit::crosses(req.offset_blocks, req.num_blocks, self.only_boundary);
+        if self.boundary_only {
+            return self.crosses_boundary(req);
         }
         !crate::fit::fits(self, req)
+    }
+
+    /// True if `req` crosses the boundary the bdev splits requests at (false without one).
+    #[inline]
+    pub(crate) fn crosses_boundary(&self, req: &IoRequest) -> bool {
+        self.split_boundary > 0
+            && req.num_blocks > 0
+            && crate::fit::crosses(req.offset_blocks, req.num_blocks, self.split_boundary)
     }
 
     /// Hands a request to the module.

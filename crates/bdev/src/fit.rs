@@ -97,8 +97,8 @@ fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[IoRequest; 4]>> 
             if max > 0 {
                 n = n.min(max);
             }
-            if l.split_on_optimal_io_boundary && l.optimal_io_boundary > 0 {
-                let b = l.optimal_io_boundary as u64;
+            let b = l.split_boundary();
+            if b > 0 {
                 n = n.min(b - pos % b);
             }
             out.push(IoRequest::new(req.io_type, pos, n).with_flags(req.flags));
@@ -114,8 +114,8 @@ fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[IoRequest; 4]>> 
         if l.max_io_blocks > 0 {
             blocks = blocks.min(l.max_io_blocks as u64);
         }
-        if l.split_on_optimal_io_boundary && l.optimal_io_boundary > 0 {
-            let b = l.optimal_io_boundary as u64;
+        let b = l.split_boundary();
+        if b > 0 {
             blocks = blocks.min(b - pos % b);
         }
         let want = (blocks * bs) as usize;
@@ -188,23 +188,20 @@ pub(crate) fn crosses(offset: u64, n: u64, b: u64) -> bool {
 pub(crate) fn fits(ch: &ChannelInner, req: &IoRequest) -> bool {
     let l = &ch.limits;
     // Unmaps and write-zeroes are split at the boundary too (an lvol maps each cluster alone).
-    let boundary =
-        (l.split_on_optimal_io_boundary && l.optimal_io_boundary > 0).then_some(l.optimal_io_boundary as u64);
-    let crosses = |b: u64| req.num_blocks > 0 && crosses(req.offset_blocks, req.num_blocks, b);
     match req.io_type {
         IoType::Unmap => {
-            return (l.max_unmap_blocks == 0 || req.num_blocks <= l.max_unmap_blocks) && !boundary.is_some_and(crosses)
+            return (l.max_unmap_blocks == 0 || req.num_blocks <= l.max_unmap_blocks) && !ch.crosses_boundary(req)
         }
         IoType::WriteZeroes => {
             return (l.max_write_zeroes_blocks == 0 || req.num_blocks <= l.max_write_zeroes_blocks)
-                && !boundary.is_some_and(crosses)
+                && !ch.crosses_boundary(req)
         }
         _ => {}
     }
     if l.max_io_blocks > 0 && req.num_blocks > l.max_io_blocks as u64 {
         return false;
     }
-    if boundary.is_some_and(crosses) {
+    if ch.crosses_boundary(req) {
         return false;
     }
     if l.max_segments > 0 && req.bufs.len() > l.max_segments as usize {

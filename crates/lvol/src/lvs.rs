@@ -125,29 +125,22 @@ pub fn by_uuid(uuid: &str) -> Option<Arc<Lvstore>> {
 
 /// The lvol a bdev name or alias (`lvs/lvol`) or UUID names.
 pub fn lvol(name: &str) -> Option<(Arc<Lvstore>, Arc<Lvol>)> {
-    for lvs in all() {
-        let lvols = lock(&lvs.lvols);
-        for l in lvols.values() {
-            let alias = format!("{}/{}", lock(&lvs.name), lock(&l.name));
-            if l.bdev_name() == name || alias == name {
-                let l = l.clone();
-                drop(lvols);
-                return Some((lvs, l));
-            }
-        }
-    }
-    None
+    find(name, |lvs| lock(&lvs.lvols).values().cloned().collect())
 }
 
 /// A degraded lvol (no bdev: its external snapshot is missing) by its UUID or its
 /// `lvs_name/lvol_name`, as SPDK's `bdev_lvol_delete` finds one.
 pub fn degraded_lvol(name: &str) -> Option<(Arc<Lvstore>, Arc<Lvol>)> {
+    find(name, |lvs| lock(&lvs.degraded).clone())
+}
+
+/// The lvol among `listed(lvstore)` of some lvstore whose UUID (its bdev's name) or alias
+/// (`lvs/lvol`) is `name`.
+fn find(name: &str, listed: impl Fn(&Lvstore) -> Vec<Arc<Lvol>>) -> Option<(Arc<Lvstore>, Arc<Lvol>)> {
     for lvs in all() {
         let lvs_name = lock(&lvs.name).clone();
-        let hit = lock(&lvs.degraded)
-            .iter()
-            .find(|l| l.uuid.to_string() == name || format!("{lvs_name}/{}", lock(&l.name)) == name)
-            .cloned();
+        let hit =
+            listed(&lvs).into_iter().find(|l| l.bdev_name() == name || format!("{lvs_name}/{}", lock(&l.name)) == name);
         if let Some(l) = hit {
             return Some((lvs, l));
         }
