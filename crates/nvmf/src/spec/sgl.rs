@@ -41,6 +41,34 @@ pub mod sgl_subtype {
     pub const INVALIDATE_KEY: u8 = 0xf;
 }
 
+/// What a receiver checks of a descriptor on every command, read straight from its 16 bytes
+/// without building a [`SglDescriptor`]: the type, the subtype, the address and the unkeyed
+/// length (bytes 11:8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SglFields {
+    /// Descriptor type (bits 7:4 of the identifier); see [`sgl_type`].
+    pub sgl_type: u8,
+    /// Descriptor subtype (bits 3:0 of the identifier); see [`sgl_subtype`].
+    pub subtype: u8,
+    /// Bytes 7:0.
+    pub address: u64,
+    /// Bytes 11:8 (the length of every unkeyed type).
+    pub length: u32,
+}
+
+impl SglFields {
+    /// Reads the fields of the descriptor in `b` (16 bytes).
+    pub fn read(b: &[u8; SglDescriptor::SIZE]) -> SglFields {
+        let id = b[SglDescriptor::OFFSET_IDENTIFIER];
+        SglFields {
+            sgl_type: id >> 4,
+            subtype: id & 0xf,
+            address: u64_at(b, SglDescriptor::OFFSET_ADDRESS),
+            length: u32_at(b, SglDescriptor::OFFSET_LENGTH),
+        }
+    }
+}
+
 /// One SGL descriptor. Every variant keeps the bytes its type defines; reserved bytes are
 /// written as zero and ignored when read. `subtype` is four bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -247,6 +275,21 @@ pub(crate) mod tests {
         assert_eq!(b, [1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0x40]);
         let d = SglDescriptor::KeyedDataBlock { address: 0, length: 0, key: 0xffff_ffff, subtype: 0xf };
         assert_eq!(d.to_bytes(), [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x4f]);
+    }
+
+    #[test]
+    fn fields_agree_with_the_descriptor() {
+        for d in [
+            SglDescriptor::DataBlock { address: 0, length: 4096, subtype: sgl_subtype::OFFSET },
+            SglDescriptor::TransportDataBlock { address: 7, length: 1 << 20, subtype: sgl_subtype::TRANSPORT },
+            SglDescriptor::BitBucket { address: u64::MAX, length: u32::MAX, subtype: 0xf },
+        ] {
+            let f = SglFields::read(&d.to_bytes());
+            assert_eq!((f.sgl_type, f.subtype), (d.sgl_type(), d.subtype()));
+            assert_eq!(Some(f.length), d.length());
+        }
+        let f = SglFields::read(&SglDescriptor::DataBlock { address: 0x1234, length: 5, subtype: 0 }.to_bytes());
+        assert_eq!(f.address, 0x1234);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::qpair::{Bound, Conn, Phase, Xfer, MAX_ADMIN_DATA};
 use crate::spec::fabrics::{self, cattr, ConnectCommand, ConnectData, FabricsCommand, InvalidParameter};
 use crate::spec::opcode::{self, DataTransfer};
 use crate::spec::registers::{self, Cap, Cc, Csts, Vs};
-use crate::spec::sgl::{sgl_subtype, SglDescriptor};
+use crate::spec::sgl::{sgl_subtype, sgl_type, SglDescriptor, SglFields};
 use crate::spec::sqe::{Fuse, Sqe};
 use crate::spec::status::{fabrics as fsc, generic, Status};
 use std::rc::Rc;
@@ -18,12 +18,10 @@ use std::sync::Arc;
 /// Where a capsule's data goes, for the reader (None: nothing to receive now).
 pub(crate) type DataDest = Option<super::qpair::DestCmd>;
 
-fn xfer_of(sqe: &Sqe, raw: &[u8; 64]) -> Xfer {
-    let dir = if sqe.opcode == opcode::FABRICS {
-        DataTransfer::of(raw[fabrics::OFFSET_FCTYPE])
-    } else {
-        DataTransfer::of(sqe.opcode)
-    };
+fn xfer_of(raw: &[u8; 64]) -> Xfer {
+    let opc = raw[Sqe::OFFSET_OPCODE];
+    let dir =
+        if opc == opcode::FABRICS { DataTransfer::of(raw[fabrics::OFFSET_FCTYPE]) } else { DataTransfer::of(opc) };
     match dir {
         DataTransfer::None => Xfer::None,
         DataTransfer::HostToController => Xfer::ToCtrl,
@@ -35,28 +33,28 @@ fn xfer_of(sqe: &Sqe, raw: &[u8; 64]) -> Xfer {
 
 /// A command capsule arrived with `icd` bytes of in-capsule data after it.
 pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest, String> {
-    let sqe = Sqe::decode(raw);
-    let xfer = xfer_of(&sqe, raw);
+    // Fields are read from the bytes as needed (the slot keeps the decoded entry): building
+    // the entry's enums and copying them about stalled loads on every command.
+    let opc = raw[Sqe::OFFSET_OPCODE];
+    let fuse = Fuse::from_bits(raw[Sqe::OFFSET_FLAGS]);
+    let xfer = xfer_of(raw);
     let admin = c.qid().is_none_or(|q| q == 0);
     // Over fabrics the data pointer is SGL1 whatever PSDT says (byte 1 is reserved in Fabrics
     // commands, and SPDK reads SGL1 without looking at it).
-    let mut sgl1 = [0u8; 16];
-    sgl1.copy_from_slice(&raw[24..40]);
-    let sgl = Some(SglDescriptor::decode(&sgl1));
+    let mut sgl1 = [0u8; SglDescriptor::SIZE];
+    sgl1.copy_from_slice(&raw[Sqe::OFFSET_DPTR..Sqe::OFFSET_DPTR + SglDescriptor::SIZE]);
+    let sgl = SglFields::read(&sgl1);
     // The data length the command says, and whether the capsule carries it.
-    let (len, in_capsule, sgl_ok) = match (xfer, sgl) {
-        (Xfer::None, _) => (0, false, icd == 0),
-        (_, Some(SglDescriptor::DataBlock { address, length, subtype })) if subtype == sgl_subtype::OFFSET => {
-            (length, true, address == 0 && length == icd && xfer == Xfer::ToCtrl)
+    let (len, in_capsule, sgl_ok) = match xfer {
+        Xfer::None => (0, false, icd == 0),
+        _ if sgl.sgl_type == sgl_type::DATA_BLOCK && sgl.subtype == sgl_subtype::OFFSET => {
+            (sgl.length, true, sgl.address == 0 && sgl.length == icd && xfer == Xfer::ToCtrl)
         }
-        (_, Some(d @ SglDescriptor::TransportDataBlock { .. })) => {
-            let length = d.length().unwrap_or(0);
-            (length, false, icd == 0)
-        }
+        _ if sgl.sgl_type == sgl_type::TRANSPORT_DATA_BLOCK => (sgl.length, false, icd == 0),
         _ => (0, false, false),
     };
     let limit = if admin { MAX_ADMIN_DATA.max(c.opts.max_io_size) } else { c.opts.max_io_size };
-    let slot = c.new_cmd(sqe, raw, if sgl_ok { xfer } else { Xfer::None }, if sgl_ok { len } else { 0 });
+    let slot = c.new_cmd(raw, if sgl_ok { xfer } else { Xfer::None }, if sgl_ok { len } else { 0 });
     let Some(slot) = slot else {
         return Err(format!("the host sent more commands than its queue holds ({}); closing", c.sq_entries.get()));
     };
@@ -66,24 +64,26 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
         Ok(None)
     };
     if !sgl_ok {
-        log::info!("nvmf connection {}: command {:#04x} cid {}: bad SGL {:?}", c.id, sqe.opcode, sqe.cid, sgl);
+        let cid = u16::from_le_bytes([raw[Sqe::OFFSET_CID], raw[Sqe::OFFSET_CID + 1]]);
+        let sgl = SglDescriptor::decode(&sgl1);
+        log::info!("nvmf connection {}: command {opc:#04x} cid {cid}: bad SGL {sgl:?}", c.id);
         return fail(Status::generic(generic::SGL_DESCRIPTOR_TYPE_INVALID).with_dnr());
     }
     if len > limit {
         return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID).with_dnr());
     }
     if c.bound.borrow().is_none() {
-        let connect = sqe.opcode == opcode::FABRICS && raw[fabrics::OFFSET_FCTYPE] == fabrics::fctype::CONNECT;
+        let connect = opc == opcode::FABRICS && raw[fabrics::OFFSET_FCTYPE] == fabrics::fctype::CONNECT;
         if !connect {
-            log::info!("nvmf connection {}: command {:#04x} before Connect", c.id, sqe.opcode);
+            log::info!("nvmf connection {}: command {opc:#04x} before Connect", c.id);
             return fail(Status::generic(generic::COMMAND_SEQUENCE_ERROR).with_dnr());
         }
     }
-    if sqe.fuse == Fuse::Reserved || (admin && sqe.fuse != Fuse::Normal) {
+    if fuse == Fuse::Reserved || (admin && fuse != Fuse::Normal) {
         return fail(Status::generic(generic::INVALID_FIELD).with_dnr());
     }
     if !admin {
-        c.pair_fused(slot, sqe.fuse);
+        c.pair_fused(slot, fuse);
     }
     if xfer == Xfer::ToCtrl && len > 0 {
         let buf = if in_capsule {
@@ -129,12 +129,9 @@ pub(crate) fn data_ready(c: &Rc<Conn>, slot: u16) {
 
 /// Runs the command in `slot` (its data, if any, is in).
 fn run(c: &Rc<Conn>, slot: u16) {
-    let (opc, raw) = {
-        let cmds = c.cmds.borrow();
-        let cmd = &cmds[usize::from(slot)];
-        (cmd.sqe.opcode, cmd.raw)
-    };
+    let opc = c.cmds.borrow()[usize::from(slot)].sqe.opcode;
     if opc == opcode::FABRICS {
+        let raw = c.cmds.borrow()[usize::from(slot)].raw;
         return fabrics_cmd(c, slot, &raw);
     }
     match c.qid() {

@@ -38,12 +38,15 @@ fn invalid_field() -> Status {
 
 /// Runs the I/O command in `slot` (its data is in).
 pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
-    let (sqe, len) = {
+    // The fields it needs, not a copy of the whole entry (the copy's loads stalled on the
+    // stores that had just written it).
+    let (opc, fuse, nsid, cdw10, cdw11, cdw12, len) = {
         let cmds = c.cmds.borrow();
         let cmd = &cmds[usize::from(slot)];
-        (cmd.sqe, cmd.len)
+        let q = &cmd.sqe;
+        (q.opcode, q.fuse, q.nsid, q.cdw10, q.cdw11, q.cdw12, cmd.len)
     };
-    let ns = match c.namespace(sqe.nsid) {
+    let ns = match c.namespace(nsid) {
         Ok(n) => n,
         Err(st) => return c.complete(slot, st, 0, None),
     };
@@ -51,10 +54,10 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
         return c.complete(slot, st, 0, None);
     }
     let bs = u64::from(ns.block_size);
-    let slba = u64::from(sqe.cdw10) | u64::from(sqe.cdw11) << 32;
-    let nlb = u64::from(sqe.cdw12 & 0xffff) + 1;
-    let fua = sqe.cdw12 & (1 << 30) != 0;
-    let with_data = matches!(sqe.opcode, nvm::READ | nvm::WRITE | nvm::COMPARE);
+    let slba = u64::from(cdw10) | u64::from(cdw11) << 32;
+    let nlb = u64::from(cdw12 & 0xffff) + 1;
+    let fua = cdw12 & (1 << 30) != 0;
+    let with_data = matches!(opc, nvm::READ | nvm::WRITE | nvm::COMPARE);
     if with_data && nlb * bs != u64::from(len) {
         return c.complete(slot, Status::generic(generic::DATA_SGL_LENGTH_INVALID).with_dnr(), 0, None);
     }
@@ -67,14 +70,14 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
             bytes.store(bytes.load(Ordering::Relaxed) + u64::from(len), Ordering::Relaxed);
         }
     };
-    let req = match sqe.opcode {
+    let req = match opc {
         nvm::READ => {
             count(true);
             IoRequest::read_zcopy(slba, nlb)
         }
         nvm::WRITE => {
             count(false);
-            if sqe.fuse == Fuse::Second {
+            if fuse == Fuse::Second {
                 return fused_ready(c, slot, ns);
             }
             let Some(buf) = c.cmds.borrow_mut()[usize::from(slot)].buf.take() else {
@@ -88,7 +91,7 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
             }
         }
         nvm::COMPARE => {
-            if sqe.fuse == Fuse::First {
+            if fuse == Fuse::First {
                 return fused_ready(c, slot, ns);
             }
             let Some(buf) = c.cmds.borrow_mut()[usize::from(slot)].buf.take() else {
@@ -110,10 +113,10 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
                 r
             }
         }
-        nvm::DATASET_MANAGEMENT => return dsm(c, slot, ns, &sqe),
+        nvm::DATASET_MANAGEMENT => return dsm(c, slot, ns, cdw10, cdw11),
         _ => return c.complete(slot, Status::generic(generic::INVALID_OPCODE).with_dnr(), 0, None),
     };
-    if sqe.fuse != Fuse::Normal {
+    if fuse != Fuse::Normal {
         return c.complete(slot, invalid_field(), 0, None);
     }
     {
@@ -181,9 +184,9 @@ fn fused_ready(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>) {
     }
 }
 
-fn dsm(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>, sqe: &crate::spec::sqe::Sqe) {
-    let deallocate = sqe.cdw11 & DSM_DEALLOCATE != 0;
-    let nr = (sqe.cdw10 & 0xff) as usize + 1;
+fn dsm(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>, cdw10: u32, cdw11: u32) {
+    let deallocate = cdw11 & DSM_DEALLOCATE != 0;
+    let nr = (cdw10 & 0xff) as usize + 1;
     let buf = c.cmds.borrow_mut()[usize::from(slot)].buf.take();
     let Some(buf) = buf.filter(|b| b.len() >= nr * 16) else {
         return c.complete(slot, Status::generic(generic::DATA_SGL_LENGTH_INVALID).with_dnr(), 0, None);

@@ -13,6 +13,7 @@ use crate::rx::Rx;
 use crate::spec::cqe::Cqe;
 use crate::spec::sqe::Sqe;
 use crate::spec::status::{generic, Status};
+use crate::tcp::pdu::CH_LEN;
 use crate::tcp::{controller_accept, encode, ControllerConfig, Decoder, Event, Negotiated, Pdu, PduError, Role, Want};
 use ferrite_bdev::{IoChannel, IoStatus};
 use ferrite_reactor::net::{SendCache, Socket};
@@ -967,6 +968,21 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
             Want::Closed => return Err("decoder stopped".into()),
             Want::Bytes(_) => {
                 let chunk = rx.chunk().await?;
+                // Most PDUs are command capsules whose header is all in the chunk: run them
+                // from it (the decoder checks as `feed` would; anything else goes through it).
+                if let Some((n, icd)) = dec.capsule_in_place(chunk) {
+                    let raw: &[u8; 64] = chunk[CH_LEN..CH_LEN + 64].try_into().expect("64 bytes");
+                    let res = super::exec::capsule(c, raw, icd);
+                    chunk.consume(n);
+                    match res {
+                        Ok(d) => dest = d.map_or(Dest::Skip, |d| Dest::Cmd { slot: d.slot, at: 0 }),
+                        Err(msg) => match c.pending_term.take() {
+                            Some(e) => return Err(format!("{msg}; {}", terminate(c, &dec, e).await)),
+                            None => return Err(msg),
+                        },
+                    }
+                    continue;
+                }
                 let fed = match dec.feed(chunk) {
                     Ok(f) => f,
                     Err(e) => return Err(terminate(c, &dec, e).await),
@@ -1138,11 +1154,12 @@ impl Conn {
     }
 
     /// Takes a slot for a new command.
-    pub(crate) fn new_cmd(&self, sqe: Sqe, raw: &[u8; 64], xfer: Xfer, len: u32) -> Option<u16> {
+    pub(crate) fn new_cmd(&self, raw: &[u8; 64], xfer: Xfer, len: u32) -> Option<u16> {
         let slot = self.take_slot()?;
         let mut cmds = self.cmds.borrow_mut();
         let c = &mut cmds[usize::from(slot)];
-        c.sqe = sqe;
+        // The target reads SGL1 from `raw` (`exec::capsule`), never `sqe.dptr`.
+        c.sqe = Sqe::decode_fields(raw);
         c.raw = *raw;
         c.xfer = xfer;
         c.len = len;

@@ -36,8 +36,8 @@
 use super::digest::{self, DataDigest, DIGEST_LEN};
 use super::negotiate::{pda_bytes, Negotiated};
 use super::pdu::{
-    flags, offset, CommonHeader, Pdu, PduError, PduType, Role, ADMIN_MAX_ICD, CH_LEN, FABRICS_OPCODE, IC_HLEN,
-    MAX_HLEN, MAX_PDA, MIN_MAXH2CDATA, PFV_1_0, TERM_REQ_HLEN, TERM_REQ_MAX_PLEN,
+    flags, offset, CommonHeader, Pdu, PduError, PduType, Role, ADMIN_MAX_ICD, CAPSULE_CMD_HLEN, CH_LEN, FABRICS_OPCODE,
+    IC_HLEN, MAX_HLEN, MAX_PDA, MIN_MAXH2CDATA, PFV_1_0, TERM_REQ_HLEN, TERM_REQ_MAX_PLEN,
 };
 
 /// Size of the header staging area: the largest HLEN and a header digest.
@@ -297,6 +297,47 @@ impl Decoder {
                 }
             }
         }
+    }
+
+    /// The fast path for the PDU a target receives most: a command capsule whose whole header
+    /// (and header digest) starts `input` while the decoder waits for a header. Takes the
+    /// header and returns how many bytes that was and the in-capsule data length after it
+    /// (then [`Decoder::want`] is [`Want::Data`] if that is not 0, as after
+    /// [`Event::Header`]); the SQE is `input[CH_LEN..CH_LEN + 64]`, read in place, not copied
+    /// through a [`Header`]. Returns None and takes nothing for anything else (another type,
+    /// a header not all here, padding before the data, a Fabrics command, any check that
+    /// fails): [`Decoder::feed`] then does the same checks and says what is wrong.
+    pub fn capsule_in_place(&mut self, input: &[u8]) -> Option<(usize, u32)> {
+        let hlen = usize::from(CAPSULE_CMD_HLEN);
+        if self.stage != Stage::Header
+            || self.have != 0
+            || input.len() < hlen
+            || input[0] != PduType::CapsuleCmd.to_u8()
+            || input[CH_LEN] == FABRICS_OPCODE
+        {
+            return None;
+        }
+        let mut ch = [0u8; CH_LEN];
+        ch.copy_from_slice(&input[..CH_LEN]);
+        let layout = self.check_common(&CommonHeader::parse(&ch)).ok()?;
+        let full = hlen + if layout.hdgst { DIGEST_LEN } else { 0 };
+        if input.len() < full || layout.pad != 0 || layout.data_len > self.max_icd {
+            return None;
+        }
+        if layout.hdgst {
+            let mut d = [0u8; DIGEST_LEN];
+            d.copy_from_slice(&input[hlen..full]);
+            if digest::from_wire(d) != digest::header_digest(&input[..hlen]) {
+                return None;
+            }
+        }
+        self.layout = layout;
+        if layout.data_len > 0 {
+            self.stage = Stage::Data;
+            self.data_left = layout.data_len;
+            self.digest = DataDigest::new();
+        }
+        Some((full, layout.data_len))
     }
 
     /// Tells the decoder that the next `chunk.len()` data bytes of the current PDU are

@@ -21,6 +21,18 @@ pub(super) enum Got {
 /// Feeds `wire` to `dec` in chunks whose sizes `sizes` gives (cycled), placing data in a
 /// buffer of its own; sets `on_ic` as the parameters once an ICReq or ICResp arrives.
 pub(super) fn run(dec: &mut Decoder, wire: &[u8], sizes: &[usize], on_ic: Option<Negotiated>) -> Vec<Got> {
+    run_with(dec, wire, sizes, on_ic, false)
+}
+
+/// [`run`], trying [`Decoder::capsule_in_place`] before every [`Decoder::feed`] when `fast`
+/// (as the target's reader does): the events must be the same either way.
+pub(super) fn run_with(
+    dec: &mut Decoder,
+    wire: &[u8],
+    sizes: &[usize],
+    on_ic: Option<Negotiated>,
+    fast: bool,
+) -> Vec<Got> {
     let mut out = Vec::new();
     let mut data = Vec::new();
     let mut pos = 0;
@@ -46,15 +58,23 @@ pub(super) fn run(dec: &mut Decoder, wire: &[u8], sizes: &[usize], on_ic: Option
                     // Header steps stay within the staging area; padding (skipped, not
                     // staged) within PDO.
                     assert!(n > 0 && n <= 255);
-                    match dec.feed(chunk) {
-                        Ok(fed) => {
-                            assert!(fed.consumed > 0 || fed.event.is_some());
-                            chunk = &chunk[fed.consumed..];
-                            fed.event
-                        }
-                        Err(e) => {
-                            out.push(Got::Error(e));
-                            return out;
+                    let in_place = if fast { dec.capsule_in_place(chunk) } else { None };
+                    if let Some((used, data_len)) = in_place {
+                        let sqe: [u8; 64] = chunk[pdu::CH_LEN..pdu::CH_LEN + 64].try_into().unwrap();
+                        assert!(used == 72 || used == 76);
+                        chunk = &chunk[used..];
+                        Some(Event::Header(Header { pdu: Pdu::CapsuleCmd(CapsuleCmd { sqe }), data_len }))
+                    } else {
+                        match dec.feed(chunk) {
+                            Ok(fed) => {
+                                assert!(fed.consumed > 0 || fed.event.is_some());
+                                chunk = &chunk[fed.consumed..];
+                                fed.event
+                            }
+                            Err(e) => {
+                                out.push(Got::Error(e));
+                                return out;
+                            }
                         }
                     }
                 }
@@ -204,6 +224,45 @@ fn capsule_cmd_padding_and_no_data() {
     assert_eq!((f.head_len, f.pdo, f.plen, f.data_digest), (76, 0, 76, None));
     assert_eq!(out[1], fl::HDGSTF);
     assert_eq!(whole(&mut controller(p), &out[..76]), vec![header(cmd, 0)]);
+}
+
+#[test]
+fn capsules_run_in_place() {
+    let mut out = [0u8; 256];
+    for (hdgst, ddgst) in [(false, false), (true, false), (true, true)] {
+        let p = params(hdgst, ddgst, 0, 0);
+        let hl = if hdgst { 76 } else { 72 };
+        // No data: the header is taken, the next PDU follows.
+        let cmd = Pdu::CapsuleCmd(CapsuleCmd { sqe: sqe(0x02, 9) });
+        let n = encode_contiguous(&mut out, &p, &cmd, &[]).unwrap();
+        let mut dec = controller(p);
+        assert_eq!(dec.capsule_in_place(&out[..n]), Some((hl, 0)));
+        assert_eq!(dec.want(), Want::Bytes(8));
+        // In-capsule data: the caller places it next.
+        let cmd = Pdu::CapsuleCmd(CapsuleCmd { sqe: sqe(0x01, 9) });
+        let n = encode_contiguous(&mut out, &p, &cmd, &[&[7; 16]]).unwrap();
+        let mut dec = controller(p);
+        assert_eq!(dec.capsule_in_place(&out[..n]), Some((hl, 16)));
+        assert_eq!(dec.want(), Want::Data(16));
+        let fed = dec.data(&out[hl..hl + 16]);
+        let fed = if ddgst { dec.feed(&out[hl + 16..n]).unwrap() } else { fed };
+        assert_eq!(fed.event, Some(Event::DataEnd));
+        // Not all here, a Fabrics command, or after part of a header: left to feed.
+        let mut dec = controller(p);
+        assert_eq!(dec.capsule_in_place(&out[..hl - 1]), None);
+        assert_eq!(dec.feed(&out[..3]).unwrap().consumed, 3);
+        assert_eq!(dec.capsule_in_place(&out[3..n]), None);
+        let fabrics = Pdu::CapsuleCmd(CapsuleCmd { sqe: sqe(0x7f, 1) });
+        let n = encode_contiguous(&mut out, &p, &fabrics, &[]).unwrap();
+        assert_eq!(controller(p).capsule_in_place(&out[..n]), None);
+    }
+    // A bad header digest is left to feed, which fails with it.
+    let p = params(true, false, 0, 0);
+    let n = encode_contiguous(&mut out, &p, &Pdu::CapsuleCmd(CapsuleCmd { sqe: sqe(0x02, 1) }), &[]).unwrap();
+    out[20] ^= 1;
+    let mut dec = controller(p);
+    assert_eq!(dec.capsule_in_place(&out[..n]), None);
+    assert!(matches!(dec.feed(&out[..n]), Err(PduError::HeaderDigest { .. })));
 }
 
 #[test]

@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 
 use super::super::*;
-use super::{run, Got};
+use super::{run, run_with, Got};
 
 /// In-capsule data limit the controller decoders use here.
 const MAX_ICD: u32 = 2048;
@@ -244,6 +244,27 @@ proptest! {
         d[i] ^= flip;
         want[2] = Got::DigestError;
         prop_assert_eq!(run(&mut decoder(role, p), &wire, &sizes, None), want);
+    }
+
+    /// The target's fast path for command capsules (`Decoder::capsule_in_place`) decodes
+    /// every stream as `feed` does: valid streams, streams with a flipped byte anywhere (bad
+    /// digests, fields, lengths), any chunking, and leaves the decoder in the same state.
+    #[test]
+    fn capsules_in_place_decode_as_feed_does(
+        (role, p, pdus) in arb_stream(),
+        flip in proptest::option::of((any::<proptest::sample::Index>(), 1u8..=255)),
+        sizes in chunk_sizes(),
+    ) {
+        let (mut wire, _) = encode_all(&p, &pdus);
+        if let Some((at, x)) = flip {
+            let i = at.index(wire.len());
+            wire[i] ^= x;
+        }
+        let mut slow = decoder(role, p);
+        let mut fast = decoder(role, p);
+        let want = run_with(&mut slow, &wire, &sizes, None, false);
+        prop_assert_eq!(run_with(&mut fast, &wire, &sizes, None, true), want);
+        prop_assert_eq!(fast.want(), slow.want());
     }
 
     /// Arbitrary bytes under arbitrary parameters: no panic, steps stay within the staging
