@@ -28,8 +28,8 @@ pub use linkme;
 pub use net::RecvStream;
 pub use pbuf::{RecvBufConfig, RecvBufStats, RecvChunk};
 pub use reactor::{
-    after, alloc_buf, buf_pool, current, engine, pending_timers, recv_buf_stats, register_poller, resize_buf_pool,
-    sleep, spawn_local, try_alloc_buf, try_with_ring, unregister_poller, with_ring, Engine, EngineConfig, PollerId,
-    ReactorMode, ReactorStats, Sleep,
+    after, alloc_buf, buf_pool, current, engine, next_turn, pending_timers, recv_buf_stats, register_poller,
+    resize_buf_pool, sleep, spawn_local, try_alloc_buf, try_with_ring, unregister_poller, with_ring, Engine,
+    EngineConfig, NextTurn, PollerId, ReactorMode, ReactorStats, Sleep,
 };
 pub use sim::{Sim, SimRng};

@@ -407,6 +407,8 @@ pub(crate) struct Local {
     recv_group: Option<Rc<BufGroup>>,
     /// Size of a socket's own receive buffer when there is no ring.
     recv_size: u32,
+    /// Tasks waiting in [`next_turn`] for the end of this turn.
+    after_turn: RefCell<Vec<Waker>>,
 }
 
 thread_local! {
@@ -536,6 +538,7 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
         // sleep): a turn is microseconds at most, and a second read of the counter per turn
         // cost ~2% of a busy target's core (rdtsc is slow in a VM).
         work += local.run_timers(last);
+        work += local.end_turn();
         // Sockets are read (the kernel's deferred task work run) on idle turns and on every
         // fourth busy one: more commands arrive per read, and each read and each reply batch
         // costs the kernel a fixed amount (a QD 32 target read its socket 2.2x as often per
@@ -649,6 +652,7 @@ impl Local {
             bufs: RefCell::new(bufs),
             recv_group,
             recv_size: cfg.recv_bufs.size,
+            after_turn: RefCell::new(Vec::new()),
         }))
     }
 
@@ -668,6 +672,8 @@ impl Local {
         drop(added);
         let timers = std::mem::take(&mut *self.timer_fns.borrow_mut());
         drop(timers);
+        let waiting = std::mem::take(&mut *self.after_turn.borrow_mut());
+        drop(waiting);
         let ready = std::mem::take(&mut *self.ready.borrow_mut());
         drop(ready);
         if self.recv_group.is_some() {
@@ -718,6 +724,17 @@ impl Local {
         pollers.append(&mut slot);
         *slot = pollers;
         work
+    }
+
+    /// Wakes the tasks waiting in [`next_turn`]; how many.
+    pub(crate) fn end_turn(&self) -> usize {
+        let mut waiting = self.after_turn.borrow_mut();
+        let n = waiting.len();
+        // (Waking only queues the task: nothing here borrows `after_turn` again.)
+        for w in waiting.drain(..) {
+            w.wake();
+        }
+        n
     }
 
     /// Fires the timers due at `now`; the number fired.
@@ -884,6 +901,34 @@ pub struct Sleep {
 struct SleepState {
     fired: Cell<bool>,
     waker: RefCell<Option<Waker>>,
+}
+
+/// Lets the rest of the reactor's turn run before the task goes on: the task resumes on the
+/// next turn, after this turn's pollers (completions modules deferred) and timers, and after
+/// the tasks they woke. A task with a long run of work uses it to let those results out
+/// (replies sent, say) before it continues. Off a reactor it yields once.
+pub fn next_turn() -> NextTurn {
+    NextTurn { waited: false }
+}
+
+/// The future of [`next_turn`].
+pub struct NextTurn {
+    waited: bool,
+}
+
+impl Future for NextTurn {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.waited {
+            return Poll::Ready(());
+        }
+        self.waited = true;
+        match try_local() {
+            Some(l) => l.after_turn.borrow_mut().push(cx.waker().clone()),
+            None => cx.waker().wake_by_ref(),
+        }
+        Poll::Pending
+    }
 }
 
 /// Waits for `delay` on the calling reactor.

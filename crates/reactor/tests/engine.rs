@@ -121,6 +121,45 @@ fn pollers_run_until_unregistered() {
     shutdown(e);
 }
 
+#[test]
+fn next_turn_lets_the_pollers_run_first() {
+    for mode in [ReactorMode::Adaptive, ReactorMode::Poll, ReactorMode::Interrupt] {
+        let e = engine(mode);
+        let (runs, woke_first) = e
+            .run_async(0, || async {
+                let n = Rc::new(Cell::new(0u32));
+                let n2 = n.clone();
+                // A task the poller wakes on its first run after each request: it must run
+                // before the task that waited in next_turn goes on.
+                let flag = Rc::new(Cell::new(0u32));
+                let id = register_poller(move || {
+                    n2.set(n2.get() + 1);
+                    false
+                });
+                let mut runs = Vec::new();
+                let mut woke_first = 0;
+                for _ in 0..20 {
+                    let before = n.get();
+                    let f = flag.clone();
+                    let seen = f.get();
+                    spawn_local(async move { f.set(f.get() + 1) }).detach();
+                    next_turn().await;
+                    runs.push(n.get() - before);
+                    if flag.get() == seen + 1 {
+                        woke_first += 1;
+                    }
+                }
+                unregister_poller(id);
+                (runs, woke_first)
+            })
+            .wait()
+            .unwrap();
+        assert!(runs.iter().all(|&r| r >= 1), "{mode:?}: a poller run between each wait and its end: {runs:?}");
+        assert_eq!(woke_first, 20, "{mode:?}: tasks queued before the wait ran first");
+        shutdown(e);
+    }
+}
+
 struct Done(Rc<Cell<Option<(u64, i32)>>>);
 impl CqeHandler for Done {
     fn complete(&self, tag: u64, result: i32) {
