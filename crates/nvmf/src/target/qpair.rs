@@ -887,6 +887,14 @@ async fn writer(c: Rc<Conn>) {
             if o.has_ddgst {
                 parts.push((o.ddgst.as_ptr(), 4));
             }
+        }
+        // Response capsules go after all the batch's data PDUs (each still after its own
+        // command's data): a host that reads its socket in fixed chunks (SPDK's reads 8 C2HData
+        // PDUs of 4 KiB at a time) then finds whole data PDUs in them instead of PDUs cut by
+        // 24-byte responses, and SPDK's host ends a polling pass at a cut PDU: with responses
+        // between the data it took 8 completions per pass and sent 8 commands per send, at
+        // any queue depth.
+        for o in &batch {
             parts.push((o.resp.as_ptr(), o.resp_len as usize));
         }
         c.sending.set(Some((ferrite_reactor::tsc::ticks(), bytes)));
@@ -938,11 +946,18 @@ async fn terminate(c: &Conn, dec: &Decoder, e: PduError) -> String {
     format!("protocol error: {e}; sent C2HTermReq")
 }
 
+/// Commands served before the reader lets the rest of a turn run (see `reader`).
+const HANDOFF_MIN: usize = 16;
+/// A command capsule without data (what `reader` counts a chunk's remaining bytes in).
+const CAPSULE_LEN: usize = 72;
+
 /// Reads and runs commands until the host disconnects, errs or the connection closes.
 async fn reader(c: &Rc<Conn>) -> Result<(), String> {
     let mut rx = Rx::new(&c.sock);
     let mut dec = Decoder::new(Role::Controller);
     let mut dest = Dest::Skip;
+    // Commands taken from the chunks since the reader last let the turn end.
+    let mut served = 0usize;
     loop {
         if c.closing.get() {
             return Ok(());
@@ -971,6 +986,7 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
                 // Most PDUs are command capsules whose header is all in the chunk: run them
                 // from it (the decoder checks as `feed` would; anything else goes through it).
                 if let Some((n, icd)) = dec.capsule_in_place(chunk) {
+                    served += 1;
                     let raw: &[u8; 64] = chunk[CH_LEN..CH_LEN + 64].try_into().expect("64 bytes");
                     let res = super::exec::capsule(c, raw, icd);
                     chunk.consume(n);
@@ -980,6 +996,19 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
                             Some(e) => return Err(format!("{msg}; {}", terminate(c, &dec, e).await)),
                             None => return Err(msg),
                         },
+                    }
+                    // A receive that brought many commands is served in halves: after half
+                    // of them (16 at least) the reader lets the turn end, so the first half's
+                    // completions (the bdev layer runs them in this turn's pollers) are sent
+                    // while the rest run. Served all at once, a host at QD 32 got its 32
+                    // replies in one piece and sent its next 32 in one piece: the two ends
+                    // took turns, each idle while the other worked.
+                    let left = chunk.len() / CAPSULE_LEN;
+                    if served >= HANDOFF_MIN && served >= left {
+                        served = 0;
+                        ferrite_reactor::next_turn().await;
+                    } else if left == 0 {
+                        served = 0;
                     }
                     continue;
                 }
