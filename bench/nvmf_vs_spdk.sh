@@ -10,6 +10,16 @@
 # Cells (IOPS; MiB/s for 128 KiB; mean latency, which spdk_nvme_perf prints, at QD 1):
 #   null namespace (1 GiB, 4 KiB blocks), 4 KiB: randread and randwrite at QD 1, 32, 128, and
 #   randread QD 32 with header and data digests (spdk_nvme_perf -H -I);
+#   null-resp: the null randread cells again, both targets configured with "c2h_success": false
+#   (nvmf_create_transport), so that both send a response capsule after each read's C2HData.
+#   Why: SPDK v26.05's nvmf_tgt sets C2HData's SUCCESS flag (and skips the response) for every
+#   host, although spdk_nvme_perf keeps SQ flow control on and the NVMe/TCP specification allows
+#   SUCCESS only when the host disabled it (Connect CATTR bit 2). Ferrite follows the
+#   specification, as Linux's nvmet does and as SPDK does after v26.05 (commit 00c2f8cd49,
+#   "nvmf/tcp: negotiate C2H_SUCCESS based on host's SQFLOW request"), so in the plain null
+#   randread cells Ferrite sends two PDUs per read and SPDK one; the null-resp cells compare the
+#   same PDUs on the wire. (spdk_nvme_perf v26.05 cannot ask to disable SQ flow control: its
+#   --disable-sq-flow-control came later.)
 #   malloc namespace (1 GiB, 4 KiB blocks), 128 KiB: sequential read and write at QD 32. Malloc
 #   there so the payload is real memory on both sides: a null bdev does not touch its buffers,
 #   so a target could send 128 KiB of whatever it likes, and the cell would measure framing only.
@@ -31,7 +41,8 @@
 #   perf stopped: spdk_nvme_perf (QD 1) connected and running, then SIGSTOPped: an admin and an
 #     I/O queue, both silent.
 #   Ferrite in its default (adaptive) and in poll mode; SPDK's reactor polls, ~100%.
-# Environment: ROUNDS (3); FERRITE_MODE (reactor mode for the perf cells, default adaptive);
+# Environment: ROUNDS (3); CELLS (an extended regular expression: only the cells whose
+# "kind workload size qd" matches, e.g. CELLS='randread 4096 32'); FERRITE_MODE (reactor mode for the perf cells, default adaptive);
 # FERRITE_BIN (another build of the daemon to measure, e.g. a work tree's); IDLE_SECONDS (5);
 # ONLY (perf or idle: only those cells); NVMF_TARGET (ferrite; `spdk` puts SPDK's nvmf_tgt in
 # the ferrite column too: an SPDK-vs-SPDK run, whose ratios show the noise of the machine).
@@ -76,17 +87,19 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# config KIND PORT: the JSON config both targets load: namespace 1 of $NQN is Null0 (KIND null)
-# or Malloc0 (KIND malloc), 1 GiB of 4 KiB blocks either way.
+# config KIND PORT: the JSON config both targets load: namespace 1 of $NQN is Null0 (KIND null
+# or null-resp) or Malloc0 (KIND malloc), 1 GiB of 4 KiB blocks either way; null-resp turns the
+# transport's c2h_success off (see above).
 config() {
-  local create=bdev_null_create name=Null0
+  local create=bdev_null_create name=Null0 transport='{"trtype":"TCP"}'
   [ "$1" = malloc ] && create=bdev_malloc_create name=Malloc0
+  [ "$1" = null-resp ] && transport='{"trtype":"TCP","c2h_success":false}'
   cat <<J
 {"subsystems":[
  {"subsystem":"bdev","config":[
   {"method":"$create","params":{"name":"$name","num_blocks":262144,"block_size":4096}}]},
  {"subsystem":"nvmf","config":[
-  {"method":"nvmf_create_transport","params":{"trtype":"TCP"}},
+  {"method":"nvmf_create_transport","params":$transport},
   {"method":"nvmf_create_subsystem","params":{"nqn":"$NQN","allow_any_host":true,"serial_number":"FERRITE0001","model_number":"Ferrite bench"}},
   {"method":"nvmf_subsystem_add_ns","params":{"nqn":"$NQN","namespace":{"bdev_name":"$name"}}},
   {"method":"nvmf_subsystem_add_listener","params":{"nqn":"$NQN","listen_address":{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"$2"}}}]}]}
@@ -179,7 +192,9 @@ perf_cells() {
     f_MiB/s s_MiB/s f_lat_us s_lat_us other%
   for cell in "null randread 4096 1" "null randread 4096 32" "null randread 4096 128" \
     "null randwrite 4096 1" "null randwrite 4096 32" "null randwrite 4096 128" \
-    "null randread 4096 32 -H -I" "malloc read 131072 32" "malloc write 131072 32"; do
+    "null randread 4096 32 -H -I" "null-resp randread 4096 1" "null-resp randread 4096 32" \
+    "null-resp randread 4096 128" "malloc read 131072 32" "malloc write 131072 32"; do
+    [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"$cell" || continue
     read -r kind w size qd flags <<<"$cell"
     fiops_all= siops_all= fm_all= sm_all= fl_all= sl_all= other_max=0
     for round in $(seq "$ROUNDS"); do
