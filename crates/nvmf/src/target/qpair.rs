@@ -986,7 +986,6 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
                 // Most PDUs are command capsules whose header is all in the chunk: run them
                 // from it (the decoder checks as `feed` would; anything else goes through it).
                 if let Some((n, icd)) = dec.capsule_in_place(chunk) {
-                    served += 1;
                     let raw: &[u8; 64] = chunk[CH_LEN..CH_LEN + 64].try_into().expect("64 bytes");
                     let res = super::exec::capsule(c, raw, icd);
                     chunk.consume(n);
@@ -997,13 +996,16 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
                             None => return Err(msg),
                         },
                     }
-                    // A receive that brought many commands is served in halves: after half
-                    // of them (16 at least) the reader lets the turn end, so the first half's
-                    // completions (the bdev layer runs them in this turn's pollers) are sent
-                    // while the rest run. Served all at once, a host at QD 32 got its 32
-                    // replies in one piece and sent its next 32 in one piece: the two ends
-                    // took turns, each idle while the other worked.
+                    // A receive that brought many commands without data (reads) is served
+                    // in halves: after half of them (16 at least) the reader lets the turn
+                    // end, so the first half's completions (the bdev layer runs them in this
+                    // turn's pollers) are sent while the rest run. Served all at once, a host
+                    // at QD 32 got its 32 replies in one piece and sent its next 32 in one
+                    // piece: the two ends took turns, each idle while the other worked.
+                    // Commands with data are not counted (each brings its own receive work,
+                    // and splitting their batches only made more, smaller sends).
                     let left = chunk.len() / CAPSULE_LEN;
+                    served = if icd == 0 { served + 1 } else { 0 };
                     if served >= HANDOFF_MIN && served >= left {
                         served = 0;
                         ferrite_reactor::next_turn().await;
