@@ -13,7 +13,9 @@
 # compares runs made within seconds of each other: this machine's speed drifts by 10-20% over
 # minutes, which made quotients of medians taken minutes apart swing from 0.78 to 1.04. Printed:
 # medians of the IOPS, and the medians of the per-round quotients. Run it on a quiet machine.
-# Usage: [ROUNDS=3] bench/lvol_vs_spdk.sh [SECONDS]
+# CELLS (an extended regular expression) keeps only the cells whose "workload qd" matches
+# ("randwrite 1$"; the thin cell is "thin randwrite 32").
+# Usage: [ROUNDS=3] [CELLS=...] bench/lvol_vs_spdk.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
 T=${1:-5}
 ROUNDS=${ROUNDS:-3}
@@ -89,8 +91,11 @@ fmedian() { python3 -c "import statistics,sys; print(statistics.median(float(x) 
 printf '%-34s %10s %10s %7s %14s %14s\n' cell ferrite spdk ratio ferrite_vs_raw spdk_vs_raw
 for w in randread randwrite; do
   for qd in 1 128; do
+    [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"$w $qd" || continue
     pair_cell $w $qd
   done
 done
-run_cell thin "$TMP/thin.json" lvs0/l0 randwrite 32
-printf '%-34s %10s %10s %7.2f\n' "thin first writes randwrite qd32" "$F_MED" "$S_MED" "$(python3 -c "print($F_MED/$S_MED)")"
+if [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"thin randwrite 32"; then
+  run_cell thin "$TMP/thin.json" lvs0/l0 randwrite 32
+  printf '%-34s %10s %10s %7.2f\n' "thin first writes randwrite qd32" "$F_MED" "$S_MED" "$(python3 -c "print($F_MED/$S_MED)")"
+fi
