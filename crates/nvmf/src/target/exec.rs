@@ -41,9 +41,9 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
     let admin = c.qid().is_none_or(|q| q == 0);
     // Over fabrics the data pointer is SGL1 whatever PSDT says (byte 1 is reserved in Fabrics
     // commands, and SPDK reads SGL1 without looking at it).
-    let mut sgl1 = [0u8; SglDescriptor::SIZE];
-    sgl1.copy_from_slice(&raw[Sqe::OFFSET_DPTR..Sqe::OFFSET_DPTR + SglDescriptor::SIZE]);
-    let sgl = SglFields::read(&sgl1);
+    let sgl1: &[u8; SglDescriptor::SIZE] =
+        raw[Sqe::OFFSET_DPTR..Sqe::OFFSET_DPTR + SglDescriptor::SIZE].try_into().expect("16 bytes");
+    let sgl = SglFields::read(sgl1);
     // The data length the command says, and whether the capsule carries it.
     let (len, in_capsule, sgl_ok) = match xfer {
         Xfer::None => (0, false, icd == 0),
@@ -64,8 +64,8 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
         Ok(None)
     };
     if !sgl_ok {
-        let cid = u16::from_le_bytes([raw[Sqe::OFFSET_CID], raw[Sqe::OFFSET_CID + 1]]);
-        let sgl = SglDescriptor::decode(&sgl1);
+        let cid = c.cmds.borrow()[usize::from(slot)].sqe.cid;
+        let sgl = SglDescriptor::decode(sgl1);
         log::info!("nvmf connection {}: command {opc:#04x} cid {cid}: bad SGL {sgl:?}", c.id);
         return fail(Status::generic(generic::SGL_DESCRIPTOR_TYPE_INVALID).with_dnr());
     }

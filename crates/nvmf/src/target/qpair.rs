@@ -13,7 +13,7 @@ use crate::rx::Rx;
 use crate::spec::cqe::Cqe;
 use crate::spec::sqe::Sqe;
 use crate::spec::status::{generic, Status};
-use crate::tcp::pdu::CH_LEN;
+use crate::tcp::pdu::{CAPSULE_CMD_HLEN, CH_LEN};
 use crate::tcp::{controller_accept, encode, ControllerConfig, Decoder, Event, Negotiated, Pdu, PduError, Role, Want};
 use ferrite_bdev::{IoChannel, IoStatus};
 use ferrite_reactor::net::{SendCache, Socket};
@@ -949,7 +949,16 @@ async fn terminate(c: &Conn, dec: &Decoder, e: PduError) -> String {
 /// Commands served before the reader lets the rest of a turn run (see `reader`).
 const HANDOFF_MIN: usize = 16;
 /// A command capsule without data (what `reader` counts a chunk's remaining bytes in).
-const CAPSULE_LEN: usize = 72;
+const CAPSULE_LEN: usize = CAPSULE_CMD_HLEN as usize;
+
+/// A header passed the decoder but not the command state (`msg` says why): a termination
+/// request names it, when one applies. Returns why the connection ends.
+async fn refused(c: &Conn, dec: &Decoder, msg: String) -> String {
+    match c.pending_term.take() {
+        Some(e) => format!("{msg}; {}", terminate(c, dec, e).await),
+        None => msg,
+    }
+}
 
 /// Reads and runs commands until the host disconnects, errs or the connection closes.
 async fn reader(c: &Rc<Conn>) -> Result<(), String> {
@@ -991,10 +1000,7 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
                     chunk.consume(n);
                     match res {
                         Ok(d) => dest = d.map_or(Dest::Skip, |d| Dest::Cmd { slot: d.slot, at: 0 }),
-                        Err(msg) => match c.pending_term.take() {
-                            Some(e) => return Err(format!("{msg}; {}", terminate(c, &dec, e).await)),
-                            None => return Err(msg),
-                        },
+                        Err(msg) => return Err(refused(c, &dec, msg).await),
                     }
                     // A receive that brought many commands without data (reads) is served
                     // in halves: after half of them (16 at least) the reader lets the turn
@@ -1024,12 +1030,7 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
                     Some(Event::Header(h)) => match on_header(c, &mut dec, h) {
                         Ok(Some(d)) => dest = d,
                         Ok(None) => dest = Dest::Skip,
-                        // A header that passed the decoder but not the command state: a
-                        // termination request names it, when one applies.
-                        Err(msg) => match c.pending_term.take() {
-                            Some(e) => return Err(format!("{msg}; {}", terminate(c, &dec, e).await)),
-                            None => return Err(msg),
-                        },
+                        Err(msg) => return Err(refused(c, &dec, msg).await),
                     },
                     Some(Event::DataEnd) => data_end(c, dest, false),
                     Some(Event::DataDigestError { received, computed, .. }) => {

@@ -324,12 +324,8 @@ impl Decoder {
         if input.len() < full || layout.pad != 0 || layout.data_len > self.max_icd {
             return None;
         }
-        if layout.hdgst {
-            let mut d = [0u8; DIGEST_LEN];
-            d.copy_from_slice(&input[hlen..full]);
-            if digest::from_wire(d) != digest::header_digest(&input[..hlen]) {
-                return None;
-            }
+        if layout.hdgst && check_header_digest(layout.pdu_type, &input[..full]).is_err() {
+            return None;
         }
         self.layout = layout;
         if layout.data_len > 0 {
@@ -495,13 +491,7 @@ impl Decoder {
         let t = l.pdu_type;
         let hlen = usize::from(t.hlen());
         if l.hdgst {
-            let mut d = [0u8; DIGEST_LEN];
-            d.copy_from_slice(&self.staging[hlen..hlen + DIGEST_LEN]);
-            let received = digest::from_wire(d);
-            let computed = digest::header_digest(&self.staging[..hlen]);
-            if received != computed {
-                return Err(PduError::HeaderDigest { pdu_type: t, received, computed });
-            }
+            check_header_digest(t, &self.staging[..hlen + DIGEST_LEN])?;
         }
         let pdu = Pdu::parse(t, self.staging[1], &self.staging[..hlen]);
         let invalid = |offset: u8, value: u32| PduError::InvalidField { pdu_type: t, offset, value };
@@ -574,4 +564,18 @@ impl Decoder {
         }
         Ok(Header { pdu, data_len: l.data_len })
     }
+}
+
+/// Checks the header digest that ends `header` (a PDU of type `t`: its HLEN bytes, then the
+/// digest).
+fn check_header_digest(t: PduType, header: &[u8]) -> Result<(), PduError> {
+    let hlen = usize::from(t.hlen());
+    let mut d = [0u8; DIGEST_LEN];
+    d.copy_from_slice(&header[hlen..hlen + DIGEST_LEN]);
+    let received = digest::from_wire(d);
+    let computed = digest::header_digest(&header[..hlen]);
+    if received != computed {
+        return Err(PduError::HeaderDigest { pdu_type: t, received, computed });
+    }
+    Ok(())
 }
