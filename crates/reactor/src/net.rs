@@ -436,6 +436,26 @@ impl Socket {
         RecvStream::new(self)
     }
 
+    /// Receives into `dst` what the socket holds now, with a plain non-blocking `recv` (no ring
+    /// round trip: for bytes that have most likely arrived already). Returns the byte count, 0
+    /// at end of stream, `WouldBlock` if nothing is there. Only while no other receive is in
+    /// flight on the socket (which would get which bytes is undefined).
+    pub fn try_recv(&self, dst: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            // SAFETY: recv writes at most `dst.len()` bytes into `dst`.
+            let n = unsafe {
+                libc::recv(self.raw_fd(), dst.as_mut_ptr() as *mut libc::c_void, dst.len(), libc::MSG_DONTWAIT)
+            };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
     /// Receives exactly `buf[at..]`, looping over short receives; fails with UnexpectedEof if the
     /// peer closes first.
     pub async fn recv_exact(&self, buf: IoBuf, at: usize) -> (std::io::Result<()>, IoBuf) {

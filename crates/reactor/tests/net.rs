@@ -305,3 +305,29 @@ fn dropped_listener_cancels_its_accept() {
     assert_eq!(pending_after, 0);
     stop(e);
 }
+
+#[test]
+fn try_recv_takes_what_is_there_and_never_waits() {
+    let e = engine(64, 64);
+    let got = run(&e, Duration::from_secs(5), move || async move {
+        let (s, mut p) = pair();
+        let mut dst = [0u8; 16];
+        // Nothing sent yet: WouldBlock at once, not a wait.
+        let empty = s.try_recv(&mut dst).expect_err("nothing to receive").kind();
+        p.write_all(b"0123456789").unwrap();
+        let n = s.try_recv(&mut dst).expect("bytes");
+        let first = dst[..n].to_vec();
+        // Then a ring receive gets the bytes after them, in order.
+        p.write_all(b"abc").unwrap();
+        let (res, buf) = s.recv_exact(alloc_buf(3), 0).await;
+        res.expect("ring receive");
+        drop(p);
+        let eof = s.try_recv(&mut dst).expect("end of stream");
+        (empty, first, buf.to_vec(), eof)
+    });
+    assert_eq!(got.0, std::io::ErrorKind::WouldBlock);
+    assert_eq!(got.1, b"0123456789");
+    assert_eq!(got.2, b"abc");
+    assert_eq!(got.3, 0, "0 at end of stream");
+    stop(e);
+}
