@@ -8,6 +8,12 @@ use ferrite_reactor::{IoBuf, RecvChunk};
 /// Data larger than this that has not arrived yet is received straight into its buffer
 /// (stopping the multishot receive costs a round trip, worth it only for large data).
 const DIRECT_FROM: usize = 64 << 10;
+/// Most bytes one plain receive takes after data received straight into its buffer.
+const SINGLE: usize = 16 << 10;
+/// After data received straight into its buffer, this many chunks are taken one buffer at a time
+/// (a multishot receive would take the next PDU's data into ring buffers, to be copied); a run
+/// of large writes keeps it so, anything else goes back to the multishot receive after them.
+const SINGLE_CHUNKS: u8 = 8;
 
 /// A connection's received bytes not yet used, and how to receive more.
 /// The receive side of one NVMe/TCP connection.
@@ -15,14 +21,15 @@ pub struct Rx<'a> {
     sock: &'a Socket,
     stream: RecvStream<'a>,
     cur: Option<RecvChunk>,
-    /// Receive one ring buffer at a time (data just went straight into its buffer).
-    single: bool,
+    /// Chunks still to receive one buffer at a time, with a plain receive first: data went
+    /// straight into its buffer lately, and more such data may follow (see `SINGLE_CHUNKS`).
+    single: u8,
 }
 
 impl<'a> Rx<'a> {
     /// A receiver on `sock`, which must have no receive of its own in flight.
     pub fn new(sock: &'a Socket) -> Self {
-        Self { sock, stream: sock.recv_stream(), cur: None, single: false }
+        Self { sock, stream: sock.recv_stream(), cur: None, single: 0 }
     }
 
     /// The chunk being parsed, waiting for one if none is left. Err at end of stream or error.
@@ -33,7 +40,23 @@ impl<'a> Rx<'a> {
                 self.cur = Some(c);
                 continue;
             }
-            let next = if self.single { self.stream.next_single().await } else { self.stream.next().await };
+            let single = self.single > 0;
+            if single {
+                self.single -= 1;
+                // The stream is stopped, and what follows the data (the next header, often)
+                // has most likely arrived: a plain receive takes it without a ring round trip.
+                let mut b = ferrite_reactor::alloc_buf(SINGLE);
+                match self.sock.try_recv(&mut b[..]) {
+                    Ok(0) => return Err("host closed the connection".into()),
+                    Ok(n) => {
+                        self.cur = Some(RecvChunk::from_buf(b, n));
+                        continue;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(format!("receive: {e}")),
+                }
+            }
+            let next = if single { self.stream.next_single().await } else { self.stream.next().await };
             match next {
                 Ok(Some(c)) => self.cur = Some(c),
                 Ok(None) => return Err("host closed the connection".into()),
@@ -70,7 +93,7 @@ impl<'a> Rx<'a> {
         let end = at + len;
         let mut have = at + self.take_buffered(&mut buf[at..end]);
         let deadline = if have < end { allowance.map(|a| std::time::Instant::now() + a) } else { None };
-        self.single = false;
+        self.single = 0;
         while have < end && end - have <= DIRECT_FROM {
             // Small remainders come with the next chunks (by the deadline: a host that stops
             // sending mid-data would otherwise hold the buffer for as long as it stays).
@@ -111,7 +134,7 @@ impl<'a> Rx<'a> {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => return (Err(format!("receive data: {e}")), buf),
         }
-        self.single = true;
+        self.single = SINGLE_CHUNKS;
         if have == end {
             return (Ok(()), buf);
         }

@@ -99,6 +99,13 @@ pub(crate) trait Reclaim {
     fn reclaim(&self, buf: IoBuf);
 }
 
+/// The home of a chunk whose buffer goes nowhere when it is dropped (`RecvChunk::from_buf`).
+struct NoHome;
+
+impl Reclaim for NoHome {
+    fn reclaim(&self, _: IoBuf) {}
+}
+
 /// A reactor's provided buffer ring and its buffers.
 pub struct BufGroup {
     entries: Region,
@@ -306,6 +313,13 @@ impl RecvChunk {
     pub(crate) fn owned(buf: IoBuf, len: u32, home: Weak<dyn Reclaim>) -> Self {
         let end = len.min(buf.len() as u32);
         Self { mem: ChunkMem::Owned { buf: Some(buf), home }, start: 0, end }
+    }
+
+    /// A chunk of the first `len` bytes of `buf`, received by other means than a stream (e.g.
+    /// [`crate::net::Socket::try_recv`]); the buffer is dropped with the chunk.
+    pub fn from_buf(buf: IoBuf, len: usize) -> Self {
+        let home: Weak<dyn Reclaim> = Weak::<NoHome>::new();
+        Self::owned(buf, len.min(u32::MAX as usize) as u32, home)
     }
 
     /// Bytes not yet consumed.
