@@ -44,12 +44,29 @@
 # Environment: ROUNDS (3); CELLS (an extended regular expression: only the cells whose
 # "kind workload size qd" matches, e.g. CELLS='randread 4096 32'); FERRITE_MODE (reactor mode for the perf cells, default adaptive);
 # FERRITE_BIN (another build of the daemon to measure, e.g. a work tree's); IDLE_SECONDS (5);
-# ONLY (perf or idle: only those cells); NVMF_TARGET (ferrite; `spdk` puts SPDK's nvmf_tgt in
+# ONLY (perf or idle: only those cells); TCP_CC (a TCP congestion control, e.g. cubic: the run
+# goes into a network namespace of its own, made with unshare, whose loopback uses it; the
+# machine's setting stays as it is. Why it matters: on loopback the client's TCP stack shares
+# the work with the target's, and a BBR sender paces and keeps a small congestion window at
+# loopback's microsecond round trips, so with 128 KiB writes the client, not the target, sets
+# the pace, by an amount that depends on when the target's ACKs come: see docs/PERFORMANCE.md);
+# NVMF_TARGET (ferrite; `spdk` puts SPDK's nvmf_tgt in
 # the ferrite column too: an SPDK-vs-SPDK run, whose ratios show the noise of the machine).
 # Needs SPDK (../shared/anchors/spdk.sh unpacks it); prints SKIP without it. If Ferrite cannot
 # serve the config (e.g. nvmf_create_transport: Method not found), it says so and stops.
 # Usage: [ROUNDS=3] bench/nvmf_vs_spdk.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
+if [ -n "${TCP_CC:-}" ] && [ -z "${FERRITE_BENCH_NETNS:-}" ]; then
+  [ "$(id -u)" = 0 ] || fail "TCP_CC needs root (a network namespace of the run's own)"
+  need ip iproute2
+  need unshare util-linux
+  grep -qw "$TCP_CC" /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null ||
+    modprobe "tcp_$TCP_CC" 2>/dev/null || true
+  grep -qw "$TCP_CC" /proc/sys/net/ipv4/tcp_available_congestion_control ||
+    fail "TCP congestion control $TCP_CC is not available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
+  exec env FERRITE_BENCH_NETNS=1 unshare -n bash -c \
+    'ip link set lo up && sysctl -qw net.ipv4.tcp_congestion_control="$TCP_CC" && exec bash "$0" "$@"' "$0" "$@"
+fi
 FERRITE=${FERRITE_BIN:-$FERRITE}
 T=${1:-5}
 ROUNDS=${ROUNDS:-3}
@@ -305,6 +322,7 @@ idle_cells() {
 }
 
 # --- the run --------------------------------------------------------------------------------
+echo "TCP congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control)$([ -n "${FERRITE_BENCH_NETNS:-}" ] && echo " (TCP_CC, in a network namespace of this run's own)")"
 start_target "$NVMF_TARGET" null # can it serve the config at all? (stops here if not)
 stop_target
 [ "$ONLY" = idle ] || perf_cells
