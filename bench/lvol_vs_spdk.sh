@@ -7,14 +7,21 @@
 #   malloc (raw) and thick lvol, randread and randwrite at QD 1 and 128: the lvol's share of
 #     the raw malloc bdev's IOPS (issue: >= 97%), and Ferrite's lvol against SPDK's lvol;
 #   thin lvol on a fresh lvstore with 1 MiB clusters, randwrite QD 32: first writes allocate
-#     clusters as they go (1,024 of them), Ferrite against SPDK.
+#     clusters as they go (1,024 of them), Ferrite against SPDK;
+#   fully allocated thin lvol (4 MiB clusters), randread and randwrite at QD 1 and 128, against
+#     the raw malloc bdev as the thick cells: in each run every block of the bdev under test
+#     (the malloc bdev too) is written once before the timed part, in the same process (the
+#     malloc bdev is memory and gone with it): `ferrite perf --fill` (1 MiB writes, 8 at a
+#     time), and for bdevperf `-z` with two perform_tests RPCs, a 3 s sequential 1 MiB write
+#     pass at QD 8 and then the timed workload.
 # Each round of a read/write cell runs all four (Ferrite's malloc and lvol, SPDK's malloc and
 # lvol) back to back, in an order that alternates between rounds, so each lvol/malloc quotient
 # compares runs made within seconds of each other: this machine's speed drifts by 10-20% over
 # minutes, which made quotients of medians taken minutes apart swing from 0.78 to 1.04. Printed:
 # medians of the IOPS, and the medians of the per-round quotients. Run it on a quiet machine.
 # CELLS (an extended regular expression) keeps only the cells whose "workload qd" matches
-# ("randwrite 1$"; the thin cell is "thin randwrite 32").
+# ("randwrite 1$"; the thin cell is "thin randwrite 32", the allocated thin ones "full randread
+# 128" and so on, the thick ones "thick randread 128").
 # Usage: [ROUNDS=3] [CELLS=...] bench/lvol_vs_spdk.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
 T=${1:-5}
@@ -39,16 +46,40 @@ J
 cfg malloc 0 ""
 cfg thick 4194304 '{"lvs_name":"lvs0","lvol_name":"l0","size_in_mib":1000}'
 cfg thin 1048576 '{"lvs_name":"lvs0","lvol_name":"l0","size_in_mib":1000,"thin_provision":true}'
+cfg thin4m 4194304 '{"lvs_name":"lvs0","lvol_name":"l0","size_in_mib":1000,"thin_provision":true}'
+FILL= # "fill": the runs write every block of the bdev under test first (see above)
 ferrite_iops() { # CONFIG BDEV WORKLOAD QD
   local res="$TMP/res.json"
-  "$FERRITE" perf --json "$1" -T "$2" -q "$4" -o 4096 -w "$3" -t "$T" -m 0x1 --results-json "$res" >/dev/null ||
-    fail "ferrite perf on $2 failed"
+  "$FERRITE" perf --json "$1" -T "$2" -q "$4" -o 4096 -w "$3" -t "$T" -m 0x1 --results-json "$res" \
+    ${FILL:+--fill} >/dev/null || fail "ferrite perf on $2 failed"
   json_get "$res" "int(d['total']['iops'])"
 }
 spdk_iops() { # CONFIG BDEV WORKLOAD QD
+  [ -z "$FILL" ] || { spdk_filled_iops "$@"; return; }
   LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/examples/bdevperf" --no-pci --no-huge -s 2048 -m 0x1 \
     --json "$1" -T "$2" -q "$4" -o 4096 -w "$3" -t "$T" 2>&1 | tr -d '\r' |
     awk '$1 == "Total" { for (i = 1; i <= NF; i++) if ($i == ":") { print int($(i + 1)); exit } }'
+}
+# perform_tests SOCKET PARAMS_JSON: one bdevperf perform_tests RPC; prints the sum of the jobs'
+# IOPS (SPDK's own JSON-RPC client, from its python package).
+perform_tests() {
+  PYTHONPATH="$SPDK_DIR/python" python3 -c '
+import json, sys
+from spdk.rpc.client import JSONRPCClient
+r = JSONRPCClient(sys.argv[1], timeout=120.0).call("perform_tests", json.loads(sys.argv[2]))
+print(int(sum(j["iops"] for j in r["results"])))' "$1" "$2"
+}
+spdk_filled_iops() { # CONFIG BDEV WORKLOAD QD: bdevperf -z, a fill pass, then the timed run
+  local sock="$TMP/bdevperf.sock" pid out
+  rm -f "$sock"
+  LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/examples/bdevperf" --no-pci --no-huge -s 2048 -m 0x1 \
+    -z -r "$sock" --json "$1" -T "$2" -q "$4" -o 4096 -w "$3" -t "$T" >"$TMP/bdevperf.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
+  out=$(perform_tests "$sock" '{"workload_type":"write","io_size":"1048576","queue_depth":8,"time_in_sec":3}' >/dev/null &&
+    perform_tests "$sock" "{\"workload_type\":\"$3\",\"io_size\":\"4096\",\"queue_depth\":$4,\"time_in_sec\":$T}") || out=
+  kill -INT "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+  echo "$out"
 }
 median() { python3 -c "import statistics,sys; print(int(statistics.median(float(x) for x in sys.argv[1:])))" "$@"; }
 # run_cell LABEL CONFIG BDEV WORKLOAD QD -> F_MED S_MED (Ferrite vs SPDK, alternating)
@@ -64,35 +95,43 @@ run_cell() {
   done
   F_MED=$(median "${f[@]}"); S_MED=$(median "${s[@]}")
 }
-# pair_cell WORKLOAD QD -> medians of the four tools' IOPS and of the per-round quotients
+# pair_cell KIND WORKLOAD QD (KIND thick, or full: the thin lvol, filled first) -> medians of
+# the four tools' IOPS and of the per-round quotients
 pair_cell() {
   local fr=() fl=() sr=() sl=() fq=() sq=() fs=() rs=()
-  local w=$1 qd=$2
+  local kind=$1 w=$2 qd=$3 lv="$TMP/thick.json"
+  FILL=
+  [ "$kind" = full ] && FILL=fill lv="$TMP/thin4m.json"
   for r in $(seq 1 "$ROUNDS"); do
     local a b c d
     if [ $((r % 2)) = 1 ]; then
-      a=$(ferrite_iops "$TMP/malloc.json" M0 "$w" "$qd"); b=$(ferrite_iops "$TMP/thick.json" lvs0/l0 "$w" "$qd")
-      c=$(spdk_iops "$TMP/malloc.json" M0 "$w" "$qd"); d=$(spdk_iops "$TMP/thick.json" lvs0/l0 "$w" "$qd")
+      a=$(ferrite_iops "$TMP/malloc.json" M0 "$w" "$qd"); b=$(ferrite_iops "$lv" lvs0/l0 "$w" "$qd")
+      c=$(spdk_iops "$TMP/malloc.json" M0 "$w" "$qd"); d=$(spdk_iops "$lv" lvs0/l0 "$w" "$qd")
     else
-      d=$(spdk_iops "$TMP/thick.json" lvs0/l0 "$w" "$qd"); c=$(spdk_iops "$TMP/malloc.json" M0 "$w" "$qd")
-      b=$(ferrite_iops "$TMP/thick.json" lvs0/l0 "$w" "$qd"); a=$(ferrite_iops "$TMP/malloc.json" M0 "$w" "$qd")
+      d=$(spdk_iops "$lv" lvs0/l0 "$w" "$qd"); c=$(spdk_iops "$TMP/malloc.json" M0 "$w" "$qd")
+      b=$(ferrite_iops "$lv" lvs0/l0 "$w" "$qd"); a=$(ferrite_iops "$TMP/malloc.json" M0 "$w" "$qd")
     fi
     [ -n "$c" ] && [ -n "$d" ] || fail "could not read bdevperf's Total line ($w qd$qd)"
     fr+=("$a"); fl+=("$b"); sr+=("$c"); sl+=("$d")
     fq+=("$(python3 -c "print($b/$a)")"); sq+=("$(python3 -c "print($d/$c)")")
     fs+=("$(python3 -c "print($b/$d)")"); rs+=("$(python3 -c "print($a/$c)")")
   done
-  printf '%-34s %10s %10s %7.2f %14.3f %14.3f\n' "thick lvol $w 4k qd$qd" "$(median "${fl[@]}")" "$(median "${sl[@]}")" \
+  local label="thick lvol"
+  [ "$kind" = full ] && label="allocated thin lvol"
+  FILL=
+  printf '%-34s %10s %10s %7.2f %14.3f %14.3f\n' "$label $w 4k qd$qd" "$(median "${fl[@]}")" "$(median "${sl[@]}")" \
     "$(fmedian "${fs[@]}")" "$(fmedian "${fq[@]}")" "$(fmedian "${sq[@]}")"
   printf '%-34s %10s %10s %7.2f   (lvol/malloc per round: %s)\n' "  (malloc raw $w 4k qd$qd)" "$(median "${fr[@]}")" \
     "$(median "${sr[@]}")" "$(fmedian "${rs[@]}")" "$(printf '%.3f ' "${fq[@]}")"
 }
 fmedian() { python3 -c "import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }
 printf '%-34s %10s %10s %7s %14s %14s\n' cell ferrite spdk ratio ferrite_vs_raw spdk_vs_raw
-for w in randread randwrite; do
-  for qd in 1 128; do
-    [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"$w $qd" || continue
-    pair_cell $w $qd
+for kind in thick full; do
+  for w in randread randwrite; do
+    for qd in 1 128; do
+      [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"$kind $w $qd" || continue
+      pair_cell $kind $w $qd
+    done
   done
 done
 if [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"thin randwrite 32"; then

@@ -144,6 +144,33 @@ fn uring_write_reaches_the_file_then_verify() {
 }
 
 #[test]
+fn fill_writes_every_block_before_a_read_run() {
+    // 9 MiB and 4 KiB: the last fill write is shorter than 1 MiB.
+    const SIZE: usize = (9 << 20) + 4096;
+    let dir = TempDir::new("perffill");
+    let img = dir.file_filled("disk.img", SIZE, 0);
+    let cfg = config_with(
+        &dir,
+        "uring.json",
+        "bdev_uring_create",
+        json!({"name": "Uring0", "filename": img.to_str().unwrap()}),
+    );
+    let run = run_perf(
+        &dir,
+        "fill-randread",
+        &cfg,
+        &["-w", "randread", "-q", "4", "-o", "4096", "-t", "1", "--fill", "--reactor-mode", "interrupt"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(run.code, Some(0), "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("Filled Uring0: 9 MiB"), "{}", run.stdout);
+    assert!(run.stdout.contains("randread, depth: 4, IO size: 4096"), "{}", run.stdout);
+    let data = std::fs::read(&img).unwrap();
+    assert_eq!(data.len(), SIZE, "the fill changed the file's size");
+    assert_eq!(untouched_blocks(&data, 0), 0, "blocks the fill did not write");
+}
+
+#[test]
 fn missing_uring_file_fails_with_its_path() {
     let dir = TempDir::new("perfmissing");
     let missing = dir.join("no-such-disk.img");
