@@ -100,6 +100,18 @@ fn verify_malloc_bdev() {
     check_verify_run(&run, &results, "Malloc0");
 }
 
+/// A file of `size` bytes of `byte` in `dir`, and a config that makes it the uring bdev Uring0.
+fn uring_disk(dir: &TempDir, size: usize, byte: u8) -> (std::path::PathBuf, String) {
+    let img = dir.file_filled("disk.img", size, byte);
+    let cfg = config_with(
+        dir,
+        "uring.json",
+        "bdev_uring_create",
+        json!({"name": "Uring0", "filename": img.to_str().unwrap()}),
+    );
+    (img, cfg)
+}
+
 /// True for each 4 KiB block that is still entirely `byte`.
 fn untouched_blocks(data: &[u8], byte: u8) -> usize {
     data.chunks(4096).filter(|c| c.iter().all(|&b| b == byte)).count()
@@ -109,13 +121,7 @@ fn untouched_blocks(data: &[u8], byte: u8) -> usize {
 fn uring_write_reaches_the_file_then_verify() {
     const SIZE: usize = 16 << 20;
     let dir = TempDir::new("perfuring");
-    let img = dir.file_filled("disk.img", SIZE, 0xAB);
-    let cfg = config_with(
-        &dir,
-        "uring.json",
-        "bdev_uring_create",
-        json!({"name": "Uring0", "filename": img.to_str().unwrap()}),
-    );
+    let (img, cfg) = uring_disk(&dir, SIZE, 0xAB);
 
     let run = run_perf(
         &dir,
@@ -148,13 +154,7 @@ fn fill_writes_every_block_before_a_read_run() {
     // 9 MiB and 4 KiB: the last fill write is shorter than 1 MiB.
     const SIZE: usize = (9 << 20) + 4096;
     let dir = TempDir::new("perffill");
-    let img = dir.file_filled("disk.img", SIZE, 0);
-    let cfg = config_with(
-        &dir,
-        "uring.json",
-        "bdev_uring_create",
-        json!({"name": "Uring0", "filename": img.to_str().unwrap()}),
-    );
+    let (img, cfg) = uring_disk(&dir, SIZE, 0);
     let run = run_perf(
         &dir,
         "fill-randread",
