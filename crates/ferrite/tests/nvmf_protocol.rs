@@ -139,6 +139,67 @@ fn round_trips_with_digests_padding_and_c2h_success() {
     round_trips("nvmfrtd", HostOpts { hpda: 7, sqflow_off: true, ..HostOpts::digests() });
 }
 
+/// Payloads over 64 KiB are received straight into their buffers (a plain receive first, a
+/// ring receive for the rest), and what follows one comes by a plain receive too. Payloads that
+/// trickle in, in pieces that end anywhere (inside a header, inside data), and PDUs glued to a
+/// payload's last bytes must all land where they belong.
+#[test]
+fn large_payloads_that_trickle_in_or_come_glued_together() {
+    let (_dir, mut n) = setup("nvmftrickle", "0x1", json!({"max_io_size": 1 << 20}));
+    let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+    let q = &mut s.io[0];
+    let size = 192usize << 10;
+    let nlb = (size / 4096) as u32;
+    for round in 0..4u64 {
+        // Two large writes at once; both R2Ts answered by one stream of H2CData PDUs.
+        let datas = [pattern(100 + 2 * round, size), pattern(101 + 2 * round, size)];
+        let lbas = [round * 2 * u64::from(nlb), round * 2 * u64::from(nlb) + u64::from(nlb)];
+        let cids: Vec<u16> =
+            (0..2).map(|i| q.submit(Host::rw_sqe(nvm::WRITE, NS4K, lbas[i], nlb), Some(&datas[i]), 0)).collect();
+        let mut stream = Vec::new();
+        for _ in 0..2 {
+            let r = q.recv().expect("an R2T");
+            let Pdu::R2t(t) = r.pdu else { panic!("expected an R2T, got {:?}", r.pdu) };
+            let i = cids.iter().position(|&c| c == t.cccid).expect("R2T for one of ours");
+            assert_eq!((t.r2to, t.r2tl), (0, size as u32));
+            let mut off = 0u32;
+            while off < t.r2tl {
+                let len = (t.r2tl - off).min(q.params.maxh2cdata);
+                let last = off + len == t.r2tl;
+                let pdu = Pdu::H2cData(H2cData { cccid: t.cccid, ttag: t.ttag, datao: off, datal: len, last });
+                stream.extend(q.frame(&pdu, &[&datas[i][off as usize..(off + len) as usize]]));
+                off += len;
+            }
+        }
+        // Round 0: all at once. Others: pieces of odd sizes with pauses between them.
+        let cuts: &[usize] = match round {
+            0 => &[],
+            1 => &[10, 100, 70_000, 140_000, 200_000],
+            2 => &[24, 5_000, 131_096, 131_120, 262_000],
+            _ => &[1, 2, 65_536, 65_560, 300_000],
+        };
+        let mut at = 0;
+        for &c in cuts {
+            q.send_raw(&stream[at..c]);
+            at = c;
+            std::thread::sleep(std::time::Duration::from_millis(15));
+        }
+        q.send_raw(&stream[at..]);
+        for cid in cids {
+            q.wait(cid).ok("large write");
+        }
+        // A small write right after: the connection is back to ordinary commands.
+        let small = pattern(900 + round, 4096);
+        q.write(NS4K, NS4K_BLOCKS - 1 - round, &small, 4096).ok("small write after large ones");
+        for i in 0..2 {
+            let back = q.read(NS4K, lbas[i], nlb, 4096).ok("read back");
+            assert!(back.data == datas[i], "round {round}: large write {i} read back differs");
+        }
+        assert!(q.read(NS4K, NS4K_BLOCKS - 1 - round, 1, 4096).ok("read back").data == small);
+    }
+    n.assert_alive();
+}
+
 #[test]
 fn write_zeroes_and_deallocate_read_back_zeroes() {
     let (_dir, mut n) = setup("nvmfzero", "0x1", json!({}));
