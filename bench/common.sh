@@ -25,3 +25,25 @@ cpu_ticks() {
 }
 # json_get FILE EXPR: evaluate a Python expression on the parsed JSON document `d`.
 json_get() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+# in_tcp_cc_netns ARGS...: with TCP_CC set (a congestion control, e.g. cubic), runs the calling
+# script again, with ARGS, in a network namespace of its own (unshare -n, loopback up) whose TCP
+# uses TCP_CC; the machine's setting stays as it is. Without TCP_CC, or inside, returns.
+in_tcp_cc_netns() {
+  [ -n "${TCP_CC:-}" ] && [ -z "${FERRITE_BENCH_NETNS:-}" ] || return 0
+  [ "$(id -u)" = 0 ] || fail "TCP_CC needs root (a network namespace of the run's own)"
+  need ip iproute2
+  need unshare util-linux
+  grep -qw "$TCP_CC" /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null ||
+    modprobe "tcp_$TCP_CC" 2>/dev/null || true
+  grep -qw "$TCP_CC" /proc/sys/net/ipv4/tcp_available_congestion_control ||
+    fail "TCP congestion control $TCP_CC is not available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
+  rm -rf "$TMP" # the run inside makes its own
+  exec env FERRITE_BENCH_NETNS=1 unshare -n bash -c \
+    'ip link set lo up && sysctl -qw net.ipv4.tcp_congestion_control="$TCP_CC" && exec bash "$0" "$@"' "$0" "$@"
+}
+
+# say_tcp_cc: prints the TCP congestion control the run uses.
+say_tcp_cc() {
+  echo "TCP congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control)$([ -n "${FERRITE_BENCH_NETNS:-}" ] && echo " (TCP_CC, in a network namespace of this run's own)")"
+}

@@ -5,9 +5,12 @@
 # NVMe/TCP host: Ferrite's crates/nvmf-host, SPDK's bdev_nvme) and run the same job. Cells:
 # 4 KiB randread QD 1, 32, 128; 4 KiB randwrite QD 32; 128 KiB read QD 32. Each cell alternates
 # the two hosts ROUNDS times and prints medians and the ratio ferrite/spdk.
-# Usage: [ROUNDS=3] bench/nvme_host_vs_spdk.sh [SECONDS]
+# TCP_CC (e.g. cubic): the run goes into a network namespace of its own whose loopback uses that
+# congestion control (see bench/nvmf_vs_spdk.sh for why it matters on loopback).
+# Usage: [ROUNDS=3] [TCP_CC=cubic] bench/nvme_host_vs_spdk.sh [SECONDS]
 # Needs SPDK (../shared/anchors/spdk.sh unpacks it); prints SKIP without it.
 source "$(dirname "$0")/common.sh"
+in_tcp_cc_netns "$@"
 T=${1:-4}
 ROUNDS=${ROUNDS:-3}
 SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
@@ -18,6 +21,7 @@ for b in bin/nvmf_tgt examples/bdevperf; do
   fi
 done
 export LD_LIBRARY_PATH="$SPDK_DIR/build/lib"
+say_tcp_cc
 NQN=nqn.2016-06.io.spdk:cnode1
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat >"$TMP/target.json" <<J

@@ -56,17 +56,7 @@
 # serve the config (e.g. nvmf_create_transport: Method not found), it says so and stops.
 # Usage: [ROUNDS=3] bench/nvmf_vs_spdk.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
-if [ -n "${TCP_CC:-}" ] && [ -z "${FERRITE_BENCH_NETNS:-}" ]; then
-  [ "$(id -u)" = 0 ] || fail "TCP_CC needs root (a network namespace of the run's own)"
-  need ip iproute2
-  need unshare util-linux
-  grep -qw "$TCP_CC" /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null ||
-    modprobe "tcp_$TCP_CC" 2>/dev/null || true
-  grep -qw "$TCP_CC" /proc/sys/net/ipv4/tcp_available_congestion_control ||
-    fail "TCP congestion control $TCP_CC is not available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
-  exec env FERRITE_BENCH_NETNS=1 unshare -n bash -c \
-    'ip link set lo up && sysctl -qw net.ipv4.tcp_congestion_control="$TCP_CC" && exec bash "$0" "$@"' "$0" "$@"
-fi
+in_tcp_cc_netns "$@"
 FERRITE=${FERRITE_BIN:-$FERRITE}
 T=${1:-5}
 ROUNDS=${ROUNDS:-3}
@@ -322,7 +312,7 @@ idle_cells() {
 }
 
 # --- the run --------------------------------------------------------------------------------
-echo "TCP congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control)$([ -n "${FERRITE_BENCH_NETNS:-}" ] && echo " (TCP_CC, in a network namespace of this run's own)")"
+say_tcp_cc
 start_target "$NVMF_TARGET" null # can it serve the config at all? (stops here if not)
 stop_target
 [ "$ONLY" = idle ] || perf_cells
