@@ -99,8 +99,7 @@ run_cell() {
 # the four tools' IOPS and of the per-round quotients
 pair_cell() {
   local fr=() fl=() sr=() sl=() fq=() sq=() fs=() rs=()
-  local kind=$1 w=$2 qd=$3 lv="$TMP/thick.json"
-  FILL=
+  local kind=$1 w=$2 qd=$3 lv="$TMP/thick.json" FILL= # (seen by the functions it calls)
   [ "$kind" = full ] && FILL=fill lv="$TMP/thin4m.json"
   for r in $(seq 1 "$ROUNDS"); do
     local a b c d
@@ -118,7 +117,6 @@ pair_cell() {
   done
   local label="thick lvol"
   [ "$kind" = full ] && label="allocated thin lvol"
-  FILL=
   printf '%-34s %10s %10s %7.2f %14.3f %14.3f\n' "$label $w 4k qd$qd" "$(median "${fl[@]}")" "$(median "${sl[@]}")" \
     "$(fmedian "${fs[@]}")" "$(fmedian "${fq[@]}")" "$(fmedian "${sq[@]}")"
   printf '%-34s %10s %10s %7.2f   (lvol/malloc per round: %s)\n' "  (malloc raw $w 4k qd$qd)" "$(median "${fr[@]}")" \

@@ -189,11 +189,8 @@ pub fn run(a: PerfArgs) -> i32 {
         for bdev in &bdevs {
             let t = Instant::now();
             let name = bdev.clone();
-            let res = match engine.run_async(0, move || async move { ferrite_perf::fill(&name).await }).wait() {
-                Ok(r) => r,
-                Err(e) => Err(e.to_string()),
-            };
-            match res {
+            let res = engine.run_async(0, move || async move { ferrite_perf::fill(&name).await }).wait();
+            match res.unwrap_or_else(|e| Err(e.to_string())) {
                 Ok(bytes) => {
                     out(format_args!("Filled {bdev}: {} MiB in {:.2} s\n", bytes >> 20, t.elapsed().as_secs_f64()))
                 }

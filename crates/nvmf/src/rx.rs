@@ -46,14 +46,9 @@ impl<'a> Rx<'a> {
                 // The stream is stopped, and what follows the data (the next header, often)
                 // has most likely arrived: a plain receive takes it without a ring round trip.
                 let mut b = ferrite_reactor::alloc_buf(SINGLE);
-                match self.sock.try_recv(&mut b[..]) {
-                    Ok(0) => return Err("host closed the connection".into()),
-                    Ok(n) => {
-                        self.cur = Some(RecvChunk::from_buf(b, n));
-                        continue;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(format!("receive: {e}")),
+                if let Some(n) = self.try_take(&mut b[..])? {
+                    self.cur = Some(RecvChunk::from_buf(b, n));
+                    continue;
                 }
             }
             let next = if single { self.stream.next_single().await } else { self.stream.next().await };
@@ -64,6 +59,18 @@ impl<'a> Rx<'a> {
             }
         }
         Ok(self.cur.as_mut().expect("chunk present"))
+    }
+
+    /// What the socket holds now, up to `dst.len()` bytes, by a plain non-blocking receive (the
+    /// stream must be stopped): Some(count), or None if nothing is there. End of stream is an
+    /// error, as in `chunk`.
+    fn try_take(&self, dst: &mut [u8]) -> Result<Option<usize>, String> {
+        match self.sock.try_recv(dst) {
+            Ok(0) => Err("host closed the connection".into()),
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(format!("receive: {e}")),
+        }
     }
 
     /// True if a received chunk is waiting to be parsed.
@@ -128,11 +135,9 @@ impl<'a> Rx<'a> {
         }
         // Most often the rest has arrived already: one plain receive takes it, without a ring
         // round trip or a timeout to arm.
-        match self.sock.try_recv(&mut buf[have..end]) {
-            Ok(0) => return (Err("host closed the connection".into()), buf),
-            Ok(n) => have += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return (Err(format!("receive data: {e}")), buf),
+        match self.try_take(&mut buf[have..end]) {
+            Ok(n) => have += n.unwrap_or(0),
+            Err(e) => return (Err(e), buf),
         }
         self.single = SINGLE_CHUNKS;
         if have == end {

@@ -27,9 +27,7 @@ pub async fn fill(bdev: &str) -> Result<u64, String> {
         let (ch, next, name) = (ch.clone(), next.clone(), bdev.to_string());
         workers.push(ferrite_reactor::spawn_local(async move {
             let mut buf = ferrite_reactor::alloc_buf((per_io * bs) as usize);
-            for (i, x) in buf.chunks_exact_mut(8).enumerate() {
-                x.copy_from_slice(&((w << 56) ^ i as u64 ^ 0x5a5a_5a5a_0000_0001).to_le_bytes());
-            }
+            crate::job::fill_pattern(&mut buf, 0xf111 ^ w);
             loop {
                 let at = next.get();
                 if at >= total {

@@ -98,7 +98,7 @@ fn xorshift(s: &mut u64) -> u64 {
     x
 }
 
-fn fill_pattern(buf: &mut [u8], seed: u64) {
+pub(crate) fn fill_pattern(buf: &mut [u8], seed: u64) {
     for (i, w) in buf.chunks_exact_mut(8).enumerate() {
         w.copy_from_slice(&(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i as u64).to_le_bytes());
     }
