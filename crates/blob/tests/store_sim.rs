@@ -85,6 +85,59 @@ fn blobs_survive_an_unload_and_a_load() {
     sim.block_on(rx, MAX_STEPS).unwrap();
 }
 
+/// First writes that race: several allocations of one cluster of a thin blob, started together,
+/// all get the one cluster the first claimed (two would lose one write's data); allocations of
+/// other clusters in the same turn get clusters of their own; and what they recorded loads back.
+#[test]
+fn racing_allocations_of_one_cluster_share_it() {
+    let mut sim = Sim::new(1, 1).unwrap();
+    let disk = sim.on(0, || crash_disk::create("R", BLOCK, vec![0; 64 * MIB])).unwrap();
+    let rx = sim.engine().run_async(0, || async {
+        let bs = Blobstore::init(open_dev("R"), &opts()).await.unwrap();
+        let id = bs.create_blob(&BlobOpts { num_clusters: 16, thin: true, ..Default::default() }).await.unwrap();
+        let b = bs.open_blob(id).await.unwrap();
+        let free = bs.free_clusters();
+        // All are started before any runs: each finds cluster 3 unallocated.
+        let tasks: Vec<_> = [3, 3, 9, 3, 4, 3, 9]
+            .into_iter()
+            .map(|c| {
+                let b = b.clone();
+                ferrite_reactor::spawn_local(async move { (c, b.allocate_cluster(c).await.unwrap()) })
+            })
+            .collect();
+        let mut got = Vec::new();
+        for t in tasks {
+            got.push(t.await);
+        }
+        let start_of = |c: u64| got.iter().filter(|(i, _)| *i == c).map(|(_, s)| *s).collect::<Vec<_>>();
+        let (s3, s4, s9) = (start_of(3), start_of(4), start_of(9));
+        assert!(s3.iter().all(|&s| s == s3[0]), "every allocation of cluster 3 got the same cluster: {s3:?}");
+        assert!(s9.iter().all(|&s| s == s9[0]), "both allocations of cluster 9 got the same cluster: {s9:?}");
+        let mut distinct = vec![s3[0], s4[0], s9[0]];
+        distinct.dedup();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 3, "three clusters, three places: {got:?}");
+        assert_eq!(bs.free_clusters(), free - 3, "three clusters taken from the store, not seven");
+        assert_eq!(b.allocated_clusters(), 3);
+        for (c, s) in [(3, s3[0]), (4, s4[0]), (9, s9[0])] {
+            assert_eq!(b.map().start(c), Some(s), "cluster {c} published where its allocations said");
+        }
+        drop(b);
+        bs.unload().await.unwrap();
+        (id, s3[0], s4[0], s9[0])
+    });
+    let (id, s3, s4, s9) = sim.block_on(rx, MAX_STEPS).unwrap();
+    let img = disk.image();
+    let image = check_image(&img, "after racing allocations");
+    let entry = image.blobs.iter().find(|b| b.id == id).expect("the blob is in the image");
+    let md = entry.md.as_ref().expect("its metadata reads");
+    let on_medium = |c: usize| md.clusters[c] as u64 * (MIB as u64 / BLOCK as u64);
+    assert_eq!((on_medium(3), on_medium(4), on_medium(9)), (s3, s4, s9), "the metadata on the medium agrees");
+    let allocated = md.clusters.iter().filter(|&&c| c != 0).count();
+    assert_eq!(allocated, 3, "no other cluster recorded");
+}
+
 /// A blob as the operations that completed left it.
 #[derive(Debug, Clone, PartialEq)]
 struct ModelBlob {
