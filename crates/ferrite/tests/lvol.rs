@@ -301,6 +301,55 @@ fn snapshots_and_clones_over_nbd() {
 }
 
 #[test]
+fn racing_first_writes_into_one_cluster_of_a_thin_lvol() {
+    // Writes to different blocks of clusters not yet allocated, all in flight at once (qemu-io's
+    // aio_write over one NBD connection): the first write to a cluster allocates it and the
+    // others wait for it and land in the same cluster. Every block reads back, the rest of each
+    // cluster reads as zeroes, one cluster per cluster written is allocated, and all of it is
+    // there again after a restart.
+    if !have("racing_first_writes_into_one_cluster_of_a_thin_lvol", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-race");
+    let img = sparse_image(&dir, 64);
+    let d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "r", "cluster_sz": MIB})));
+    d.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "t", "size_in_mib": 16, "lvs_name": "r", "thin_provision": true})),
+    );
+    let u = nbd(&d, "r/t", "t");
+    // Clusters 1, 2, 5 and 6; eight blocks in each, spread over the cluster, each its own pattern.
+    let blocks: Vec<(u64, u8)> = [1u64, 2, 5, 6]
+        .iter()
+        .flat_map(|&c| (0..8u64).map(move |k| (c * MIB + k * (MIB / 8) + (k % 3) * 4096, (0x10 + c * 8 + k) as u8)))
+        .collect();
+    let mut writes: Vec<String> = blocks.iter().map(|(off, p)| format!("aio_write -P {p} {off} 4k")).collect();
+    writes.push("aio_flush".into());
+    qemu_io(&dir, &u, &writes.join("; "));
+    let reads = |u: &str| {
+        let mut r: Vec<String> = blocks.iter().map(|(off, p)| format!("read -P {p} {off} 4k")).collect();
+        // The block after each written one is zeroes (none of the writes overlap it).
+        r.extend(blocks.iter().map(|(off, _)| format!("read -P 0 {} 4k", off + 4096)));
+        // Clusters never written read as zeroes.
+        r.push(format!("read -P 0 0 {MIB}"));
+        r.push(format!("read -P 0 {} {}", 3 * MIB, 2 * MIB));
+        qemu_io(&dir, u, &r.join("; "));
+    };
+    reads(&u);
+    let l = lvols(&d);
+    assert_eq!(l[0]["num_allocated_clusters"], json!(4), "one cluster per cluster written: {l:?}");
+    stop(d);
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "the lvstore checks clean after the racing writes: {out}");
+    let d = daemon(&dir, &img);
+    let u = nbd(&d, "r/t", "t");
+    reads(&u);
+    assert_eq!(lvols(&d)[0]["num_allocated_clusters"], json!(4));
+    d.assert_serving();
+}
+
+#[test]
 fn copy_on_write_on_a_malloc_base() {
     // A malloc base copies clusters itself (the bdev's copy request): a clone's first partial
     // write keeps the rest of the cluster from the snapshot.
