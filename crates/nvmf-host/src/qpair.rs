@@ -673,16 +673,24 @@ async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), String> {
                             qp.finish(cqe.cid, cqe);
                         }
                         Pdu::C2hData(d) => {
+                            // A read's data comes in order, each PDU where the last one ended
+                            // (as SPDK's host checks too): a repeated or overlapping PDU would
+                            // leave part of the buffer unwritten and still count as received,
+                            // and that part holds whatever the buffer held before.
                             let ok = {
                                 let cmds = qp.cmds.borrow();
                                 cmds.get(usize::from(d.cccid)).is_some_and(|c| {
                                     c.read
                                         && c.owner.is_some()
+                                        && d.datao == c.got
                                         && u64::from(d.datao) + u64::from(d.datal) <= u64::from(c.len)
                                 })
                             };
                             if !ok {
-                                return Err(format!("C2HData for CCCID {} outside a read", d.cccid));
+                                return Err(format!(
+                                    "C2HData for CCCID {} at offset {} for {} bytes: not the next data of a read",
+                                    d.cccid, d.datao, d.datal
+                                ));
                             }
                             dest = Dest::Cmd { slot: d.cccid, at: d.datao, success: d.success };
                         }

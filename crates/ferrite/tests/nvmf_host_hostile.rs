@@ -1,0 +1,276 @@
+//! Ferrite's NVMe/TCP host against a controller that lies. No real controller sends bad data
+//! on purpose, so this one is a mock: a small NVMe/TCP controller in this file (one namespace
+//! of 4 KiB blocks), honest for the admin queue, and for reads either honest or sending the
+//! same first 4 KiB again and again at offset 0 until the read's length is reached. The host
+//! must fail such a read, never complete it with the parts of its buffer that the data never
+//! reached (they hold what the buffer held before: another volume's data).
+
+mod common;
+mod nbd_common;
+
+use common::{Daemon, TempDir};
+use nbd_common::{have, run_tool};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+const NQN: &str = "nqn.2016-06.io.ferrite:liar";
+const BLOCKS: u64 = 4096;
+/// The byte every honest read returns.
+const HONEST: u8 = 0xa7;
+/// What the host's buffers held before: a secret of another volume.
+const SECRET: u8 = 0x5a;
+
+#[derive(Clone, Copy)]
+enum Reads {
+    Honest,
+    /// The first 4 KiB sent again at offset 0 until the read's length is reached; the last
+    /// PDU with SUCCESS if true, else followed by a successful response capsule.
+    Repeated {
+        success: bool,
+    },
+}
+
+/// A common header.
+fn ch(t: u8, flags: u8, hlen: u8, pdo: u8, plen: u32) -> Vec<u8> {
+    let mut v = vec![t, flags, hlen, pdo];
+    v.extend_from_slice(&plen.to_le_bytes());
+    v
+}
+
+fn response(qid: u16, cid: u16, dw0: u32, dw1: u32) -> Vec<u8> {
+    let mut v = ch(5, 0, 24, 0, 24);
+    v.extend_from_slice(&dw0.to_le_bytes());
+    v.extend_from_slice(&dw1.to_le_bytes());
+    v.extend_from_slice(&0u16.to_le_bytes());
+    v.extend_from_slice(&qid.to_le_bytes());
+    v.extend_from_slice(&cid.to_le_bytes());
+    v.extend_from_slice(&0u16.to_le_bytes());
+    v
+}
+
+fn c2h_data(cid: u16, datao: u32, data: &[u8], flags: u8) -> Vec<u8> {
+    let mut v = ch(7, flags, 24, 24, 24 + data.len() as u32);
+    v.extend_from_slice(&cid.to_le_bytes());
+    v.extend_from_slice(&0u16.to_le_bytes());
+    v.extend_from_slice(&datao.to_le_bytes());
+    v.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    v.extend_from_slice(&[0; 4]);
+    v.extend_from_slice(data);
+    v
+}
+
+const LAST: u8 = 0x04;
+const SUCCESS: u8 = 0x08;
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+/// The controller's Identify data for CNS `cns`.
+fn identify(cns: u32) -> Vec<u8> {
+    let mut d = vec![0u8; 4096];
+    match cns {
+        1 => {
+            d[4..24].copy_from_slice(b"LIAR0001            ");
+            d[24..64].copy_from_slice(&[b' '; 40]);
+            d[24..28].copy_from_slice(b"Liar");
+            d[64..72].copy_from_slice(b"1.0     ");
+            d[77] = 5; // MDTS: 128 KiB
+            d[78..80].copy_from_slice(&1u16.to_le_bytes());
+            d[80..84].copy_from_slice(&0x10400u32.to_le_bytes());
+            d[516..520].copy_from_slice(&1u32.to_le_bytes()); // one namespace
+            d[536..540].copy_from_slice(&(1u32 | 1 << 2).to_le_bytes()); // SGLs
+            d[768..768 + NQN.len()].copy_from_slice(NQN.as_bytes());
+            d[1792..1796].copy_from_slice(&(4u32 + 256).to_le_bytes()); // IOCCSZ
+            d[1796..1800].copy_from_slice(&1u32.to_le_bytes()); // IORCSZ
+        }
+        0 => {
+            for at in [0, 8, 16] {
+                d[at..at + 8].copy_from_slice(&BLOCKS.to_le_bytes());
+            }
+            d[128..132].copy_from_slice(&(12u32 << 16).to_le_bytes()); // LBA format 0: 4 KiB
+        }
+        2 => d[0..4].copy_from_slice(&1u32.to_le_bytes()),
+        _ => {}
+    }
+    d
+}
+
+/// Serves one connection until it closes.
+fn serve(mut s: TcpStream, reads: Reads) -> std::io::Result<()> {
+    let mut qid = 0u16;
+    let mut cc = 0u64;
+    loop {
+        let mut h = [0u8; 8];
+        s.read_exact(&mut h)?;
+        let plen = u32_at(&h, 4) as usize;
+        let mut rest = vec![0u8; plen.saturating_sub(8)];
+        s.read_exact(&mut rest)?;
+        match h[0] {
+            0 => {
+                // ICResp: PFV 0, CPDA 0, no digests, MAXH2CDATA 128 KiB.
+                let mut v = ch(1, 0, 128, 0, 128);
+                v.extend_from_slice(&[0, 0, 0, 0]);
+                v.extend_from_slice(&131072u32.to_le_bytes());
+                v.resize(128, 0);
+                s.write_all(&v)?;
+                continue;
+            }
+            4 => {}
+            _ => continue,
+        }
+        let sqe = &rest[..64];
+        let (opc, cid) = (sqe[0], u16::from_le_bytes([sqe[2], sqe[3]]));
+        let sgl_len = u32_at(sqe, 32) as usize;
+        let (cdw10, cdw11) = (u32_at(sqe, 40), u32_at(sqe, 44));
+        let mut out = Vec::new();
+        if opc == 0x7f {
+            match sqe[4] {
+                1 => {
+                    qid = u16::from_le_bytes([sqe[42], sqe[43]]);
+                    out = response(qid, cid, 1, 0);
+                }
+                4 => {
+                    let v: u64 = match u32_at(sqe, 44) {
+                        0 => 127 | 1 << 16 | 1 << 24 | 1 << 37, // CAP
+                        8 => 0x10400,                           // VS
+                        0x14 => cc,
+                        0x1c => cc & 1, // CSTS.RDY follows CC.EN
+                        _ => 0,
+                    };
+                    out = response(qid, cid, v as u32, (v >> 32) as u32);
+                }
+                0 => {
+                    if u32_at(sqe, 44) == 0x14 {
+                        cc = u64::from_le_bytes(sqe[48..56].try_into().unwrap());
+                    }
+                    out = response(qid, cid, 0, 0);
+                }
+                _ => out = response(qid, cid, 0, 0),
+            }
+        } else if qid == 0 {
+            match opc {
+                0x06 => {
+                    let d = identify(cdw10 & 0xff);
+                    out = c2h_data(cid, 0, &d[..sgl_len.min(4096)], LAST);
+                    out.extend(response(qid, cid, 0, 0));
+                }
+                0x0c => {} // asynchronous event request: held
+                0x09 => out = response(qid, cid, cdw11, 0),
+                0x02 => {
+                    let numd = ((cdw10 >> 16) & 0xfff | (cdw11 & 0xffff) << 16) as usize + 1;
+                    out = c2h_data(cid, 0, &vec![0; (numd * 4).min(sgl_len)], LAST);
+                    out.extend(response(qid, cid, 0, 0));
+                }
+                _ => out = response(qid, cid, 0, 0),
+            }
+        } else if opc == 0x02 {
+            let n = sgl_len;
+            match reads {
+                Reads::Honest => {
+                    out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
+                    out.extend(response(qid, cid, 0, 0));
+                }
+                Reads::Repeated { success } => {
+                    let k = n.div_ceil(4096);
+                    for i in 0..k {
+                        let last = i + 1 == k;
+                        let flags = if last { LAST | if success { SUCCESS } else { 0 } } else { 0 };
+                        out.extend(c2h_data(cid, 0, &[HONEST; 4096][..n.min(4096)], flags));
+                    }
+                    if !success {
+                        out.extend(response(qid, cid, 0, 0));
+                    }
+                }
+            }
+        } else {
+            out = response(qid, cid, 0, 0);
+        }
+        s.write_all(&out)?;
+    }
+}
+
+/// The mock controller on a free port of 127.0.0.1, one thread per connection, for as long as
+/// the test runs.
+fn liar(reads: Reads) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = s.set_nodelay(true);
+                let _ = serve(s, reads);
+            });
+        }
+    });
+    port
+}
+
+fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) -> (bool, String) {
+    let out = run_tool(dir, "qemu-io", &["-f", "raw", "-c", cmd, uri], Duration::from_secs(60));
+    let all = format!("{}\n{}", out.stdout, out.stderr);
+    let ok =
+        out.status.success() && !all.contains("failed") && !all.contains("error") && all.contains(" bytes at offset ");
+    (ok, all)
+}
+
+/// A host daemon whose buffers held SECRET (written to and read back from a malloc volume over
+/// NBD), attached to the mock controller, its namespace exported over NBD as `liar`.
+fn host(dir: &TempDir, port: u16) -> (Daemon, String) {
+    let d = Daemon::start(dir, &[]);
+    d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 1024, "block_size": 4096})));
+    let nbd = d.call("nbd_server_start", Some(json!({"address": "127.0.0.1:0"})));
+    let addr = nbd["address"].as_str().unwrap().to_string();
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": "M0", "name": "m0"})));
+    for _ in 0..4 {
+        let (ok, out) = qemu_io(dir, &format!("nbd://{addr}/m0"), &format!("write -P {SECRET} 0 1M"));
+        assert!(ok, "{out}");
+        let (ok, out) = qemu_io(dir, &format!("nbd://{addr}/m0"), &format!("read -P {SECRET} 0 1M"));
+        assert!(ok, "{out}");
+    }
+    let names = d.call(
+        "bdev_nvme_attach_controller",
+        Some(json!({"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string(), "subnqn": NQN, "ctrlr_loss_timeout_sec": 2, "reconnect_delay_sec": 1})),
+    );
+    assert_eq!(names, json!(["Liarn1"]), "bdev names");
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": "Liarn1", "name": "liar"})));
+    (d, format!("nbd://{addr}/liar"))
+}
+
+#[test]
+fn an_honest_mock_controller_reads_back() {
+    // The mock itself works: the host reads its data as it sends it.
+    if !have("an_honest_mock_controller_reads_back", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("host-liar-honest");
+    let (d, uri) = host(&dir, liar(Reads::Honest));
+    for len in ["4k", "128k"] {
+        let (ok, out) = qemu_io(&dir, &uri, &format!("read -P {HONEST} 0 {len}"));
+        assert!(ok, "honest read of {len}: {out}");
+    }
+    d.assert_serving();
+}
+
+#[test]
+fn a_read_whose_data_repeats_fails_and_shows_nothing_old() {
+    // The same 4 KiB at offset 0 again and again adds up to the read's length, but the rest of
+    // the buffer was never written: the host must refuse the data, not complete the read.
+    if !have("a_read_whose_data_repeats_fails_and_shows_nothing_old", &["qemu-io"]) {
+        return;
+    }
+    for success in [true, false] {
+        let dir = TempDir::new("host-liar-repeat");
+        let (d, uri) = host(&dir, liar(Reads::Repeated { success }));
+        // 4 KiB reads are honest here (one PDU, at offset 0).
+        let (ok, out) = qemu_io(&dir, &uri, &format!("read -P {HONEST} 0 4k"));
+        assert!(ok, "a 4 KiB read: {out}");
+        let (ok, out) = qemu_io(&dir, &uri, "read 0 128k");
+        assert!(!ok, "a 128 KiB read of repeated data succeeded (SUCCESS flag {success}): {out}");
+        assert!(out.contains("Input/output error"), "the read fails with an I/O error (SUCCESS flag {success}): {out}");
+        d.assert_serving();
+    }
+}
