@@ -690,6 +690,23 @@ fn h2c_data_outside_an_r2t_closes_the_connection() {
     let b = q.frame(&Pdu::H2cData(H2cData { cccid: 1, ttag: 0, datao: 0, datal: 4096, last: true }), &[&[0u8; 4096]]);
     let _ = q.try_send_raw(&b);
     q.expect_closed(CLOSE, "H2CData without an R2T");
+    // H2CData aimed at a read in flight: the C2HTermReq is the last PDU the host gets, whenever
+    // the read completes (its data and response, if they come, come before it). Raced a few
+    // times: the read completes around the time the TermReq is sent.
+    for round in 0..12 {
+        let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+        let q = &mut s.io[0];
+        let cid = q.submit(Host::rw_sqe(nvm::READ, NS4K, 0, 32), None, 128 << 10);
+        let b =
+            q.frame(&Pdu::H2cData(H2cData { cccid: cid, ttag: 0, datao: 0, datal: 4096, last: true }), &[&[0u8; 4096]]);
+        let _ = q.try_send_raw(&b);
+        let got = q.expect_closed(CLOSE, "H2CData for a read");
+        let kinds: Vec<_> = got.iter().map(|r| r.pdu.pdu_type()).collect();
+        assert!(
+            matches!(got.last().map(|r| &r.pdu), Some(Pdu::C2hTermReq(_))),
+            "round {round}: the C2HTermReq is not the last PDU before the close: {kinds:?}"
+        );
+    }
     // The data written so far never reached the namespace: the good host's data is intact.
     still_serves(&mut n, 70);
 }

@@ -938,6 +938,9 @@ async fn terminate(c: &Conn, dec: &Decoder, e: PduError) -> String {
         ferrite_reactor::sleep(Duration::from_millis(1)).await;
     }
     let idle = c.out.borrow().is_empty() && c.sending.get().is_none();
+    // The TermReq is the last PDU: commands that complete from here on send nothing (a
+    // read's data after it would reach a host that takes the connection as ended).
+    c.dead.set(true);
     if let (true, Some(fes)) = (idle, e.fes()) {
         if let Ok(n) = crate::tcp::encode_term_req(&mut buf, Role::Controller, fes, e.fei(), dec.received_header()) {
             let _ = c.sock.send_all_by(buf[..n].to_vec(), Instant::now() + Duration::from_secs(1)).await;
