@@ -54,7 +54,7 @@ impl<'a> Rx<'a> {
             let next = if single { self.stream.next_single().await } else { self.stream.next().await };
             match next {
                 Ok(Some(c)) => self.cur = Some(c),
-                Ok(None) => return Err("host closed the connection".into()),
+                Ok(None) => return Err("the peer closed the connection".into()),
                 Err(e) => return Err(format!("receive: {e}")),
             }
         }
@@ -66,7 +66,7 @@ impl<'a> Rx<'a> {
     /// error, as in `chunk`.
     fn try_take(&self, dst: &mut [u8]) -> Result<Option<usize>, String> {
         match self.sock.try_recv(dst) {
-            Ok(0) => Err("host closed the connection".into()),
+            Ok(0) => Err("the peer closed the connection".into()),
             Ok(n) => Ok(Some(n)),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(format!("receive: {e}")),
@@ -108,7 +108,7 @@ impl<'a> Rx<'a> {
                 Some(d) => {
                     ferrite_reactor::net::race(self.chunk(), async {
                         ferrite_reactor::sleep(d.saturating_duration_since(std::time::Instant::now())).await;
-                        Err("the host did not send a command's data in time".to_string())
+                        Err("a command's data did not arrive in time".to_string())
                     })
                     .await
                 }
