@@ -57,6 +57,12 @@ fn fd_count(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
 }
 
+/// What process `pid`'s descriptors point at (sockets, files, anonymous inodes).
+fn fd_targets(pid: i32) -> Vec<String> {
+    let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+    d.flatten().map(|e| std::fs::read_link(e.path()).map(|t| t.display().to_string()).unwrap_or_default()).collect()
+}
+
 /// CPU time (user + system) of process `pid`, in clock ticks.
 fn cpu_ticks(pid: i32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -113,12 +119,15 @@ fn idle_baseline(n: &mut NvmfDaemon) -> (usize, u64) {
 fn expect_idle(n: &mut NvmfDaemon, fds: usize, within: Duration, what: &str) -> Duration {
     let pid = n.d.proc.pid();
     let t = Instant::now();
-    let ok = wait_until(within, || n.qpairs(SUBNQN).is_empty() && fd_count(pid) <= fds);
+    // Descriptors are counted without RPCs in between: each RPC is a connection of its own,
+    // which the daemon may not have closed yet when a busy machine runs the count.
+    let ok = wait_until(within, || n.qpairs(SUBNQN).is_empty()) && wait_until(within, || fd_count(pid) <= fds);
     assert!(
         ok,
-        "{what}: not idle after {within:?}: {} queue pairs, {} descriptors (idle: {fds})",
+        "{what}: not idle after {within:?}: {} queue pairs, {} descriptors (idle: {fds}): {:?}",
         n.qpairs(SUBNQN).len(),
-        fd_count(pid)
+        fd_count(pid),
+        fd_targets(pid)
     );
     t.elapsed()
 }
