@@ -144,6 +144,51 @@ fn round_trips_with_digests_padding_and_c2h_success() {
 /// trickle in, in pieces that end anywhere (inside a header, inside data), and PDUs glued to a
 /// payload's last bytes must all land where they belong.
 #[test]
+fn writes_beyond_the_r2t_budget_wait_for_their_turn() {
+    // 32 writes of 1 MiB at once: a connection may hold 8 MiB of buffers for data it was asked
+    // for and has not sent, so 8 R2Ts come first and each further one after data has come in.
+    // Every write completes and reads back; none fails for want of memory.
+    let dir = TempDir::new("nvmfbudget");
+    let mut n = NvmfDaemon::start(&dir, "0x1", json!({"max_io_size": 1 << 20}));
+    n.malloc("Big", 16384, 4096);
+    n.subsystem(SUBNQN, true);
+    let nsid = n.add_ns(SUBNQN, "Big");
+    n.listen(SUBNQN);
+    let mut s = Session::open(n.port, SUBNQN, 1, HostOpts { sqsize: 63, ..Default::default() }, 4096);
+    let q = &mut s.io[0];
+    let datas: Vec<Vec<u8>> = (0..32).map(|i| pattern(500 + i, 1 << 20)).collect();
+    let cids: Vec<u16> = datas
+        .iter()
+        .enumerate()
+        .map(|(i, d)| q.submit(Host::rw_sqe(nvm::WRITE, nsid, i as u64 * 256, 256), Some(d), 0))
+        .collect();
+    // The first R2Ts: as many as the budget holds, and no more while no data has been sent.
+    let mut first = Vec::new();
+    q.s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    loop {
+        match q.recv() {
+            Ok(r) => first.push(r),
+            Err(RecvError::TimedOut) => break,
+            Err(e) => panic!("before any data: {e:?}"),
+        }
+    }
+    q.s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(first.iter().all(|r| matches!(r.pdu, Pdu::R2t(_))), "only R2Ts before any data");
+    assert_eq!(first.len(), 8, "R2Ts before any data was sent");
+    for r in first {
+        q.handle(r);
+    }
+    for (i, &cid) in cids.iter().enumerate() {
+        q.wait(cid).ok(&format!("1 MiB write {i}"));
+    }
+    assert_eq!(q.r2ts, 32, "one R2T per write");
+    for (i, d) in datas.iter().enumerate() {
+        assert!(q.read(nsid, i as u64 * 256, 256, 4096).ok("read back").data == *d, "write {i} reads back");
+    }
+    n.assert_alive();
+}
+
+#[test]
 fn large_payloads_that_trickle_in_or_come_glued_together() {
     let (_dir, mut n) = setup("nvmftrickle", "0x1", json!({"max_io_size": 1 << 20}));
     let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);

@@ -342,6 +342,28 @@ fn abandon_writes(q: &mut Host, count: u16) {
     q.send_raw(&batch);
 }
 
+/// Counts the R2Ts `q` receives within `wait` (stops early at `want`, then looks 200 ms more
+/// for any beyond it).
+fn r2ts_within(q: &mut Host, want: usize, wait: Duration) -> usize {
+    let mut n = 0;
+    let end = Instant::now() + wait;
+    let mut extra = None;
+    q.s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    while Instant::now() < extra.unwrap_or(end) {
+        match q.recv() {
+            Ok(r) if matches!(r.pdu, Pdu::R2t(_)) => n += 1,
+            Ok(r) => panic!("expected only R2Ts, got {:?}", r.pdu),
+            Err(RecvError::TimedOut) => {}
+            Err(e) => panic!("while counting R2Ts: {e:?}"),
+        }
+        if n >= want && extra.is_none() {
+            extra = Some(Instant::now() + Duration::from_millis(200));
+        }
+    }
+    q.s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    n
+}
+
 /// Writes 128 KiB by R2T and reads it back; the status of the write if it failed.
 fn big_write_status(port: u16, seed: u64) -> Result<(), (u8, u8)> {
     let mut s = Session::open(port, SUBNQN, 1, HostOpts::default(), 4096);
@@ -418,10 +440,13 @@ fn attackers_are_timed_out_while_a_good_host_works() {
         rss0 / 1024,
         rss1 / 1024
     );
-    // Writes by R2T may find every buffer held (they fail as retryable Command Interrupted,
-    // 0/0x21) until the hoarders are closed; writes in the capsule and reads work.
-    let big = big_write_status(n.port, 22);
-    println!("a good host's 128 KiB write while the hoarders hold their buffers: {big:?}");
+    // Each hoarding queue pair holds at most its R2T budget (8 MiB: 64 of its 128 writes got
+    // an R2T, the rest wait), so buffers are left for a good host's writes by R2T.
+    for (k, q) in hoarder.io.iter_mut().enumerate() {
+        let r2ts = r2ts_within(q, 64, Duration::from_secs(2));
+        assert_eq!(r2ts, 64, "hoarding queue pair {k}: R2Ts for its 128 writes of 128 KiB");
+    }
+    big_write_status(n.port, 22).unwrap_or_else(|st| panic!("a good host's 128 KiB write beside the hoarders: {st:?}"));
     // Meanwhile a good host works, and the target does not burn its core on idle sockets.
     let cpu0 = cpu_ticks(pid);
     let tc = Instant::now();

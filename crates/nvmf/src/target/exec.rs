@@ -86,27 +86,20 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
         c.pair_fused(slot, fuse);
     }
     if xfer == Xfer::ToCtrl && len > 0 {
-        let buf = if in_capsule {
-            // In-capsule data is bounded by the in-capsule size and the queue's depth.
-            Some(ferrite_reactor::alloc_buf(len as usize))
-        } else {
-            ferrite_reactor::try_alloc_buf(len as usize)
-        };
-        let Some(buf) = buf else {
-            log::warn!("nvmf connection {}: no memory for {len} bytes of write data; host to retry", c.id);
-            return fail(Status::generic(generic::COMMAND_INTERRUPTED));
-        };
+        if !in_capsule {
+            // Data by R2T: a buffer first, within the connection's budget (it may wait).
+            c.wait_for_buffer(slot);
+            return Ok(None);
+        }
+        // In-capsule data is bounded by the in-capsule size and the queue's depth.
+        let buf = ferrite_reactor::alloc_buf(len as usize);
         {
             let mut cmds = c.cmds.borrow_mut();
             let cmd = &mut cmds[usize::from(slot)];
             cmd.buf = Some(buf);
             cmd.phase = Phase::Receiving;
         }
-        if in_capsule {
-            return Ok(Some(super::qpair::DestCmd { slot }));
-        }
-        c.start_receive(slot, false);
-        return Ok(None);
+        return Ok(Some(super::qpair::DestCmd { slot }));
     }
     run(c, slot);
     Ok(None)
@@ -114,6 +107,7 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
 
 /// The data of the command in `slot` is all in.
 pub(crate) fn data_ready(c: &Rc<Conn>, slot: u16) {
+    c.data_in(slot);
     let digest_error = {
         let mut cmds = c.cmds.borrow_mut();
         let cmd = &mut cmds[usize::from(slot)];

@@ -34,6 +34,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const SEND_BASE_TIME: Duration = Duration::from_secs(30);
 /// How long a command's data may take to arrive: this, plus 1 s per MiB.
 const DATA_BASE_TIME: Duration = Duration::from_secs(10);
+/// Bytes of write buffers one connection may hold for data it was asked for by R2T and has not
+/// sent yet; past it, further writes wait for their R2T (`Conn::grant_buffers`), so that one
+/// connection cannot take the whole pool by never sending (it would fail every other host's
+/// writes until the data timeout closed it).
+const R2T_BUDGET: usize = 8 << 20;
 /// Largest admin command data (Get Log Page and Identify answers, Set Features data).
 pub(crate) const MAX_ADMIN_DATA: u32 = 64 << 10;
 
@@ -42,6 +47,9 @@ pub(crate) const MAX_ADMIN_DATA: u32 = 64 << 10;
 pub(crate) enum Phase {
     /// The slot is free.
     Free,
+    /// Waiting for a buffer for its data before its R2T goes out (the connection holds its
+    /// budget of R2T buffers, or the pool is spent).
+    Waiting,
     /// Waiting for its data (in-capsule or H2CData after an R2T).
     Receiving,
     /// Data in (or none); waiting for its fused partner.
@@ -88,6 +96,9 @@ pub(crate) struct Cmd {
     /// Tick at which it began to wait on the host (its R2T was queued, or its fused partner
     /// is missing); 0 while it does not. The watchdog bounds the wait.
     pub(crate) since: u64,
+    /// Its buffer counts against the connection's R2T budget (`Conn::r2t_held`) until its
+    /// data is in.
+    pub(crate) budgeted: bool,
 }
 
 impl Cmd {
@@ -107,6 +118,7 @@ impl Cmd {
             digest_error: false,
             fused_broken: false,
             since: 0,
+            budgeted: false,
         }
     }
 }
@@ -200,6 +212,11 @@ pub(crate) struct Conn {
     pending_term: Cell<Option<PduError>>,
     /// In-capsule data limit to apply from the next capsule (set by Connect).
     icd_limit: Cell<Option<u32>>,
+    /// Bytes of write buffers given to commands whose R2T went out and whose data is not all
+    /// in: what the host could hold by never sending (bounded by `R2T_BUDGET`).
+    r2t_held: Cell<usize>,
+    /// Commands waiting for a buffer before their R2T, oldest first (slots).
+    buf_wait: RefCell<std::collections::VecDeque<u16>>,
     /// Tick of accept (Connect must come within CONNECT_TIMEOUT).
     accepted: u64,
     pub(crate) opts: super::model::TransportOpts,
@@ -327,15 +344,23 @@ impl Conn {
     }
 
     fn release(&self, slot: u16) {
-        let partner = {
+        let (partner, was_waiting, budget) = {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
+            let was_waiting = c.phase == Phase::Waiting;
+            let budget = if std::mem::take(&mut c.budgeted) { c.len as usize } else { 0 };
             c.phase = Phase::Free;
             c.buf = None;
             c.ns = None;
             c.parts = 0;
-            c.partner.take()
+            (c.partner.take(), was_waiting, budget)
         };
+        if was_waiting {
+            self.buf_wait.borrow_mut().retain(|&s| s != slot);
+        }
+        if budget > 0 {
+            self.r2t_held.set(self.r2t_held.get() - budget);
+        }
         if self.fused_first.get() == Some(slot) {
             self.fused_first.set(None);
         }
@@ -351,6 +376,76 @@ impl Conn {
         self.in_flight.set(self.in_flight.get() - 1);
         if self.closing.get() && self.in_flight.get() == 0 {
             self.wake();
+        }
+        if budget > 0 {
+            self.grant_buffers();
+        }
+    }
+
+    /// The command in `slot` waits for a buffer for its data; the buffer and the R2T come in
+    /// arrival order, as the connection's budget and the pool allow (`grant_buffers`).
+    pub(crate) fn wait_for_buffer(&self, slot: u16) {
+        {
+            let mut cmds = self.cmds.borrow_mut();
+            let c = &mut cmds[usize::from(slot)];
+            c.phase = Phase::Waiting;
+            c.since = ferrite_reactor::tsc::ticks();
+        }
+        self.buf_wait.borrow_mut().push_back(slot);
+        self.grant_buffers();
+    }
+
+    /// Gives the waiting commands their buffers and sends their R2Ts, oldest first, while the
+    /// connection's R2T budget and the pool last (one command at a time may exceed the budget
+    /// alone). What is left waits for this connection's data to come in, or for the watchdog's
+    /// next look (when other connections gave buffers back to the pool).
+    pub(crate) fn grant_buffers(&self) {
+        loop {
+            if self.closing.get() || self.dead.get() {
+                return;
+            }
+            let Some(slot) = self.buf_wait.borrow().front().copied() else { return };
+            let len = self.cmds.borrow()[usize::from(slot)].len as usize;
+            let held = self.r2t_held.get();
+            if held > 0 && held + len > R2T_BUDGET {
+                return;
+            }
+            let Some(buf) = ferrite_reactor::try_alloc_buf(len) else {
+                ferrite_reactor::log_limited!(
+                    log::Level::Warn,
+                    "nvmf connection {}: no memory for {len} bytes of write data; the command waits",
+                    self.id
+                );
+                return;
+            };
+            self.buf_wait.borrow_mut().pop_front();
+            {
+                let mut cmds = self.cmds.borrow_mut();
+                let c = &mut cmds[usize::from(slot)];
+                c.buf = Some(buf);
+                c.phase = Phase::Receiving;
+                c.budgeted = true;
+            }
+            self.r2t_held.set(held + len);
+            self.start_receive(slot, false);
+        }
+    }
+
+    /// The data of the command in `slot` is all in: its buffer no longer counts against the R2T
+    /// budget, and waiting commands may get theirs.
+    pub(crate) fn data_in(&self, slot: u16) {
+        let budget = {
+            let mut cmds = self.cmds.borrow_mut();
+            let c = &mut cmds[usize::from(slot)];
+            if std::mem::take(&mut c.budgeted) {
+                c.len as usize
+            } else {
+                0
+            }
+        };
+        if budget > 0 {
+            self.r2t_held.set(self.r2t_held.get() - budget);
+            self.grant_buffers();
         }
     }
 
@@ -666,9 +761,12 @@ impl Conn {
         if self.in_flight.get() == 0 || self.unsent_bytes.get() > MAX_UNSENT {
             return;
         }
+        // Buffers other connections gave back to the pool since.
+        self.grant_buffers();
         let admin = self.qid().is_none_or(|q| q == 0);
         let mut late_data = None;
         let mut late_fused = SmallVec::<[u16; 4]>::new();
+        let mut late_buffer = SmallVec::<[u16; 4]>::new();
         for (i, x) in self.cmds.borrow().iter().enumerate() {
             if x.since == 0 {
                 continue;
@@ -679,6 +777,7 @@ impl Conn {
             }
             match x.phase {
                 Phase::Receiving => late_data = Some((x.sqe.cid, x.got, x.len)),
+                Phase::Waiting => late_buffer.push(i as u16),
                 Phase::Ready if !admin && x.partner.is_none() => late_fused.push(i as u16),
                 _ => {}
             }
@@ -692,6 +791,18 @@ impl Conn {
             );
             self.close();
             return;
+        }
+        if !late_buffer.is_empty() {
+            ferrite_reactor::log_limited!(
+                log::Level::Warn,
+                "nvmf connection {}: {} writes found no buffer for their data in time; failed as Command Interrupted",
+                self.id,
+                late_buffer.len()
+            );
+        }
+        for slot in late_buffer {
+            // Retryable: the host sends it again later.
+            self.complete(slot, Status::generic(crate::spec::status::generic::COMMAND_INTERRUPTED), 0, None);
         }
         for slot in late_fused {
             log::info!("nvmf connection {}: a fused command waited too long for its other half", self.id);
@@ -737,6 +848,8 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
         sending: Cell::new(None),
         pending_term: Cell::new(None),
         icd_limit: Cell::new(None),
+        r2t_held: Cell::new(0),
+        buf_wait: RefCell::new(std::collections::VecDeque::new()),
         accepted: ferrite_reactor::tsc::ticks(),
         opts,
     });
@@ -759,7 +872,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
         .borrow()
         .iter()
         .enumerate()
-        .filter(|(_, x)| matches!(x.phase, Phase::Ready | Phase::Receiving))
+        .filter(|(_, x)| matches!(x.phase, Phase::Ready | Phase::Receiving | Phase::Waiting))
         .map(|(i, _)| i as u16)
         .collect();
     c.aers.borrow_mut().clear();
@@ -817,7 +930,7 @@ pub(crate) async fn abort_command(conn: u64, cid: u16, wait: Duration) -> bool {
                 let done = n.ch.submit_wait(ferrite_bdev::IoRequest::abort(&c, u64::from(slot))).await;
                 return done.status.is_ok();
             }
-            Some((_, Phase::Receiving | Phase::Ready, _)) if Instant::now() < deadline => {
+            Some((_, Phase::Waiting | Phase::Receiving | Phase::Ready, _)) if Instant::now() < deadline => {
                 drop(c);
                 // Looks again soon, then less and less often (up to every 32 ms).
                 ferrite_reactor::sleep(poll).await;
