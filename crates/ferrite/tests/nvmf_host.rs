@@ -9,7 +9,7 @@ mod common;
 mod nbd_common;
 
 use common::{Daemon, TempDir};
-use nbd_common::{free_port, have, run_tool};
+use nbd_common::{free_port, have, run_tool, try_qemu_io};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -130,14 +130,6 @@ fn host_with_nbd(dir: &TempDir, port: u16, extra: Value) -> (Daemon, String) {
     (h, format!("nbd://{addr}/n1"))
 }
 
-fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) -> (bool, String) {
-    let out = run_tool(dir, "qemu-io", &["-f", "raw", "-c", cmd, uri], Duration::from_secs(60));
-    let all = format!("{}\n{}", out.stdout, out.stderr);
-    let ok =
-        out.status.success() && !all.contains("failed") && !all.contains("error") && all.contains(" bytes at offset ");
-    (ok, all)
-}
-
 #[test]
 fn host_reconnects_after_target_restart() {
     if !have("host_reconnects_after_target_restart", &["qemu-io"]) {
@@ -152,7 +144,7 @@ fn host_reconnects_after_target_restart() {
     };
     let mut t = target(&dir, "tgt.sock", port, setup);
     let (h, uri) = host_with_nbd(&dir, port, json!({"ctrlr_loss_timeout_sec": 30, "reconnect_delay_sec": 1}));
-    let (ok, out) = qemu_io(&dir, &uri, "write -P 0xab 65536 1M");
+    let (ok, out) = try_qemu_io(&dir, &uri, "write -P 0xab 65536 1M");
     assert!(ok, "write through the host: {out}");
     t.proc.signal(libc::SIGKILL);
     t.proc.expect_exit(Duration::from_secs(10), "killed target");
@@ -162,7 +154,7 @@ fn host_reconnects_after_target_restart() {
     // The host reconnects by itself; a read then sees what was written before the restart.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (ok, out) = qemu_io(&dir, &uri, "read -P 0xab 65536 1M");
+        let (ok, out) = try_qemu_io(&dir, &uri, "read -P 0xab 65536 1M");
         if ok {
             break;
         }
@@ -173,9 +165,9 @@ fn host_reconnects_after_target_restart() {
         );
         std::thread::sleep(Duration::from_secs(1));
     }
-    let (ok, out) = qemu_io(&dir, &uri, "write -P 0xcd 0 64k");
+    let (ok, out) = try_qemu_io(&dir, &uri, "write -P 0xcd 0 64k");
     assert!(ok, "write after reconnecting: {out}");
-    let (ok, out) = qemu_io(&dir, &uri, "read -P 0xcd 0 64k");
+    let (ok, out) = try_qemu_io(&dir, &uri, "read -P 0xcd 0 64k");
     assert!(ok, "read back after reconnecting: {out}");
     h.assert_serving();
 }
@@ -191,14 +183,14 @@ fn host_fails_io_after_ctrlr_loss_timeout() {
         d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 32768, "block_size": 512})));
     });
     let (h, uri) = host_with_nbd(&dir, port, json!({"ctrlr_loss_timeout_sec": 3, "reconnect_delay_sec": 1}));
-    let (ok, out) = qemu_io(&dir, &uri, "write -P 0x5a 0 64k");
+    let (ok, out) = try_qemu_io(&dir, &uri, "write -P 0x5a 0 64k");
     assert!(ok, "write: {out}");
     t.proc.signal(libc::SIGKILL);
     t.proc.expect_exit(Duration::from_secs(10), "killed target");
     // Past the loss timeout, I/O fails (an error, not a hang) and the daemon serves on.
     std::thread::sleep(Duration::from_secs(5));
     let started = Instant::now();
-    let (ok, out) = qemu_io(&dir, &uri, "read 0 64k");
+    let (ok, out) = try_qemu_io(&dir, &uri, "read 0 64k");
     assert!(!ok, "a read succeeded with the target gone: {out}");
     assert!(started.elapsed() < Duration::from_secs(20), "the failed read took {:?}", started.elapsed());
     h.assert_serving();
@@ -235,7 +227,7 @@ fn host_reset_controller_connects_a_new_controller_under_io() {
         d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 32768, "block_size": 512})));
     });
     let (h, uri) = host_with_nbd(&dir, port, json!({}));
-    let (ok, out) = qemu_io(&dir, &uri, "write -P 0xab 0 1M");
+    let (ok, out) = try_qemu_io(&dir, &uri, "write -P 0xab 0 1M");
     assert!(ok, "write: {out}");
     // Writes and read-backs run through the host while it resets its controller three times.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -247,9 +239,9 @@ fn host_reset_controller_connects_a_new_controller_under_io() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let pat = 0x10 + (rounds % 0x40) as u8;
                 let off = (2 + rounds % 8) << 20;
-                let (ok, out) = qemu_io(&dir, &uri, &format!("write -P {pat} {off} 512k"));
+                let (ok, out) = try_qemu_io(&dir, &uri, &format!("write -P {pat} {off} 512k"));
                 assert!(ok, "write during resets (round {rounds}): {out}");
-                let (ok, out) = qemu_io(&dir, &uri, &format!("read -P {pat} {off} 512k"));
+                let (ok, out) = try_qemu_io(&dir, &uri, &format!("read -P {pat} {off} 512k"));
                 assert!(ok, "read back during resets (round {rounds}): {out}");
                 rounds += 1;
             }
@@ -274,7 +266,7 @@ fn host_reset_controller_connects_a_new_controller_under_io() {
         assert!(Instant::now() < deadline, "target controllers {:?}, want [{newest}]", target_cntlids(&t));
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (ok, out) = qemu_io(&dir, &uri, "read -P 0xab 0 1M");
+    let (ok, out) = try_qemu_io(&dir, &uri, "read -P 0xab 0 1M");
     assert!(ok, "data written before the resets: {out}");
     // SPDK's errors: an unknown name or controller ID is ENODEV.
     let e = h.call_err("bdev_nvme_reset_controller", Some(json!({"name": "Nvme9"})));
@@ -377,9 +369,9 @@ fn host_follows_namespaces_added_removed_and_resized_on_the_target() {
     wait_bdevs(&h, "namespace 2 added", |b| b.get("Nvme0n2") == Some(&8192));
     h.call("nbd_server_add_export", Some(json!({"bdev_name": "Nvme0n2", "name": "n2"})));
     let uri2 = uri1.replace("/n1", "/n2");
-    let (ok, out) = qemu_io(&dir, &uri2, "write -P 0x6c 0 1M");
+    let (ok, out) = try_qemu_io(&dir, &uri2, "write -P 0x6c 0 1M");
     assert!(ok, "write to the added namespace: {out}");
-    let (ok, out) = qemu_io(&dir, &uri2, "read -P 0x6c 0 1M");
+    let (ok, out) = try_qemu_io(&dir, &uri2, "read -P 0x6c 0 1M");
     assert!(ok, "read back from the added namespace: {out}");
     // A bdev that grows on the target grows on the host (NBD keeps it open: growing is allowed).
     t.call("bdev_null_resize", Some(json!({"name": "N0", "new_size": 16})));
@@ -388,7 +380,7 @@ fn host_follows_namespaces_added_removed_and_resized_on_the_target() {
     h.call("nbd_server_remove_export", Some(json!({"name": "n2"})));
     t.call("nvmf_subsystem_remove_ns", Some(json!({"nqn": NQN, "nsid": 2})));
     wait_bdevs(&h, "namespace 2 removed", |b| !b.contains_key("Nvme0n2") && b.contains_key("Nvme0n1"));
-    let (ok, out) = qemu_io(&dir, &uri1, "read 0 64k");
+    let (ok, out) = try_qemu_io(&dir, &uri1, "read 0 64k");
     assert!(ok, "namespace 1 after the others changed: {out}");
     h.assert_serving();
     t.assert_serving();

@@ -9,11 +9,10 @@ mod common;
 mod nbd_common;
 
 use common::{Daemon, TempDir};
-use nbd_common::{have, run_tool};
+use nbd_common::{have, try_qemu_io};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::Duration;
 
 const NQN: &str = "nqn.2016-06.io.ferrite:liar";
 const BLOCKS: u64 = 4096;
@@ -208,14 +207,6 @@ fn liar(reads: Reads) -> u16 {
     port
 }
 
-fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) -> (bool, String) {
-    let out = run_tool(dir, "qemu-io", &["-f", "raw", "-c", cmd, uri], Duration::from_secs(60));
-    let all = format!("{}\n{}", out.stdout, out.stderr);
-    let ok =
-        out.status.success() && !all.contains("failed") && !all.contains("error") && all.contains(" bytes at offset ");
-    (ok, all)
-}
-
 /// A host daemon whose buffers held SECRET (written to and read back from a malloc volume over
 /// NBD), attached to the mock controller, its namespace exported over NBD as `liar`.
 fn host(dir: &TempDir, port: u16) -> (Daemon, String) {
@@ -225,9 +216,9 @@ fn host(dir: &TempDir, port: u16) -> (Daemon, String) {
     let addr = nbd["address"].as_str().unwrap().to_string();
     d.call("nbd_server_add_export", Some(json!({"bdev_name": "M0", "name": "m0"})));
     for _ in 0..4 {
-        let (ok, out) = qemu_io(dir, &format!("nbd://{addr}/m0"), &format!("write -P {SECRET} 0 1M"));
+        let (ok, out) = try_qemu_io(dir, &format!("nbd://{addr}/m0"), &format!("write -P {SECRET} 0 1M"));
         assert!(ok, "{out}");
-        let (ok, out) = qemu_io(dir, &format!("nbd://{addr}/m0"), &format!("read -P {SECRET} 0 1M"));
+        let (ok, out) = try_qemu_io(dir, &format!("nbd://{addr}/m0"), &format!("read -P {SECRET} 0 1M"));
         assert!(ok, "{out}");
     }
     let names = d.call(
@@ -249,7 +240,7 @@ fn an_honest_mock_controller_reads_back() {
     let dir = TempDir::new("host-liar-honest");
     let (d, uri) = host(&dir, liar(Reads::Honest));
     for len in ["4k", "128k"] {
-        let (ok, out) = qemu_io(&dir, &uri, &format!("read -P {HONEST} 0 {len}"));
+        let (ok, out) = try_qemu_io(&dir, &uri, &format!("read -P {HONEST} 0 {len}"));
         assert!(ok, "honest read of {len}: {out}");
     }
     d.assert_serving();
@@ -266,9 +257,9 @@ fn a_read_whose_data_repeats_fails_and_shows_nothing_old() {
         let dir = TempDir::new("host-liar-repeat");
         let (d, uri) = host(&dir, liar(Reads::Repeated { success }));
         // 4 KiB reads are honest here (one PDU, at offset 0).
-        let (ok, out) = qemu_io(&dir, &uri, &format!("read -P {HONEST} 0 4k"));
+        let (ok, out) = try_qemu_io(&dir, &uri, &format!("read -P {HONEST} 0 4k"));
         assert!(ok, "a 4 KiB read: {out}");
-        let (ok, out) = qemu_io(&dir, &uri, "read 0 128k");
+        let (ok, out) = try_qemu_io(&dir, &uri, "read 0 128k");
         assert!(!ok, "a 128 KiB read of repeated data succeeded (SUCCESS flag {success}): {out}");
         assert!(out.contains("Input/output error"), "the read fails with an I/O error (SUCCESS flag {success}): {out}");
         d.assert_serving();

@@ -52,12 +52,8 @@ fn attach(port: u16, extra: Value) -> Value {
 }
 
 fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) {
-    let out = nbd_common::run_tool(dir, "qemu-io", &["-f", "raw", "-c", cmd, uri], Duration::from_secs(60));
-    let all = format!("{}\n{}", out.stdout, out.stderr);
-    assert!(
-        out.status.success() && !all.contains("failed") && !all.contains("error") && all.contains(" bytes at offset "),
-        "qemu-io {cmd}: {all}"
-    );
+    let (ok, all) = nbd_common::try_qemu_io(dir, uri, cmd);
+    assert!(ok, "qemu-io {cmd}: {all}");
 }
 
 fn nbd_export(h: &Daemon) -> String {

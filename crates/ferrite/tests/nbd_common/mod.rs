@@ -267,6 +267,17 @@ pub fn qemu_io(dir: &TempDir, uri: &str, cmds: &[String]) -> String {
     out.stdout
 }
 
+/// Runs `qemu-io -f raw -c cmd uri` (one command, 60 s at most): whether it worked (exit 0, no
+/// failure or error reported, an I/O line printed) and all it printed, for tests that expect
+/// some commands to fail.
+pub fn try_qemu_io(dir: &TempDir, uri: &str, cmd: &str) -> (bool, String) {
+    let out = run_tool(dir, "qemu-io", &["-f", "raw", "-c", cmd, uri], Duration::from_secs(60));
+    let all = format!("{}\n{}", out.stdout, out.stderr);
+    let ok =
+        out.status.success() && !all.contains("failed") && !all.contains("error") && all.contains(" bytes at offset ");
+    (ok, all)
+}
+
 /// A running fio writing its JSON report to a file.
 pub struct FioRun {
     pub tool: Tool,
