@@ -107,7 +107,7 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
 
 /// The data of the command in `slot` is all in.
 pub(crate) fn data_ready(c: &Rc<Conn>, slot: u16) {
-    c.data_in(slot);
+    c.release_budget(slot);
     let digest_error = {
         let mut cmds = c.cmds.borrow_mut();
         let cmd = &mut cmds[usize::from(slot)];

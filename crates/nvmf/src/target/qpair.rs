@@ -344,22 +344,20 @@ impl Conn {
     }
 
     fn release(&self, slot: u16) {
-        let (partner, was_waiting, budget) = {
+        // A buffer it still held against the R2T budget goes back (and may go to a waiting
+        // command) once the slot is free.
+        let (partner, was_waiting) = {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
             let was_waiting = c.phase == Phase::Waiting;
-            let budget = if std::mem::take(&mut c.budgeted) { c.len as usize } else { 0 };
             c.phase = Phase::Free;
             c.buf = None;
             c.ns = None;
             c.parts = 0;
-            (c.partner.take(), was_waiting, budget)
+            (c.partner.take(), was_waiting)
         };
         if was_waiting {
             self.buf_wait.borrow_mut().retain(|&s| s != slot);
-        }
-        if budget > 0 {
-            self.r2t_held.set(self.r2t_held.get() - budget);
         }
         if self.fused_first.get() == Some(slot) {
             self.fused_first.set(None);
@@ -377,9 +375,7 @@ impl Conn {
         if self.closing.get() && self.in_flight.get() == 0 {
             self.wake();
         }
-        if budget > 0 {
-            self.grant_buffers();
-        }
+        self.release_budget(slot);
     }
 
     /// The command in `slot` waits for a buffer for its data; the buffer and the R2T come in
@@ -431,9 +427,9 @@ impl Conn {
         }
     }
 
-    /// The data of the command in `slot` is all in: its buffer no longer counts against the R2T
-    /// budget, and waiting commands may get theirs.
-    pub(crate) fn data_in(&self, slot: u16) {
+    /// The buffer of the command in `slot` no longer counts against the R2T budget (its data is
+    /// all in, or the command ended), and waiting commands may get theirs.
+    pub(crate) fn release_budget(&self, slot: u16) {
         let budget = {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
