@@ -189,6 +189,66 @@ fn writes_beyond_the_r2t_budget_wait_for_their_turn() {
 }
 
 #[test]
+fn a_write_that_finds_no_buffer_in_time_fails_retryably() {
+    // Writes over 2 MiB take their buffers from the reactor's heap budget (64 MiB). Eight
+    // connections each hold one 8 MiB write by R2T and never send its data: the budget is spent
+    // for the 10 s + 8 s the target waits for that data. A good host's 4 MiB write meanwhile
+    // waits for a buffer; after 10 s + 4 s it fails as Command Interrupted (retryable), while
+    // the hoarders are still there. Once they go, the same write succeeds and reads back.
+    const BIG: u32 = 8 << 20;
+    const GOOD: u32 = 4 << 20;
+    let dir = TempDir::new("nvmfnobuf");
+    let mut n = NvmfDaemon::start(&dir, "0x1", json!({"max_io_size": BIG}));
+    n.malloc("Big", 16384, 4096);
+    n.subsystem(SUBNQN, true);
+    let nsid = n.add_ns(SUBNQN, "Big");
+    n.listen(SUBNQN);
+    let mut hoarders = Session::open(n.port, SUBNQN, 8, HostOpts::default(), 4096);
+    for (k, q) in hoarders.io.iter_mut().enumerate() {
+        let mut raw = Host::rw_sqe(nvm::WRITE, nsid, 2048 * (k as u64 % 4), BIG / 4096);
+        raw[1] |= 0x40;
+        raw[2..4].copy_from_slice(&0x7000u16.to_le_bytes());
+        raw[24..40].copy_from_slice(&ferrite_nvmf::spec::sgl::SglDescriptor::transport(BIG).to_bytes());
+        let capsule = q.frame(&Pdu::CapsuleCmd(ferrite_nvmf::tcp::CapsuleCmd { sqe: raw }), &[]);
+        q.send_raw(&capsule);
+        let r = q.recv().unwrap_or_else(|e| panic!("hoarder {k}: no R2T for its 8 MiB write: {e:?}"));
+        assert!(matches!(r.pdu, Pdu::R2t(_)), "hoarder {k}: expected an R2T, got {:?}", r.pdu);
+    }
+    let t0 = Instant::now();
+    let mut good = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+    let q = &mut good.io[0];
+    let data = pattern(77, GOOD as usize);
+    let slba = 2048 * 4;
+    q.s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let cid = q.submit(Host::rw_sqe(nvm::WRITE, nsid, slba, GOOD / 4096), Some(&data), 0);
+    let c = q.wait(cid);
+    let waited = t0.elapsed();
+    println!("the 4 MiB write ended {waited:?} after it came: {:?}", c.status());
+    assert_eq!(c.status(), (sct::GENERIC, generic::COMMAND_INTERRUPTED), "a write that found no buffer");
+    assert_eq!(q.r2ts, 0, "no R2T went out for it");
+    assert!(waited >= Duration::from_secs(13), "it failed after {waited:?}, before its 14 s");
+    // The hoarders' time (18 s) is not up: they were still holding the buffers.
+    for (k, h) in hoarders.io.iter_mut().enumerate() {
+        assert!(!h.closed_within(Duration::from_millis(10)), "hoarder {k} was closed before the write failed");
+    }
+    drop(hoarders);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let cid = q.submit(Host::rw_sqe(nvm::WRITE, nsid, slba, GOOD / 4096), Some(&data), 0);
+        let c = q.wait(cid);
+        if c.cqe.status.is_success() {
+            break;
+        }
+        assert_eq!(c.status(), (sct::GENERIC, generic::COMMAND_INTERRUPTED), "the retried write");
+        assert!(Instant::now() < deadline, "the write still finds no buffer after the hoarders left");
+    }
+    assert!(q.read(nsid, slba, GOOD / 4096, 4096).ok("read back").data == data, "the retried write reads back");
+    n.assert_alive();
+    let log = n.d.proc.stderr();
+    assert!(log.contains("found no buffer for their data in time"), "the target says why the write failed");
+}
+
+#[test]
 fn large_payloads_that_trickle_in_or_come_glued_together() {
     let (_dir, mut n) = setup("nvmftrickle", "0x1", json!({"max_io_size": 1 << 20}));
     let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
