@@ -304,6 +304,40 @@ impl BufPool {
     }
 }
 
+/// Lent payloads from this size up are warmed before a send (`warm_lent`).
+pub const WARM_MIN: usize = 16 << 10;
+
+/// Loads one byte of every cache line of `buf` if it is lent memory of at least [`WARM_MIN`]
+/// bytes, before the kernel copies it into a socket's buffers. Lent memory (a malloc bdev's) is
+/// likely in no cache, and the kernel's copy (`rep movsb`) takes a cold source page by page,
+/// while independent loads run ahead across pages: with them, NVMe/TCP reads of 16-128 KiB
+/// from a malloc bdev made 5-27% more IOPS on an AMD EPYC (docs/PERFORMANCE.md). Smaller
+/// payloads gained nothing and lost 3-5% (within one page there is nothing to run ahead of);
+/// prefetch instructions instead of loads gained about half as much.
+#[inline]
+pub fn warm_lent(buf: &IoBuf) {
+    if buf.is_lent() && buf.len() >= WARM_MIN {
+        warm(buf);
+    }
+}
+
+#[inline(never)]
+fn warm(data: &[u8]) {
+    const LINE: usize = 64;
+    let p = data.as_ptr();
+    let mut at = 0;
+    while at < data.len() {
+        // SAFETY: `at` is within `data`.
+        unsafe { std::ptr::read_volatile(p.add(at)) };
+        at += LINE;
+    }
+    // The last line, which the steps miss when `data` does not start on a line.
+    if let Some(last) = data.last() {
+        // SAFETY: a reference to a byte of `data`.
+        unsafe { std::ptr::read_volatile(last) };
+    }
+}
+
 /// What keeps lent memory alive (see `IoBuf::lent`): any value, behind a thin pointer so that an
 /// `IoBuf` stays small. An owner lending from several cores keeps one `Rc<Lender>` per core, so
 /// lending touches no reference count that other cores write.
@@ -542,6 +576,40 @@ impl std::fmt::Debug for IoBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warming_lent_memory_stays_inside_it() {
+        // Lent views that end right before a page that cannot be read (any byte touched past
+        // their end faults), starting on, after and before a cache line.
+        const PAGE: usize = 4096;
+        let len = WARM_MIN + 2 * PAGE;
+        // SAFETY: a private anonymous mapping of `len + PAGE` bytes, its last page made
+        // unreadable; unmapped at the end of the test.
+        let base = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len + PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            assert_eq!(libc::mprotect(p.cast::<u8>().add(len).cast(), PAGE, libc::PROT_NONE), 0);
+            p.cast::<u8>()
+        };
+        let lender = Rc::new(Lender::new(()));
+        for (from, warmed) in [(0, true), (1, true), (2 * PAGE - 1, true), (2 * PAGE + 1, false)] {
+            // SAFETY: [from, len) lies within the readable part of the mapping.
+            let b = unsafe { IoBuf::lent(NonNull::new(base.add(from)).unwrap(), len - from, lender.clone()) };
+            assert_eq!(b.len() >= WARM_MIN, warmed, "view from {from}");
+            warm_lent(&b);
+        }
+        // Memory that is not lent is left alone, however large.
+        warm_lent(&IoBuf::heap(WARM_MIN * 4));
+        // SAFETY: the mapping made above; no view of it is left.
+        unsafe { libc::munmap(base.cast(), len + PAGE) };
+    }
 
     #[test]
     fn buffers_are_aligned_and_returned() {

@@ -991,6 +991,7 @@ async fn writer(c: Rc<Conn>) {
         for o in &batch {
             parts.push((o.head.as_ptr(), o.head_len as usize));
             for d in &o.data {
+                ferrite_reactor::buf::warm_lent(d);
                 parts.push((d.as_ptr(), d.len()));
             }
             if o.has_ddgst {
