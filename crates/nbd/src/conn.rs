@@ -556,7 +556,6 @@ async fn writer(c: Rc<Conn>) {
         for r in &batch {
             parts.push((r.hdr.as_ptr(), r.hdr_len as usize));
             for d in &r.data {
-                ferrite_reactor::buf::warm_lent(d);
                 parts.push((d.as_ptr(), d.len()));
             }
         }
