@@ -310,7 +310,7 @@ pub const WARM_MIN: usize = 16 << 10;
 /// Loads one byte of every cache line of `buf` if it is lent memory of at least [`WARM_MIN`]
 /// bytes, before the kernel copies it into a socket's buffers. Lent memory (a malloc bdev's) is
 /// likely in no cache, and the kernel's copy (`rep movsb`) takes a cold source page by page,
-/// while independent loads run ahead across pages: with them, NVMe/TCP reads of 16-128 KiB
+/// while independent loads run ahead across pages: with them, NVMe/TCP reads of 16 KiB-1 MiB
 /// from a malloc bdev made 5-27% more IOPS on an AMD EPYC (docs/PERFORMANCE.md). Smaller
 /// payloads gained nothing and lost 3-5% (within one page there is nothing to run ahead of);
 /// prefetch instructions instead of loads gained about half as much. The NBD target does not
