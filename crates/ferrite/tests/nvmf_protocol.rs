@@ -139,10 +139,6 @@ fn round_trips_with_digests_padding_and_c2h_success() {
     round_trips("nvmfrtd", HostOpts { hpda: 7, sqflow_off: true, ..HostOpts::digests() });
 }
 
-/// Payloads over 64 KiB are received straight into their buffers (a plain receive first, a
-/// ring receive for the rest), and what follows one comes by a plain receive too. Payloads that
-/// trickle in, in pieces that end anywhere (inside a header, inside data), and PDUs glued to a
-/// payload's last bytes must all land where they belong.
 #[test]
 fn writes_beyond_the_r2t_budget_wait_for_their_turn() {
     // 32 writes of 1 MiB at once: a connection may hold 8 MiB of buffers for data it was asked
@@ -205,12 +201,8 @@ fn a_write_that_finds_no_buffer_in_time_fails_retryably() {
     n.listen(SUBNQN);
     let mut hoarders = Session::open(n.port, SUBNQN, 8, HostOpts::default(), 4096);
     for (k, q) in hoarders.io.iter_mut().enumerate() {
-        let mut raw = Host::rw_sqe(nvm::WRITE, nsid, 2048 * (k as u64 % 4), BIG / 4096);
-        raw[1] |= 0x40;
-        raw[2..4].copy_from_slice(&0x7000u16.to_le_bytes());
-        raw[24..40].copy_from_slice(&ferrite_nvmf::spec::sgl::SglDescriptor::transport(BIG).to_bytes());
-        let capsule = q.frame(&Pdu::CapsuleCmd(ferrite_nvmf::tcp::CapsuleCmd { sqe: raw }), &[]);
-        q.send_raw(&capsule);
+        let raw = Host::rw_sqe(nvm::WRITE, nsid, 2048 * (k as u64 % 4), BIG / 4096);
+        q.send_capsule(&Host::with_transport_sgl(raw, 0x7000, BIG), &[]);
         let r = q.recv().unwrap_or_else(|e| panic!("hoarder {k}: no R2T for its 8 MiB write: {e:?}"));
         assert!(matches!(r.pdu, Pdu::R2t(_)), "hoarder {k}: expected an R2T, got {:?}", r.pdu);
     }
@@ -248,6 +240,10 @@ fn a_write_that_finds_no_buffer_in_time_fails_retryably() {
     assert!(log.contains("found no buffer for their data in time"), "the target says why the write failed");
 }
 
+/// Payloads over 64 KiB are received straight into their buffers (plain receives as the data
+/// arrives, a ring receive for what is still missing), and what follows one comes by a plain
+/// receive too. Payloads that trickle in, in pieces that end anywhere (inside a header, inside
+/// data), and PDUs glued to a payload's last bytes must all land where they belong.
 #[test]
 fn large_payloads_that_trickle_in_or_come_glued_together() {
     let (_dir, mut n) = setup("nvmftrickle", "0x1", json!({"max_io_size": 1 << 20}));
@@ -908,12 +904,8 @@ fn more_commands_than_the_queue_holds() {
     let admin = Host::admin(n.port, SUBNQN, HostOpts::default());
     let mut q = Host::io(n.port, SUBNQN, admin.cntlid, 1, HostOpts { sqsize: 3, ..Default::default() }, 4096);
     for i in 0..4 {
-        let raw = Host::rw_sqe(nvm::WRITE, NS4K, 4 * i, 4);
-        let mut raw2 = raw;
-        raw2[2..4].copy_from_slice(&(100 + i as u16).to_le_bytes());
-        raw2[1] |= 0x40;
-        raw2[24..40].copy_from_slice(&ferrite_nvmf::spec::sgl::SglDescriptor::transport(16384).to_bytes());
-        q.send_capsule(&raw2, &[]);
+        let raw = Host::with_transport_sgl(Host::rw_sqe(nvm::WRITE, NS4K, 4 * i, 4), 100 + i as u16, 16384);
+        q.send_capsule(&raw, &[]);
         let r = q.recv().unwrap_or_else(|e| panic!("R2T {i}: {e:?}"));
         assert!(matches!(r.pdu, Pdu::R2t(_)), "R2T {i}: {:?}", r.pdu);
     }
@@ -1130,10 +1122,11 @@ fn a_host_that_never_reads_does_not_grow_the_daemon_without_bound() {
         std::thread::sleep(Duration::from_millis(5));
         let mut batch = Vec::new();
         for k in 0..16u64 {
-            let mut raw = Host::rw_sqe(nvm::READ, nsid, (u64::from(sent) + k) % 1000 * 32, 32);
-            raw[1] |= 0x40;
-            raw[2..4].copy_from_slice(&(((sent as u64 + k) % 60000) as u16).to_le_bytes());
-            raw[24..40].copy_from_slice(&ferrite_nvmf::spec::sgl::SglDescriptor::transport(131072).to_bytes());
+            let raw = Host::with_transport_sgl(
+                Host::rw_sqe(nvm::READ, nsid, (u64::from(sent) + k) % 1000 * 32, 32),
+                ((sent as u64 + k) % 60000) as u16,
+                131072,
+            );
             batch.extend_from_slice(&q.frame(&Pdu::CapsuleCmd(ferrite_nvmf::tcp::CapsuleCmd { sqe: raw }), &[]));
         }
         match std::io::Write::write_all(&mut q.s, &batch) {

@@ -333,10 +333,7 @@ impl Drop for KillOnDrop {
 fn abandon_writes(q: &mut Host, count: u16) {
     let mut batch = Vec::new();
     for k in 0..count {
-        let mut raw = Host::rw_sqe(nvm::WRITE, 1, u64::from(k) * 32, 32);
-        raw[1] |= 0x40;
-        raw[2..4].copy_from_slice(&(k + 1).to_le_bytes());
-        raw[24..40].copy_from_slice(&SglDescriptor::transport(128 * 1024).to_bytes());
+        let raw = Host::with_transport_sgl(Host::rw_sqe(nvm::WRITE, 1, u64::from(k) * 32, 32), k + 1, 128 * 1024);
         batch.extend_from_slice(&q.frame(&Pdu::CapsuleCmd(CapsuleCmd { sqe: raw }), &[]));
     }
     q.send_raw(&batch);

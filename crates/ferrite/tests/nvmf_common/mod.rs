@@ -504,6 +504,16 @@ impl Host {
         c
     }
 
+    /// `raw` (a Read or Write SQE) with command ID `cid`, PSDT set to SGL and a transport SGL
+    /// of `len` bytes: its data moves by R2T or C2HData that this host does not track (for
+    /// tests that drive the exchange by hand, or never send the data).
+    pub fn with_transport_sgl(mut raw: [u8; 64], cid: u16, len: u32) -> [u8; 64] {
+        raw[1] |= 0x40;
+        raw[2..4].copy_from_slice(&cid.to_le_bytes());
+        raw[24..40].copy_from_slice(&SglDescriptor::transport(len).to_bytes());
+        raw
+    }
+
     /// Sends a command capsule exactly as given (`raw` untouched) with in-capsule data `icd`.
     pub fn send_capsule(&mut self, raw: &[u8; 64], icd: &[u8]) {
         let pdu = Pdu::CapsuleCmd(ferrite_nvmf::tcp::CapsuleCmd { sqe: *raw });
