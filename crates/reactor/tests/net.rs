@@ -331,3 +331,50 @@ fn try_recv_takes_what_is_there_and_never_waits() {
     assert_eq!(got.3, 0, "0 at end of stream");
     stop(e);
 }
+
+#[test]
+fn a_small_send_the_socket_takes_only_in_part_arrives_whole_and_in_order() {
+    // Three parts (sent first with a plain sendmsg) of 3 MiB in all, to a peer that reads
+    // slowly: the socket takes part, the ring sends the rest, and the bytes arrive in order.
+    let e = engine(64, 64);
+    let parts: Vec<Vec<u8>> =
+        (0..3u8).map(|p| (0..1 << 20).map(|i: u32| (i as u8) ^ p.wrapping_mul(91)).collect()).collect();
+    let want: Vec<u8> = parts.concat();
+    let (ours, mut peer) = UnixStream::pair().unwrap();
+    let reader = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        let mut got = Vec::new();
+        let mut b = [0u8; 4096];
+        while got.len() < 3 << 20 {
+            let n = peer.read(&mut b).unwrap();
+            assert!(n > 0, "peer closed early");
+            got.extend_from_slice(&b[..n]);
+        }
+        got
+    });
+    let sent = run(&e, Duration::from_secs(10), move || async move {
+        let s = Socket::new(ours.into());
+        let ptrs: Vec<(*const u8, usize)> = parts.iter().map(|p| (p.as_ptr(), p.len())).collect();
+        let cache = net::SendCache::default();
+        // SAFETY: the parts point into `parts`' heap buffers, which the send owns until done.
+        let (res, _parts) = unsafe { s.send_parts(&cache, &ptrs, parts).await };
+        res.map_err(|e| e.kind())
+    });
+    assert_eq!(sent, Ok(()));
+    let got = reader.join().unwrap();
+    assert!(got == want, "bytes differ");
+    stop(e);
+}
+
+#[test]
+fn a_small_send_to_a_peer_that_left_fails_without_a_signal() {
+    let e = engine(64, 64);
+    let res = run(&e, Duration::from_secs(10), || async {
+        let (s, peer) = pair();
+        drop(peer);
+        s.send_all(b"nobody reads this".to_vec()).await.map_err(|e| e.kind())
+    });
+    // EPIPE from the plain sendmsg itself (MSG_NOSIGNAL: the test process is still here).
+    assert_eq!(res, Err(std::io::ErrorKind::BrokenPipe));
+    stop(e);
+}
