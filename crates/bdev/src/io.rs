@@ -885,11 +885,17 @@ fn drain() -> usize {
     // Only the completions queued before this turn: new ones (from resubmissions) wait for the
     // next turn, so a busy caller cannot starve the loop.
     let batch = DEFERRED.with(|d| d.borrow().len());
+    if batch == 0 {
+        return nfns;
+    }
+    // One counter read for the whole batch: they all finished by now.
+    let outer = COMPLETION_TICK.with(|t| t.replace(ferrite_reactor::tsc::ticks()));
     for _ in 0..batch {
         let Some(io) = DEFERRED.with(|d| d.borrow_mut().pop_front()) else { break };
         let status = io.status;
         io.complete(status);
     }
+    COMPLETION_TICK.with(|t| t.set(outer));
     batch + nfns
 }
 
