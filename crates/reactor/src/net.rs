@@ -604,23 +604,8 @@ impl Socket {
         let mut mem = SendMemory { hdr, iovs, owners: Some(owners) };
         let mut first = 0;
         let fd = self.raw_fd();
-        if !mem.iovs.is_empty() && mem.iovs.len() <= PLAIN_SEND_MAX_PARTS {
-            mem.hdr.msg_iov = mem.iovs.as_mut_ptr();
-            mem.hdr.msg_iovlen = mem.iovs.len();
-            // SAFETY: the header points at the iovec array, the iovecs at memory `owners`
-            // owns (the caller's promise); the call returns before either moves.
-            let n = unsafe { libc::sendmsg(fd, &mem.hdr, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
-            if n > 0 {
-                first = advance_iovs(&mut mem.iovs, 0, n as usize);
-            } else if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
-                    let owners = mem.owners.take().expect("owners present");
-                    *cache.iovs.borrow_mut() = mem.iovs;
-                    return (Err(e), owners);
-                }
-            }
-        }
+        // The first pass of a small send is a plain one; the ring takes whatever it left.
+        let mut plain = mem.iovs.len() <= PLAIN_SEND_MAX_PARTS;
         let res = loop {
             if first >= mem.iovs.len() {
                 break Ok(());
@@ -629,21 +614,34 @@ impl Socket {
             mem.hdr.msg_iov = mem.iovs[first..].as_mut_ptr();
             // The kernel takes at most UIO_MAXIOV (1024) pieces per call.
             mem.hdr.msg_iovlen = (mem.iovs.len() - first).min(1024);
-            // SAFETY: the header is read from its place in the slot; it points at the iovec
-            // array, and the iovecs at memory `owners` owns (the caller's promise); the
-            // operation holds the descriptor.
-            let (res, m) = unsafe {
-                submit(&cache.slot, mem, Some(&self.owner), bound, |m| {
-                    op::SendMsg::new(types::Fd(fd), &m.hdr as *const _).flags(libc::MSG_NOSIGNAL as u32).build()
-                })
-            }
-            .await;
-            mem = m;
-            let sent = match to_io(res) {
-                Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
-                Err(e) => break Err(e),
+            let sent = if std::mem::take(&mut plain) {
+                // SAFETY: the header points at the iovec array, the iovecs at memory `owners`
+                // owns (the caller's promise); the call returns before either moves.
+                match unsafe { libc::sendmsg(fd, &mem.hdr, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) } {
+                    n if n >= 0 => n as usize,
+                    _ => match std::io::Error::last_os_error() {
+                        // No room now: the ring sends it all.
+                        e if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => 0,
+                        e => break Err(e),
+                    },
+                }
+            } else {
+                // SAFETY: the header is read from its place in the slot; it points at the iovec
+                // array, and the iovecs at memory `owners` owns (the caller's promise); the
+                // operation holds the descriptor.
+                let (res, m) = unsafe {
+                    submit(&cache.slot, mem, Some(&self.owner), bound, |m| {
+                        op::SendMsg::new(types::Fd(fd), &m.hdr as *const _).flags(libc::MSG_NOSIGNAL as u32).build()
+                    })
+                }
+                .await;
+                mem = m;
+                match to_io(res) {
+                    Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
+                    Err(e) => break Err(e),
+                }
             };
             first = advance_iovs(&mut mem.iovs, first, sent);
         };
