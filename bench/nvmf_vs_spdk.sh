@@ -32,6 +32,8 @@
 # it sends, _copy_from_iter under its sendmsg, costs ~4x more per byte in those runs: seen with
 # perf record on spdk_nvme_perf; SPDK's nvmf_tgt gets them as often as Ferrite does), and two
 # of them among a cell's three runs move its median.
+# Latency cells: the same client with -L (latency tracking), null namespace, 4 KiB randread and
+#   randwrite at QD 1, 32 and 128; the medians of p50, p99, p99.9 and p99.99 (see lat_cells).
 # Idle cells: the target's CPU use (utime+stime of all its threads, /proc/PID/stat) over
 # IDLE_SECONDS while a host stays connected and sends no I/O, two ways:
 #   bdevperf -z: SPDK's bdev_nvme host (bdev_nvme_attach_controller in bdevperf's config),
@@ -44,7 +46,7 @@
 # Environment: ROUNDS (3); CELLS (an extended regular expression: only the cells whose
 # "kind workload size qd" matches, e.g. CELLS='randread 4096 32'); FERRITE_MODE (reactor mode for the perf cells, default adaptive);
 # FERRITE_BIN (another build of the daemon to measure, e.g. a work tree's); IDLE_SECONDS (5);
-# ONLY (perf or idle: only those cells); TCP_CC (a TCP congestion control, e.g. cubic: the run
+# ONLY (perf, lat or idle: only those cells); TCP_CC (a TCP congestion control, e.g. cubic: the run
 # goes into a network namespace of its own, made with unshare, whose loopback uses it; the
 # machine's setting stays as it is. Why it matters: on loopback the client's TCP stack shares
 # the work with the target's, and a BBR sender paces and keeps a small congestion window at
@@ -72,7 +74,7 @@ for b in bin/nvmf_tgt bin/spdk_nvme_perf examples/bdevperf; do
   fi
 done
 case $NVMF_TARGET in ferrite | spdk) ;; *) fail "NVMF_TARGET must be ferrite or spdk, not $NVMF_TARGET" ;; esac
-case $ONLY in "" | perf | idle) ;; *) fail "ONLY must be perf or idle, not $ONLY" ;; esac
+case $ONLY in "" | perf | lat | idle) ;; *) fail "ONLY must be perf, lat or idle, not $ONLY" ;; esac
 need ss iproute2
 [ -x /usr/bin/time ] || { apt-get install -y -qq time >/dev/null 2>&1 || true; }
 [ -x /usr/bin/time ] || fail "/usr/bin/time (package time) is missing and could not be installed"
@@ -181,6 +183,9 @@ $(grep -v '^$' "$out" | tail -3)"
   other_cpu "$((b1 - b0))" "$((t1 - t0)) + ($pu + $ps) * $HZ" "$((n1 - n0))"
   # Total : IOPS MiB/s Average min max (latencies in microseconds)
   RESULT=$(awk '/^Total *:/ {print $3, $4, $5}' "$out")
+  # With -L: "  99.90000% :    63.899us" lines, for the percentiles of PCTS.
+  LAT=$(awk -v want="$PCTS" 'BEGIN {n = split(want, w, " ")} $2 == ":" {sub(/%$/, "", $1); v[$1 + 0] = $3 + 0}
+    END {for (i = 1; i <= n; i++) printf "%s ", ((w[i] + 0) in v) ? v[w[i] + 0] : "-"}' "$out")
   # (It exits 0 when it cannot connect at all: "No valid NVMe controllers found".)
   [ -n "$RESULT" ] || fail "no Total line from spdk_nvme_perf -q $qd -o $size -w $w $*: $(grep -iE 'error|fail|no valid' "$out" | head -10)"
 }
@@ -227,6 +232,53 @@ perf_cells() {
     name="$kind $w $((size / 1024))k qd$qd${flags:+ digests}"
     printf '%-30s %10.0f %10.0f %6s %10.0f %10.0f %6s %9s %9s %8s %8s %6s\n' "$name" "$fiops" "$siops" \
       "$(ratio "$fiops" "$siops")" "$fbest" "$sbest" "$(ratio "$fbest" "$sbest")" "$fm" "$sm" "$fl" "$sl" "$other_max"
+  done
+}
+
+# --- tail latency cells ---------------------------------------------------------------------
+PCTS="50 99 99.9 99.99" # the percentiles the latency cells show
+
+# lat_cells: spdk_nvme_perf -L (its software latency tracking: a histogram of every I/O's
+# latency) against each target, null namespace, 4 KiB; the median over the rounds of each
+# percentile, in microseconds, and the ratios ferrite/spdk of p99 and p99.9 (below 1: Ferrite's
+# tail is shorter). p99.99 of a 4-5 s run rests on a few hundred I/Os and moves with the machine.
+lat_cells() {
+  echo
+  echo "latency percentiles (us), spdk_nvme_perf -L, ${T}s per run, median of $ROUNDS"
+  printf '%-24s %-31s %-31s %6s %6s %6s\n' cell "ferrite p50/p99/p99.9/p99.99" "spdk p50/p99/p99.9/p99.99" \
+    r_p99 r_p999 other%
+  for cell in "null randread 4096 1" "null randwrite 4096 1" "null randread 4096 32" \
+    "null randwrite 4096 32" "null randread 4096 128" "null randwrite 4096 128"; do
+    [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"$cell" || continue
+    read -r kind w size qd <<<"$cell"
+    declare -A lat=()
+    other_max=0
+    for round in $(seq "$ROUNDS"); do
+      order="ferrite spdk"
+      ((round % 2)) || order="spdk ferrite"
+      for side in $order; do
+        who=$side
+        [ "$side" = ferrite ] && who=$NVMF_TARGET
+        start_target "$who" "$kind"
+        run_perf "$qd" "$size" "$w" -L
+        stop_target
+        [ "$OTHER" -gt "$other_max" ] && other_max=$OTHER
+        read -r -a got <<<"$LAT"
+        local i=0
+        for pct in $PCTS; do
+          lat[$side$pct]+="${got[$i]} "
+          i=$((i + 1))
+        done
+      done
+    done
+    fcol= scol=
+    for pct in $PCTS; do
+      fcol+="$(med "${lat[ferrite$pct]}")/" scol+="$(med "${lat[spdk$pct]}")/"
+    done
+    printf '%-24s %-31s %-31s %6s %6s %6s\n' "$w $((size / 1024))k qd$qd" "${fcol%/}" "${scol%/}" \
+      "$(ratio "$(med "${lat[ferrite99]}")" "$(med "${lat[spdk99]}")")" \
+      "$(ratio "$(med "${lat[ferrite99.9]}")" "$(med "${lat[spdk99.9]}")")" "$other_max"
+    unset lat
   done
 }
 
@@ -315,5 +367,6 @@ idle_cells() {
 say_tcp_cc
 start_target "$NVMF_TARGET" null # can it serve the config at all? (stops here if not)
 stop_target
-[ "$ONLY" = idle ] || perf_cells
-[ "$ONLY" = perf ] || idle_cells
+case $ONLY in "" | perf) perf_cells ;; esac
+case $ONLY in "" | lat) lat_cells ;; esac
+case $ONLY in "" | idle) idle_cells ;; esac
