@@ -208,7 +208,7 @@ perf_cells() {
     "null-resp randread 4096 128" "malloc read 131072 32" "malloc write 131072 32"; do
     [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"$cell" || continue
     read -r kind w size qd flags <<<"$cell"
-    fiops_all= siops_all= fm_all= sm_all= fl_all= sl_all= other_max=0
+    fiops_all='' siops_all='' fm_all='' sm_all='' fl_all='' sl_all='' other_max=0
     for round in $(seq "$ROUNDS"); do
       order="ferrite spdk"
       ((round % 2)) || order="spdk ferrite" # alternate who goes first, against drift
@@ -271,7 +271,7 @@ lat_cells() {
         done
       done
     done
-    fcol= scol=
+    fcol='' scol=''
     for pct in $PCTS; do
       fcol+="$(med "${lat[ferrite$pct]}")/" scol+="$(med "${lat[spdk$pct]}")/"
     done
