@@ -16,7 +16,7 @@ use ferrite_nvmf::spec::fabrics::{ConnectData, InvalidParameter, CNTLID_DYNAMIC}
 use ferrite_nvmf::spec::features::fid;
 use ferrite_nvmf::spec::identify::{cns, csi, NamespaceList, NsIdDescriptor};
 use ferrite_nvmf::spec::identify_ctrl::{field_text, IdentifyController};
-use ferrite_nvmf::spec::identify_ns::IdentifyNamespace;
+use ferrite_nvmf::spec::identify_ns::{nsattr, IdentifyNamespace};
 use ferrite_nvmf::spec::log::{lid, ChangedNamespaceList};
 use ferrite_nvmf::spec::opcode::nvm;
 use ferrite_nvmf::spec::registers::{self, Cap, Csts, Vs};
@@ -320,6 +320,57 @@ fn write_zeroes_and_deallocate_read_back_zeroes() {
         assert!(back == want, "ns {nsid}: write zeroes / deallocate did not read back as zeroes where asked only");
     }
     n.assert_alive();
+}
+
+/// A thin lvol whose lvstore has run out of clusters, and an lvol snapshot: writes that
+/// cannot be done answer Capacity Exceeded and Namespace is Write Protected, both with Do Not
+/// Retry (hosts report "no space" and "read-only", where Internal Device Error is an I/O error
+/// they retry); what was written before reads back, and the daemon serves on.
+#[test]
+fn a_full_thin_lvol_and_a_snapshot_refuse_writes_with_their_statuses() {
+    let (_dir, mut n) = setup("nvmffull", "0x1", json!({}));
+    // 8 MiB: the lvstore's metadata and 6 clusters of 1 MiB, less than the lvol's 8.
+    n.malloc("Small", 2048, 4096);
+    n.d.call(
+        "bdev_lvol_create_lvstore",
+        Some(json!({"bdev_name": "Small", "lvs_name": "lvs0", "cluster_sz": 1 << 20})),
+    );
+    let lvs = n.d.call("bdev_lvol_get_lvstores", Some(json!({"lvs_name": "lvs0"})));
+    let free = lvs[0]["free_clusters"].as_u64().expect("free_clusters");
+    assert!((1..8).contains(&free), "the test wants fewer free clusters than the lvol's 8: {lvs}");
+    n.d.call(
+        "bdev_lvol_create",
+        Some(json!({"lvs_name": "lvs0", "lvol_name": "thin", "size_in_mib": 8, "thin_provision": true})),
+    );
+    let thin = n.add_ns(SUBNQN, "lvs0/thin");
+    let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+    let q = &mut s.io[0];
+    // One block into each cluster: the first `free` allocate, the next one finds none.
+    let blocks_per_cluster = 256;
+    for c in 0..free {
+        q.write(thin, c * blocks_per_cluster, &pattern(c, 4096), 4096).ok("a write that allocates");
+    }
+    let c = q.write(thin, free * blocks_per_cluster, &pattern(99, 4096), 4096);
+    assert_eq!(status(&c), (sct::GENERIC, generic::CAPACITY_EXCEEDED), "a write to a full lvstore: {:?}", c.cqe);
+    assert!(c.cqe.status.dnr, "no space is not worth retrying");
+    for c in 0..free {
+        let back = q.read(thin, c * blocks_per_cluster, 1, 4096).ok("read back").data;
+        assert!(back == pattern(c, 4096), "cluster {c} lost its block");
+    }
+
+    n.d.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/thin", "snapshot_name": "snap"})));
+    let snap = n.add_ns(SUBNQN, "lvs0/snap");
+    let c = q.write(snap, 0, &pattern(7, 4096), 4096);
+    assert_eq!(status(&c), (sct::GENERIC, generic::NAMESPACE_IS_WRITE_PROTECTED), "a write to a snapshot");
+    assert!(c.cqe.status.dnr, "a snapshot stays read-only");
+    assert!(q.read(snap, 0, 1, 4096).ok("read the snapshot").data == pattern(0, 4096), "the snapshot's block 0");
+    for (nsid, want) in [(snap, nsattr::WRITE_PROTECTED), (thin, 0)] {
+        let c = s.admin.identify(cns::NAMESPACE, nsid, csi::NVM).ok("identify namespace");
+        let id = IdentifyNamespace::decode(c.data[..4096].try_into().unwrap());
+        assert_eq!(id.nsattr & nsattr::WRITE_PROTECTED, want, "NSATTR of namespace {nsid}");
+    }
+    drop(s);
+    still_serves(&mut n, 40);
 }
 
 #[test]

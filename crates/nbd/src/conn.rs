@@ -389,6 +389,11 @@ fn held_by(req: &Request) -> u64 {
     }
 }
 
+/// NVMe generic status Capacity Exceeded (NVM command set).
+const NVME_CAPACITY_EXCEEDED: u8 = 0x81;
+/// NVMe generic status Namespace is Write Protected.
+const NVME_NAMESPACE_WRITE_PROTECTED: u8 = 0x20;
+
 fn nbd_error(s: IoStatus) -> u32 {
     match s {
         IoStatus::Success => 0,
@@ -399,6 +404,9 @@ fn nbd_error(s: IoStatus) -> u32 {
         IoStatus::Failed(e) if e == libc::EPERM || e == libc::EBADF || e == libc::EROFS => EPERM,
         IoStatus::Failed(e) if e == libc::ENOMEM => ENOMEM,
         IoStatus::NoMem => ENOMEM,
+        // A remote NVMe namespace (Ferrite's NVMe/TCP host) that is full or write-protected.
+        IoStatus::Nvme { sct: 0, sc: NVME_CAPACITY_EXCEEDED } => ENOSPC,
+        IoStatus::Nvme { sct: 0, sc: NVME_NAMESPACE_WRITE_PROTECTED } => EPERM,
         IoStatus::Failed(_)
         | IoStatus::Aborted
         | IoStatus::Miscompare
@@ -785,5 +793,20 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
             Ok(()) if req.command == Command::Disc => return Ok(()),
             Ok(()) => c.submit(req, payload),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_and_read_only_volumes_answer_enospc_and_eperm() {
+        assert_eq!(nbd_error(IoStatus::Failed(libc::ENOSPC)), ENOSPC);
+        assert_eq!(nbd_error(IoStatus::Nvme { sct: 0, sc: NVME_CAPACITY_EXCEEDED }), ENOSPC);
+        assert_eq!(nbd_error(IoStatus::Failed(libc::EROFS)), EPERM);
+        assert_eq!(nbd_error(IoStatus::Nvme { sct: 0, sc: NVME_NAMESPACE_WRITE_PROTECTED }), EPERM);
+        assert_eq!(nbd_error(IoStatus::Nvme { sct: 2, sc: 0x81 }), EIO);
+        assert_eq!(nbd_error(IoStatus::Failed(libc::EIO)), EIO);
     }
 }

@@ -228,6 +228,10 @@ fn identify_namespace(s: &Subsystem, nsid: u32) -> Option<IdentifyNamespace> {
         ..IdentifyNamespace::default()
     };
     id.lbaf[0] = LbaFormat::new(lbads);
+    if !b.supports(IoType::Write) {
+        // A read-only bdev (an lvol snapshot): hosts make the disk read-only.
+        id.nsattr |= crate::spec::identify_ns::nsattr::WRITE_PROTECTED;
+    }
     if b.supports(IoType::Unmap) {
         id.nsfeat |= crate::spec::identify_ns::nsfeat::THIN_PROVISIONING;
         // Every Ferrite module reads zeroes after deallocate and write zeroes.

@@ -26,9 +26,26 @@ pub(crate) fn status_of(s: IoStatus) -> Status {
         IoStatus::Aborted | IoStatus::TimedOut => Status::generic(generic::ABORTED_BY_REQUEST),
         IoStatus::Miscompare => Status::media(media::COMPARE_FAILURE).with_dnr(),
         IoStatus::Nvme { sct, sc } => Status::new(sct, sc),
+        // A thin volume whose store is full: hosts report "no space" (Linux: BLK_STS_NOSPC,
+        // ENOSPC to the file system) and do not retry, where an internal error is an EIO
+        // retried several times.
+        IoStatus::Failed(libc::ENOSPC) => Status::generic(generic::CAPACITY_EXCEEDED).with_dnr(),
+        // A write to a read-only bdev (an lvol snapshot).
+        IoStatus::Failed(libc::EROFS) => Status::generic(generic::NAMESPACE_IS_WRITE_PROTECTED).with_dnr(),
         IoStatus::NoMem | IoStatus::Failed(_) | IoStatus::Scsi { .. } => {
             Status::generic(generic::INTERNAL_DEVICE_ERROR)
         }
+    }
+}
+
+/// A write that a read-only bdev (an lvol snapshot) does not serve fails as a write to a
+/// write-protected namespace (EROFS: Namespace is Write Protected), not as an unknown command.
+fn refused_write(s: IoStatus, t: IoType, ns: Option<&super::qpair::NsChan>) -> IoStatus {
+    let read_only = || ns.is_some_and(|n| !n.ns.bdev().supports(IoType::Write));
+    if s == IoStatus::Unsupported && t.writes() && read_only() {
+        IoStatus::Failed(libc::EROFS)
+    } else {
+        s
     }
 }
 
@@ -224,7 +241,7 @@ impl IoCompleter for Conn {
                 return;
             };
             if !io.status.is_ok() && cmd.part_status.is_ok() {
-                cmd.part_status = io.status;
+                cmd.part_status = refused_write(io.status, io.req.io_type, cmd.ns.as_deref());
             }
             cmd.parts = cmd.parts.saturating_sub(1);
             (cmd.parts == 0, cmd.part_status, cmd.partner, cmd.sqe.opcode == nvm::READ)
@@ -254,5 +271,20 @@ impl IoCompleter for Conn {
             log::debug!("nvmf connection {}: I/O failed: {status}", self.id);
         }
         self.complete(slot, status_of(status), 0, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_and_read_only_volumes_have_their_own_statuses() {
+        let full = status_of(IoStatus::Failed(libc::ENOSPC));
+        assert_eq!((full.sct, full.sc, full.dnr), (0, generic::CAPACITY_EXCEEDED, true));
+        let ro = status_of(IoStatus::Failed(libc::EROFS));
+        assert_eq!((ro.sct, ro.sc, ro.dnr), (0, generic::NAMESPACE_IS_WRITE_PROTECTED, true));
+        let other = status_of(IoStatus::Failed(libc::EIO));
+        assert_eq!((other.sct, other.sc, other.dnr), (0, generic::INTERNAL_DEVICE_ERROR, false));
     }
 }
