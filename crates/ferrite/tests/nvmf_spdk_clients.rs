@@ -21,6 +21,7 @@
 mod common;
 
 use common::{TempDir, FERRITE};
+use ferrite_rpc::client::RpcClient;
 use serde_json::{json, Value};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -41,6 +42,7 @@ const NVMF_TGT: &str = "build/bin/nvmf_tgt";
 const PERF: &str = "build/bin/spdk_nvme_perf";
 const IDENTIFY: &str = "build/bin/spdk_nvme_identify";
 const BDEVPERF: &str = "build/examples/bdevperf";
+const DD: &str = "build/bin/spdk_dd";
 
 /// How long a target may take until its listener accepts connections.
 const TARGET_START: Duration = Duration::from_secs(30);
@@ -430,22 +432,34 @@ fn bdevperf_verify(env: &Env, dir: &TempDir, port: u16, size: u32, digests: bool
     }
     let size = size.to_string();
     let (out, text) = bdevperf(env, dir, port, attach, &["-q", "32", "-o", &size, "-w", "verify", "-t", "3"]);
+    assert_verified(&out, &text, "Nvme0n1")
+}
+
+/// Checks a bdevperf `-w verify` run on `bdev`: exit status 0, no miscompare, no failed or
+/// timed-out I/O, some I/O done.
+fn assert_verified(out: &Out, text: &str, bdev: &str) -> BdevperfTotal {
     out.assert_ok();
     for bad in ["Buffer mismatch", "miscompare", "Miscompare", "verify failed"] {
         assert!(!text.contains(bad), "{}: {bad:?} in its output:\n{text}", out.what);
     }
-    assert!(text.contains("Nvme0n1"), "{}: no job on Nvme0n1:\n{text}", out.what);
-    let t = parse_bdevperf(&text).unwrap_or_else(|| panic!("{}: no Total line:\n{text}", out.what));
+    assert!(text.contains(bdev), "{}: no job on {bdev}:\n{text}", out.what);
+    let t = parse_bdevperf(text).unwrap_or_else(|| panic!("{}: no Total line:\n{text}", out.what));
     assert!(t.iops > 0.0 && t.fail_s == 0.0 && t.timeout_s == 0.0, "{}: {t:?}\n{text}", out.what);
     t
+}
+
+/// bdev_nvme_attach_controller's parameters for controller Nvme0: NVMe/TCP to 127.0.0.1:`port`,
+/// subsystem NQN1.
+fn attach_params(port: u16) -> Value {
+    json!({"name": "Nvme0", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+        "trsvcid": port.to_string(), "subnqn": NQN1})
 }
 
 /// Runs bdevperf with `job` (its workload flags) on bdev Nvme0n1: controller Nvme0 attached
 /// over NVMe/TCP to `port`, subsystem NQN1, with the attach parameters in `extra` added; on
 /// the client's core, without hugepages. Its output and the output's text.
 fn bdevperf(env: &Env, dir: &TempDir, port: u16, extra: Value, job: &[&str]) -> (Out, String) {
-    let mut attach = json!({"name": "Nvme0", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
-        "trsvcid": port.to_string(), "subnqn": NQN1});
+    let mut attach = attach_params(port);
     if let Value::Object(m) = extra {
         for (k, v) in m {
             attach[k] = v;
@@ -738,6 +752,129 @@ fn two_subsystems_two_namespaces_each() {
         println!("{:?} target, {nqn}: {:?}", env.kind, p.namespaces);
         t.assert_running("spdk_nvme_perf");
     }
+    t.stop();
+}
+
+/// Calls `method` on the target's RPC socket (Ferrite's or SPDK's: the same JSON-RPC) and
+/// expects success.
+fn target_rpc(dir: &TempDir, method: &str, params: Value) -> Value {
+    let mut c = RpcClient::connect(&dir.join("target.sock"), Duration::from_secs(30)).expect("connect to the target");
+    common::call(&mut c, method, Some(params))
+}
+
+/// Writes done on `bdev` so far, by the target's `bdev_get_iostat`.
+fn writes_done(dir: &TempDir, bdev: &str) -> u64 {
+    let v = target_rpc(dir, "bdev_get_iostat", json!({"names": [bdev]}));
+    v["bdevs"][0]["num_write_ops"].as_u64().unwrap_or_else(|| panic!("bdev_get_iostat {bdev}: {v}"))
+}
+
+/// Waits until more than `than` writes reached `bdev` (I/O is flowing); the new count.
+fn writes_beyond(dir: &TempDir, bdev: &str, than: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = writes_done(dir, bdev);
+        if n > than {
+            return n;
+        }
+        assert!(Instant::now() < deadline, "no write reached {bdev} in 20 s (still {n})");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Everything namespace `bdev` (Nvme0nN) of subsystem NQN1 reads, copied by SPDK's spdk_dd
+/// (bdev_nvme over NVMe/TCP) into a file, and that file's bytes.
+fn dd_read(env: &Env, dir: &TempDir, port: u16, bdev: &str) -> Vec<u8> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let attach = attach_params(port);
+    let cfg = dir.write_json(
+        "dd.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [
+        {"method": "bdev_nvme_attach_controller", "params": attach}]}]}),
+    );
+    let file = dir.join(&format!("{bdev}-{}.img", NEXT.fetch_add(1, Ordering::SeqCst)));
+    let mask = env.client_mask();
+    let args = strings(&[
+        "--no-huge",
+        "-s",
+        "1024",
+        "-m",
+        &mask,
+        "--disable-cpumask-locks",
+        "--no-rpc-server",
+        "--json",
+        cfg.to_str().unwrap(),
+        "--ib",
+        bdev,
+        "--of",
+        file.to_str().unwrap(),
+        "--bs",
+        "1048576",
+    ]);
+    run_spdk(env, dir, DD, &args).assert_ok();
+    std::fs::read(&file).unwrap_or_else(|e| panic!("spdk_dd wrote no {}: {e}", file.display()))
+}
+
+/// Thin lvols over NVMe/TCP, as Mayastor serves them: SPDK's bdevperf verifies a thin lvol
+/// (bdev_nvme, 4 KiB, QD 32) while the test takes three snapshots of it under that load (each
+/// once writes are seen flowing, and writes must flow again after it). Then a clone of the last
+/// snapshot and the snapshot itself are added as namespaces 2 and 3 while nothing is connected;
+/// spdk_dd reads them over NVMe/TCP: the clone reads exactly as the snapshot (which holds the
+/// verify's data). bdevperf then verifies the clone with data of its own, after which the
+/// snapshot and the lvol read exactly as before and the clone differs.
+#[test]
+fn thin_lvol_snapshots_under_verify_and_a_clone_over_nvmf() {
+    let test = "thin_lvol_snapshots_under_verify_and_a_clone_over_nvmf";
+    let Some(env) = Env::get(test) else { return };
+    let _serial = one_at_a_time();
+    let dir = TempDir::new("nvmf-lvol");
+    let port = free_port();
+    let s = Subsystem { nqn: NQN1, serial: SERIAL, model: MODEL, namespaces: &[] };
+    // 256 MiB: room for the lvol's 24 clusters four times over (each snapshot keeps what the
+    // lvol had, and the verify writes it all again).
+    let mut t = Target::start(&env, &dir, &config(vec![malloc("Malloc0", 65536, 4096)], &[s], port, false), port);
+    let lvs = json!({"bdev_name": "Malloc0", "lvs_name": "lvs0", "cluster_sz": 1048576});
+    target_rpc(&dir, "bdev_lvol_create_lvstore", lvs);
+    let vol = json!({"lvs_name": "lvs0", "lvol_name": "vol", "size_in_mib": 24, "thin_provision": true});
+    target_rpc(&dir, "bdev_lvol_create", vol);
+    let add_ns =
+        |bdev: &str| target_rpc(&dir, "nvmf_subsystem_add_ns", json!({"nqn": NQN1, "namespace": {"bdev_name": bdev}}));
+    assert_eq!(add_ns("lvs0/vol"), json!(1));
+
+    let job = ["-q", "32", "-o", "4096", "-w", "verify", "-t", "8", "-T", "Nvme0n1"];
+    let (out, text) = std::thread::scope(|scope| {
+        let run = scope.spawn(|| bdevperf(&env, &dir, port, json!({}), &job));
+        writes_beyond(&dir, "lvs0/vol", 0);
+        for i in 1..=3 {
+            let snap = json!({"lvol_name": "lvs0/vol", "snapshot_name": format!("snap{i}")});
+            target_rpc(&dir, "bdev_lvol_snapshot", snap);
+            writes_beyond(&dir, "lvs0/vol", writes_done(&dir, "lvs0/vol"));
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        run.join().expect("the bdevperf thread")
+    });
+    let r = assert_verified(&out, &text, "Nvme0n1");
+    println!("{:?} target: bdevperf verify on a thin lvol across 3 snapshots: {:.0} IOPS", env.kind, r.iops);
+    t.assert_running("bdevperf verify across snapshots");
+
+    target_rpc(&dir, "bdev_lvol_clone", json!({"snapshot_name": "lvs0/snap3", "clone_name": "clone"}));
+    assert_eq!(add_ns("lvs0/clone"), json!(2));
+    assert_eq!(add_ns("lvs0/snap3"), json!(3));
+    let snap = dd_read(&env, &dir, port, "Nvme0n3");
+    let clone = dd_read(&env, &dir, port, "Nvme0n2");
+    let vol = dd_read(&env, &dir, port, "Nvme0n1");
+    assert_eq!(snap.len(), 24 << 20, "the snapshot's size");
+    assert!(snap.iter().filter(|&&b| b != 0).count() > snap.len() / 8, "the verify left little data in the snapshot");
+    assert!(clone == snap, "the clone does not read as its snapshot");
+
+    // -U: data of its own for every write (the verify's pattern otherwise depends on the offset
+    // alone, and would write into the clone what it already holds).
+    let job = ["-q", "32", "-o", "4096", "-w", "verify", "-t", "2", "-U", "-T", "Nvme0n2"];
+    let (out, text) = bdevperf(&env, &dir, port, json!({}), &job);
+    assert_verified(&out, &text, "Nvme0n2");
+    assert!(dd_read(&env, &dir, port, "Nvme0n3") == snap, "the clone's writes changed its snapshot");
+    assert!(dd_read(&env, &dir, port, "Nvme0n1") == vol, "the clone's writes changed the lvol");
+    assert!(dd_read(&env, &dir, port, "Nvme0n2") != clone, "the verify left the clone as it was");
+    t.assert_running("the clone's verify");
     t.stop();
 }
 
