@@ -15,8 +15,13 @@ use std::time::Duration;
 const MIB: u64 = 1 << 20;
 
 fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) {
-    // `cmd; flush` runs a flush after the command.
+    // `cmd; flush` runs a flush after the command. Reads alone open the export read-only, as
+    // they must for a snapshot's (its export says it is read-only, and qemu then refuses to
+    // open it for writing).
     let mut args = vec!["-f", "raw"];
+    if cmd.split("; ").all(|c| c.starts_with("read ")) {
+        args.push("-r");
+    }
     for c in cmd.split("; ") {
         args.extend(["-c", c]);
     }
@@ -211,6 +216,14 @@ fn snapshots_and_clones_over_nbd() {
     let us = u.replace("/base", "/snap");
     qemu_io(&dir, &us, "read -P 0xaa 0 8M");
     qemu_io_fails(&dir, &us, "write -P 0x11 0 4k");
+    // The snapshot takes no writes, so its export says it is read-only.
+    if have("snapshots_and_clones_over_nbd (nbdinfo part)", &["nbdinfo"]) {
+        let out = run_tool(&dir, "nbdinfo", &["--json", &us], Duration::from_secs(20));
+        out.assert_ok("nbdinfo --json of the snapshot's export");
+        let info: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
+        let e = &info["exports"][0];
+        assert_eq!((e["is_read_only"].clone(), e["can_trim"].clone()), (json!(true), json!(false)), "{info}");
+    }
     // A clone of the snapshot writes on its own.
     let e = d.call_err("bdev_lvol_clone", Some(json!({"snapshot_name": "lvs0/base", "clone_name": "x"})));
     assert_eq!(e.code, -libc::EINVAL, "only a read-only lvol is cloned: {e:?}");

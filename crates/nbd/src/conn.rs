@@ -217,18 +217,21 @@ struct Negotiated {
     limits: Limits,
 }
 
+/// The export's flags. It is read-only if exported so or if its bdev takes no writes (an lvol
+/// snapshot): clients then know before they try.
 fn transmission_flags(e: &Export, b: &Bdev, structured: bool) -> u16 {
+    let read_only = e.read_only || !b.supports(IoType::Write);
     let mut f = HAS_FLAGS | SEND_FUA | CAN_MULTI_CONN | SEND_CACHE;
-    if e.read_only {
+    if read_only {
         f |= READ_ONLY;
     }
     if b.supports(IoType::Flush) {
         f |= SEND_FLUSH;
     }
-    if b.supports(IoType::Unmap) && !e.read_only {
+    if b.supports(IoType::Unmap) && !read_only {
         f |= SEND_TRIM;
     }
-    if b.supports(IoType::WriteZeroes) && !e.read_only {
+    if b.supports(IoType::WriteZeroes) && !read_only {
         // Every module that supports write-zeroes does it without writing a payload (malloc:
         // memset; null: nothing; uring: fallocate), so FAST_ZERO requests never need refusing.
         f |= SEND_WRITE_ZEROES | SEND_FAST_ZERO;
@@ -257,7 +260,7 @@ fn open_export(h: &Rc<Handle>, name: &str, structured: bool) -> Result<(Export, 
         size: b.size_bytes(),
         block_size: b.block_size(),
         max_payload: MAX_PAYLOAD,
-        read_only: e.read_only,
+        read_only: flags & READ_ONLY != 0,
         flush: flags & SEND_FLUSH != 0,
         fua: true,
         trim: flags & SEND_TRIM != 0,
