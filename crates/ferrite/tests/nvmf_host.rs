@@ -385,3 +385,61 @@ fn host_follows_namespaces_added_removed_and_resized_on_the_target() {
     h.assert_serving();
     t.assert_serving();
 }
+
+/// Thin lvols on the target as the host sees them: an lvol snapshot's namespace (NSATTR
+/// write-protected) becomes a bdev that takes no writes, exported read-only over NBD; a write
+/// to a thin lvol whose lvstore is full ends as ENOSPC at the NBD client (the target's Capacity
+/// Exceeded, passed through the host), and what was written before reads back.
+#[test]
+fn host_sees_snapshots_read_only_and_a_full_lvstore_as_no_space() {
+    if !have("host_sees_snapshots_read_only_and_a_full_lvstore_as_no_space", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("nvmf-host-lvol");
+    let port = free_port();
+    let t = target(&dir, "tgt.sock", port, |_| {});
+    // 8 MiB: the lvstore's metadata and fewer than the lvol's 8 clusters of 1 MiB.
+    t.call("bdev_malloc_create", Some(json!({"name": "Small", "num_blocks": 2048, "block_size": 4096})));
+    t.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "Small", "lvs_name": "lvs0", "cluster_sz": 1 << 20})));
+    let lvol = json!({"lvs_name": "lvs0", "lvol_name": "thin", "size_in_mib": 8, "thin_provision": true});
+    t.call("bdev_lvol_create", Some(lvol));
+    t.call("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": "lvs0/thin"}})));
+    let (h, uri1) = host_with_nbd(&dir, port, json!({}));
+    let (ok, out) = try_qemu_io(&dir, &uri1, "write -P 0x5a 0 64k");
+    assert!(ok, "write to the thin lvol: {out}");
+
+    t.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/thin", "snapshot_name": "snap"})));
+    t.call("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": "lvs0/snap"}})));
+    wait_bdevs(&h, "the snapshot's namespace", |b| b.contains_key("Nvme0n2"));
+    let b = h.call("bdev_get_bdevs", Some(json!({"name": "Nvme0n2"})));
+    let types = &b[0]["supported_io_types"];
+    assert_eq!(
+        (types["read"].clone(), types["write"].clone(), types["unmap"].clone()),
+        (json!(true), json!(false), json!(false)),
+        "{b}"
+    );
+    h.call("nbd_server_add_export", Some(json!({"bdev_name": "Nvme0n2", "name": "n2"})));
+    let uri2 = uri1.replace("/n1", "/n2");
+    let out =
+        run_tool(&dir, "qemu-io", &["-f", "raw", "-r", "-c", "read -P 0x5a 0 64k", &uri2], Duration::from_secs(30));
+    assert!(out.status.success() && !out.stdout.contains("failed"), "read the snapshot: {}{}", out.stdout, out.stderr);
+    let (ok, out) = try_qemu_io(&dir, &uri2, "write -P 0x11 0 4k");
+    assert!(!ok, "a write to the snapshot's export succeeded: {out}");
+
+    // One block into each cluster until the lvstore has none left.
+    let free =
+        t.call("bdev_lvol_get_lvstores", Some(json!({"lvs_name": "lvs0"})))[0]["free_clusters"].as_u64().unwrap();
+    assert!((1..8).contains(&free), "the test wants fewer free clusters than the lvol's 8: {free}");
+    for c in 0..free {
+        let (ok, out) = try_qemu_io(&dir, &uri1, &format!("write -P {} {}M 4k", 0x20 + c, c));
+        assert!(ok, "write into cluster {c} of {free} free: {out}");
+    }
+    let (ok, out) = try_qemu_io(&dir, &uri1, &format!("write -P 0x77 {free}M 4k"));
+    assert!(!ok && out.contains("No space left on device"), "a write to the full lvstore: {out}");
+    for c in 0..free {
+        let (ok, out) = try_qemu_io(&dir, &uri1, &format!("read -P {} {}M 4k", 0x20 + c, c));
+        assert!(ok, "cluster {c} read back: {out}");
+    }
+    h.assert_serving();
+    t.assert_serving();
+}

@@ -70,8 +70,9 @@ impl BdevBackend for NsBackend {
     }
 }
 
-/// The I/O types the controller's namespaces serve (ONCS).
-fn io_types(c: &HostCtrlr) -> IoTypes {
+/// The I/O types namespace `n` of the controller serves (ONCS); none that write if the
+/// namespace is write-protected.
+fn io_types(c: &HostCtrlr, n: &NsInfo) -> IoTypes {
     let info = c.info.lock().unwrap().clone();
     let mut types = IoTypes::of(&[IoType::Read, IoType::Write, IoType::Flush, IoType::Reset, IoType::Abort]);
     if info.oncs & oncs::DSM != 0 {
@@ -82,6 +83,9 @@ fn io_types(c: &HostCtrlr) -> IoTypes {
     }
     if info.oncs & oncs::COMPARE != 0 {
         types = types.with(IoType::Compare);
+    }
+    if n.write_protected {
+        types = types.without(IoType::Write).without(IoType::Unmap).without(IoType::WriteZeroes);
     }
     types
 }
@@ -111,7 +115,7 @@ pub(crate) fn register_namespace(
         num_blocks: n.num_blocks,
         product_name: "NVMe disk",
         module: "nvme",
-        io_types: io_types(ctrlr),
+        io_types: io_types(ctrlr, n),
         limits: Limits {
             max_io_blocks: max_blocks,
             max_write_zeroes_blocks: u64::from(MAX_NLB),

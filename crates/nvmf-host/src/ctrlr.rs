@@ -94,6 +94,8 @@ pub struct NsInfo {
     pub eui64: [u8; 8],
     /// UUID from the namespace identification descriptors.
     pub uuid: Option<[u8; 16]>,
+    /// The namespace is write-protected (NSATTR bit 0: an lvol snapshot on a Ferrite target).
+    pub write_protected: bool,
 }
 
 impl NsInfo {
@@ -604,7 +606,16 @@ async fn scan_namespaces(admin: &HostQpair) -> Result<Vec<NsInfo>, String> {
             }),
             Err(_) => None,
         };
-        out.push(NsInfo { nsid, block_size: bs, num_blocks: ns.nsze, nguid: ns.nguid, eui64: ns.eui64, uuid });
+        let write_protected = ns.nsattr & ferrite_nvmf::spec::identify_ns::nsattr::WRITE_PROTECTED != 0;
+        out.push(NsInfo {
+            nsid,
+            block_size: bs,
+            num_blocks: ns.nsze,
+            nguid: ns.nguid,
+            eui64: ns.eui64,
+            uuid,
+            write_protected,
+        });
     }
     Ok(out)
 }
