@@ -4,7 +4,8 @@
 #   1 discovery, 2 connect + identify/log pages, 3 raw and ext4 round trips, 4 fio verify,
 #   5 reconnect with header and data digests, 6 namespace hot add/remove (AEN),
 #   7 native multipath over two listeners while the host flips ANA states, 8 the daemon killed
-#   and restarted while connected: the kernel reconnects and I/O goes on.
+#   and restarted while connected: the kernel reconnects and I/O goes on, 9 a thin lvol and
+#   its snapshot: the snapshot's disk is read-only, a write to a full lvstore fails ENOSPC.
 # Asks the host for RPCs through the shared folder (/host/req-N -> /host/ack-N).
 set -u
 export LC_ALL=C
@@ -295,6 +296,40 @@ if runs 8; then
   ok "the kernel reconnected after the restart; write and read back match"
   nvme disconnect -n "$NQN" || fail "nvme disconnect after the restart"
   wait_no_ctrl || fail "controllers still present after disconnect (restart step)"
+fi
+# ------------------------------------------------------------------ 9. lvols: read-only, no space
+# After the kernel-log check too: a write that runs out of space is logged by the kernel.
+if runs 9; then
+  step "9. a thin lvol and its snapshot: the snapshot's disk is read-only, a full lvstore is ENOSPC"
+  nvme connect $A -s "$PORT" -n "$NQN" || fail "nvme connect (lvol step)"
+  host_do lvol
+  D4=$(wait_ns 4 20) || fail "the thin lvol's namespace 4 did not appear"
+  dd if=/dev/urandom of=/tmp/src bs=64k count=1 status=none
+  dd if=/tmp/src of="$D4" bs=64k oflag=direct status=none || fail "dd write to the thin lvol $D4"
+  host_do snap
+  D5=$(wait_ns 5 20) || fail "the snapshot's namespace 5 did not appear"
+  ro=$(cat "/sys/block/${D5#/dev/}/ro")
+  [ "$ro" = 1 ] || bad "the snapshot's disk $D5 is not read-only (ro=$ro): NSATTR write-protected not honoured"
+  dd if="$D5" of=/tmp/dst bs=64k count=1 iflag=direct status=none || fail "dd read of the snapshot $D5"
+  cmp -s /tmp/src /tmp/dst || fail "the snapshot does not hold what was written before it"
+  if dd if=/dev/zero of="$D5" bs=4k count=1 oflag=direct status=none 2>/dev/null; then
+    bad "a write to the snapshot's disk $D5 succeeded"
+  fi
+  # One 4 KiB write into each MiB of the lvol: each needs a cluster, and the lvstore has fewer.
+  nospc=
+  for m in 0 1 2 3 4 5 6 7; do
+    if ! dd if=/dev/urandom of="$D4" bs=4k count=1 seek=$((m * 256)) oflag=direct status=none 2>/tmp/err; then
+      grep -q "No space left on device" /tmp/err || fail "write into MiB $m of $D4: $(cat /tmp/err)"
+      nospc=$m
+      break
+    fi
+  done
+  [ -n "$nospc" ] || fail "every write into the 8 MiB thin lvol found a cluster on an lvstore of fewer"
+  dd if="$D5" of=/tmp/dst bs=64k count=1 iflag=direct status=none || fail "dd read of the snapshot after"
+  cmp -s /tmp/src /tmp/dst || fail "the snapshot changed"
+  ok "snapshot $D5 read-only (ro=1) and intact; the write into MiB $nospc of $D4 failed with ENOSPC"
+  nvme disconnect -n "$NQN" || fail "nvme disconnect after the lvol step"
+  wait_no_ctrl || fail "controllers still present after disconnect (lvol step)"
 fi
 if [ ${#FAILED[@]} != 0 ]; then
   printf 'FAIL: %s\n' "${FAILED[@]}"

@@ -3,11 +3,12 @@
 # against Ferrite's NVMe-oF target: discovery, connect, identify and log pages, raw and ext4
 # round trips, fio verify on several queues, header/data digests, namespace hot add/remove
 # (AEN), native multipath across two listeners while ANA states flip, the daemon killed and
-# restarted while the guest is connected (tests/vm/guest-nvmf.sh).
+# restarted while the guest is connected, an lvol snapshot's namespace read-only and a full
+# thin lvol's writes ENOSPC (tests/vm/guest-nvmf.sh).
 # The guest asks for RPCs through the shared folder: it writes req-N, this script runs the RPC
 # and answers ack-N with its exit code. Prints SKIP with the reason when the guest cannot run.
 # Usage: tests/vm/nvmf-guest.sh [FERRITE_BINARY]
-# env: NVMF_GUEST_STEPS="1 2 3 4 5 6 7 8" (which guest steps run; connect always does),
+# env: NVMF_GUEST_STEPS="1 2 3 4 5 6 7 8 9" (which guest steps run; connect always does),
 #      NVMF_GUEST_ANA=1 (0: the subsystem without ANA reporting; no ANA checks or flips),
 #      NVMF_GUEST_LOG_LEVEL=debug (the daemon's), TMO=240 (seconds),
 #      NVMF_GUEST_TARGET=spdk (SPDK's nvmf_tgt from ../shared/anchors as the target instead, as a
@@ -89,6 +90,22 @@ print("host: qpairs (cntlid, qid, poll group):", sorted((x["cntlid"], x["qid"], 
         remove_ns)
           rpc nvmf_subsystem_remove_ns "{\"nqn\":\"$NQN\",\"nsid\":3}" >/dev/null
           rc=$?;;
+        lvol)
+          # A thin lvol of 8 MiB on an lvstore of fewer clusters (an 8 MiB malloc), as nsid 4.
+          {
+            rpc bdev_malloc_create --name LvBase --num-blocks 2048 --block-size 4096 &&
+              rpc bdev_lvol_create_lvstore --bdev-name LvBase --lvs-name lvs0 --cluster-sz 1048576 &&
+              rpc bdev_lvol_create --lvs-name lvs0 --lvol-name thin --size-in-mib 8 --thin-provision true &&
+              rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"lvs0/thin\",\"nsid\":4}}"
+          } >/dev/null
+          rc=$?;;
+        snap)
+          # Its snapshot, as nsid 5.
+          {
+            rpc bdev_lvol_snapshot --lvol-name lvs0/thin --snapshot-name snap &&
+              rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"lvs0/snap\",\"nsid\":5}}"
+          } >/dev/null
+          rc=$?;;
         ana)
           rpc nvmf_subsystem_listener_set_ana_state \
             "{\"nqn\":\"$NQN\",\"listen_address\":$(listener "$a"),\"ana_state\":\"$b\"}" >/dev/null
@@ -122,8 +139,9 @@ SERVER=$!
 GUEST=$TMP/guest.sh
 {
   echo "PORT=$PORT PORT2=$PORT2 NQN='$NQN' SN='$SN' MN='$MN'"
-  # Step 8 (a daemon restart) is Ferrite's only.
-  default_steps="1 2 3 4 5 6 7$([ "${NVMF_GUEST_TARGET:-ferrite}" = spdk ] || echo " 8")"
+  # Steps 8 (a daemon restart) and 9 (the statuses of a full and a read-only lvol) are
+  # Ferrite's only.
+  default_steps="1 2 3 4 5 6 7$([ "${NVMF_GUEST_TARGET:-ferrite}" = spdk ] || echo " 8 9")"
   echo "STEPS='${NVMF_GUEST_STEPS:-$default_steps}' ANA=$ANA"
   cat "$ROOT/tests/vm/guest-nvmf.sh"
 } >"$GUEST"
