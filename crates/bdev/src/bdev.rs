@@ -4,7 +4,7 @@ use crate::desc::{BdevDesc, BdevEvent, Claim, ClaimType, DescEntry};
 use crate::io::{BdevIo, IoType, IoTypes};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Errors of the bdev layer's control operations (create, open, claim, delete).
@@ -251,7 +251,8 @@ pub(crate) struct BdevShared {
     pub(crate) num_blocks: AtomicU64,
     pub(crate) product_name: &'static str,
     pub(crate) module: &'static str,
-    pub(crate) io_types: IoTypes,
+    /// The module's I/O types (`IoTypes` bits): only ever fewer ([`Bdev::stop_serving`]).
+    pub(crate) io_types: AtomicU16,
     pub(crate) limits: Limits,
     pub(crate) backend: Arc<dyn BdevBackend>,
     pub(crate) removing: AtomicBool,
@@ -340,7 +341,7 @@ impl Bdev {
     /// True if the bdev serves `t`: its module does, or the bdev layer does it for the module
     /// (reset and abort always; compare and compare-and-write from reads and writes).
     pub fn supports(&self, t: IoType) -> bool {
-        let m = self.0.io_types;
+        let m = self.module_io_types();
         m.contains(t)
             || match t {
                 IoType::Reset | IoType::Abort => true,
@@ -348,6 +349,16 @@ impl Bdev {
                 IoType::CompareAndWrite => m.contains(IoType::Read) && m.contains(IoType::Write),
                 _ => false,
             }
+    }
+    /// The I/O types its module serves now.
+    pub(crate) fn module_io_types(&self) -> IoTypes {
+        IoTypes(self.0.io_types.load(Ordering::Relaxed))
+    }
+    /// The bdev no longer serves `types` (an lvol made read-only no longer writes): what it
+    /// reports changes now; channels made before keep routing those types to the module,
+    /// which refuses them itself.
+    pub fn stop_serving(&self, types: IoTypes) {
+        self.0.io_types.fetch_and(!types.0, Ordering::Relaxed);
     }
     /// What one request may be.
     pub fn limits(&self) -> &Limits {
@@ -564,7 +575,7 @@ pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev,
         num_blocks: AtomicU64::new(props.num_blocks),
         product_name: props.product_name,
         module: props.module,
-        io_types: props.io_types,
+        io_types: AtomicU16::new(props.io_types.0),
         limits: props.limits,
         backend,
         removing: AtomicBool::new(false),

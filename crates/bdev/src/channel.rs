@@ -168,7 +168,7 @@ impl IoChannel {
         let limits = bdev.0.limits;
         let inner = Rc::new_cyclic(|me| ChannelInner {
             block_size: bdev.block_size(),
-            io_types: bdev.0.io_types,
+            io_types: bdev.module_io_types(),
             serves: IoType::ALL.iter().filter(|t| bdev.supports(**t)).fold(IoTypes::default(), |s, t| s.with(*t)),
             limits,
             shape_payload: limits.shape_payload(),

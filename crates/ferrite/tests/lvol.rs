@@ -307,6 +307,13 @@ fn snapshots_and_clones_over_nbd() {
     qemu_io(&dir, &ut, "read -P 0 8M 8M");
     // Read-only: writes fail from then on.
     d2.call("bdev_lvol_set_read_only", Some(json!({"name": "lvs1/base"})));
+    let b = d2.call("bdev_get_bdevs", Some(json!({"name": "lvs1/base"})));
+    let types = &b[0]["supported_io_types"];
+    assert_eq!(
+        (types["read"].clone(), types["write"].clone(), types["unmap"].clone()),
+        (json!(true), json!(false), json!(false)),
+        "{b}"
+    );
     qemu_io_fails(&dir, &u, "write -P 0x11 0 4k");
     qemu_io(&dir, &u, "read -P 0xdd 0 4k");
     d2.assert_serving();

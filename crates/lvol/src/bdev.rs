@@ -27,6 +27,8 @@ pub const IO_TYPES: IoTypes =
     IoTypes::of(&[IoType::Read, IoType::Write, IoType::Unmap, IoType::WriteZeroes, IoType::Flush, IoType::Reset]);
 /// The I/O types read-only lvols (snapshots) serve.
 pub const READ_ONLY_IO_TYPES: IoTypes = IoTypes::of(&[IoType::Read, IoType::Flush, IoType::Reset]);
+/// The I/O types an lvol stops serving when it becomes read-only.
+pub const WRITE_IO_TYPES: IoTypes = IoTypes(IO_TYPES.0 & !READ_ONLY_IO_TYPES.0);
 
 struct LvolBackend {
     lvol: Arc<Lvol>,

@@ -768,6 +768,11 @@ pub async fn separate_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, all: bool) -> L
 pub async fn set_read_only(lvol: &Arc<Lvol>) -> LvolResult<()> {
     lvol.blob.set_read_only()?;
     lvol.blob.sync_md().await?;
+    // Its bdev says so from now on (bdev_get_bdevs, NBD's flags, NVMe's NSATTR), as a
+    // snapshot's does from its start.
+    if let Some(b) = ferrite_bdev::lookup(&lvol.bdev_name()) {
+        b.stop_serving(crate::bdev::WRITE_IO_TYPES);
+    }
     Ok(())
 }
 
