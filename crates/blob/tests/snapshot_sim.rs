@@ -232,7 +232,8 @@ fn clones_of_an_external_snapshot() {
 }
 
 /// Operations on one blob exclude each other (EBUSY), a delete's hold keeps clones and
-/// snapshots away, and a chain of snapshots longer than any fixed limit opens after a load.
+/// snapshots away, a store closed to operations for its deletion lets only deletes start, and
+/// a chain of snapshots longer than any fixed limit opens after a load.
 #[test]
 fn holds_and_long_chains() {
     let mut sim = Sim::new(3, 1).unwrap();
@@ -256,6 +257,16 @@ fn holds_and_long_chains() {
         let hold = bs.reserve_delete(s).unwrap();
         assert!(matches!(bs.create_clone(&sb, vec![]).await, Err(ferrite_blob::store::BsError::Busy(_))));
         drop(hold);
+        // A whole-store delete is refused while any operation is under way, and once it goes
+        // on only deletes start (none of them can be refused halfway by a new operation).
+        let held = bs.reserve(a_id, "test").unwrap();
+        assert!(matches!(bs.close_to_ops(), Err(ferrite_blob::store::BsError::Busy(_))));
+        drop(held);
+        bs.close_to_ops().unwrap();
+        assert!(matches!(bs.inflate(&a).await, Err(ferrite_blob::store::BsError::Busy(_))));
+        assert!(bs.reserve(s, "clone").is_err());
+        drop(bs.reserve_delete(s).unwrap());
+        bs.reopen_to_ops();
         let c = bs.create_clone(&sb, vec![]).await.unwrap();
         assert!(bs.reserve_delete(s).is_err(), "two clones");
         assert!(matches!(bs.set_parent(&a, &sb).await, Err(ferrite_blob::store::BsError::Exists(_))));

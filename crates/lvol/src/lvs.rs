@@ -557,6 +557,12 @@ pub async fn delete(lvs: &Arc<Lvstore>) -> LvolResult<()> {
     if lvs.deleting.swap(true, std::sync::atomic::Ordering::AcqRel) {
         return Err(LvolError::new(libc::EBUSY, format!("lvstore {} is being deleted", lock(&lvs.name))));
     }
+    // All or nothing: with an operation under way on any lvol (an inflate, a snapshot) the
+    // delete is refused before it deletes anything, and none can start once it goes on.
+    if let Err(e) = lvs.bs.close_to_ops() {
+        lvs.deleting.store(false, std::sync::atomic::Ordering::Release);
+        return Err(LvolError::new(e.errno(), format!("lvstore {} cannot be deleted now: {e}", lock(&lvs.name))));
+    }
     // Clones before their snapshots (a snapshot with no clone left goes without a merge).
     loop {
         let lvols: Vec<Arc<Lvol>> = lock(&lvs.lvols).values().cloned().collect();
@@ -569,6 +575,7 @@ pub async fn delete(lvs: &Arc<Lvstore>) -> LvolResult<()> {
         let next = if leaves.is_empty() { rest } else { leaves };
         for l in next {
             if let Err(e) = delete_lvol(lvs, l).await {
+                lvs.bs.reopen_to_ops();
                 lvs.deleting.store(false, std::sync::atomic::Ordering::Release);
                 return Err(e);
             }

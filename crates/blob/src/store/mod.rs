@@ -153,6 +153,8 @@ pub(crate) struct MdState {
     /// Blobs an operation holds (snapshot, clone, delete, inflate, ...): a second one on the
     /// same blob is refused with EBUSY, as SPDK's `locked_operation_in_progress`.
     pub(crate) ops: HashMap<u64, &'static str>,
+    /// Being deleted whole ([`Blobstore::close_to_ops`]): only deletes may start.
+    pub(crate) closed_to_ops: bool,
     /// Metadata the load read (to find parents), kept for each blob's first open: a load
     /// followed by opening every blob reads each chain once.
     pub(crate) preread: HashMap<u64, (crate::format::BlobMd, Vec<u32>)>,
@@ -173,6 +175,7 @@ impl MdState {
             parents: HashMap::new(),
             preread: HashMap::new(),
             ops: HashMap::new(),
+            closed_to_ops: false,
             unloaded: false,
         }
     }
@@ -669,8 +672,28 @@ impl Blobstore {
         if let Some(other) = st.ops.get(&id) {
             return Err(BsError::Busy(format!("blob {id:#x}: another operation ({other}) is under way")));
         }
+        if st.closed_to_ops && !what.starts_with("delete") {
+            return Err(BsError::Busy(format!("blob {id:#x}: the blobstore is being deleted")));
+        }
         st.ops.insert(id, what);
         Ok(BlobOp { store: self.0.clone(), id })
+    }
+
+    /// Before the whole store is deleted blob by blob: EBUSY if an operation holds any blob
+    /// (nothing is changed then); otherwise from now on only deletes may start, so that none
+    /// of the deletes that follow is refused halfway. [`Blobstore::reopen_to_ops`] undoes it.
+    pub fn close_to_ops(&self) -> BsResult<()> {
+        let mut st = self.0.lock();
+        if let Some((id, what)) = st.ops.iter().next() {
+            return Err(BsError::Busy(format!("blob {id:#x}: an operation ({what}) is under way")));
+        }
+        st.closed_to_ops = true;
+        Ok(())
+    }
+
+    /// Lets operations start again (a store delete that failed).
+    pub fn reopen_to_ops(&self) {
+        self.0.lock().closed_to_ops = false;
     }
 
     /// Holds blob `id` for its deletion, and its clone if it is a snapshot with one: EBUSY if
