@@ -363,6 +363,8 @@ fn a_full_thin_lvol_and_a_snapshot_refuse_writes_with_their_statuses() {
     let c = q.write(snap, 0, &pattern(7, 4096), 4096);
     assert_eq!(status(&c), (sct::GENERIC, generic::NAMESPACE_IS_WRITE_PROTECTED), "a write to a snapshot");
     assert!(c.cqe.status.dnr, "a snapshot stays read-only");
+    let c = q.deallocate(snap, &[(0, 1)]);
+    assert_eq!(status(&c), (sct::GENERIC, generic::NAMESPACE_IS_WRITE_PROTECTED), "a deallocate on a snapshot");
     assert!(q.read(snap, 0, 1, 4096).ok("read the snapshot").data == pattern(0, 4096), "the snapshot's block 0");
     for (nsid, want) in [(snap, nsattr::WRITE_PROTECTED), (thin, 0)] {
         let c = s.admin.identify(cns::NAMESPACE, nsid, csi::NVM).ok("identify namespace");

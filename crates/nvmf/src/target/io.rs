@@ -208,6 +208,10 @@ fn dsm(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>, cdw10: u32, cdw11:
     let Some(buf) = buf.filter(|b| b.len() >= nr * 16) else {
         return c.complete(slot, Status::generic(generic::DATA_SGL_LENGTH_INVALID).with_dnr(), 0, None);
     };
+    if deallocate && !ns.ns.bdev().supports(IoType::Write) {
+        // Deallocating changes what reads return: refused as the namespace's writes are.
+        return c.complete(slot, Status::generic(generic::NAMESPACE_IS_WRITE_PROTECTED).with_dnr(), 0, None);
+    }
     if !deallocate || !ns.ns.bdev().supports(IoType::Unmap) {
         // Attributes other than deallocate are hints.
         return c.complete(slot, Status::SUCCESS, 0, None);
