@@ -220,6 +220,10 @@ impl IoStatus {
             IoStatus::Aborted => libc::ECANCELED,
             IoStatus::Miscompare => libc::EILSEQ,
             IoStatus::TimedOut => libc::ETIMEDOUT,
+            // A remote NVMe namespace (the NVMe/TCP host's bdevs): generic Capacity Exceeded
+            // (a full thin volume) and Namespace is Write Protected (a snapshot).
+            IoStatus::Nvme { sct: 0, sc: 0x81 } => libc::ENOSPC,
+            IoStatus::Nvme { sct: 0, sc: 0x20 } => libc::EROFS,
             IoStatus::Nvme { .. } | IoStatus::Scsi { .. } => libc::EIO,
         }
     }

@@ -392,11 +392,6 @@ fn held_by(req: &Request) -> u64 {
     }
 }
 
-/// NVMe generic status Capacity Exceeded (NVM command set).
-const NVME_CAPACITY_EXCEEDED: u8 = 0x81;
-/// NVMe generic status Namespace is Write Protected.
-const NVME_NAMESPACE_WRITE_PROTECTED: u8 = 0x20;
-
 fn nbd_error(s: IoStatus) -> u32 {
     match s {
         IoStatus::Success => 0,
@@ -407,15 +402,12 @@ fn nbd_error(s: IoStatus) -> u32 {
         IoStatus::Failed(e) if e == libc::EPERM || e == libc::EBADF || e == libc::EROFS => EPERM,
         IoStatus::Failed(e) if e == libc::ENOMEM => ENOMEM,
         IoStatus::NoMem => ENOMEM,
-        // A remote NVMe namespace (Ferrite's NVMe/TCP host) that is full or write-protected.
-        IoStatus::Nvme { sct: 0, sc: NVME_CAPACITY_EXCEEDED } => ENOSPC,
-        IoStatus::Nvme { sct: 0, sc: NVME_NAMESPACE_WRITE_PROTECTED } => EPERM,
-        IoStatus::Failed(_)
-        | IoStatus::Aborted
-        | IoStatus::Miscompare
-        | IoStatus::TimedOut
-        | IoStatus::Nvme { .. }
-        | IoStatus::Scsi { .. } => EIO,
+        // A remote NVMe namespace that is full or write-protected answers as such
+        // (`IoStatus::errno` knows those statuses); other NVMe statuses are EIO.
+        IoStatus::Nvme { .. } => nbd_error(IoStatus::Failed(s.errno())),
+        IoStatus::Failed(_) | IoStatus::Aborted | IoStatus::Miscompare | IoStatus::TimedOut | IoStatus::Scsi { .. } => {
+            EIO
+        }
     }
 }
 
@@ -806,9 +798,9 @@ mod tests {
     #[test]
     fn full_and_read_only_volumes_answer_enospc_and_eperm() {
         assert_eq!(nbd_error(IoStatus::Failed(libc::ENOSPC)), ENOSPC);
-        assert_eq!(nbd_error(IoStatus::Nvme { sct: 0, sc: NVME_CAPACITY_EXCEEDED }), ENOSPC);
+        assert_eq!(nbd_error(IoStatus::Nvme { sct: 0, sc: 0x81 }), ENOSPC);
         assert_eq!(nbd_error(IoStatus::Failed(libc::EROFS)), EPERM);
-        assert_eq!(nbd_error(IoStatus::Nvme { sct: 0, sc: NVME_NAMESPACE_WRITE_PROTECTED }), EPERM);
+        assert_eq!(nbd_error(IoStatus::Nvme { sct: 0, sc: 0x20 }), EPERM);
         assert_eq!(nbd_error(IoStatus::Nvme { sct: 2, sc: 0x81 }), EIO);
         assert_eq!(nbd_error(IoStatus::Failed(libc::EIO)), EIO);
     }
