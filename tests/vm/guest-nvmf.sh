@@ -5,7 +5,8 @@
 #   5 reconnect with header and data digests, 6 namespace hot add/remove (AEN),
 #   7 native multipath over two listeners while the host flips ANA states, 8 the daemon killed
 #   and restarted while connected: the kernel reconnects and I/O goes on, 9 a thin lvol and
-#   its snapshot: the snapshot's disk is read-only, a write to a full lvstore fails ENOSPC.
+#   its snapshot: the snapshot's disk is read-only, a write to a full lvstore fails ENOSPC,
+#   the lvol made read-only while connected turns its disk read-only.
 # Asks the host for RPCs through the shared folder (/host/req-N -> /host/ack-N).
 set -u
 export LC_ALL=C
@@ -328,6 +329,26 @@ if runs 9; then
   dd if="$D5" of=/tmp/dst bs=64k count=1 iflag=direct status=none || fail "dd read of the snapshot after"
   cmp -s /tmp/src /tmp/dst || fail "the snapshot changed"
   ok "snapshot $D5 read-only (ro=1) and intact; the write into MiB $nospc of $D4 failed with ENOSPC"
+  # The lvol made read-only while connected: a namespace attribute notice, the kernel rescans
+  # and makes the disk read-only; what it held reads back.
+  dd if="$D4" of=/tmp/before bs=64k count=1 iflag=direct status=none || fail "dd read of $D4"
+  host_do ro
+  ro=0
+  for _ in $(seq 100); do
+    ro=$(cat "/sys/block/${D4#/dev/}/ro")
+    [ "$ro" = 1 ] && break
+    sleep 0.1
+  done
+  if [ "$ro" = 1 ]; then
+    if dd if=/dev/zero of="$D4" bs=4k count=1 oflag=direct status=none 2>/dev/null; then
+      bad "a write to $D4 succeeded after bdev_lvol_set_read_only"
+    fi
+    dd if="$D4" of=/tmp/dst bs=64k count=1 iflag=direct status=none || fail "dd read of $D4 after set_read_only"
+    cmp -s /tmp/before /tmp/dst || fail "$D4 changed when made read-only"
+    ok "bdev_lvol_set_read_only while connected: $D4 turned read-only (ro=1) within 10 s and reads back"
+  else
+    bad "$D4 still writable (ro=$ro) 10 s after bdev_lvol_set_read_only: no namespace attribute notice?"
+  fi
   nvme disconnect -n "$NQN" || fail "nvme disconnect after the lvol step"
   wait_no_ctrl || fail "controllers still present after disconnect (lvol step)"
 fi

@@ -106,6 +106,10 @@ print("host: qpairs (cntlid, qid, poll group):", sorted((x["cntlid"], x["qid"], 
               rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"lvs0/snap\",\"nsid\":5}}"
           } >/dev/null
           rc=$?;;
+        ro)
+          # The thin lvol made read-only while the guest has it.
+          rpc bdev_lvol_set_read_only --name lvs0/thin >/dev/null
+          rc=$?;;
         ana)
           rpc nvmf_subsystem_listener_set_ana_state \
             "{\"nqn\":\"$NQN\",\"listen_address\":$(listener "$a"),\"ana_state\":\"$b\"}" >/dev/null

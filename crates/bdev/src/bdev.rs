@@ -355,10 +355,22 @@ impl Bdev {
         IoTypes(self.0.io_types.load(Ordering::Relaxed))
     }
     /// The bdev no longer serves `types` (an lvol made read-only no longer writes): what it
-    /// reports changes now; channels made before keep routing those types to the module,
-    /// which refuses them itself.
+    /// reports changes now, and every opener gets an `IoTypesChanged` event if it served any of
+    /// them; channels made before keep routing those types to the module, which refuses them
+    /// itself.
     pub fn stop_serving(&self, types: IoTypes) {
-        self.0.io_types.fetch_and(!types.0, Ordering::Relaxed);
+        let notify = {
+            let st = self.0.state.lock().unwrap();
+            let before = self.0.io_types.fetch_and(!types.0, Ordering::Relaxed);
+            let gone = IoTypes(before & types.0);
+            if gone.0 == 0 {
+                return;
+            }
+            let names: Vec<&str> = IoType::ALL.iter().filter(|t| gone.contains(**t)).map(|t| t.name()).collect();
+            log::info!("bdev {} no longer serves {}", self.name().escape_debug(), names.join(", "));
+            st.descs.iter().map(|d| (d.core.clone(), d.on_event.clone())).collect::<Vec<_>>()
+        };
+        notify_all(notify, BdevEvent::IoTypesChanged);
     }
     /// What one request may be.
     pub fn limits(&self) -> &Limits {

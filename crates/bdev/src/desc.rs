@@ -23,6 +23,9 @@ pub enum BdevEvent {
     Remove,
     /// The bdev's block count changed (grew, or shrank while nobody had it open).
     Resize,
+    /// The bdev stopped serving some I/O types (`Bdev::stop_serving`: an lvol made read-only
+    /// takes no more writes). Openers that show the bdev to others (a namespace) tell them.
+    IoTypesChanged,
 }
 
 pub(crate) type EventCallback = Arc<dyn Fn(BdevEvent) + Send + Sync>;

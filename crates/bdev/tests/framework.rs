@@ -6,7 +6,9 @@ mod common;
 use common::*;
 use ferrite_bdev::module::{register_module, wait_for_examine};
 use ferrite_bdev::modules::null::{self, NullOpts};
-use ferrite_bdev::{unregister, Bdev, BdevError, BdevEvent, BdevModule, ClaimType, ExamineDone, IoRequest, IoStatus};
+use ferrite_bdev::{
+    unregister, Bdev, BdevError, BdevEvent, BdevModule, ClaimType, ExamineDone, IoRequest, IoStatus, IoType, IoTypes,
+};
 use ferrite_reactor::ReactorMode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -151,6 +153,31 @@ fn resize_grows_and_tells_openers() {
     null::resize("fw_resize", 1).expect("shrinks once closed");
     assert_eq!(ferrite_bdev::lookup("fw_resize").unwrap().num_blocks(), 2048);
     unregister("fw_resize", None).unwrap();
+    shutdown(e);
+}
+
+#[test]
+fn stop_serving_tells_openers_once() {
+    let e = engine(1, ReactorMode::Adaptive);
+    let b = null_bdev("fw_stop", 64);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let ev = events.clone();
+    let write = IoTypes::of(&[IoType::Write, IoType::WriteZeroes]);
+    let seen = run(&e, 0, move || async move {
+        let d = Bdev::open_ext("fw_stop", false, move |e| ev.lock().unwrap().push(e)).unwrap();
+        let b = d.bdev().clone();
+        b.stop_serving(write);
+        // Types it no longer serves: nothing changes, nobody is told again.
+        b.stop_serving(write);
+        ferrite_reactor::sleep(Duration::from_millis(20)).await;
+        let seen = (b.supports(IoType::Write), b.supports(IoType::WriteZeroes), b.supports(IoType::Read));
+        drop(d);
+        seen
+    });
+    assert_eq!(seen, (false, false, true), "write and write zeroes gone, read kept");
+    assert_eq!(*events.lock().unwrap(), vec![BdevEvent::IoTypesChanged], "one event for the one change");
+    drop(b);
+    unregister("fw_stop", None).unwrap();
     shutdown(e);
 }
 

@@ -440,6 +440,26 @@ fn host_sees_snapshots_read_only_and_a_full_lvstore_as_no_space() {
         let (ok, out) = try_qemu_io(&dir, &uri1, &format!("read -P {} {}M 4k", 0x20 + c, c));
         assert!(ok, "cluster {c} read back: {out}");
     }
+
+    // The lvol made read-only on the target: the host hears of it (a namespace attribute
+    // notice) and its bdev stops offering writes.
+    t.call("bdev_lvol_set_read_only", Some(json!({"name": "lvs0/thin"})));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let b = h.call("bdev_get_bdevs", Some(json!({"name": "Nvme0n1"})));
+        if b[0]["supported_io_types"]["write"] == json!(false) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the host's bdev still writable: {b}\nhost log:\n{}", h.proc.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The NBD export, opened anew, now says read-only at the handshake: qemu refuses to open
+    // it for writing.
+    let (ok, out) = try_qemu_io(&dir, &uri1, "write -P 0x66 0 4k");
+    assert!(!ok && out.contains("Permission denied"), "a write to the read-only lvol's export: {out}");
+    let out =
+        run_tool(&dir, "qemu-io", &["-f", "raw", "-r", "-c", "read -P 0x5a 4k 60k", &uri1], Duration::from_secs(30));
+    assert!(out.status.success() && !out.stdout.contains("failed"), "read back: {}{}", out.stdout, out.stderr);
     h.assert_serving();
     t.assert_serving();
 }

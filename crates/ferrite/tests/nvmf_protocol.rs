@@ -376,6 +376,43 @@ fn a_full_thin_lvol_and_a_snapshot_refuse_writes_with_their_statuses() {
 }
 
 #[test]
+fn an_lvol_made_read_only_raises_a_notice_and_turns_write_protected() {
+    let (_dir, mut n) = setup("nvmfro", "0x1", json!({}));
+    n.malloc("Base", 4096, 4096);
+    n.d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "Base", "lvs_name": "lvs0", "cluster_sz": 1 << 20})));
+    n.d.call("bdev_lvol_create", Some(json!({"lvs_name": "lvs0", "lvol_name": "vol", "size_in_mib": 4})));
+    let vol = n.add_ns(SUBNQN, "lvs0/vol");
+    let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+    s.admin.set_features(fid::ASYNC_EVENT_CONFIGURATION, 1 << 8).ok("Set Features AEC");
+    let aer = s.admin.submit_aer();
+    let data = pattern(5, 4096);
+    s.io[0].write(vol, 9, &data, 4096).ok("write while writable");
+    assert!(s.admin.take_done(aer).is_none(), "an AER completed with no event");
+
+    n.d.call("bdev_lvol_set_read_only", Some(json!({"name": "lvs0/vol"})));
+    let c = s.admin.wait(aer).ok("AER after set_read_only");
+    assert_eq!(AsyncEvent::from_dw0(c.cqe.dw0), AsyncEvent::NS_ATTR_CHANGED);
+    let c = s.admin.get_log_page(lid::CHANGED_NS_LIST, 4096, false).ok("changed namespace list");
+    let changed = ChangedNamespaceList::decode(c.data[..4096].try_into().unwrap());
+    assert_eq!(changed.iter().collect::<Vec<_>>(), vec![vol], "the lvol's namespace is listed");
+    let c = s.admin.identify(cns::NAMESPACE, vol, csi::NVM).ok("identify namespace");
+    let id = IdentifyNamespace::decode(c.data[..4096].try_into().unwrap());
+    assert_eq!(id.nsattr & nsattr::WRITE_PROTECTED, nsattr::WRITE_PROTECTED, "NSATTR after set_read_only");
+    let q = &mut s.io[0];
+    let c = q.write(vol, 9, &pattern(6, 4096), 4096);
+    assert_eq!(status(&c), (sct::GENERIC, generic::NAMESPACE_IS_WRITE_PROTECTED), "a write after set_read_only");
+    assert!(c.cqe.status.dnr);
+    assert!(q.read(vol, 9, 1, 4096).ok("read back").data == data, "the block written before");
+    // Setting it read-only again changes nothing and tells nobody.
+    let aer = s.admin.submit_aer();
+    n.d.call("bdev_lvol_set_read_only", Some(json!({"name": "lvs0/vol"})));
+    s.admin.keep_alive().ok("keep alive");
+    assert!(s.admin.take_done(aer).is_none(), "a second notice for no change");
+    drop(s);
+    still_serves(&mut n, 41);
+}
+
+#[test]
 fn compare_success_and_miscompare() {
     let (_dir, mut n) = setup("nvmfcmp", "0x1", json!({}));
     let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::digests(), 4096);

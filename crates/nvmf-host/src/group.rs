@@ -7,6 +7,7 @@
 use crate::bdev::NsShared;
 use crate::ctrlr::{self, AttachOpts, HostCtrlr, Mode, NsInfo};
 use crate::trid::{PathFilter, Trid};
+use ferrite_bdev::{IoType, IoTypes};
 use ferrite_rpc::{errno_error, RpcError};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -329,7 +330,7 @@ pub fn namespaces_changed(c: &Arc<HostCtrlr>, ns: &[NsInfo]) {
                     if !has {
                         l.push(c.clone());
                     }
-                    resized.push((b.name.clone(), n.num_blocks));
+                    resized.push((b.name.clone(), n.num_blocks, n.write_protected));
                 }
             }
         }
@@ -348,12 +349,18 @@ pub fn namespaces_changed(c: &Arc<HostCtrlr>, ns: &[NsInfo]) {
         }
         g.gen.fetch_add(1, Ordering::AcqRel);
     }
-    for (name, blocks) in resized {
-        if let Some(b) = ferrite_bdev::lookup(&name).filter(|b| b.num_blocks() != blocks) {
+    for (name, blocks, write_protected) in resized {
+        let Some(b) = ferrite_bdev::lookup(&name) else { continue };
+        if b.num_blocks() != blocks {
             match b.notify_resize(blocks) {
                 Ok(()) => log::info!("nvme controller {}: {name} resized to {blocks} blocks", g.name),
                 Err(e) => log::warn!("nvme controller {}: {name}: {e}", g.name),
             }
+        }
+        // A namespace made write-protected (an lvol set read-only on the target) takes no more
+        // writes through its bdev either; protection is never lifted on a live bdev.
+        if write_protected {
+            b.stop_serving(IoTypes::of(&[IoType::Write, IoType::Unmap, IoType::WriteZeroes]));
         }
     }
     if !added.is_empty() {

@@ -471,10 +471,11 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
             let nqn = nqn.clone();
             ferrite_reactor::engine().send(0, move || hot_remove(&nqn));
         }
-        ferrite_bdev::BdevEvent::Resize => {
-            // Hosts are told its size changed (SPDK's spdk_nvmf_subsystem_ns_changed).
+        ferrite_bdev::BdevEvent::Resize | ferrite_bdev::BdevEvent::IoTypesChanged => {
+            // Hosts are told its size or its write protection changed (SPDK's
+            // spdk_nvmf_subsystem_ns_changed); Identify Namespace shows the new state.
             let (nqn, bdev_name) = (nqn.clone(), bdev_name.clone());
-            ferrite_reactor::engine().send(0, move || resized(&nqn, &bdev_name));
+            ferrite_reactor::engine().send(0, move || attributes_changed(&nqn, &bdev_name));
         }
     })
     .map_err(|e| errno_error(libc::ENODEV, format!("Unable to add namespace: {e}")))?;
@@ -506,12 +507,19 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
     Ok(json!(nsid))
 }
 
-/// A namespace's bdev changed size: each namespace on it raises a namespace attribute notice.
-fn resized(nqn: &str, bdev_name: &str) {
+/// A namespace's bdev changed size or stopped taking writes: each namespace on it raises a
+/// namespace attribute notice.
+fn attributes_changed(nqn: &str, bdev_name: &str) {
     let t = tables();
     let Some(s) = t.subsystems.get(nqn) else { return };
     for n in s.namespaces.values().filter(|n| n.bdev_name == bdev_name) {
-        log::info!("nvmf subsystem {nqn}: namespace {} resized to {} blocks", n.nsid, n.bdev().num_blocks());
+        let b = n.bdev();
+        log::info!(
+            "nvmf subsystem {nqn}: namespace {} changed: {} blocks, {}",
+            n.nsid,
+            b.num_blocks(),
+            if b.supports(ferrite_bdev::IoType::Write) { "writable" } else { "write-protected" }
+        );
         admin::notify_ns_changed(s, n.nsid);
     }
 }
