@@ -1010,8 +1010,9 @@ fn filled(len: u64, runs: &[(u64, u64, u8)]) -> Vec<u8> {
 #[test]
 fn snapshot_families_cross_between_spdk_and_ferrite() {
     // Both ways: a thin lvol with data, its snapshot, a clone of the snapshot with writes of its
-    // own and a resized thick lvol, made by one implementation, open in the other with the
-    // same names, UUIDs, flags, sizes and bytes.
+    // own, shrunk to 3 MiB and grown back to 16 (its write beyond 3 MiB is gone, and the grown
+    // range reads the snapshot's data again, as SPDK does), and a resized thick lvol, made by
+    // one implementation, open in the other with the same names, UUIDs, flags, sizes and bytes.
     let test = "snapshot_families_cross_between_spdk_and_ferrite";
     let Some(spdk) = spdk_dir(test) else { return };
     if !have(test, &["qemu-io", "qemu-img"]) {
@@ -1021,7 +1022,7 @@ fn snapshot_families_cross_between_spdk_and_ferrite() {
     // The bytes each lvol must hold (16 MiB each; thick is 8 MiB).
     let snap_data = filled(16 * m, &[(2 * m, 2 * m, 0x3c)]);
     let thin_data = filled(16 * m, &[(2 * m, 2 * m, 0x3c), (3 * m, 64 << 10, 0x4d)]);
-    let clone_data = filled(16 * m, &[(2 * m, 2 * m, 0x3c), (10 * m, 4096, 0x5e)]);
+    let clone_data = filled(16 * m, &[(m, 4096, 0x5e), (2 * m, 2 * m, 0x3c)]);
 
     // 1. SPDK makes the family; Ferrite opens it.
     let dir = TempDir::new("lvol-family-spdk");
@@ -1046,10 +1047,13 @@ fn snapshot_families_cross_between_spdk_and_ferrite() {
     std::fs::write(&src, vec![0x4du8; 64 << 10]).unwrap();
     spdk_dd(&spdk, &dir, &img, &[&inp, "--ob=lvs0/thin", "--bs=65536", "--count=1", "--seek=48"]);
     std::fs::write(&src, vec![0x5eu8; 4096]).unwrap();
+    spdk_dd(&spdk, &dir, &img, &[&inp, "--ob=lvs0/cl", "--bs=4096", "--count=1", "--seek=256"]);
     spdk_dd(&spdk, &dir, &img, &[&inp, "--ob=lvs0/cl", "--bs=4096", "--count=1", "--seek=2560"]);
     let tgt = SpdkTgt::start(&spdk, &dir);
     tgt.rpc(&["bdev_aio_create", img.to_str().unwrap(), "A0", "4096"]);
     tgt.rpc(&["bdev_wait_for_examine"]);
+    tgt.rpc(&["bdev_lvol_resize", "lvs0/cl", "3"]);
+    tgt.rpc(&["bdev_lvol_resize", "lvs0/cl", "16"]);
     let mut theirs = tgt.rpc(&["bdev_lvol_get_lvols"]).as_array().unwrap().clone();
     theirs.sort_by_key(|x| x["name"].as_str().unwrap().to_string());
     tgt.stop();
@@ -1092,7 +1096,11 @@ fn snapshot_families_cross_between_spdk_and_ferrite() {
     d.call("bdev_lvol_resize", Some(json!({"name": "lvs0/thick", "size_in_mib": 8})));
     qemu_io(&dir, &u, "write -P 0x4d 3M 64k; flush");
     d.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/cl", "name": "cl"})));
-    qemu_io(&dir, &u.replace("/thin", "/cl"), "write -P 0x5e 10M 4k; flush");
+    qemu_io(&dir, &u.replace("/thin", "/cl"), "write -P 0x5e 1M 4k; write -P 0x5e 10M 4k; flush");
+    // Shrinking waits until nothing has the clone open.
+    d.call("nbd_server_remove_export", Some(json!({"name": "cl"})));
+    d.call("bdev_lvol_resize", Some(json!({"name": "lvs0/cl", "size_in_mib": 3})));
+    d.call("bdev_lvol_resize", Some(json!({"name": "lvs0/cl", "size_in_mib": 16})));
     let ours = lvols(&d);
     stop(d);
     let (ok, out) = check(&dir, &img);
