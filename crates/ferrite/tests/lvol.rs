@@ -1296,3 +1296,49 @@ fn kill_9_under_a_verify_workload_on_a_thin_lvol_recovers() {
     let (ok, out) = check(&dir, &img);
     assert!(ok, "after the clone's run: {out}");
 }
+
+#[test]
+fn renamed_lvols_keep_their_exports_and_the_saved_config_loads() {
+    // Exports and namespaces are of the bdev, not of the alias they were named by: a rename of
+    // the lvol or its lvstore keeps them, and the config saved after it loads (it names the
+    // lvol by its bdev name, the UUID, as SPDK saves it).
+    let test = "renamed_lvols_keep_their_exports_and_the_saved_config_loads";
+    if !have(test, &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-rename-exports");
+    let img = sparse_image(&dir, 64);
+    let d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvs_name": "lvs0", "lvol_name": "v", "size_in_mib": 8})));
+    let uuid = d.call("bdev_get_bdevs", Some(json!({"name": "lvs0/v"})))[0]["name"].as_str().unwrap().to_string();
+    let u = nbd(&d, "lvs0/v", "v");
+    qemu_io(&dir, &u, "write -P 0x71 0 64k; flush");
+    let nqn = "nqn.2016-06.io.spdk:rename";
+    d.call("nvmf_create_transport", Some(json!({"trtype": "TCP"})));
+    d.call("nvmf_create_subsystem", Some(json!({"nqn": nqn, "allow_any_host": true})));
+    d.call("nvmf_subsystem_add_ns", Some(json!({"nqn": nqn, "namespace": {"bdev_name": "lvs0/v"}})));
+
+    d.call("bdev_lvol_rename_lvstore", Some(json!({"old_name": "lvs0", "new_name": "lvs1"})));
+    d.call("bdev_lvol_rename", Some(json!({"old_name": "lvs1/v", "new_name": "w"})));
+    let exports = d.call("nbd_server_get_exports", None);
+    assert_eq!(exports.as_array().map(|a| a.len()), Some(1), "the export went with the rename: {exports}");
+    qemu_io(&dir, &u, "read -P 0x71 0 64k");
+    let subs = d.call("nvmf_get_subsystems", None);
+    let ns = subs.as_array().unwrap().iter().find(|s| s["nqn"] == json!(nqn)).unwrap()["namespaces"].clone();
+    assert_eq!(ns[0]["bdev_name"], json!(uuid), "the namespace names its bdev, not the old alias: {ns}");
+
+    let cfg = dir.join("saved.json");
+    std::fs::write(&cfg, serde_json::to_vec(&d.call("save_config", None)).unwrap()).unwrap();
+    stop(d);
+    let d2 = Daemon::start(&dir, &["--json", cfg.to_str().unwrap()]);
+    let subs = d2.call("nvmf_get_subsystems", None);
+    let ns =
+        subs.as_array().unwrap().iter().find(|s| s["nqn"] == json!(nqn)).expect("subsystem back")["namespaces"].clone();
+    assert_eq!(ns[0]["bdev_name"], json!(uuid), "{ns}");
+    let b = d2.call("bdev_get_bdevs", Some(json!({"name": "lvs1/w"})));
+    assert_eq!(b[0]["name"], json!(uuid), "{b}");
+    let exports = d2.call("nbd_server_get_exports", None);
+    assert_eq!(exports.as_array().map(|a| a.len()), Some(1), "the export is back: {exports}");
+    stop(d2);
+}

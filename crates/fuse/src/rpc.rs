@@ -108,7 +108,8 @@ fn mount(ctx: &Ctx, a: Add) -> Result<(), RpcError> {
     log::info!("FUSE export of bdev {} at {} (reactor {reactor})", a.bdev_name, a.path);
     exports().0.insert(
         a.path,
-        Export { id, bdev: a.bdev_name, read_only, reactor, created_file, gone, session: Some(session) },
+        // The bdev's own name, not the alias it was named by: a renamed lvol keeps it.
+        Export { id, bdev: bdev.name().to_string(), read_only, reactor, created_file, gone, session: Some(session) },
     );
     Ok(())
 }

@@ -116,7 +116,8 @@ pub fn register(reg: &mut Registry) {
         }
         export::add(export::Export {
             name: name.clone(),
-            bdev: a.bdev_name,
+            // The bdev's own name, not the alias it was named by: a renamed lvol keeps it.
+            bdev: bdev.name().to_string(),
             bdev_id: bdev.id(),
             read_only: a.read_only.unwrap_or(false),
             description: a.description.unwrap_or_default(),

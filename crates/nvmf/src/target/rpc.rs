@@ -464,7 +464,10 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
         }
     }
     let nqn = a.nqn.clone();
-    let bdev_name = n.bdev_name.clone();
+    // The bdev's own name, not the alias it was named by (as SPDK lists and saves it): an lvol
+    // renamed later keeps it, so the saved config still finds the bdev.
+    let bdev_name = ferrite_bdev::lookup(&n.bdev_name).map_or_else(|| n.bdev_name.clone(), |b| b.name().to_string());
+    let notify_name = bdev_name.clone();
     let desc = ferrite_bdev::Bdev::open_ext(&n.bdev_name, true, move |ev| match ev {
         ferrite_bdev::BdevEvent::Remove => {
             // The bdev is going: so is its namespace (hosts are told).
@@ -474,7 +477,7 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
         ferrite_bdev::BdevEvent::Resize | ferrite_bdev::BdevEvent::IoTypesChanged => {
             // Hosts are told its size or its write protection changed (SPDK's
             // spdk_nvmf_subsystem_ns_changed); Identify Namespace shows the new state.
-            let (nqn, bdev_name) = (nqn.clone(), bdev_name.clone());
+            let (nqn, bdev_name) = (nqn.clone(), notify_name.clone());
             ferrite_reactor::engine().send(0, move || attributes_changed(&nqn, &bdev_name));
         }
     })
@@ -499,7 +502,7 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
     };
     let anagrpid = n.anagrpid.unwrap_or(nsid);
     s.namespaces
-        .insert(nsid, Arc::new(Namespace { nsid, bdev_name: n.bdev_name.clone(), desc, nguid, eui64, uuid, anagrpid }));
+        .insert(nsid, Arc::new(Namespace { nsid, bdev_name: bdev_name.clone(), desc, nguid, eui64, uuid, anagrpid }));
     s.shared.bump();
     admin::notify_ns_changed(s, nsid);
     admin::notify_ana_changed(s);
