@@ -409,6 +409,30 @@ fn an_lvol_made_read_only_raises_a_notice_and_turns_write_protected() {
     s.admin.keep_alive().ok("keep alive");
     assert!(s.admin.take_done(aer).is_none(), "a second notice for no change");
     drop(s);
+
+    // A passthru on an lvol follows it: its namespace is told and turns write-protected.
+    n.d.call("bdev_lvol_create", Some(json!({"lvs_name": "lvs0", "lvol_name": "under", "size_in_mib": 4})));
+    n.d.call("bdev_passthru_create", Some(json!({"base_bdev_name": "lvs0/under", "name": "over"})));
+    let over = n.add_ns(SUBNQN, "over");
+    let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+    s.admin.set_features(fid::ASYNC_EVENT_CONFIGURATION, 1 << 8).ok("Set Features AEC");
+    s.io[0].write(over, 3, &data, 4096).ok("write through the passthru");
+    let aer = s.admin.submit_aer();
+    n.d.call("bdev_lvol_set_read_only", Some(json!({"name": "lvs0/under"})));
+    let c = s.admin.wait(aer).ok("AER for the passthru's namespace");
+    assert_eq!(AsyncEvent::from_dw0(c.cqe.dw0), AsyncEvent::NS_ATTR_CHANGED);
+    let c = s.admin.get_log_page(lid::CHANGED_NS_LIST, 4096, false).ok("changed namespace list");
+    let changed = ChangedNamespaceList::decode(c.data[..4096].try_into().unwrap());
+    assert_eq!(changed.iter().collect::<Vec<_>>(), vec![over], "the passthru's namespace is listed");
+    let c = s.admin.identify(cns::NAMESPACE, over, csi::NVM).ok("identify namespace");
+    let id = IdentifyNamespace::decode(c.data[..4096].try_into().unwrap());
+    assert_eq!(id.nsattr & nsattr::WRITE_PROTECTED, nsattr::WRITE_PROTECTED, "the passthru's NSATTR");
+    let q = &mut s.io[0];
+    let c = q.write(over, 3, &pattern(6, 4096), 4096);
+    assert_eq!(status(&c), (sct::GENERIC, generic::NAMESPACE_IS_WRITE_PROTECTED), "a write through the passthru");
+    assert!(c.cqe.status.dnr);
+    assert!(q.read(over, 3, 1, 4096).ok("read back").data == data, "the block written through the passthru");
+    drop(s);
     still_serves(&mut n, 41);
 }
 

@@ -25,6 +25,9 @@ pub(crate) fn status_of(s: IoStatus) -> Status {
         IoStatus::Removed => Status::generic(generic::INVALID_NAMESPACE_OR_FORMAT).with_dnr(),
         IoStatus::Aborted | IoStatus::TimedOut => Status::generic(generic::ABORTED_BY_REQUEST),
         IoStatus::Miscompare => Status::media(media::COMPARE_FAILURE).with_dnr(),
+        // A remote namespace's status (Ferrite's host under a re-export): the bdev layer keeps
+        // no Do Not Retry bit, so it is set again for the statuses a retry cannot change.
+        IoStatus::Nvme { sct, sc } if permanent(sct, sc) => Status::new(sct, sc).with_dnr(),
         IoStatus::Nvme { sct, sc } => Status::new(sct, sc),
         // A thin volume whose store is full: hosts report "no space" (Linux: BLK_STS_NOSPC,
         // ENOSPC to the file system) and do not retry, where an internal error is an EIO
@@ -35,6 +38,25 @@ pub(crate) fn status_of(s: IoStatus) -> Status {
         IoStatus::NoMem | IoStatus::Failed(_) | IoStatus::Scsi { .. } => {
             Status::generic(generic::INTERNAL_DEVICE_ERROR)
         }
+    }
+}
+
+/// True for a status that the same command would meet again: the request itself is wrong,
+/// or the namespace cannot take it (write-protected, full), or the data failed a check.
+fn permanent(code_type: u8, sc: u8) -> bool {
+    use crate::spec::status::sct;
+    match code_type {
+        sct::GENERIC => matches!(
+            sc,
+            generic::INVALID_OPCODE
+                | generic::INVALID_FIELD
+                | generic::INVALID_NAMESPACE_OR_FORMAT
+                | generic::LBA_OUT_OF_RANGE
+                | generic::CAPACITY_EXCEEDED
+                | generic::NAMESPACE_IS_WRITE_PROTECTED
+        ),
+        sct::MEDIA_ERROR => sc == media::COMPARE_FAILURE,
+        _ => false,
     }
 }
 
@@ -290,5 +312,17 @@ mod tests {
         assert_eq!((ro.sct, ro.sc, ro.dnr), (0, generic::NAMESPACE_IS_WRITE_PROTECTED, true));
         let other = status_of(IoStatus::Failed(libc::EIO));
         assert_eq!((other.sct, other.sc, other.dnr), (0, generic::INTERNAL_DEVICE_ERROR, false));
+    }
+
+    #[test]
+    fn a_remote_status_keeps_do_not_retry_where_a_retry_cannot_help() {
+        let wp = status_of(IoStatus::Nvme { sct: 0, sc: generic::NAMESPACE_IS_WRITE_PROTECTED });
+        assert_eq!((wp.sct, wp.sc, wp.dnr), (0, generic::NAMESPACE_IS_WRITE_PROTECTED, true));
+        let full = status_of(IoStatus::Nvme { sct: 0, sc: generic::CAPACITY_EXCEEDED });
+        assert!(full.dnr, "a full namespace");
+        let internal = status_of(IoStatus::Nvme { sct: 0, sc: generic::INTERNAL_DEVICE_ERROR });
+        assert!(!internal.dnr, "an internal error may pass");
+        let path = status_of(IoStatus::Nvme { sct: 3, sc: 2 });
+        assert!(!path.dnr, "a path status is for the host to retry elsewhere");
     }
 }

@@ -12,7 +12,7 @@
 
 use crate::bdev::{lookup, unregister, Bdev, BdevError, BdevProps, Limits};
 use crate::channel::IoChannel;
-use crate::desc::BdevDesc;
+use crate::desc::{BdevDesc, BdevEvent};
 use crate::io::{IoType, IoTypes};
 use ferrite_rpc::{errno_error, RpcError, RpcResult};
 use serde::Deserialize;
@@ -79,9 +79,13 @@ impl BaseBdev {
         }
         let me: Arc<OnceLock<Weak<BaseBdev>>> = Arc::default();
         let me2 = me.clone();
-        let desc = Bdev::open(base_name, true, move || {
+        let desc = Bdev::open_ext(base_name, true, move |ev| {
             if let Some(b) = me2.get().and_then(Weak::upgrade) {
-                b.base_removed();
+                match ev {
+                    BdevEvent::Remove => b.base_removed(),
+                    BdevEvent::IoTypesChanged => b.base_stopped_serving(),
+                    BdevEvent::Resize => {}
+                }
             }
         })?;
         desc.claim(module)?;
@@ -233,6 +237,18 @@ impl BaseBdev {
     }
 
     /// The base is being deleted: unregister the virtual bdev over it.
+    /// The base stopped serving some types (an lvol made read-only): the virtual bdev over it
+    /// stops serving them too, and so tells its own openers (a namespace on it).
+    fn base_stopped_serving(self: &Arc<Self>) {
+        let Some((id, name)) = lock(&self.vbdev).clone() else { return };
+        let Some(v) = lookup(&name).filter(|b| b.id() == id) else { return };
+        let gone = IoType::ALL
+            .iter()
+            .filter(|t| **t != IoType::Abort && !self.bdev.supports(**t))
+            .fold(IoTypes::default(), |s, t| s.with(*t));
+        v.stop_serving(gone);
+    }
+
     fn base_removed(self: &Arc<Self>) {
         let Some((id, name)) = lock(&self.vbdev).clone() else { return };
         if lookup(&name).is_none_or(|b| b.id() != id) {
