@@ -1342,3 +1342,23 @@ fn renamed_lvols_keep_their_exports_and_the_saved_config_loads() {
     assert_eq!(exports.as_array().map(|a| a.len()), Some(1), "the export is back: {exports}");
     stop(d2);
 }
+
+#[test]
+fn an_lvol_offers_unmap_and_write_zeroes_only_if_its_base_does() {
+    let dir = TempDir::new("lvol-base-types");
+    let img = sparse_image(&dir, 64);
+    let d = Daemon::start(&dir, &[]);
+    // An aio bdev without fallocate does neither.
+    d.call("bdev_aio_create", Some(json!({"name": "A0", "filename": img.to_str().unwrap(), "block_size": 4096})));
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "A0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvs_name": "lvs0", "lvol_name": "v", "size_in_mib": 8})));
+    d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 4096, "block_size": 4096})));
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": "lvs1", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvs_name": "lvs1", "lvol_name": "v", "size_in_mib": 8})));
+    for (name, want) in [("A0", false), ("lvs0/v", false), ("M0", true), ("lvs1/v", true)] {
+        let b = d.call("bdev_get_bdevs", Some(json!({"name": name})));
+        let t = &b[0]["supported_io_types"];
+        assert_eq!((t["unmap"].clone(), t["write_zeroes"].clone()), (json!(want), json!(want)), "{name}: {t}");
+    }
+    stop(d);
+}

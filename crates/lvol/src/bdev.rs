@@ -315,7 +315,14 @@ pub fn register(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>) -> Result<Bdev, BdevError>
     let lvs_name = lvs.name.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let name = lvol.name.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let base_limits = *dev.desc().bdev().limits();
-    let io_types = if lvol.blob.is_read_only() { READ_ONLY_IO_TYPES } else { IO_TYPES };
+    let mut io_types = if lvol.blob.is_read_only() { READ_ONLY_IO_TYPES } else { IO_TYPES };
+    // Unmap and write zeroes go to the base: not offered where it cannot do them (an aio file
+    // without fallocate), rather than failed as unsupported one request at a time.
+    for t in [IoType::Unmap, IoType::WriteZeroes] {
+        if !dev.desc().bdev().supports(t) {
+            io_types = io_types.without(t);
+        }
+    }
     let props = BdevProps {
         name: lvol.bdev_name(),
         aliases: vec![format!("{lvs_name}/{name}")],
