@@ -72,6 +72,9 @@ impl BdevBackend for NsBackend {
 
 /// The I/O types namespace `n` of the controller serves (ONCS); none that write if the
 /// namespace is write-protected.
+/// What a namespace's bdev does not serve while the namespace is write-protected (NSATTR).
+pub(crate) const WRITE_PROTECTED_TYPES: IoTypes = IoTypes::of(&[IoType::Write, IoType::Unmap, IoType::WriteZeroes]);
+
 fn io_types(c: &HostCtrlr, n: &NsInfo) -> IoTypes {
     let info = c.info.lock().unwrap().clone();
     let mut types = IoTypes::of(&[IoType::Read, IoType::Write, IoType::Flush, IoType::Reset, IoType::Abort]);
@@ -85,7 +88,7 @@ fn io_types(c: &HostCtrlr, n: &NsInfo) -> IoTypes {
         types = types.with(IoType::Compare);
     }
     if n.write_protected {
-        types = types.without(IoType::Write).without(IoType::Unmap).without(IoType::WriteZeroes);
+        types = IoTypes(types.0 & !WRITE_PROTECTED_TYPES.0);
     }
     types
 }

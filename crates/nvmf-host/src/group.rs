@@ -7,7 +7,6 @@
 use crate::bdev::NsShared;
 use crate::ctrlr::{self, AttachOpts, HostCtrlr, Mode, NsInfo};
 use crate::trid::{PathFilter, Trid};
-use ferrite_bdev::{IoType, IoTypes};
 use ferrite_rpc::{errno_error, RpcError};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -360,7 +359,7 @@ pub fn namespaces_changed(c: &Arc<HostCtrlr>, ns: &[NsInfo]) {
         // A namespace made write-protected (an lvol set read-only on the target) takes no more
         // writes through its bdev either; protection is never lifted on a live bdev.
         if write_protected {
-            b.stop_serving(IoTypes::of(&[IoType::Write, IoType::Unmap, IoType::WriteZeroes]));
+            b.stop_serving(crate::bdev::WRITE_PROTECTED_TYPES);
         }
     }
     if !added.is_empty() {

@@ -236,7 +236,6 @@ impl BaseBdev {
         }
     }
 
-    /// The base is being deleted: unregister the virtual bdev over it.
     /// The base stopped serving some types (an lvol made read-only): the virtual bdev over it
     /// stops serving them too, and so tells its own openers (a namespace on it).
     fn base_stopped_serving(self: &Arc<Self>) {
@@ -249,6 +248,7 @@ impl BaseBdev {
         v.stop_serving(gone);
     }
 
+    /// The base is being deleted: unregister the virtual bdev over it.
     fn base_removed(self: &Arc<Self>) {
         let Some((id, name)) = lock(&self.vbdev).clone() else { return };
         if lookup(&name).is_none_or(|b| b.id() != id) {
