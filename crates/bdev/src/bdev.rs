@@ -253,6 +253,10 @@ pub(crate) struct BdevShared {
     pub(crate) module: &'static str,
     /// The module's I/O types (`IoTypes` bits): only ever fewer ([`Bdev::stop_serving`]).
     pub(crate) io_types: AtomicU16,
+    /// The types the bdev serves (`IoTypes` bits): its module's and those the layer does for
+    /// it ([`Bdev::supports`]). Every channel's check reads it, so a type the bdev stops
+    /// serving is refused by the layer at once, on channels made before too.
+    pub(crate) serves: AtomicU16,
     pub(crate) limits: Limits,
     pub(crate) backend: Arc<dyn BdevBackend>,
     pub(crate) removing: AtomicBool,
@@ -341,23 +345,16 @@ impl Bdev {
     /// True if the bdev serves `t`: its module does, or the bdev layer does it for the module
     /// (reset and abort always; compare and compare-and-write from reads and writes).
     pub fn supports(&self, t: IoType) -> bool {
-        let m = self.module_io_types();
-        m.contains(t)
-            || match t {
-                IoType::Reset | IoType::Abort => true,
-                IoType::Compare => m.contains(IoType::Read),
-                IoType::CompareAndWrite => m.contains(IoType::Read) && m.contains(IoType::Write),
-                _ => false,
-            }
+        IoTypes(self.0.serves.load(Ordering::Relaxed)).contains(t)
     }
     /// The I/O types its module serves now.
     pub(crate) fn module_io_types(&self) -> IoTypes {
         IoTypes(self.0.io_types.load(Ordering::Relaxed))
     }
     /// The bdev no longer serves `types` (an lvol made read-only no longer writes): what it
-    /// reports changes now, and every opener gets an `IoTypesChanged` event if it served any of
-    /// them; channels made before keep routing those types to the module, which refuses them
-    /// itself.
+    /// reports changes now, the layer refuses them from now on (`Unsupported`, on every
+    /// channel), and every opener gets an `IoTypesChanged` event if it served any of them.
+    /// Requests already handed to the module finish there.
     pub fn stop_serving(&self, types: IoTypes) {
         let notify = {
             let st = self.0.state.lock().unwrap();
@@ -366,6 +363,7 @@ impl Bdev {
             if gone.0 == 0 {
                 return;
             }
+            self.0.serves.store(served_types(IoTypes(before & !types.0)).0, Ordering::Relaxed);
             let names: Vec<&str> = IoType::ALL.iter().filter(|t| gone.contains(**t)).map(|t| t.name()).collect();
             log::info!("bdev {} no longer serves {}", self.name().escape_debug(), names.join(", "));
             st.descs.iter().map(|d| (d.core.clone(), d.on_event.clone())).collect::<Vec<_>>()
@@ -494,6 +492,19 @@ impl Bdev {
 }
 
 /// Runs each opener's event callback on its core (or here, for openers off the reactors).
+/// The types a bdev whose module serves `module` serves: those, plus what the layer does for
+/// it (reset and abort always; compare over reads; compare-and-write over reads and writes).
+fn served_types(module: IoTypes) -> IoTypes {
+    let mut s = module.with(IoType::Reset).with(IoType::Abort);
+    if module.contains(IoType::Read) {
+        s = s.with(IoType::Compare);
+        if module.contains(IoType::Write) {
+            s = s.with(IoType::CompareAndWrite);
+        }
+    }
+    s
+}
+
 fn notify_all(openers: Vec<(Option<(usize, ferrite_reactor::Engine)>, crate::desc::EventCallback)>, e: BdevEvent) {
     for (core, cb) in openers {
         match core {
@@ -588,6 +599,7 @@ pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev,
         product_name: props.product_name,
         module: props.module,
         io_types: AtomicU16::new(props.io_types.0),
+        serves: AtomicU16::new(served_types(props.io_types).0),
         limits: props.limits,
         backend,
         removing: AtomicBool::new(false),

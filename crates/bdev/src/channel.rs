@@ -88,9 +88,6 @@ impl Epochs {
 pub(crate) struct ChannelInner {
     pub(crate) block_size: u32,
     io_types: IoTypes,
-    /// The types the bdev serves: its module's, and those the layer does for it (see
-    /// `Bdev::supports`).
-    serves: IoTypes,
     pub(crate) limits: Limits,
     /// Reads and writes may need fitting to `limits`.
     shape_payload: bool,
@@ -169,7 +166,6 @@ impl IoChannel {
         let inner = Rc::new_cyclic(|me| ChannelInner {
             block_size: bdev.block_size(),
             io_types: bdev.module_io_types(),
-            serves: IoType::ALL.iter().filter(|t| bdev.supports(**t)).fold(IoTypes::default(), |s, t| s.with(*t)),
             limits,
             shape_payload: limits.shape_payload(),
             split_boundary: limits.split_boundary(),
@@ -446,8 +442,9 @@ impl ChannelInner {
             return IoStatus::Removed;
         }
         let t = req.io_type;
-        if !self.serves.contains(t) {
-            return IoStatus::Unsupported;
+        let serves = IoTypes(self.bdev.serves.load(Ordering::Relaxed));
+        if !serves.contains(t) {
+            return unserved(t, serves);
         }
         if !write && t.writes() {
             return IoStatus::Failed(libc::EBADF);
@@ -698,6 +695,19 @@ impl ChannelInner {
 }
 
 /// Completes, as Aborted, the requests of `queue` that an abort of (`completer`, `tag`) names.
+/// The status of a request of a type the bdev does not serve: a change of blocks on a bdev
+/// that writes nothing (an lvol snapshot, a volume made read-only) fails as a write to a
+/// read-only device (EROFS: NVMe's Namespace is Write Protected, NBD's EPERM); anything else
+/// is unsupported.
+#[cold]
+fn unserved(t: IoType, serves: IoTypes) -> IoStatus {
+    if t.writes() && !serves.contains(IoType::Write) {
+        IoStatus::Failed(libc::EROFS)
+    } else {
+        IoStatus::Unsupported
+    }
+}
+
 fn abort_queued(queue: &RefCell<VecDeque<BdevIo>>, completer: usize, tag: u64) -> usize {
     let mut q = queue.borrow_mut();
     let mut found = 0;

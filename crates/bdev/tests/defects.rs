@@ -305,7 +305,7 @@ fn aio_bdevs_honour_readonly_and_fallocate() {
         assert_bytes_eq(&got, &want, "aio read");
         assert!(Bdev::open("defect_aio_ro", true, || {}).unwrap().channel().is_ok());
         let w = Bdev::open("defect_aio_ro", true, || {}).unwrap().channel().unwrap();
-        assert_eq!(io(&w, IoRequest::write(0, 1, buf_filled(512, 1))).await.status, IoStatus::Unsupported);
+        assert_eq!(io(&w, IoRequest::write(0, 1, buf_filled(512, 1))).await.status, IoStatus::Failed(libc::EROFS));
         drop((ch, d, w));
         let rw = uring::create(UringOpts {
             name: "defect_aio_rw".into(),

@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use ferrite_bdev::module::{register_module, wait_for_examine};
+use ferrite_bdev::modules::malloc::{self, MallocOpts};
 use ferrite_bdev::modules::null::{self, NullOpts};
 use ferrite_bdev::{
     unregister, Bdev, BdevError, BdevEvent, BdevModule, ClaimType, ExamineDone, IoRequest, IoStatus, IoType, IoTypes,
@@ -157,24 +158,54 @@ fn resize_grows_and_tells_openers() {
 }
 
 #[test]
-fn stop_serving_tells_openers_once() {
+fn stop_serving_tells_openers_once_and_refuses_on_open_channels() {
     let e = engine(1, ReactorMode::Adaptive);
-    let b = null_bdev("fw_stop", 64);
+    let b = malloc::create(MallocOpts {
+        name: Some("fw_stop".into()),
+        num_blocks: 64,
+        block_size: 512,
+        ..Default::default()
+    })
+    .unwrap();
     let events = Arc::new(Mutex::new(Vec::new()));
     let ev = events.clone();
     let write = IoTypes::of(&[IoType::Write, IoType::WriteZeroes]);
     let seen = run(&e, 0, move || async move {
-        let d = Bdev::open_ext("fw_stop", false, move |e| ev.lock().unwrap().push(e)).unwrap();
+        let d = Bdev::open_ext("fw_stop", true, move |e| ev.lock().unwrap().push(e)).unwrap();
+        // A channel made before the change.
+        let ch = d.channel().unwrap();
+        let first = ch.submit_wait(IoRequest::write(0, 1, buf_filled(512, 0x5a))).await.status;
         let b = d.bdev().clone();
         b.stop_serving(write);
         // Types it no longer serves: nothing changes, nobody is told again.
         b.stop_serving(write);
         ferrite_reactor::sleep(Duration::from_millis(20)).await;
-        let seen = (b.supports(IoType::Write), b.supports(IoType::WriteZeroes), b.supports(IoType::Read));
-        drop(d);
-        seen
+        let supports = (b.supports(IoType::Write), b.supports(IoType::WriteZeroes), b.supports(IoType::Read));
+        let refused = (
+            ch.submit_wait(IoRequest::write(0, 1, buf_filled(512, 0xa5))).await.status,
+            ch.submit_wait(IoRequest::no_payload(IoType::WriteZeroes, 0, 1)).await.status,
+            ch.submit_wait(IoRequest::compare_and_write(0, 1, buf_filled(512, 0x5a), buf_filled(512, 0xa5)))
+                .await
+                .status,
+        );
+        // Compare is the layer's own over reads, so it stays.
+        let compared = ch.submit_wait(IoRequest::compare(0, 1, buf_filled(512, 0x5a))).await.status;
+        let back = ch.submit_wait(IoRequest::read(0, 1, buf_filled(512, 0))).await;
+        let data = (back.status, payload(&back));
+        drop((back, ch, d));
+        (first, supports, refused, compared, data)
     });
-    assert_eq!(seen, (false, false, true), "write and write zeroes gone, read kept");
+    let (first, supports, refused, compared, (read, data)) = seen;
+    assert_eq!(first, IoStatus::Success, "written before the change");
+    assert_eq!(supports, (false, false, true), "write and write zeroes gone, read kept");
+    assert_eq!(
+        refused,
+        (IoStatus::Failed(libc::EROFS), IoStatus::Failed(libc::EROFS), IoStatus::Failed(libc::EROFS)),
+        "the channel made before refuses write, write zeroes and compare-and-write as a read-only bdev"
+    );
+    assert_eq!(compared, IoStatus::Success, "compare still served, and the data matches");
+    assert_eq!(read, IoStatus::Success);
+    assert_bytes_eq(&data, &[0x5a; 512], "the data written before, untouched by the refused requests");
     assert_eq!(*events.lock().unwrap(), vec![BdevEvent::IoTypesChanged], "one event for the one change");
     drop(b);
     unregister("fw_stop", None).unwrap();

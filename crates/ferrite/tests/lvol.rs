@@ -8,6 +8,7 @@ mod common;
 mod nbd_common;
 
 use common::{Daemon, TempDir};
+use ferrite_nbd::proto;
 use nbd_common::{have, run_tool};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -305,8 +306,20 @@ fn snapshots_and_clones_over_nbd() {
     qemu_io(&dir, &ut, "read -P 0xaa 0 1M");
     qemu_io(&dir, &ut, "read -P 0xbb 1M 64k");
     qemu_io(&dir, &ut, "read -P 0 8M 8M");
-    // Read-only: writes fail from then on.
+    // Read-only: writes fail from then on, also on a connection opened before.
+    let port: u16 = u.trim_start_matches("nbd://").split(['/', ':']).nth(1).unwrap().parse().unwrap();
+    let (mut raw, _) = nbd_common::Raw::open(port, "base", false);
+    raw.write_ok(1, 0, &[0xdd; 4096], 0);
     d2.call("bdev_lvol_set_read_only", Some(json!({"name": "lvs1/base"})));
+    raw.request(0, proto::CMD_WRITE, 2, 0, 4096, &[0x11; 4096]);
+    assert_eq!(raw.simple_reply(), (proto::EPERM, 2), "a write on the connection opened before");
+    raw.request(0, proto::CMD_WRITE_ZEROES, 3, 0, 4096, &[]);
+    assert_eq!(raw.simple_reply(), (proto::EPERM, 3), "write zeroes on the connection opened before");
+    assert_eq!(raw.read_ok(4, 0, 4096), vec![0xdd; 4096], "the refused writes changed nothing");
+    raw.disc();
+    let exports = d2.call("nbd_server_get_exports", None);
+    let base = exports.as_array().unwrap().iter().find(|e| e["name"] == "base").unwrap();
+    assert_eq!(base["read_only"], json!(true), "the export of a read-only lvol says so: {exports}");
     let b = d2.call("bdev_get_bdevs", Some(json!({"name": "lvs1/base"})));
     let types = &b[0]["supported_io_types"];
     assert_eq!(

@@ -142,7 +142,10 @@ pub fn register(reg: &mut Registry) {
                 .into_iter()
                 .map(|e| {
                     let n = conns.iter().filter(|c| c.export.as_deref() == Some(e.name.as_str())).count();
-                    json!({"name": e.name, "bdev_name": e.bdev, "read_only": e.read_only,
+                    // As clients see it: also read-only where the bdev takes no writes.
+                    let read_only = e.read_only
+                        || ferrite_bdev::lookup(&e.bdev).is_some_and(|b| !b.supports(ferrite_bdev::IoType::Write));
+                    json!({"name": e.name, "bdev_name": e.bdev, "read_only": read_only,
                         "description": e.description, "connections": n})
                 })
                 .collect(),

@@ -60,17 +60,6 @@ fn permanent(code_type: u8, sc: u8) -> bool {
     }
 }
 
-/// A write that a read-only bdev (an lvol snapshot) does not serve fails as a write to a
-/// write-protected namespace (EROFS: Namespace is Write Protected), not as an unknown command.
-fn refused_write(s: IoStatus, t: IoType, ns: Option<&super::qpair::NsChan>) -> IoStatus {
-    let read_only = || ns.is_some_and(|n| !n.ns.bdev().supports(IoType::Write));
-    if s == IoStatus::Unsupported && t.writes() && read_only() {
-        IoStatus::Failed(libc::EROFS)
-    } else {
-        s
-    }
-}
-
 fn invalid_field() -> Status {
     Status::generic(generic::INVALID_FIELD).with_dnr()
 }
@@ -267,7 +256,7 @@ impl IoCompleter for Conn {
                 return;
             };
             if !io.status.is_ok() && cmd.part_status.is_ok() {
-                cmd.part_status = refused_write(io.status, io.req.io_type, cmd.ns.as_deref());
+                cmd.part_status = io.status;
             }
             cmd.parts = cmd.parts.saturating_sub(1);
             (cmd.parts == 0, cmd.part_status, cmd.partner, cmd.sqe.opcode == nvm::READ)
