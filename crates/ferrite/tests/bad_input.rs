@@ -147,9 +147,18 @@ fn wrong_parameter_type_is_invalid_params() {
         let e = common::call_err(&mut c, "bdev_malloc_create", Some(params.clone()));
         assert_eq!(e.code, -32602, "{params}: {e:?}");
     }
-    // Params that are an array rather than an object.
-    let e = common::call_err(&mut c, "bdev_malloc_create", Some(json!([256, 512])));
-    assert_eq!(e.code, -32602, "{e:?}");
+    // Params that are an array (positional) rather than an object: refused as such, whatever
+    // the method's parameters are (a scalar is not a request at all: -32600).
+    for (method, params) in [
+        ("bdev_malloc_create", json!([256, 512])),
+        ("bdev_malloc_create", json!(["M", 256, 512])),
+        ("bdev_lvol_set_read_only", json!([])),
+        ("bdev_get_bdevs", json!(["Malloc0"])),
+    ] {
+        let e = common::call_err(&mut c, method, Some(params.clone()));
+        assert_eq!(e.code, -32602, "{method} {params}: {e:?}");
+        assert!(e.message.contains("must be an object"), "{method} {params}: {e:?}");
+    }
     assert!(d.bdevs().is_empty());
     d.assert_serving();
 }

@@ -487,6 +487,19 @@ fn bad_lvol_requests_get_spdks_errors() {
     assert_eq!(e.code, -libc::EINVAL, "{e:?}");
     let a = d.call("bdev_lvol_get_lvols", Some(json!({"lvs_name": "lvs"})));
     assert_eq!(a[0]["num_allocated_clusters"].as_u64(), Some(4), "{a}");
+    // An lvol that holds an lvstore stays writable (the inner store writes its metadata
+    // there); one made read-only is not resized, and says why.
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "outer", "size_in_mib": 8, "lvs_name": "lvs"})));
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "lvs/outer", "lvs_name": "inner", "cluster_sz": MIB})));
+    let e = d.call_err("bdev_lvol_set_read_only", Some(json!({"name": "lvs/outer"})));
+    assert_eq!(e.code, -libc::EBUSY, "{e:?}");
+    assert!(e.message.contains("holds an lvstore"), "{e:?}");
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "in", "size_in_mib": 2, "lvs_name": "inner"})));
+    d.call("bdev_lvol_set_read_only", Some(json!({"name": "inner/in"})));
+    let e = d.call_err("bdev_lvol_resize", Some(json!({"name": "inner/in", "size_in_mib": 4})));
+    assert_eq!(e.code, -libc::EPERM, "{e:?}");
+    assert!(e.message.contains("lvol in is read-only"), "{e:?}");
+    assert_eq!(d.call("bdev_lvol_delete_lvstore", Some(json!({"lvs_name": "inner"}))), json!(true));
     // A thin lvol far larger than the store works; the whole store stays consistent.
     d.call(
         "bdev_lvol_create",

@@ -533,6 +533,13 @@ pub async fn resize_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, size: u64) -> Lvo
     if clusters == 0 {
         return Err(LvolError::new(libc::EINVAL, "an lvol cannot be resized to 0 bytes"));
     }
+    if lvol.blob.is_read_only() {
+        // EPERM, as SPDK's blob resize answers.
+        return Err(LvolError::new(
+            libc::EPERM,
+            format!("lvol {} is read-only: it cannot be resized", lock(&lvol.name)),
+        ));
+    }
     let old = lvol.blob.num_clusters();
     if clusters > old && !lvol.blob.is_thin() && clusters - old > lvs.bs.free_clusters() {
         return Err(LvolError::new(
@@ -772,12 +779,22 @@ pub async fn separate_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, all: bool) -> L
 }
 
 /// Marks `lvol` read-only (`bdev_lvol_set_read_only`): its writes fail from now on.
+/// Refused while an lvstore lives on it: that lvstore could no longer write its metadata.
 pub async fn set_read_only(lvol: &Arc<Lvol>) -> LvolResult<()> {
+    let bdev = ferrite_bdev::lookup(&lvol.bdev_name());
+    let holds_store =
+        |b: &Bdev| b.claims().iter().any(|(m, k)| m == MODULE && *k != ferrite_bdev::ClaimType::ReadManyWriteNone);
+    if bdev.as_ref().is_some_and(holds_store) {
+        return Err(LvolError::new(
+            libc::EBUSY,
+            format!("lvol {} holds an lvstore, which writes its metadata there", lock(&lvol.name)),
+        ));
+    }
     lvol.blob.set_read_only()?;
     lvol.blob.sync_md().await?;
     // Its bdev says so from now on (bdev_get_bdevs, NBD's flags, NVMe's NSATTR), as a
     // snapshot's does from its start.
-    if let Some(b) = ferrite_bdev::lookup(&lvol.bdev_name()) {
+    if let Some(b) = bdev {
         b.stop_serving(crate::bdev::WRITE_IO_TYPES);
     }
     Ok(())

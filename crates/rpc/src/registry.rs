@@ -36,9 +36,16 @@ pub struct Params(pub Option<Value>);
 
 impl Params {
     /// Decodes the params into `T`; absent params decode as `{}`. A mismatch is an
-    /// "Invalid parameters" error naming the problem.
+    /// "Invalid parameters" error naming the problem. Params are named (an object), as SPDK
+    /// takes them: positional params (an array) are refused as such.
     pub fn parse<T: DeserializeOwned>(self) -> Result<T, RpcError> {
         let v = self.0.unwrap_or_else(|| Value::Object(Default::default()));
+        if !v.is_object() {
+            return Err(RpcError::new(
+                INVALID_PARAMS,
+                "Invalid parameters: params must be an object of named parameters",
+            ));
+        }
         serde_path_to_error::deserialize(v).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner();
