@@ -253,10 +253,11 @@ pub(crate) struct BdevShared {
     pub(crate) module: &'static str,
     /// The module's I/O types (`IoTypes` bits): only ever fewer ([`Bdev::stop_serving`]).
     pub(crate) io_types: AtomicU16,
-    /// The types the bdev serves (`IoTypes` bits): its module's and those the layer does for
-    /// it ([`Bdev::supports`]). Every channel's check reads it, so a type the bdev stops
-    /// serving is refused by the layer at once, on channels made before too.
-    pub(crate) serves: AtomicU16,
+    /// The types the layer admits (`IoTypes` bits): those the bdev serves ([`Bdev::supports`])
+    /// while it is not being removed, none from then on. Every channel's check reads it (one
+    /// load, one branch), so a type the bdev stops serving is refused at once, on channels
+    /// made before too. Bits are only ever cleared.
+    pub(crate) admits: AtomicU16,
     pub(crate) limits: Limits,
     pub(crate) backend: Arc<dyn BdevBackend>,
     pub(crate) removing: AtomicBool,
@@ -345,7 +346,7 @@ impl Bdev {
     /// True if the bdev serves `t`: its module does, or the bdev layer does it for the module
     /// (reset and abort always; compare and compare-and-write from reads and writes).
     pub fn supports(&self, t: IoType) -> bool {
-        IoTypes(self.0.serves.load(Ordering::Relaxed)).contains(t)
+        served_types(self.module_io_types()).contains(t)
     }
     /// The I/O types its module serves now.
     pub(crate) fn module_io_types(&self) -> IoTypes {
@@ -363,7 +364,9 @@ impl Bdev {
             if gone.0 == 0 {
                 return;
             }
-            self.0.serves.store(served_types(IoTypes(before & !types.0)).0, Ordering::Relaxed);
+            // Cleared, never set: a removal's zero stays.
+            let kept = served_types(IoTypes(before & !types.0));
+            self.0.admits.fetch_and(kept.0, Ordering::Relaxed);
             let names: Vec<&str> = IoType::ALL.iter().filter(|t| gone.contains(**t)).map(|t| t.name()).collect();
             log::info!("bdev {} no longer serves {}", self.name().escape_debug(), names.join(", "));
             st.descs.iter().map(|d| (d.core.clone(), d.on_event.clone())).collect::<Vec<_>>()
@@ -599,7 +602,7 @@ pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev,
         product_name: props.product_name,
         module: props.module,
         io_types: AtomicU16::new(props.io_types.0),
-        serves: AtomicU16::new(served_types(props.io_types).0),
+        admits: AtomicU16::new(served_types(props.io_types).0),
         limits: props.limits,
         backend,
         removing: AtomicBool::new(false),
@@ -661,6 +664,7 @@ pub fn unregister(name: &str, module: Option<&str>) -> Result<ferrite_reactor::o
         bdev
     };
     bdev.0.removing.store(true, Ordering::SeqCst);
+    bdev.0.admits.store(0, Ordering::SeqCst);
     let (tx, rx) = ferrite_reactor::oneshot::channel();
     let notify = {
         let mut st = bdev.0.state.lock().unwrap();

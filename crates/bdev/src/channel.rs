@@ -438,13 +438,9 @@ impl ChannelInner {
     /// request alone).
     #[inline]
     fn check(&self, req: &IoRequest, write: bool, payload: bool) -> IoStatus {
-        if self.bdev.removing.load(Ordering::Relaxed) {
-            return IoStatus::Removed;
-        }
         let t = req.io_type;
-        let serves = IoTypes(self.bdev.serves.load(Ordering::Relaxed));
-        if !serves.contains(t) {
-            return unserved(t, serves);
+        if !IoTypes(self.bdev.admits.load(Ordering::Relaxed)).contains(t) {
+            return self.refused(t);
         }
         if !write && t.writes() {
             return IoStatus::Failed(libc::EBADF);
@@ -470,6 +466,22 @@ impl ChannelInner {
             return self.check_payload(req);
         }
         IoStatus::Success
+    }
+
+    /// The status of a request of a type the layer does not admit: the bdev is being removed;
+    /// or it serves no writes (an lvol snapshot, a volume made read-only) and the request
+    /// changes blocks, which fails as a write to a read-only device (EROFS: NVMe's Namespace
+    /// Is Write Protected, NBD's EPERM); or the bdev does not serve that type.
+    #[cold]
+    fn refused(&self, t: IoType) -> IoStatus {
+        let b = crate::Bdev(self.bdev.clone());
+        if b.is_removing() {
+            IoStatus::Removed
+        } else if t.writes() && !b.supports(IoType::Write) {
+            IoStatus::Failed(libc::EROFS)
+        } else {
+            IoStatus::Unsupported
+        }
     }
 
     /// The payload of a read, write or compare (in range): as long as its blocks, writable for
@@ -695,19 +707,6 @@ impl ChannelInner {
 }
 
 /// Completes, as Aborted, the requests of `queue` that an abort of (`completer`, `tag`) names.
-/// The status of a request of a type the bdev does not serve: a change of blocks on a bdev
-/// that writes nothing (an lvol snapshot, a volume made read-only) fails as a write to a
-/// read-only device (EROFS: NVMe's Namespace is Write Protected, NBD's EPERM); anything else
-/// is unsupported.
-#[cold]
-fn unserved(t: IoType, serves: IoTypes) -> IoStatus {
-    if t.writes() && !serves.contains(IoType::Write) {
-        IoStatus::Failed(libc::EROFS)
-    } else {
-        IoStatus::Unsupported
-    }
-}
-
 fn abort_queued(queue: &RefCell<VecDeque<BdevIo>>, completer: usize, tag: u64) -> usize {
     let mut q = queue.borrow_mut();
     let mut found = 0;
