@@ -499,6 +499,10 @@ fn bad_lvol_requests_get_spdks_errors() {
     let e = d.call_err("bdev_lvol_resize", Some(json!({"name": "inner/in", "size_in_mib": 4})));
     assert_eq!(e.code, -libc::EPERM, "{e:?}");
     assert!(e.message.contains("lvol in is read-only"), "{e:?}");
+    for m in ["bdev_lvol_inflate", "bdev_lvol_decouple_parent"] {
+        let e = d.call_err(m, Some(json!({"name": "inner/in"})));
+        assert_eq!((e.code, e.message.contains("lvol in is read-only")), (-libc::EPERM, true), "{m}: {e:?}");
+    }
     assert_eq!(d.call("bdev_lvol_delete_lvstore", Some(json!({"lvs_name": "inner"}))), json!(true));
     // A thin lvol far larger than the store works; the whole store stays consistent.
     d.call(
@@ -1387,4 +1391,32 @@ fn an_lvol_offers_unmap_and_write_zeroes_only_if_its_base_does() {
         assert_eq!((t["unmap"].clone(), t["write_zeroes"].clone()), (json!(want), json!(want)), "{name}: {t}");
     }
     stop(d);
+}
+
+#[test]
+fn shutdown_unloads_stores_stacked_through_other_bdevs_cleanly() {
+    // Stores that stand on each other other than directly: one on a passthru over another's
+    // lvol, and one whose clone has another store's lvol as external snapshot (made after
+    // it). SIGTERM unloads every store cleanly: the upper ones first, nothing left waiting.
+    let dir = TempDir::new("lvol-stack-stop");
+    let mut d = Daemon::start(&dir, &[]);
+    for (m, blocks) in [("m", 131072), ("m1", 65536), ("m2", 65536)] {
+        d.call("bdev_malloc_create", Some(json!({"name": m, "num_blocks": blocks, "block_size": 512})));
+    }
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "m", "lvs_name": "L", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvs_name": "L", "lvol_name": "p1", "size_in_mib": 32})));
+    d.call("bdev_passthru_create", Some(json!({"base_bdev_name": "L/p1", "name": "pt1"})));
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "pt1", "lvs_name": "PT", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvs_name": "PT", "lvol_name": "q1", "size_in_mib": 4})));
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "m1", "lvs_name": "X", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "m2", "lvs_name": "Y", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvs_name": "X", "lvol_name": "ext", "size_in_mib": 8})));
+    d.call("bdev_lvol_clone_bdev", Some(json!({"bdev": "X/ext", "lvs_name": "Y", "clone_name": "ec"})));
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    d.proc.expect_exit(Duration::from_secs(15), "shutdown with stacked stores");
+    let log = d.proc.stderr();
+    for s in ["PT", "L", "X", "Y"] {
+        assert!(log.contains(&format!("lvstore {s} unloaded")), "lvstore {s} not unloaded cleanly:\n{log}");
+    }
+    assert!(!log.contains("still open at shutdown"), "something waited for its deadline:\n{log}");
 }

@@ -618,14 +618,31 @@ async fn base_removed(base: &str) {
 pub async fn shutdown() {
     let mut left: Vec<Arc<Lvstore>> = std::mem::take(&mut *lock(&table().0));
     while !left.is_empty() {
-        // An lvstore on another's lvol goes first: that lvol's bdev cannot go while the store
-        // on it holds it open (the shutdown waited for it forever).
-        let next = left.iter().position(|a| !left.iter().any(|b| !Arc::ptr_eq(a, b) && hosts(a, b))).unwrap_or(0);
+        // A store whose lvols nobody has open goes first. The targets are closed by now, so
+        // an opener is something stacked on the lvol: another lvstore (directly, or through
+        // a passthru or other virtual bdevs), or a clone of it as external snapshot in
+        // another store. Those go before the store under them, or its lvols' bdevs wait for
+        // them (the shutdown waited forever). Failing that, a store that hosts no other one.
+        let next = left
+            .iter()
+            .position(|a| !lvols_open(a))
+            .or_else(|| left.iter().position(|a| !left.iter().any(|b| !Arc::ptr_eq(a, b) && hosts(a, b))))
+            .unwrap_or(0);
         let lvs = left.remove(next);
         let lvols: Vec<Arc<Lvol>> = std::mem::take(&mut *lock(&lvs.lvols)).into_values().collect();
+        // Bounded all the same: an opener that never lets go leaves this store dirty (the
+        // next load recovers it), not the daemon hanging.
+        let deadline = std::time::Instant::now() + SHUTDOWN_WAIT;
         for l in &lvols {
             if let Ok(rx) = ferrite_bdev::unregister(&l.bdev_name(), Some(MODULE)) {
-                let _ = rx.await;
+                let gone = async { rx.await.is_ok() };
+                let timeout = async {
+                    ferrite_reactor::sleep(deadline.saturating_duration_since(std::time::Instant::now())).await;
+                    false
+                };
+                if !ferrite_reactor::net::race(gone, timeout).await {
+                    log::warn!("lvol {}: its bdev is still open at shutdown", lock(&l.name));
+                }
             }
         }
         for l in &lvols {
@@ -647,6 +664,14 @@ pub async fn shutdown() {
             Err(e) => log::warn!("lvstore {name}: unload: {e} (the next load recovers it)"),
         }
     }
+}
+
+/// How long the shutdown waits for one lvstore's lvol bdevs to close.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// True if anything has one of `lvs`'s lvol bdevs open.
+fn lvols_open(lvs: &Lvstore) -> bool {
+    lock(&lvs.lvols).values().any(|l| ferrite_bdev::lookup(&l.bdev_name()).is_some_and(|b| b.open_count() > 0))
 }
 
 /// True if lvstore `inner`'s base bdev is one of `outer`'s lvols.
@@ -766,6 +791,13 @@ pub async fn clone_lvol(lvs: &Arc<Lvstore>, snap: &Arc<Lvol>, name: &str) -> Lvo
 /// Allocates every cluster of `lvol` and drops its parent (`bdev_lvol_inflate`), or, with
 /// `all` false, only what its parent holds and takes the grandparent (`bdev_lvol_decouple_parent`).
 pub async fn separate_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, all: bool) -> LvolResult<()> {
+    if lvol.blob.is_read_only() {
+        let what = if all { "inflated" } else { "decoupled" };
+        return Err(LvolError::new(
+            libc::EPERM,
+            format!("lvol {} is read-only: it cannot be {what}", lock(&lvol.name)),
+        ));
+    }
     if !all && lvol.blob.parent_id().is_none() && lvol.blob.external_id().is_none() {
         return Err(LvolError::new(libc::EINVAL, format!("lvol {} has no parent", lock(&lvol.name))));
     }
