@@ -154,6 +154,8 @@ fn wrong_parameter_type_is_invalid_params() {
         ("bdev_malloc_create", json!(["M", 256, 512])),
         ("bdev_lvol_set_read_only", json!([])),
         ("bdev_get_bdevs", json!(["Malloc0"])),
+        ("nvmf_get_stats", json!([])),
+        ("nvmf_discovery_get_referrals", json!([1, 2])),
     ] {
         let e = common::call_err(&mut c, method, Some(params.clone()));
         assert_eq!(e.code, -32602, "{method} {params}: {e:?}");

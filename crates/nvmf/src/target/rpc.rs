@@ -344,6 +344,14 @@ fn ns_json(s: &Subsystem, n: &Namespace) -> Value {
     v
 }
 
+/// Params of the methods that take only the target's name (there is one target).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TgtOnly {
+    #[allow(dead_code)]
+    tgt_name: Option<String>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct GetSubsystems {
@@ -825,7 +833,7 @@ pub fn register(reg: &mut Registry) {
         ))
     });
     reg.method("nvmf_get_stats", |ctx, p: Params| async move {
-        let _ = p; // tgt_name: there is one target
+        let _: TgtOnly = p.parse()?;
         let all = ctx.engine.on_all(|_| qpair::local_qpairs()).await.unwrap_or_default();
         let groups: Vec<Value> = all
             .iter()
@@ -864,7 +872,7 @@ pub fn register(reg: &mut Registry) {
         Ok(json!(true))
     });
     reg.method("nvmf_discovery_get_referrals", |_, p: Params| async move {
-        let _ = p; // tgt_name: there is one target
+        let _: TgtOnly = p.parse()?;
         let t = tables();
         Ok(Value::Array(
             t.referrals
