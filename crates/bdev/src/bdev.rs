@@ -118,6 +118,11 @@ pub trait BdevBackend: Send + Sync + 'static {
     fn driver_specific(&self) -> Value {
         Value::Object(Default::default())
     }
+    /// The bdevs this one stands on and forwards to (a passthru's base), so that callers can
+    /// find what is stacked over a bdev ([`stacked_over`]).
+    fn base_bdevs(&self) -> Vec<Bdev> {
+        Vec::new()
+    }
     /// The `{"method":..,"params":..}` entry that recreates this bdev in a saved config (or an
     /// array of such entries, written in order: a module whose calls make several bdevs).
     fn config_entry(&self, bdev: &Bdev) -> Option<Value>;
@@ -642,6 +647,24 @@ pub fn lookup(name: &str) -> Option<Bdev> {
 pub fn list() -> Vec<Bdev> {
     let reg = registry();
     reg.order.iter().filter_map(|(_, n)| reg.by_name.get(n).cloned()).collect()
+}
+
+/// The bdevs stacked over `bdev`, at any depth, through the modules that say what they stand on
+/// ([`BdevBackend::base_bdevs`]): a passthru over it, a delay bdev over that passthru, and so on.
+pub fn stacked_over(bdev: &Bdev) -> Vec<Bdev> {
+    let all = list();
+    let mut found: Vec<Bdev> = Vec::new();
+    let mut todo = vec![bdev.id()];
+    while let Some(id) = todo.pop() {
+        for b in &all {
+            let on_it = b.backend().base_bdevs().iter().any(|base| base.id() == id);
+            if on_it && !found.iter().any(|f| f.id() == b.id()) {
+                todo.push(b.id());
+                found.push(b.clone());
+            }
+        }
+    }
+    found
 }
 
 /// Starts deleting a bdev: it leaves the registry (its name is free again at once), new I/O on it

@@ -17,7 +17,9 @@ pub mod rpc;
 pub mod stats;
 pub mod timeout;
 
-pub use bdev::{list, lookup, register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
+pub use bdev::{
+    list, lookup, register, stacked_over, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits,
+};
 pub use channel::IoChannel;
 pub use desc::{BdevDesc, BdevEvent, ClaimType};
 pub use io::{

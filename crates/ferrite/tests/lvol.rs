@@ -494,6 +494,25 @@ fn bad_lvol_requests_get_spdks_errors() {
     let e = d.call_err("bdev_lvol_set_read_only", Some(json!({"name": "lvs/outer"})));
     assert_eq!(e.code, -libc::EBUSY, "{e:?}");
     assert!(e.message.contains("holds an lvstore"), "{e:?}");
+    // Also through a passthru and a delay bdev stacked over the lvol.
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "under", "size_in_mib": 8, "lvs_name": "lvs"})));
+    d.call("bdev_passthru_create", Some(json!({"base_bdev_name": "lvs/under", "name": "pt_under"})));
+    d.call(
+        "bdev_delay_create",
+        Some(json!({"base_bdev_name": "pt_under", "name": "dl_under", "avg_read_latency": 0,
+            "p99_read_latency": 0, "avg_write_latency": 0, "p99_write_latency": 0})),
+    );
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "dl_under", "lvs_name": "over", "cluster_sz": MIB})));
+    let e = d.call_err("bdev_lvol_set_read_only", Some(json!({"name": "lvs/under"})));
+    assert_eq!((e.code, e.message.contains("holds an lvstore")), (-libc::EBUSY, true), "{e:?}");
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "o", "size_in_mib": 2, "lvs_name": "over"})));
+    assert_eq!(d.call("bdev_lvol_delete_lvstore", Some(json!({"lvs_name": "over"}))), json!(true));
+    d.call("bdev_delay_delete", Some(json!({"name": "dl_under"})));
+    // With nothing over it but a passthru, it may be made read-only (the passthru follows).
+    d.call("bdev_lvol_set_read_only", Some(json!({"name": "lvs/under"})));
+    let pt = d.call("bdev_get_bdevs", Some(json!({"name": "pt_under"})));
+    assert_eq!(pt[0]["supported_io_types"]["write"], json!(false), "{pt}");
+    d.call("bdev_passthru_delete", Some(json!({"name": "pt_under"})));
     d.call("bdev_lvol_create", Some(json!({"lvol_name": "in", "size_in_mib": 2, "lvs_name": "inner"})));
     d.call("bdev_lvol_set_read_only", Some(json!({"name": "inner/in"})));
     let e = d.call_err("bdev_lvol_resize", Some(json!({"name": "inner/in", "size_in_mib": 4})));

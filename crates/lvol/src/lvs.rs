@@ -811,12 +811,15 @@ pub async fn separate_lvol(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>, all: bool) -> L
 }
 
 /// Marks `lvol` read-only (`bdev_lvol_set_read_only`): its writes fail from now on.
-/// Refused while an lvstore lives on it: that lvstore could no longer write its metadata.
+/// Refused while an lvstore lives on it, directly or through bdevs stacked over it: that
+/// lvstore could no longer write its metadata.
 pub async fn set_read_only(lvol: &Arc<Lvol>) -> LvolResult<()> {
     let bdev = ferrite_bdev::lookup(&lvol.bdev_name());
+    // The lvstore may stand on it directly or on a passthru (delay, error) over it.
     let holds_store =
         |b: &Bdev| b.claims().iter().any(|(m, k)| m == MODULE && *k != ferrite_bdev::ClaimType::ReadManyWriteNone);
-    if bdev.as_ref().is_some_and(holds_store) {
+    let stack = |b: &Bdev| std::iter::once(b.clone()).chain(ferrite_bdev::stacked_over(b)).any(|b| holds_store(&b));
+    if bdev.as_ref().is_some_and(stack) {
         return Err(LvolError::new(
             libc::EBUSY,
             format!("lvol {} holds an lvstore, which writes its metadata there", lock(&lvol.name)),

@@ -267,6 +267,10 @@ impl BdevBackend for DelayBackend {
         self.node.base.lends_reads()
     }
 
+    fn base_bdevs(&self) -> Vec<Bdev> {
+        vec![self.node.base.bdev().clone()]
+    }
+
     fn driver_specific(&self) -> Value {
         let l = self.node.latencies();
         json!({"delay": {"base_bdev_name": self.node.base.bdev().name(),

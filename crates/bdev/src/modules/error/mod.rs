@@ -343,6 +343,10 @@ impl BdevBackend for ErrorBackend {
         self.disk.base.lends_reads()
     }
 
+    fn base_bdevs(&self) -> Vec<Bdev> {
+        vec![self.disk.base.bdev().clone()]
+    }
+
     fn driver_specific(&self) -> Value {
         json!({"error_disk": {"base_bdev": self.disk.base.bdev().name()}})
     }

@@ -58,6 +58,10 @@ impl BdevBackend for PassthruBackend {
         self.base.lends_reads()
     }
 
+    fn base_bdevs(&self) -> Vec<Bdev> {
+        vec![self.base.bdev().clone()]
+    }
+
     fn driver_specific(&self) -> Value {
         json!({"passthru": {"base_bdev_name": self.base.bdev().name()}})
     }
