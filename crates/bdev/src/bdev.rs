@@ -358,8 +358,9 @@ impl Bdev {
         IoTypes(self.0.io_types.load(Ordering::Relaxed))
     }
     /// The bdev no longer serves `types` (an lvol made read-only no longer writes): what it
-    /// reports changes now, the layer refuses them from now on (`Unsupported`, on every
-    /// channel), and every opener gets an `IoTypesChanged` event if it served any of them.
+    /// reports changes now, the layer refuses them from now on on every channel (see
+    /// `ChannelInner::refused`), and every opener gets an `IoTypesChanged` event if it served
+    /// any of them.
     /// Requests already handed to the module finish there.
     pub fn stop_serving(&self, types: IoTypes) {
         let notify = {
@@ -499,7 +500,6 @@ impl Bdev {
     }
 }
 
-/// Runs each opener's event callback on its core (or here, for openers off the reactors).
 /// The types a bdev whose module serves `module` serves: those, plus what the layer does for
 /// it (reset and abort always; compare over reads; compare-and-write over reads and writes).
 fn served_types(module: IoTypes) -> IoTypes {
@@ -513,6 +513,7 @@ fn served_types(module: IoTypes) -> IoTypes {
     s
 }
 
+/// Runs each opener's event callback on its core (or here, for openers off the reactors).
 fn notify_all(openers: Vec<(Option<(usize, ferrite_reactor::Engine)>, crate::desc::EventCallback)>, e: BdevEvent) {
     for (core, cb) in openers {
         match core {
