@@ -19,6 +19,12 @@
 # compares runs made within seconds of each other: this machine's speed drifts by 10-20% over
 # minutes, which made quotients of medians taken minutes apart swing from 0.78 to 1.04. Printed:
 # medians of the IOPS, and the medians of the per-round quotients. Run it on a quiet machine.
+# In-process cells ("inproc thick randwrite 1" and so on): one `ferrite perf` process holds a
+# raw 1 GiB malloc bdev and a thick lvol on a second one, and runs them in turns of 0.5 s
+# (`--interleave`), so every quotient compares turns made within a second of each other in the
+# same process; the rounds alternate which malloc bdev holds the lvstore. Printed: the median of
+# all the turns' quotients, their count and their spread (quartiles). Ferrite only: bdevperf has
+# no such mode.
 # CELLS (an extended regular expression) keeps only the cells whose "workload qd" matches
 # ("randwrite 1$"; the thin cell is "thin randwrite 32", the allocated thin ones "full randread
 # 128" and so on, the thick ones "thick randread 128").
@@ -43,6 +49,18 @@ cfg() { # NAME CLUSTER_BYTES LVOL_JSON_OR_EMPTY
  {"method":"bdev_wait_for_examine"}]}]}
 J
 }
+# ab LVS_BASE THIN: the two-malloc config of the in-process cells (THIN: true or false).
+ab() {
+  cat > "$TMP/ab_$1_$2.json" <<J
+{"subsystems":[{"subsystem":"bdev","config":[
+ {"method":"bdev_malloc_create","params":{"name":"MA","num_blocks":262144,"block_size":4096}},
+ {"method":"bdev_malloc_create","params":{"name":"MB","num_blocks":262144,"block_size":4096}},
+ {"method":"bdev_lvol_create_lvstore","params":{"bdev_name":"$1","lvs_name":"lvs0","cluster_sz":4194304}},
+ {"method":"bdev_lvol_create","params":{"lvs_name":"lvs0","lvol_name":"l0","size_in_mib":1000,"thin_provision":$2}},
+ {"method":"bdev_wait_for_examine"}]}]}
+J
+}
+for b in MA MB; do for t in true false; do ab $b $t; done; done
 cfg malloc 0 ""
 cfg thick 4194304 '{"lvs_name":"lvs0","lvol_name":"l0","size_in_mib":1000}'
 cfg thin 1048576 '{"lvs_name":"lvs0","lvol_name":"l0","size_in_mib":1000,"thin_provision":true}'
@@ -129,6 +147,39 @@ for kind in thick full; do
     for qd in 1 128; do
       [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"$kind $w $qd" || continue
       pair_cell $kind $w $qd
+    done
+  done
+done
+# inproc_cell KIND WORKLOAD QD (KIND thick, or full: the thin lvol, and the raw bdev, filled
+# first): ROUNDS processes of T seconds per bdev, in turns of 0.5 s.
+inproc_cell() {
+  local qs=() lv=() raw=() r cfgf rawname thin=false fill=
+  [ "$1" = full ] && thin=true fill=--fill
+  for r in $(seq 1 "$ROUNDS"); do
+    if [ $((r % 2)) = 1 ]; then cfgf="$TMP/ab_MB_$thin.json" rawname=MA; else cfgf="$TMP/ab_MA_$thin.json" rawname=MB; fi
+    "$FERRITE" perf --json "$cfgf" -T "$rawname" -T lvs0/l0 -q "$3" -o 4096 -w "$2" -t "$T" -m 0x1 \
+      --interleave 0.5 ${fill:+"$fill"} --results-json "$TMP/ab.json" >/dev/null ||
+      fail "ferrite perf --interleave failed"
+    raw+=("$(json_get "$TMP/ab.json" "int(d['results'][0]['iops'])")")
+    lv+=("$(json_get "$TMP/ab.json" "int(d['results'][1]['iops'])")")
+    # shellcheck disable=SC2207
+    qs+=($(json_get "$TMP/ab.json" "' '.join(str(t['lvs0/l0'] / t['$rawname']) for t in d['interleave']['rounds'])"))
+  done
+  python3 - "$1" "$2" "$3" "$(median "${raw[@]}")" "$(median "${lv[@]}")" "${qs[@]}" <<'P'
+import statistics, sys
+kind, w, qd, raw, lv = sys.argv[1:6]
+q = sorted(float(x) for x in sys.argv[6:])
+qu = statistics.quantiles(q, n=4)
+label = "thick" if kind == "thick" else "alloc. thin"
+print(f"{'in-process ' + label + ' ' + w + ' qd' + qd:<34} lvol/malloc median {statistics.median(q):.3f} of {len(q)} turns"
+      f" (quartiles {qu[0]:.3f} {qu[2]:.3f}; IOPS medians: lvol {lv}, malloc {raw})")
+P
+}
+for kind in thick full; do
+  for w in randread randwrite; do
+    for qd in 1 128; do
+      [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"inproc $kind $w $qd" || continue
+      inproc_cell $kind $w $qd
     done
   done
 done

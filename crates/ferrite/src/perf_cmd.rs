@@ -31,9 +31,15 @@ pub struct PerfArgs {
     /// Cores: hexadecimal mask (0x3) or list (0-1). One job per bdev per core.
     #[arg(short = 'm', long = "cpumask", default_value = "0x1")]
     cpumask: String,
-    /// Only test this bdev (default: every bdev in the config).
+    /// Only test this bdev (default: every bdev in the config); repeat for several.
     #[arg(short = 'T', value_name = "BDEV")]
-    target: Option<String>,
+    target: Vec<String>,
+    /// Run the bdevs one at a time, in turns of this many seconds, until each has run -t
+    /// seconds: an A/B of bdevs within one process. Rounds alternate the order (A B, B A, ...)
+    /// and the report adds each bdev's per-round IOPS against the first bdev's (the Total row
+    /// still adds the bdevs' rates as if they had run together).
+    #[arg(long, value_name = "SECONDS")]
+    interleave: Option<f64>,
     /// Serve JSON-RPC on this socket during the run (to inspect or delete bdevs meanwhile).
     #[arg(short = 'r', long = "rpc-socket")]
     rpc_socket: Option<PathBuf>,
@@ -77,6 +83,9 @@ pub struct PerfArgs {
 const MAX_RUN_SECS: f64 = 7.0 * 86400.0;
 /// Most memory the jobs' I/O buffers may take together, whatever is available.
 const MAX_BUFFER_BYTES: u64 = 4 << 30;
+
+/// Most rounds an interleaved run (--interleave) may have.
+const MAX_ROUNDS: u32 = 100_000;
 
 /// How long stopped jobs may take to finish their outstanding I/O before the run gives up.
 const STUCK_GRACE: Duration = Duration::from_secs(10);
@@ -132,6 +141,14 @@ fn check_args(a: &PerfArgs) -> Result<Duration, String> {
     if !a.time.is_finite() || a.time <= 0.0 || a.time > MAX_RUN_SECS {
         return Err(format!("run time (-t) {} must be more than 0 and at most {MAX_RUN_SECS} seconds", a.time));
     }
+    if let Some(t) = a.interleave {
+        if !t.is_finite() || t < 0.01 || t > a.time {
+            return Err(format!("--interleave {t} must be at least 0.01 and at most the run time (-t {})", a.time));
+        }
+        if a.time / t > MAX_ROUNDS as f64 {
+            return Err(format!("--interleave {t} with -t {} makes more than {MAX_ROUNDS} rounds", a.time));
+        }
+    }
     let cores = ferrite_reactor::cpumask::parse_cpumask(&a.cpumask).map_err(|e| e.to_string())?;
     check_memory(a, cores.len() as u64)?;
     Ok(Duration::from_secs_f64(a.time))
@@ -173,9 +190,10 @@ pub fn run(a: PerfArgs) -> i32 {
         Some(Ok(s)) => Some(s),
         None => None,
     };
-    let bdevs: Vec<String> = match &a.target {
-        Some(t) => vec![t.clone()],
-        None => ferrite_bdev::list().iter().map(|b| b.name().to_string()).collect(),
+    let bdevs: Vec<String> = if a.target.is_empty() {
+        ferrite_bdev::list().iter().map(|b| b.name().to_string()).collect()
+    } else {
+        a.target.clone()
     };
     if bdevs.is_empty() {
         crate::serve::shutdown(&engine);
@@ -210,28 +228,6 @@ pub fn run(a: PerfArgs) -> i32 {
         duration,
         abort: abort.clone(),
     };
-    out(format_args!("Running I/O for {} seconds...\n", a.time));
-    let (tx, rx) = mpsc::channel::<(String, usize, Result<JobResult, String>)>();
-    let mut progress = Vec::new();
-    let n = engine.count() as u32;
-    for id in 0..engine.count() {
-        for bdev in &bdevs {
-            let p = Arc::new(Progress::default());
-            progress.push(p.clone());
-            let place = JobPlacement { bdev: bdev.clone(), core: engine.core_of(id), index: id as u32, of: n };
-            let spec = spec.clone();
-            let recv = engine.run_async(id, move || ferrite_perf::start(spec, place, p));
-            let (tx, name, core) = (tx.clone(), bdev.clone(), engine.core_of(id));
-            std::thread::spawn(move || {
-                let res = match recv.wait() {
-                    Ok(Ok(r)) => r,
-                    Ok(Err(e)) | Err(e) => Err(e.to_string()),
-                };
-                let _ = tx.send((name, core, res));
-            });
-        }
-    }
-    drop(tx);
     {
         let abort = abort.clone();
         std::thread::spawn(move || {
@@ -244,65 +240,34 @@ pub fn run(a: PerfArgs) -> i32 {
             std::process::exit(1);
         });
     }
-    let total_jobs = progress.len();
-    let mut results = Vec::new();
-    let mut errors = Vec::new();
-    let t0 = Instant::now();
-    let (mut last_ios, mut last_bytes, mut last_t) = (0u64, 0u64, t0);
-    let mut tick = 1;
-    // Jobs stop on their own timer; if they overrun it (e.g. slow buffer setup), stop them.
-    let overrun = t0 + duration + Duration::from_secs(2);
-    let mut stopping_since: Option<Instant> = None;
-    while results.len() + errors.len() < total_jobs {
-        if Instant::now() >= overrun && !abort.swap(true, Ordering::SeqCst) {
-            log::warn!("jobs overran -t {}; stopping them", a.time);
+    out(format_args!("Running I/O for {} seconds...\n", a.time));
+    let (mut results, mut errors, turns) = match a.interleave {
+        None => {
+            let (r, e) = run_jobs(&engine, &bdevs, &spec, Some(a.stats_interval));
+            (r, e, None)
         }
-        if abort.load(Ordering::SeqCst) {
-            let since = *stopping_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= STUCK_GRACE {
-                // I/O that never completes (a module holding it) would keep the run for ever.
-                let missing = total_jobs - results.len() - errors.len();
-                errors.push(format!(
-                    "{missing} job(s) did not stop within {} s of being told to: I/O outstanding that never completed",
-                    STUCK_GRACE.as_secs()
-                ));
-                break;
-            }
+        Some(turn) => {
+            let (r, e, t) = run_interleaved(&engine, &bdevs, &spec, turn);
+            (r, e, Some(t))
         }
-        let next_tick = t0 + Duration::from_secs(tick * a.stats_interval);
-        let wake = if abort.load(Ordering::SeqCst) { next_tick } else { next_tick.min(overrun) };
-        match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-            Ok((_, _, Ok(r))) => results.push(r),
-            Ok((name, core, Err(e))) => errors.push(format!("job {name} on core {core}: {e}")),
-            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < next_tick => {}
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let ios: u64 = progress.iter().map(|p| p.ios.load(Ordering::Relaxed)).sum();
-                let bytes: u64 = progress.iter().map(|p| p.bytes.load(Ordering::Relaxed)).sum();
-                let now = Instant::now();
-                out(format_args!(
-                    "{}\n",
-                    ferrite_perf::report::progress_line(
-                        tick * a.stats_interval,
-                        ios - last_ios,
-                        bytes - last_bytes,
-                        (now - last_t).as_secs_f64()
-                    )
-                ));
-                (last_ios, last_bytes, last_t) = (ios, bytes, now);
-                tick += 1;
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-    }
+    };
     results.sort_by(|a, b| (a.core, &a.bdev).cmp(&(b.core, &b.bdev)));
     if !results.is_empty() {
         out(format_args!("{}", ferrite_perf::report::format_table(&results)));
     }
+    let turns_json = turns.map(|t| {
+        out(format_args!("{}", t.summary(&bdevs)));
+        t.to_json(&bdevs)
+    });
     for e in &errors {
         eprintln!("ferrite perf: {e}");
     }
     if let Some(path) = &a.results_json {
-        let doc = serde_json::to_string_pretty(&ferrite_perf::report::to_json(&results)).unwrap_or_default();
+        let mut doc = ferrite_perf::report::to_json(&results);
+        if let Some(t) = turns_json {
+            doc["interleave"] = t;
+        }
+        let doc = serde_json::to_string_pretty(&doc).unwrap_or_default();
         if path == "-" {
             out(format_args!("{doc}\n"));
         } else if let Err(e) = std::fs::write(path, doc + "\n") {
@@ -319,6 +284,206 @@ pub fn run(a: PerfArgs) -> i32 {
     } else {
         0
     }
+}
+
+/// Runs one job per bdev of `bdevs` per core for `spec.duration` and waits for all of them;
+/// prints a progress line every `progress` seconds if given. Returns the results and the
+/// errors.
+fn run_jobs(
+    engine: &ferrite_reactor::Engine,
+    bdevs: &[String],
+    spec: &JobSpec,
+    progress_secs: Option<u64>,
+) -> (Vec<JobResult>, Vec<String>) {
+    let abort = &spec.abort;
+    let (tx, rx) = mpsc::channel::<(String, usize, Result<JobResult, String>)>();
+    let mut progress = Vec::new();
+    let n = engine.count() as u32;
+    for id in 0..engine.count() {
+        for bdev in bdevs {
+            let p = Arc::new(Progress::default());
+            progress.push(p.clone());
+            let place = JobPlacement { bdev: bdev.clone(), core: engine.core_of(id), index: id as u32, of: n };
+            let spec = spec.clone();
+            let recv = engine.run_async(id, move || ferrite_perf::start(spec, place, p));
+            let (tx, name, core) = (tx.clone(), bdev.clone(), engine.core_of(id));
+            std::thread::spawn(move || {
+                let res = match recv.wait() {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(e)) | Err(e) => Err(e.to_string()),
+                };
+                let _ = tx.send((name, core, res));
+            });
+        }
+    }
+    drop(tx);
+    let total_jobs = progress.len();
+    let mut results = Vec::new();
+    let mut errors = Vec::new();
+    let t0 = Instant::now();
+    let (mut last_ios, mut last_bytes, mut last_t) = (0u64, 0u64, t0);
+    let mut tick = 1;
+    let interval = progress_secs.unwrap_or(1);
+    // Jobs stop on their own timer; if they overrun it (e.g. slow buffer setup), stop them.
+    let overrun = t0 + spec.duration + Duration::from_secs(2);
+    let mut stopping_since: Option<Instant> = None;
+    while results.len() + errors.len() < total_jobs {
+        if Instant::now() >= overrun && !abort.swap(true, Ordering::SeqCst) {
+            log::warn!("jobs overran -t {:.3}; stopping them", spec.duration.as_secs_f64());
+        }
+        if abort.load(Ordering::SeqCst) {
+            let since = *stopping_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= STUCK_GRACE {
+                // I/O that never completes (a module holding it) would keep the run for ever.
+                let missing = total_jobs - results.len() - errors.len();
+                errors.push(format!(
+                    "{missing} job(s) did not stop within {} s of being told to: I/O outstanding that never completed",
+                    STUCK_GRACE.as_secs()
+                ));
+                break;
+            }
+        }
+        let next_tick = t0 + Duration::from_secs(tick * interval);
+        let wake = if abort.load(Ordering::SeqCst) { next_tick } else { next_tick.min(overrun) };
+        match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+            Ok((_, _, Ok(r))) => results.push(r),
+            Ok((name, core, Err(e))) => errors.push(format!("job {name} on core {core}: {e}")),
+            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < next_tick => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let ios: u64 = progress.iter().map(|p| p.ios.load(Ordering::Relaxed)).sum();
+                let bytes: u64 = progress.iter().map(|p| p.bytes.load(Ordering::Relaxed)).sum();
+                let now = Instant::now();
+                if progress_secs.is_some() {
+                    out(format_args!(
+                        "{}\n",
+                        ferrite_perf::report::progress_line(
+                            tick * interval,
+                            ios - last_ios,
+                            bytes - last_bytes,
+                            (now - last_t).as_secs_f64()
+                        )
+                    ));
+                }
+                (last_ios, last_bytes, last_t) = (ios, bytes, now);
+                tick += 1;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    (results, errors)
+}
+
+/// The IOPS of each turn of an interleaved run: `rounds[r][b]` is bdev `b`'s in round `r`.
+struct Turns {
+    turn_secs: f64,
+    rounds: Vec<Vec<f64>>,
+}
+
+impl Turns {
+    /// Per-round quotients of bdev `b`'s IOPS over the first bdev's.
+    fn quotients(&self, b: usize) -> Vec<f64> {
+        self.rounds.iter().filter(|r| r[0] > 0.0).map(|r| r[b] / r[0]).collect()
+    }
+
+    /// A line per bdev after the first: the median, lowest and highest per-round quotient.
+    fn summary(&self, bdevs: &[String]) -> String {
+        let mut s = format!("Interleaved: {} rounds of {:.3} s turns\n", self.rounds.len(), self.turn_secs);
+        for (b, name) in bdevs.iter().enumerate().skip(1) {
+            let mut q = self.quotients(b);
+            if q.is_empty() {
+                continue;
+            }
+            q.sort_by(f64::total_cmp);
+            s.push_str(&format!(
+                " {name} / {}: median {:.4} (lowest {:.4}, highest {:.4})\n",
+                bdevs[0],
+                median(&q),
+                q[0],
+                q[q.len() - 1]
+            ));
+        }
+        s
+    }
+
+    /// `{"turn_secs", "rounds": [{bdev: iops}], "quotients": {bdev: median per-round quotient}}`.
+    fn to_json(&self, bdevs: &[String]) -> serde_json::Value {
+        let rounds: Vec<serde_json::Value> = self
+            .rounds
+            .iter()
+            .map(|r| serde_json::Value::Object(bdevs.iter().cloned().zip(r.iter().map(|&v| v.into())).collect()))
+            .collect();
+        let quotients: serde_json::Map<String, serde_json::Value> = bdevs
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter_map(|(b, name)| {
+                let mut q = self.quotients(b);
+                q.sort_by(f64::total_cmp);
+                (!q.is_empty()).then(|| (name.clone(), median(&q).into()))
+            })
+            .collect();
+        serde_json::json!({"turn_secs": self.turn_secs, "rounds": rounds, "quotients": quotients})
+    }
+}
+
+/// The median of sorted, non-empty `v`.
+fn median(v: &[f64]) -> f64 {
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs the bdevs one at a time in turns of `turn` seconds until each has had `spec.duration`,
+/// the order reversed every other round; returns each (bdev, core)'s results summed over its
+/// turns, the errors and every turn's IOPS.
+fn run_interleaved(
+    engine: &ferrite_reactor::Engine,
+    bdevs: &[String],
+    spec: &JobSpec,
+    turn: f64,
+) -> (Vec<JobResult>, Vec<String>, Turns) {
+    let total = spec.duration.as_secs_f64();
+    let rounds = (total / turn).ceil().max(1.0) as usize;
+    // Equal turns that add up to the run time.
+    let turn = total / rounds as f64;
+    let mut sums: Vec<JobResult> = Vec::new();
+    let mut errors = Vec::new();
+    let mut turns = Turns { turn_secs: turn, rounds: Vec::new() };
+    let mut turn_spec = spec.clone();
+    turn_spec.duration = Duration::from_secs_f64(turn);
+    'rounds: for r in 0..rounds {
+        let mut iops = vec![0.0; bdevs.len()];
+        let order: Vec<usize> = if r % 2 == 0 { (0..bdevs.len()).collect() } else { (0..bdevs.len()).rev().collect() };
+        for b in order {
+            if spec.abort.load(Ordering::SeqCst) {
+                break 'rounds;
+            }
+            let (results, errs) = run_jobs(engine, std::slice::from_ref(&bdevs[b]), &turn_spec, None);
+            iops[b] = results.iter().map(JobResult::iops).sum();
+            for res in results {
+                match sums.iter_mut().find(|s| s.bdev == res.bdev && s.core == res.core) {
+                    Some(s) => {
+                        s.runtime_secs += res.runtime_secs;
+                        s.ios += res.ios;
+                        s.bytes += res.bytes;
+                        s.failed += res.failed;
+                        s.verify_errors += res.verify_errors;
+                        s.latency.merge(&res.latency);
+                    }
+                    None => sums.push(res),
+                }
+            }
+            if !errs.is_empty() {
+                errors.extend(errs);
+                break 'rounds;
+            }
+        }
+        turns.rounds.push(iops);
+    }
+    (sums, errors, turns)
 }
 
 /// Writes to stdout; once the reader has gone away (`ferrite perf ... | head`), further output is
