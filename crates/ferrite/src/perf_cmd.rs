@@ -380,7 +380,7 @@ struct Turns {
 }
 
 impl Turns {
-    /// Per-round quotients of bdev `b`'s IOPS over the first bdev's.
+    /// Per-round quotients of bdev `b`'s IOPS over the first bdev's (complete rounds only).
     fn quotients(&self, b: usize) -> Vec<f64> {
         self.rounds.iter().filter(|r| r[0] > 0.0).map(|r| r[b] / r[0]).collect()
     }
@@ -480,6 +480,10 @@ fn run_interleaved(
                 errors.extend(errs);
                 break 'rounds;
             }
+        }
+        // A round cut short by a signal compares turns of unequal length: left out.
+        if spec.abort.load(Ordering::SeqCst) {
+            break;
         }
         turns.rounds.push(iops);
     }
