@@ -20,15 +20,15 @@
 # minutes, which made quotients of medians taken minutes apart swing from 0.78 to 1.04. Printed:
 # medians of the IOPS, and the medians of the per-round quotients. Run it on a quiet machine.
 # In-process cells ("inproc thick randwrite 1" and so on): one `ferrite perf` process holds a
-# raw 1 GiB malloc bdev and a thick lvol on a second one, and runs them in turns of 0.5 s
-# (`--interleave`), so every quotient compares turns made within a second of each other in the
+# raw 1 GiB malloc bdev and a thick lvol on a second one, and runs them in turns of TURN s (1)
+# (`--interleave`), so every quotient compares turns made seconds apart in the
 # same process; the rounds alternate which malloc bdev holds the lvstore. Printed: the median of
 # all the turns' quotients, their count and their spread (quartiles). Ferrite only: bdevperf has
 # no such mode.
 # CELLS (an extended regular expression) keeps only the cells whose "workload qd" matches
 # ("randwrite 1$"; the thin cell is "thin randwrite 32", the allocated thin ones "full randread
 # 128" and so on, the thick ones "thick randread 128").
-# Usage: [ROUNDS=3] [CELLS=...] bench/lvol_vs_spdk.sh [SECONDS]
+# Usage: [ROUNDS=3] [CELLS=...] [TURN=1] bench/lvol_vs_spdk.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
 T=${1:-5}
 ROUNDS=${ROUNDS:-3}
@@ -151,14 +151,14 @@ for kind in thick full; do
   done
 done
 # inproc_cell KIND WORKLOAD QD (KIND thick, or full: the thin lvol, and the raw bdev, filled
-# first): ROUNDS processes of T seconds per bdev, in turns of 0.5 s.
+# first): ROUNDS processes of T seconds per bdev, in turns of TURN seconds.
 inproc_cell() {
   local qs=() lv=() raw=() r cfgf rawname thin=false fill=
   [ "$1" = full ] && thin=true fill=--fill
   for r in $(seq 1 "$ROUNDS"); do
     if [ $((r % 2)) = 1 ]; then cfgf="$TMP/ab_MB_$thin.json" rawname=MA; else cfgf="$TMP/ab_MA_$thin.json" rawname=MB; fi
     "$FERRITE" perf --json "$cfgf" -T "$rawname" -T lvs0/l0 -q "$3" -o 4096 -w "$2" -t "$T" -m 0x1 \
-      --interleave 0.5 ${fill:+"$fill"} --results-json "$TMP/ab.json" >/dev/null ||
+      --interleave "${TURN:-1}" ${fill:+"$fill"} --results-json "$TMP/ab.json" >/dev/null ||
       fail "ferrite perf --interleave failed"
     raw+=("$(json_get "$TMP/ab.json" "int(d['results'][0]['iops'])")")
     lv+=("$(json_get "$TMP/ab.json" "int(d['results'][1]['iops'])")")
