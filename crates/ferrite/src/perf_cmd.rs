@@ -141,6 +141,9 @@ fn check_args(a: &PerfArgs) -> Result<Duration, String> {
     if !a.time.is_finite() || a.time <= 0.0 || a.time > MAX_RUN_SECS {
         return Err(format!("run time (-t) {} must be more than 0 and at most {MAX_RUN_SECS} seconds", a.time));
     }
+    if let Some(b) = a.target.iter().enumerate().find_map(|(i, b)| a.target[..i].contains(b).then_some(b)) {
+        return Err(format!("bdev {b} is named twice with -T"));
+    }
     if let Some(t) = a.interleave {
         if !t.is_finite() || t < 0.01 || t > a.time {
             return Err(format!("--interleave {t} must be at least 0.01 and at most the run time (-t {})", a.time));
@@ -287,7 +290,7 @@ pub fn run(a: PerfArgs) -> i32 {
 }
 
 /// Runs one job per bdev of `bdevs` per core for `spec.duration` and waits for all of them;
-/// prints a progress line every `progress` seconds if given. Returns the results and the
+/// prints a progress line every `progress_secs` seconds if given. Returns the results and the
 /// errors.
 fn run_jobs(
     engine: &ferrite_reactor::Engine,

@@ -155,4 +155,9 @@ fn interleave_runs_bdevs_in_turns_and_reports_per_round_quotients() {
         assert!(!out.status.success(), "--interleave {bad} accepted");
         assert!(String::from_utf8_lossy(&out.stderr).contains("--interleave"), "--interleave {bad}");
     }
+    // A bdev named twice would be two jobs under one name: refused.
+    let out =
+        run_ferrite(&["perf", "--json", cfg, "-T", "A0", "-T", "A0", "-q", "1", "-o", "4096", "-w", "read", "-t", "1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bdev A0 is named twice with -T"));
 }
