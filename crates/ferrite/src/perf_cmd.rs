@@ -383,20 +383,22 @@ struct Turns {
 }
 
 impl Turns {
-    /// Per-round quotients of bdev `b`'s IOPS over the first bdev's (complete rounds only).
+    /// Per-round quotients of bdev `b`'s IOPS over the first bdev's (complete rounds only),
+    /// sorted.
     fn quotients(&self, b: usize) -> Vec<f64> {
-        self.rounds.iter().filter(|r| r[0] > 0.0).map(|r| r[b] / r[0]).collect()
+        let mut q: Vec<f64> = self.rounds.iter().filter(|r| r[0] > 0.0).map(|r| r[b] / r[0]).collect();
+        q.sort_by(f64::total_cmp);
+        q
     }
 
     /// A line per bdev after the first: the median, lowest and highest per-round quotient.
     fn summary(&self, bdevs: &[String]) -> String {
         let mut s = format!("Interleaved: {} rounds of {:.3} s turns\n", self.rounds.len(), self.turn_secs);
         for (b, name) in bdevs.iter().enumerate().skip(1) {
-            let mut q = self.quotients(b);
+            let q = self.quotients(b);
             if q.is_empty() {
                 continue;
             }
-            q.sort_by(f64::total_cmp);
             s.push_str(&format!(
                 " {name} / {}: median {:.4} (lowest {:.4}, highest {:.4})\n",
                 bdevs[0],
@@ -420,8 +422,7 @@ impl Turns {
             .enumerate()
             .skip(1)
             .filter_map(|(b, name)| {
-                let mut q = self.quotients(b);
-                q.sort_by(f64::total_cmp);
+                let q = self.quotients(b);
                 (!q.is_empty()).then(|| (name.clone(), median(&q).into()))
             })
             .collect();
