@@ -434,6 +434,83 @@ pub(crate) struct Frame {
     then: Option<fn(BdevIo, IoStatus)>,
 }
 
+impl Frame {
+    const EMPTY: Frame = Frame { ch: None, epoch: 0, track: 0, then: None };
+}
+
+/// The frames of a forwarded request, innermost on top. The top one lives in the state itself,
+/// so a virtual bdev over a base bdev (one frame) touches no memory but the state's: a frame
+/// vector's buffer was one more cache line per request, missed at every completion under load
+/// (the data copies of the other requests in flight evict it). Deeper stacks keep the older
+/// frames in `below`, whose capacity stays across trips (no allocation in steady state).
+pub(crate) struct FrameStack {
+    depth: u32,
+    /// The innermost frame while `depth > 0` (else empty: no channel held).
+    top: Frame,
+    below: Vec<Frame>,
+}
+
+impl FrameStack {
+    fn new() -> Self {
+        FrameStack { depth: 0, top: Frame::EMPTY, below: Vec::new() }
+    }
+
+    /// How many frames are stacked.
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        self.depth as usize
+    }
+
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        self.depth == 0
+    }
+
+    /// The innermost frame, if any.
+    #[inline(always)]
+    fn top(&self) -> Option<&Frame> {
+        (self.depth > 0).then_some(&self.top)
+    }
+
+    /// Makes room for a new innermost frame and returns it (empty) for the caller to fill in
+    /// place.
+    #[inline(always)]
+    fn push_slot(&mut self) -> &mut Frame {
+        if self.depth > 0 {
+            self.push_below();
+        }
+        self.depth += 1;
+        &mut self.top
+    }
+
+    #[cold]
+    fn push_below(&mut self) {
+        let old = std::mem::replace(&mut self.top, Frame::EMPTY);
+        self.below.push(old);
+    }
+
+    /// Drops the innermost frame (its fields already taken out); the next one comes on top.
+    #[inline(always)]
+    fn pop(&mut self) {
+        debug_assert!(self.depth > 0 && self.top.ch.is_none(), "popped a frame not taken out");
+        self.depth -= 1;
+        if self.depth > 0 {
+            self.pop_below();
+        }
+    }
+
+    #[cold]
+    fn pop_below(&mut self) {
+        self.top = self.below.pop().expect("frames below the top match the depth");
+    }
+
+    fn clear(&mut self) {
+        self.top = Frame::EMPTY;
+        self.below.clear();
+        self.depth = 0;
+    }
+}
+
 /// Bytes of per-I/O scratch a module may use, as `IoState::ctx`.
 pub const MODULE_CTX_BYTES: usize = 64;
 
@@ -470,8 +547,7 @@ pub struct IoState {
     /// Already let through by the QoS limits (see `qos`).
     pub(crate) qos_passed: bool,
     /// The outer layers of a forwarded request, outermost first (see `IoChannel::forward`).
-    /// Keeps its capacity across trips, so forwarding allocates nothing in steady state.
-    pub(crate) frames: Vec<Frame>,
+    pub(crate) frames: FrameStack,
     /// The contexts of the modules that forwarded with `forward_then`, innermost last: each gets
     /// its own back (the inner modules may write theirs).
     saved_ctx: Vec<[u64; MODULE_CTX_BYTES / 8]>,
@@ -537,7 +613,7 @@ fn take_state(req: IoRequest, ch: Option<Rc<ChannelInner>>, submit_tick: u64) ->
             lock_bypass: false,
             track: 0,
             qos_passed: false,
-            frames: Vec::new(),
+            frames: FrameStack::new(),
             saved_ctx: Vec::new(),
             bounce_depth: 0,
         }),
@@ -675,18 +751,14 @@ impl BdevIo {
         // Each field is written straight into the frame's slot: a frame built aside was copied in
         // by wider loads than the stores that built it, which cannot be forwarded from the store
         // buffer (a stall of ~10 ns per forward).
-        s.frames.reserve(1);
-        let n = s.frames.len();
-        let slot = s.frames.spare_capacity_mut()[0].as_mut_ptr();
-        // SAFETY: `slot` is the reserved, unused slot at `n`; every field is written once, and
-        // only then does the length cover it.
-        unsafe {
-            std::ptr::addr_of_mut!((*slot).ch).write(s.ch.replace(ch));
-            std::ptr::addr_of_mut!((*slot).epoch).write(s.epoch);
-            std::ptr::addr_of_mut!((*slot).track).write(std::mem::take(&mut s.track));
-            std::ptr::addr_of_mut!((*slot).then).write(then);
-            s.frames.set_len(n + 1);
-        }
+        let outer = s.ch.replace(ch);
+        let (epoch, track) = (s.epoch, std::mem::take(&mut s.track));
+        let slot = s.frames.push_slot();
+        debug_assert!(slot.ch.is_none(), "an empty frame holds no channel");
+        slot.ch = outer;
+        slot.epoch = epoch;
+        slot.track = track;
+        slot.then = then;
         s.status = IoStatus::Success;
         s.result = 0;
         s.counted = false;
@@ -755,7 +827,7 @@ impl BdevIo {
                 ch.account(&st.req, status, st.latency_ticks);
             }
             drop(ch);
-            match st.frames.last() {
+            match st.frames.top() {
                 Some(f) if f.then.is_none() => pop_frame(&mut st),
                 _ => break,
             };
@@ -822,13 +894,13 @@ impl Drop for BdevIo {
 fn pop_frame(st: &mut IoState) -> Option<fn(BdevIo, IoStatus)> {
     // Moved out field by field, in place: a frame popped whole was copied through the stack and
     // read back by loads straddling the stores that copied it, which stalls.
-    let f = st.frames.last_mut().expect("a forwarded request has its parent's frame");
+    debug_assert!(!st.frames.is_empty(), "a forwarded request has its parent's frame");
+    let f = &mut st.frames.top;
     st.ch = f.ch.take();
     st.epoch = f.epoch;
     st.track = f.track;
     let then = f.then;
-    let n = st.frames.len() - 1;
-    st.frames.truncate(n);
+    st.frames.pop();
     if then.is_some() {
         st.ctx = st.saved_ctx.pop().expect("forward_then set the context aside");
     }
