@@ -334,6 +334,47 @@ fn snapshots_and_clones_over_nbd() {
 }
 
 #[test]
+fn a_thick_lvol_writes_to_new_clusters_after_a_snapshot() {
+    // A thick lvol's channel computes where its back-to-back clusters start. A snapshot moves
+    // those clusters to the snapshot under a connection that stays open (its channel too):
+    // the lvol's next writes must go to new clusters, not over the snapshot's.
+    if !have("a_thick_lvol_writes_to_new_clusters_after_a_snapshot", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-thick-snap");
+    let img = sparse_image(&dir, 64);
+    let d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "vol", "size_in_mib": 4, "lvs_name": "lvs0"})));
+    let u = nbd(&d, "lvs0/vol", "vol");
+    let port: u16 = u.trim_start_matches("nbd://").split(['/', ':']).nth(1).unwrap().parse().unwrap();
+    let (mut raw, _) = nbd_common::Raw::open(port, "vol", false);
+    let m = MIB as usize;
+    let before: Vec<u8> = (0..4 * m).map(|i| 0x10 + (i / m) as u8).collect();
+    for (n, chunk) in before.chunks(256 << 10).enumerate() {
+        raw.write_ok(n as u64, (n * chunk.len()) as u64, chunk, 0);
+    }
+    d.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/vol", "snapshot_name": "snap"})));
+    raw.write_ok(100, MIB, &[0x44; 4096], 0);
+    raw.write_ok(101, 3 * MIB + 8192, &[0x55; 4096], 0);
+    let mut after = before.clone();
+    after[m..m + 4096].fill(0x44);
+    after[3 * m + 8192..3 * m + 12288].fill(0x55);
+    for c in 0..4 {
+        assert_eq!(
+            raw.read_ok(200 + c, c * MIB, MIB as u32),
+            after[c as usize * m..(c as usize + 1) * m],
+            "lvol cluster {c}"
+        );
+    }
+    raw.disc();
+    let s = nbd(&d, "lvs0/snap", "snap");
+    qemu_io(&dir, &s, "read -P 0x10 0 1M; read -P 0x11 1M 1M; read -P 0x12 2M 1M; read -P 0x13 3M 1M");
+    assert_eq!(lvol_named(&lvols(&d), "vol")["num_allocated_clusters"].as_u64(), Some(2));
+    stop(d);
+}
+
+#[test]
 fn racing_first_writes_into_one_cluster_of_a_thin_lvol() {
     // Writes to different blocks of clusters not yet allocated, all in flight at once (qemu-io's
     // aio_write over one NBD connection): the first write to a cluster allocates it and the
@@ -652,6 +693,10 @@ fn spdk_opens_the_lvstore_ferrite_wrote() {
     );
     let u = nbd(&d, "lvs0/thin", "thin");
     qemu_io(&dir, &u, "write -P 0x3c 2M 2M; flush");
+    // The thick lvol's clusters lie back to back, so Ferrite computes where each starts
+    // instead of loading it from the map: a pattern per cluster, which SPDK reads back below.
+    let t = nbd(&d, "lvs0/thick", "thick");
+    qemu_io(&dir, &t, "write -P 0x11 0 1M; write -P 0x22 1M 1M; write -P 0x33 2M 1M; write -P 0x44 3M 1M; flush");
     let ours = lvols(&d);
     stop(d);
     // spdk_tgt with the file as an aio bdev: examine finds the same lvstore and lvols.
@@ -677,6 +722,14 @@ fn spdk_opens_the_lvstore_ferrite_wrote() {
     let m = MIB as usize;
     assert!(data[2 * m..4 * m].iter().all(|&b| b == 0x3c), "the written range");
     assert!(data[..2 * m].iter().chain(&data[4 * m..]).all(|&b| b == 0), "the rest reads zeroes");
+    let thick_file = dir.join("thick.bin");
+    let of = format!("--of={}", thick_file.display());
+    spdk_dd(&spdk, &dir, &img, &["--ib=lvs0/thick", &of, "--bs=1048576", "--count=4"]);
+    let data = std::fs::read(&thick_file).unwrap();
+    assert_eq!(data.len() as u64, 4 * MIB);
+    for (i, want) in [0x11u8, 0x22, 0x33, 0x44].into_iter().enumerate() {
+        assert!(data[i * m..(i + 1) * m].iter().all(|&b| b == want), "thick cluster {i} holds {want:#x}");
+    }
     // And SPDK left it consistent for us.
     let (ok, out) = check(&dir, &img);
     assert!(ok, "after SPDK: {out}");

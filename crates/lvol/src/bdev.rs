@@ -47,6 +47,12 @@ struct LvolChannel {
     base: IoChannel,
     blob: Blob,
     map: Arc<ClusterMap>,
+    /// Where `map`'s cluster 0 starts if its clusters are all allocated, in order and back to
+    /// back (`ClusterMap::contiguous_start`): a cluster's start is then computed, not loaded
+    /// from a map entry that the data copies of the requests in flight keep evicting.
+    contiguous: Option<u64>,
+    /// `map`'s cluster count.
+    clusters: u64,
     /// The ancestors' maps, nearest first.
     parents: Vec<Arc<ClusterMap>>,
     read_only: bool,
@@ -75,6 +81,8 @@ impl LvolChannel {
     fn retake(&mut self, g: u64) {
         let mut maps = self.blob.maps();
         self.map = maps.remove(0);
+        self.contiguous = self.map.contiguous_start(self.blocks_per_cluster);
+        self.clusters = self.map.len() as u64;
         self.parents = maps;
         self.read_only = self.blob.is_read_only();
         self.ext_root = self.ext.is_some() && self.blob.root_external().is_some();
@@ -113,6 +121,15 @@ impl LvolChannel {
             (offset >> b.trailing_zeros(), offset & (b - 1))
         } else {
             (offset / b, offset % b)
+        }
+    }
+
+    /// Where this lvol's own map puts `cluster`, if it is allocated.
+    #[inline]
+    fn cluster_start(&self, cluster: u64) -> Option<u64> {
+        match self.contiguous {
+            Some(first) if cluster < self.clusters => Some(first + cluster * self.blocks_per_cluster),
+            _ => self.map.start(cluster),
         }
     }
 
@@ -222,7 +239,7 @@ impl BackendChannel for LvolChannel {
         let (cluster, within) = self.locate(io.req.offset_blocks);
         // The bdev layer splits at the cluster (the optimal I/O boundary), zero-copy reads too.
         debug_assert!(within + io.req.num_blocks <= self.blocks_per_cluster, "request crosses a cluster");
-        if let Some(start) = self.map.start(cluster) {
+        if let Some(start) = self.cluster_start(cluster) {
             io.req.offset_blocks = start + within;
             return self.base.forward_moved(io);
         }
@@ -253,6 +270,7 @@ impl BdevBackend for LvolBackend {
         let blob = self.lvol.blob.clone();
         let gen = blob.map_generation();
         let mut maps = blob.maps();
+        let map = maps.remove(0);
         let ext = match blob.root_external().and_then(|id| self.bs.external_source(&id)) {
             Some(d) => Some(ExtChannel { ch: d.desc().channel()? }),
             None => None,
@@ -262,7 +280,9 @@ impl BdevBackend for LvolBackend {
             ext,
             lends: self.dev.desc().bdev().backend().zcopy(),
             base,
-            map: maps.remove(0),
+            contiguous: map.contiguous_start(self.blocks_per_cluster),
+            clusters: map.len() as u64,
+            map,
             parents: maps,
             read_only: blob.is_read_only(),
             gen,

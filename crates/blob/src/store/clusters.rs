@@ -79,6 +79,22 @@ impl ClusterMap {
         self.starts.iter().map(|s| s.load(Ordering::Acquire)).collect()
     }
 
+    /// Where cluster 0 starts, if every cluster is allocated and each starts `blocks_per_cluster`
+    /// blocks after the one before (a thick blob on a fresh store): then cluster `i` starts at
+    /// that block plus `i * blocks_per_cluster` for as long as this map is the blob's, since an
+    /// entry, once allocated, only changes with a new map. One pass over the map.
+    pub fn contiguous_start(&self, blocks_per_cluster: u64) -> Option<u64> {
+        let first = self.start(0)?;
+        let mut want = first;
+        for s in self.starts.iter() {
+            if s.load(Ordering::Acquire) != want {
+                return None;
+            }
+            want = want.checked_add(blocks_per_cluster)?;
+        }
+        Some(first)
+    }
+
     /// A map of `len` clusters with this one's entries (cut or padded with unallocated ones).
     /// For a resize, while the blob's I/O is frozen.
     pub fn resized(&self, len: usize) -> ClusterMap {
@@ -91,6 +107,20 @@ impl ClusterMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_contiguous_start_needs_every_cluster_in_order() {
+        assert_eq!(ClusterMap::from_starts(&[100, 108, 116]).contiguous_start(8), Some(100));
+        assert_eq!(ClusterMap::from_starts(&[100, 116, 108]).contiguous_start(8), None, "out of order");
+        assert_eq!(ClusterMap::from_starts(&[100, 0, 116]).contiguous_start(8), None, "a hole");
+        assert_eq!(ClusterMap::from_starts(&[0, 108, 116]).contiguous_start(8), None, "cluster 0 unallocated");
+        assert_eq!(ClusterMap::from_starts(&[]).contiguous_start(8), None, "no clusters");
+        let m = ClusterMap::new(2);
+        m.insert(0, 64).unwrap();
+        assert_eq!(m.contiguous_start(8), None, "not yet all allocated");
+        m.insert(1, 72).unwrap();
+        assert_eq!(m.contiguous_start(8), Some(64));
+    }
 
     #[test]
     fn an_entry_is_set_once() {
