@@ -330,7 +330,13 @@ impl ChannelInner {
             && !self.qos.on.get()
             && !self.waiting.get()
             && IoTypes(self.bdev.admits.load(Ordering::Relaxed)).contains(t)
-            && req.num_blocks > 0
+            && self.holds(req)
+    }
+
+    /// True if `req` names at least one block and no block past the bdev's end.
+    #[inline(always)]
+    fn holds(&self, req: &IoRequest) -> bool {
+        req.num_blocks > 0
             && req
                 .offset_blocks
                 .checked_add(req.num_blocks)
@@ -493,14 +499,10 @@ impl ChannelInner {
         if !t.has_range() {
             return IoStatus::Success;
         }
-        if req.num_blocks == 0 {
+        if !self.holds(req) {
             return IoStatus::OutOfRange;
         }
         let blocks = self.bdev.num_blocks.load(Ordering::Relaxed);
-        match req.offset_blocks.checked_add(req.num_blocks) {
-            Some(end) if end <= blocks => {}
-            _ => return IoStatus::OutOfRange,
-        }
         if let IoAux::CopyFrom(src) = req.aux {
             match src.checked_add(req.num_blocks) {
                 Some(end) if end <= blocks => {}

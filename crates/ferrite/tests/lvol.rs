@@ -69,6 +69,11 @@ fn nbd(d: &Daemon, bdev: &str, name: &str) -> String {
     format!("nbd://{addr}/{name}")
 }
 
+/// The port of an `nbd://host:port/name` URI.
+fn nbd_port(uri: &str) -> u16 {
+    uri.trim_start_matches("nbd://").split(['/', ':']).nth(1).unwrap().parse().unwrap()
+}
+
 fn check(dir: &TempDir, img: &std::path::Path) -> (bool, String) {
     let out = run_tool(dir, common::FERRITE, &["blobstore", "check", img.to_str().unwrap()], Duration::from_secs(30));
     (out.status.success(), format!("{}{}", out.stdout, out.stderr))
@@ -307,7 +312,7 @@ fn snapshots_and_clones_over_nbd() {
     qemu_io(&dir, &ut, "read -P 0xbb 1M 64k");
     qemu_io(&dir, &ut, "read -P 0 8M 8M");
     // Read-only: writes fail from then on, also on a connection opened before.
-    let port: u16 = u.trim_start_matches("nbd://").split(['/', ':']).nth(1).unwrap().parse().unwrap();
+    let port = nbd_port(&u);
     let (mut raw, _) = nbd_common::Raw::open(port, "base", false);
     raw.write_ok(1, 0, &[0xdd; 4096], 0);
     d2.call("bdev_lvol_set_read_only", Some(json!({"name": "lvs1/base"})));
@@ -347,7 +352,7 @@ fn a_thick_lvol_writes_to_new_clusters_after_a_snapshot() {
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
     d.call("bdev_lvol_create", Some(json!({"lvol_name": "vol", "size_in_mib": 4, "lvs_name": "lvs0"})));
     let u = nbd(&d, "lvs0/vol", "vol");
-    let port: u16 = u.trim_start_matches("nbd://").split(['/', ':']).nth(1).unwrap().parse().unwrap();
+    let port = nbd_port(&u);
     let (mut raw, _) = nbd_common::Raw::open(port, "vol", false);
     let m = MIB as usize;
     let before: Vec<u8> = (0..4 * m).map(|i| 0x10 + (i / m) as u8).collect();

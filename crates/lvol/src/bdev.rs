@@ -46,13 +46,7 @@ struct LvolBackend {
 struct LvolChannel {
     base: IoChannel,
     blob: Blob,
-    map: Arc<ClusterMap>,
-    /// Where `map`'s cluster 0 starts if its clusters are all allocated, in order and back to
-    /// back (`ClusterMap::contiguous_start`): a cluster's start is then computed, not loaded
-    /// from a map entry that the data copies of the requests in flight keep evicting.
-    contiguous: Option<u64>,
-    /// `map`'s cluster count.
-    clusters: u64,
+    map: OwnMap,
     /// The ancestors' maps, nearest first.
     parents: Vec<Arc<ClusterMap>>,
     read_only: bool,
@@ -65,6 +59,34 @@ struct LvolChannel {
     base_blocks: u64,
     md_core: usize,
     lends: bool,
+}
+
+/// The lvol's own cluster map, as a channel reads it.
+struct OwnMap {
+    map: Arc<ClusterMap>,
+    /// Where cluster 0 starts if the clusters are all allocated, in order and back to back
+    /// (`ClusterMap::contiguous_start`): a cluster's start is then computed, not loaded from a
+    /// map entry that the data copies of the requests in flight keep evicting.
+    contiguous: Option<u64>,
+    /// The map's cluster count.
+    clusters: u64,
+    blocks_per_cluster: u64,
+}
+
+impl OwnMap {
+    fn new(map: Arc<ClusterMap>, blocks_per_cluster: u64) -> Self {
+        let contiguous = map.contiguous_start(blocks_per_cluster);
+        Self { contiguous, clusters: map.len() as u64, blocks_per_cluster, map }
+    }
+
+    /// Where `cluster` starts, if it is allocated.
+    #[inline]
+    fn start(&self, cluster: u64) -> Option<u64> {
+        match self.contiguous {
+            Some(first) if cluster < self.clusters => Some(first + cluster * self.blocks_per_cluster),
+            _ => self.map.start(cluster),
+        }
+    }
 }
 
 impl LvolChannel {
@@ -80,9 +102,7 @@ impl LvolChannel {
     #[cold]
     fn retake(&mut self, g: u64) {
         let mut maps = self.blob.maps();
-        self.map = maps.remove(0);
-        self.contiguous = self.map.contiguous_start(self.blocks_per_cluster);
-        self.clusters = self.map.len() as u64;
+        self.map = OwnMap::new(maps.remove(0), self.blocks_per_cluster);
         self.parents = maps;
         self.read_only = self.blob.is_read_only();
         self.ext_root = self.ext.is_some() && self.blob.root_external().is_some();
@@ -121,15 +141,6 @@ impl LvolChannel {
             (offset >> b.trailing_zeros(), offset & (b - 1))
         } else {
             (offset / b, offset % b)
-        }
-    }
-
-    /// Where this lvol's own map puts `cluster`, if it is allocated.
-    #[inline]
-    fn cluster_start(&self, cluster: u64) -> Option<u64> {
-        match self.contiguous {
-            Some(first) if cluster < self.clusters => Some(first + cluster * self.blocks_per_cluster),
-            _ => self.map.start(cluster),
         }
     }
 
@@ -239,7 +250,7 @@ impl BackendChannel for LvolChannel {
         let (cluster, within) = self.locate(io.req.offset_blocks);
         // The bdev layer splits at the cluster (the optimal I/O boundary), zero-copy reads too.
         debug_assert!(within + io.req.num_blocks <= self.blocks_per_cluster, "request crosses a cluster");
-        if let Some(start) = self.cluster_start(cluster) {
+        if let Some(start) = self.map.start(cluster) {
             io.req.offset_blocks = start + within;
             return self.base.forward_moved(io);
         }
@@ -270,7 +281,7 @@ impl BdevBackend for LvolBackend {
         let blob = self.lvol.blob.clone();
         let gen = blob.map_generation();
         let mut maps = blob.maps();
-        let map = maps.remove(0);
+        let map = OwnMap::new(maps.remove(0), self.blocks_per_cluster);
         let ext = match blob.root_external().and_then(|id| self.bs.external_source(&id)) {
             Some(d) => Some(ExtChannel { ch: d.desc().channel()? }),
             None => None,
@@ -280,8 +291,6 @@ impl BdevBackend for LvolBackend {
             ext,
             lends: self.dev.desc().bdev().backend().zcopy(),
             base,
-            contiguous: map.contiguous_start(self.blocks_per_cluster),
-            clusters: map.len() as u64,
             map,
             parents: maps,
             read_only: blob.is_read_only(),
