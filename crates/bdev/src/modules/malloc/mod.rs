@@ -178,6 +178,53 @@ fn memory_available() -> Option<u64> {
     Some(avail)
 }
 
+/// The transparent huge page size the mapping is aligned to (x86-64's and arm64's with 4 KiB
+/// pages).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Maps `len` bytes, anonymous and private. From one huge page up the mapping starts on a
+/// huge page boundary and asks for transparent huge pages (`MADV_HUGEPAGE`, which the usual
+/// `madvise` THP policy needs): random 4 KiB reads over a malloc bdev of 4 KiB pages miss the
+/// TLB nearly every time, and its page walks cost a quarter of a random read's time. Where the
+/// kernel has no huge page to give, it maps 4 KiB ones, as without the advice.
+fn map_aligned(len: usize) -> Result<Memory, BdevError> {
+    let huge = len >= HUGE_PAGE;
+    let span = if huge { len + HUGE_PAGE } else { len };
+    // SAFETY: an anonymous private mapping; the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(BdevError::NoMemory(format!("cannot map {len} bytes: {}", std::io::Error::last_os_error())));
+    }
+    if !huge {
+        return Ok(Memory { base: p as *mut u8, len });
+    }
+    // Keep the huge-page-aligned `len` bytes of the span; unmap the head and the tail.
+    let head = (p as usize).next_multiple_of(HUGE_PAGE) - p as usize;
+    let base = (p as usize + head) as *mut u8;
+    let tail = span - head - len;
+    // SAFETY: both pieces lie within the span just mapped and outside the part kept.
+    unsafe {
+        if head > 0 {
+            libc::munmap(p, head);
+        }
+        if tail > 0 {
+            libc::munmap(base.add(len) as *mut libc::c_void, tail);
+        }
+        // Advice only: without THP support it fails and changes nothing.
+        libc::madvise(base as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+    }
+    Ok(Memory { base, len })
+}
+
 /// Maps `len` bytes and makes every page resident (zero-filled, private to this bdev).
 fn allocate(len: usize) -> Result<Memory, BdevError> {
     // Keep a margin for everything else the machine runs.
@@ -190,21 +237,8 @@ fn allocate(len: usize) -> Result<Memory, BdevError> {
             )));
         }
     }
-    // SAFETY: an anonymous private mapping; the result is checked.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(BdevError::NoMemory(format!("cannot map {len} bytes: {}", std::io::Error::last_os_error())));
-    }
-    let mem = Memory { base: p as *mut u8, len };
+    let mem = map_aligned(len)?;
+    let p = mem.base as *mut libc::c_void;
     const MADV_POPULATE_WRITE: i32 = 23;
     // SAFETY: advice on the mapping just made.
     if unsafe { libc::madvise(p, len, MADV_POPULATE_WRITE) } != 0 {
@@ -257,4 +291,68 @@ pub fn create(opts: MallocOpts) -> Result<Bdev, BdevError> {
         limits,
     };
     register(props, Arc::new(MallocBackend { mem, opts }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The smaps fields of the mapping that starts at `base`.
+    fn smaps_of(base: *mut u8) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let start = format!("{:x}-", base as usize);
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
+        let mut out = String::from(lines.next().expect("mapping listed"));
+        // The fields, up to the last (VmFlags).
+        for l in lines {
+            out.push('\n');
+            out.push_str(l);
+            if l.starts_with("VmFlags:") {
+                break;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_large_bdev_is_mapped_on_huge_page_boundaries_and_asks_for_huge_pages() {
+        let len = 3 * HUGE_PAGE + 4096;
+        let mem = allocate(len).expect("allocate");
+        assert_eq!(mem.base as usize % HUGE_PAGE, 0, "the mapping starts on a huge page boundary");
+        // Every byte is ours and reads back what was written, first and last pages too.
+        // SAFETY: within the mapping.
+        unsafe {
+            std::ptr::write_volatile(mem.base, 0xa5);
+            std::ptr::write_volatile(mem.base.add(len - 1), 0x5a);
+            assert_eq!(std::ptr::read_volatile(mem.base), 0xa5);
+            assert_eq!(std::ptr::read_volatile(mem.base.add(len - 1)), 0x5a);
+        }
+        let smaps = smaps_of(mem.base);
+        let first = smaps.lines().next().unwrap_or_default();
+        let range: Vec<usize> = first
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .split('-')
+            .map(|x| usize::from_str_radix(x, 16).expect("hex"))
+            .collect();
+        assert_eq!(range[1] - range[0], len, "the head and tail of the span were unmapped: {first}");
+        let policy = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+        if policy.is_empty() || policy.contains("[never]") {
+            eprintln!("SKIP the huge page check: transparent huge pages are off here ({policy:?})");
+            return;
+        }
+        let eligible = smaps.lines().find_map(|l| l.strip_prefix("THPeligible:")).map(str::trim);
+        assert_eq!(eligible, Some("1"), "the mapping may take huge pages:\n{smaps}");
+    }
+
+    #[test]
+    fn a_small_bdev_is_mapped_as_it_is() {
+        let mem = allocate(64 << 10).expect("allocate");
+        // SAFETY: within the mapping.
+        unsafe {
+            std::ptr::write_volatile(mem.base.add((64 << 10) - 1), 7);
+            assert_eq!(std::ptr::read_volatile(mem.base.add((64 << 10) - 1)), 7);
+        }
+    }
 }
