@@ -6,7 +6,8 @@ OUT="$ROOT/bench/results"
 mkdir -p "$OUT"
 (cd "$ROOT" && cargo build --release -q -p ferrite)
 TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+HUGE_RESTORE= # the hugepage count to give back at exit, if spdk_memory raised it
+trap 'rm -rf "$TMP"; [ -z "$HUGE_RESTORE" ] || echo "$HUGE_RESTORE" >/proc/sys/vm/nr_hugepages' EXIT
 # fail MESSAGE: print it and stop the bench.
 fail() { echo "bench: $*" >&2; exit 1; }
 # need COMMAND PACKAGE: install PACKAGE (apt) if COMMAND is missing; fail if it is still missing.
@@ -46,4 +47,31 @@ in_tcp_cc_netns() {
 # say_tcp_cc: prints the TCP congestion control the run uses.
 say_tcp_cc() {
   echo "TCP congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control)$([ -n "${FERRITE_BENCH_NETNS:-}" ] && echo " (TCP_CC, in a network namespace of this run's own)")"
+}
+
+# spdk_memory MB: sets SPDK_MEM, the memory flags of an SPDK program given MB MiB. Ferrite's
+# malloc bdevs ask for transparent huge pages, so SPDK gets 2 MiB hugepages too where this can
+# reserve them (root; the count is given back at exit): `-s MB`. Elsewhere, or with SPDK_HUGE=0,
+# both run on 4 KiB pages as before: `--no-huge -s MB` (and Ferrite's malloc memory may still be
+# huge pages: say so when comparing). Prints which.
+spdk_memory() {
+  SPDK_MEM=(--no-huge -s "$1")
+  if [ "${SPDK_HUGE:-1}" != 1 ] || [ "$(id -u)" != 0 ]; then
+    echo "SPDK memory: 4 KiB pages (--no-huge -s $1)"
+    return 0
+  fi
+  local want=$(($1 / 2 + 16)) have free
+  have=$(cat /proc/sys/vm/nr_hugepages)
+  if [ "$have" -lt "$want" ]; then
+    [ -n "$HUGE_RESTORE" ] || HUGE_RESTORE=$have
+    echo "$want" >/proc/sys/vm/nr_hugepages
+  fi
+  mountpoint -q /dev/hugepages || { mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages; }
+  free=$(awk '/^HugePages_Free/ {print $2}' /proc/meminfo)
+  if [ "$free" -lt "$want" ]; then
+    echo "SPDK memory: 4 KiB pages (--no-huge -s $1): only $free of $want hugepages could be reserved"
+    return 0
+  fi
+  SPDK_MEM=(-s "$1")
+  echo "SPDK memory: $1 MiB of 2 MiB hugepages (-s $1); Ferrite's malloc bdevs: transparent huge pages"
 }

@@ -19,6 +19,8 @@
 # compares runs made within seconds of each other: this machine's speed drifts by 10-20% over
 # minutes, which made quotients of medians taken minutes apart swing from 0.78 to 1.04. Printed:
 # medians of the IOPS, and the medians of the per-round quotients. Run it on a quiet machine.
+# Memory: Ferrite's malloc bdevs are transparent huge pages, SPDK's 2 MiB hugepages where the
+# bench can reserve them (bench/common.sh spdk_memory; SPDK_HUGE=0: none).
 # In-process cells ("inproc thick randwrite 1" and so on): one `ferrite perf` process holds a
 # raw 1 GiB malloc bdev and a thick lvol on a second one, and runs them in turns of TURN s (1)
 # (`--interleave`), so every quotient compares turns made seconds apart in the
@@ -74,7 +76,7 @@ ferrite_iops() { # CONFIG BDEV WORKLOAD QD
 }
 spdk_iops() { # CONFIG BDEV WORKLOAD QD
   [ -z "$FILL" ] || { spdk_filled_iops "$@"; return; }
-  LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/examples/bdevperf" --no-pci --no-huge -s 2048 -m 0x1 \
+  LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/examples/bdevperf" --no-pci "${SPDK_MEM[@]}" -m 0x1 \
     --json "$1" -T "$2" -q "$4" -o 4096 -w "$3" -t "$T" 2>&1 | tr -d '\r' |
     awk '$1 == "Total" { for (i = 1; i <= NF; i++) if ($i == ":") { print int($(i + 1)); exit } }'
 }
@@ -90,7 +92,7 @@ print(int(sum(j["iops"] for j in r["results"])))' "$1" "$2"
 spdk_filled_iops() { # CONFIG BDEV WORKLOAD QD: bdevperf -z, a fill pass, then the timed run
   local sock="$TMP/bdevperf.sock" pid out
   rm -f "$sock"
-  LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/examples/bdevperf" --no-pci --no-huge -s 2048 -m 0x1 \
+  LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/examples/bdevperf" --no-pci "${SPDK_MEM[@]}" -m 0x1 \
     -z -r "$sock" --json "$1" -T "$2" -q "$4" -o 4096 -w "$3" -t "$T" >"$TMP/bdevperf.log" 2>&1 &
   pid=$!
   for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
@@ -141,6 +143,7 @@ pair_cell() {
     "$(median "${sr[@]}")" "$(fmedian "${rs[@]}")" "$(printf '%.3f ' "${fq[@]}")"
 }
 fmedian() { python3 -c "import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }
+spdk_memory 2048
 printf '%-34s %10s %10s %7s %14s %14s\n' cell ferrite spdk ratio ferrite_vs_raw spdk_vs_raw
 for kind in thick full; do
   for w in randread randwrite; do

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # ferrite perf against SPDK's bdevperf, side by side in one run: same JSON config, same flags,
-# one core (-m 0x1), no hugepages for either, 4 KiB. Cells: null randread QD 1 and 128; malloc
+# one core (-m 0x1), 4 KiB. Ferrite's malloc memory is transparent huge pages, SPDK's is 2 MiB
+# hugepages where the bench can reserve them (bench/common.sh spdk_memory; SPDK_HUGE=0: none).
+# Cells: null randread QD 1 and 128; malloc
 # (1 GiB, memory really there on both sides) randread, randwrite and randrw at QD 1 and 128.
 # Each cell alternates the two programs ROUNDS times and prints medians and the ratio.
 # Usage: [ROUNDS=3] bench/perf_vs_spdk.sh [SECONDS]
@@ -31,12 +33,13 @@ ferrite_iops() {
 # spdk_iops CONFIG QD WORKLOAD: bdevperf's Total line (its report lines start with \r).
 spdk_iops() {
   LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/examples/bdevperf" --json "$1" -q "$2" -o 4096 \
-    -w "$3" -M 50 -t "$T" -m 0x1 --no-pci --no-huge -s 2048 2>/dev/null | tr '\r' '\n' |
+    -w "$3" -M 50 -t "$T" -m 0x1 --no-pci "${SPDK_MEM[@]}" 2>/dev/null | tr '\r' '\n' |
     awk '/^ *Total *:/ {printf "%d\n", $3}' | tail -1
 }
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+spdk_memory 2048
 printf '%-7s %-9s %4s %12s %12s %6s\n' bdev workload qd ferrite spdk ratio
 for cell in "null randread 1" "null randread 128" \
   "malloc randread 1" "malloc randread 128" "malloc randwrite 1" "malloc randwrite 128" \
