@@ -49,15 +49,17 @@ say_tcp_cc() {
   echo "TCP congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control)$([ -n "${FERRITE_BENCH_NETNS:-}" ] && echo " (TCP_CC, in a network namespace of this run's own)")"
 }
 
-# spdk_memory MB: sets SPDK_MEM, the memory flags of an SPDK program given MB MiB. Ferrite's
-# malloc bdevs ask for transparent huge pages, so SPDK gets 2 MiB hugepages too where this can
-# reserve them (root; the count is given back at exit): `-s MB`. Elsewhere, or with SPDK_HUGE=0,
-# both run on 4 KiB pages as before: `--no-huge -s MB` (and Ferrite's malloc memory may still be
-# huge pages: say so when comparing). Prints which.
+# spdk_memory MB: sets SPDK_MEM, the memory flags of an SPDK program given MB MiB, and
+# FERRITE_MEM, the matching flags of `ferrite perf`. Ferrite's malloc bdevs ask for transparent
+# huge pages, so SPDK gets 2 MiB hugepages too where this can reserve them (root; the count is
+# given back at exit): SPDK `-s MB`, Ferrite nothing. Elsewhere, or with SPDK_HUGE=0, neither
+# has huge pages: SPDK `--no-huge -s MB`, Ferrite `--no-huge`. Prints which.
+# shellcheck disable=SC2034 # SPDK_MEM and FERRITE_MEM are read by the scripts that source this
 spdk_memory() {
   SPDK_MEM=(--no-huge -s "$1")
+  FERRITE_MEM=(--no-huge)
   if [ "${SPDK_HUGE:-1}" != 1 ] || [ "$(id -u)" != 0 ]; then
-    echo "SPDK memory: 4 KiB pages (--no-huge -s $1)"
+    echo "Memory: 4 KiB pages on both sides (SPDK --no-huge -s $1, Ferrite --no-huge)"
     return 0
   fi
   local want=$(($1 / 2 + 16)) have free
@@ -69,9 +71,11 @@ spdk_memory() {
   mountpoint -q /dev/hugepages || { mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages; }
   free=$(awk '/^HugePages_Free/ {print $2}' /proc/meminfo)
   if [ "$free" -lt "$want" ]; then
-    echo "SPDK memory: 4 KiB pages (--no-huge -s $1): only $free of $want hugepages could be reserved"
+    echo "Memory: 4 KiB pages on both sides (SPDK --no-huge -s $1, Ferrite --no-huge):" \
+      "only $free of $want hugepages could be reserved"
     return 0
   fi
   SPDK_MEM=(-s "$1")
-  echo "SPDK memory: $1 MiB of 2 MiB hugepages (-s $1); Ferrite's malloc bdevs: transparent huge pages"
+  FERRITE_MEM=()
+  echo "Memory: huge pages on both sides (SPDK -s $1 of 2 MiB hugepages, Ferrite's malloc transparent huge pages)"
 }

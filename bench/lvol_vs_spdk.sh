@@ -20,7 +20,7 @@
 # minutes, which made quotients of medians taken minutes apart swing from 0.78 to 1.04. Printed:
 # medians of the IOPS, and the medians of the per-round quotients. Run it on a quiet machine.
 # Memory: Ferrite's malloc bdevs are transparent huge pages, SPDK's 2 MiB hugepages where the
-# bench can reserve them (bench/common.sh spdk_memory; SPDK_HUGE=0: none).
+# bench can reserve them (bench/common.sh spdk_memory; SPDK_HUGE=0: neither side).
 # In-process cells ("inproc thick randwrite 1" and so on): one `ferrite perf` process holds a
 # raw 1 GiB malloc bdev and a thick lvol on a second one, and runs them in turns of TURN s (1)
 # (`--interleave`), so every quotient compares turns made seconds apart in the
@@ -70,7 +70,7 @@ cfg thin4m 4194304 '{"lvs_name":"lvs0","lvol_name":"l0","size_in_mib":1000,"thin
 FILL= # "fill": the runs write every block of the bdev under test first (see above)
 ferrite_iops() { # CONFIG BDEV WORKLOAD QD
   local res="$TMP/res.json"
-  "$FERRITE" perf --json "$1" -T "$2" -q "$4" -o 4096 -w "$3" -t "$T" -m 0x1 --results-json "$res" \
+  "$FERRITE" perf --json "$1" -T "$2" -q "$4" -o 4096 -w "$3" -t "$T" -m 0x1 "${FERRITE_MEM[@]}" --results-json "$res" \
     ${FILL:+--fill} >/dev/null || fail "ferrite perf on $2 failed"
   json_get "$res" "int(d['total']['iops'])"
 }

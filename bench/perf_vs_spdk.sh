@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ferrite perf against SPDK's bdevperf, side by side in one run: same JSON config, same flags,
 # one core (-m 0x1), 4 KiB. Ferrite's malloc memory is transparent huge pages, SPDK's is 2 MiB
-# hugepages where the bench can reserve them (bench/common.sh spdk_memory; SPDK_HUGE=0: none).
+# hugepages where the bench can reserve them (bench/common.sh spdk_memory; SPDK_HUGE=0: neither side).
 # Cells: null randread QD 1 and 128; malloc
 # (1 GiB, memory really there on both sides) randread, randwrite and randrw at QD 1 and 128.
 # Each cell alternates the two programs ROUNDS times and prints medians and the ratio.
@@ -25,7 +25,7 @@ J
 # ferrite_iops CONFIG QD WORKLOAD
 ferrite_iops() {
   local res="$TMP/f.json"
-  "$FERRITE" perf --json "$1" -q "$2" -o 4096 -w "$3" -M 50 -t "$T" -m 0x1 --results-json "$res" >/dev/null 2>&1 ||
+  "$FERRITE" perf --json "$1" -q "$2" -o 4096 -w "$3" -M 50 -t "$T" -m 0x1 "${FERRITE_MEM[@]}" --results-json "$res" >/dev/null 2>&1 ||
     fail "ferrite perf failed on $1 $2 $3"
   json_get "$res" "int(d['total']['iops'])"
 }

@@ -60,7 +60,8 @@ pub struct PerfArgs {
     /// Memory size in MiB (SPDK's -s; Ferrite needs no preallocated memory, ignored).
     #[arg(short = 's', value_name = "MiB")]
     mem_size: Option<String>,
-    /// Run without hugepages (SPDK's --no-huge; Ferrite never uses them, accepted).
+    /// Run without huge pages (SPDK's --no-huge): malloc bdevs do not ask for transparent huge
+    /// pages (Ferrite reserves no hugepages either way).
     #[arg(long = "no-huge")]
     no_huge: bool,
     /// Before the timed run, write every block of each tested bdev once (1 MiB writes, 8 at a
@@ -169,7 +170,10 @@ pub fn run(a: PerfArgs) -> i32 {
         Ok(d) => d,
         Err(e) => return fail(e),
     };
-    let _ = (a.multi_core, a.continue_on_failure, a.no_huge);
+    let _ = (a.multi_core, a.continue_on_failure);
+    if a.no_huge {
+        ferrite_bdev::modules::malloc::set_huge_pages(false);
+    }
     if let Some(m) = &a.mem_size {
         log::info!("-s {m}: Ferrite preallocates no memory; ignored");
     }

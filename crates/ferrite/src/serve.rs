@@ -25,6 +25,10 @@ pub struct ServeArgs {
     /// Do not pin reactor threads to their cores.
     #[arg(long)]
     no_pin: bool,
+    /// Run without huge pages (SPDK's --no-huge): malloc bdevs do not ask for transparent huge
+    /// pages (Ferrite reserves no hugepages either way).
+    #[arg(long = "no-huge")]
+    no_huge: bool,
     /// Log level: error, warn, info, debug or trace (FERRITE_LOG overrides).
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -177,6 +181,9 @@ pub fn run(a: ServeArgs) -> i32 {
     crate::logger::init(&a.log_level);
     let t0 = Instant::now();
     crate::signals::block();
+    if a.no_huge {
+        ferrite_bdev::modules::malloc::set_huge_pages(false);
+    }
     let limits = match (
         seconds("rpc-idle-timeout", a.rpc_idle_timeout),
         seconds("rpc-request-timeout", a.rpc_request_timeout),

@@ -363,3 +363,58 @@ fn concurrent_clients_create_and_delete() {
     cfg_names.sort();
     assert_eq!(cfg_names, expected);
 }
+
+/// The `THPeligible` field of the mapping of `pid` exactly `len` bytes long (a malloc bdev's).
+fn thp_eligible_of_mapping(pid: libc::pid_t, len: usize) -> Option<String> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).expect("smaps");
+    let mut in_it = false;
+    for l in smaps.lines() {
+        let range = l.split_whitespace().next().unwrap_or_default();
+        if let Some((a, b)) = range.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                in_it = b - a == len;
+                continue;
+            }
+        }
+        if in_it {
+            if let Some(v) = l.strip_prefix("THPeligible:") {
+                return Some(v.trim().to_string());
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn malloc_memory_asks_for_huge_pages_unless_no_huge() {
+    let policy = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if policy.is_empty() || policy.contains("[never]") {
+        eprintln!("SKIP: transparent huge pages are off here ({policy:?}), nothing to ask for");
+        return;
+    }
+    // 37 MiB: an odd size, so its mapping is told apart from the reactor's buffer regions.
+    let blocks = 37 * 256;
+    let len = blocks * 4096;
+    for (flags, want) in [(&[][..], "1"), (&["--no-huge"][..], "0")] {
+        let dir = TempDir::new("thp");
+        let d = Daemon::start(&dir, flags);
+        let mut c = d.client();
+        common::call(
+            &mut c,
+            "bdev_malloc_create",
+            Some(json!({"name": "M0", "num_blocks": blocks, "block_size": 4096})),
+        );
+        assert_eq!(
+            thp_eligible_of_mapping(d.proc.pid(), len).as_deref(),
+            Some(want),
+            "THPeligible of the malloc bdev's memory with {flags:?}"
+        );
+        common::call(&mut c, "bdev_malloc_delete", Some(json!({"name": "M0"})));
+        // The memory goes with the bdev's last channel, at most a moment after the answer.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while thp_eligible_of_mapping(d.proc.pid(), len).is_some() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(thp_eligible_of_mapping(d.proc.pid(), len), None, "the memory is unmapped with the bdev");
+    }
+}

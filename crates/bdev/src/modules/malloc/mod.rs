@@ -182,13 +182,24 @@ fn memory_available() -> Option<u64> {
 /// pages).
 const HUGE_PAGE: usize = 2 << 20;
 
+/// Whether malloc bdevs made from now on ask for transparent huge pages (the default).
+static HUGE_PAGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Sets whether malloc bdevs made from now on ask for transparent huge pages: off with
+/// `--no-huge`, as SPDK's memory is without hugepages then (benchmarks that compare the two on
+/// 4 KiB pages).
+pub fn set_huge_pages(on: bool) {
+    HUGE_PAGES.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Maps `len` bytes, anonymous and private. From one huge page up the mapping starts on a
 /// huge page boundary and asks for transparent huge pages (`MADV_HUGEPAGE`, which the usual
 /// `madvise` THP policy needs): random 4 KiB reads over a malloc bdev of 4 KiB pages miss the
 /// TLB nearly every time, and its page walks cost a quarter of a random read's time. Where the
-/// kernel has no huge page to give, it maps 4 KiB ones, as without the advice.
+/// kernel has no huge page to give, it maps 4 KiB ones, as without the advice. Not asked for
+/// after [`set_huge_pages`]`(false)`.
 fn map_aligned(len: usize) -> Result<Memory, BdevError> {
-    let huge = len >= HUGE_PAGE;
+    let huge = len >= HUGE_PAGE && HUGE_PAGES.load(std::sync::atomic::Ordering::Relaxed);
     let span = if huge { len + HUGE_PAGE } else { len };
     // SAFETY: an anonymous private mapping; the result is checked.
     let p = unsafe {
