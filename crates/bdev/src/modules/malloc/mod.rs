@@ -218,22 +218,39 @@ fn map_aligned(len: usize) -> Result<Memory, BdevError> {
     if !huge {
         return Ok(Memory { base: p as *mut u8, len });
     }
-    // Keep the huge-page-aligned `len` bytes of the span; unmap the head and the tail.
-    let head = (p as usize).next_multiple_of(HUGE_PAGE) - p as usize;
+    let Trim { head, kept, tail } = trim(p as usize, len);
     let base = (p as usize + head) as *mut u8;
-    let tail = span - head - len;
-    // SAFETY: both pieces lie within the span just mapped and outside the part kept.
+    // SAFETY: both pieces lie within the span just mapped and outside the part kept, and
+    // start on page boundaries.
     unsafe {
         if head > 0 {
             libc::munmap(p, head);
         }
         if tail > 0 {
-            libc::munmap(base.add(len) as *mut libc::c_void, tail);
+            libc::munmap(base.add(kept) as *mut libc::c_void, tail);
         }
         // Advice only: without THP support it fails and changes nothing.
         libc::madvise(base as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
     }
     Ok(Memory { base, len })
+}
+
+/// How a span of `len + HUGE_PAGE` bytes mapped at a page boundary is cut: a head and a tail to
+/// unmap around the part kept, which starts on a huge page boundary.
+#[derive(Debug, PartialEq, Eq)]
+struct Trim {
+    head: usize,
+    /// `len` in whole pages (a size of 512-byte blocks may end inside one).
+    kept: usize,
+    tail: usize,
+}
+
+fn trim(at: usize, len: usize) -> Trim {
+    const PAGE: usize = 4096;
+    let span = (len + HUGE_PAGE).next_multiple_of(PAGE); // as mmap maps it
+    let kept = len.next_multiple_of(PAGE);
+    let head = at.next_multiple_of(HUGE_PAGE) - at;
+    Trim { head, kept, tail: span - head - kept }
 }
 
 /// Maps `len` bytes and makes every page resident (zero-filled, private to this bdev).
@@ -325,6 +342,13 @@ mod tests {
         out
     }
 
+    /// The length of the mapping whose smaps entry `smaps_of` gave.
+    fn mapping_len(smaps: &str) -> usize {
+        let range = smaps.split_whitespace().next().unwrap_or_default();
+        let (a, b) = range.split_once('-').expect("a range first");
+        usize::from_str_radix(b, 16).expect("hex") - usize::from_str_radix(a, 16).expect("hex")
+    }
+
     #[test]
     fn a_large_bdev_is_mapped_on_huge_page_boundaries_and_asks_for_huge_pages() {
         let len = 3 * HUGE_PAGE + 4096;
@@ -339,15 +363,7 @@ mod tests {
             assert_eq!(std::ptr::read_volatile(mem.base.add(len - 1)), 0x5a);
         }
         let smaps = smaps_of(mem.base);
-        let first = smaps.lines().next().unwrap_or_default();
-        let range: Vec<usize> = first
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .split('-')
-            .map(|x| usize::from_str_radix(x, 16).expect("hex"))
-            .collect();
-        assert_eq!(range[1] - range[0], len, "the head and tail of the span were unmapped: {first}");
+        assert_eq!(mapping_len(&smaps), len, "the head and tail of the span were unmapped:\n{smaps}");
         let policy = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
         if policy.is_empty() || policy.contains("[never]") {
             eprintln!("SKIP the huge page check: transparent huge pages are off here ({policy:?})");
@@ -355,6 +371,36 @@ mod tests {
         }
         let eligible = smaps.lines().find_map(|l| l.strip_prefix("THPeligible:")).map(str::trim);
         assert_eq!(eligible, Some("1"), "the mapping may take huge pages:\n{smaps}");
+    }
+
+    #[test]
+    fn a_size_that_ends_inside_a_page_keeps_whole_pages_and_no_more() {
+        // 4,097 blocks of 512 bytes: 2 MiB and half a page.
+        let len = 4097 * 512;
+        let mem = allocate(len).expect("allocate");
+        assert_eq!(mem.base as usize % HUGE_PAGE, 0);
+        // SAFETY: within the mapping.
+        unsafe {
+            std::ptr::write_volatile(mem.base.add(len - 1), 9);
+            assert_eq!(std::ptr::read_volatile(mem.base.add(len - 1)), 9);
+        }
+        let smaps = smaps_of(mem.base);
+        assert_eq!(mapping_len(&smaps), HUGE_PAGE + 4096, "the part kept is len in whole pages:\n{smaps}");
+    }
+
+    #[test]
+    fn the_span_is_cut_on_page_boundaries_around_a_huge_page_aligned_part() {
+        for at in [HUGE_PAGE, HUGE_PAGE + 4096, 3 * HUGE_PAGE - 4096, 7 * HUGE_PAGE + 123 * 4096] {
+            for len in [HUGE_PAGE, HUGE_PAGE + 512, 4097 * 512, 5 * HUGE_PAGE - 512, 1 << 30] {
+                let t = trim(at, len);
+                let span = (len + HUGE_PAGE).next_multiple_of(4096);
+                assert_eq!(t.head + t.kept + t.tail, span, "{at:#x} {len}: the whole span");
+                assert_eq!((at + t.head) % HUGE_PAGE, 0, "{at:#x} {len}: the part kept is aligned");
+                assert!(t.kept >= len && t.kept - len < 4096, "{at:#x} {len}: whole pages of len");
+                assert_eq!(t.head % 4096, 0, "{at:#x} {len}: head in pages");
+                assert_eq!((at + t.head + t.kept) % 4096, 0, "{at:#x} {len}: tail starts on a page");
+            }
+        }
     }
 
     #[test]
