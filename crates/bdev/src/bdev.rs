@@ -247,29 +247,34 @@ pub struct BdevProps {
     pub limits: Limits,
 }
 
+/// A registered bdev's state, shared by every core. Laid out in declaration order, with what
+/// every request's checks read first (one cache line, with the `Arc`'s counts; see
+/// `ChannelInner` for why lines count).
+#[repr(C)]
 pub(crate) struct BdevShared {
-    pub(crate) id: u64,
-    pub(crate) name: String,
-    pub(crate) aliases: Mutex<Vec<String>>,
-    pub(crate) uuid: uuid::Uuid,
-    pub(crate) block_size: u32,
     pub(crate) num_blocks: AtomicU64,
-    pub(crate) product_name: &'static str,
-    pub(crate) module: &'static str,
-    /// The module's I/O types (`IoTypes` bits): only ever fewer ([`Bdev::stop_serving`]).
-    pub(crate) io_types: AtomicU16,
     /// The types the layer admits (`IoTypes` bits): those the bdev serves ([`Bdev::supports`])
     /// while it is not being removed, none from then on. Every channel's check reads it (one
     /// load, one branch), so a type the bdev stops serving is refused at once, on channels
     /// made before too. Bits are only ever cleared.
     pub(crate) admits: AtomicU16,
+    /// The module's I/O types (`IoTypes` bits): only ever fewer ([`Bdev::stop_serving`]).
+    pub(crate) io_types: AtomicU16,
+    /// How many LBA ranges compare-and-writes hold locked (see `locks`).
+    pub(crate) lock_count: std::sync::atomic::AtomicU32,
+    pub(crate) block_size: u32,
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    pub(crate) aliases: Mutex<Vec<String>>,
+    pub(crate) uuid: uuid::Uuid,
+    pub(crate) product_name: &'static str,
+    pub(crate) module: &'static str,
     pub(crate) limits: Limits,
     pub(crate) backend: Arc<dyn BdevBackend>,
     pub(crate) removing: AtomicBool,
     pub(crate) state: Mutex<OpenState>,
-    /// LBA ranges locked by compare-and-writes (see `compare`), and how many.
+    /// LBA ranges locked by compare-and-writes (see `compare`).
     pub(crate) locks: Mutex<Vec<crate::compare::LockedRange>>,
-    pub(crate) lock_count: std::sync::atomic::AtomicU32,
     pub(crate) next_lock: AtomicU64,
     /// QoS rate limits (see `qos`).
     pub(crate) qos: crate::qos::QosShared,

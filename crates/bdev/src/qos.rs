@@ -182,8 +182,6 @@ impl QosShared {
 
 /// A channel's QoS state: the bucket it draws from, its credit, and the requests waiting.
 pub(crate) struct ChannelQos {
-    /// True while the bdev has limits (tested on every read and write).
-    pub(crate) on: Cell<bool>,
     bucket: RefCell<Option<Arc<Bucket>>>,
     credit: [Cell<i64>; 4],
     /// Requests over the limit, in submission order.
@@ -198,7 +196,6 @@ pub(crate) struct ChannelQos {
 impl ChannelQos {
     pub(crate) fn new() -> Self {
         ChannelQos {
-            on: Cell::new(false),
             bucket: RefCell::new(None),
             credit: Default::default(),
             queue: RefCell::new(VecDeque::new()),
@@ -296,7 +293,7 @@ fn arm(ch: &Rc<ChannelInner>) {
 /// waits for a limit it needs); everything if the limits are gone or the bdev is being removed.
 fn release(ch: &Rc<ChannelInner>) {
     ch.qos.timer.set(false);
-    let free = !ch.qos.on.get() || ch.bdev.removing.load(Ordering::Relaxed);
+    let free = !ch.qos_on.get() || ch.bdev.removing.load(Ordering::Relaxed);
     // Walk the queue taken out whole, so that no borrow is held while requests are routed.
     let spare = std::mem::take(&mut *ch.qos.spare.borrow_mut());
     let mut waiting = std::mem::replace(&mut *ch.qos.queue.borrow_mut(), spare);
@@ -336,7 +333,7 @@ fn release(ch: &Rc<ChannelInner>) {
 /// Makes a channel follow its bdev's current limits (on the channel's core).
 pub(crate) fn apply(ch: &Rc<ChannelInner>) {
     let b = ch.bdev.qos.bucket();
-    ch.qos.on.set(b.is_some());
+    ch.qos_on.set(b.is_some());
     *ch.qos.bucket.borrow_mut() = b;
     for c in &ch.qos.credit {
         c.set(0);

@@ -83,8 +83,6 @@ struct Slot {
 
 /// A channel's table of outstanding requests (used only while timeouts are set).
 pub(crate) struct ChannelTimeouts {
-    /// True while requests are tracked (tested on every submission).
-    pub(crate) on: Cell<bool>,
     slots: RefCell<Vec<Slot>>,
     free: RefCell<Vec<u32>>,
     live: Cell<usize>,
@@ -94,7 +92,6 @@ pub(crate) struct ChannelTimeouts {
 impl ChannelTimeouts {
     pub(crate) fn new() -> Self {
         ChannelTimeouts {
-            on: Cell::new(false),
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             live: Cell::new(0),
@@ -159,7 +156,7 @@ fn enable_local(bdev_id: u64) {
 }
 
 fn enable(ch: &Rc<ChannelInner>) {
-    if ch.timeouts.on.replace(true) {
+    if ch.timeouts_on.replace(true) {
         return;
     }
     arm(ch);
@@ -190,7 +187,7 @@ fn poll(ch: &Rc<ChannelInner>) {
     let cfg: Vec<(u64, u64, TimeoutCallback)> =
         ch.bdev.timeouts.lock().iter().map(|d| (d.desc, d.ticks, d.cb.clone())).collect();
     if cfg.is_empty() && ch.timeouts.live.get() == 0 {
-        ch.timeouts.on.set(false);
+        ch.timeouts_on.set(false);
         return;
     }
     let now = ferrite_reactor::tsc::ticks();
