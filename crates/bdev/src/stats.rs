@@ -15,7 +15,6 @@ pub(crate) struct ChannelStats {
 }
 
 /// The counters of one I/O type whose latency is kept, side by side.
-#[derive(Clone, Copy)]
 #[repr(C)]
 struct Timed {
     bytes: u64,
@@ -44,7 +43,7 @@ impl Timed {
 }
 
 /// What `ChannelStats` counts, in the order of how often it changes.
-#[derive(Default, Clone, Copy)]
+#[derive(Default)]
 #[repr(C)]
 struct Counters {
     read: Timed,

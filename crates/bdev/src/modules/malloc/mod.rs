@@ -182,6 +182,9 @@ fn memory_available() -> Option<u64> {
 /// pages).
 const HUGE_PAGE: usize = 2 << 20;
 
+/// The base page size the mappings are made of.
+const PAGE: usize = 4096;
+
 /// Whether malloc bdevs made from now on ask for transparent huge pages (the default).
 static HUGE_PAGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
@@ -246,7 +249,6 @@ struct Trim {
 }
 
 fn trim(at: usize, len: usize) -> Trim {
-    const PAGE: usize = 4096;
     let span = (len + HUGE_PAGE).next_multiple_of(PAGE); // as mmap maps it
     let kept = len.next_multiple_of(PAGE);
     let head = at.next_multiple_of(HUGE_PAGE) - at;
@@ -275,8 +277,7 @@ fn allocate(len: usize) -> Result<Memory, BdevError> {
             return Err(BdevError::NoMemory(format!("cannot populate {len} bytes: {e}")));
         }
         // Older kernels: touch one byte per page.
-        let page = 4096;
-        for off in (0..len).step_by(page) {
+        for off in (0..len).step_by(PAGE) {
             // SAFETY: within the mapping.
             unsafe { std::ptr::write_volatile(mem.base.add(off), 0) };
         }
