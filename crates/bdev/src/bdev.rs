@@ -96,10 +96,36 @@ pub trait BackendChannel {
     fn forwards_to(&self) -> Option<crate::channel::IoChannel> {
         None
     }
+    /// For a module that forwards the reads and writes of some of its blocks to one base bdev
+    /// (same block size), moving only their offset (an lvol): that base's channel, and the
+    /// counter that moves whenever the mapping may have changed. The layer then forwards the
+    /// reads and writes that [`BackendChannel::linear_map`] covers itself, without a call into
+    /// the module. Asked once, when the channel is made.
+    fn linear_base(&self) -> Option<(crate::channel::IoChannel, Arc<AtomicU64>)> {
+        None
+    }
+    /// The blocks the layer may forward to the `linear_base`, and how their offset moves, as
+    /// the module's mapping is now (the module first brings its own view up to date): asked
+    /// when the channel is made and whenever the counter moved. None: every request goes to
+    /// `submit`. The answer holds until the counter moves.
+    fn linear_map(&mut self) -> Option<LinearMap> {
+        None
+    }
     /// The module's own channel state, for `Bdev::for_each_channel` callbacks to downcast.
     fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
         None
     }
+}
+
+/// A linear part of a module's mapping of its bdev onto a base bdev
+/// ([`BackendChannel::linear_map`]): blocks `0..end` of the bdev are blocks `shift..shift + end`
+/// of the base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearMap {
+    /// Added to the offset of a request within the range.
+    pub shift: u64,
+    /// The first block past the range.
+    pub end: u64,
 }
 
 /// What a bdev module implements for each bdev it creates.

@@ -118,6 +118,9 @@ pub(crate) struct ChannelInner {
     backend: RefCell<Box<dyn BackendChannel>>,
     /// Where the module forwards every request, unchanged (`BackendChannel::forwards_to`).
     pass_to: Option<IoChannel>,
+    /// The module's linear mapping onto its base, which the layer applies itself
+    /// (`BackendChannel::linear_base`).
+    linear: Option<Box<Linear>>,
     /// The optimal I/O boundary requests are split at (0: none).
     split_boundary: u64,
     // The rest is touched only by requests that need fitting, queueing or a barrier.
@@ -135,6 +138,38 @@ pub(crate) struct ChannelInner {
     pub(crate) qos: crate::qos::ChannelQos,
     /// Outstanding requests, tracked while a descriptor has a timeout (see `timeout`).
     pub(crate) timeouts: crate::timeout::ChannelTimeouts,
+}
+
+/// A module's linear mapping onto a base bdev as one channel last took it
+/// (`BackendChannel::linear_map`): valid while `generation` reads `seen`.
+struct Linear {
+    base: IoChannel,
+    generation: Arc<std::sync::atomic::AtomicU64>,
+    seen: Cell<u64>,
+    /// Added to the offset of a read or write that ends at or before `end`.
+    shift: Cell<u64>,
+    /// 0 while the module maps nothing linearly.
+    end: Cell<u64>,
+}
+
+impl Linear {
+    /// Made with the module's first answer.
+    fn new(backend: &mut dyn BackendChannel) -> Option<Box<Linear>> {
+        let (base, generation) = backend.linear_base()?;
+        let l = Box::new(Linear { base, generation, seen: Cell::new(0), shift: Cell::new(0), end: Cell::new(0) });
+        l.retake(backend, l.generation.load(Ordering::Acquire));
+        Some(l)
+    }
+
+    /// Takes the module's mapping again, as of generation `g` (read before the module looks).
+    #[cold]
+    #[inline(never)]
+    fn retake(&self, backend: &mut dyn BackendChannel, g: u64) {
+        let m = backend.linear_map();
+        self.shift.set(m.map_or(0, |m| m.shift));
+        self.end.set(m.map_or(0, |m| m.end));
+        self.seen.set(g);
+    }
 }
 
 /// What waits at an epoch barrier.
@@ -175,7 +210,7 @@ impl IoChannel {
         if let Some(inner) = CHANNELS.with(|c| c.borrow().get(&id).and_then(Weak::upgrade)) {
             return Ok(IoChannel { inner, write, desc });
         }
-        let backend = bdev.0.backend.create_channel()?;
+        let mut backend = bdev.0.backend.create_channel()?;
         let stats = STATS.with(|s| s.borrow_mut().entry(id).or_insert_with(|| new_stats_entry(bdev)).stats.clone());
         let limits = bdev.0.limits;
         let inner = Rc::new_cyclic(|me| ChannelInner {
@@ -188,6 +223,7 @@ impl IoChannel {
             bdev: bdev.0.clone(),
             lends_reads: backend.lends_reads(),
             pass_to: backend.forwards_to().filter(|base| base.block_size() == bdev.block_size()),
+            linear: Linear::new(&mut *backend).filter(|l| l.base.block_size() == bdev.block_size()),
             backend: RefCell::new(backend),
             stats,
             epochs: Epochs::new(),
@@ -497,8 +533,27 @@ impl ChannelInner {
         io.epoch = self.epochs.start();
         match &self.pass_to {
             Some(base) => base.forward_unchanged(io),
-            None => self.backend.borrow_mut().submit(io),
+            None => match &self.linear {
+                Some(l) if matches!(io.req.io_type, IoType::Read | IoType::Write) => self.forward_linear(l, io),
+                _ => self.backend.borrow_mut().submit(io),
+            },
         }
+    }
+
+    /// A read or write of a module with a linear mapping (`Linear`): forwarded to the base
+    /// with its offset moved if the mapping, as of now, covers it; else the module's.
+    #[inline(always)]
+    fn forward_linear(&self, l: &Linear, mut io: BdevIo) {
+        let g = l.generation.load(Ordering::Acquire);
+        if g != l.seen.get() {
+            l.retake(&mut **self.backend.borrow_mut(), g);
+        }
+        // In range, so the sum does not overflow.
+        if io.req.offset_blocks + io.req.num_blocks <= l.end.get() {
+            io.req.offset_blocks += l.shift.get();
+            return l.base.forward_moved(io);
+        }
+        self.backend.borrow_mut().submit(io)
     }
 
     /// Checks a request against the bdev: not being removed, serves the type, holds the range;

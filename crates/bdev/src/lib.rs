@@ -19,6 +19,7 @@ pub mod timeout;
 
 pub use bdev::{
     list, lookup, register, stacked_over, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits,
+    LinearMap,
 };
 pub use channel::IoChannel;
 pub use desc::{BdevDesc, BdevEvent, ClaimType};

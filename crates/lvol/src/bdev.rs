@@ -2,7 +2,9 @@
 //! channel maps a request's cluster to the base bdev through the blob's cluster map (read
 //! without a lock) and forwards the request itself to the base bdev's channel, with its offset
 //! moved. The bdev declares the cluster as its optimal I/O boundary with splitting, so the bdev
-//! layer hands it requests within one cluster.
+//! layer hands it requests within one cluster. While the lvol's clusters lie back to back (a
+//! thick lvol, a thin one allocated in order), the channel names that linear mapping to the bdev
+//! layer, which then forwards reads and writes itself, without a call into the module.
 //!
 //! A thin lvol's unallocated cluster reads from the first ancestor (snapshot) that has it, or as
 //! zeroes; an unmap of it has nothing to do, nor has a write-zeroes if no ancestor has it; the
@@ -17,9 +19,11 @@ use crate::lvs::{Lvol, Lvstore};
 use crate::MODULE;
 use ferrite_bdev::{
     BackendChannel, Bdev, BdevBackend, BdevError, BdevIo, BdevProps, IoChannel, IoStatus, IoType, IoTypes, Limits,
+    LinearMap,
 };
 use ferrite_blob::store::{Blob, ClusterMap};
 use serde_json::{json, Value};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// The I/O types lvols serve.
@@ -231,6 +235,18 @@ fn ext_read_done(mut parent: BdevIo, c: ferrite_bdev::Completed) {
 impl BackendChannel for LvolChannel {
     fn lends_reads(&self) -> bool {
         self.lends
+    }
+
+    fn linear_base(&self) -> Option<(IoChannel, Arc<AtomicU64>)> {
+        Some((self.base.clone(), self.blob.generation_counter()))
+    }
+
+    /// The whole lvol while its clusters lie back to back (a thick lvol, a thin one allocated
+    /// in order) and it takes writes.
+    fn linear_map(&mut self) -> Option<LinearMap> {
+        self.refresh();
+        let first = self.map.contiguous.filter(|_| !self.read_only)?;
+        Some(LinearMap { shift: first, end: self.map.clusters * self.blocks_per_cluster })
     }
 
     fn submit(&mut self, mut io: BdevIo) {

@@ -517,6 +517,11 @@ impl Blob {
         self.0.store.generation.load(Ordering::Acquire)
     }
 
+    /// The counter [`Blob::map_generation`] reads, for a reader that loads it itself.
+    pub fn generation_counter(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.0.store.generation.clone()
+    }
+
     /// This blob's map and its ancestors' in order: a cluster's data is in the first map that
     /// has it allocated, and zeroes if none has.
     pub fn maps(&self) -> Vec<Arc<ClusterMap>> {

@@ -226,8 +226,9 @@ pub(crate) struct Store {
     pub(crate) md: Mutex<MdState>,
     /// Blocks per cluster.
     pub(crate) blocks_per_cluster: u64,
-    /// Topology generation (see [`Blob::map_generation`]).
-    pub(crate) generation: std::sync::atomic::AtomicU64,
+    /// Topology generation (see [`Blob::map_generation`]); shared with the bdev layer, which
+    /// applies an lvol's back-to-back clusters itself while it stands still.
+    pub(crate) generation: Arc<std::sync::atomic::AtomicU64>,
     /// The devices of external snapshots, by id (the application registers them).
     pub(crate) external: Mutex<HashMap<Vec<u8>, Dev>>,
 }
@@ -409,7 +410,7 @@ impl Blobstore {
             geo,
             md_core,
             md: Mutex::new(st),
-            generation: std::sync::atomic::AtomicU64::new(0),
+            generation: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             external: Mutex::new(HashMap::new()),
         })))
     }
