@@ -21,12 +21,14 @@
 # medians of the IOPS, and the medians of the per-round quotients. Run it on a quiet machine.
 # Memory: Ferrite's malloc bdevs are transparent huge pages, SPDK's 2 MiB hugepages where the
 # bench can reserve them (bench/common.sh spdk_memory; SPDK_HUGE=0: neither side).
-# In-process cells ("inproc thick randwrite 1" and so on): one `ferrite perf` process holds a
-# raw 1 GiB malloc bdev and a thick lvol on a second one, and runs them in turns of TURN s (1)
-# (`--interleave`), so every quotient compares turns made seconds apart in the
-# same process; the rounds alternate which malloc bdev holds the lvstore. Printed: the median of
-# all the turns' quotients, their count and their spread (quartiles). Ferrite only: bdevperf has
-# no such mode.
+# In-process cells ("inproc thick randwrite 1" and so on): one `ferrite perf` process holds
+# two 1 GiB malloc bdevs, a thick lvol on one of them, and runs the lvol and a raw malloc bdev in
+# turns of TURN s (1) (`--interleave`), so every quotient compares turns made seconds apart in
+# the same process. Reads compare with the lvol's own base, read raw: two malloc bdevs of one
+# process read at rates up to 3% apart (their pages differ), more than the bound measured.
+# Writes cannot go to a claimed base: they compare with the other malloc bdev, and the rounds
+# alternate which one holds the lvstore. Printed: the median of all the turns' quotients, their
+# count and their spread (quartiles). Ferrite only: bdevperf has no such mode.
 # CELLS (an extended regular expression) keeps only the cells whose "workload qd" matches
 # ("randwrite 1$"; the thin cell is "thin randwrite 32", the allocated thin ones "full randread
 # 128" and so on, the thick ones "thick randread 128").
@@ -160,6 +162,9 @@ inproc_cell() {
   [ "$1" = full ] && thin=true fill=--fill
   for r in $(seq 1 "$ROUNDS"); do
     if [ $((r % 2)) = 1 ]; then cfgf="$TMP/ab_MB_$thin.json" rawname=MA; else cfgf="$TMP/ab_MA_$thin.json" rawname=MB; fi
+    # Reads compare with the lvol's own base, read raw (a claimed bdev may still be read): the
+    # same memory, the same pages.
+    [ "$2" = randread ] && rawname=$(tr AB BA <<<"$rawname")
     "$FERRITE" perf --json "$cfgf" -T "$rawname" -T lvs0/l0 -q "$3" -o 4096 -w "$2" -t "$T" -m 0x1 \
       --interleave "${TURN:-1}" ${fill:+"$fill"} --results-json "$TMP/ab.json" >/dev/null ||
       fail "ferrite perf --interleave failed"

@@ -171,6 +171,32 @@ fn fill_writes_every_block_before_a_read_run() {
 }
 
 #[test]
+fn fill_leaves_a_claimed_base_to_its_lvstore_and_reads_it_as_it_is() {
+    // An lvol and the base its lvstore claims, read in one run: the fill writes the lvol (all
+    // but the lvstore's metadata at the front of the file) and says it leaves the base alone.
+    const SIZE: usize = 16 << 20;
+    let dir = TempDir::new("perffillclaimed");
+    let img = dir.file_filled("disk.img", SIZE, 0);
+    let doc = json!({"subsystems": [{"subsystem": "bdev", "config": [
+        {"method": "bdev_uring_create", "params": {"name": "U0", "filename": img.to_str().unwrap()}},
+        {"method": "bdev_lvol_create_lvstore", "params": {"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": 1 << 20}},
+        {"method": "bdev_lvol_create", "params": {"lvs_name": "lvs0", "lvol_name": "l0", "size_in_mib": 8}},
+        {"method": "bdev_wait_for_examine"}]}]});
+    let cfg = dir.write_json("lvol.json", &doc).to_str().unwrap().to_string();
+    let args = ["-T", "U0", "-T", "lvs0/l0", "-w", "randread", "-q", "4", "-o", "4096", "-t", "1", "--fill"];
+    let run = run_perf(&dir, "fill-claimed", &cfg, &args, Duration::from_secs(30));
+    assert_eq!(run.code, Some(0), "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("Not filled U0: claimed by module lvol"), "{}", run.stdout);
+    assert!(run.stdout.contains("Filled lvs0/l0: 8 MiB"), "{}", run.stdout);
+    assert!(run.stdout.contains("Job: U0 ") && run.stdout.contains("Job: lvs0/l0 "), "{}", run.stdout);
+    let data = std::fs::read(&img).unwrap();
+    // The lvol's 8 clusters were written; the 7 MiB past them were not.
+    let written = SIZE / 4096 - untouched_blocks(&data, 0);
+    assert!((8 << 20) / 4096 <= written && written < (9 << 20) / 4096, "{written} blocks written");
+    assert_eq!(untouched_blocks(&data[SIZE - (7 << 20)..], 0), (7 << 20) / 4096, "the fill wrote past the lvol");
+}
+
+#[test]
 fn missing_uring_file_fails_with_its_path() {
     let dir = TempDir::new("perfmissing");
     let missing = dir.join("no-such-disk.img");
