@@ -158,13 +158,14 @@ done
 # inproc_cell KIND WORKLOAD QD (KIND thick, or full: the thin lvol, and the raw bdev, filled
 # first): ROUNDS processes of T seconds per bdev, in turns of TURN seconds.
 inproc_cell() {
-  local qs=() lv=() raw=() r cfgf rawname thin=false fill=
+  local qs=() lv=() raw=() r cfgf rawname base other thin=false fill=
   [ "$1" = full ] && thin=true fill=--fill
   for r in $(seq 1 "$ROUNDS"); do
-    if [ $((r % 2)) = 1 ]; then cfgf="$TMP/ab_MB_$thin.json" rawname=MA; else cfgf="$TMP/ab_MA_$thin.json" rawname=MB; fi
+    if [ $((r % 2)) = 1 ]; then base=MB other=MA; else base=MA other=MB; fi
+    cfgf="$TMP/ab_${base}_$thin.json" rawname=$other
     # Reads compare with the lvol's own base, read raw (a claimed bdev may still be read): the
     # same memory, the same pages.
-    [ "$2" = randread ] && rawname=$(tr AB BA <<<"$rawname")
+    [ "$2" = randread ] && rawname=$base
     "$FERRITE" perf --json "$cfgf" -T "$rawname" -T lvs0/l0 -q "$3" -o 4096 -w "$2" -t "$T" -m 0x1 \
       --interleave "${TURN:-1}" ${fill:+"$fill"} --results-json "$TMP/ab.json" >/dev/null ||
       fail "ferrite perf --interleave failed"

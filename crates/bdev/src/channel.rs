@@ -153,9 +153,9 @@ struct Linear {
 }
 
 impl Linear {
-    /// Made with the module's first answer.
-    fn new(backend: &mut dyn BackendChannel) -> Option<Box<Linear>> {
-        let (base, generation) = backend.linear_base()?;
+    /// Made with the module's first answer, for a base of the channel's block size.
+    fn new(backend: &mut dyn BackendChannel, block_size: u32) -> Option<Box<Linear>> {
+        let (base, generation) = backend.linear_base().filter(|(base, _)| base.block_size() == block_size)?;
         let l = Box::new(Linear { base, generation, seen: Cell::new(0), shift: Cell::new(0), end: Cell::new(0) });
         l.retake(backend, l.generation.load(Ordering::Acquire));
         Some(l)
@@ -223,7 +223,7 @@ impl IoChannel {
             bdev: bdev.0.clone(),
             lends_reads: backend.lends_reads(),
             pass_to: backend.forwards_to().filter(|base| base.block_size() == bdev.block_size()),
-            linear: Linear::new(&mut *backend).filter(|l| l.base.block_size() == bdev.block_size()),
+            linear: Linear::new(&mut *backend, bdev.block_size()),
             backend: RefCell::new(backend),
             stats,
             epochs: Epochs::new(),
