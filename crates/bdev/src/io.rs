@@ -799,7 +799,7 @@ impl BdevIo {
                 deliver(st);
                 return;
             };
-            if status == IoStatus::NoMem {
+            if matches!(status, IoStatus::NoMem) {
                 st.ch = Some(ch.clone());
                 ch.retry_later(BdevIo(ManuallyDrop::new(st)));
                 return;
@@ -813,13 +813,13 @@ impl BdevIo {
                     t => t,
                 };
             }
-            st.status = status;
             st.latency_ticks = now.wrapping_sub(st.submit_tick);
             if st.counted {
                 st.counted = false;
                 ch.finished(st.epoch);
             }
             if st.bounced.is_some() && st.bounce_depth as usize == st.frames.len() {
+                st.status = status;
                 crate::fit::unbounce(&mut st);
             }
             // A split's children are counted as their parent, at the layer that split it.
@@ -832,6 +832,8 @@ impl BdevIo {
                 _ => break,
             };
         }
+        // Stored once, not at each layer: only `unbounce` reads it inside the loop.
+        st.status = status;
         // Requests submitted from inside the callback take `now` as their submit time instead
         // of reading the counter again (it costs ~13 ns in a VM); their latency is overstated
         // by the callback's own run time, never understated.

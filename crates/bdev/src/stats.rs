@@ -59,6 +59,30 @@ struct Counters {
 }
 
 impl Counters {
+    /// `ChannelStats::record` of a failed request or of a type other than read and write.
+    #[cold]
+    #[inline(never)]
+    fn record_other(&mut self, t: IoType, bytes: u64, status: IoStatus, ticks: u64) {
+        if !matches!(status, IoStatus::Success) {
+            self.io_errors += 1;
+            self.errors[error_kind(status)] += 1;
+            return;
+        }
+        match t {
+            IoType::Read => self.read.record(bytes, ticks),
+            IoType::Write => self.write.record(bytes, ticks),
+            IoType::Unmap => self.unmap.record(bytes, ticks),
+            IoType::Copy => self.copy.record(bytes, ticks),
+            IoType::WriteZeroes => {
+                self.bytes_write_zeroes += bytes;
+                self.num_write_zeroes_ops += 1;
+            }
+            IoType::Flush => self.num_flush_ops += 1,
+            IoType::Reset => self.num_reset_ops += 1,
+            _ => {}
+        }
+    }
+
     fn stat(&self) -> IoStat {
         IoStat {
             bytes_read: self.read.bytes,
@@ -212,23 +236,12 @@ impl ChannelStats {
         if let Some(h) = unsafe { &mut *self.hist.get() } {
             h.record(t, ticks);
         }
-        if status != IoStatus::Success {
-            c.io_errors += 1;
-            c.errors[error_kind(status)] += 1;
-            return;
-        }
-        match t {
-            IoType::Read => c.read.record(bytes, ticks),
-            IoType::Write => c.write.record(bytes, ticks),
-            IoType::Unmap => c.unmap.record(bytes, ticks),
-            IoType::Copy => c.copy.record(bytes, ticks),
-            IoType::WriteZeroes => {
-                c.bytes_write_zeroes += bytes;
-                c.num_write_zeroes_ops += 1;
-            }
-            IoType::Flush => c.num_flush_ops += 1,
-            IoType::Reset => c.num_reset_ops += 1,
-            _ => {}
+        // Reads and writes that succeeded first, without a jump table: this runs once per
+        // request and layer.
+        match (t, status) {
+            (IoType::Read, IoStatus::Success) => c.read.record(bytes, ticks),
+            (IoType::Write, IoStatus::Success) => c.write.record(bytes, ticks),
+            _ => c.record_other(t, bytes, status, ticks),
         }
     }
 
