@@ -195,6 +195,36 @@ ferrite_reactor::reactor_local! {
     static STATS: RefCell<HashMap<u64, StatsEntry>> = RefCell::new(HashMap::new());
 }
 
+ferrite_reactor::reactor_local! {
+    /// The size of `STATS` after its last pruning: it is pruned again once it has doubled.
+    static STATS_PRUNED_LEN: Cell<usize> = const { Cell::new(0) };
+}
+
+/// This core's counters of `bdev`, made if needed. Making one first drops the entries of
+/// deleted bdevs once the map has doubled since that was last done, so creating and deleting
+/// bdevs (with their histograms) does not grow the map without bound, at an amortized
+/// constant cost per entry.
+fn local_stats_entry(bdev: &Bdev) -> Rc<ChannelStats> {
+    STATS.with(|s| {
+        let mut s = s.borrow_mut();
+        if let Some(e) = s.get(&bdev.id()) {
+            return e.stats.clone();
+        }
+        STATS_PRUNED_LEN.with(|pruned| {
+            if s.len() >= 2 * pruned.get().max(32) {
+                s.retain(|_, e| stats_entry_live(e));
+                pruned.set(s.len());
+            }
+        });
+        s.entry(bdev.id()).or_insert_with(|| new_stats_entry(bdev)).stats.clone()
+    })
+}
+
+/// True while the entry's bdev exists and is not being deleted.
+fn stats_entry_live(e: &StatsEntry) -> bool {
+    e.bdev.upgrade().is_some_and(|b| !b.removing.load(Ordering::Relaxed))
+}
+
 /// This core's handle for submitting I/O to one bdev.
 #[derive(Clone)]
 pub struct IoChannel {
@@ -211,7 +241,7 @@ impl IoChannel {
             return Ok(IoChannel { inner, write, desc });
         }
         let mut backend = bdev.0.backend.create_channel()?;
-        let stats = STATS.with(|s| s.borrow_mut().entry(id).or_insert_with(|| new_stats_entry(bdev)).stats.clone());
+        let stats = local_stats_entry(bdev);
         let limits = bdev.0.limits;
         let inner = Rc::new_cyclic(|me| ChannelInner {
             block_size: bdev.block_size(),
@@ -870,7 +900,7 @@ pub(crate) fn local_stats(id: u64) -> Option<Rc<ChannelStats>> {
 
 /// Runs `f` on this core's counters of `bdev`, making them if needed.
 pub(crate) fn with_local_stats(bdev: &Bdev, f: impl FnOnce(&ChannelStats)) {
-    let stats = STATS.with(|s| s.borrow_mut().entry(bdev.id()).or_insert_with(|| new_stats_entry(bdev)).stats.clone());
+    let stats = local_stats_entry(bdev);
     f(&stats);
 }
 
@@ -928,11 +958,20 @@ pub fn local_iostat(id: u64) -> IoStat {
     STATS.with(|s| s.borrow().get(&id).map(|c| c.stats.snapshot()).unwrap_or_default())
 }
 
+/// How many bdevs this core keeps counters for, deleted ones not yet pruned included.
+pub fn local_iostat_entries() -> usize {
+    STATS.with(|s| s.borrow().len())
+}
+
 /// Forgets this core's statistics of bdevs that are gone or being deleted. (Bdevs registered
 /// while a caller gathers statistics are kept: the test is on each bdev, not on a list read
 /// earlier.)
 pub fn prune_local_iostat() {
-    STATS.with(|s| s.borrow_mut().retain(|_, e| e.bdev.upgrade().is_some_and(|b| !b.removing.load(Ordering::Relaxed))));
+    STATS.with(|s| {
+        let mut s = s.borrow_mut();
+        s.retain(|_, e| stats_entry_live(e));
+        STATS_PRUNED_LEN.with(|pruned| pruned.set(s.len()));
+    });
 }
 
 /// Completion slot of [`IoChannel::submit_wait`].
