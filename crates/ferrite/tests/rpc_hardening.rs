@@ -31,6 +31,50 @@ fn idle_connections_do_not_lock_out_the_control_plane() {
     d.assert_serving();
 }
 
+/// Clients that ask for something that waits (a bdev that never comes, for a very long time)
+/// and close at once used to hold their connection slots until the wait ended: 64 of them
+/// locked the control plane out for good. A client that has gone now frees its slot within
+/// moments; the method itself runs on.
+#[test]
+fn clients_gone_during_a_long_wait_free_their_slots() {
+    let dir = TempDir::new("gonewait");
+    let d = Daemon::start(&dir, &[]);
+    let n = ferrite_rpc::server::MAX_CONNECTIONS + 8;
+    for i in 0..n {
+        let mut s = UnixStream::connect(&d.sock).unwrap();
+        let req = json!({"jsonrpc": "2.0", "method": "bdev_get_bdevs", "id": i,
+            "params": {"name": "never", "timeout": u64::MAX}});
+        s.write_all(req.to_string().as_bytes()).unwrap();
+        // Closed without waiting for the answer.
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 0..3 {
+        let t0 = Instant::now();
+        let v = d
+            .client()
+            .call("spdk_get_version", None)
+            .unwrap_or_else(|e| panic!("call {i} after {n} clients left waiting requests: {e}"));
+        assert!(v["version"].is_string(), "{v}");
+        assert!(t0.elapsed() < Duration::from_secs(3), "call {i} took {:?}", t0.elapsed());
+    }
+    // A client that shuts only its writing side still gets its answer.
+    let mut s = UnixStream::connect(&d.sock).unwrap();
+    let req =
+        json!({"jsonrpc": "2.0", "method": "bdev_get_bdevs", "id": 1, "params": {"name": "late", "timeout": 3000}});
+    s.write_all(req.to_string().as_bytes()).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    d.client()
+        .call("bdev_null_create", Some(json!({"name": "late", "num_blocks": 64, "block_size": 512})))
+        .expect("create the awaited bdev");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).expect("answer after a half-close");
+    let v: Value = serde_json::from_str(reply.trim()).unwrap_or_else(|e| panic!("{e}: {reply:?}"));
+    assert_eq!(v["result"][0]["name"], "late", "{v}");
+    d.assert_serving();
+}
+
 #[test]
 fn five_hundred_simultaneous_connections_all_get_a_reply() {
     let dir = TempDir::new("flood");

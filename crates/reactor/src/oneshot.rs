@@ -81,6 +81,26 @@ impl<T> Receiver<T> {
 }
 
 impl<T> Receiver<T> {
+    /// As [`Receiver::wait`], but for at most `limit`: None if the value has not come by then
+    /// (it may still come; call again).
+    pub fn wait_for(&mut self, limit: std::time::Duration) -> Option<Result<T, Canceled>> {
+        let deadline = std::time::Instant::now() + limit;
+        let mut st = self.0.state.lock().unwrap();
+        loop {
+            if let Some(v) = st.value.take() {
+                return Some(Ok(v));
+            }
+            if st.sender_gone {
+                return Some(Err(Canceled));
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            st = self.0.cond.wait_timeout(st, left).unwrap().0;
+        }
+    }
+
     /// The value if it arrived, `Err(Canceled)` if it never will, None while it may still come.
     pub fn try_recv(&mut self) -> Option<Result<T, Canceled>> {
         let mut st = self.0.state.lock().unwrap();

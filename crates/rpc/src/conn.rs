@@ -6,9 +6,9 @@ use crate::jsonrpc::{
     Split, MAX_REQUEST, PARSE_ERROR,
 };
 use crate::registry::Params;
-use crate::server::{dispatch, Shared};
+use crate::server::{dispatch_while, Shared};
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -95,7 +95,11 @@ pub(crate) fn serve_connection(conn: &UnixStream, shared: &Shared, slot: &Slot) 
                     buf.drain(..consumed);
                     scanner.reset();
                     request_started = Instant::now();
-                    if let Some(reply) = answer_incoming(shared, incoming) {
+                    let Some(reply) = answer_incoming(shared, conn, incoming) else {
+                        log::info!("rpc: the client closed its connection before its answer; slot freed");
+                        return Ok(());
+                    };
+                    if let Some(reply) = reply {
                         conn_w.write_all(&reply)?;
                     }
                 }
@@ -139,34 +143,50 @@ pub(crate) fn serve_connection(conn: &UnixStream, shared: &Shared, slot: &Slot) 
     }
 }
 
-/// Runs what a frame asks for; returns the bytes to send back, if any.
-fn answer_incoming(shared: &Shared, incoming: Incoming) -> Option<Vec<u8>> {
+/// Runs what a frame asks for; returns the bytes to send back, if any, or None if the client
+/// closed its connection while a request ran (the rest of a batch is not run).
+fn answer_incoming(shared: &Shared, conn: &UnixStream, incoming: Incoming) -> Option<Option<Vec<u8>>> {
     match incoming {
-        Incoming::Single(r) => answer(shared, r),
+        Incoming::Single(r) => answer(shared, conn, r),
         Incoming::Batch(items) => {
-            let parts: Vec<Vec<u8>> = items.into_iter().filter_map(|r| answer(shared, r)).collect();
-            (!parts.is_empty()).then(|| encode_batch(&parts))
+            let mut parts: Vec<Vec<u8>> = Vec::new();
+            for r in items {
+                parts.extend(answer(shared, conn, r)?);
+            }
+            Some((!parts.is_empty()).then(|| encode_batch(&parts)))
         }
     }
 }
 
-/// Runs one request; notifications get no reply, invalid requests always get one.
-fn answer(shared: &Shared, r: Result<Request, (Option<Id>, RpcError)>) -> Option<Vec<u8>> {
+/// True unless the peer of `conn` has closed it (POLLHUP: both directions shut, which for a
+/// unix stream socket means the peer closed its end; a client that only shut its writing side
+/// still waits for its answer).
+fn client_there(conn: &UnixStream) -> bool {
+    let mut p = libc::pollfd { fd: conn.as_raw_fd(), events: 0, revents: 0 };
+    // SAFETY: one valid pollfd; a zero timeout does not block.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    !(n > 0 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0)
+}
+
+/// Runs one request; notifications get no reply, invalid requests always get one. None if the
+/// client closed its connection before the method finished.
+fn answer(shared: &Shared, conn: &UnixStream, r: Result<Request, (Option<Id>, RpcError)>) -> Option<Option<Vec<u8>>> {
     match r {
         Err((id, err)) => {
-            log::warn!("rpc: invalid request: {}", err.message);
-            Some(encode_error(id.as_ref(), &err))
+            log::warn!("rpc: invalid request: {}", err.message.escape_debug());
+            Some(Some(encode_error(id.as_ref(), &err)))
         }
         Ok(req) => {
             let method = req.method.clone();
-            let res = dispatch(&shared.ctx, req.method, Params(req.params));
+            let res = dispatch_while(&shared.ctx, req.method, Params(req.params), || client_there(conn))?;
             if let Err(e) = &res {
-                log::info!("rpc {method}: error {}: {}", e.code, e.message);
+                // Escaped: names in messages come from the client and must not forge log lines.
+                log::info!("rpc {}: error {}: {}", method.escape_debug(), e.code, e.message.escape_debug());
             }
-            req.id.map(|id| match res {
+            Some(req.id.map(|id| match res {
                 Ok(v) => encode_result(&id, &v),
                 Err(e) => encode_error(Some(&id), &e),
-            })
+            }))
         }
     }
 }
