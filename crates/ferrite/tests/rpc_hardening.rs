@@ -75,6 +75,31 @@ fn clients_gone_during_a_long_wait_free_their_slots() {
     d.assert_serving();
 }
 
+/// `ferrite rpc` (and its client) refused answers over the server's 4 MiB request bound:
+/// `bdev_get_bdevs` failed from about 6,000 bdevs on ("bad response: request too large").
+#[test]
+fn answers_larger_than_the_request_bound_are_read() {
+    let dir = TempDir::new("bigans");
+    let d = Daemon::start(&dir, &[]);
+    let n = 8000;
+    let batch: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"jsonrpc": "2.0", "id": i, "method": "bdev_null_create",
+                "params": {"name": format!("null_with_a_longish_name_{i:05}"), "num_blocks": 64, "block_size": 512}})
+        })
+        .collect();
+    let mut c = d.client();
+    c.send_raw(Value::Array(batch).to_string().as_bytes()).unwrap();
+    let created = c.read_value().expect("the batch's answer");
+    assert_eq!(created.as_array().map(Vec::len), Some(n), "every create answered");
+    let all = c.call("bdev_get_bdevs", None).expect("an answer of several MiB");
+    let names: Vec<&str> = all.as_array().unwrap().iter().filter_map(|b| b["name"].as_str()).collect();
+    assert_eq!(names.len(), n);
+    assert_eq!(names[n - 1], format!("null_with_a_longish_name_{:05}", n - 1));
+    assert!(all.to_string().len() > 4 << 20, "the answer is over the request bound");
+    d.assert_serving();
+}
+
 #[test]
 fn five_hundred_simultaneous_connections_all_get_a_reply() {
     let dir = TempDir::new("flood");

@@ -1,17 +1,23 @@
 //! A blocking JSON-RPC client for the unix socket (used by `ferrite rpc` and the tests).
 
-use crate::jsonrpc::{split_value, RpcError, Split, MAX_REQUEST};
+use crate::jsonrpc::{split_value, FrameScanner, RpcError, Split};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+/// The largest answer read: the server's 4 MiB bound is for requests, and answers grow with
+/// what is asked (`bdev_get_bdevs` of 8,000 bdevs is ~5.6 MB).
+const MAX_ANSWER: usize = 1 << 30;
+
 /// A connection to a Ferrite (or SPDK) JSON-RPC socket.
 pub struct RpcClient {
     conn: UnixStream,
     next_id: u64,
     buf: Vec<u8>,
+    /// Where the next value in `buf` ends, found looking at each byte once.
+    scanner: FrameScanner,
 }
 
 /// Why a call failed.
@@ -43,7 +49,7 @@ impl RpcClient {
         let conn = UnixStream::connect(path)
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot connect to {}: {e}", path.display())))?;
         conn.set_read_timeout(Some(timeout))?;
-        Ok(Self { conn, next_id: 1, buf: Vec::new() })
+        Ok(Self { conn, next_id: 1, buf: Vec::new(), scanner: FrameScanner::default() })
     }
 
     /// Calls `method` with `params` (None: no params member) and returns the result.
@@ -73,13 +79,25 @@ impl RpcClient {
     pub fn read_value(&mut self) -> Result<Value, CallError> {
         let mut chunk = [0u8; 16384];
         loop {
-            match split_value(&self.buf, MAX_REQUEST) {
-                Split::Complete { consumed, value } => {
-                    self.buf.drain(..consumed);
-                    return Ok(value);
+            // Parsed once the scanner has found its end: parsing after every read took
+            // seconds for an answer of a few megabytes.
+            let end = match self.scanner.scan(&self.buf) {
+                Some(end) => Some(end),
+                None if self.buf.len() > MAX_ANSWER => Some(self.buf.len()),
+                None => None,
+            };
+            if let Some(end) = end {
+                match split_value(&self.buf[..end], MAX_ANSWER) {
+                    Split::Complete { consumed, value } => {
+                        self.buf.drain(..consumed);
+                        self.scanner = FrameScanner::default();
+                        return Ok(value);
+                    }
+                    Split::Invalid { message } => {
+                        return Err(CallError::Protocol(message.replace("request", "answer")))
+                    }
+                    Split::Incomplete => {}
                 }
-                Split::Invalid { message } => return Err(CallError::Protocol(message)),
-                Split::Incomplete => {}
             }
             let n = match self.conn.read(&mut chunk) {
                 // A signal to this process: with a read timeout set the kernel does not restart
