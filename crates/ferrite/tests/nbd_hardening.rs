@@ -488,6 +488,44 @@ fn write_headers_without_their_payload_hold_no_more_than_the_budget_and_time_out
     n.assert_serves("w0");
 }
 
+/// Found by the attacker: a write larger than any buffer the reactor could ever give
+/// (`--buf-heap-budget 4`, 16 MiB) waited for one forever, its connection spinning at 40% of a
+/// core and listed after its client left; and writes of 128 KiB or less had no deadline, so
+/// clients that announced them and stopped sending held the pool and the heap budget for good,
+/// and everyone else's writes waited behind them.
+#[test]
+fn writes_waiting_for_memory_are_bounded_in_size_and_time() {
+    let dir = TempDir::new("nbdhoard");
+    let n = NbdDaemon::start_full(&dir, "0x1", json!({}), &["--no-pin", "--buf-heap-budget", "1"]);
+    n.d.call("bdev_malloc_create", Some(json!({"name": "H0", "num_blocks": 16384, "block_size": 4096})));
+    n.export("H0", "h0", false, "");
+    let (mut huge, _) = Raw::open(n.port, "h0", false);
+    huge.send(&request_bytes(0, CMD_WRITE, 1, 0, 16 << 20, &[]));
+    assert!(closed_within(&mut huge.s, Duration::from_secs(5)), "a write no buffer can hold was left waiting");
+    // More 128 KiB writes begun and abandoned than the large buffers (64) and the 1 MiB heap
+    // budget hold: those that got a buffer time out after 10 s, then those that waited for one.
+    let mut hoarders: Vec<Raw> = (0..80u64)
+        .map(|k| {
+            let (mut c, _) = Raw::open(n.port, "h0", false);
+            let mut req = request_bytes(0, CMD_WRITE, k, 0, 128 << 10, &[]);
+            req.extend_from_slice(&[0x5a; 100]);
+            c.send(&req);
+            c
+        })
+        .collect();
+    let t0 = Instant::now();
+    for (i, c) in hoarders.iter_mut().enumerate() {
+        let left = Duration::from_secs(40).saturating_sub(t0.elapsed()).max(Duration::from_millis(1));
+        assert!(closed_within(&mut c.s, left), "abandoned 128 KiB write {i} still open after {:?}", t0.elapsed());
+    }
+    eprintln!("80 abandoned writes closed within {:?}", t0.elapsed());
+    let (mut c, _) = Raw::open(n.port, "h0", false);
+    c.s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write_read_back(&mut c, 7, 4096 * 64, &pattern(5, 128 << 10));
+    c.disc();
+    n.wait_connections("no connection is left behind", |c| c.is_empty());
+}
+
 /// Found by the attacker: clients that never read their replies kept them (and the reactor's
 /// memory) for as long as they stayed connected, and two such clients stalled everyone's reads
 /// on the same reactor. A batch of replies must now be taken within 30 s plus 1 s per MiB.

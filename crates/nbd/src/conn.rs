@@ -48,6 +48,9 @@ pub(crate) struct Handle {
     export: RefCell<Option<String>>,
     /// The reply batch being sent: the tick its send began at, and its bytes (see `send_stalled`).
     sending: Cell<Option<(u64, usize)>>,
+    /// The write payload being received: the tick its receive began at, and its bytes (see
+    /// `receive_stalled`).
+    receiving: Cell<Option<(u64, usize)>>,
 }
 
 impl Handle {
@@ -81,8 +84,8 @@ ferrite_reactor::reactor_local! {
 }
 
 /// Starts this reactor's watchdog if it is not running: once a second it closes connections
-/// whose clients stopped reading their replies (one timer per reactor, none per send), and it
-/// stops when the reactor has no connection left.
+/// whose clients stopped reading their replies or sending a write's payload (one timer per
+/// reactor, none per request), and it stops when the reactor has no connection left.
 fn start_watchdog() {
     if WATCHDOG.with(|w| w.replace(true)) || ferrite_reactor::current().is_none() {
         return;
@@ -90,10 +93,18 @@ fn start_watchdog() {
     fn tick() {
         let (stalled, any) = LIVE.with(|l| {
             let l = l.borrow();
-            (l.values().filter(|h| !h.dead.get() && send_stalled(h)).cloned().collect::<Vec<_>>(), !l.is_empty())
+            let stalled =
+                l.values().filter(|h| !h.dead.get() && (send_stalled(h) || receive_stalled(h))).cloned();
+            (stalled.collect::<Vec<_>>(), !l.is_empty())
         });
         for h in stalled {
-            log::warn!("nbd connection {}: the client has not read its replies in time; closing", h.id);
+            match h.receiving.get() {
+                Some((_, len)) if receive_stalled(&h) => log::warn!(
+                    "nbd connection {}: the client has not sent a write's {len} bytes in time; closing",
+                    h.id
+                ),
+                _ => log::warn!("nbd connection {}: the client has not read its replies in time; closing", h.id),
+            }
             h.close();
         }
         if any {
@@ -154,6 +165,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, listen: String, setting
         reader: RefCell::new(None),
         export: RefCell::new(None),
         sending: Cell::new(None),
+        receiving: Cell::new(None),
     });
     LIVE.with(|l| l.borrow_mut().insert(id, h.clone()));
     start_watchdog();
@@ -657,27 +669,52 @@ fn abort_in_flight(c: &Rc<Conn>) {
 /// A write payload's buffer: from the reactor's pool or, past it, from the heap within the
 /// reactor's budget (`--buf-heap-budget`), so that clients that announce large writes and send
 /// nothing cannot make the daemon hold more than that. While both are spent the connection waits
-/// (its client with it: the payload stays in the socket); every payload in progress has a
-/// deadline, so memory comes back. None if the connection closes meanwhile.
-async fn payload_buf(c: &Conn, len: usize) -> Option<IoBuf> {
+/// (its client with it: the payload stays in the socket), looking again after 1 ms, then less
+/// often, up to every 64 ms; every payload being received has a deadline (`receive_stalled`), so
+/// memory comes back. Err if the connection closes or its client goes meanwhile, or if no
+/// buffer that large can ever be had.
+async fn payload_buf(c: &Conn, len: usize) -> Result<IoBuf, String> {
+    let largest = ferrite_reactor::buf_pool().map_or(usize::MAX, |p| p.largest_grant());
+    if len > largest {
+        return Err(format!("write of {len} bytes: no buffer larger than {largest} bytes here (--buf-heap-budget)"));
+    }
+    let mut wait = PAYLOAD_MEMORY_WAIT;
     loop {
         if let Some(b) = ferrite_reactor::try_alloc_buf(len) {
-            return Some(b);
+            return Ok(b);
         }
         if c.h.closing.get() {
-            return None;
+            return Err("closing".into());
         }
-        ferrite_reactor::sleep(PAYLOAD_MEMORY_WAIT).await;
+        if peer_gone(c.h.sock.raw_fd()) {
+            return Err(format!("client went away while its write of {len} bytes waited for memory"));
+        }
+        ferrite_reactor::sleep(wait).await;
+        wait = (wait * 2).min(PAYLOAD_MEMORY_WAIT_MOST);
     }
+}
+
+/// True if the write payload being received has taken longer than [`payload_time`]: the
+/// client stopped sending and would otherwise hold its buffer for as long as it stays
+/// connected, whatever its size (the watchdog checks; no timer per request).
+fn receive_stalled(h: &Handle) -> bool {
+    use ferrite_reactor::tsc::{duration_to_ticks, ticks};
+    h.receiving
+        .get()
+        .is_some_and(|(since, bytes)| ticks().saturating_sub(since) > duration_to_ticks(payload_time(bytes as u32)))
+}
+
+/// See [`payload_deadline`].
+fn payload_time(len: u32) -> Duration {
+    PAYLOAD_BASE_TIME + Duration::from_secs(u64::from(len) >> 20)
 }
 
 /// How long a write's payload may take to arrive: 10 s, plus 1 s per MiB (a client slower than
 /// 1 MiB/s is treated as one that stopped sending). Only payloads above [`DEADLINE_FROM`] get
-/// one (its linked timeout costs an allocation; smaller payloads come from the pool, whose
-/// buffers a stalled client can hold but not multiply).
+/// a linked timeout on their receive (it costs an allocation); every payload, of any size, is
+/// also timed by the watchdog (`receive_stalled`), to within its period.
 fn payload_deadline(len: u32) -> Option<std::time::Instant> {
-    (len > DEADLINE_FROM)
-        .then(|| std::time::Instant::now() + PAYLOAD_BASE_TIME + Duration::from_secs(u64::from(len) >> 20))
+    (len > DEADLINE_FROM).then(|| std::time::Instant::now() + payload_time(len))
 }
 
 /// See [`payload_deadline`].
@@ -688,8 +725,10 @@ const REPLY_BASE_TIME: Duration = Duration::from_secs(30);
 
 /// See [`payload_deadline`].
 const PAYLOAD_BASE_TIME: Duration = Duration::from_secs(10);
-/// How often a connection waiting for payload memory looks again.
+/// How soon a connection waiting for payload memory looks again, at first.
 const PAYLOAD_MEMORY_WAIT: Duration = Duration::from_millis(1);
+/// How seldom it looks, at most.
+const PAYLOAD_MEMORY_WAIT_MOST: Duration = Duration::from_millis(64);
 
 /// True if the reply batch being sent has taken longer than 30 s plus 1 s per MiB: the client
 /// does not read its replies, and would otherwise hold their buffers (and this reactor's memory)
@@ -766,8 +805,14 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
             if req.length > MAX_PAYLOAD {
                 return Err(format!("write of {} bytes exceeds the maximum {MAX_PAYLOAD}", req.length));
             }
-            let Some(buf) = payload_buf(c, req.length as usize).await else { return Ok(()) };
+            let buf = match payload_buf(c, req.length as usize).await {
+                Ok(b) => b,
+                Err(_) if c.h.closing.get() => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            c.h.receiving.set(Some((ferrite_reactor::tsc::ticks(), req.length as usize)));
             let (res, buf) = inbox.payload(buf, payload_deadline(req.length)).await;
+            c.h.receiving.set(None);
             res.map_err(|e| format!("receive write payload of {} bytes: {e}", req.length))?;
             payload = Some(buf);
         } else {

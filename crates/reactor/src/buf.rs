@@ -244,6 +244,12 @@ impl BufPool {
         }
     }
 
+    /// The largest buffer `try_get` can ever give: a larger one is never there, however long
+    /// one waits.
+    pub fn largest_grant(&self) -> usize {
+        self.classes.iter().map(|c| c.size).max().unwrap_or(0).max(self.heap_budget)
+    }
+
     /// Takes a buffer of `len` bytes from its class, or from the heap while the heap budget
     /// lasts; None when both are spent (the caller should wait for buffers to come back).
     pub fn try_get(self: &Rc<Self>, len: usize) -> Option<IoBuf> {

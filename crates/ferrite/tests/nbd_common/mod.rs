@@ -63,7 +63,12 @@ impl NbdDaemon {
     /// Like [`NbdDaemon::start`], with extra `nbd_server_start` parameters (e.g.
     /// `handshake_max_seconds`) for both servers.
     pub fn start_opts(dir: &TempDir, cpumask: &str, extra: Value) -> NbdDaemon {
-        let d = Daemon::start_with(dir, "rpc.sock", cpumask, &["--no-pin"]);
+        Self::start_full(dir, cpumask, extra, &["--no-pin"])
+    }
+
+    /// Like [`NbdDaemon::start_opts`], with these `ferrite serve` arguments.
+    pub fn start_full(dir: &TempDir, cpumask: &str, extra: Value, args: &[&str]) -> NbdDaemon {
+        let d = Daemon::start_with(dir, "rpc.sock", cpumask, args);
         let unix = dir.join("nbd.sock");
         let with = |address: &str| {
             let mut p = extra.clone();
