@@ -197,7 +197,7 @@ pub fn run(a: ServeArgs) -> i32 {
         }
     };
     // Refuse a path we would not bind before starting anything.
-    if let Err(e) = ferrite_rpc::sockfile::clear_stale(&a.rpc_socket) {
+    if let Err(e) = ferrite_rpc::sockfile::check_bindable(&a.rpc_socket) {
         log::error!("{e}");
         return 1;
     }

@@ -263,6 +263,32 @@ fn serve_refuses_to_delete_a_regular_file_but_replaces_a_stale_socket() {
     d.assert_serving();
 }
 
+/// Found by the attacker: `serve -r` in a directory that does not exist (or with a path too
+/// long for a unix socket) loaded the whole config, creating its bdevs, which for large malloc
+/// bdevs takes seconds, before it failed to bind. The path is now checked before anything starts.
+#[test]
+fn serve_checks_the_socket_path_before_loading_the_config() {
+    let dir = TempDir::new("nodir");
+    let cfg = dir.join("big.json");
+    let big = json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_malloc_create",
+        "params": {"name": "M0", "num_blocks": 1 << 20, "block_size": 4096}}]}]});
+    std::fs::write(&cfg, big.to_string()).unwrap();
+    let long = format!("{}/{}.sock", dir.path().display(), "x".repeat(120));
+    for (what, path) in
+        [("a missing directory", dir.join("missing/x.sock").to_str().unwrap().to_string()), ("a long path", long)]
+    {
+        let mut p = Proc::spawn(
+            &dir,
+            "serve-nodir",
+            &["serve", "-m", "0x1", "--reactor-mode", "interrupt", "--json", cfg.to_str().unwrap(), "-r", &path],
+        );
+        let st = p.expect_exit(Duration::from_secs(10), what);
+        assert_eq!(st.code(), Some(1), "{what}: {}", p.stderr());
+        assert!(p.stderr().contains("cannot bind"), "{what}: {}", p.stderr());
+        assert!(!p.stderr().contains("M0"), "{what}: the config was loaded first: {}", p.stderr());
+    }
+}
+
 #[test]
 fn nbd_server_start_refuses_to_delete_a_regular_file() {
     let dir = TempDir::new("nbdreg");

@@ -74,23 +74,41 @@ pub fn clear_stale(path: &Path) -> Result<()> {
     }
 }
 
-/// Binds a listening unix socket at `path` with permissions `mode` from its first instant: it
-/// is bound inside a fresh 0700 directory next to `path`, given `mode`, then renamed into place
-/// (without replacing anything that appeared meanwhile). The process umask plays no part.
-pub fn bind(path: &Path, mode: u32) -> Result<BoundSocket> {
-    // The socket is bound at a short temporary name and renamed, so the kernel would not catch
-    // a final path that clients cannot connect to: check it here.
+/// Checks, before anything is started, that a socket can be bound at `path`: short enough for
+/// a unix socket address (the socket is bound at a short temporary name and renamed, so the
+/// kernel would not catch a final path that clients cannot connect to), in an existing
+/// directory, and nothing but a stale socket there (which is removed; see [`clear_stale`]).
+pub fn check_bindable(path: &Path) -> Result<()> {
     if path.as_os_str().len() >= SUN_PATH_LEN {
         return Err(Error::new(
             ErrorKind::InvalidInput,
             format!("cannot bind {}: a unix socket path must be shorter than {SUN_PATH_LEN} bytes", path.display()),
         ));
     }
-    clear_stale(path)?;
-    let parent = match path.parent() {
+    let parent = parent_dir(path);
+    if !parent.is_dir() {
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            format!("cannot bind {}: {} is not a directory", path.display(), parent.display()),
+        ));
+    }
+    clear_stale(path)
+}
+
+/// The directory `path` is in (`.` for a bare name).
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
-    };
+    }
+}
+
+/// Binds a listening unix socket at `path` with permissions `mode` from its first instant: it
+/// is bound inside a fresh 0700 directory next to `path`, given `mode`, then renamed into place
+/// (without replacing anything that appeared meanwhile). The process umask plays no part.
+pub fn bind(path: &Path, mode: u32) -> Result<BoundSocket> {
+    check_bindable(path)?;
+    let parent = parent_dir(path);
     let private =
         make_private_dir(&parent).map_err(|e| Error::new(e.kind(), format!("cannot bind {}: {e}", path.display())))?;
     let tmp = private.join("s");
