@@ -103,6 +103,13 @@ impl RpcClient {
                 // A signal to this process: with a read timeout set the kernel does not restart
                 // the read, so retry it here (a test saw EINTR as a failed call).
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    let after = self.conn.read_timeout().ok().flatten().unwrap_or_default();
+                    return Err(CallError::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {after:?} (the timeout)"),
+                    )));
+                }
                 r => r.map_err(CallError::Io)?,
             };
             if n == 0 {
