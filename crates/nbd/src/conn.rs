@@ -93,8 +93,7 @@ fn start_watchdog() {
     fn tick() {
         let (stalled, any) = LIVE.with(|l| {
             let l = l.borrow();
-            let stalled =
-                l.values().filter(|h| !h.dead.get() && (send_stalled(h) || receive_stalled(h))).cloned();
+            let stalled = l.values().filter(|h| !h.dead.get() && (send_stalled(h) || receive_stalled(h))).cloned();
             (stalled.collect::<Vec<_>>(), !l.is_empty())
         });
         for h in stalled {
