@@ -250,17 +250,13 @@ fn janitor(shared: Arc<Shared>) {
     }
 }
 
-/// Runs one method on the first reactor and waits for its result.
-pub fn dispatch(ctx: &Ctx, method: String, params: Params) -> Result<serde_json::Value, RpcError> {
-    dispatch_while(ctx, method, params, || true).expect("waits while asked to")
-}
-
 /// How often a connection thread waiting for a method's result checks that its client is there.
 const CLIENT_CHECK: Duration = Duration::from_millis(200);
 
-/// As [`dispatch`], but gives up waiting (None) as soon as `client_there` says false, checked
-/// every 200 ms: a method that waits (`bdev_get_bdevs` with a `timeout`, `framework_wait_init`)
-/// must not hold a connection slot for a client that has gone. The method itself runs on.
+/// Runs one method on the first reactor and waits for its result, but gives up waiting (None)
+/// as soon as `client_there` says false, checked every 200 ms: a method that waits
+/// (`bdev_get_bdevs` with a `timeout`, `framework_wait_init`) must not hold a connection slot
+/// for a client that has gone. The method itself runs on.
 pub fn dispatch_while(
     ctx: &Ctx,
     method: String,
