@@ -333,3 +333,35 @@ fn idle_and_partial_requests_time_out() {
     common::call(&mut c, "spdk_get_version", None);
     assert!(raw_call(&d.sock, br#"{"jsonrpc":"2.0","method":"spdk_get_version","id":1}"#).contains("Ferrite"));
 }
+
+/// What a client leaves unended when it shuts its writing side gets an answer before the
+/// connection ends: a top-level number (ended by end of file, as no byte came after it) is
+/// answered like any other value that is not a request; a request cut short gets a parse error.
+/// Both used to get nothing.
+#[test]
+fn a_value_left_at_end_of_stream_is_answered() {
+    let dir = TempDir::new("eofval");
+    let d = Daemon::start(&dir, &[]);
+    // The last answer on the connection.
+    let ask = |bytes: &[u8]| -> Value {
+        let mut s = UnixStream::connect(&d.sock).unwrap();
+        s.write_all(bytes).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).expect("an answer, then end of file");
+        let last = reply.trim().lines().last().unwrap_or_default().to_string();
+        serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {reply:?} for {bytes:?}"))
+    };
+    for bare in [&b"42"[..], b"  -1.5e3", b"{\"jsonrpc\":\"2.0\",\"method\":\"spdk_get_version\",\"id\":3} 7"] {
+        let v = ask(bare);
+        assert_eq!(v["error"]["code"], -32600, "a bare number is not a request: {v}");
+    }
+    let v = ask(br#"{"jsonrpc":"2.0","method":"spdk_get_version","id":1"#);
+    assert_eq!(v["error"]["code"], -32700, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("end of stream"), "{v}");
+    // A whole request without a newline after it is answered as before.
+    let v = ask(br#"{"jsonrpc":"2.0","method":"spdk_get_version","id":2}"#);
+    assert!(v["result"]["version"].is_string(), "{v}");
+    d.assert_serving();
+}
