@@ -3,11 +3,16 @@
 # serves a null namespace (1 GiB, 4 KiB blocks); on core 1, `ferrite perf` and SPDK's bdevperf
 # load the same JSON config (bdev_nvme_attach_controller to that target, so each runs its own
 # NVMe/TCP host: Ferrite's crates/nvmf-host, SPDK's bdev_nvme) and run the same job. Cells:
-# 4 KiB randread QD 1, 32, 128; 4 KiB randwrite QD 32; 128 KiB read QD 32. Each cell alternates
-# the two hosts ROUNDS times and prints medians and the ratio ferrite/spdk.
+# 4 KiB randread QD 1, 32, 128; 4 KiB randwrite QD 32; 128 KiB read QD 32. Each cell runs the
+# two hosts back to back ROUNDS times (who goes first alternates between rounds) and prints the
+# medians of their IOPS, the ratio of the medians, and the median and range of the per-round
+# quotients ferrite/spdk: each quotient compares runs made seconds apart, while this machine's
+# speed drifts by 10-20% over minutes, so many short rounds show a small difference better than
+# a few long ones (e.g. ROUNDS=10 with 2 s runs).
+# CELLS (an extended regular expression) keeps the cells whose "workload size qd" matches.
 # TCP_CC (e.g. cubic): the run goes into a network namespace of its own whose loopback uses that
 # congestion control (see bench/nvmf_vs_spdk.sh for why it matters on loopback).
-# Usage: [ROUNDS=3] [TCP_CC=cubic] bench/nvme_host_vs_spdk.sh [SECONDS]
+# Usage: [ROUNDS=3] [CELLS=regex] [TCP_CC=cubic] bench/nvme_host_vs_spdk.sh [SECONDS]
 # Needs SPDK (../shared/anchors/spdk.sh unpacks it); prints SKIP without it.
 source "$(dirname "$0")/common.sh"
 in_tcp_cc_netns "$@"
@@ -56,18 +61,27 @@ spdk_iops() {
     awk '/^ *Total *:/ {printf "%d\n", $3}' | tail -1
 }
 
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-printf '%-9s %7s %4s %12s %12s %6s\n' workload size qd ferrite spdk ratio
+printf '%-9s %7s %4s %12s %12s %6s %9s %13s\n' workload size qd ferrite spdk ratio "q_median" "q_range"
 for cell in "randread 4096 1" "randread 4096 32" "randread 4096 128" "randwrite 4096 32" "read 131072 32"; do
+  [[ $cell =~ ${CELLS:-.} ]] || continue
   read -r w size qd <<<"$cell"
-  f=() s=()
-  for _ in $(seq "$ROUNDS"); do
-    f+=("$(ferrite_iops "$qd" "$size" "$w")")
-    s+=("$(spdk_iops "$qd" "$size" "$w")")
+  f=() s=() q=()
+  for r in $(seq "$ROUNDS"); do
+    if [ $((r % 2)) = 1 ]; then
+      fv=$(ferrite_iops "$qd" "$size" "$w")
+      sv=$(spdk_iops "$qd" "$size" "$w")
+    else
+      sv=$(spdk_iops "$qd" "$size" "$w")
+      fv=$(ferrite_iops "$qd" "$size" "$w")
+    fi
+    [ -n "$sv" ] && [ "$sv" -gt 0 ] || fail "no bdevperf result for $cell"
+    f+=("$fv") s+=("$sv") q+=("$(python3 -c "print(f'{$fv/$sv:.3f}')")")
   done
   fm=$(printf '%s\n' "${f[@]}" | median)
   sm=$(printf '%s\n' "${s[@]}" | median)
-  [ -n "$sm" ] && [ "$sm" -gt 0 ] || fail "no bdevperf result for $cell"
-  printf '%-9s %7s %4s %12s %12s %6.2f\n' "$w" "$size" "$qd" "$fm" "$sm" "$(python3 -c "print($fm/$sm)")"
+  qm=$(printf '%s\n' "${q[@]}" | median)
+  qr="$(printf '%s\n' "${q[@]}" | sort -g | head -1)-$(printf '%s\n' "${q[@]}" | sort -g | tail -1)"
+  printf '%-9s %7s %4s %12s %12s %6.2f %9s %13s\n' "$w" "$size" "$qd" "$fm" "$sm" "$(python3 -c "print($fm/$sm)")" "$qm" "$qr"
 done
