@@ -12,7 +12,7 @@ mod common;
 use common::{check_image, open_dev};
 use ferrite_bdev::modules::crash_disk::{self, CrashDisk};
 use ferrite_bdev::Bdev;
-use ferrite_blob::store::{Blob, BlobOpts, Blobstore, Dev, InitClear, StoreOpts};
+use ferrite_blob::store::{Blob, BlobOpts, Blobstore, BsError, Dev, InitClear, StoreOpts};
 use ferrite_reactor::sim::for_seeds;
 use ferrite_reactor::{Sim, SimRng};
 use std::collections::BTreeMap;
@@ -74,6 +74,86 @@ async fn contents(bs: &Blobstore, b: &Blob) -> Vec<u64> {
     out
 }
 
+/// A snapshot holds its blob from its first step to its commit: a resize or a second snapshot
+/// meanwhile is refused as busy. Both used to go through: a resize between the two steps left
+/// the snapshot with the old size's extent table and a metadata page shared with the original
+/// (the lvstore lost both at the next load), and a second snapshot refused at its commit left
+/// its half-made blob behind. Refused now, they change nothing: the image checks clean.
+#[test]
+fn a_snapshot_holds_its_blob_against_resizes_and_other_snapshots() {
+    let mut sim = Sim::new(1, 1).unwrap();
+    let disk = sim.on(0, || crash_disk::create("H", BLOCK, vec![0; 16 << 20])).unwrap();
+    let rx = sim.engine().run_async(0, || async {
+        let bs = Blobstore::init(open_dev("H"), &opts()).await.unwrap();
+        let a_id = bs.create_blob(&BlobOpts { num_clusters: 4, ..Default::default() }).await.unwrap();
+        let a = bs.open_blob(a_id).await.unwrap();
+        for i in 0..4 {
+            write_cluster(&bs, &a, i, 50 + i).await;
+        }
+        let prep = bs.prepare_snapshot(&a, vec![]).await.unwrap();
+        let blobs = bs.blob_ids().len();
+        let r = a.resize(6).await;
+        assert!(matches!(r, Err(BsError::Busy(_))), "a resize while a snapshot is under way: {r:?}");
+        let r = bs.prepare_snapshot(&a, vec![]).await;
+        assert!(matches!(r, Err(BsError::Busy(_))), "a second snapshot while one is under way: {r:?}");
+        assert_eq!(bs.blob_ids().len(), blobs, "what was refused made no blob");
+        assert_eq!(a.num_clusters(), 4);
+        let s_id = prep.id();
+        let s = bs.commit_snapshot(&a, prep).await.unwrap();
+        bs.finish_snapshot(&s).await.unwrap();
+        // Free to grow now: the new clusters read as zeroes, the old ones through the snapshot.
+        a.resize(6).await.unwrap();
+        write_cluster(&bs, &a, 5, 65).await;
+        assert_eq!(a.parent_id(), Some(s_id));
+        assert_eq!(contents(&bs, &a).await, vec![50, 51, 52, 53, 0, 65]);
+        assert_eq!(contents(&bs, &s).await, vec![50, 51, 52, 53], "the snapshot is unchanged");
+        drop((a, s));
+        bs.unload().await.unwrap();
+    });
+    sim.block_on(rx, MAX_STEPS).unwrap();
+    check_image(&disk.image(), "after unload");
+}
+
+/// Growing a thin blob while first writes allocate its clusters: every allocation succeeds, and
+/// each cluster is published where the metadata records it. A resize used to rebuild the map
+/// from metadata that already held the clusters of allocations still writing it; publishing
+/// them then failed ("allocated but not published"), and the writes with EIO.
+#[test]
+fn a_resize_during_first_writes_fails_none_of_them() {
+    let mut sim = Sim::new(1, 1).unwrap();
+    let disk = sim.on(0, || crash_disk::create("G", BLOCK, vec![0; 16 << 20])).unwrap();
+    let rx = sim.engine().run_async(0, || async {
+        let bs = Blobstore::init(open_dev("G"), &opts()).await.unwrap();
+        let id = bs.create_blob(&BlobOpts { num_clusters: 16, thin: true, ..Default::default() }).await.unwrap();
+        let b = bs.open_blob(id).await.unwrap();
+        // Allocations, then a resize, then more allocations, all started before any runs.
+        let alloc = |c: u64| {
+            let b = b.clone();
+            ferrite_reactor::spawn_local(async move { (c, b.allocate_cluster(c).await) })
+        };
+        let mut tasks: Vec<_> = [0, 5, 9, 3].into_iter().map(alloc).collect();
+        let b2 = b.clone();
+        let resize = ferrite_reactor::spawn_local(async move { b2.resize(24).await });
+        tasks.extend([7, 12, 15].into_iter().map(alloc));
+        let mut got = Vec::new();
+        for t in tasks {
+            got.push(t.await);
+        }
+        resize.await.expect("the resize");
+        for (c, r) in &got {
+            let start = r.as_ref().unwrap_or_else(|e| panic!("first write to cluster {c}: {e}"));
+            assert_eq!(b.map().start(*c), Some(*start), "cluster {c} published where it was allocated");
+        }
+        assert_eq!(b.num_clusters(), 24);
+        assert_eq!(b.allocated_clusters(), 7);
+        write_cluster(&bs, &b, 23, 23).await;
+        drop(b);
+        bs.unload().await.unwrap();
+    });
+    sim.block_on(rx, MAX_STEPS).unwrap();
+    check_image(&disk.image(), "after unload");
+}
+
 #[test]
 fn snapshot_clone_write_delete_inflate_decouple() {
     let mut sim = Sim::new(1, 1).unwrap();
@@ -88,8 +168,9 @@ fn snapshot_clone_write_delete_inflate_decouple() {
         }
         assert_eq!(bs.free_clusters(), free0 - 4);
         // Snapshot: the snapshot has A's clusters, A none, and both read the same.
-        let s_id = bs.prepare_snapshot(&a, vec![("name".into(), b"snap".to_vec())]).await.unwrap();
-        let s = bs.commit_snapshot(&a, s_id).await.unwrap();
+        let prep = bs.prepare_snapshot(&a, vec![("name".into(), b"snap".to_vec())]).await.unwrap();
+        let s_id = prep.id();
+        let s = bs.commit_snapshot(&a, prep).await.unwrap();
         bs.finish_snapshot(&s).await.unwrap();
         assert!(s.is_read_only());
         assert_eq!(a.parent_id(), Some(s_id));
@@ -126,12 +207,14 @@ fn snapshot_clone_write_delete_inflate_decouple() {
         assert_eq!(contents(&bs, &a).await, vec![10, 21, 12, 13]);
         assert_eq!(bs.free_clusters(), free0 - 4, "the snapshot's clusters A had copies of are free again");
         // Two snapshots in a row: A <- S2 <- S1; decouple takes S1 as parent; inflate drops it.
-        let s1 = bs.prepare_snapshot(&a, vec![]).await.unwrap();
-        let s1b = bs.commit_snapshot(&a, s1).await.unwrap();
+        let s1_prep = bs.prepare_snapshot(&a, vec![]).await.unwrap();
+        let s1 = s1_prep.id();
+        let s1b = bs.commit_snapshot(&a, s1_prep).await.unwrap();
         bs.finish_snapshot(&s1b).await.unwrap();
         write_cluster(&bs, &a, 0, 40).await;
-        let s2 = bs.prepare_snapshot(&a, vec![]).await.unwrap();
-        let s2b = bs.commit_snapshot(&a, s2).await.unwrap();
+        let s2_prep = bs.prepare_snapshot(&a, vec![]).await.unwrap();
+        let s2 = s2_prep.id();
+        let s2b = bs.commit_snapshot(&a, s2_prep).await.unwrap();
         bs.finish_snapshot(&s2b).await.unwrap();
         assert_eq!(s2b.parent_id(), Some(s1));
         assert_eq!(contents(&bs, &a).await, vec![40, 21, 12, 13]);
@@ -197,8 +280,8 @@ fn clones_of_an_external_snapshot() {
         write_cluster(&bs, &a, 2, 82).await;
         assert_eq!(contents(&bs, &a).await, vec![70, 71, 82, 73, 0, 0]);
         // A snapshot takes the external parent along; the lvol reads through it.
-        let s_id = bs.prepare_snapshot(&a, vec![]).await.unwrap();
-        let s = bs.commit_snapshot(&a, s_id).await.unwrap();
+        let s_prep = bs.prepare_snapshot(&a, vec![]).await.unwrap();
+        let s = bs.commit_snapshot(&a, s_prep).await.unwrap();
         bs.finish_snapshot(&s).await.unwrap();
         assert_eq!((s.external_id(), a.external_id()), (Some(xid.clone()), None));
         assert_eq!(a.root_external(), Some(xid.clone()));
@@ -244,8 +327,9 @@ fn holds_and_long_chains() {
         let a_id = bs.create_blob(&BlobOpts { num_clusters: 2, thin: true, ..Default::default() }).await.unwrap();
         let a = bs.open_blob(a_id).await.unwrap();
         write_cluster(&bs, &a, 0, 5).await;
-        let s = bs.prepare_snapshot(&a, vec![]).await.unwrap();
-        let sb = bs.commit_snapshot(&a, s).await.unwrap();
+        let s_prep = bs.prepare_snapshot(&a, vec![]).await.unwrap();
+        let s = s_prep.id();
+        let sb = bs.commit_snapshot(&a, s_prep).await.unwrap();
         bs.finish_snapshot(&sb).await.unwrap();
         // An operation under way on a blob: the others on it are refused.
         let held = bs.reserve(a_id, "test").unwrap();
@@ -274,8 +358,8 @@ fn holds_and_long_chains() {
         bs.delete_blob(c).await.unwrap();
         // 1,100 snapshots deep (past the 1,024 an earlier version refused at load).
         for _ in 0..1100 {
-            let s = bs.prepare_snapshot(&a, vec![]).await.unwrap();
-            let sb = bs.commit_snapshot(&a, s).await.unwrap();
+            let s_prep = bs.prepare_snapshot(&a, vec![]).await.unwrap();
+            let sb = bs.commit_snapshot(&a, s_prep).await.unwrap();
             bs.finish_snapshot(&sb).await.unwrap();
         }
         assert_eq!(contents(&bs, &a).await, vec![5, 0]);
@@ -358,8 +442,9 @@ async fn workload(bs: Blobstore, seed: u64, n: u64, log: Arc<Mutex<Log>>) {
                     let data = next[&id].data.clone();
                     log.lock().unwrap().creating = Some(ModelBlob { data: data.clone(), read_only: true });
                     let b = bs.open_blob(id).await?;
-                    let s = bs.prepare_snapshot(&b, vec![]).await?;
-                    let sb = bs.commit_snapshot(&b, s).await?;
+                    let s_prep = bs.prepare_snapshot(&b, vec![]).await?;
+                    let s = s_prep.id();
+                    let sb = bs.commit_snapshot(&b, s_prep).await?;
                     bs.finish_snapshot(&sb).await?;
                     next.insert(s, ModelBlob { data, read_only: true });
                 }

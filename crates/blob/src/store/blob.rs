@@ -702,10 +702,19 @@ impl Blob {
 
     /// Resizes to `n` clusters and writes the metadata. Shrinking releases (and unmaps) the
     /// clusters cut off once the new metadata is on the device. The caller keeps the blob's I/O
-    /// away from the clusters that go.
+    /// away from the clusters that go. EBUSY while another operation (a snapshot, inflate,
+    /// delete, another resize) holds the blob; first writes that allocate clusters finish
+    /// before the size changes, and those that come meanwhile wait for it.
     pub async fn resize(&self, n: u64) -> BsResult<()> {
-        self.set_size(n)?;
-        self.persist().await
+        on_md_core(&self.0.store)?;
+        let _op = Store::reserve(&self.0.store, self.0.id, "resize")?;
+        self.exclusive().await;
+        let r = match self.set_size(n) {
+            Ok(()) => self.persist().await,
+            Err(e) => Err(e),
+        };
+        self.end_exclusive();
+        r
     }
 
     /// Writes the metadata changed in memory (xattrs, flags).

@@ -38,6 +38,7 @@ pub use blob::{Blob, BlobOpts};
 pub use clusters::ClusterMap;
 pub use dev::{Dev, DevError};
 use layout::{DevGeometry, InitOpts, Layout};
+pub use snapshot::PreparedSnapshot;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -256,6 +257,19 @@ fn on_md_core(s: &Store) -> BsResult<()> {
 impl Store {
     pub(crate) fn lock(&self) -> MutexGuard<'_, MdState> {
         self.md.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// As [`Blobstore::reserve`].
+    pub(crate) fn reserve(self: &Arc<Self>, id: u64, what: &'static str) -> BsResult<BlobOp> {
+        let mut st = self.lock();
+        if let Some(other) = st.ops.get(&id) {
+            return Err(BsError::Busy(format!("blob {id:#x}: another operation ({other}) is under way")));
+        }
+        if st.closed_to_ops && !what.starts_with("delete") {
+            return Err(BsError::Busy(format!("blob {id:#x}: the blobstore is being deleted")));
+        }
+        st.ops.insert(id, what);
+        Ok(BlobOp { store: self.clone(), id })
     }
 
     /// The device of external snapshot `id`, registered by the application.
@@ -669,15 +683,7 @@ impl Blobstore {
     /// Holds blob `id` for an operation (`what`, for the error others get): EBUSY if another
     /// holds it.
     pub fn reserve(&self, id: u64, what: &'static str) -> BsResult<BlobOp> {
-        let mut st = self.0.lock();
-        if let Some(other) = st.ops.get(&id) {
-            return Err(BsError::Busy(format!("blob {id:#x}: another operation ({other}) is under way")));
-        }
-        if st.closed_to_ops && !what.starts_with("delete") {
-            return Err(BsError::Busy(format!("blob {id:#x}: the blobstore is being deleted")));
-        }
-        st.ops.insert(id, what);
-        Ok(BlobOp { store: self.0.clone(), id })
+        Store::reserve(&self.0, id, what)
     }
 
     /// Before the whole store is deleted blob by blob: EBUSY if an operation holds any blob

@@ -17,7 +17,7 @@
 
 use super::blob::{lock, map_of, remove_internal, set_internal, Keep};
 use super::ClusterMap;
-use super::{Blob, BlobOpts, Blobstore, BsError, BsResult};
+use super::{Blob, BlobOp, BlobOpts, Blobstore, BsError, BsResult};
 use crate::format::blob::{Parent, FLAG_EXTERNAL_SNAPSHOT, FLAG_READ_ONLY, FLAG_THIN_PROV};
 use crate::format::{
     BlobMd, XATTR_EXTERNAL_SNAPSHOT_ID, XATTR_SNAPSHOT, XATTR_SNAPSHOT_IN_PROGRESS, XATTR_SNAPSHOT_PENDING_REMOVAL,
@@ -62,13 +62,29 @@ fn set_parent_xattr(md: &mut BlobMd, parent: Option<u64>) {
     }
 }
 
+/// A snapshot made by [`Blobstore::prepare_snapshot`] and not yet committed or aborted: its
+/// blob id, and the hold on the original that keeps other operations (another snapshot, a
+/// resize, a delete) away from it until the snapshot is committed or given up.
+#[derive(Debug)]
+pub struct PreparedSnapshot {
+    id: u64,
+    _op: BlobOp,
+}
+
+impl PreparedSnapshot {
+    /// The snapshot blob's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
 impl Blobstore {
-    /// First step of a snapshot of `orig` (writable): creates the snapshot blob, thin and
-    /// empty, with `xattrs` and the `SNAPTMP` mark. Returns its id for
-    /// [`Blobstore::commit_snapshot`] (or [`Blobstore::abort_snapshot`]).
-    pub async fn prepare_snapshot(&self, orig: &Blob, xattrs: Vec<(String, Vec<u8>)>) -> BsResult<u64> {
+    /// First step of a snapshot of `orig` (writable): holds `orig` (EBUSY if another operation
+    /// does) and creates the snapshot blob, thin and empty, with `xattrs` and the `SNAPTMP`
+    /// mark, for [`Blobstore::commit_snapshot`] (or [`Blobstore::abort_snapshot`]).
+    pub async fn prepare_snapshot(&self, orig: &Blob, xattrs: Vec<(String, Vec<u8>)>) -> BsResult<PreparedSnapshot> {
         self.check()?;
-        let _op = self.reserve(orig.id(), "snapshot")?;
+        let op = self.reserve(orig.id(), "snapshot")?;
         if orig.is_read_only() {
             return Err(BsError::Invalid(format!("blob {:#x} is read-only: no snapshot of it", orig.id())));
         }
@@ -81,21 +97,36 @@ impl Blobstore {
             clear_method: Some(md.clear_method()),
             external_parent: None,
         };
-        self.create_blob_with(&opts, &[(XATTR_SNAPSHOT_IN_PROGRESS, id_bytes(orig.id()))]).await
+        let id = self.create_blob_with(&opts, &[(XATTR_SNAPSHOT_IN_PROGRESS, id_bytes(orig.id()))]).await?;
+        Ok(PreparedSnapshot { id, _op: op })
     }
 
     /// Gives up a prepared snapshot (nothing refers to it yet).
-    pub async fn abort_snapshot(&self, snap: u64) -> BsResult<()> {
-        self.delete_keeping(snap, &Keep::default()).await
+    pub async fn abort_snapshot(&self, snap: PreparedSnapshot) -> BsResult<()> {
+        self.delete_keeping(snap.id, &Keep::default()).await
     }
 
     /// Makes prepared snapshot `snap` of `orig`: the snapshot takes `orig`'s clusters and
     /// `orig` becomes its thin clone. The caller keeps writes to `orig` away meanwhile (reads
-    /// may go on: the data stays where it is). Returns the snapshot, open and read-only.
-    pub async fn commit_snapshot(&self, orig: &Blob, snap: u64) -> BsResult<Blob> {
+    /// may go on: the data stays where it is). Returns the snapshot, open and read-only. If it
+    /// fails, the prepared snapshot is deleted (or, if even that fails, left for the next load
+    /// to drop: it is still marked `SNAPTMP`).
+    pub async fn commit_snapshot(&self, orig: &Blob, snap: PreparedSnapshot) -> BsResult<Blob> {
         let s = self.check()?.clone();
-        let _op = self.reserve(orig.id(), "snapshot")?;
-        let sb = self.open_blob(snap).await?;
+        let opened = if snap._op.id() == orig.id() {
+            self.open_blob(snap.id).await
+        } else {
+            Err(BsError::Invalid(format!("snapshot {:#x} was not prepared for blob {:#x}", snap.id, orig.id())))
+        };
+        let sb = match opened {
+            Ok(sb) => sb,
+            Err(e) => {
+                if let Err(e) = self.delete_keeping(snap.id, &Keep::default()).await {
+                    log::warn!("blobstore: snapshot {:#x} that failed stays until the next load: {e}", snap.id);
+                }
+                return Err(e);
+            }
+        };
         orig.exclusive().await;
         let r = self.commit_held(orig, &sb).await;
         orig.end_exclusive();
@@ -109,8 +140,8 @@ impl Blobstore {
                 clusters: md.clusters.iter().copied().filter(|&c| c != 0).collect(),
                 pages: md.extent_table.iter().flatten().copied().filter(|&p| p != 0).collect(),
             };
-            if let Err(e) = self.delete_keeping(snap, &keep).await {
-                log::warn!("blobstore: snapshot {snap:#x} that failed stays until the next load: {e}");
+            if let Err(e) = self.delete_keeping(snap.id, &keep).await {
+                log::warn!("blobstore: snapshot {:#x} that failed stays until the next load: {e}", snap.id);
             }
             return Err(e);
         }
