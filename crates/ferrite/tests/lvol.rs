@@ -507,7 +507,18 @@ fn bad_lvol_requests_get_spdks_errors() {
     let long = "n".repeat(64);
     let e = d.call_err("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": long})));
     assert_eq!(e.code, -libc::EINVAL, "{e:?}");
+    // Control characters: an lvstore so named took no lvol (its aliases are bdev names).
+    let e = d.call_err("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": "x\ny"})));
+    assert_eq!(e.code, -libc::EINVAL, "{e:?}");
+    assert!(e.message.contains("control characters"), "{e:?}");
     d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": "lvs", "cluster_sz": MIB})));
+    for (m, p) in [
+        ("bdev_lvol_rename_lvstore", json!({"old_name": "lvs", "new_name": "l\tvs"})),
+        ("bdev_lvol_create", json!({"lvol_name": "a\u{1b}", "size_in_mib": 4, "lvs_name": "lvs"})),
+    ] {
+        let e = d.call_err(m, Some(p));
+        assert_eq!((e.code, e.message.contains("control characters")), (-libc::EINVAL, true), "{m}: {e:?}");
+    }
     let e = d.call_err("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "M0", "lvs_name": "other"})));
     assert_eq!(e.code, -libc::EBUSY, "the base is claimed: {e:?}");
     let e = d.call_err("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "Tiny", "lvs_name": "lvs"})));

@@ -152,6 +152,10 @@ fn check_name(what: &str, name: &str) -> LvolResult<()> {
     if name.is_empty() || name.len() > NAME_MAX || name.contains('\0') {
         return Err(LvolError::new(libc::EINVAL, format!("{what} name {name:?} must be 1 to {NAME_MAX} bytes")));
     }
+    // The bdev layer refuses them in bdev names, and an lvol's alias is "lvstore/lvol".
+    if name.chars().any(char::is_control) {
+        return Err(LvolError::new(libc::EINVAL, format!("{what} name {name:?} contains control characters")));
+    }
     Ok(())
 }
 
