@@ -18,7 +18,8 @@ enum BlobstoreCmd {
         file: PathBuf,
     },
     /// Check the metadata's consistency. Exit status: 0 consistent, 1 problems found, 2 the
-    /// image could not be read as a blobstore.
+    /// image could not be read as a blobstore, 3 not unloaded cleanly (after a crash) with
+    /// only problems its next load repairs (stale masks, an interrupted snapshot operation).
     Check {
         /// Image file or block device holding the blobstore (read only).
         file: PathBuf,
@@ -70,6 +71,13 @@ pub fn run(args: BlobstoreArgs) -> i32 {
     if report.is_ok() {
         println!("no problems found");
         0
+    } else if report.only_load_repairs() {
+        println!(
+            "{} problems found, all of them what the next load repairs (it rebuilds the masks from the \
+             metadata and finishes interrupted snapshot operations)",
+            report.problems.len()
+        );
+        3
     } else {
         println!("{} problems found", report.problems.len());
         1

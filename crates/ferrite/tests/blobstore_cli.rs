@@ -6,7 +6,7 @@ mod blob_fixtures;
 mod common;
 
 use common::{run_ferrite, TempDir};
-use ferrite_blob::format::{MaskKind, MdMask, MdPage, PAGE_SIZE};
+use ferrite_blob::format::{MaskKind, MdMask, MdPage, SuperBlock, PAGE_SIZE};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -34,6 +34,13 @@ fn read_page(path: &Path, page: u64) -> Vec<u8> {
 fn write_page(path: &Path, page: u64, bytes: &[u8]) {
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     f.write_all_at(bytes, page * PAGE_SIZE as u64).unwrap();
+}
+
+/// Clears the super block's clean flag, as a crash leaves it.
+fn mark_dirty(path: &Path) {
+    let mut sb = SuperBlock::decode(&read_page(path, 0)).unwrap();
+    sb.clean = 0;
+    write_page(path, 0, &sb.encode());
 }
 
 fn blobstore(cmd: &str, path: &Path) -> (i32, String, String) {
@@ -81,6 +88,13 @@ fn check_reports_a_cleared_mask_bit() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("problem: cluster 3 of blob 0x100000004 is not marked in the used cluster mask"), "{out}");
     assert!(out.contains("1 problems found"), "{out}");
+    // The same mask on an image that was not unloaded cleanly: its next load rebuilds the
+    // masks, so only that is wrong, and the exit status says so (3).
+    mark_dirty(&img);
+    let (code, out, _) = blobstore("check", &img);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("not clean"), "{out}");
+    assert!(out.contains("2 problems found, all of them what the next load repairs"), "{out}");
 }
 
 #[test]
@@ -101,6 +115,11 @@ fn check_reports_a_double_allocated_cluster() {
     // Its own cluster is now leaked.
     assert!(out.contains("problem: cluster 8 is marked used but no blob maps it"), "{out}");
     assert!(out.contains("2 problems found"), "{out}");
+    // A cluster used twice is damage no load repairs, dirty or not.
+    mark_dirty(&img);
+    let (code, out, _) = blobstore("check", &img);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("is mapped by blob 0x100000004 and by blob 0x100000009"), "{out}");
 }
 
 #[test]

@@ -167,6 +167,27 @@ pub enum Problem {
     },
 }
 
+impl Problem {
+    /// True for what a load of a blobstore that was not unloaded cleanly repairs by itself: the
+    /// masks, which it rebuilds from the metadata (marks missing or left over), and interrupted
+    /// snapshot operations, which it finishes or undoes. On a clean image the masks are what
+    /// SPDK trusts, so there the mask problems are real.
+    pub fn repaired_by_load(&self) -> bool {
+        matches!(
+            self,
+            Problem::NotClean
+                | Problem::PageNotMarked { .. }
+                | Problem::PageLeaked { .. }
+                | Problem::BlobIdNotMarked { .. }
+                | Problem::BlobIdLeaked { .. }
+                | Problem::ClusterNotMarked { .. }
+                | Problem::MetadataClusterNotMarked { .. }
+                | Problem::ClusterLeaked { .. }
+                | Problem::InterruptedSnapshotOp { .. }
+        )
+    }
+}
+
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -246,6 +267,12 @@ impl CheckReport {
     /// Whether nothing is wrong (the CLI's exit status 0).
     pub fn is_ok(&self) -> bool {
         self.problems.is_empty()
+    }
+
+    /// True if the image was not unloaded cleanly and every problem found is one its next load
+    /// repairs ([`Problem::repaired_by_load`]): what an image looks like after a crash.
+    pub fn only_load_repairs(&self) -> bool {
+        !self.clean && self.problems.iter().all(Problem::repaired_by_load)
     }
 }
 
