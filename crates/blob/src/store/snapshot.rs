@@ -64,7 +64,8 @@ fn set_parent_xattr(md: &mut BlobMd, parent: Option<u64>) {
 
 /// A snapshot made by [`Blobstore::prepare_snapshot`] and not yet committed or aborted: its
 /// blob id, and the hold on the original that keeps other operations (another snapshot, a
-/// resize, a delete) away from it until the snapshot is committed or given up.
+/// resize, a delete) away from it until the snapshot is committed or given up. Dropped
+/// without either, the snapshot blob stays, marked `SNAPTMP`, until the next load drops it.
 #[derive(Debug)]
 pub struct PreparedSnapshot {
     id: u64,
