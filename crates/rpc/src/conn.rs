@@ -75,6 +75,7 @@ pub(crate) fn serve_connection(conn: &UnixStream, shared: &Shared, slot: &Slot) 
     let mut chunk = [0u8; 16384];
     let mut scanner = FrameScanner::default();
     let mut request_started = Instant::now();
+    let mut at_eof = false;
     loop {
         loop {
             let frame = match scanner.scan(&buf) {
@@ -105,10 +106,18 @@ pub(crate) fn serve_connection(conn: &UnixStream, shared: &Shared, slot: &Slot) 
                 }
             }
         }
+        let partial = buf.iter().any(|b| !b.is_ascii_whitespace());
+        if at_eof {
+            if partial {
+                log::warn!("rpc: request incomplete at end of stream ({} bytes); closing", buf.len() - 1);
+                let err = RpcError::new(PARSE_ERROR, "Parse error: request incomplete at end of stream".to_string());
+                shared.rejecter.reject(conn.try_clone()?, err);
+            }
+            return Ok(());
+        }
         if shared.stopping.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let partial = buf.iter().any(|b| !b.is_ascii_whitespace());
         let deadline = if partial {
             request_started + limits.request_timeout
         } else {
@@ -133,7 +142,11 @@ pub(crate) fn serve_connection(conn: &UnixStream, shared: &Shared, slot: &Slot) 
             Err(e) => return Err(e),
         };
         if n == 0 {
-            return finish_at_eof(shared, conn, &mut buf, &mut scanner);
+            // A whitespace byte ends a top-level number as the next request's first byte would
+            // have (it is then answered like any value); what stays partial was cut short.
+            buf.push(b'\n');
+            at_eof = true;
+            continue;
         }
         slot.mark_busy();
         if !partial && buf.is_empty() {
@@ -141,48 +154,6 @@ pub(crate) fn serve_connection(conn: &UnixStream, shared: &Shared, slot: &Slot) 
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-}
-
-/// The client shut its writing side with `buf` left unanswered: a top-level number ends at end
-/// of file (it had no byte after it to end it) and is answered like any value; a request cut
-/// short gets a parse error (the client may still read). Then the connection ends.
-fn finish_at_eof(
-    shared: &Shared,
-    conn: &UnixStream,
-    buf: &mut Vec<u8>,
-    scanner: &mut FrameScanner,
-) -> std::io::Result<()> {
-    if buf.iter().all(|b| b.is_ascii_whitespace()) {
-        return Ok(());
-    }
-    // A whitespace byte ends a bare number or literal as the next request would have.
-    buf.push(b'\n');
-    let Some(end) = scanner.scan(buf) else {
-        log::warn!("rpc: request incomplete at end of stream ({} bytes); closing", buf.len() - 1);
-        let err = RpcError::new(PARSE_ERROR, "Parse error: request incomplete at end of stream".to_string());
-        shared.rejecter.reject(conn.try_clone()?, err);
-        return Ok(());
-    };
-    let reply = match split_value(&buf[..end], MAX_REQUEST) {
-        Split::Complete { consumed, value } => {
-            match answer_incoming(shared, conn, parse_frame(&buf[..consumed], value)) {
-                Some(reply) => reply,
-                None => return Ok(()),
-            }
-        }
-        Split::Invalid { message } => {
-            log::warn!("rpc: unparsable request: {message}");
-            let err = RpcError::new(PARSE_ERROR, format!("Parse error: {message}"));
-            shared.rejecter.reject(conn.try_clone()?, err);
-            return Ok(());
-        }
-        Split::Incomplete => None,
-    };
-    if let Some(reply) = reply {
-        let mut w = conn;
-        w.write_all(&reply)?;
-    }
-    Ok(())
 }
 
 /// Runs what a frame asks for; returns the bytes to send back, if any, or None if the client

@@ -709,10 +709,11 @@ impl Blob {
         on_md_core(&self.0.store)?;
         let _op = Store::reserve(&self.0.store, self.0.id, "resize")?;
         self.exclusive().await;
-        let r = match self.set_size(n) {
-            Ok(()) => self.persist().await,
-            Err(e) => Err(e),
-        };
+        let r = async {
+            self.set_size(n)?;
+            self.persist().await
+        }
+        .await;
         self.end_exclusive();
         r
     }

@@ -122,9 +122,7 @@ impl Blobstore {
         let sb = match opened {
             Ok(sb) => sb,
             Err(e) => {
-                if let Err(e) = self.delete_keeping(snap.id, &Keep::default()).await {
-                    log::warn!("blobstore: snapshot {:#x} that failed stays until the next load: {e}", snap.id);
-                }
+                self.discard_snapshot(snap.id, &Keep::default()).await;
                 return Err(e);
             }
         };
@@ -141,12 +139,18 @@ impl Blobstore {
                 clusters: md.clusters.iter().copied().filter(|&c| c != 0).collect(),
                 pages: md.extent_table.iter().flatten().copied().filter(|&p| p != 0).collect(),
             };
-            if let Err(e) = self.delete_keeping(snap.id, &keep).await {
-                log::warn!("blobstore: snapshot {:#x} that failed stays until the next load: {e}", snap.id);
-            }
+            self.discard_snapshot(snap.id, &keep).await;
             return Err(e);
         }
         Ok(sb)
+    }
+
+    /// Deletes snapshot blob `id` whose commit failed, without what `keep` lists (still the
+    /// original's); if even that fails, the next load drops it (it is marked `SNAPTMP`).
+    async fn discard_snapshot(&self, id: u64, keep: &Keep) {
+        if let Err(e) = self.delete_keeping(id, keep).await {
+            log::warn!("blobstore: snapshot {id:#x} that failed stays until the next load: {e}");
+        }
     }
 
     async fn commit_held(&self, orig: &Blob, sb: &Blob) -> BsResult<()> {
