@@ -217,8 +217,12 @@ impl Target {
                 }
                 panic!("the {:?} target exited while starting ({st}); its log:\n{log}", t.kind);
             }
-            // Ready once the listener accepts a connection (closed again before any PDU).
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            // Ready once the listener accepts a connection (closed again before any PDU) and
+            // the RPC socket accepts one: Ferrite binds its RPC socket after the config loaded,
+            // so the listener can be up a moment before it.
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+                && std::os::unix::net::UnixStream::connect(&sock).is_ok()
+            {
                 return t;
             }
             assert!(Instant::now() < deadline, "nothing listens on {addr} after {TARGET_START:?}; log:\n{}", t.log());
