@@ -772,9 +772,9 @@ async fn place(
                     if i >= io.req.bufs.len() {
                         return Err("C2HData beyond the read's buffers".into());
                     }
-                    std::mem::replace(&mut io.req.bufs[i], IoBuf::heap(0))
+                    std::mem::replace(&mut io.req.bufs[i], IoBuf::empty())
                 }
-                Some(Owner::Wait { inb: Some(b), .. }) if i == 0 => std::mem::replace(b, IoBuf::heap(0)),
+                Some(Owner::Wait { inb: Some(b), .. }) if i == 0 => std::mem::replace(b, IoBuf::empty()),
                 _ => return Err("C2HData for a command without buffers".into()),
             }
         };

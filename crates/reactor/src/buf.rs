@@ -414,6 +414,12 @@ impl IoBuf {
         }
     }
 
+    /// A buffer of no bytes that owns no memory: a placeholder left where a buffer was taken
+    /// out for a moment (allocates nothing, frees nothing).
+    pub fn empty() -> Self {
+        Self::borrowed(NonNull::dangling(), 0, Owner::View, false)
+    }
+
     /// A read-only view of `len` bytes at `ptr` that another owner lends for a zero-copy read
     /// (the malloc bdev lends its memory); `lender` keeps that memory alive while the view
     /// exists. Writing through the view (`DerefMut`, `as_mut_ptr`) panics: it would bypass the
