@@ -301,6 +301,47 @@ fn large_payloads_that_trickle_in_or_come_glued_together() {
     n.assert_alive();
 }
 
+/// In-capsule data that stops coming: the target waits 10 s for it, counted from when that wait
+/// began, and then closes the connection. One timer bounds these waits and is kept from one
+/// wait to the next (a timer per wait would allocate on the I/O path), so a first write whose
+/// data comes in two pieces arms it; a second write 4 s later, whose data stops halfway, must
+/// still get its whole 10 s (the kept timer fires 4 s early for it and is armed again). Another
+/// host is served meanwhile.
+#[test]
+fn in_capsule_data_that_stops_coming_closes_the_connection_10_s_on() {
+    let (_dir, mut n) = setup("nvmfstall", "0x1", json!({}));
+    let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+    let q = &mut s.io[0];
+    // A 4 KiB write of `data` to block `slba` with its data in the capsule, framed.
+    let capsule = |q: &mut Host, slba: u64, data: &[u8]| -> (u16, Vec<u8>) {
+        let cid = q.cid();
+        let mut raw = Host::rw_sqe(nvm::WRITE, NS4K, slba, 1);
+        raw[1] |= 0x40;
+        raw[2..4].copy_from_slice(&cid.to_le_bytes());
+        raw[24..40].copy_from_slice(&ferrite_nvmf::spec::sgl::SglDescriptor::in_capsule(0, 4096).to_bytes());
+        (cid, q.frame(&Pdu::CapsuleCmd(ferrite_nvmf::tcp::CapsuleCmd { sqe: raw }), &[data]))
+    };
+    let first = pattern(31, 4096);
+    let (cid, b) = capsule(q, 5, &first);
+    q.send_raw(&b[..b.len() - 2000]);
+    std::thread::sleep(Duration::from_millis(300));
+    q.send_raw(&b[b.len() - 2000..]);
+    q.wait(cid).ok("a write whose data came in two pieces");
+    assert!(q.read(NS4K, 5, 1, 4096).ok("read back").data == first, "the write in two pieces reads back");
+
+    std::thread::sleep(Duration::from_secs(4));
+    let (_, b) = capsule(q, 6, &pattern(32, 4096));
+    q.send_raw(&b[..b.len() - 2048]);
+    let stalled = Instant::now();
+    assert_good_host(n.port, SUBNQN, NS4K, 4096, 300);
+    assert!(q.closed_within(Duration::from_secs(15)), "a connection whose data stopped coming is still open");
+    let waited = stalled.elapsed();
+    println!("closed {waited:?} after its data stopped");
+    assert!(waited >= Duration::from_millis(9_500), "closed after {waited:?}, before the data's 10 s were up");
+    assert!(n.d.proc.stderr().contains("did not arrive in time"), "the target says why it closed");
+    still_serves(&mut n, 310);
+}
+
 #[test]
 fn write_zeroes_and_deallocate_read_back_zeroes() {
     let (_dir, mut n) = setup("nvmfzero", "0x1", json!({}));

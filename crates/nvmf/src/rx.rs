@@ -3,7 +3,8 @@
 //! when it is small or already here, received straight into the buffer when it is large.
 
 use ferrite_reactor::net::{RecvStream, Socket};
-use ferrite_reactor::{IoBuf, RecvChunk};
+use ferrite_reactor::{IoBuf, RecvChunk, Sleep};
+use std::time::Instant;
 
 /// Data larger than this that has not arrived yet is received straight into its buffer
 /// (stopping the multishot receive costs a round trip, worth it only for large data).
@@ -32,12 +33,15 @@ pub struct Rx<'a> {
     /// Chunks still to receive one buffer at a time, with a plain receive first: data went
     /// straight into its buffer lately, and more such data may follow (see `SINGLE_CHUNKS`).
     single: u8,
+    /// The timer that bounds waits for a command's data, and when it is due: kept across waits
+    /// (most end long before it) so that a wait arms no timer of its own (a timer allocates).
+    guard: Option<(Instant, Sleep)>,
 }
 
 impl<'a> Rx<'a> {
     /// A receiver on `sock`, which must have no receive of its own in flight.
     pub fn new(sock: &'a Socket) -> Self {
-        Self { sock, stream: sock.recv_stream(), cur: None, single: 0 }
+        Self { sock, stream: sock.recv_stream(), cur: None, single: 0, guard: None }
     }
 
     /// The chunk being parsed, waiting for one if none is left. Err at end of stream or error.
@@ -67,6 +71,34 @@ impl<'a> Rx<'a> {
             }
         }
         Ok(self.cur.as_mut().expect("chunk present"))
+    }
+
+    /// As `chunk`, but Err once `deadline` has passed. The kept timer (`guard`) serves: one due
+    /// by the deadline wakes the wait at the latest then, and one that fires early is re-armed
+    /// for what is left; only one due after the deadline is replaced.
+    async fn chunk_by(&mut self, deadline: Instant) -> Result<&mut RecvChunk, String> {
+        loop {
+            let mut guard = match self.guard.take() {
+                Some((due, timer)) if due <= deadline => (due, timer),
+                _ => (deadline, ferrite_reactor::sleep(deadline.saturating_duration_since(Instant::now()))),
+            };
+            let got = ferrite_reactor::net::race(async { self.chunk().await.map(|_| true) }, async {
+                (&mut guard.1).await;
+                Ok(false)
+            })
+            .await;
+            match got {
+                Ok(true) => {
+                    self.guard = Some(guard);
+                    return Ok(self.cur.as_mut().expect("chunk present"));
+                }
+                Ok(false) if Instant::now() >= deadline => {
+                    return Err("a command's data did not arrive in time".to_string());
+                }
+                Ok(false) => {} // fired for an earlier deadline: dropped, and re-armed above
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// What the socket holds now, up to `dst.len()` bytes, by a plain non-blocking receive (the
@@ -107,19 +139,13 @@ impl<'a> Rx<'a> {
     ) -> (Result<(), String>, IoBuf) {
         let end = at + len;
         let mut have = at + self.take_buffered(&mut buf[at..end]);
-        let deadline = if have < end { allowance.map(|a| std::time::Instant::now() + a) } else { None };
+        let deadline = if have < end { allowance.map(|a| Instant::now() + a) } else { None };
         self.single = 0;
         while have < end && end - have <= DIRECT_FROM {
             // Small remainders come with the next chunks (by the deadline: a host that stops
             // sending mid-data would otherwise hold the buffer for as long as it stays).
             let next = match deadline {
-                Some(d) => {
-                    ferrite_reactor::net::race(self.chunk(), async {
-                        ferrite_reactor::sleep(d.saturating_duration_since(std::time::Instant::now())).await;
-                        Err("a command's data did not arrive in time".to_string())
-                    })
-                    .await
-                }
+                Some(d) => self.chunk_by(d).await,
                 None => self.chunk().await,
             };
             let c = match next {
