@@ -74,9 +74,10 @@ impl CqeHandler for Ignore {
     fn complete(&self, _tag: u64, _result: i32) {}
 }
 
-/// The timespec of a linked timeout, kept until the timeout's own completion.
+/// The timespec of a linked timeout, kept until the timeout's own completion (and then for the
+/// slot's next bounded operation).
 struct LinkTimer {
-    ts: types::Timespec,
+    ts: Cell<types::Timespec>,
 }
 
 impl CqeHandler for LinkTimer {
@@ -90,11 +91,30 @@ struct OpSlot<K> {
     keep: RefCell<Option<K>>,
     /// The descriptor the operation works on, held from submission to completion.
     fd: RefCell<Option<Rc<FdOwner>>>,
+    /// The linked timeout's timespec of the last bounded operation, reused by the next one once
+    /// the ring let go of it (a bounded receive allocates no timer of its own).
+    timer: RefCell<Option<Rc<LinkTimer>>>,
 }
 
 impl<K> OpSlot<K> {
     fn new() -> Self {
-        Self { result: Cell::new(None), waker: RefCell::new(None), keep: RefCell::new(None), fd: RefCell::new(None) }
+        Self {
+            result: Cell::new(None),
+            waker: RefCell::new(None),
+            keep: RefCell::new(None),
+            fd: RefCell::new(None),
+            timer: RefCell::new(None),
+        }
+    }
+
+    /// A linked timeout's timespec set to `t`: the slot's own unless the ring still holds it.
+    fn link_timer(&self, t: Duration) -> Rc<LinkTimer> {
+        let mut kept = self.timer.borrow_mut();
+        match kept.as_ref() {
+            Some(timer) if Rc::strong_count(timer) == 1 => timer.ts.set(types::Timespec::from(t)),
+            _ => *kept = Some(Rc::new(LinkTimer { ts: Cell::new(types::Timespec::from(t)) })),
+        }
+        kept.as_ref().expect("timer kept").clone()
     }
 }
 
@@ -207,8 +227,8 @@ async unsafe fn run_op<K: 'static>(
         let pushed = match left {
             None => with_ring(|r| unsafe { r.push(entry.clone(), handler, 0) }),
             Some(t) => {
-                let timer = Rc::new(LinkTimer { ts: types::Timespec::from(t) });
-                let te = op::LinkTimeout::new(&timer.ts as *const _).build();
+                let timer = slot.link_timer(t);
+                let te = op::LinkTimeout::new(timer.ts.as_ptr() as *const _).build();
                 with_ring(|r| unsafe { r.push_linked((entry.clone(), handler, 0), (te, timer, 0)) })
             }
         };
