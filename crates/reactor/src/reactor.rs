@@ -720,9 +720,13 @@ impl Local {
                 work += 1;
             }
         }
+        // Pollers registered meanwhile went to `added_pollers`: the slot is empty, and taking
+        // the list back is a swap (no drop of the empty list left there on every turn).
         let mut slot = self.pollers.borrow_mut();
-        pollers.append(&mut slot);
-        *slot = pollers;
+        if !slot.is_empty() {
+            pollers.append(&mut slot);
+        }
+        std::mem::swap(&mut *slot, &mut pollers);
         work
     }
 
@@ -730,6 +734,9 @@ impl Local {
     pub(crate) fn end_turn(&self) -> usize {
         let mut waiting = self.after_turn.borrow_mut();
         let n = waiting.len();
+        if n == 0 {
+            return 0;
+        }
         // (Waking only queues the task: nothing here borrows `after_turn` again.)
         for w in waiting.drain(..) {
             w.wake();
