@@ -3,7 +3,10 @@
 //! of 4 KiB blocks), honest for the admin queue, and for reads either honest or sending the
 //! same first 4 KiB again and again at offset 0 until the read's length is reached. The host
 //! must fail such a read, never complete it with the parts of its buffer that the data never
-//! reached (they hold what the buffer held before: another volume's data).
+//! reached (they hold what the buffer held before: another volume's data). With data digests,
+//! a read whose data fails its digest and whose response comes late: the host must hold the
+//! read's command ID until that response, or a later command reusing the ID would be completed
+//! by it.
 
 mod common;
 mod nbd_common;
@@ -29,7 +32,16 @@ enum Reads {
     Repeated {
         success: bool,
     },
+    /// Data digests negotiated (if the host asks); every read's data carries a wrong digest
+    /// and its successful response capsule follows `LATE` after it.
+    BadDigestLateResponse,
 }
+
+/// Commands that came with the ID of a read whose response was still owed.
+static CID_REUSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How late the response of a read with a bad data digest comes.
+const LATE: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// A common header.
 fn ch(t: u8, flags: u8, hlen: u8, pdo: u8, plen: u32) -> Vec<u8> {
@@ -50,16 +62,29 @@ fn response(qid: u16, cid: u16, dw0: u32, dw1: u32) -> Vec<u8> {
 }
 
 fn c2h_data(cid: u16, datao: u32, data: &[u8], flags: u8) -> Vec<u8> {
-    let mut v = ch(7, flags, 24, 24, 24 + data.len() as u32);
+    c2h_data_digest(cid, datao, data, flags, None)
+}
+
+/// A C2HData PDU; with `ddgst`, its data digest follows the data: the right one, or a wrong
+/// one if `ddgst` is Some(false).
+fn c2h_data_digest(cid: u16, datao: u32, data: &[u8], flags: u8, ddgst: Option<bool>) -> Vec<u8> {
+    let extra = if ddgst.is_some() { 4 } else { 0 };
+    let flags = flags | if ddgst.is_some() { DDGSTF } else { 0 };
+    let mut v = ch(7, flags, 24, 24, 24 + data.len() as u32 + extra);
     v.extend_from_slice(&cid.to_le_bytes());
     v.extend_from_slice(&0u16.to_le_bytes());
     v.extend_from_slice(&datao.to_le_bytes());
     v.extend_from_slice(&(data.len() as u32).to_le_bytes());
     v.extend_from_slice(&[0; 4]);
     v.extend_from_slice(data);
+    if let Some(right) = ddgst {
+        let d = ferrite_nvmf::tcp::digest::data_digest(&[data]) ^ u32::from(!right);
+        v.extend_from_slice(&ferrite_nvmf::tcp::digest::to_wire(d));
+    }
     v
 }
 
+const DDGSTF: u8 = 0x02;
 const LAST: u8 = 0x04;
 const SUCCESS: u8 = 0x08;
 
@@ -101,6 +126,8 @@ fn identify(cns: u32) -> Vec<u8> {
 fn serve(mut s: TcpStream, reads: Reads) -> std::io::Result<()> {
     let mut qid = 0u16;
     let mut cc = 0u64;
+    // Data digests on this connection: Some(true) for right ones.
+    let mut ddgst = None;
     loop {
         let mut h = [0u8; 8];
         s.read_exact(&mut h)?;
@@ -109,9 +136,14 @@ fn serve(mut s: TcpStream, reads: Reads) -> std::io::Result<()> {
         s.read_exact(&mut rest)?;
         match h[0] {
             0 => {
-                // ICResp: PFV 0, CPDA 0, no digests, MAXH2CDATA 128 KiB.
+                // ICResp: PFV 0, CPDA 0, MAXH2CDATA 128 KiB; data digests if asked for in
+                // the mode that has them, no header digests.
+                let dgst = if matches!(reads, Reads::BadDigestLateResponse) { rest[3] & 0x02 } else { 0 };
+                if dgst != 0 {
+                    ddgst = Some(true);
+                }
                 let mut v = ch(1, 0, 128, 0, 128);
-                v.extend_from_slice(&[0, 0, 0, 0]);
+                v.extend_from_slice(&[0, 0, 0, dgst]);
                 v.extend_from_slice(&131072u32.to_le_bytes());
                 v.resize(128, 0);
                 s.write_all(&v)?;
@@ -153,14 +185,14 @@ fn serve(mut s: TcpStream, reads: Reads) -> std::io::Result<()> {
             match opc {
                 0x06 => {
                     let d = identify(cdw10 & 0xff);
-                    out = c2h_data(cid, 0, &d[..sgl_len.min(4096)], LAST);
+                    out = c2h_data_digest(cid, 0, &d[..sgl_len.min(4096)], LAST, ddgst);
                     out.extend(response(qid, cid, 0, 0));
                 }
                 0x0c => {} // asynchronous event request: held
                 0x09 => out = response(qid, cid, cdw11, 0),
                 0x02 => {
                     let numd = ((cdw10 >> 16) & 0xfff | (cdw11 & 0xffff) << 16) as usize + 1;
-                    out = c2h_data(cid, 0, &vec![0; (numd * 4).min(sgl_len)], LAST);
+                    out = c2h_data_digest(cid, 0, &vec![0; (numd * 4).min(sgl_len)], LAST, ddgst);
                     out.extend(response(qid, cid, 0, 0));
                 }
                 _ => out = response(qid, cid, 0, 0),
@@ -182,6 +214,21 @@ fn serve(mut s: TcpStream, reads: Reads) -> std::io::Result<()> {
                     if !success {
                         out.extend(response(qid, cid, 0, 0));
                     }
+                }
+                Reads::BadDigestLateResponse => {
+                    s.write_all(&c2h_data_digest(cid, 0, &vec![HONEST; n], LAST, ddgst.map(|_| false)))?;
+                    std::thread::sleep(LATE);
+                    // A command that came meanwhile must not reuse this one's ID: its response
+                    // is still owed.
+                    s.set_nonblocking(true)?;
+                    let mut next = [0u8; 12];
+                    if let Ok(12) = s.peek(&mut next) {
+                        if next[0] == 4 && u16::from_le_bytes([next[10], next[11]]) == cid {
+                            CID_REUSED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    }
+                    s.set_nonblocking(false)?;
+                    out = response(qid, cid, 0, 0);
                 }
             }
         } else {
@@ -210,6 +257,11 @@ fn liar(reads: Reads) -> u16 {
 /// A host daemon whose buffers held SECRET (written to and read back from a malloc volume over
 /// NBD), attached to the mock controller, its namespace exported over NBD as `liar`.
 fn host(dir: &TempDir, port: u16) -> (Daemon, String) {
+    host_with(dir, port, json!({}))
+}
+
+/// As [`host`], with more `bdev_nvme_attach_controller` parameters.
+fn host_with(dir: &TempDir, port: u16, more: serde_json::Value) -> (Daemon, String) {
     let d = Daemon::start(dir, &[]);
     d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 1024, "block_size": 4096})));
     let nbd = d.call("nbd_server_start", Some(json!({"address": "127.0.0.1:0"})));
@@ -221,11 +273,12 @@ fn host(dir: &TempDir, port: u16) -> (Daemon, String) {
         let (ok, out) = try_qemu_io(dir, &format!("nbd://{addr}/m0"), &format!("read -P {SECRET} 0 1M"));
         assert!(ok, "{out}");
     }
-    let names = d.call(
-        "bdev_nvme_attach_controller",
-        Some(json!({"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
-            "trsvcid": port.to_string(), "subnqn": NQN, "ctrlr_loss_timeout_sec": 2, "reconnect_delay_sec": 1})),
-    );
+    let mut params = json!({"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+        "trsvcid": port.to_string(), "subnqn": NQN, "ctrlr_loss_timeout_sec": 2, "reconnect_delay_sec": 1});
+    for (k, v) in more.as_object().expect("parameters").iter() {
+        params[k] = v.clone();
+    }
+    let names = d.call("bdev_nvme_attach_controller", Some(params));
     assert_eq!(names, json!(["Liarn1"]), "bdev names");
     d.call("nbd_server_add_export", Some(json!({"bdev_name": "Liarn1", "name": "liar"})));
     (d, format!("nbd://{addr}/liar"))
@@ -264,4 +317,35 @@ fn a_read_whose_data_repeats_fails_and_shows_nothing_old() {
         assert!(out.contains("Input/output error"), "the read fails with an I/O error (SUCCESS flag {success}): {out}");
         d.assert_serving();
     }
+}
+
+#[test]
+fn a_read_whose_data_fails_its_digest_ends_with_its_response() {
+    // The read fails (Transient Transport Error), but only once the controller's response for
+    // it came: until then its command ID is not free. Completing it at the digest error let the
+    // next command take the ID and be completed by the late response (an attacker pass found
+    // writes acknowledged that the controller never did, behind flipped bits).
+    if !have("a_read_whose_data_fails_its_digest_ends_with_its_response", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("host-liar-ddgst");
+    let (d, uri) = host_with(&dir, liar(Reads::BadDigestLateResponse), json!({"ddgst": true}));
+    // Reads one after the other: each next one would come while the last one's response is
+    // still owed if the host completed the last one at its digest error.
+    for round in 0..3 {
+        let started = std::time::Instant::now();
+        let (ok, out) = try_qemu_io(&dir, &uri, &format!("read {}k 4k", 4 * round));
+        let took = started.elapsed();
+        assert!(!ok, "round {round}: a read whose data failed its digest succeeded: {out}");
+        assert!(out.contains("Input/output error"), "round {round}: the read fails with an I/O error: {out}");
+        assert!(took >= LATE, "round {round}: the read failed after {took:?}, before its response ({LATE:?})");
+    }
+    assert_eq!(
+        CID_REUSED.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a command reused the ID of a read whose response was still owed"
+    );
+    let log = d.proc.stderr();
+    assert!(!log.contains("data bytes"), "a late response completed another command:\n{log}");
+    d.assert_serving();
 }

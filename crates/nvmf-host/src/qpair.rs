@@ -91,6 +91,9 @@ struct Cmd {
     /// Bytes of a read's data received (a read that completes without all of them fails:
     /// its buffers would hand out whatever they held before).
     got: u32,
+    /// The status the command fails with whatever the controller answers (its data failed its
+    /// digest); it still completes only with the controller's completion.
+    failed: Option<Status>,
 }
 
 struct Out {
@@ -273,7 +276,7 @@ impl HostQpair {
         if cmds.len() >= usize::from(self.depth) {
             return None;
         }
-        cmds.push(Cmd { owner: None, len: 0, read: false, in_send: 0, done: None, extra: None, got: 0 });
+        cmds.push(Cmd { owner: None, len: 0, read: false, in_send: 0, done: None, extra: None, got: 0, failed: None });
         Some((cmds.len() - 1) as u16)
     }
 
@@ -298,6 +301,7 @@ impl HostQpair {
             c.read = read;
             c.done = None;
             c.got = 0;
+            c.failed = None;
         }
         self.send_capsule(slot, sqe, &pieces, len, read);
         match rx.await {
@@ -329,6 +333,7 @@ impl HostQpair {
             c.done = None;
             c.extra = extra;
             c.got = 0;
+            c.failed = None;
         }
         self.send_capsule(slot, sqe, if read { &[] } else { &pieces }, len, read);
         Ok(())
@@ -442,6 +447,9 @@ impl HostQpair {
             if c.owner.is_none() {
                 return;
             }
+            if let Some(st) = c.failed {
+                cqe.status = st;
+            }
             if cqe.status.is_success() && c.read && c.got < c.len {
                 log::warn!(
                     "nvme host qpair {}: command {slot} completed with {} of its {} data bytes",
@@ -468,6 +476,23 @@ impl HostQpair {
                 tx.send(Ok(Reply { cqe, data }));
             }
             None => {}
+        }
+    }
+
+    /// Data of command `slot` failed its digest: the command fails with Transient Transport
+    /// Error, but keeps its slot (its CID) until the controller's completion for it, which is
+    /// the response capsule, or this PDU itself if it carried SUCCESS. Completing it at once
+    /// would let a later command reuse the CID and be completed by that response (a write
+    /// acknowledged that the controller never did).
+    fn data_digest_failed(&self, slot: u16, success: bool) {
+        let status = Status::generic(ferrite_nvmf::spec::status::generic::TRANSIENT_TRANSPORT_ERROR);
+        if let Some(c) = self.cmds.borrow_mut().get_mut(usize::from(slot)) {
+            if c.owner.is_some() {
+                c.failed = Some(status);
+            }
+        }
+        if success {
+            self.finish(slot, Cqe::new(slot, status));
         }
     }
 
@@ -707,8 +732,8 @@ async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), String> {
                         dest = Dest::Skip;
                     }
                     Some(Event::DataDigestError { .. }) => {
-                        if let Dest::Cmd { slot, .. } = dest {
-                            qp.finish(slot, Cqe::new(slot, Status::generic(0x22)));
+                        if let Dest::Cmd { slot, success, .. } = dest {
+                            qp.data_digest_failed(slot, success);
                         }
                         dest = Dest::Skip;
                     }
@@ -734,7 +759,7 @@ async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), String> {
                                 dest = Dest::Skip;
                             }
                             Some(Event::DataDigestError { .. }) => {
-                                qp.finish(slot, Cqe::new(slot, Status::generic(0x22)));
+                                qp.data_digest_failed(slot, success);
                                 dest = Dest::Skip;
                             }
                             _ => {}
