@@ -4,6 +4,7 @@
 
 use ferrite_reactor::net::{RecvStream, Socket};
 use ferrite_reactor::{IoBuf, RecvChunk, Sleep};
+use std::future::Future;
 use std::time::Instant;
 
 /// Data larger than this that has not arrived yet is received straight into its buffer
@@ -80,7 +81,17 @@ impl<'a> Rx<'a> {
         loop {
             let mut guard = match self.guard.take() {
                 Some((due, timer)) if due <= deadline => (due, timer),
-                _ => (deadline, ferrite_reactor::sleep(deadline.saturating_duration_since(Instant::now()))),
+                _ => {
+                    let mut timer = ferrite_reactor::sleep(deadline.saturating_duration_since(Instant::now()));
+                    // Armed now, not at its first poll: a guard kept after a wait whose chunk was
+                    // already there (the race never polled it) must still be due at `deadline`.
+                    std::future::poll_fn(|cx| {
+                        let _ = std::pin::Pin::new(&mut timer).poll(cx);
+                        std::task::Poll::Ready(())
+                    })
+                    .await;
+                    (deadline, timer)
+                }
             };
             let got = ferrite_reactor::net::race(async { self.chunk().await.map(|_| true) }, async {
                 (&mut guard.1).await;
