@@ -97,11 +97,15 @@ const CHUNK: u64 = 32;
 const CHUNKS: u64 = 256;
 /// Requests the driver keeps outstanding.
 const QD: usize = 16;
-/// Allocations a side may make in one measured run whatever its length: timers that fire by
-/// the clock, not by I/O, may land in a run (each run lasts well under a second). Idle, the
-/// target allocates once a second (its connection watchdog collects the live connections into
-/// a `Vec`) and the host three times per keep-alive (every 5 s).
+/// Allocations a side may make in one measured run, besides `SLACK_PER_S` per second of it:
+/// timers that fire by the clock, not by I/O, land in a run. Idle, the target allocates once a
+/// second (its connection watchdog collects the live connections into a `Vec`) and the host
+/// three times per keep-alive (every 5 s). A run lasts well under a second in a release build
+/// and several seconds in a debug build on a busy machine; an allocation per I/O, or per 1% of
+/// I/Os, is still far beyond this.
 const SLACK: u64 = 3;
+/// Allocations a side may make per second of a measured run (see `SLACK`).
+const SLACK_PER_S: u64 = 2;
 
 /// What a run of the driver does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -509,8 +513,10 @@ fn cases(t: &Side, h: &Side, bdev: &'static str, stores: bool) -> Vec<String> {
             t.trace(trace);
         }
         let (h0, t0a) = (h.allocs(), t.allocs());
+        let measured = Instant::now();
         drive(h, &progress, Run { pattern: c.pattern, blocks: c.blocks, ios: c.ios });
         let (h1, t1a) = (h.allocs(), t.allocs());
+        let allowed = SLACK + SLACK_PER_S * measured.elapsed().as_secs_f64().ceil() as u64;
         if trace > 0 {
             h.trace(0);
             t.trace(0);
@@ -529,9 +535,10 @@ fn cases(t: &Side, h: &Side, bdev: &'static str, stores: bool) -> Vec<String> {
             t0.elapsed().as_secs_f64()
         );
         for (side, n) in [("host", host), ("target", target)] {
-            if n > SLACK {
+            if n > allowed {
                 failures.push(format!(
-                    "{bdev} {}: the {side} allocated {n} times in {} I/Os (FERRITE_ALLOC_TRACE=N shows where)",
+                    "{bdev} {}: the {side} allocated {n} times in {} I/Os, more than the {allowed} the clock \
+                     explains (FERRITE_ALLOC_TRACE=N shows where)",
                     c.name, c.ios
                 ));
             }
