@@ -26,6 +26,13 @@ fn nvmf_rpcs_refuse_what_spdk_refuses() {
         "nvmf_subsystem_add_listener",
         Some(json!({"nqn": NQN, "listen_address": listen(&port, "IPv4", "127.0.0.1")})),
     );
+    // Sizes that are no sizes are refused, and leave no transport behind.
+    for bad in [json!({"io_unit_size": 0}), json!({"max_io_size": 0}), json!({"in_capsule_data_size": 100})] {
+        let mut p = bad.clone();
+        p["trtype"] = json!("TCP");
+        let e = d.call_err("nvmf_create_transport", Some(p));
+        assert!(e.message.contains("Invalid parameters"), "{bad}: {e:?}");
+    }
     d.call("nvmf_create_transport", Some(json!({"trtype": "TCP"})));
     d.call_err("nvmf_create_transport", Some(json!({"trtype": "TCP"})));
     d.call_err("nvmf_create_transport", Some(json!({"trtype": "RDMA"})));

@@ -157,6 +157,10 @@ fn create_transport(p: Params) -> Result<Value, RpcError> {
     if o.in_capsule_data_size % 16 != 0 || o.in_capsule_data_size > 131_072 {
         return Err(invalid("Invalid parameters: in_capsule_data_size must be a multiple of 16, at most 128 KiB"));
     }
+    if o.io_unit_size == 0 {
+        // Kept and reported only (buffers come from the reactor's pool), but 0 is no size.
+        return Err(invalid("Invalid parameters: io_unit_size must be greater than 0"));
+    }
     if !(4096..=(32 << 20)).contains(&o.max_io_size) {
         return Err(invalid("Invalid parameters: max_io_size must be 4 KiB to 32 MiB"));
     }
