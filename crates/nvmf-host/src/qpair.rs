@@ -76,6 +76,7 @@ pub enum Owner {
     },
 }
 
+#[derive(Default)]
 struct Cmd {
     owner: Option<Owner>,
     /// Bytes of data the command moves.
@@ -94,6 +95,19 @@ struct Cmd {
     /// The status the command fails with whatever the controller answers (its data failed its
     /// digest); it still completes only with the controller's completion.
     failed: Option<Status>,
+}
+
+impl Cmd {
+    /// Starts the slot's next command: everything a command leaves behind is reset here.
+    fn begin(&mut self, owner: Owner, len: u32, read: bool, extra: Option<IoBuf>) {
+        self.owner = Some(owner);
+        self.len = len;
+        self.read = read;
+        self.done = None;
+        self.extra = extra;
+        self.got = 0;
+        self.failed = None;
+    }
 }
 
 struct Out {
@@ -276,7 +290,7 @@ impl HostQpair {
         if cmds.len() >= usize::from(self.depth) {
             return None;
         }
-        cmds.push(Cmd { owner: None, len: 0, read: false, in_send: 0, done: None, extra: None, got: 0, failed: None });
+        cmds.push(Cmd::default());
         Some((cmds.len() - 1) as u16)
     }
 
@@ -293,16 +307,7 @@ impl HostQpair {
         let Some(slot) = self.take_slot() else { return Err("queue full".into()) };
         sqe.cid = slot;
         let pieces: SmallVec<[(*const u8, usize); 2]> = out.iter().map(|b| (b.as_ptr(), b.len())).collect();
-        {
-            let mut cmds = self.cmds.borrow_mut();
-            let c = &mut cmds[usize::from(slot)];
-            c.owner = Some(Owner::Wait { tx, out, inb });
-            c.len = len;
-            c.read = read;
-            c.done = None;
-            c.got = 0;
-            c.failed = None;
-        }
+        self.cmds.borrow_mut()[usize::from(slot)].begin(Owner::Wait { tx, out, inb }, len, read, None);
         self.send_capsule(slot, sqe, &pieces, len, read);
         match rx.await {
             Ok(r) => r,
@@ -324,17 +329,7 @@ impl HostQpair {
             None if sqe.opcode & 3 == 0 => (SmallVec::new(), 0),
             None => (io.req.bufs.iter().map(|b| (b.as_ptr(), b.len())).collect(), io.len_bytes() as u32),
         };
-        {
-            let mut cmds = self.cmds.borrow_mut();
-            let c = &mut cmds[usize::from(slot)];
-            c.owner = Some(Owner::Bdev(io));
-            c.len = len;
-            c.read = read;
-            c.done = None;
-            c.extra = extra;
-            c.got = 0;
-            c.failed = None;
-        }
+        self.cmds.borrow_mut()[usize::from(slot)].begin(Owner::Bdev(io), len, read, extra);
         self.send_capsule(slot, sqe, if read { &[] } else { &pieces }, len, read);
         Ok(())
     }
