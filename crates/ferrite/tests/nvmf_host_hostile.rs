@@ -35,6 +35,42 @@ enum Reads {
     /// Data digests negotiated (if the host asks); every read's data carries a wrong digest
     /// and its successful response capsule follows `LATE` after it.
     BadDigestLateResponse,
+    /// The first read of block `HELD_LBA` is never answered (its connection stays open and
+    /// answers everything else). An Abort of it completes it as aborted if `honour_abort`;
+    /// otherwise the controller answers that it could not abort it.
+    Unanswered {
+        honour_abort: bool,
+    },
+    /// As `Unanswered`, and Keep Alive commands are never answered either.
+    Mute,
+}
+
+/// The block whose first read `Reads::Unanswered` and `Reads::Mute` hold.
+const HELD_LBA: u64 = 8;
+
+/// What a mock controller saw, for the test to check.
+#[derive(Default)]
+struct Seen {
+    /// Admin queue Connects.
+    admin_connects: std::sync::atomic::AtomicUsize,
+    /// The held read: its queue, its CID and its connection.
+    held: std::sync::Mutex<Option<(u16, u16, TcpStream)>>,
+    /// Aborts: (SQID, CID).
+    aborts: std::sync::Mutex<Vec<(u16, u16)>>,
+}
+
+impl Seen {
+    fn admin_connects(&self) -> usize {
+        self.admin_connects.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn held(&self) -> Option<(u16, u16)> {
+        self.held.lock().unwrap().as_ref().map(|(q, c, _)| (*q, *c))
+    }
+
+    fn aborts(&self) -> Vec<(u16, u16)> {
+        self.aborts.lock().unwrap().clone()
+    }
 }
 
 /// Commands that came with the ID of a read whose response was still owed.
@@ -51,15 +87,23 @@ fn ch(t: u8, flags: u8, hlen: u8, pdo: u8, plen: u32) -> Vec<u8> {
 }
 
 fn response(qid: u16, cid: u16, dw0: u32, dw1: u32) -> Vec<u8> {
+    response_status(qid, cid, dw0, dw1, 0)
+}
+
+/// A response capsule with status field `status` (SC in bits 1-8, SCT in bits 9-11).
+fn response_status(qid: u16, cid: u16, dw0: u32, dw1: u32, status: u16) -> Vec<u8> {
     let mut v = ch(5, 0, 24, 0, 24);
     v.extend_from_slice(&dw0.to_le_bytes());
     v.extend_from_slice(&dw1.to_le_bytes());
     v.extend_from_slice(&0u16.to_le_bytes());
     v.extend_from_slice(&qid.to_le_bytes());
     v.extend_from_slice(&cid.to_le_bytes());
-    v.extend_from_slice(&0u16.to_le_bytes());
+    v.extend_from_slice(&status.to_le_bytes());
     v
 }
+
+/// Status Aborted by Request (generic, 07h).
+const ABORTED_BY_REQUEST: u16 = 0x07 << 1;
 
 fn c2h_data(cid: u16, datao: u32, data: &[u8], flags: u8) -> Vec<u8> {
     c2h_data_digest(cid, datao, data, flags, None)
@@ -123,7 +167,7 @@ fn identify(cns: u32) -> Vec<u8> {
 }
 
 /// Serves one connection until it closes.
-fn serve(mut s: TcpStream, reads: Reads) -> std::io::Result<()> {
+fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
     let mut qid = 0u16;
     let mut cc = 0u64;
     // Data digests on this connection: Some(true) for right ones.
@@ -161,6 +205,9 @@ fn serve(mut s: TcpStream, reads: Reads) -> std::io::Result<()> {
             match sqe[4] {
                 1 => {
                     qid = u16::from_le_bytes([sqe[42], sqe[43]]);
+                    if qid == 0 {
+                        seen.admin_connects.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
                     out = response(qid, cid, 1, 0);
                 }
                 4 => {
@@ -188,7 +235,22 @@ fn serve(mut s: TcpStream, reads: Reads) -> std::io::Result<()> {
                     out = c2h_data_digest(cid, 0, &d[..sgl_len.min(4096)], LAST, ddgst);
                     out.extend(response(qid, cid, 0, 0));
                 }
-                0x0c => {} // asynchronous event request: held
+                0x0c => {}                                 // asynchronous event request: held
+                0x18 if matches!(reads, Reads::Mute) => {} // Keep Alive: unanswered
+                0x08 => {
+                    let (sqid, acid) = (cdw10 as u16, (cdw10 >> 16) as u16);
+                    seen.aborts.lock().unwrap().push((sqid, acid));
+                    let mut held = seen.held.lock().unwrap();
+                    let aborted = matches!(reads, Reads::Unanswered { honour_abort: true })
+                        && held.as_ref().is_some_and(|(q, c, _)| (*q, *c) == (sqid, acid));
+                    if aborted {
+                        if let Some((q, c, conn)) = held.as_mut() {
+                            conn.write_all(&response_status(*q, *c, 0, 0, ABORTED_BY_REQUEST))?;
+                        }
+                    }
+                    // DW0 bit 0: the command was not aborted.
+                    out = response(qid, cid, u32::from(!aborted), 0);
+                }
                 0x09 => out = response(qid, cid, cdw11, 0),
                 0x02 => {
                     let numd = ((cdw10 >> 16) & 0xfff | (cdw11 & 0xffff) << 16) as usize + 1;
@@ -199,7 +261,19 @@ fn serve(mut s: TcpStream, reads: Reads) -> std::io::Result<()> {
             }
         } else if opc == 0x02 {
             let n = sgl_len;
+            let slba = u64::from(cdw10) | u64::from(cdw11) << 32;
+            if matches!(reads, Reads::Unanswered { .. } | Reads::Mute) && slba == HELD_LBA {
+                let mut held = seen.held.lock().unwrap();
+                if held.is_none() {
+                    *held = Some((qid, cid, s.try_clone()?));
+                    continue;
+                }
+            }
             match reads {
+                Reads::Unanswered { .. } | Reads::Mute => {
+                    out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
+                    out.extend(response(qid, cid, 0, 0));
+                }
                 Reads::Honest => {
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
@@ -241,17 +315,25 @@ fn serve(mut s: TcpStream, reads: Reads) -> std::io::Result<()> {
 /// The mock controller on a free port of 127.0.0.1, one thread per connection, for as long as
 /// the test runs.
 fn liar(reads: Reads) -> u16 {
+    liar_seen(reads).0
+}
+
+/// As [`liar`], with what the controller sees.
+fn liar_seen(reads: Reads) -> (u16, std::sync::Arc<Seen>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(Seen::default());
+    let seen2 = seen.clone();
     std::thread::spawn(move || {
         for s in l.incoming().flatten() {
+            let seen = seen2.clone();
             std::thread::spawn(move || {
                 let _ = s.set_nodelay(true);
-                let _ = serve(s, reads);
+                let _ = serve(s, reads, &seen);
             });
         }
     });
-    port
+    (port, seen)
 }
 
 /// A host daemon whose buffers held SECRET (written to and read back from a malloc volume over
@@ -262,7 +344,20 @@ fn host(dir: &TempDir, port: u16) -> (Daemon, String) {
 
 /// As [`host`], with more `bdev_nvme_attach_controller` parameters.
 fn host_with(dir: &TempDir, port: u16, more: serde_json::Value) -> (Daemon, String) {
+    host_opts(dir, port, None, more)
+}
+
+/// As [`host_with`], after `bdev_nvme_set_options` with `options`, if given.
+fn host_opts(
+    dir: &TempDir,
+    port: u16,
+    options: Option<serde_json::Value>,
+    more: serde_json::Value,
+) -> (Daemon, String) {
     let d = Daemon::start(dir, &[]);
+    if let Some(o) = options {
+        d.call("bdev_nvme_set_options", Some(o));
+    }
     d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 1024, "block_size": 4096})));
     let nbd = d.call("nbd_server_start", Some(json!({"address": "127.0.0.1:0"})));
     let addr = nbd["address"].as_str().unwrap().to_string();
@@ -347,5 +442,112 @@ fn a_read_whose_data_fails_its_digest_ends_with_its_response() {
     );
     let log = d.proc.stderr();
     assert!(!log.contains("data bytes"), "a late response completed another command:\n{log}");
+    d.assert_serving();
+}
+
+/// Reads block `HELD_LBA` through `uri` with qemu-io: (succeeded, its output, how long it took).
+fn read_held(dir: &TempDir, uri: &str) -> (bool, String, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let (ok, out) = try_qemu_io(dir, uri, &format!("read -P {HONEST} {}k 4k", HELD_LBA * 4));
+    (ok, out, started.elapsed())
+}
+
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+#[test]
+fn a_read_past_its_timeout_resets_the_controller_and_is_sent_again() {
+    // action_on_timeout "reset": the controller is reset, the read goes back to its channel
+    // and is sent on the new queue pair, where it is answered. The held Asynchronous Event
+    // Request is never timed.
+    if !have("a_read_past_its_timeout_resets_the_controller_and_is_sent_again", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("host-liar-timeout-reset");
+    let (port, seen) = liar_seen(Reads::Unanswered { honour_abort: false });
+    let options = json!({"timeout_us": TIMEOUT.as_micros() as u64, "action_on_timeout": "reset"});
+    let (d, uri) = host_opts(&dir, port, Some(options), json!({}));
+    assert_eq!(seen.admin_connects(), 1);
+    let (ok, out, took) = read_held(&dir, &uri);
+    assert!(ok, "the read sent again after the reset: {out}");
+    assert!(seen.held().is_some(), "the mock held no read");
+    assert!(took >= TIMEOUT, "the read came back after {took:?}, before its timeout");
+    assert!(took < TIMEOUT * 6, "the read came back after {took:?}");
+    assert_eq!(seen.aborts(), vec![], "action reset sends no Abort");
+    assert_eq!(seen.admin_connects(), 2, "one reset");
+    let log = d.proc.stderr();
+    assert!(log.contains("timed out"), "{log}");
+    // bdev_nvme_set_options as SPDK checks it: not with controllers attached, and never an
+    // admin timeout without an I/O one.
+    let e = d.call_err("bdev_nvme_set_options", Some(json!({"timeout_us": 0})));
+    assert_eq!(e.code, -libc::EPERM, "{e:?}");
+    let e = d.call_err("bdev_nvme_set_options", Some(json!({"timeout_us": 0, "timeout_admin_us": 5})));
+    assert_eq!(e.code, -libc::EINVAL, "{e:?}");
+    d.assert_serving();
+}
+
+#[test]
+fn a_read_past_its_timeout_is_aborted() {
+    // action_on_timeout "abort", and the controller aborts the command: the read fails (an
+    // aborted command is not sent again, as with SPDK), no reset.
+    if !have("a_read_past_its_timeout_is_aborted", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("host-liar-timeout-abort");
+    let (port, seen) = liar_seen(Reads::Unanswered { honour_abort: true });
+    let options = json!({"timeout_us": TIMEOUT.as_micros() as u64, "action_on_timeout": "abort"});
+    let (d, uri) = host_opts(&dir, port, Some(options), json!({}));
+    let (ok, out, took) = read_held(&dir, &uri);
+    assert!(!ok, "an aborted read succeeded: {out}");
+    assert!(out.contains("Input/output error"), "{out}");
+    assert!(took >= TIMEOUT && took < TIMEOUT * 6, "the read failed after {took:?}");
+    let held = seen.held().expect("the mock held a read");
+    assert_eq!(seen.aborts(), vec![held], "one Abort, of the held read");
+    assert_eq!(seen.admin_connects(), 1, "no reset");
+    // The next read of that block is answered.
+    let (ok, out, _) = read_held(&dir, &uri);
+    assert!(ok, "{out}");
+    d.assert_serving();
+}
+
+#[test]
+fn a_read_whose_abort_is_refused_resets_the_controller() {
+    // action_on_timeout "abort", and the controller answers that it could not abort the
+    // command: as SPDK, the host resets the controller, and the read is sent again.
+    if !have("a_read_whose_abort_is_refused_resets_the_controller", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("host-liar-timeout-refused");
+    let (port, seen) = liar_seen(Reads::Unanswered { honour_abort: false });
+    let options = json!({"timeout_us": TIMEOUT.as_micros() as u64, "action_on_timeout": "abort"});
+    let (d, uri) = host_opts(&dir, port, Some(options), json!({}));
+    let (ok, out, took) = read_held(&dir, &uri);
+    assert!(ok, "the read sent again after the reset: {out}");
+    assert!(took >= TIMEOUT && took < TIMEOUT * 6, "the read came back after {took:?}");
+    let held = seen.held().expect("the mock held a read");
+    assert_eq!(seen.aborts(), vec![held], "one Abort, of the held read");
+    assert_eq!(seen.admin_connects(), 2, "one reset");
+    d.assert_serving();
+}
+
+#[test]
+fn a_controller_that_answers_nothing_is_lost_at_its_keep_alive_timeout() {
+    // No command timeouts set: a controller that stops answering Keep Alive is lost once the
+    // keep-alive timeout passes (bdev_nvme_set_options keep_alive_timeout_ms, 2 s here); its
+    // I/O queue pairs go with the admin queue, and the read they held is sent again once the
+    // host has reconnected.
+    if !have("a_controller_that_answers_nothing_is_lost_at_its_keep_alive_timeout", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("host-liar-mute");
+    let (port, seen) = liar_seen(Reads::Mute);
+    let (d, uri) = host_opts(&dir, port, Some(json!({"keep_alive_timeout_ms": 2000})), json!({}));
+    let (ok, out, took) = read_held(&dir, &uri);
+    assert!(ok, "the read sent again after the reconnection: {out}");
+    assert!(seen.held().is_some(), "the mock held no read");
+    assert!(took >= std::time::Duration::from_secs(2), "the read came back after {took:?}");
+    assert!(took < std::time::Duration::from_secs(12), "the read came back after {took:?}");
+    assert!(seen.admin_connects() >= 2, "the admin queue was not reconnected");
+    let log = d.proc.stderr();
+    assert!(log.contains("keep-alive unanswered"), "{log}");
     d.assert_serving();
 }

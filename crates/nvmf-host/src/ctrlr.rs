@@ -3,6 +3,7 @@
 //! pair per reactor ([`crate::path::IoPath`]) made when a channel there first submits.
 
 use crate::ana::AnaTable;
+use crate::options::TimeoutAction;
 use crate::path::IoPath;
 use crate::qpair::{ConnectParams, HostQpair, Reply};
 use crate::trid::Trid;
@@ -77,6 +78,12 @@ pub struct AttachOpts {
     pub kato_ms: u32,
     /// What a second attach under the name does.
     pub mode: Mode,
+    /// An I/O command outstanding this long is acted on (`timeout_us`; zero: never).
+    pub io_timeout: Duration,
+    /// An admin command outstanding this long is acted on (zero: never).
+    pub admin_timeout: Duration,
+    /// What is done then (`action_on_timeout`).
+    pub on_timeout: crate::options::TimeoutAction,
 }
 
 /// A namespace as identified.
@@ -225,6 +232,7 @@ impl HostCtrlr {
     /// Returns the namespaces. Runs on the first reactor.
     async fn bring_up(self: &Arc<Self>) -> Result<Vec<NsInfo>, String> {
         let admin = HostQpair::connect(&self.params(0, 32, 0xffff)?).await?;
+        self.watch(&admin);
         let cntlid = admin.cntlid.get();
         let result = self.init_admin(&admin).await;
         match result {
@@ -317,12 +325,14 @@ impl HostCtrlr {
             let _ = self.lost_at.compare_exchange(0, now_ns(), Ordering::AcqRel, Ordering::Acquire);
             log::warn!("nvme controller {}: admin queue lost; reconnecting", self.opts.name);
         }
-        // I/O waiting for this controller goes back to its channels, which may have another
-        // controller of the subsystem to send it to (multipath).
+        // As SPDK's and Linux's hosts do, the I/O queue pairs go with the admin queue: their
+        // commands and the I/O waiting for this controller go back to their channels, which
+        // send them again once it is back, or to another controller of the subsystem
+        // (multipath). A controller that answers nothing holds no I/O while it is away.
         let id = self.id;
         self.engine.on_all(move |_| {
             if let Some(p) = PATHS.with(|p| p.borrow().get(&id).cloned()) {
-                p.give_back_waiting();
+                p.close();
             }
         });
         let me = self.clone();
@@ -487,10 +497,17 @@ impl HostCtrlr {
         });
     }
 
-    /// Starts the keep-alive task (first reactor).
+    /// Starts the keep-alive task (first reactor): a Keep Alive every half keep-alive timeout.
+    /// One the controller does not answer within the timeout (when the controller would have
+    /// given up on the host, too) counts as the controller's loss, as on Linux's host: the
+    /// admin queue is closed and reconnected.
     fn keep_alive(self: &Arc<Self>) {
+        if self.opts.kato_ms == 0 {
+            return;
+        }
         let me = self.clone();
         let period = Duration::from_millis(u64::from(self.opts.kato_ms / 2).max(500));
+        let limit = Duration::from_millis(u64::from(self.opts.kato_ms).max(1000));
         ferrite_reactor::spawn_local(async move {
             loop {
                 ferrite_reactor::sleep(period).await;
@@ -499,12 +516,112 @@ impl HostCtrlr {
                 }
                 let Some(admin) = ADMIN.with(|a| a.borrow().get(&me.id).cloned()) else { continue };
                 let sqe = Sqe::new(op::KEEP_ALIVE, 0, 0);
-                if let Err(e) = admin.submit_wait(sqe, None, 0).await {
-                    log::info!("nvme controller {}: keep-alive: {e}", me.opts.name);
+                match crate::qpair::with_deadline(admin.submit_wait(sqe, None, 0), Instant::now() + limit).await {
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => log::info!("nvme controller {}: keep-alive: {e}", me.opts.name),
+                    None => {
+                        log::warn!(
+                            "nvme controller {}: keep-alive unanswered for {} ms; the controller is lost",
+                            me.opts.name,
+                            limit.as_millis()
+                        );
+                        admin.close();
+                    }
                 }
             }
         })
         .detach();
+    }
+
+    /// Starts the watchdog of queue pair `qp` if its commands are timed (`timeout_us`,
+    /// `timeout_admin_us`).
+    pub(crate) fn watch(self: &Arc<Self>, qp: &Rc<HostQpair>) {
+        let limit = if qp.qid() == 0 { self.opts.admin_timeout } else { self.opts.io_timeout };
+        if limit.is_zero() {
+            return;
+        }
+        let me = Arc::downgrade(self);
+        qp.watch(
+            limit,
+            Box::new(move |qp, cid| {
+                if let Some(c) = me.upgrade() {
+                    c.timed_out(qp, cid);
+                }
+            }),
+        );
+    }
+
+    /// Command `cid` of `qp` is past its timeout: what SPDK's `timeout_cb` does. On the
+    /// queue pair's reactor.
+    fn timed_out(self: &Arc<Self>, qp: &Rc<HostQpair>, cid: u16) {
+        let name = &self.opts.name;
+        let sqid = qp.qid();
+        log::warn!("nvme controller {name}: command {cid} of queue {sqid} timed out");
+        if self.detached.load(Ordering::Acquire) {
+            return;
+        }
+        match self.opts.on_timeout {
+            TimeoutAction::None => {}
+            TimeoutAction::Abort if sqid != 0 => {
+                if !self.is_up() {
+                    log::info!("nvme controller {name}: not available; command {cid} is not aborted");
+                    return;
+                }
+                let me = self.clone();
+                ferrite_reactor::spawn_local(async move {
+                    let mut sqe = Sqe::new(op::ABORT, 0, 0);
+                    sqe.cdw10 = u32::from(sqid) | u32::from(cid) << 16;
+                    let name = &me.opts.name;
+                    match me.admin_command(sqe).await {
+                        Ok(r) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => {
+                            log::info!("nvme controller {name}: command {cid} of queue {sqid} aborted")
+                        }
+                        Ok(r) => {
+                            log::warn!(
+                                "nvme controller {name}: command {cid} of queue {sqid} not aborted (dw0 {:#x}, sct {:#x} sc {:#x}); resetting",
+                                r.cqe.dw0,
+                                r.cqe.status.sct,
+                                r.cqe.status.sc
+                            );
+                            me.reset_soon();
+                        }
+                        Err(e) => {
+                            log::warn!("nvme controller {name}: Abort: {e}; resetting");
+                            me.reset_soon();
+                        }
+                    }
+                })
+                .detach();
+            }
+            _ => {
+                // An admin command of a queue still being brought up (not yet the controller's
+                // admin queue): the bring-up fails, and the reconnection goes on.
+                let current = sqid != 0 || ADMIN.with(|a| a.borrow().get(&self.id).is_some_and(|a| Rc::ptr_eq(a, qp)));
+                if current {
+                    self.reset_soon();
+                } else {
+                    qp.close();
+                }
+            }
+        }
+    }
+
+    /// Resets the controller, from any reactor, unless a reset or reconnection is under way.
+    fn reset_soon(self: &Arc<Self>) {
+        let me = self.clone();
+        self.engine.send(0, move || {
+            ferrite_reactor::spawn_local(async move {
+                match me.reset().await {
+                    Ok(()) | Err(libc::EBUSY) | Err(libc::ENODEV) => {}
+                    Err(e) => log::warn!(
+                        "nvme controller {}: reset after a timeout: {}",
+                        me.opts.name,
+                        std::io::Error::from_raw_os_error(e)
+                    ),
+                }
+            })
+            .detach();
+        });
     }
 
     /// This reactor's I/O path to the controller.

@@ -11,6 +11,7 @@
 //! - [`bdev`]: namespaces as bdevs; [`channel`]: their channels, which choose the path;
 //! - [`abort`]: abort of an outstanding request;
 //! - [`trid`]: a path (transport ID);
+//! - [`options`]: what `bdev_nvme_set_options` sets (attach defaults, command timeouts);
 //! - [`rpc`]: `bdev_nvme_attach_controller`, `bdev_nvme_detach_controller`,
 //!   `bdev_nvme_get_controllers`, `bdev_nvme_set_multipath_policy`.
 
@@ -20,6 +21,7 @@ pub mod bdev;
 mod channel;
 pub mod ctrlr;
 pub mod group;
+pub mod options;
 pub mod path;
 pub mod qpair;
 pub mod rpc;

@@ -122,6 +122,7 @@ impl IoPath {
 
     fn use_qpair(self: &Rc<Self>, qp: Rc<HostQpair>, gen: u64) {
         qp.icd_max.set(self.ctrlr.info.lock().unwrap().icd_max);
+        self.ctrlr.watch(&qp);
         let path = Rc::downgrade(self);
         let q2 = Rc::downgrade(&qp);
         qp.on_close(move || {
@@ -192,8 +193,9 @@ impl IoPath {
         }
     }
 
-    /// Closes the queue pair (the controller is detached); what waits goes back to its
-    /// channels, which send it on another controller or fail it.
+    /// Closes the queue pair (the controller is detached, or lost); its commands and what
+    /// waits go back to their channels, which send them again, on another controller or on
+    /// this one once it is back, or fail them.
     pub(crate) fn close(&self) {
         if let Some(qp) = self.qp.borrow_mut().take() {
             qp.close();

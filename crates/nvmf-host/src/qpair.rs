@@ -95,12 +95,23 @@ struct Cmd {
     /// The status the command fails with whatever the controller answers (its data failed its
     /// digest); it still completes only with the controller's completion.
     failed: Option<Status>,
+    /// The watchdog's tick it was sent in.
+    tick: u32,
+    /// The watchdog times it (not an Asynchronous Event Request, which waits for as long as
+    /// nothing happens).
+    watched: bool,
+    /// The watchdog has reported it.
+    timed_out: bool,
 }
 
 impl Cmd {
-    /// Starts the slot's next command: everything a command leaves behind is reset here.
-    fn begin(&mut self, owner: Owner, len: u32, read: bool, extra: Option<IoBuf>) {
+    /// Starts the slot's next command, sent in watchdog tick `tick`: everything a command
+    /// leaves behind is reset here.
+    fn begin(&mut self, owner: Owner, len: u32, read: bool, extra: Option<IoBuf>, tick: u32) {
         self.owner = Some(owner);
+        self.tick = tick;
+        self.watched = true;
+        self.timed_out = false;
         self.len = len;
         self.read = read;
         self.done = None;
@@ -142,7 +153,13 @@ pub struct HostQpair {
     on_close: RefCell<Option<Box<dyn FnOnce()>>>,
     /// The controller ID Connect returned.
     pub cntlid: Cell<u16>,
+    /// Ticks of the watchdog ([`HostQpair::watch`]) so far: a command's age is counted in
+    /// them, so that sending one reads no clock.
+    tick: Cell<u32>,
 }
+
+/// What a queue pair's watchdog calls with a command that timed out (its CID).
+pub type OnTimeout = Box<dyn Fn(&Rc<HostQpair>, u16)>;
 
 impl HostQpair {
     /// Connects a queue pair (TCP, ICReq, Fabrics Connect). Runs on the reactor that will use it.
@@ -170,6 +187,7 @@ impl HostQpair {
             tasks: Cell::new(2),
             on_close: RefCell::new(None),
             cntlid: Cell::new(0),
+            tick: Cell::new(0),
         });
         let (tx, rx) = oneshot::channel();
         *qp.ic_wait.borrow_mut() = Some(tx);
@@ -260,6 +278,49 @@ impl HostQpair {
             .map(|i| i as u16)
     }
 
+    /// Starts the queue pair's watchdog: each command outstanding for `limit` (a little more:
+    /// up to an eighth, the watchdog's period) is given to `on_timeout` once, as SPDK's
+    /// timeout callback. It ticks every `limit / 8` (at least 1 ms) while the queue pair
+    /// lives; sending a command reads no clock.
+    pub fn watch(self: &Rc<Self>, limit: Duration, on_timeout: OnTimeout) {
+        let period = (limit / 8).max(Duration::from_millis(1));
+        // A command sent in tick t has waited at least (ticks - 1) periods at tick t + ticks.
+        let ticks = u32::try_from(limit.as_nanos().div_ceil(period.as_nanos())).unwrap_or(u32::MAX - 1) + 1;
+        let me = Rc::downgrade(self);
+        ferrite_reactor::spawn_local(async move {
+            loop {
+                ferrite_reactor::sleep(period).await;
+                let Some(qp) = me.upgrade() else { return };
+                if qp.closed.get() {
+                    return;
+                }
+                let now = qp.tick.get().wrapping_add(1);
+                qp.tick.set(now);
+                let late: SmallVec<[u16; 8]> = {
+                    let mut cmds = qp.cmds.borrow_mut();
+                    cmds.iter_mut()
+                        .enumerate()
+                        .filter(|(_, c)| {
+                            c.owner.is_some()
+                                && c.done.is_none()
+                                && c.watched
+                                && !c.timed_out
+                                && now.wrapping_sub(c.tick) >= ticks
+                        })
+                        .map(|(slot, c)| {
+                            c.timed_out = true;
+                            slot as u16
+                        })
+                        .collect()
+                };
+                for cid in late {
+                    on_timeout(&qp, cid);
+                }
+            }
+        })
+        .detach();
+    }
+
     /// Queue ID.
     pub fn qid(&self) -> u16 {
         self.qid
@@ -307,7 +368,12 @@ impl HostQpair {
         let Some(slot) = self.take_slot() else { return Err("queue full".into()) };
         sqe.cid = slot;
         let pieces: SmallVec<[(*const u8, usize); 2]> = out.iter().map(|b| (b.as_ptr(), b.len())).collect();
-        self.cmds.borrow_mut()[usize::from(slot)].begin(Owner::Wait { tx, out, inb }, len, read, None);
+        {
+            let mut cmds = self.cmds.borrow_mut();
+            let c = &mut cmds[usize::from(slot)];
+            c.begin(Owner::Wait { tx, out, inb }, len, read, None, self.tick.get());
+            c.watched = sqe.opcode != ferrite_nvmf::spec::opcode::admin::ASYNC_EVENT_REQUEST || self.qid != 0;
+        }
         self.send_capsule(slot, sqe, &pieces, len, read);
         match rx.await {
             Ok(r) => r,
@@ -329,7 +395,7 @@ impl HostQpair {
             None if sqe.opcode & 3 == 0 => (SmallVec::new(), 0),
             None => (io.req.bufs.iter().map(|b| (b.as_ptr(), b.len())).collect(), io.len_bytes() as u32),
         };
-        self.cmds.borrow_mut()[usize::from(slot)].begin(Owner::Bdev(io), len, read, extra);
+        self.cmds.borrow_mut()[usize::from(slot)].begin(Owner::Bdev(io), len, read, extra, self.tick.get());
         self.send_capsule(slot, sqe, if read { &[] } else { &pieces }, len, read);
         Ok(())
     }
@@ -570,7 +636,7 @@ fn status_of(cqe: &Cqe) -> IoStatus {
 }
 
 /// Waits for `rx` until `deadline`.
-async fn with_deadline<T>(rx: impl std::future::Future<Output = T>, deadline: Instant) -> Option<T> {
+pub(crate) async fn with_deadline<T>(rx: impl std::future::Future<Output = T>, deadline: Instant) -> Option<T> {
     let mut rx = std::pin::pin!(rx);
     let mut sleep = std::pin::pin!(ferrite_reactor::sleep(deadline.saturating_duration_since(Instant::now())));
     poll_fn(|cx| {

@@ -1,9 +1,11 @@
 //! SPDK's bdev_nvme methods for NVMe/TCP controllers: bdev_nvme_attach_controller (answers the
 //! names of the bdevs the attach reaches), bdev_nvme_detach_controller (a name, or one of its
 //! paths), bdev_nvme_get_controllers, bdev_nvme_set_multipath_policy, bdev_nvme_reset_controller.
-//! `bdev_nvme_set_options` is an option method (kept by the registry).
+//! `bdev_nvme_set_options` is an option method (kept by the registry; [`crate::options`] checks
+//! it and gives an attach its defaults).
 
 use crate::ctrlr::{AttachOpts, Mode};
+use crate::options::{resiliency_ok, Defaults};
 use crate::trid::{PathFilter, Trid};
 use ferrite_rpc::{errno_error, Params, Registry, RpcError};
 use serde::Deserialize;
@@ -72,7 +74,10 @@ fn default_hostnqn() -> String {
     N.get_or_init(|| format!("nqn.2014-08.org.nvmexpress:uuid:{}", uuid::Uuid::new_v4())).clone()
 }
 
-fn attach_opts(a: Attach) -> Result<AttachOpts, RpcError> {
+/// The attach's options; what it leaves out comes from `bdev_nvme_set_options` (`set`: what
+/// that has set).
+fn attach_opts(a: Attach, set: Option<&Value>) -> Result<AttachOpts, RpcError> {
+    let d = Defaults::from_options(set);
     if !a.trtype.eq_ignore_ascii_case("tcp") {
         return Err(invalid(format!("Invalid parameters: trtype {} is not supported (TCP only)", a.trtype)));
     }
@@ -82,10 +87,13 @@ fn attach_opts(a: Attach) -> Result<AttachOpts, RpcError> {
         Some(m) => Mode::parse(m)
             .ok_or_else(|| invalid("Invalid parameters: multipath must be disable, failover or multipath"))?,
     };
-    let loss = a.ctrlr_loss_timeout_sec.unwrap_or(0);
-    let delay = a.reconnect_delay_sec.unwrap_or(0);
-    if loss != 0 && delay == 0 || loss < -1 {
-        return Err(invalid("Invalid parameters: reconnect_delay_sec must be non-zero with ctrlr_loss_timeout_sec"));
+    let loss = a.ctrlr_loss_timeout_sec.unwrap_or(d.ctrlr_loss_timeout_sec);
+    let delay = a.reconnect_delay_sec.unwrap_or(d.reconnect_delay_sec);
+    let fast_fail = a.fast_io_fail_timeout_sec.unwrap_or(d.fast_io_fail_timeout_sec);
+    if !resiliency_ok(loss, delay, fast_fail) {
+        return Err(invalid(
+            "Invalid parameters: ctrlr_loss_timeout_sec, reconnect_delay_sec and fast_io_fail_timeout_sec do not go together",
+        ));
     }
     let trid = Trid {
         adrfam: a.adrfam.unwrap_or_else(|| "IPv4".into()),
@@ -102,21 +110,26 @@ fn attach_opts(a: Attach) -> Result<AttachOpts, RpcError> {
         ddgst: a.ddgst.unwrap_or(false),
         ctrlr_loss_timeout_sec: loss,
         reconnect_delay_sec: delay,
-        fast_io_fail_timeout_sec: a.fast_io_fail_timeout_sec.unwrap_or(0),
+        fast_io_fail_timeout_sec: fast_fail,
         io_queue_size: 128,
-        kato_ms: 10_000,
+        kato_ms: d.kato_ms,
         mode,
+        io_timeout: d.io_timeout,
+        admin_timeout: d.admin_timeout,
+        on_timeout: d.action,
     })
 }
 
 /// Registers the methods.
 pub fn register(reg: &mut Registry) {
-    reg.method("bdev_nvme_attach_controller", |_, p: Params| async move {
+    crate::options::register(reg);
+    reg.method("bdev_nvme_attach_controller", |ctx, p: Params| async move {
         let a: Attach = p.parse()?;
         if a.name.is_empty() {
             return Err(errno_error(libc::EINVAL, "Invalid argument"));
         }
-        let names = crate::group::attach(attach_opts(a)?).await?;
+        let set = ctx.registry.settings().get("bdev_nvme_set_options", None);
+        let names = crate::group::attach(attach_opts(a, set.as_ref())?).await?;
         Ok(json!(names))
     });
     reg.method("bdev_nvme_detach_controller", |_, p: Params| async move {

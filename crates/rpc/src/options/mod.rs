@@ -14,7 +14,7 @@ mod schema;
 mod settings;
 mod specs;
 
-pub use settings::Settings;
+pub use settings::{Guard, Settings};
 pub use specs::{Spec, SPECS};
 
 use crate::jsonrpc::{RpcError, INTERNAL_ERROR, INVALID_PARAMS};
@@ -35,6 +35,7 @@ pub fn register(reg: &mut Registry) {
             if let Some(check) = spec.check {
                 check(&params)?;
             }
+            ctx.registry.settings().check(spec, &params)?;
             ctx.registry.settings().set(spec, params);
             log::info!("{}: accepted (kept for framework_get_config/save_config)", spec.method);
             Ok(json!(true))

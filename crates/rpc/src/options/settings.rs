@@ -3,20 +3,51 @@
 //! options).
 
 use super::specs::{Spec, SPECS};
+use crate::RpcError;
 use serde_json::{json, Map, Value};
 use std::sync::Mutex;
 
 /// What one method (for one instance key) has set.
 type Entry = (&'static str, Option<String>, Map<String, Value>);
 
+/// A module's check of what an option method would set: the options as they would be after
+/// the call (what was set before, with the call's members over it). Runs before they are kept.
+pub type Guard = Box<dyn Fn(&Value) -> Result<(), RpcError> + Send + Sync>;
+
 /// Options set so far.
 #[derive(Default)]
 pub struct Settings {
     /// (method, instance key, members), in first-set order.
     entries: Mutex<Vec<Entry>>,
+    /// Modules' checks, by method.
+    guards: Mutex<Vec<(&'static str, Guard)>>,
 }
 
 impl Settings {
+    /// Adds a check of what `method` would set (a module that uses those options, and knows
+    /// when they may change).
+    pub fn guard(&self, method: &'static str, g: Guard) {
+        self.guards.lock().unwrap_or_else(|p| p.into_inner()).push((method, g));
+    }
+
+    /// Runs the checks of `spec`'s method on what the call with `params` would leave set.
+    pub fn check(&self, spec: &Spec, params: &Value) -> Result<(), RpcError> {
+        let guards = self.guards.lock().unwrap_or_else(|p| p.into_inner());
+        if !guards.iter().any(|(m, _)| *m == spec.method) {
+            return Ok(());
+        }
+        let key = spec.key.and_then(|k| params[k].as_str());
+        let mut merged = match self.get(spec.method, key) {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        if let Value::Object(given) = params {
+            merged.extend(given.clone());
+        }
+        let merged = Value::Object(merged);
+        guards.iter().filter(|(m, _)| *m == spec.method).try_for_each(|(_, g)| g(&merged))
+    }
+
     /// Merges `params` (an object) into what `spec` has set.
     pub fn set(&self, spec: &Spec, params: Value) {
         let key = spec.key.and_then(|k| params[k].as_str().map(str::to_string));
