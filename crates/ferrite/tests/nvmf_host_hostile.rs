@@ -43,6 +43,8 @@ enum Reads {
     },
     /// As `Unanswered`, and Keep Alive commands are never answered either.
     Mute,
+    /// Identify is never answered.
+    NoIdentify,
 }
 
 /// The block whose first read `Reads::Unanswered` and `Reads::Mute` hold.
@@ -230,6 +232,7 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
             }
         } else if qid == 0 {
             match opc {
+                0x06 if matches!(reads, Reads::NoIdentify) => {}
                 0x06 => {
                     let d = identify(cdw10 & 0xff);
                     out = c2h_data_digest(cid, 0, &d[..sgl_len.min(4096)], LAST, ddgst);
@@ -270,7 +273,7 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                 }
             }
             match reads {
-                Reads::Unanswered { .. } | Reads::Mute => {
+                Reads::Unanswered { .. } | Reads::Mute | Reads::NoIdentify => {
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
                 }
@@ -549,5 +552,29 @@ fn a_controller_that_answers_nothing_is_lost_at_its_keep_alive_timeout() {
     assert!(seen.admin_connects() >= 2, "the admin queue was not reconnected");
     let log = d.proc.stderr();
     assert!(log.contains("keep-alive unanswered"), "{log}");
+    d.assert_serving();
+}
+
+#[test]
+fn an_attach_to_a_controller_that_never_identifies_fails_in_30_s() {
+    // A controller that accepts the Connect and then answers nothing: the attach fails once
+    // the initialization's 30 s (SPDK's default admin timeout) pass, and the daemon serves on.
+    let dir = TempDir::new("host-liar-noidentify");
+    let (port, seen) = liar_seen(Reads::NoIdentify);
+    let d = Daemon::start(&dir, &[]);
+    let started = std::time::Instant::now();
+    let mut client =
+        ferrite_rpc::client::RpcClient::connect(&d.sock, std::time::Duration::from_secs(60)).expect("connect");
+    let e = common::call_err(
+        &mut client,
+        "bdev_nvme_attach_controller",
+        Some(json!({"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string(), "subnqn": NQN})),
+    );
+    let took = started.elapsed();
+    assert!(e.message.contains("initialization"), "{e:?}");
+    assert!(took >= std::time::Duration::from_secs(30) && took < std::time::Duration::from_secs(40), "{took:?}");
+    assert_eq!(seen.admin_connects(), 1);
+    assert!(d.call("bdev_nvme_get_controllers", None).as_array().unwrap().is_empty());
     d.assert_serving();
 }

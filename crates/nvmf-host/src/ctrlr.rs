@@ -174,6 +174,11 @@ pub struct HostCtrlr {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// How long a controller's initialization (enable, identify, features, ANA log) may take, as
+/// SPDK's default admin timeout: a controller that accepts a Connect and then answers nothing
+/// fails the attach or the reconnection attempt instead of holding it.
+const INIT_LIMIT: Duration = Duration::from_secs(30);
+
 ferrite_reactor::reactor_local! {
     /// Admin queue pairs by controller ID (on the first reactor).
     static ADMIN: RefCell<HashMap<u64, Rc<HostQpair>>> = RefCell::new(HashMap::new());
@@ -234,7 +239,10 @@ impl HostCtrlr {
         let admin = HostQpair::connect(&self.params(0, 32, 0xffff)?).await?;
         self.watch(&admin);
         let cntlid = admin.cntlid.get();
-        let result = self.init_admin(&admin).await;
+        let result = match crate::qpair::with_deadline(self.init_admin(&admin), Instant::now() + INIT_LIMIT).await {
+            Some(r) => r,
+            None => Err(format!("the controller did not finish its initialization in {} s", INIT_LIMIT.as_secs())),
+        };
         match result {
             Ok(ns) => {
                 self.cntlid.store(cntlid, Ordering::Release);
