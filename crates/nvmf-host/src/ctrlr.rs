@@ -357,7 +357,8 @@ impl HostCtrlr {
                 }
                 // Each path is tried once at once; after that, the loss timeout and the delay.
                 if attempt >= n {
-                    if me.loss_timed_out() {
+                    // A loss timeout of 0: no reconnection after this first round.
+                    if me.opts.ctrlr_loss_timeout_sec == 0 || me.loss_timed_out() {
                         log::warn!("nvme controller {}: ctrlr_loss_timeout_sec passed; giving up", me.opts.name);
                         me.failed.store(true, Ordering::Release);
                         me.paths_changed();
@@ -473,11 +474,14 @@ impl HostCtrlr {
         }
     }
 
-    /// True once the loss timeout has passed since the controller was lost.
+    /// True once the loss timeout has passed since the controller was lost. A timeout of 0
+    /// (never reconnect) is not a time: such a controller is still tried once on each path
+    /// at its loss, as SPDK's reset does, and its I/O waits for that; if none comes back it
+    /// is `failed`.
     pub fn loss_timed_out(&self) -> bool {
         let t = self.opts.ctrlr_loss_timeout_sec;
         let lost = self.lost_at.load(Ordering::Acquire);
-        if lost == 0 || t < 0 {
+        if lost == 0 || t <= 0 {
             return false;
         }
         now_ns().saturating_sub(lost) >= (t as u64) * 1_000_000_000
