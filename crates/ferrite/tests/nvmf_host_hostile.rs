@@ -583,3 +583,35 @@ fn an_attach_to_a_controller_that_never_identifies_fails_in_30_s() {
     assert!(d.call("bdev_nvme_get_controllers", None).as_array().unwrap().is_empty());
     d.assert_serving();
 }
+
+#[test]
+fn a_detach_does_not_wait_for_ever_on_a_command_never_answered() {
+    // No command timeouts, and a controller that answers everything but one read (Keep Alive
+    // too, so it is never lost): the detach lets the read have 5 s, then closes the
+    // connections, which fails it; the bdev's user (NBD here) lets go and the detach ends.
+    if !have("a_detach_does_not_wait_for_ever_on_a_command_never_answered", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("host-liar-detach");
+    let (port, seen) = liar_seen(Reads::Unanswered { honour_abort: false });
+    let (d, uri) = host_opts(&dir, port, None, json!({}));
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| read_held(&dir, &uri));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while seen.held().is_none() {
+            assert!(std::time::Instant::now() < deadline, "the read never reached the controller");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let started = std::time::Instant::now();
+        d.call("bdev_nvme_detach_controller", Some(json!({"name": "Liar"})));
+        let took = started.elapsed();
+        assert!(took >= std::time::Duration::from_secs(5), "the detach ended after {took:?}, before its grace");
+        assert!(took < std::time::Duration::from_secs(9), "the detach took {took:?}");
+        let (ok, out, _) = reader.join().unwrap();
+        assert!(!ok, "a read the controller never answered succeeded: {out}");
+    });
+    assert!(d.call("bdev_nvme_get_controllers", None).as_array().unwrap().is_empty());
+    let log = d.proc.stderr();
+    assert!(log.contains("closing the connections"), "{log}");
+    d.assert_serving();
+}

@@ -441,7 +441,8 @@ pub async fn remove_lost(c: &Arc<HostCtrlr>) {
 }
 
 /// Takes controllers `gone` out of group `g`: they leave its bdevs first, bdevs left with none
-/// are unregistered, the group goes once it has no controller, then they are detached.
+/// are unregistered, the group goes once it has no controller, then they are detached (once
+/// those bdevs are gone, or after [`DETACH_GRACE`], which fails the I/O still in flight).
 async fn drop_controllers(g: &Arc<Group>, gone: &[Arc<HostCtrlr>]) {
     let name = g.name.as_str();
     // Controllers that go leave the bdevs first; bdevs left with none are unregistered.
@@ -473,13 +474,32 @@ async fn drop_controllers(g: &Arc<Group>, gone: &[Arc<HostCtrlr>]) {
             waits.push(rx);
         }
     }
-    for w in waits {
-        let _ = w.await;
+    // I/O in flight gets DETACH_GRACE to complete; what the controllers have not answered by
+    // then fails when their connections close (a command a controller never answers would
+    // otherwise hold its bdev's users, and so the detach, for ever).
+    let deadline = std::time::Instant::now() + DETACH_GRACE;
+    let mut left = Vec::new();
+    for mut w in waits {
+        if crate::qpair::with_deadline(&mut w, deadline).await.is_none() {
+            left.push(w);
+        }
+    }
+    if !left.is_empty() {
+        log::warn!(
+            "nvme controller {name}: I/O still outstanding {} s after the detach began; closing the connections",
+            DETACH_GRACE.as_secs()
+        );
     }
     for c in gone {
         ctrlr::detach(c).await;
     }
+    for w in left {
+        let _ = w.await;
+    }
 }
+
+/// How long a detach lets I/O in flight complete before it closes the controllers' connections.
+const DETACH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Sets the multipath policy of a bdev of this module (`bdev_nvme_set_multipath_policy`).
 pub fn set_policy(bdev: &str, active_active: bool) -> Result<(), RpcError> {
