@@ -485,6 +485,15 @@ fn a_read_past_its_timeout_resets_the_controller_and_is_sent_again() {
     assert_eq!(e.code, -libc::EPERM, "{e:?}");
     let e = d.call_err("bdev_nvme_set_options", Some(json!({"timeout_us": 0, "timeout_admin_us": 5})));
     assert_eq!(e.code, -libc::EINVAL, "{e:?}");
+    // An attach's loss timeout is SPDK's int32: a larger one is refused, not wrapped (2^55 s
+    // wrapped to a loss timeout that had passed at the loss).
+    let e = d.call_err(
+        "bdev_nvme_attach_controller",
+        Some(json!({"name": "Other", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string(), "subnqn": NQN, "ctrlr_loss_timeout_sec": 1u64 << 55,
+            "reconnect_delay_sec": 1})),
+    );
+    assert_eq!(e.code, -32602, "{e:?}");
     d.assert_serving();
 }
 

@@ -484,7 +484,7 @@ impl HostCtrlr {
         if lost == 0 || t <= 0 {
             return false;
         }
-        now_ns().saturating_sub(lost) >= (t as u64) * 1_000_000_000
+        now_ns().saturating_sub(lost) >= (t as u64).saturating_mul(1_000_000_000)
     }
 
     /// True once waiting I/O should fail (fast_io_fail_timeout or the loss timeout).
@@ -497,7 +497,7 @@ impl HostCtrlr {
             return false;
         }
         let f = self.opts.fast_io_fail_timeout_sec;
-        (f > 0 && now_ns().saturating_sub(lost) >= f * 1_000_000_000) || self.loss_timed_out()
+        (f > 0 && now_ns().saturating_sub(lost) >= f.saturating_mul(1_000_000_000)) || self.loss_timed_out()
     }
 
     fn fail_paths(&self) {
@@ -522,8 +522,7 @@ impl HostCtrlr {
         let limit = Duration::from_millis(u64::from(self.opts.kato_ms).max(1000));
         ferrite_reactor::spawn_local(async move {
             loop {
-                ferrite_reactor::sleep(period).await;
-                if me.detached.load(Ordering::Acquire) {
+                if !crate::qpair::sleep_while(period, || !me.detached.load(Ordering::Acquire)).await {
                     return;
                 }
                 let Some(admin) = ADMIN.with(|a| a.borrow().get(&me.id).cloned()) else { continue };

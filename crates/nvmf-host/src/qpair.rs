@@ -289,7 +289,9 @@ impl HostQpair {
         let me = Rc::downgrade(self);
         ferrite_reactor::spawn_local(async move {
             loop {
-                ferrite_reactor::sleep(period).await;
+                if !sleep_while(period, || me.upgrade().is_some_and(|q| !q.closed.get())).await {
+                    return;
+                }
                 let Some(qp) = me.upgrade() else { return };
                 if qp.closed.get() {
                     return;
@@ -633,6 +635,21 @@ fn status_of(cqe: &Cqe) -> IoStatus {
     } else {
         IoStatus::Nvme { sct: s.sct, sc: s.sc }
     }
+}
+
+/// Sleeps `period` in steps of at most a second, as long as `alive` holds; false if it stopped
+/// holding (a long timer does not keep what it serves for its whole period).
+pub(crate) async fn sleep_while(period: Duration, alive: impl Fn() -> bool) -> bool {
+    let mut left = period;
+    while !left.is_zero() {
+        let step = left.min(Duration::from_secs(1));
+        ferrite_reactor::sleep(step).await;
+        if !alive() {
+            return false;
+        }
+        left -= step;
+    }
+    true
 }
 
 /// Waits for `rx` until `deadline`.

@@ -34,9 +34,10 @@ struct Attach {
     prchk_guard: Option<bool>,
     hdgst: Option<bool>,
     ddgst: Option<bool>,
-    ctrlr_loss_timeout_sec: Option<i64>,
-    reconnect_delay_sec: Option<u64>,
-    fast_io_fail_timeout_sec: Option<u64>,
+    // SPDK's types (int32, uint32): larger values are refused, not wrapped.
+    ctrlr_loss_timeout_sec: Option<i32>,
+    reconnect_delay_sec: Option<u32>,
+    fast_io_fail_timeout_sec: Option<u32>,
     multipath: Option<String>,
     #[allow(dead_code)]
     num_io_queues: Option<u32>,
@@ -87,9 +88,9 @@ fn attach_opts(a: Attach, set: Option<&Value>) -> Result<AttachOpts, RpcError> {
         Some(m) => Mode::parse(m)
             .ok_or_else(|| invalid("Invalid parameters: multipath must be disable, failover or multipath"))?,
     };
-    let loss = a.ctrlr_loss_timeout_sec.unwrap_or(d.ctrlr_loss_timeout_sec);
-    let delay = a.reconnect_delay_sec.unwrap_or(d.reconnect_delay_sec);
-    let fast_fail = a.fast_io_fail_timeout_sec.unwrap_or(d.fast_io_fail_timeout_sec);
+    let loss = a.ctrlr_loss_timeout_sec.map_or(d.ctrlr_loss_timeout_sec, i64::from);
+    let delay = a.reconnect_delay_sec.map_or(d.reconnect_delay_sec, u64::from);
+    let fast_fail = a.fast_io_fail_timeout_sec.map_or(d.fast_io_fail_timeout_sec, u64::from);
     if !resiliency_ok(loss, delay, fast_fail) {
         return Err(invalid(
             "Invalid parameters: ctrlr_loss_timeout_sec, reconnect_delay_sec and fast_io_fail_timeout_sec do not go together",
