@@ -637,12 +637,13 @@ fn status_of(cqe: &Cqe) -> IoStatus {
     }
 }
 
-/// Sleeps `period` in steps of at most a second, as long as `alive` holds; false if it stopped
-/// holding (a long timer does not keep what it serves for its whole period).
+/// Sleeps `period` in steps of at most a minute, as long as `alive` holds; false if it stopped
+/// holding (a timer of hours does not keep what it serves for its whole period; periods of the
+/// usual seconds take one timer, as a timer costs an allocation).
 pub(crate) async fn sleep_while(period: Duration, alive: impl Fn() -> bool) -> bool {
     let mut left = period;
     while !left.is_zero() {
-        let step = left.min(Duration::from_secs(1));
+        let step = left.min(Duration::from_secs(60));
         ferrite_reactor::sleep(step).await;
         if !alive() {
             return false;
