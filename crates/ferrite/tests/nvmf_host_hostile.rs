@@ -41,6 +41,11 @@ enum Reads {
     Unanswered {
         honour_abort: bool,
     },
+    /// The first read of each of the `MANY` blocks from `HELD_LBA` is never answered, and an
+    /// Abort of one completes it as aborted. The controller takes one Abort at a time (ACL 0):
+    /// it answers each after `ABORT_TAKES`, and an Abort sent before that answer with "Abort
+    /// Command Limit Exceeded".
+    ManyUnanswered,
     /// As `Unanswered`, and Keep Alive commands are never answered either.
     Mute,
     /// Identify is never answered.
@@ -49,6 +54,12 @@ enum Reads {
 
 /// The block whose first read `Reads::Unanswered` and `Reads::Mute` hold.
 const HELD_LBA: u64 = 8;
+
+/// How many reads `Reads::ManyUnanswered` holds.
+const MANY: u64 = 6;
+
+/// How long `Reads::ManyUnanswered` takes to answer an Abort.
+const ABORT_TAKES: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What a mock controller saw, for the test to check.
 #[derive(Default)]
@@ -59,6 +70,10 @@ struct Seen {
     held: std::sync::Mutex<Option<(u16, u16, TcpStream)>>,
     /// Aborts: (SQID, CID).
     aborts: std::sync::Mutex<Vec<(u16, u16)>>,
+    /// The reads `Reads::ManyUnanswered` holds: queue, CID, block and connection.
+    many_held: std::sync::Mutex<Vec<(u16, u16, u64, TcpStream)>>,
+    /// Aborts that came while another was outstanding.
+    over_limit: std::sync::atomic::AtomicUsize,
 }
 
 impl Seen {
@@ -72,6 +87,10 @@ impl Seen {
 
     fn aborts(&self) -> Vec<(u16, u16)> {
         self.aborts.lock().unwrap().clone()
+    }
+
+    fn over_limit(&self) -> usize {
+        self.over_limit.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -106,6 +125,8 @@ fn response_status(qid: u16, cid: u16, dw0: u32, dw1: u32, status: u16) -> Vec<u
 
 /// Status Aborted by Request (generic, 07h).
 const ABORTED_BY_REQUEST: u16 = 0x07 << 1;
+/// Command specific status 03h of an Abort: Abort Command Limit Exceeded.
+const ABORT_LIMIT_EXCEEDED: u16 = 1 << 9 | 0x03 << 1;
 
 fn c2h_data(cid: u16, datao: u32, data: &[u8], flags: u8) -> Vec<u8> {
     c2h_data_digest(cid, datao, data, flags, None)
@@ -174,6 +195,8 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
     let mut cc = 0u64;
     // Data digests on this connection: Some(true) for right ones.
     let mut ddgst = None;
+    // An Abort came before the answer to the one before it.
+    let mut abort_over_limit = false;
     loop {
         let mut h = [0u8; 8];
         s.read_exact(&mut h)?;
@@ -243,14 +266,40 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                 0x08 => {
                     let (sqid, acid) = (cdw10 as u16, (cdw10 >> 16) as u16);
                     seen.aborts.lock().unwrap().push((sqid, acid));
-                    let mut held = seen.held.lock().unwrap();
-                    let aborted = matches!(reads, Reads::Unanswered { honour_abort: true })
-                        && held.as_ref().is_some_and(|(q, c, _)| (*q, *c) == (sqid, acid));
-                    if aborted {
-                        if let Some((q, c, conn)) = held.as_mut() {
-                            conn.write_all(&response_status(*q, *c, 0, 0, ABORTED_BY_REQUEST))?;
-                        }
+                    if std::mem::take(&mut abort_over_limit) {
+                        seen.over_limit.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        s.write_all(&response_status(qid, cid, 0, 0, ABORT_LIMIT_EXCEEDED))?;
+                        continue;
                     }
+                    let aborted = match reads {
+                        Reads::Unanswered { honour_abort: true } => {
+                            let mut held = seen.held.lock().unwrap();
+                            let hit = held.as_ref().is_some_and(|(q, c, _)| (*q, *c) == (sqid, acid));
+                            if let (true, Some((q, c, conn))) = (hit, held.as_mut()) {
+                                conn.write_all(&response_status(*q, *c, 0, 0, ABORTED_BY_REQUEST))?;
+                            }
+                            hit
+                        }
+                        Reads::ManyUnanswered => {
+                            std::thread::sleep(ABORT_TAKES);
+                            // One Abort at a time: the next must not be here yet.
+                            s.set_nonblocking(true)?;
+                            let mut next = [0u8; 9];
+                            abort_over_limit = matches!(s.peek(&mut next), Ok(9)) && next[0] == 4 && next[8] == 0x08;
+                            s.set_nonblocking(false)?;
+                            let mut held = seen.many_held.lock().unwrap();
+                            match held.iter_mut().find(|(q, c, _, _)| (*q, *c) == (sqid, acid)) {
+                                Some((q, c, _, conn)) => {
+                                    conn.write_all(&response_status(*q, *c, 0, 0, ABORTED_BY_REQUEST))?;
+                                    // Answered: its ID may be used again.
+                                    *c = u16::MAX;
+                                    true
+                                }
+                                None => false,
+                            }
+                        }
+                        _ => false,
+                    };
                     // DW0 bit 0: the command was not aborted.
                     out = response(qid, cid, u32::from(!aborted), 0);
                 }
@@ -265,6 +314,13 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
         } else if opc == 0x02 {
             let n = sgl_len;
             let slba = u64::from(cdw10) | u64::from(cdw11) << 32;
+            if matches!(reads, Reads::ManyUnanswered) && (HELD_LBA..HELD_LBA + MANY).contains(&slba) {
+                let mut held = seen.many_held.lock().unwrap();
+                if !held.iter().any(|h| h.2 == slba) {
+                    held.push((qid, cid, slba, s.try_clone()?));
+                    continue;
+                }
+            }
             if matches!(reads, Reads::Unanswered { .. } | Reads::Mute) && slba == HELD_LBA {
                 let mut held = seen.held.lock().unwrap();
                 if held.is_none() {
@@ -273,7 +329,7 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                 }
             }
             match reads {
-                Reads::Unanswered { .. } | Reads::Mute | Reads::NoIdentify => {
+                Reads::Unanswered { .. } | Reads::ManyUnanswered | Reads::Mute | Reads::NoIdentify => {
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
                 }
@@ -518,6 +574,49 @@ fn a_read_past_its_timeout_is_aborted() {
     // The next read of that block is answered.
     let (ok, out, _) = read_held(&dir, &uri);
     assert!(ok, "{out}");
+    d.assert_serving();
+}
+
+#[test]
+fn reads_past_their_timeout_are_aborted_within_the_controllers_abort_limit() {
+    // action_on_timeout "abort" with more reads timing out together than the controller takes
+    // Aborts at once (its ACL): the host sends the Aborts one after the other, every read is
+    // aborted, and nothing is reset. Before the gate, the second Abort got "Abort Command
+    // Limit Exceeded" and the host reset the controller.
+    if !have("reads_past_their_timeout_are_aborted_within_the_controllers_abort_limit", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("host-liar-abort-limit");
+    let (port, seen) = liar_seen(Reads::ManyUnanswered);
+    let options = json!({"timeout_us": TIMEOUT.as_micros() as u64, "action_on_timeout": "abort"});
+    let (d, uri) = host_opts(&dir, port, Some(options), json!({}));
+    let started = std::time::Instant::now();
+    let outcomes: Vec<(bool, String)> = std::thread::scope(|sc| {
+        let reads: Vec<_> = (0..MANY)
+            .map(|i| {
+                let (dir, uri) = (&dir, &uri);
+                sc.spawn(move || try_qemu_io(dir, uri, &format!("read -P {HONEST} {}k 4k", (HELD_LBA + i) * 4)))
+            })
+            .collect();
+        reads.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let took = started.elapsed();
+    for (ok, out) in &outcomes {
+        assert!(!ok, "an aborted read succeeded: {out}");
+        assert!(out.contains("Input/output error"), "{out}");
+    }
+    assert!(took < TIMEOUT * 8, "the reads took {took:?}");
+    assert_eq!(seen.over_limit(), 0, "Aborts beyond the controller's limit: {:?}", seen.aborts());
+    let mut held: Vec<_> = seen.many_held.lock().unwrap().iter().map(|h| h.2).collect();
+    held.sort();
+    assert_eq!(held, (HELD_LBA..HELD_LBA + MANY).collect::<Vec<_>>(), "the mock held every read");
+    assert_eq!(seen.aborts().len(), MANY as usize, "one Abort per read: {:?}", seen.aborts());
+    assert_eq!(seen.admin_connects(), 1, "no reset");
+    // Every block reads back now.
+    for i in 0..MANY {
+        let (ok, out) = try_qemu_io(&dir, &uri, &format!("read -P {HONEST} {}k 4k", (HELD_LBA + i) * 4));
+        assert!(ok, "{out}");
+    }
     d.assert_serving();
 }
 

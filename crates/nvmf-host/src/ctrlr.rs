@@ -170,6 +170,8 @@ pub struct HostCtrlr {
     pub paths_gen: Arc<AtomicU64>,
     /// Engine the controller lives in.
     pub(crate) engine: ferrite_reactor::Engine,
+    /// Its outstanding Aborts, against its Abort Command Limit.
+    pub(crate) aborts: Arc<crate::abort::AbortGate>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -290,6 +292,7 @@ impl HostCtrlr {
             icd_max,
             cmic: ctrl.cmic,
         };
+        self.aborts.set_acl(ctrl.acl);
         // Number of queues: one I/O queue per reactor.
         let n = self.engine.count() as u32;
         let mut sqe = Sqe::new(op::SET_FEATURES, 0, 0);
@@ -578,16 +581,17 @@ impl HostCtrlr {
                     log::info!("nvme controller {name}: not available; command {cid} is not aborted");
                     return;
                 }
-                let me = self.clone();
+                let (me, qp) = (self.clone(), qp.clone());
                 ferrite_reactor::spawn_local(async move {
-                    let mut sqe = Sqe::new(op::ABORT, 0, 0);
-                    sqe.cdw10 = u32::from(sqid) | u32::from(cid) << 16;
                     let name = &me.opts.name;
-                    match me.admin_command(sqe).await {
-                        Ok(r) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => {
+                    // Sent only if the command is still the one that timed out: while the
+                    // Abort waited for the controller's limit, its ID may have been reused.
+                    match crate::abort::send_abort(&me, &qp, cid, |qp| qp.is_timed_out(cid)).await {
+                        None => log::info!("nvme controller {name}: command {cid} of queue {sqid} finished before its Abort was sent"),
+                        Some(Ok(r)) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => {
                             log::info!("nvme controller {name}: command {cid} of queue {sqid} aborted")
                         }
-                        Ok(r) => {
+                        Some(Ok(r)) => {
                             log::warn!(
                                 "nvme controller {name}: command {cid} of queue {sqid} not aborted (dw0 {:#x}, sct {:#x} sc {:#x}); resetting",
                                 r.cqe.dw0,
@@ -596,7 +600,7 @@ impl HostCtrlr {
                             );
                             me.reset_soon();
                         }
-                        Err(e) => {
+                        Some(Err(e)) => {
                             log::warn!("nvme controller {name}: Abort: {e}; resetting");
                             me.reset_soon();
                         }
@@ -799,6 +803,7 @@ pub async fn attach(opts: AttachOpts, paths_gen: Arc<AtomicU64>) -> Result<(Arc<
         hostid: *uuid::Uuid::new_v4().as_bytes(),
         cntlid: AtomicU16::new(0),
         info: Mutex::new(CtrlrInfo::default()),
+        aborts: crate::abort::AbortGate::new(),
         namespaces: Mutex::new(Vec::new()),
         detached: AtomicBool::new(false),
         resetting: AtomicBool::new(false),

@@ -278,6 +278,12 @@ impl HostQpair {
             .map(|i| i as u16)
     }
 
+    /// True while command `cid` is outstanding and the watchdog has reported it.
+    pub(crate) fn is_timed_out(&self, cid: u16) -> bool {
+        let cmds = self.cmds.borrow();
+        cmds.get(usize::from(cid)).is_some_and(|c| c.owner.is_some() && c.done.is_none() && c.timed_out)
+    }
+
     /// Starts the queue pair's watchdog: each command outstanding for `limit` (a little more:
     /// up to an eighth, the watchdog's period) is given to `on_timeout` once, as SPDK's
     /// timeout callback. It ticks every `limit / 8` (at least 1 ms) while the queue pair
