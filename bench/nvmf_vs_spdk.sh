@@ -24,7 +24,9 @@
 #   there so the payload is real memory on both sides: a null bdev does not touch its buffers,
 #   so a target could send 128 KiB of whatever it likes, and the cell would measure framing only.
 # Each cell alternates the two targets ROUNDS times (who goes first alternates too) and prints
-# medians, the ratio ferrite/spdk, the best run of each side and their ratio, and other%: the
+# medians, the ratio ferrite/spdk, the best run of each side and their ratio, the median and
+# range of the per-round quotients ferrite/spdk (runs seconds apart: against the machine's drift
+# over minutes, many short rounds show a small difference better than a few long ones), and other%: the
 # most CPU (% of one core) that the rest of the machine (other processes, and steal) took during
 # any of its runs. The machine is shared: above ~10 the cell is noise; rerun when it is quiet.
 # The best runs matter on this kind of machine: some runs of the client go at half speed
@@ -200,15 +202,15 @@ perf_cells() {
   echo "ferrite column: $NVMF_TARGET$([ "$NVMF_TARGET" = ferrite ] && echo " ($FERRITE_MODE)"); spdk column: nvmf_tgt;" \
     "${T}s per run after 1 s warm-up, median of $ROUNDS; other%: the most CPU (% of one core) the rest" \
     "of the machine took during any of the cell's runs (over ~10 and the cell is noise)"
-  printf '%-30s %10s %10s %6s %10s %10s %6s %9s %9s %8s %8s %6s\n' cell ferrite spdk ratio f_best s_best ratio \
-    f_MiB/s s_MiB/s f_lat_us s_lat_us other%
+  printf '%-30s %10s %10s %6s %10s %10s %6s %7s %13s %9s %9s %8s %8s %6s\n' cell ferrite spdk ratio f_best s_best ratio \
+    q_med q_range f_MiB/s s_MiB/s f_lat_us s_lat_us other%
   for cell in "null randread 4096 1" "null randread 4096 32" "null randread 4096 128" \
     "null randwrite 4096 1" "null randwrite 4096 32" "null randwrite 4096 128" \
     "null randread 4096 32 -H -I" "null-resp randread 4096 1" "null-resp randread 4096 32" \
     "null-resp randread 4096 128" "malloc read 131072 32" "malloc write 131072 32"; do
     [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"$cell" || continue
     read -r kind w size qd flags <<<"$cell"
-    fiops_all='' siops_all='' fm_all='' sm_all='' fl_all='' sl_all='' other_max=0
+    fiops_all='' siops_all='' fm_all='' sm_all='' fl_all='' sl_all='' q_all='' other_max=0
     for round in $(seq "$ROUNDS"); do
       order="ferrite spdk"
       ((round % 2)) || order="spdk ferrite" # alternate who goes first, against drift
@@ -221,8 +223,9 @@ perf_cells() {
         stop_target
         read -r i m l <<<"$RESULT"
         [ "$OTHER" -gt "$other_max" ] && other_max=$OTHER
-        if [ "$side" = ferrite ]; then fiops_all+="$i " fm_all+="$m " fl_all+="$l "; else siops_all+="$i " sm_all+="$m " sl_all+="$l "; fi
+        if [ "$side" = ferrite ]; then fi_round=$i fiops_all+="$i " fm_all+="$m " fl_all+="$l "; else si_round=$i siops_all+="$i " sm_all+="$m " sl_all+="$l "; fi
       done
+      q_all+="$(python3 -c "print(f'{$fi_round/$si_round:.3f}' if $si_round else 0)") "
     done
     fiops=$(med "$fiops_all") siops=$(med "$siops_all")
     fbest=$(best "$fiops_all") sbest=$(best "$siops_all")
@@ -230,8 +233,10 @@ perf_cells() {
     if [ "$size" != 4096 ]; then fm=$(med "$fm_all") sm=$(med "$sm_all"); fi
     if [ "$qd" = 1 ]; then fl=$(med "$fl_all") sl=$(med "$sl_all"); fi
     name="$kind $w $((size / 1024))k qd$qd${flags:+ digests}"
-    printf '%-30s %10.0f %10.0f %6s %10.0f %10.0f %6s %9s %9s %8s %8s %6s\n' "$name" "$fiops" "$siops" \
-      "$(ratio "$fiops" "$siops")" "$fbest" "$sbest" "$(ratio "$fbest" "$sbest")" "$fm" "$sm" "$fl" "$sl" "$other_max"
+    qr="$(tr ' ' '\n' <<<"$q_all" | grep . | sort -g | head -1)-$(tr ' ' '\n' <<<"$q_all" | grep . | sort -g | tail -1)"
+    printf '%-30s %10.0f %10.0f %6s %10.0f %10.0f %6s %7s %13s %9s %9s %8s %8s %6s\n' "$name" "$fiops" "$siops" \
+      "$(ratio "$fiops" "$siops")" "$fbest" "$sbest" "$(ratio "$fbest" "$sbest")" "$(med "$q_all")" "$qr" \
+      "$fm" "$sm" "$fl" "$sl" "$other_max"
   done
 }
 

@@ -163,7 +163,9 @@ pub(crate) fn abort(ch: &NsChan, io: BdevIo) {
         let name = &ctrlr.opts.name;
         let status = match send_abort(&ctrlr, &qp, cid, |qp| qp.find_command(&named) == Some(cid)).await {
             None => {
-                log::debug!("nvme controller {name}: command {cid} of queue {sqid} finished before its Abort was sent");
+                log::debug!(
+                    "nvme controller {name}: command {cid} of queue {sqid} is no longer outstanding; no Abort sent"
+                );
                 IoStatus::Failed(libc::ENOENT)
             }
             Some(Ok(r)) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => {

@@ -587,7 +587,7 @@ impl HostCtrlr {
                     // Sent only if the command is still the one that timed out: while the
                     // Abort waited for the controller's limit, its ID may have been reused.
                     match crate::abort::send_abort(&me, &qp, cid, |qp| qp.is_timed_out(cid)).await {
-                        None => log::info!("nvme controller {name}: command {cid} of queue {sqid} finished before its Abort was sent"),
+                        None => log::info!("nvme controller {name}: command {cid} of queue {sqid} is no longer outstanding; no Abort sent"),
                         Some(Ok(r)) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => {
                             log::info!("nvme controller {name}: command {cid} of queue {sqid} aborted")
                         }
