@@ -172,6 +172,12 @@ pub(crate) fn abort(ch: &NsChan, io: BdevIo) {
                 log::info!("nvme controller {name}: command {cid} of queue {sqid} aborted");
                 IoStatus::Success
             }
+            Some(Ok(r)) if crate::qpair::connection_failed(&r.cqe) => {
+                log::info!(
+                    "nvme controller {name}: the admin queue closed before command {cid} of queue {sqid} was aborted"
+                );
+                IoStatus::Failed(libc::EIO)
+            }
             Some(Ok(r)) => {
                 log::info!(
                     "nvme controller {name}: command {cid} of queue {sqid} not aborted (dw0 {:#x}, sct {:#x} sc {:#x})",

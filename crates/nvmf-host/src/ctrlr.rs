@@ -591,6 +591,12 @@ impl HostCtrlr {
                         Some(Ok(r)) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => {
                             log::info!("nvme controller {name}: command {cid} of queue {sqid} aborted")
                         }
+                        // The admin queue closed under the Abort (a detach, or the controller
+                        // lost): what follows that (its end, or a reconnection) deals with
+                        // the command; a reset would add nothing.
+                        Some(Ok(r)) if crate::qpair::connection_failed(&r.cqe) => {
+                            log::info!("nvme controller {name}: the admin queue closed before command {cid} of queue {sqid} was aborted")
+                        }
                         Some(Ok(r)) => {
                             log::warn!(
                                 "nvme controller {name}: command {cid} of queue {sqid} not aborted (dw0 {:#x}, sct {:#x} sc {:#x}); resetting",

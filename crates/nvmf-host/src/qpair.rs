@@ -625,9 +625,16 @@ fn bdev_done(io: BdevIo, cqe: &Cqe) {
     crate::channel::retry(io, status);
 }
 
+/// True for the completion a command gets when its connection failed or closed under it (not
+/// an answer of the controller).
+pub(crate) fn connection_failed(cqe: &Cqe) -> bool {
+    use ferrite_nvmf::spec::status::{path, sct};
+    cqe.status.sct == sct::PATH && cqe.status.sc == path::HOST_PATH_ERROR && cqe.dw0 == u32::MAX
+}
+
 /// A bdev status for a completion.
 fn status_of(cqe: &Cqe) -> IoStatus {
-    use ferrite_nvmf::spec::status::{generic, media, path, sct};
+    use ferrite_nvmf::spec::status::{generic, media, sct};
     let s = cqe.status;
     if s.is_success() {
         IoStatus::Success
@@ -635,8 +642,7 @@ fn status_of(cqe: &Cqe) -> IoStatus {
         IoStatus::Aborted
     } else if s.sct == sct::MEDIA_ERROR && s.sc == media::COMPARE_FAILURE {
         IoStatus::Miscompare
-    } else if s.sct == sct::PATH && s.sc == path::HOST_PATH_ERROR && cqe.dw0 == u32::MAX {
-        // The connection failed under the command.
+    } else if connection_failed(cqe) {
         IoStatus::Failed(libc::EIO)
     } else {
         IoStatus::Nvme { sct: s.sct, sc: s.sc }
