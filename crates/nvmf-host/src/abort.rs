@@ -12,7 +12,7 @@
 
 use crate::channel::NsChan;
 use crate::ctrlr::HostCtrlr;
-use crate::qpair::{HostQpair, Reply};
+use crate::qpair::HostQpair;
 use ferrite_bdev::{BdevIo, IoAux, IoStatus};
 use ferrite_nvmf::spec::opcode::admin as op;
 use ferrite_nvmf::spec::sqe::Sqe;
@@ -117,22 +117,66 @@ impl Drop for AbortPermit {
     }
 }
 
+/// How an Abort ended.
+pub(crate) enum Outcome {
+    /// Not sent: the command was no longer outstanding (or its queue pair had closed).
+    Gone,
+    /// The controller aborted the command.
+    Aborted,
+    /// The admin queue closed under the Abort (a detach, or the controller lost): what closed
+    /// it deals with the command.
+    Closed,
+    /// The controller answered that it did not abort the command, or refused the Abort.
+    NotAborted,
+    /// The Abort could not be sent.
+    Failed,
+}
+
 /// Sends an NVMe Abort of command `cid` of `qp` once the controller's Abort Command Limit
-/// allows, if `still(qp)` holds then (the command is still the one meant). `None` if it no
-/// longer does, or the queue pair has closed.
+/// allows, if `still(qp)` holds then (the command is still the one meant), and logs how it
+/// ended.
 pub(crate) async fn send_abort(
     ctrlr: &Arc<HostCtrlr>,
     qp: &Rc<HostQpair>,
     cid: u16,
     still: impl Fn(&HostQpair) -> bool,
-) -> Option<Result<Reply, String>> {
-    let _leave = ctrlr.aborts.permit().await;
-    if qp.is_closed() || !still(qp) {
-        return None;
+) -> Outcome {
+    let (name, sqid) = (&ctrlr.opts.name, qp.qid());
+    let reply = {
+        let _leave = ctrlr.aborts.permit().await;
+        if qp.is_closed() || !still(qp) {
+            log::info!("nvme controller {name}: command {cid} of queue {sqid} is no longer outstanding; no Abort sent");
+            return Outcome::Gone;
+        }
+        let mut sqe = Sqe::new(op::ABORT, 0, 0);
+        sqe.cdw10 = u32::from(sqid) | u32::from(cid) << 16;
+        ctrlr.admin_command(sqe).await
+    };
+    match reply {
+        Ok(r) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => {
+            log::info!("nvme controller {name}: command {cid} of queue {sqid} aborted");
+            Outcome::Aborted
+        }
+        Ok(r) if crate::qpair::connection_failed(&r.cqe) => {
+            log::info!(
+                "nvme controller {name}: the admin queue closed before command {cid} of queue {sqid} was aborted"
+            );
+            Outcome::Closed
+        }
+        Ok(r) => {
+            log::info!(
+                "nvme controller {name}: command {cid} of queue {sqid} not aborted (dw0 {:#x}, sct {:#x} sc {:#x})",
+                r.cqe.dw0,
+                r.cqe.status.sct,
+                r.cqe.status.sc
+            );
+            Outcome::NotAborted
+        }
+        Err(e) => {
+            log::info!("nvme controller {name}: Abort of command {cid} of queue {sqid}: {e}");
+            Outcome::Failed
+        }
     }
-    let mut sqe = Sqe::new(op::ABORT, 0, 0);
-    sqe.cdw10 = u32::from(qp.qid()) | u32::from(cid) << 16;
-    Some(ctrlr.admin_command(sqe).await)
 }
 
 /// Handles abort request `io` on channel `ch`.
@@ -159,38 +203,11 @@ pub(crate) fn abort(ch: &NsChan, io: BdevIo) {
         return io.complete_deferred(IoStatus::Failed(libc::ENOENT));
     };
     ferrite_reactor::spawn_local(async move {
-        let sqid = qp.qid();
-        let name = &ctrlr.opts.name;
         let status = match send_abort(&ctrlr, &qp, cid, |qp| qp.find_command(&named) == Some(cid)).await {
-            None => {
-                log::debug!(
-                    "nvme controller {name}: command {cid} of queue {sqid} is no longer outstanding; no Abort sent"
-                );
-                IoStatus::Failed(libc::ENOENT)
-            }
-            Some(Ok(r)) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => {
-                log::info!("nvme controller {name}: command {cid} of queue {sqid} aborted");
-                IoStatus::Success
-            }
-            Some(Ok(r)) if crate::qpair::connection_failed(&r.cqe) => {
-                log::info!(
-                    "nvme controller {name}: the admin queue closed before command {cid} of queue {sqid} was aborted"
-                );
-                IoStatus::Failed(libc::EIO)
-            }
-            Some(Ok(r)) => {
-                log::info!(
-                    "nvme controller {name}: command {cid} of queue {sqid} not aborted (dw0 {:#x}, sct {:#x} sc {:#x})",
-                    r.cqe.dw0,
-                    r.cqe.status.sct,
-                    r.cqe.status.sc
-                );
-                IoStatus::Failed(libc::EBUSY)
-            }
-            Some(Err(e)) => {
-                log::info!("nvme controller {name}: Abort: {e}");
-                IoStatus::Failed(libc::EIO)
-            }
+            Outcome::Gone => IoStatus::Failed(libc::ENOENT),
+            Outcome::Aborted => IoStatus::Success,
+            Outcome::NotAborted => IoStatus::Failed(libc::EBUSY),
+            Outcome::Closed | Outcome::Failed => IoStatus::Failed(libc::EIO),
         };
         io.complete(status);
     })

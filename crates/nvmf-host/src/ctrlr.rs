@@ -583,31 +583,16 @@ impl HostCtrlr {
                 }
                 let (me, qp) = (self.clone(), qp.clone());
                 ferrite_reactor::spawn_local(async move {
-                    let name = &me.opts.name;
                     // Sent only if the command is still the one that timed out: while the
                     // Abort waited for the controller's limit, its ID may have been reused.
+                    use crate::abort::Outcome;
                     match crate::abort::send_abort(&me, &qp, cid, |qp| qp.is_timed_out(cid)).await {
-                        None => log::info!("nvme controller {name}: command {cid} of queue {sqid} is no longer outstanding; no Abort sent"),
-                        Some(Ok(r)) if r.cqe.status.is_success() && r.cqe.dw0 & 1 == 0 => {
-                            log::info!("nvme controller {name}: command {cid} of queue {sqid} aborted")
-                        }
-                        // The admin queue closed under the Abort (a detach, or the controller
-                        // lost): what follows that (its end, or a reconnection) deals with
-                        // the command; a reset would add nothing.
-                        Some(Ok(r)) if crate::qpair::connection_failed(&r.cqe) => {
-                            log::info!("nvme controller {name}: the admin queue closed before command {cid} of queue {sqid} was aborted")
-                        }
-                        Some(Ok(r)) => {
+                        Outcome::Gone | Outcome::Aborted | Outcome::Closed => {}
+                        Outcome::NotAborted | Outcome::Failed => {
                             log::warn!(
-                                "nvme controller {name}: command {cid} of queue {sqid} not aborted (dw0 {:#x}, sct {:#x} sc {:#x}); resetting",
-                                r.cqe.dw0,
-                                r.cqe.status.sct,
-                                r.cqe.status.sc
+                                "nvme controller {}: command {cid} of queue {sqid} not aborted; resetting",
+                                me.opts.name
                             );
-                            me.reset_soon();
-                        }
-                        Some(Err(e)) => {
-                            log::warn!("nvme controller {name}: Abort: {e}; resetting");
                             me.reset_soon();
                         }
                     }
