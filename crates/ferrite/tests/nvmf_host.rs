@@ -1,6 +1,7 @@
 //! Ferrite's NVMe/TCP host (bdev_nvme_attach_controller) against Ferrite's NVMe/TCP target, in
 //! two processes: `ferrite perf -w verify` through the host at queue depths 1 to 128 and I/O
-//! sizes 4 KiB to 1 MiB on two cores (two I/O queue pairs), with and without digests; the host
+//! sizes 4 KiB to 1 MiB on two cores (two I/O queue pairs), with and without digests, and with
+//! SQ flow control disabled (reads answered by their C2HData alone); the host
 //! reconnecting after the target is killed and restarted (data written before is read back
 //! after, through NBD with qemu-io); and I/O failing cleanly once ctrlr_loss_timeout_sec has
 //! passed with the target gone.
@@ -44,12 +45,13 @@ fn attach_params(port: u16, extra: Value) -> Value {
     p
 }
 
-/// Runs `ferrite perf -w verify` through the host and checks it found no error.
-fn perf_verify(dir: &TempDir, port: u16, bdev: &str, qd: u32, size: u32, digests: bool) {
+/// Runs `ferrite perf -w verify` through the host, attached with the `extra` parameters, and
+/// checks it found no error.
+fn perf_verify(dir: &TempDir, port: u16, bdev: &str, qd: u32, size: u32, extra: Value) {
     let cfg = dir.write_json(
         "host.json",
         &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
-            "params": attach_params(port, json!({"hdgst": digests, "ddgst": digests}))}]}]}),
+            "params": attach_params(port, extra.clone())}]}]}),
     );
     let res = dir.join("perf.json");
     let args = [
@@ -75,7 +77,7 @@ fn perf_verify(dir: &TempDir, port: u16, bdev: &str, qd: u32, size: u32, digests
     let out = run_tool(dir, common::FERRITE, &args, Duration::from_secs(60));
     out.assert_ok("ferrite perf over bdev_nvme");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&res).expect("results json")).expect("json");
-    let what = format!("{bdev} QD {qd} {size} B digests {digests}");
+    let what = format!("{bdev} QD {qd} {size} B {extra}");
     for r in doc["results"].as_array().expect("results") {
         assert_eq!(r["io_failed"], json!(0), "{what}: failed I/O: {r}");
         assert_eq!(r["verify_errors"], json!(0), "{what}: verify errors: {r}");
@@ -100,10 +102,36 @@ fn host_verifies_through_ferrite_target() {
         ("Nvme0n2", 8, 1048576),
         ("Nvme0n2", 32, 16384),
     ] {
-        perf_verify(&dir, port, bdev, qd, size, false);
+        perf_verify(&dir, port, bdev, qd, size, json!({}));
     }
-    perf_verify(&dir, port, "Nvme0n2", 32, 65536, true);
-    perf_verify(&dir, port, "Nvme0n1", 16, 4096, true);
+    let digests = json!({"hdgst": true, "ddgst": true});
+    perf_verify(&dir, port, "Nvme0n2", 32, 65536, digests.clone());
+    perf_verify(&dir, port, "Nvme0n1", 16, 4096, digests);
+    // SQ flow control off: the target answers each successful read with its C2HData alone.
+    for (bdev, qd, size) in [("Nvme0n1", 1, 4096), ("Nvme0n2", 32, 131072)] {
+        perf_verify(&dir, port, bdev, qd, size, json!({"disable_sq_flow_control": true}));
+    }
+    perf_verify(&dir, port, "Nvme0n1", 8, 8192, json!({"disable_sq_flow_control": true, "ddgst": true}));
+    // save_config keeps the parameter when set, and leaves it out otherwise (SPDK v26.05 would
+    // refuse it).
+    let h = Daemon::start_with(&dir, "host.sock", "0x1", &["--no-pin"]);
+    for set in [true, false] {
+        let p = attach_params(port, if set { json!({"disable_sq_flow_control": true}) } else { json!({}) });
+        assert_eq!(h.call("bdev_nvme_attach_controller", Some(p)), json!(["Nvme0n1", "Nvme0n2"]));
+        let cfg = h.call("save_config", None);
+        let attach = cfg["subsystems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["config"].as_array().into_iter().flatten())
+            .find(|e| e["method"] == "bdev_nvme_attach_controller")
+            .unwrap_or_else(|| panic!("no attach in {cfg}"))
+            .clone();
+        let want = if set { json!(true) } else { Value::Null };
+        assert_eq!(attach["params"]["disable_sq_flow_control"], want, "{attach}");
+        h.call("bdev_nvme_detach_controller", Some(json!({"name": "Nvme0"})));
+    }
+    drop(h);
     t.assert_serving();
     // Every host disconnected: no controller is left behind.
     let ctrls = t.call("nvmf_subsystem_get_controllers", Some(json!({"nqn": NQN})));

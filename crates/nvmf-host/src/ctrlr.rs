@@ -66,6 +66,8 @@ pub struct AttachOpts {
     pub hdgst: bool,
     /// Data digests.
     pub ddgst: bool,
+    /// Ask every queue's controller to disable SQ flow control (`disable_sq_flow_control`).
+    pub disable_sq_flow_control: bool,
     /// Seconds to keep reconnecting after the controller is lost (-1: for ever; 0: never).
     pub ctrlr_loss_timeout_sec: i64,
     /// Seconds between reconnection attempts.
@@ -218,6 +220,7 @@ impl HostCtrlr {
             kato_ms: if qid == 0 { self.opts.kato_ms } else { 0 },
             hdgst: self.opts.hdgst,
             ddgst: self.opts.ddgst,
+            disable_sqflow: self.opts.disable_sq_flow_control,
             timeout: Duration::from_secs(10),
         })
     }

@@ -108,10 +108,15 @@ impl Group {
 
 /// The attach parameters save_config writes for path `t` of a controller.
 fn attach_params(o: &AttachOpts, t: &Trid, mode: Mode) -> Value {
-    json!({"name": o.name, "trtype": "TCP", "adrfam": t.adrfam, "traddr": t.traddr, "trsvcid": t.trsvcid,
+    let mut v = json!({"name": o.name, "trtype": "TCP", "adrfam": t.adrfam, "traddr": t.traddr, "trsvcid": t.trsvcid,
         "subnqn": t.subnqn, "hostnqn": o.hostnqn, "hdgst": o.hdgst, "ddgst": o.ddgst,
         "ctrlr_loss_timeout_sec": o.ctrlr_loss_timeout_sec, "reconnect_delay_sec": o.reconnect_delay_sec,
-        "fast_io_fail_timeout_sec": o.fast_io_fail_timeout_sec, "multipath": mode.name()})
+        "fast_io_fail_timeout_sec": o.fast_io_fail_timeout_sec, "multipath": mode.name()});
+    // Only when set: SPDK v26.05 does not know the parameter and would refuse the config.
+    if o.disable_sq_flow_control {
+        v["disable_sq_flow_control"] = json!(true);
+    }
+    v
 }
 
 /// `bdev_nvme_attach_controller`: a new name, or a path added to one (SPDK's checks and

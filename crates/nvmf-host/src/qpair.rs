@@ -9,7 +9,7 @@
 use ferrite_bdev::{BdevIo, IoStatus};
 use ferrite_nvmf::rx::Rx;
 use ferrite_nvmf::spec::cqe::Cqe;
-use ferrite_nvmf::spec::fabrics::{ConnectCommand, ConnectData, ConnectSuccess};
+use ferrite_nvmf::spec::fabrics::{cattr, ConnectCommand, ConnectData, ConnectSuccess};
 use ferrite_nvmf::spec::nqn::NqnField;
 use ferrite_nvmf::spec::sgl::SglDescriptor;
 use ferrite_nvmf::spec::sqe::Sqe;
@@ -48,6 +48,11 @@ pub struct ConnectParams {
     pub hdgst: bool,
     /// Ask for data digests.
     pub ddgst: bool,
+    /// Ask the controller to disable SQ flow control (Connect CATTR bit 2): it then need not
+    /// report SQ head pointers and may answer a successful read with its data alone (C2HData
+    /// SUCCESS), one PDU instead of two. The host never reads SQHD either way: it keeps at
+    /// most `entries - 1` commands outstanding.
+    pub disable_sqflow: bool,
     /// Time allowed for the TCP connect, ICReq and Connect.
     pub timeout: Duration,
 }
@@ -220,7 +225,7 @@ impl HostQpair {
             recfmt: 0,
             qid: p.qid,
             sqsize: p.entries - 1,
-            cattr: 0,
+            cattr: if p.disable_sqflow { cattr::DISABLE_SQ_FLOW_CONTROL } else { 0 },
             kato: p.kato_ms,
         };
         let data = ConnectData {

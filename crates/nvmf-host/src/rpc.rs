@@ -34,6 +34,8 @@ struct Attach {
     prchk_guard: Option<bool>,
     hdgst: Option<bool>,
     ddgst: Option<bool>,
+    // SPDK's name (after v26.05) for Connect CATTR bit 2.
+    disable_sq_flow_control: Option<bool>,
     // SPDK's types (int32, uint32): larger values are refused, not wrapped.
     ctrlr_loss_timeout_sec: Option<i32>,
     reconnect_delay_sec: Option<u32>,
@@ -109,6 +111,7 @@ fn attach_opts(a: Attach, set: Option<&Value>) -> Result<AttachOpts, RpcError> {
         hostnqn: a.hostnqn.unwrap_or_else(default_hostnqn),
         hdgst: a.hdgst.unwrap_or(false),
         ddgst: a.ddgst.unwrap_or(false),
+        disable_sq_flow_control: a.disable_sq_flow_control.unwrap_or(false),
         ctrlr_loss_timeout_sec: loss,
         reconnect_delay_sec: delay,
         fast_io_fail_timeout_sec: fast_fail,

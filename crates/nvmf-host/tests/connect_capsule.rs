@@ -50,7 +50,7 @@ fn fake_controller(l: TcpListener) -> ([u8; 64], usize) {
     (sqe, data_len)
 }
 
-fn connect_capsule(qid: u16) -> ([u8; 64], usize) {
+fn connect_capsule(qid: u16, disable_sqflow: bool) -> ([u8; 64], usize) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let fake = std::thread::spawn(move || fake_controller(l));
@@ -66,6 +66,7 @@ fn connect_capsule(qid: u16) -> ([u8; 64], usize) {
         kato_ms: 0,
         hdgst: false,
         ddgst: false,
+        disable_sqflow,
         timeout: Duration::from_secs(10),
     };
     let ok = e
@@ -88,12 +89,23 @@ fn connect_capsule(qid: u16) -> ([u8; 64], usize) {
 #[test]
 fn connect_data_goes_in_the_capsule_on_admin_and_io_queues() {
     for qid in [0u16, 1, 3] {
-        let (sqe, data_len) = connect_capsule(qid);
+        let (sqe, data_len) = connect_capsule(qid, false);
         assert_eq!(sqe[0], 0x7f, "qid {qid}: a Fabrics command");
         assert_eq!(sqe[4], 0x01, "qid {qid}: Connect");
         // SGL1 identifier (byte 15 of the descriptor at 24): Data Block (0h), Offset (1h).
         assert_eq!(sqe[24 + 15], 0x01, "qid {qid}: SGL identifier {:#04x}", sqe[24 + 15]);
         assert_eq!(u32::from_le_bytes(sqe[32..36].try_into().unwrap()), 1024, "qid {qid}: SGL length");
         assert_eq!(data_len, 1024, "qid {qid}: the Connect data is in the capsule");
+        // CATTR (byte 46): nothing asked for unless disable_sq_flow_control is set.
+        assert_eq!(sqe[46], 0, "qid {qid}: CATTR {:#04x}", sqe[46]);
+    }
+}
+
+#[test]
+fn disable_sq_flow_control_sets_cattr_bit_2_on_every_queue() {
+    for qid in [0u16, 1] {
+        let (sqe, _) = connect_capsule(qid, true);
+        assert_eq!(sqe[4], 0x01, "qid {qid}: Connect");
+        assert_eq!(sqe[46], 1 << 2, "qid {qid}: CATTR {:#04x}", sqe[46]);
     }
 }
