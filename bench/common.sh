@@ -79,3 +79,35 @@ spdk_memory() {
   FERRITE_MEM=()
   echo "Memory: huge pages on both sides (SPDK -s $1 of 2 MiB hugepages, Ferrite's malloc transparent huge pages)"
 }
+
+# free_port: a TCP port on 127.0.0.1 that is free at the time.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# stop_pids PID...: kills each (SIGKILL) and reaps it; empty arguments are skipped.
+stop_pids() {
+  local p
+  for p in "$@"; do
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+}
+
+# nvmf_bench_config KIND PORT NQN: the SPDK-format JSON config an NVMe/TCP target bench gives
+# Ferrite and SPDK's nvmf_tgt alike: namespace 1 of NQN is Null0 (KIND null or null-resp) or
+# Malloc0 (KIND malloc), 1 GiB of 4 KiB blocks either way, listening on 127.0.0.1:PORT;
+# null-resp turns the transport's c2h_success off (see bench/nvmf_vs_spdk.sh).
+nvmf_bench_config() {
+  local create=bdev_null_create name=Null0 transport='{"trtype":"TCP"}'
+  [ "$1" = malloc ] && create=bdev_malloc_create name=Malloc0
+  [ "$1" = null-resp ] && transport='{"trtype":"TCP","c2h_success":false}'
+  cat <<J
+{"subsystems":[
+ {"subsystem":"bdev","config":[
+  {"method":"$create","params":{"name":"$name","num_blocks":262144,"block_size":4096}}]},
+ {"subsystem":"nvmf","config":[
+  {"method":"nvmf_create_transport","params":$transport},
+  {"method":"nvmf_create_subsystem","params":{"nqn":"$3","allow_any_host":true,"serial_number":"FERRITE0001","model_number":"Ferrite bench"}},
+  {"method":"nvmf_subsystem_add_ns","params":{"nqn":"$3","namespace":{"bdev_name":"$name"}}},
+  {"method":"nvmf_subsystem_add_listener","params":{"nqn":"$3","listen_address":{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"$2"}}}]}]}
+J
+}

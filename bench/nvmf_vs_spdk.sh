@@ -88,34 +88,13 @@ HZ=$(getconf CLK_TCK)
 TPID= # the running target
 HPID= # the running idle host
 cleanup() {
-  for p in $HPID $TPID; do
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
+  stop_pids $HPID $TPID
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-# config KIND PORT: the JSON config both targets load: namespace 1 of $NQN is Null0 (KIND null
-# or null-resp) or Malloc0 (KIND malloc), 1 GiB of 4 KiB blocks either way; null-resp turns the
-# transport's c2h_success off (see above).
-config() {
-  local create=bdev_null_create name=Null0 transport='{"trtype":"TCP"}'
-  [ "$1" = malloc ] && create=bdev_malloc_create name=Malloc0
-  [ "$1" = null-resp ] && transport='{"trtype":"TCP","c2h_success":false}'
-  cat <<J
-{"subsystems":[
- {"subsystem":"bdev","config":[
-  {"method":"$create","params":{"name":"$name","num_blocks":262144,"block_size":4096}}]},
- {"subsystem":"nvmf","config":[
-  {"method":"nvmf_create_transport","params":$transport},
-  {"method":"nvmf_create_subsystem","params":{"nqn":"$NQN","allow_any_host":true,"serial_number":"FERRITE0001","model_number":"Ferrite bench"}},
-  {"method":"nvmf_subsystem_add_ns","params":{"nqn":"$NQN","namespace":{"bdev_name":"$name"}}},
-  {"method":"nvmf_subsystem_add_listener","params":{"nqn":"$NQN","listen_address":{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"$2"}}}]}]}
-J
-}
+# config KIND PORT: the JSON config both targets load (nvmf_bench_config in common.sh).
+config() { nvmf_bench_config "$1" "$2" "$NQN"; }
 
 # start_target WHO KIND [MODE]: WHO ferrite|spdk, KIND null|malloc; sets TPID and PORT, and
 # returns once the listener accepts connections.
