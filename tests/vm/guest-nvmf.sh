@@ -2,7 +2,8 @@
 # The host wrapper prepends PORT, PORT2, NQN, SN, MN, STEPS and ANA. The kernel's NVMe/TCP host
 # (nvme-cli) against Ferrite's target at 10.0.2.2 (the host's 127.0.0.1):
 #   1 discovery, 2 connect + identify/log pages, 3 raw and ext4 round trips, 4 fio verify,
-#   5 reconnect with header and data digests, 6 namespace hot add/remove (AEN),
+#   5 reconnect with header and data digests, then with SQ flow control disabled, 6 namespace
+#   hot add/remove (AEN),
 #   7 native multipath over two listeners while the host flips ANA states, 8 the daemon killed
 #   and restarted while connected: the kernel reconnects and I/O goes on, 9 a thin lvol and
 #   its snapshot: the snapshot's disk is read-only, a write to a full lvstore fails ENOSPC,
@@ -177,18 +178,29 @@ if runs 4; then
   host_do qpairs
 fi
 
-# ------------------------------------------------------------------ 5. digests
-if runs 5; then
-  step "5. disconnect, reconnect with header and data digests (-g -G)"
-  nvme disconnect -n "$NQN" || fail "nvme disconnect"
-  wait_no_ctrl || fail "controllers still present after disconnect"
-  nvme connect $A -s "$PORT" -n "$NQN" -g -G || fail "nvme connect -g -G"
-  D1=$(wait_ns 1) || fail "namespace 1 did not appear (digests)"
-  D2=$(wait_ns 2) || fail "namespace 2 did not appear (digests)"
+# ------------------------------------------------------------------ 5. digests, SQ flow control
+# reconnect_with WHAT ARGS...: disconnects, connects again with ARGS, and round-trips both
+# namespaces (sets D1, D2 and C for the steps after).
+reconnect_with() {
+  local what=$1
+  shift
+  nvme disconnect -n "$NQN" || fail "nvme disconnect (before $what)"
+  wait_no_ctrl || fail "controllers still present after disconnect (before $what)"
+  nvme connect $A -s "$PORT" -n "$NQN" "$@" || fail "nvme connect $*"
+  D1=$(wait_ns 1) || fail "namespace 1 did not appear ($what)"
+  D2=$(wait_ns 2) || fail "namespace 2 did not appear ($what)"
   C=$(ctrl_of "$PORT")
   roundtrip "$D1" 4
   roundtrip "$D2" 4
-  ok "header + data digest connection"
+  ok "connection with $what"
+}
+if runs 5; then
+  step "5. disconnect, reconnect with header and data digests (-g -G)"
+  reconnect_with "header and data digests" -g -G
+  # The target then answers each successful read with its C2HData alone (SUCCESS flag, no
+  # response capsule), which the kernel completes from the data PDU.
+  step "5b. disconnect, reconnect with SQ flow control disabled (--disable-sqflow)"
+  reconnect_with "SQ flow control disabled" --disable-sqflow
 fi
 
 # ------------------------------------------------------------------ 6. namespace hot add/remove

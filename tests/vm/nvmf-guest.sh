@@ -161,4 +161,13 @@ if [ "$rc" != 0 ]; then
   tail -n 40 "$LOGS/daemon.log"
   exit 1
 fi
+# Step 5b's --disable-sqflow reached the target (its admin Connect asked for it).
+case " ${NVMF_GUEST_STEPS:-5} " in
+  *" 5 "*)
+    if [ "${NVMF_GUEST_TARGET:-ferrite}" = ferrite ] && ! grep -q "SQ flow control off" "$LOGS/daemon.log"; then
+      echo "nvmf-guest: FAIL: no controller with SQ flow control off in $LOGS/daemon.log (step 5b)"
+      exit 1
+    fi
+    ;;
+esac
 echo "nvmf-guest: PASS"

@@ -309,8 +309,9 @@ fn connect(c: &Rc<Conn>, slot: u16, cmd: &ConnectCommand) {
         ));
         sub.ctrlrs.insert(cntlid, ctrl.clone());
         log::info!(
-            "nvmf connection {}: controller {cntlid} of {subnqn} for host {hostnqn} (keep-alive {kato} ms)",
-            c.id
+            "nvmf connection {}: controller {cntlid} of {subnqn} for host {hostnqn} (keep-alive {kato} ms{})",
+            c.id,
+            if ctrl.sqflow_disabled { ", SQ flow control off" } else { "" }
         );
         ctrl
     } else {
