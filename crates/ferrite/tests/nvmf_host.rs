@@ -54,36 +54,13 @@ fn perf_verify(dir: &TempDir, port: u16, bdev: &str, qd: u32, size: u32, extra: 
             "params": attach_params(port, extra.clone())}]}]}),
     );
     let res = dir.join("perf.json");
-    let args = [
-        "perf",
-        "--json",
-        cfg.to_str().unwrap(),
-        "-T",
-        bdev,
-        "-q",
-        &qd.to_string(),
-        "-o",
-        &size.to_string(),
-        "-w",
-        "verify",
-        "-t",
-        "2",
-        "-m",
-        "0x3",
-        "--no-pin",
-        "--results-json",
-        res.to_str().unwrap(),
-    ];
+    let args = common::perf_verify_args(&cfg, bdev, qd, size, "0x3", &res);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_tool(dir, common::FERRITE, &args, Duration::from_secs(60));
     out.assert_ok("ferrite perf over bdev_nvme");
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&res).expect("results json")).expect("json");
     let what = format!("{bdev} QD {qd} {size} B {extra}");
-    for r in doc["results"].as_array().expect("results") {
-        assert_eq!(r["io_failed"], json!(0), "{what}: failed I/O: {r}");
-        assert_eq!(r["verify_errors"], json!(0), "{what}: verify errors: {r}");
-        assert!(r["iops"].as_f64().unwrap_or(0.0) > 0.0, "{what}: no I/O: {r}");
-    }
-    println!("{what}: {} IOPS", doc["total"]["iops"]);
+    let iops = common::check_verify_results(&res, &what, &out.stderr);
+    println!("{what}: {iops} IOPS");
 }
 
 #[test]

@@ -6,7 +6,9 @@
 //!   without digests: everything written is read back and compared (the data-integrity test);
 //! - spdk_nvme_identify: the controller's serial and model number, the namespace's size, and the
 //!   discovery log page;
-//! - two subsystems with two namespaces each (null and malloc) on one listener.
+//! - two subsystems with two namespaces each (null and malloc) on one listener;
+//! - and the other way round, Ferrite's host (`ferrite perf -w verify` over bdev_nvme) against
+//!   SPDK's nvmf_tgt.
 //!
 //! The digest tests relay the host's connections through a probe that reads each ICResp: an SPDK
 //! host whose digest request the target ignores runs without digests and reports nothing, so the
@@ -313,14 +315,22 @@ impl Drop for Running {
 
 /// Runs SPDK's `bin` (relative to $SPDK_DIR) with `args` to completion within CLIENT_TIMEOUT.
 fn run_spdk(env: &Env, dir: &TempDir, bin: &str, args: &[String]) -> Out {
+    let mut cmd = Command::new(env.spdk.join(bin));
+    cmd.env("LD_LIBRARY_PATH", env.spdk.join("build/lib"));
+    run_client(dir, cmd, args)
+}
+
+/// Runs `cmd` (a client: SPDK's, or `ferrite perf`) with `args` to completion within
+/// CLIENT_TIMEOUT, in `dir`.
+fn run_client(dir: &TempDir, mut cmd: Command, args: &[String]) -> Out {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let name = Path::new(bin).file_name().unwrap().to_str().unwrap();
+    let program = PathBuf::from(cmd.get_program());
+    let name = program.file_name().unwrap().to_str().unwrap().to_string();
     let (so, se) = (dir.join(&format!("{name}-{n}.stdout")), dir.join(&format!("{name}-{n}.stderr")));
     let what = format!("{name} {}", args.join(" "));
-    let child = Command::new(env.spdk.join(bin))
+    let child = cmd
         .args(args)
-        .env("LD_LIBRARY_PATH", env.spdk.join("build/lib"))
         .current_dir(dir.path())
         .stdin(Stdio::null())
         .stdout(File::create(&so).unwrap())
@@ -586,6 +596,30 @@ fn assert_digests_agreed(probe: &DigestProbe, min: usize, what: &str) {
     );
 }
 
+/// `ferrite perf -w verify` (Ferrite's host: bdev_nvme_attach_controller in its config) on
+/// `bdev` of controller Nvme0, attached to `port` with the parameters in `extra` added: `-q QD
+/// -o SIZE -t 2` on the client's core. Checks its results: no failed I/O, no miscompare, some
+/// I/O done. Returns the IOPS.
+fn ferrite_perf_verify(env: &Env, dir: &TempDir, port: u16, bdev: &str, qd: u32, size: u32, extra: &Value) -> f64 {
+    let mut attach = attach_params(port);
+    if let Value::Object(m) = extra {
+        for (k, v) in m {
+            attach[k] = v.clone();
+        }
+    }
+    let cfg = dir.write_json(
+        "ferrite-host.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [
+            {"method": "bdev_nvme_attach_controller", "params": attach}]}]}),
+    );
+    let res = dir.join("ferrite-perf.json");
+    let _ = std::fs::remove_file(&res);
+    let args = common::perf_verify_args(&cfg, bdev, qd, size, &env.client_mask(), &res);
+    let out = run_client(dir, Command::new(FERRITE), &args);
+    out.assert_ok();
+    common::check_verify_results(&res, &format!("ferrite perf verify {bdev} QD {qd} {size} B {extra}"), &out.text())
+}
+
 // ---- the tests ----------------------------------------------------------------------------
 
 #[test]
@@ -648,6 +682,44 @@ fn bdevperf_verify_with_digests() {
         println!("{:?} target, bdevperf verify {size} B QD 32 with digests: {:.0} IOPS", env.kind, r.iops);
         t.assert_running("bdevperf -w verify with digests");
     }
+    t.stop();
+}
+
+/// The other direction: Ferrite's NVMe/TCP host (`ferrite perf` over bdev_nvme) writes, reads
+/// back and compares through SPDK's nvmf_tgt, whatever NVMF_TARGET says: queue depths 1 to 128,
+/// 4 KiB to 1 MiB, 4 KiB and 512 B blocks, with header and data digests (the probe checks
+/// SPDK agreed), and with SQ flow control disabled.
+#[test]
+fn ferrite_host_verifies_through_spdk_nvmf_tgt() {
+    let Some(env) = Env::get("ferrite_host_verifies_through_spdk_nvmf_tgt") else { return };
+    let env = Env { kind: Kind::Spdk, ..env };
+    let _serial = one_at_a_time();
+    let dir = TempDir::new("nvmf-ferrite-host");
+    let port = free_port();
+    let s = Subsystem { nqn: NQN1, serial: SERIAL, model: MODEL, namespaces: &["Malloc0", "Malloc1"] };
+    let cfg = config(vec![malloc("Malloc0", 16384, 4096), malloc("Malloc1", 131072, 512)], &[s], port, false);
+    let mut t = Target::start(&env, &dir, &cfg, port);
+    let none = json!({});
+    for (bdev, qd, size) in [
+        ("Nvme0n1", 1, 4096),
+        ("Nvme0n1", 32, 4096),
+        ("Nvme0n1", 128, 4096),
+        ("Nvme0n1", 16, 131072),
+        ("Nvme0n1", 4, 1048576),
+        ("Nvme0n2", 32, 8192),
+    ] {
+        let iops = ferrite_perf_verify(&env, &dir, port, bdev, qd, size, &none);
+        println!("SPDK target, ferrite perf verify {bdev} QD {qd} {size} B: {iops:.0} IOPS");
+        t.assert_running("ferrite perf -w verify");
+    }
+    let probe = DigestProbe::start(port);
+    let digests = json!({"hdgst": true, "ddgst": true});
+    let iops = ferrite_perf_verify(&env, &dir, probe.port, "Nvme0n1", 32, 65536, &digests);
+    assert_digests_agreed(&probe, 2, "ferrite perf verify with hdgst/ddgst");
+    println!("SPDK target, ferrite perf verify 64 KiB QD 32 with digests: {iops:.0} IOPS");
+    let sqflow = json!({"disable_sq_flow_control": true});
+    let iops = ferrite_perf_verify(&env, &dir, port, "Nvme0n1", 8, 4096, &sqflow);
+    println!("SPDK target, ferrite perf verify 4 KiB QD 8 with SQ flow control disabled: {iops:.0} IOPS");
     t.stop();
 }
 

@@ -314,3 +314,29 @@ pub fn raw_call(sock: &Path, request: &[u8]) -> String {
     let end = buf.iter().position(|&b| b == b'\n').unwrap();
     text(&buf[..end])
 }
+
+/// The arguments of `ferrite perf -w verify -t 2` on `bdev` (from the JSON config `cfg`) at
+/// queue depth `qd` and I/O size `size`, on the cores of `mask`, writing its results to `res`.
+pub fn perf_verify_args(cfg: &Path, bdev: &str, qd: u32, size: u32, mask: &str, res: &Path) -> Vec<String> {
+    let (cfg, res) = (cfg.to_str().unwrap(), res.to_str().unwrap());
+    let (qd, size) = (qd.to_string(), size.to_string());
+    ["perf", "--json", cfg, "-T", bdev, "-q", &qd, "-o", &size, "-w", "verify", "-t", "2", "-m", mask]
+        .iter()
+        .chain(["--no-pin", "--results-json", res].iter())
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// Checks the results `ferrite perf -w verify` wrote to `res` (`what` names the run, `log` is
+/// its output, shown on failure): no failed I/O, no miscompare, some I/O on every job. Returns
+/// the total IOPS.
+pub fn check_verify_results(res: &Path, what: &str, log: &str) -> f64 {
+    let text = std::fs::read_to_string(res).unwrap_or_else(|e| panic!("{what}: no results ({e}):\n{log}"));
+    let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: results: {e}\n{log}"));
+    for r in doc["results"].as_array().expect("results") {
+        assert_eq!(r["io_failed"], Value::from(0), "{what}: failed I/O: {r}\n{log}");
+        assert_eq!(r["verify_errors"], Value::from(0), "{what}: miscompares: {r}");
+        assert!(r["iops"].as_f64().unwrap_or(0.0) > 0.0, "{what}: no I/O: {r}");
+    }
+    doc["total"]["iops"].as_f64().unwrap_or(0.0)
+}
