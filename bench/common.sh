@@ -111,3 +111,17 @@ nvmf_bench_config() {
   {"method":"nvmf_subsystem_add_listener","params":{"nqn":"$3","listen_address":{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"$2"}}}]}]}
 J
 }
+
+# need_spdk BIN...: sets SPDK_DIR (from the environment, or ../shared/anchors/spdk.sh) and checks
+# SPDK's programs BIN (paths under build/, e.g. bin/nvmf_tgt); prints SKIP and ends the bench
+# with status 0 when one is missing.
+need_spdk() {
+  SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
+  local b
+  for b in "$@"; do
+    if [ -z "$SPDK_DIR" ] || [ ! -x "$SPDK_DIR/build/$b" ]; then
+      echo "SKIP: SPDK's $(basename "$b") not available (run ../shared/anchors/spdk.sh, or set SPDK_DIR)"
+      exit 0
+    fi
+  done
+}

@@ -58,11 +58,7 @@ LOAD_ROUNDS=${LOAD_ROUNDS:-5}
 LVOLS=${LVOLS:-1000}
 CELLS=${CELLS:-snap load}
 WORKLOADS=${WORKLOADS:-randwrite write randread}
-SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
-if [ -z "$SPDK_DIR" ] || [ ! -x "$SPDK_DIR/build/examples/bdevperf" ] || [ ! -x "$SPDK_DIR/build/bin/spdk_tgt" ]; then
-  echo "SKIP: SPDK's bdevperf or spdk_tgt not available (run ../shared/anchors/spdk.sh, or set SPDK_DIR)"
-  exit 0
-fi
+need_spdk examples/bdevperf bin/spdk_tgt
 need stdbuf coreutils # bdevperf's stdout is a file here: line-buffer it to see "Running I/O" in time
 
 # --- processes: every one started here is killed on exit ---------------------------------

@@ -36,11 +36,7 @@
 source "$(dirname "$0")/common.sh"
 T=${1:-5}
 ROUNDS=${ROUNDS:-3}
-SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
-if [ -z "$SPDK_DIR" ] || [ ! -x "$SPDK_DIR/build/examples/bdevperf" ]; then
-  echo "SKIP: SPDK's bdevperf not available (run ../shared/anchors/spdk.sh, or set SPDK_DIR)"
-  exit 0
-fi
+need_spdk examples/bdevperf
 cfg() { # NAME CLUSTER_BYTES LVOL_JSON_OR_EMPTY
   local lv=""
   if [ -n "$3" ]; then

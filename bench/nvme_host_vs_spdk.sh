@@ -18,13 +18,7 @@ source "$(dirname "$0")/common.sh"
 in_tcp_cc_netns "$@"
 T=${1:-4}
 ROUNDS=${ROUNDS:-3}
-SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
-for b in bin/nvmf_tgt examples/bdevperf; do
-  if [ -z "$SPDK_DIR" ] || [ ! -x "$SPDK_DIR/build/$b" ]; then
-    echo "SKIP: SPDK's $(basename $b) not available (run ../shared/anchors/spdk.sh, or set SPDK_DIR)"
-    exit 0
-  fi
-done
+need_spdk bin/nvmf_tgt examples/bdevperf
 export LD_LIBRARY_PATH="$SPDK_DIR/build/lib"
 say_tcp_cc
 NQN=nqn.2016-06.io.spdk:cnode1

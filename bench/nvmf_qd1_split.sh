@@ -25,13 +25,7 @@ source "$(dirname "$0")/common.sh"
 FERRITE=${FERRITE_BIN:-$FERRITE}
 T=${1:-3}
 ROUNDS=${ROUNDS:-4}
-SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
-for b in bin/nvmf_tgt bin/spdk_nvme_perf; do
-  if [ -z "$SPDK_DIR" ] || [ ! -x "$SPDK_DIR/build/$b" ]; then
-    echo "SKIP: SPDK's $(basename $b) not available (run ../shared/anchors/spdk.sh, or set SPDK_DIR)"
-    exit 0
-  fi
-done
+need_spdk bin/nvmf_tgt bin/spdk_nvme_perf
 command -v perf >/dev/null || { echo "SKIP: perf (package linux-perf) not installed"; exit 0; }
 [ "$T" -ge 2 ] || fail "SECONDS must be at least 2 (the trace takes one second after a warm-up)"
 need ss iproute2

@@ -68,13 +68,7 @@ FERRITE_MODE=${FERRITE_MODE:-adaptive}
 IDLE_SECONDS=${IDLE_SECONDS:-5}
 ONLY=${ONLY:-}
 NVMF_TARGET=${NVMF_TARGET:-ferrite}
-SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
-for b in bin/nvmf_tgt bin/spdk_nvme_perf examples/bdevperf; do
-  if [ -z "$SPDK_DIR" ] || [ ! -x "$SPDK_DIR/build/$b" ]; then
-    echo "SKIP: SPDK's $(basename $b) not available (run ../shared/anchors/spdk.sh, or set SPDK_DIR)"
-    exit 0
-  fi
-done
+need_spdk bin/nvmf_tgt bin/spdk_nvme_perf examples/bdevperf
 case $NVMF_TARGET in ferrite | spdk) ;; *) fail "NVMF_TARGET must be ferrite or spdk, not $NVMF_TARGET" ;; esac
 case $ONLY in "" | perf | lat | idle) ;; *) fail "ONLY must be perf, lat or idle, not $ONLY" ;; esac
 need ss iproute2

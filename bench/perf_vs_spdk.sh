@@ -10,11 +10,7 @@
 source "$(dirname "$0")/common.sh"
 T=${1:-4}
 ROUNDS=${ROUNDS:-3}
-SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
-if [ -z "$SPDK_DIR" ] || [ ! -x "$SPDK_DIR/build/examples/bdevperf" ]; then
-  echo "SKIP: SPDK's bdevperf not available (run ../shared/anchors/spdk.sh)"
-  exit 0
-fi
+need_spdk examples/bdevperf
 cat >"$TMP/null.json" <<'J'
 {"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_null_create","params":{"name":"Null0","num_blocks":2097152,"block_size":512}}]}]}
 J

@@ -96,14 +96,9 @@ fn host_verifies_through_ferrite_target() {
         let p = attach_params(port, if set { json!({"disable_sq_flow_control": true}) } else { json!({}) });
         assert_eq!(h.call("bdev_nvme_attach_controller", Some(p)), json!(["Nvme0n1", "Nvme0n2"]));
         let cfg = h.call("save_config", None);
-        let attach = cfg["subsystems"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|s| s["config"].as_array().into_iter().flatten())
-            .find(|e| e["method"] == "bdev_nvme_attach_controller")
-            .unwrap_or_else(|| panic!("no attach in {cfg}"))
-            .clone();
+        let attach = *common::saved_entries(&cfg, "bdev_nvme_attach_controller")
+            .first()
+            .unwrap_or_else(|| panic!("no attach in {cfg}"));
         let want = if set { json!(true) } else { Value::Null };
         assert_eq!(attach["params"]["disable_sq_flow_control"], want, "{attach}");
         h.call("bdev_nvme_detach_controller", Some(json!({"name": "Nvme0"})));

@@ -132,13 +132,7 @@ fn failover_survives_listener_removal() {
     assert_eq!(h.bdev_names(), vec!["Nvme0n1".to_string(), "Nvme0n2".to_string()]);
     // save_config writes both paths, the second as failover.
     let cfg = h.call("save_config", None);
-    let attaches: Vec<&Value> = cfg["subsystems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|s| s["config"].as_array().into_iter().flatten())
-        .filter(|e| e["method"] == "bdev_nvme_attach_controller")
-        .collect();
+    let attaches = common::saved_entries(&cfg, "bdev_nvme_attach_controller");
     assert_eq!(attaches.len(), 2, "{cfg}");
     assert_eq!(attaches[1]["params"]["trsvcid"], json!(pb.to_string()));
     assert_eq!(attaches[1]["params"]["multipath"], json!("failover"));

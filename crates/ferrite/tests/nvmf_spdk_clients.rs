@@ -469,19 +469,23 @@ fn attach_params(port: u16) -> Value {
         "trsvcid": port.to_string(), "subnqn": NQN1})
 }
 
-/// Runs bdevperf with `job` (its workload flags) on bdev Nvme0n1: controller Nvme0 attached
-/// over NVMe/TCP to `port`, subsystem NQN1, with the attach parameters in `extra` added; on
-/// the client's core, without hugepages. Its output and the output's text.
-fn bdevperf(env: &Env, dir: &TempDir, port: u16, extra: Value, job: &[&str]) -> (Out, String) {
+/// A host's config (SPDK's format, for bdevperf or `ferrite perf`): controller Nvme0 attached
+/// over NVMe/TCP to `port`, subsystem NQN1, with the attach parameters in `extra` added.
+fn host_config(port: u16, extra: &Value) -> Value {
     let mut attach = attach_params(port);
     if let Value::Object(m) = extra {
         for (k, v) in m {
-            attach[k] = v;
+            attach[k] = v.clone();
         }
     }
-    let host = json!({"subsystems": [{"subsystem": "bdev", "config": [
-        {"method": "bdev_nvme_attach_controller", "params": attach}]}]});
-    let cfg = dir.write_json("bdevperf.json", &host);
+    json!({"subsystems": [{"subsystem": "bdev", "config": [
+        {"method": "bdev_nvme_attach_controller", "params": attach}]}]})
+}
+
+/// Runs bdevperf with `job` (its workload flags) on bdev Nvme0n1 of [`host_config`]`(port,
+/// extra)`, on the client's core, without hugepages. Its output and the output's text.
+fn bdevperf(env: &Env, dir: &TempDir, port: u16, extra: Value, job: &[&str]) -> (Out, String) {
+    let cfg = dir.write_json("bdevperf.json", &host_config(port, &extra));
     let sock = dir.join("bdevperf.sock");
     let mask = env.client_mask();
     let mut args = strings(&["--json", cfg.to_str().unwrap()]);
@@ -601,17 +605,7 @@ fn assert_digests_agreed(probe: &DigestProbe, min: usize, what: &str) {
 /// -o SIZE -t 2` on the client's core. Checks its results: no failed I/O, no miscompare, some
 /// I/O done. Returns the IOPS.
 fn ferrite_perf_verify(env: &Env, dir: &TempDir, port: u16, bdev: &str, qd: u32, size: u32, extra: &Value) -> f64 {
-    let mut attach = attach_params(port);
-    if let Value::Object(m) = extra {
-        for (k, v) in m {
-            attach[k] = v.clone();
-        }
-    }
-    let cfg = dir.write_json(
-        "ferrite-host.json",
-        &json!({"subsystems": [{"subsystem": "bdev", "config": [
-            {"method": "bdev_nvme_attach_controller", "params": attach}]}]}),
-    );
+    let cfg = dir.write_json("ferrite-host.json", &host_config(port, extra));
     let res = dir.join("ferrite-perf.json");
     let _ = std::fs::remove_file(&res);
     let args = common::perf_verify_args(&cfg, bdev, qd, size, &env.client_mask(), &res);

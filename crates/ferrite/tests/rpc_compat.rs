@@ -175,12 +175,7 @@ fn spdk_option_methods_are_real_rpcs_with_spdk_schemas() {
     // save_config, so a saved config reproduces it.
     let saved = d.call("save_config", None);
     for (m, good, _, _) in option_cases() {
-        let found = saved["subsystems"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|s| s["config"].as_array().into_iter().flatten())
-            .any(|e| e["method"] == m && e["params"] == good);
+        let found = common::saved_entries(&saved, m).iter().any(|e| e["params"] == good);
         assert!(found, "{m} {good} not in save_config: {saved}");
     }
     for s in saved["subsystems"].as_array().unwrap() {

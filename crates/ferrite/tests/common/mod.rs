@@ -320,11 +320,8 @@ pub fn raw_call(sock: &Path, request: &[u8]) -> String {
 pub fn perf_verify_args(cfg: &Path, bdev: &str, qd: u32, size: u32, mask: &str, res: &Path) -> Vec<String> {
     let (cfg, res) = (cfg.to_str().unwrap(), res.to_str().unwrap());
     let (qd, size) = (qd.to_string(), size.to_string());
-    ["perf", "--json", cfg, "-T", bdev, "-q", &qd, "-o", &size, "-w", "verify", "-t", "2", "-m", mask]
-        .iter()
-        .chain(["--no-pin", "--results-json", res].iter())
-        .map(|s| s.to_string())
-        .collect()
+    let args = ["perf", "--json", cfg, "-T", bdev, "-q", &qd, "-o", &size, "-w", "verify", "-t", "2", "-m", mask];
+    args.iter().chain(&["--no-pin", "--results-json", res]).map(|s| s.to_string()).collect()
 }
 
 /// Checks the results `ferrite perf -w verify` wrote to `res` (`what` names the run, `log` is
@@ -339,4 +336,15 @@ pub fn check_verify_results(res: &Path, what: &str, log: &str) -> f64 {
         assert!(r["iops"].as_f64().unwrap_or(0.0) > 0.0, "{what}: no I/O: {r}");
     }
     doc["total"]["iops"].as_f64().unwrap_or(0.0)
+}
+
+/// The entries of method `method` in a `save_config` answer, in order.
+pub fn saved_entries<'a>(saved: &'a Value, method: &str) -> Vec<&'a Value> {
+    saved["subsystems"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["config"].as_array().into_iter().flatten())
+        .filter(|e| e["method"] == method)
+        .collect()
 }
