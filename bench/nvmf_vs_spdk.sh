@@ -20,6 +20,11 @@
 #   randread cells Ferrite sends two PDUs per read and SPDK one; the null-resp cells compare the
 #   same PDUs on the wire. (spdk_nvme_perf v26.05 cannot ask to disable SQ flow control: its
 #   --disable-sq-flow-control came later.)
+#   sqfc-off: null randread at QD 1 and 32 from a client that turns SQ flow control off, so that
+#   both targets send one PDU per read (C2HData with SUCCESS): `ferrite perf` on core 1 over
+#   Ferrite's host (bdev_nvme_attach_controller with "disable_sq_flow_control": true), the only
+#   client here that can ask. Its latency column is ferrite perf's mean; it has no warm-up (its
+#   timed run starts once the controller is attached).
 #   malloc namespace (1 GiB, 4 KiB blocks), 128 KiB: sequential read and write at QD 32. Malloc
 #   there so the payload is real memory on both sides: a null bdev does not touch its buffers,
 #   so a target could send 128 KiB of whatever it likes, and the cell would measure framing only.
@@ -165,6 +170,24 @@ $(grep -v '^$' "$out" | tail -3)"
   [ -n "$RESULT" ] || fail "no Total line from spdk_nvme_perf -q $qd -o $size -w $w $*: $(grep -iE 'error|fail|no valid' "$out" | head -10)"
 }
 
+# run_host_perf QD SIZE WORKLOAD: `ferrite perf` over Ferrite's host, SQ flow control off,
+# against the running target; sets RESULT and OTHER as run_perf does.
+run_host_perf() {
+  local qd=$1 size=$2 w=$3 res="$TMP/host-perf.json" b0 b1 t0 t1 n0 n1 pu ps
+  cat >"$TMP/host.json" <<J
+{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_nvme_attach_controller","params":{"name":"Nvme0","trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"$PORT","subnqn":"$NQN","disable_sq_flow_control":true}}]}]}
+J
+  b0=$(busy_jiffies) t0=$(cpu_ticks "$TPID") n0=$(date +%s%N)
+  timeout $((T + 30)) /usr/bin/time -f '%U %S' -o "$TMP/perf.time" "$FERRITE" perf --json "$TMP/host.json" \
+    -T Nvme0n1 -q "$qd" -o "$size" -w "$w" -t "$T" -m 0x2 --results-json "$res" >"$TMP/perf.out" 2>&1 ||
+    fail "ferrite perf -q $qd -o $size -w $w (SQ flow control off) failed: $(tail -3 "$TMP/perf.out")"
+  b1=$(busy_jiffies) t1=$(cpu_ticks "$TPID") n1=$(date +%s%N)
+  read -r pu ps <"$TMP/perf.time"
+  other_cpu "$((b1 - b0))" "$((t1 - t0)) + ($pu + $ps) * $HZ" "$((n1 - n0))"
+  RESULT=$(json_get "$res" "f\"{d['total']['iops']} {d['total']['mibps']} {d['total']['avg_latency_us']:.2f}\"")
+  [ "$(json_get "$res" "d['total']['io_failed']")" = 0 ] || fail "ferrite perf (SQ flow control off): failed I/O"
+}
+
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 med() { tr ' ' '\n' <<<"$1" | grep . | median; } # med "V1 V2 ...": their median
 best() { tr ' ' '\n' <<<"$1" | grep . | sort -g | tail -1; } # best "V1 V2 ...": the highest
@@ -180,7 +203,8 @@ perf_cells() {
   for cell in "null randread 4096 1" "null randread 4096 32" "null randread 4096 128" \
     "null randwrite 4096 1" "null randwrite 4096 32" "null randwrite 4096 128" \
     "null randread 4096 32 -H -I" "null-resp randread 4096 1" "null-resp randread 4096 32" \
-    "null-resp randread 4096 128" "malloc read 131072 32" "malloc write 131072 32"; do
+    "null-resp randread 4096 128" "sqfc-off randread 4096 1" "sqfc-off randread 4096 32" \
+    "malloc read 131072 32" "malloc write 131072 32"; do
     [ -z "${CELLS:-}" ] || grep -qE "$CELLS" <<<"$cell" || continue
     read -r kind w size qd flags <<<"$cell"
     fiops_all='' siops_all='' fm_all='' sm_all='' fl_all='' sl_all='' q_all='' other_max=0
@@ -190,9 +214,14 @@ perf_cells() {
       for side in $order; do
         who=$side
         [ "$side" = ferrite ] && who=$NVMF_TARGET
-        start_target "$who" "$kind"
-        # shellcheck disable=SC2086 # flags are words
-        run_perf "$qd" "$size" "$w" $flags
+        if [ "$kind" = sqfc-off ]; then
+          start_target "$who" null
+          run_host_perf "$qd" "$size" "$w"
+        else
+          start_target "$who" "$kind"
+          # shellcheck disable=SC2086 # flags are words
+          run_perf "$qd" "$size" "$w" $flags
+        fi
         stop_target
         read -r i m l <<<"$RESULT"
         [ "$OTHER" -gt "$other_max" ] && other_max=$OTHER
