@@ -19,9 +19,18 @@ const NQN: &str = "nqn.2016-06.io.ferrite:host-test";
 /// A target daemon serving `bdevs` (already created by `setup`) as namespaces of NQN on
 /// 127.0.0.1:`port`.
 fn target(dir: &TempDir, sock: &str, port: u16, setup: impl Fn(&Daemon)) -> Daemon {
+    target_with(dir, sock, port, json!({}), setup)
+}
+
+/// As [`target`], with more `nvmf_create_transport` parameters.
+fn target_with(dir: &TempDir, sock: &str, port: u16, transport: Value, setup: impl Fn(&Daemon)) -> Daemon {
     let d = Daemon::start_with(dir, sock, "0x1", &["--no-pin"]);
     setup(&d);
-    d.call("nvmf_create_transport", Some(json!({"trtype": "TCP", "max_io_size": 1048576})));
+    let mut t = json!({"trtype": "TCP", "max_io_size": 1048576});
+    for (k, v) in transport.as_object().expect("transport parameters") {
+        t[k] = v.clone();
+    }
+    d.call("nvmf_create_transport", Some(t));
     d.call("nvmf_create_subsystem", Some(json!({"nqn": NQN, "allow_any_host": true, "serial_number": "HOSTTEST01"})));
     for b in d.bdev_names() {
         d.call("nvmf_subsystem_add_ns", Some(json!({"nqn": NQN, "namespace": {"bdev_name": b}})));
@@ -114,6 +123,54 @@ fn host_verifies_through_ferrite_target() {
         ctrls = t.call("nvmf_subsystem_get_controllers", Some(json!({"nqn": NQN})));
     }
     assert_eq!(ctrls, json!([]), "controllers left after the hosts went");
+}
+
+#[test]
+fn host_sizes_its_io_queues_to_what_the_target_allows() {
+    // A target whose I/O queues hold 32 entries (CAP.MQES 31): the host asks for 128 by
+    // default and must connect with 32 instead, and keep at most 31 commands outstanding
+    // while perf asks for 64.
+    let dir = TempDir::new("nvmf-host-small-queues");
+    let port = free_port();
+    let t = target_with(&dir, "tgt.sock", port, json!({"max_queue_depth": 32}), |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 16384, "block_size": 4096})));
+    });
+    perf_verify(&dir, port, "Nvme0n1", 1, 4096, json!({}));
+    perf_verify(&dir, port, "Nvme0n1", 64, 4096, json!({}));
+    perf_verify(&dir, port, "Nvme0n1", 40, 131072, json!({}));
+    t.assert_serving();
+    drop(t);
+
+    // A target that grants one I/O queue per controller: perf on two cores gets its I/O done
+    // on the first, and on the second fails it at once, without a Connect the target would
+    // refuse and without hanging.
+    let port = free_port();
+    let t = target_with(&dir, "tgt2.sock", port, json!({"max_qpairs_per_ctrlr": 2}), |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 16384, "block_size": 4096})));
+    });
+    let cfg = dir.write_json(
+        "host-one-queue.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
+            "params": attach_params(port, json!({}))}]}]}),
+    );
+    let res = dir.join("perf-one-queue.json");
+    let mut args = common::perf_verify_args(&cfg, "Nvme0n1", 8, 4096, "0x3", &res);
+    args.extend(["--log-level".to_string(), "info".to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let out = run_tool(&dir, common::FERRITE, &args, Duration::from_secs(60));
+    assert!(started.elapsed() < Duration::from_secs(15), "perf took {:?}: {}", started.elapsed(), out.stderr);
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&res).expect("results")).expect("results json");
+    let jobs = doc["results"].as_array().expect("results");
+    assert_eq!(jobs.len(), 2, "{doc}");
+    let (ok, failing): (Vec<&Value>, Vec<&Value>) = jobs.iter().partition(|j| j["io_failed"] == json!(0));
+    assert_eq!((ok.len(), failing.len()), (1, 1), "one job served, one failing: {doc}");
+    assert_eq!(ok[0]["verify_errors"], json!(0), "{doc}");
+    assert!(ok[0]["iops"].as_f64().unwrap_or(0.0) > 0.0, "{doc}");
+    assert!(out.stderr.contains("grants 1 I/O queues"), "the host says why: {}", out.stderr);
+    assert!(out.stderr.contains("no I/O queue 2"), "{}", out.stderr);
+    assert!(!out.stderr.contains("I/O queue 2: "), "the host tried a queue it was not granted: {}", out.stderr);
+    t.assert_serving();
 }
 
 /// A host daemon attached to the target and exporting the namespace over NBD; returns it and

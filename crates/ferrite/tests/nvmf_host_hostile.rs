@@ -50,6 +50,9 @@ enum Reads {
     Mute,
     /// Identify is never answered.
     NoIdentify,
+    /// Every I/O queue's Connect is refused (Connect Invalid Parameters), as a controller
+    /// out of queues or refusing the queue's size does; the admin queue works.
+    RefusedIoQueue,
 }
 
 /// The block whose first read `Reads::Unanswered` and `Reads::Mute` hold.
@@ -74,6 +77,8 @@ struct Seen {
     many_held: std::sync::Mutex<Vec<(u16, u16, u64, TcpStream)>>,
     /// Aborts that came while another was outstanding.
     over_limit: std::sync::atomic::AtomicUsize,
+    /// I/O queue Connects.
+    io_connects: std::sync::atomic::AtomicUsize,
 }
 
 impl Seen {
@@ -123,6 +128,8 @@ fn response_status(qid: u16, cid: u16, dw0: u32, dw1: u32, status: u16) -> Vec<u
     v
 }
 
+/// Command specific status 82h of a Connect: Connect Invalid Parameters.
+const CONNECT_INVALID_PARAMETERS: u16 = 1 << 9 | 0x82 << 1;
 /// Status Aborted by Request (generic, 07h).
 const ABORTED_BY_REQUEST: u16 = 0x07 << 1;
 /// Command specific status 03h of an Abort: Abort Command Limit Exceeded.
@@ -232,8 +239,14 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                     qid = u16::from_le_bytes([sqe[42], sqe[43]]);
                     if qid == 0 {
                         seen.admin_connects.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    } else {
+                        seen.io_connects.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     }
-                    out = response(qid, cid, 1, 0);
+                    out = if qid != 0 && matches!(reads, Reads::RefusedIoQueue) {
+                        response_status(qid, cid, 0, 0, CONNECT_INVALID_PARAMETERS)
+                    } else {
+                        response(qid, cid, 1, 0)
+                    };
                 }
                 4 => {
                     let v: u64 = match u32_at(sqe, 44) {
@@ -333,7 +346,7 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
                 }
-                Reads::Honest => {
+                Reads::Honest | Reads::RefusedIoQueue => {
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
                 }
@@ -722,4 +735,41 @@ fn a_detach_does_not_wait_for_ever_on_a_command_never_answered() {
     let log = d.proc.stderr();
     assert!(log.contains("closing the connections"), "{log}");
     d.assert_serving();
+}
+
+#[test]
+fn io_sent_again_after_its_queue_was_refused_fails_and_does_not_hang() {
+    // `ferrite perf` sends each failed read again from its completion. The I/O queue's
+    // Connect is refused and the single path gives up (ctrlr_loss_timeout_sec 0): the reads
+    // sent again must fail too, not wait for a connection attempt that has ended, and the
+    // host must not try the queue again for each of them.
+    let (port, seen) = liar_seen(Reads::RefusedIoQueue);
+    let dir = TempDir::new("host-liar-refused-io-queue");
+    let cfg = dir.write_json(
+        "host.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
+            "params": {"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+                "trsvcid": port.to_string(), "subnqn": NQN}}]}]}),
+    );
+    let res = dir.join("perf.json");
+    let (cfg, res_s) = (cfg.to_str().unwrap(), res.to_str().unwrap());
+    let args = ["perf", "--json", cfg, "-T", "Liarn1", "-q", "8", "-o", "4096", "-w", "randread", "-t", "3"];
+    let args: Vec<&str> = args.iter().chain(&["-m", "0x1", "--no-pin", "--results-json", res_s]).copied().collect();
+    let started = std::time::Instant::now();
+    let out = nbd_common::run_tool(&dir, common::FERRITE, &args, std::time::Duration::from_secs(60));
+    let took = started.elapsed();
+    assert!(
+        !out.stderr.contains("did not stop") && !out.stdout.contains("did not stop"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(took < std::time::Duration::from_secs(10), "perf took {took:?}:\n{}{}", out.stdout, out.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&res).unwrap()).unwrap();
+    let failed = doc["total"]["io_failed"].as_f64().unwrap_or(0.0);
+    assert!(failed > 8.0, "reads sent again did not fail: {doc}");
+    // One attempt per reconnect delay (1 s at least), not one per read sent again.
+    let tries = seen.io_connects.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((1..=6).contains(&tries), "{tries} I/O queue Connects in {took:?} for {failed} failed reads");
+    println!("{failed} failed reads, {tries} I/O queue Connects, in {took:?}");
 }

@@ -715,6 +715,16 @@ fn ferrite_host_verifies_through_spdk_nvmf_tgt() {
     let iops = ferrite_perf_verify(&env, &dir, port, "Nvme0n1", 8, 4096, &sqflow);
     println!("SPDK target, ferrite perf verify 4 KiB QD 8 with SQ flow control disabled: {iops:.0} IOPS");
     t.stop();
+    // A target whose I/O queues hold 64 entries (CAP.MQES 63) refuses the 128 the host asks
+    // for by default: the host must size its queues to the target's.
+    let port = free_port();
+    let s = Subsystem { nqn: NQN1, serial: SERIAL, model: MODEL, namespaces: &["Malloc0"] };
+    let mut cfg = config(vec![malloc("Malloc0", 16384, 4096)], &[s], port, false);
+    cfg["subsystems"][1]["config"][0]["params"]["max_queue_depth"] = json!(64);
+    let t = Target::start(&env, &dir, &cfg, port);
+    let iops = ferrite_perf_verify(&env, &dir, port, "Nvme0n1", 128, 4096, &none);
+    println!("SPDK target with max_queue_depth 64, ferrite perf verify 4 KiB QD 128: {iops:.0} IOPS");
+    t.stop();
 }
 
 #[test]

@@ -132,6 +132,11 @@ pub struct CtrlrInfo {
     pub icd_max: u32,
     /// Multi-path I/O and namespace sharing capabilities (CMIC).
     pub cmic: u8,
+    /// Entries of an I/O queue: `io_queue_size`, capped by the controller's largest (CAP.MQES + 1).
+    pub io_entries: u16,
+    /// I/O queues the controller granted (Number of Queues; at most one per reactor asked;
+    /// 0 until known).
+    pub io_queues: u16,
 }
 
 /// A remote controller.
@@ -197,6 +202,19 @@ fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Entries of an I/O queue: `wanted`, at most the controller's largest (CAP.MQES, 0-based, bits
+/// 15:0) and at least 2 (the smallest queue there is), as SPDK's host caps `io_queue_size`.
+fn io_queue_entries(wanted: u16, cap: u64) -> u16 {
+    let largest = (cap & 0xffff) as u32 + 1;
+    (u32::from(wanted).min(largest).max(2)) as u16
+}
+
+/// I/O queues a Number of Queues answer grants: the fewer of its submission (bits 15:0) and
+/// completion (bits 31:16) queues, both 0-based.
+fn granted_io_queues(dw0: u32) -> u16 {
+    ((dw0 & 0xffff).min(dw0 >> 16) + 1).min(u32::from(u16::MAX)) as u16
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(ferrite_nvmf::spec::identify_ctrl::field_text(b)).trim().to_string()
 }
@@ -223,6 +241,14 @@ impl HostCtrlr {
             disable_sqflow: self.opts.disable_sq_flow_control,
             timeout: Duration::from_secs(10),
         })
+    }
+
+    /// Entries of its I/O queues (`io_queue_size` until the controller's CAP was read).
+    pub(crate) fn io_entries(&self) -> u16 {
+        match self.info.lock().unwrap().io_entries {
+            0 => self.opts.io_queue_size,
+            n => n,
+        }
     }
 
     /// Tells the channels of its name to choose their paths again.
@@ -269,6 +295,14 @@ impl HostCtrlr {
     async fn init_admin(self: &Arc<Self>, admin: &Rc<HostQpair>) -> Result<Vec<NsInfo>, String> {
         let cap = prop_get(admin, registers::offset::CAP, 8).await?;
         let timeout_ms = ((cap >> 24) & 0xff).max(1) * 500;
+        let io_entries = io_queue_entries(self.opts.io_queue_size, cap);
+        if io_entries < self.opts.io_queue_size {
+            log::info!(
+                "nvme controller {}: I/O queues of {io_entries} entries, the controller's largest (io_queue_size {})",
+                self.opts.name,
+                self.opts.io_queue_size
+            );
+        }
         let cc = Cc { en: true, iosqes: 6, iocqes: 4, ..Cc::default() };
         prop_set(admin, registers::offset::CC, cc.to_u32()).await?;
         let deadline = Instant::now() + Duration::from_millis(timeout_ms.min(30_000));
@@ -294,6 +328,8 @@ impl HostCtrlr {
             oncs: ctrl.oncs,
             icd_max,
             cmic: ctrl.cmic,
+            io_entries,
+            io_queues: 0,
         };
         self.aborts.set_acl(ctrl.acl);
         // Number of queues: one I/O queue per reactor.
@@ -303,6 +339,14 @@ impl HostCtrlr {
         sqe.cdw11 = (n - 1) | (n - 1) << 16;
         let r = admin.submit_wait(sqe, None, 0).await?;
         check(&r, "Set Features Number of Queues")?;
+        let io_queues = granted_io_queues(r.cqe.dw0);
+        if u32::from(io_queues) < n {
+            log::warn!(
+                "nvme controller {}: the controller grants {io_queues} I/O queues for {n} reactors: I/O on the others fails",
+                self.opts.name
+            );
+        }
+        self.info.lock().unwrap().io_queues = io_queues;
         // Namespace attribute and ANA change notices (a controller without them refuses; no
         // matter).
         let mut sqe = Sqe::new(op::SET_FEATURES, 0, 0);
@@ -851,4 +895,30 @@ pub async fn detach(ctrlr: &Arc<HostCtrlr>) {
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{granted_io_queues, io_queue_entries};
+
+    #[test]
+    fn granted_io_queues_are_the_fewer_of_both_kinds() {
+        assert_eq!(granted_io_queues(0), 1);
+        assert_eq!(granted_io_queues(0x0003_0001), 2);
+        assert_eq!(granted_io_queues(0x0001_0003), 2);
+        assert_eq!(granted_io_queues(0xfffe_fffe), 0xffff);
+        assert_eq!(granted_io_queues(0xffff_ffff), 0xffff);
+    }
+
+    #[test]
+    fn io_queues_are_capped_by_the_controllers_largest() {
+        // CAP.MQES is 0-based: 31 means 32 entries.
+        assert_eq!(io_queue_entries(128, 31), 32);
+        assert_eq!(io_queue_entries(128, 127), 128);
+        assert_eq!(io_queue_entries(64, 0xffff), 64);
+        // Other CAP fields (TO, CQR, DSTRD...) do not count.
+        assert_eq!(io_queue_entries(128, 0x0000_0020_ff01_003f), 64);
+        // MQES 0 is not valid; a queue has at least 2 entries.
+        assert_eq!(io_queue_entries(128, 0), 2);
+    }
 }

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A request waiting for the I/O queue pair.
 struct Waiting {
@@ -30,6 +30,9 @@ pub struct IoPath {
     qp_gen: Cell<u64>,
     waiting: RefCell<VecDeque<Waiting>>,
     connecting: Cell<bool>,
+    /// A connect gave up: until then, requests fail at once instead of starting another
+    /// (one attempt per reconnect delay, not one per request a caller sends again).
+    gave_up_until: Cell<Option<Instant>>,
 }
 
 impl IoPath {
@@ -40,6 +43,7 @@ impl IoPath {
             qp_gen: Cell::new(0),
             waiting: RefCell::new(VecDeque::new()),
             connecting: Cell::new(false),
+            gave_up_until: Cell::new(None),
         })
     }
 
@@ -61,7 +65,7 @@ impl IoPath {
             }
             return;
         }
-        if self.ctrlr.io_fail_due() {
+        if self.ctrlr.io_fail_due() || self.gave_up_until.get().is_some_and(|t| Instant::now() < t) {
             return io.complete_deferred(IoStatus::Failed(libc::EIO));
         }
         self.waiting.borrow_mut().push_back(Waiting { sqe, io, read, extra });
@@ -78,13 +82,22 @@ impl IoPath {
             loop {
                 let c = &me.ctrlr;
                 if c.detached.load(Ordering::Acquire) {
-                    me.fail_waiting();
-                    break;
+                    me.give_up();
+                    return;
                 }
                 if !c.resetting.load(Ordering::Acquire) {
                     let qid = ferrite_reactor::current().unwrap_or(0) as u16 + 1;
+                    let granted = c.info.lock().unwrap().io_queues;
+                    if granted != 0 && qid > granted {
+                        log::info!(
+                            "nvme controller {}: no I/O queue {qid} (the controller grants {granted}): I/O on this reactor fails",
+                            c.opts.name
+                        );
+                        me.give_up();
+                        return;
+                    }
                     let gen = c.generation.load(Ordering::Acquire);
-                    let params = c.params(qid, c.opts.io_queue_size, c.cntlid.load(Ordering::Acquire));
+                    let params = c.params(qid, c.io_entries(), c.cntlid.load(Ordering::Acquire));
                     match params {
                         Ok(params) => match HostQpair::connect(&params).await {
                             Ok(qp) => {
@@ -100,8 +113,8 @@ impl IoPath {
                 if c.io_fail_due()
                     || single && c.opts.ctrlr_loss_timeout_sec == 0 && !c.resetting.load(Ordering::Acquire)
                 {
-                    me.fail_waiting();
-                    break;
+                    me.give_up();
+                    return;
                 }
                 // While the controller reconnects, look again soon (its new I/O queue pair can
                 // be made as soon as it is up); after a failed connect, wait the delay.
@@ -120,6 +133,16 @@ impl IoPath {
         .detach();
     }
 
+    /// The connect task ends without a queue pair: what waits fails. The task is marked
+    /// ended first, so that a request sent again from a failed one's completion is not left
+    /// waiting for a task that has gone; it fails too, at once, for a reconnect delay.
+    fn give_up(&self) {
+        let delay = Duration::from_secs(self.ctrlr.opts.reconnect_delay_sec.max(1));
+        self.gave_up_until.set(Some(Instant::now() + delay));
+        self.connecting.set(false);
+        self.fail_waiting();
+    }
+
     fn use_qpair(self: &Rc<Self>, qp: Rc<HostQpair>, gen: u64) {
         qp.icd_max.set(self.ctrlr.info.lock().unwrap().icd_max);
         self.ctrlr.watch(&qp);
@@ -134,6 +157,7 @@ impl IoPath {
         });
         *self.qp.borrow_mut() = Some(qp.clone());
         self.qp_gen.set(gen);
+        self.gave_up_until.set(None);
         let waiting: Vec<Waiting> = self.waiting.borrow_mut().drain(..).collect();
         for w in waiting {
             if let Err(io) = qp.submit_io(w.sqe, w.io, w.read, w.extra) {
@@ -155,6 +179,7 @@ impl IoPath {
                 qp.close();
             }
         }
+        self.gave_up_until.set(None);
         if !self.waiting.borrow().is_empty() {
             self.connect();
         }
