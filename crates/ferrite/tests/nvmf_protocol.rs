@@ -551,6 +551,22 @@ fn properties_identify_and_namespace_lists() {
     assert_eq!(got, bdev_uuid, "the UUID descriptor is the bdev's UUID");
     let c = s.admin.identify(cns::NS_ID_DESCRIPTOR_LIST, 99, 0);
     assert_eq!(status(&c), (sct::GENERIC, generic::INVALID_NAMESPACE_OR_FORMAT));
+
+    // Into a buffer larger than the structure: the structure, then zeroes to the buffer's end
+    // (as SPDK's target sends), never a short transfer; with SQ flow control on and off.
+    for sqflow_off in [false, true] {
+        let opts = HostOpts { sqflow_off, ..HostOpts::default() };
+        let mut s2 = Session::open(n.port, SUBNQN, 0, opts, 4096);
+        let raw = Host::sqe(ferrite_nvmf::spec::opcode::admin::IDENTIFY, 0, |q| {
+            ferrite_nvmf::spec::admin::IdentifyCommand { cns: cns::CONTROLLER, ..Default::default() }.apply(q)
+        });
+        let c = s2.admin.cmd(raw, None, 8192).ok("identify controller into 8 KiB");
+        assert_eq!(c.data.len(), 8192, "the whole buffer is sent (SQ flow control off: {sqflow_off})");
+        assert_eq!(c.by_success_flag, sqflow_off);
+        let id = IdentifyController::decode(c.data[..4096].try_into().unwrap());
+        assert_eq!(field_text(&id.sn), SERIAL.as_bytes());
+        assert!(c.data[4096..].iter().all(|&b| b == 0), "zeroes after the structure");
+    }
     n.assert_alive();
 }
 

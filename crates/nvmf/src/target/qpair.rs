@@ -554,7 +554,17 @@ impl Conn {
                 left -= b.len();
             }
             bufs.retain(|b| !b.is_empty());
-            let total: usize = bufs.iter().map(|b| b.len()).sum();
+            let mut total: usize = bufs.iter().map(|b| b.len()).sum();
+            if total > 0 && total < len as usize {
+                // An answer shorter than the host's buffer (an Identify into 8 KiB): zeroes to
+                // its end, as SPDK's target sends, so that the host sees its whole buffer
+                // written and not a short transfer.
+                let mut pad = ferrite_reactor::alloc_buf(len as usize - total);
+                pad.set_len(len as usize - total);
+                pad.fill(0);
+                bufs.push(pad);
+                total = len as usize;
+            }
             if total > 0 {
                 let success = self.c2h_success.get() && dw0 == 0;
                 let pdu = Pdu::C2hData(crate::tcp::C2hData {
