@@ -53,6 +53,9 @@ enum Reads {
     /// Every I/O queue's Connect is refused (Connect Invalid Parameters), as a controller
     /// out of queues or refusing the queue's size does; the admin queue works.
     RefusedIoQueue,
+    /// Honest, except that once, when a read comes after another on its connection, the
+    /// earlier read's response is sent again first (a controller's bug).
+    RepeatedResponse,
 }
 
 /// The block whose first read `Reads::Unanswered` and `Reads::Mute` hold.
@@ -79,6 +82,8 @@ struct Seen {
     over_limit: std::sync::atomic::AtomicUsize,
     /// I/O queue Connects.
     io_connects: std::sync::atomic::AtomicUsize,
+    /// `Reads::RepeatedResponse` has sent its repeated response.
+    repeated: std::sync::atomic::AtomicBool,
 }
 
 impl Seen {
@@ -204,6 +209,8 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
     let mut ddgst = None;
     // An Abort came before the answer to the one before it.
     let mut abort_over_limit = false;
+    // The last read answered on this connection: (queue, CID).
+    let mut last_read: Option<(u16, u16)> = None;
     loop {
         let mut h = [0u8; 8];
         s.read_exact(&mut h)?;
@@ -343,6 +350,16 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
             }
             match reads {
                 Reads::Unanswered { .. } | Reads::ManyUnanswered | Reads::Mute | Reads::NoIdentify => {
+                    out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
+                    out.extend(response(qid, cid, 0, 0));
+                }
+                Reads::RepeatedResponse => {
+                    if let Some((q, c)) = last_read {
+                        if !seen.repeated.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                            s.write_all(&response(q, c, 0, 0))?;
+                        }
+                    }
+                    last_read = Some((qid, cid));
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
                 }
@@ -772,4 +789,27 @@ fn io_sent_again_after_its_queue_was_refused_fails_and_does_not_hang() {
     let tries = seen.io_connects.load(std::sync::atomic::Ordering::SeqCst);
     assert!((1..=6).contains(&tries), "{tries} I/O queue Connects in {took:?} for {failed} failed reads");
     println!("{failed} failed reads, {tries} I/O queue Connects, in {took:?}");
+}
+
+#[test]
+fn a_repeated_completion_completes_no_other_command() {
+    // The controller sends one read's response twice, the second time when the next read is
+    // outstanding, which (one at a time) took the same slot. Its CID must not name the new
+    // read: the host drops the connection as the controller's error, reconnects and sends the
+    // read again, and every read returns the controller's data.
+    if !have("a_repeated_completion_completes_no_other_command", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("host-liar-repeated-response");
+    let (port, seen) = liar_seen(Reads::RepeatedResponse);
+    let (d, uri) = host(&dir, port);
+    let io_connects = || seen.io_connects.load(std::sync::atomic::Ordering::SeqCst);
+    let connects = io_connects();
+    for off in ["0", "4k", "8k", "12k"] {
+        let (ok, out) = try_qemu_io(&dir, &uri, &format!("read -P {HONEST} {off} 4k"));
+        assert!(ok, "read at {off}: {out}");
+    }
+    assert!(seen.repeated.load(std::sync::atomic::Ordering::SeqCst), "the mock repeated no response");
+    assert!(io_connects() > connects, "the host did not drop the I/O queue for the repeated response");
+    d.assert_serving();
 }

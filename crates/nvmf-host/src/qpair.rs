@@ -107,6 +107,9 @@ struct Cmd {
     watched: bool,
     /// The watchdog has reported it.
     timed_out: bool,
+    /// How many commands the slot has started (wrapping): the high bits of its CID, so that a
+    /// late or repeated completion of an earlier command in the slot names no command.
+    gen: u16,
 }
 
 impl Cmd {
@@ -123,6 +126,7 @@ impl Cmd {
         self.extra = extra;
         self.got = 0;
         self.failed = None;
+        self.gen = self.gen.wrapping_add(1);
     }
 }
 
@@ -146,6 +150,8 @@ pub struct HostQpair {
     cmds: RefCell<Vec<Cmd>>,
     free: RefCell<Vec<u16>>,
     depth: u16,
+    /// A CID's low bits: its slot; the bits above hold the slot's generation.
+    slot_bits: u32,
     out: RefCell<Vec<Out>>,
     writer: RefCell<Option<Waker>>,
     closed: Cell<bool>,
@@ -184,6 +190,7 @@ impl HostQpair {
             cmds: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             depth,
+            slot_bits: u16::BITS - (depth - 1).leading_zeros(),
             out: RefCell::new(Vec::new()),
             writer: RefCell::new(None),
             closed: Cell::new(false),
@@ -275,18 +282,36 @@ impl HostQpair {
         self.closed.get()
     }
 
-    /// The slot (CID) of the outstanding bdev request `named` picks.
+    /// The CID of the outstanding bdev request `named` picks.
     pub(crate) fn find_command(&self, named: &dyn Fn(&BdevIo) -> bool) -> Option<u16> {
         let cmds = self.cmds.borrow();
         cmds.iter()
             .position(|c| c.done.is_none() && matches!(&c.owner, Some(Owner::Bdev(io)) if named(io)))
-            .map(|i| i as u16)
+            .map(|i| self.cid_of(i as u16, cmds[i].gen))
     }
 
     /// True while command `cid` is outstanding and the watchdog has reported it.
     pub(crate) fn is_timed_out(&self, cid: u16) -> bool {
+        let Some(slot) = self.slot_of(cid) else { return false };
         let cmds = self.cmds.borrow();
-        cmds.get(usize::from(cid)).is_some_and(|c| c.owner.is_some() && c.done.is_none() && c.timed_out)
+        cmds.get(usize::from(slot)).is_some_and(|c| c.done.is_none() && c.timed_out)
+    }
+
+    /// The CID of the command in `slot` started as the slot's `gen`th: the slot in the low
+    /// bits, as many bits of the generation as the rest holds above them (none for a queue
+    /// of more than 32,768 entries).
+    fn cid_of(&self, slot: u16, gen: u16) -> u16 {
+        let gen = u32::from(gen).checked_shl(self.slot_bits).unwrap_or(0);
+        (u32::from(slot) | gen) as u16
+    }
+
+    /// The slot of outstanding command `cid`: none if no command of the slot is outstanding,
+    /// or the CID names an earlier one.
+    fn slot_of(&self, cid: u16) -> Option<u16> {
+        let slot = (u32::from(cid) & ((1u32 << self.slot_bits) - 1)) as u16;
+        let cmds = self.cmds.borrow();
+        let c = cmds.get(usize::from(slot))?;
+        (c.owner.is_some() && self.cid_of(slot, c.gen) == cid).then_some(slot)
     }
 
     /// Starts the queue pair's watchdog: each command outstanding for `limit` (a little more:
@@ -322,7 +347,7 @@ impl HostQpair {
                         })
                         .map(|(slot, c)| {
                             c.timed_out = true;
-                            slot as u16
+                            qp.cid_of(slot as u16, c.gen)
                         })
                         .collect()
                 };
@@ -379,13 +404,13 @@ impl HostQpair {
             return Err("queue pair closed".into());
         }
         let Some(slot) = self.take_slot() else { return Err("queue full".into()) };
-        sqe.cid = slot;
         let pieces: SmallVec<[(*const u8, usize); 2]> = out.iter().map(|b| (b.as_ptr(), b.len())).collect();
         {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
             c.begin(Owner::Wait { tx, out, inb }, len, read, None, self.tick.get());
             c.watched = sqe.opcode != ferrite_nvmf::spec::opcode::admin::ASYNC_EVENT_REQUEST || self.qid != 0;
+            sqe.cid = self.cid_of(slot, c.gen);
         }
         self.send_capsule(slot, sqe, &pieces, len, read);
         match rx.await {
@@ -402,13 +427,17 @@ impl HostQpair {
             return Err(io);
         }
         let Some(slot) = self.take_slot() else { return Err(io) };
-        sqe.cid = slot;
         let (pieces, len): (SmallVec<[(*const u8, usize); 2]>, u32) = match &extra {
             Some(b) => (smallvec::smallvec![(b.as_ptr(), b.len())], b.len() as u32),
             None if sqe.opcode & 3 == 0 => (SmallVec::new(), 0),
             None => (io.req.bufs.iter().map(|b| (b.as_ptr(), b.len())).collect(), io.len_bytes() as u32),
         };
-        self.cmds.borrow_mut()[usize::from(slot)].begin(Owner::Bdev(io), len, read, extra, self.tick.get());
+        {
+            let mut cmds = self.cmds.borrow_mut();
+            let c = &mut cmds[usize::from(slot)];
+            c.begin(Owner::Bdev(io), len, read, extra, self.tick.get());
+            sqe.cid = self.cid_of(slot, c.gen);
+        }
         self.send_capsule(slot, sqe, if read { &[] } else { &pieces }, len, read);
         Ok(())
     }
@@ -456,7 +485,7 @@ impl HostQpair {
 
     /// Answers an R2T: H2CData PDUs for the range, at most MAXH2CDATA each.
     fn answer_r2t(&self, r: ferrite_nvmf::tcp::R2t) -> Result<(), String> {
-        let slot = r.cccid;
+        let slot = self.slot_of(r.cccid).ok_or_else(|| format!("R2T for CCCID {}, no command outstanding", r.cccid))?;
         let params = self.params.get();
         let pieces: SmallVec<[(*const u8, usize); 4]> = {
             let cmds = self.cmds.borrow();
@@ -791,29 +820,36 @@ async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), String> {
                         }
                         Pdu::CapsuleResp(r) => {
                             let cqe = Cqe::decode(&r.cqe);
-                            qp.finish(cqe.cid, cqe);
+                            // A completion of no outstanding command (repeated, late, or of
+                            // a CID never sent) is the controller's error: completing the
+                            // slot's current command with it could acknowledge a write the
+                            // controller never did. The connection is dropped, as Linux's
+                            // host does; its commands are sent again after reconnecting.
+                            let Some(slot) = qp.slot_of(cqe.cid) else {
+                                return Err(format!("a completion for CID {}, no command outstanding", cqe.cid));
+                            };
+                            qp.finish(slot, cqe);
                         }
                         Pdu::C2hData(d) => {
                             // A read's data comes in order, each PDU where the last one ended
                             // (as SPDK's host checks too): a repeated or overlapping PDU would
                             // leave part of the buffer unwritten and still count as received,
                             // and that part holds whatever the buffer held before.
-                            let ok = {
+                            let slot = qp.slot_of(d.cccid);
+                            let ok = slot.is_some_and(|slot| {
                                 let cmds = qp.cmds.borrow();
-                                cmds.get(usize::from(d.cccid)).is_some_and(|c| {
-                                    c.read
-                                        && c.owner.is_some()
-                                        && d.datao == c.got
-                                        && u64::from(d.datao) + u64::from(d.datal) <= u64::from(c.len)
-                                })
-                            };
-                            if !ok {
+                                let c = &cmds[usize::from(slot)];
+                                c.read
+                                    && d.datao == c.got
+                                    && u64::from(d.datao) + u64::from(d.datal) <= u64::from(c.len)
+                            });
+                            let Some(slot) = slot.filter(|_| ok) else {
                                 return Err(format!(
                                     "C2HData for CCCID {} at offset {} for {} bytes: not the next data of a read",
                                     d.cccid, d.datao, d.datal
                                 ));
-                            }
-                            dest = Dest::Cmd { slot: d.cccid, at: d.datao, success: d.success };
+                            };
+                            dest = Dest::Cmd { slot, at: d.datao, success: d.success };
                         }
                         Pdu::R2t(r) => qp.answer_r2t(r)?,
                         Pdu::C2hTermReq(t) => {
