@@ -56,6 +56,9 @@ enum Reads {
     /// Honest, except that once, when a read comes after another on its connection, the
     /// earlier read's response is sent again first (a controller's bug).
     RepeatedResponse,
+    /// Every I/O queue's Connect response is sent twice: each I/O queue pair fails as soon as
+    /// it is connected (the repeated response names no outstanding command).
+    RepeatedConnectResponse,
 }
 
 /// The block whose first read `Reads::Unanswered` and `Reads::Mute` hold.
@@ -254,6 +257,9 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                     } else {
                         response(qid, cid, 1, 0)
                     };
+                    if qid != 0 && matches!(reads, Reads::RepeatedConnectResponse) {
+                        out.extend(response(qid, cid, 1, 0));
+                    }
                 }
                 4 => {
                     let v: u64 = match u32_at(sqe, 44) {
@@ -363,7 +369,7 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
                 }
-                Reads::Honest | Reads::RefusedIoQueue => {
+                Reads::Honest | Reads::RefusedIoQueue | Reads::RepeatedConnectResponse => {
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
                 }
@@ -811,5 +817,24 @@ fn a_repeated_completion_completes_no_other_command() {
     }
     assert!(seen.repeated.load(std::sync::atomic::Ordering::SeqCst), "the mock repeated no response");
     assert!(io_connects() > connects, "the host did not drop the I/O queue for the repeated response");
+    d.assert_serving();
+}
+
+#[test]
+fn io_queues_that_fail_at_once_are_reconnected_once_per_delay() {
+    // Each I/O queue pair fails right after its Connect (the controller repeats the Connect's
+    // response). The host must not reconnect in a tight loop: one attempt per reconnect delay
+    // (1 s here) while the controller itself stays connected.
+    let (port, seen) = liar_seen(Reads::RepeatedConnectResponse);
+    let dir = TempDir::new("host-liar-repeated-connect-response");
+    let d = Daemon::start(&dir, &[]);
+    let params = json!({"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+        "trsvcid": port.to_string(), "subnqn": NQN, "ctrlr_loss_timeout_sec": 10, "reconnect_delay_sec": 1});
+    assert_eq!(d.call("bdev_nvme_attach_controller", Some(params)), json!(["Liarn1"]));
+    // The examine of the new bdev reads it: that I/O needs an I/O queue.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let tries = seen.io_connects.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((1..=6).contains(&tries), "{tries} I/O queue Connects in 3 s");
+    d.call("bdev_nvme_detach_controller", Some(json!({"name": "Liar"})));
     d.assert_serving();
 }

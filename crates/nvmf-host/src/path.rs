@@ -33,6 +33,11 @@ pub struct IoPath {
     /// A connect gave up: until then, requests fail at once instead of starting another
     /// (one attempt per reconnect delay, not one per request a caller sends again).
     gave_up_until: Cell<Option<Instant>>,
+    /// When the last queue pair was connected, and in which controller generation: another
+    /// in the same generation (the last one failed on its own, e.g. for the controller's
+    /// protocol error) waits for the reconnect delay since then, so that a controller whose
+    /// queue pairs fail at once is not connected to in a tight loop.
+    last_connect: Cell<Option<(Instant, u64)>>,
 }
 
 impl IoPath {
@@ -44,6 +49,7 @@ impl IoPath {
             waiting: RefCell::new(VecDeque::new()),
             connecting: Cell::new(false),
             gave_up_until: Cell::new(None),
+            last_connect: Cell::new(None),
         })
     }
 
@@ -85,6 +91,14 @@ impl IoPath {
                     me.give_up();
                     return;
                 }
+                let delay = Duration::from_secs(c.opts.reconnect_delay_sec.max(1));
+                if let Some((at, g)) = me.last_connect.get() {
+                    let next = at + delay;
+                    if g == c.generation.load(Ordering::Acquire) && Instant::now() < next {
+                        ferrite_reactor::sleep(next - Instant::now()).await;
+                        continue;
+                    }
+                }
                 if !c.resetting.load(Ordering::Acquire) {
                     let qid = ferrite_reactor::current().unwrap_or(0) as u16 + 1;
                     let granted = c.info.lock().unwrap().io_queues;
@@ -101,8 +115,14 @@ impl IoPath {
                     match params {
                         Ok(params) => match HostQpair::connect(&params).await {
                             Ok(qp) => {
+                                me.last_connect.set(Some((Instant::now(), gen)));
                                 me.use_qpair(qp, gen);
-                                break;
+                                if me.waiting.borrow().is_empty() {
+                                    break;
+                                }
+                                // It closed at once and its requests came back: again, after
+                                // the delay.
+                                continue;
                             }
                             Err(e) => log::info!("nvme controller {}: I/O queue {qid}: {e}", c.opts.name),
                         },
@@ -161,7 +181,13 @@ impl IoPath {
         let waiting: Vec<Waiting> = self.waiting.borrow_mut().drain(..).collect();
         for w in waiting {
             if let Err(io) = qp.submit_io(w.sqe, w.io, w.read, w.extra) {
-                io.complete(IoStatus::NoMem);
+                if qp.is_closed() {
+                    // Closed already (the controller's error): sent again, a retry counted,
+                    // so that a request fails after so many instead of going round for ever.
+                    crate::channel::retry(io, IoStatus::Failed(libc::EIO));
+                } else {
+                    io.complete(IoStatus::NoMem);
+                }
             }
         }
     }
