@@ -91,7 +91,7 @@ impl IoPath {
                     me.give_up();
                     return;
                 }
-                let delay = Duration::from_secs(c.opts.reconnect_delay_sec.max(1));
+                let delay = me.reconnect_delay();
                 if let Some((at, g)) = me.last_connect.get() {
                     let next = at + delay;
                     if g == c.generation.load(Ordering::Acquire) && Instant::now() < next {
@@ -141,7 +141,7 @@ impl IoPath {
                 let delay = if c.resetting.load(Ordering::Acquire) {
                     Duration::from_millis(10)
                 } else {
-                    Duration::from_secs(c.opts.reconnect_delay_sec.max(1))
+                    me.reconnect_delay()
                 };
                 ferrite_reactor::sleep(delay).await;
                 if me.waiting.borrow().is_empty() {
@@ -153,11 +153,16 @@ impl IoPath {
         .detach();
     }
 
+    /// Time between connection attempts: `reconnect_delay_sec`, at least 1 s.
+    fn reconnect_delay(&self) -> Duration {
+        Duration::from_secs(self.ctrlr.opts.reconnect_delay_sec.max(1))
+    }
+
     /// The connect task ends without a queue pair: what waits fails. The task is marked
     /// ended first, so that a request sent again from a failed one's completion is not left
     /// waiting for a task that has gone; it fails too, at once, for a reconnect delay.
     fn give_up(&self) {
-        let delay = Duration::from_secs(self.ctrlr.opts.reconnect_delay_sec.max(1));
+        let delay = self.reconnect_delay();
         self.gave_up_until.set(Some(Instant::now() + delay));
         self.connecting.set(false);
         self.fail_waiting();
