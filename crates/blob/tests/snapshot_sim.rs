@@ -573,3 +573,104 @@ fn power_cuts_during_snapshot_operations_lose_nothing() {
     assert!(total > 0, "no operation completed before the crashes");
     println!("{total} operations completed before the power cuts");
 }
+
+/// Releasing clusters (a whole-cluster unmap of a thin blob): a thin blob's own cluster goes
+/// back to the store and reads as zeroes; a clone keeps a cluster its snapshot also holds (the
+/// snapshot's data would show) but gives back one only it has; a thick blob and a snapshot keep
+/// theirs; a cluster still draining at an unload is free in the masks it writes; and a
+/// release racing a snapshot leaves both consistent.
+#[test]
+fn released_clusters_go_back_to_the_store_only_where_reads_stay_the_same() {
+    let mut sim = Sim::new(1, 1).unwrap();
+    let disk = sim.on(0, || crash_disk::create("L", BLOCK, vec![0; 16 << 20])).unwrap();
+    let rx = sim.engine().run_async(0, || async {
+        let bs = Blobstore::init(open_dev("L"), &opts()).await.unwrap();
+        let a_id = bs.create_blob(&BlobOpts { num_clusters: 4, thin: true, ..Default::default() }).await.unwrap();
+        let a = bs.open_blob(a_id).await.unwrap();
+        for i in 0..4 {
+            write_cluster(&bs, &a, i, 10 + i).await;
+        }
+        let free = bs.free_clusters();
+        let start = |b: &Blob, i: u64| b.map().start(i).unwrap();
+        let c = a.release_cluster(1, start(&a, 1)).await.unwrap().expect("a thin blob's own cluster");
+        assert_eq!(contents(&bs, &a).await, vec![10, 0, 12, 13], "released: reads zeroes");
+        assert_eq!(a.allocated_clusters(), 3);
+        assert_eq!((bs.free_clusters(), bs.draining_clusters()), (free, 1), "drains before it is free");
+        bs.reclaim_cluster(c).await;
+        assert_eq!((bs.free_clusters(), bs.draining_clusters()), (free + 1, 0));
+        bs.reclaim_cluster(c).await;
+        assert_eq!(bs.free_clusters(), free + 1, "a second reclaim does nothing");
+        // Only where the map still says so.
+        assert_eq!(a.release_cluster(1, 4096).await.unwrap(), None, "unallocated");
+        assert_eq!(a.release_cluster(2, start(&a, 3)).await.unwrap(), None, "another start");
+        // A snapshot: its clusters stay; the clone keeps what the snapshot holds.
+        let prep = bs.prepare_snapshot(&a, vec![]).await.unwrap();
+        let s = bs.commit_snapshot(&a, prep).await.unwrap();
+        bs.finish_snapshot(&s).await.unwrap();
+        assert_eq!(s.release_cluster(0, start(&s, 0)).await.unwrap(), None, "a snapshot is read-only");
+        write_cluster(&bs, &a, 0, 20).await;
+        write_cluster(&bs, &a, 1, 21).await;
+        assert_eq!(a.release_cluster(0, start(&a, 0)).await.unwrap(), None, "the snapshot holds cluster 0");
+        assert_eq!(contents(&bs, &a).await, vec![20, 21, 12, 13]);
+        let c1 = a.release_cluster(1, start(&a, 1)).await.unwrap().expect("only the clone holds cluster 1");
+        assert_eq!(contents(&bs, &a).await, vec![20, 0, 12, 13]);
+        // A thick blob keeps its clusters.
+        let t_id = bs.create_blob(&BlobOpts { num_clusters: 2, ..Default::default() }).await.unwrap();
+        let t = bs.open_blob(t_id).await.unwrap();
+        assert_eq!(t.release_cluster(0, start(&t, 0)).await.unwrap(), None, "thick");
+        // Still draining at the unload: the unload frees it.
+        let free = bs.free_clusters();
+        drop((a, s, t));
+        bs.unload().await.unwrap();
+        (free, c1)
+    });
+    let (free, c1) = sim.block_on(rx, MAX_STEPS).unwrap();
+    let img = disk.image();
+    let image = check_image(&img, "after an unload with a cluster draining");
+    assert!(
+        !image.used_clusters.as_ref().unwrap().ones().any(|i| i == c1 as u64),
+        "the draining cluster is free in the masks"
+    );
+    sim.on(0, || crash_disk::create("L2", BLOCK, img)).unwrap();
+    let rx = sim.engine().run_async(0, move || async move {
+        let bs = Blobstore::load(open_dev("L2"), Some("LVOLSTORE")).await.unwrap();
+        assert_eq!(bs.free_clusters(), free + 1, "the masks read back with it free");
+    });
+    sim.block_on(rx, MAX_STEPS).unwrap();
+}
+
+/// A release and a snapshot started together: the snapshot waits for the release (or the
+/// release is skipped); either way every cluster reads what it should.
+#[test]
+fn a_release_racing_a_snapshot() {
+    let mut sim = Sim::new(1, 1).unwrap();
+    let disk = sim.on(0, || crash_disk::create("RS", BLOCK, vec![0; 16 << 20])).unwrap();
+    let rx = sim.engine().run_async(0, || async {
+        let bs = Blobstore::init(open_dev("RS"), &opts()).await.unwrap();
+        let a_id = bs.create_blob(&BlobOpts { num_clusters: 4, thin: true, ..Default::default() }).await.unwrap();
+        let a = bs.open_blob(a_id).await.unwrap();
+        for i in 0..4 {
+            write_cluster(&bs, &a, i, 30 + i).await;
+        }
+        let (a2, bs2) = (a.clone(), bs.clone());
+        let rel = ferrite_reactor::spawn_local(async move {
+            let at = a2.map().start(2).unwrap();
+            let r = a2.release_cluster(2, at).await.unwrap();
+            if let Some(c) = r {
+                bs2.reclaim_cluster(c).await;
+            }
+            r.is_some()
+        });
+        let prep = bs.prepare_snapshot(&a, vec![]).await.unwrap();
+        let s = bs.commit_snapshot(&a, prep).await.unwrap();
+        bs.finish_snapshot(&s).await.unwrap();
+        let released = rel.await;
+        let want: Vec<u64> = (0..4).map(|i| if released && i == 2 { 0 } else { 30 + i }).collect();
+        assert_eq!(contents(&bs, &s).await, want, "the snapshot (released: {released})");
+        assert_eq!(contents(&bs, &a).await, want, "the clone reads through it");
+        drop((a, s));
+        bs.unload().await.unwrap();
+    });
+    sim.block_on(rx, MAX_STEPS).unwrap();
+    check_image(&disk.image(), "after a release raced a snapshot");
+}

@@ -148,6 +148,8 @@ struct ModelBlob {
     certain: std::collections::BTreeSet<u64>,
     /// Clusters allocated with no flush since (on the medium or not).
     maybe: std::collections::BTreeSet<u64>,
+    /// Clusters released with no flush since (still on the medium or not).
+    released: std::collections::BTreeSet<u64>,
 }
 
 type Model = std::collections::BTreeMap<u64, ModelBlob>;
@@ -174,6 +176,7 @@ fn settle(m: &mut Model) {
     for b in m.values_mut() {
         let maybe = std::mem::take(&mut b.maybe);
         b.certain.extend(maybe);
+        b.released.clear();
     }
 }
 
@@ -204,6 +207,7 @@ async fn workload(bs: Blobstore, seed: u64, n: u64, log: std::sync::Arc<std::syn
                     tag: tag.clone(),
                     certain: Default::default(),
                     maybe: Default::default(),
+                    released: Default::default(),
                 };
                 {
                     let mut after = next.clone();
@@ -234,6 +238,7 @@ async fn workload(bs: Blobstore, seed: u64, n: u64, log: std::sync::Arc<std::syn
                 m.num_clusters = n;
                 m.certain.retain(|&c| c < n);
                 m.maybe.retain(|&c| c < n);
+                m.released.retain(|&c| c < n);
                 log.lock().unwrap().after = Some(next.clone());
                 settle(&mut next);
                 let r = async {
@@ -250,16 +255,39 @@ async fn workload(bs: Blobstore, seed: u64, n: u64, log: std::sync::Arc<std::syn
                     continue;
                 }
                 let c = rng.below(m.num_clusters);
-                if !m.certain.contains(&c) {
-                    m.maybe.insert(c);
+                let allocated = m.certain.contains(&c) || m.maybe.contains(&c);
+                if allocated && rng.chance(1, 2) {
+                    // A whole-cluster unmap gives it back: gone once a flush follows.
+                    m.certain.remove(&c);
+                    m.maybe.remove(&c);
+                    m.released.insert(c);
+                    log.lock().unwrap().after = Some(next.clone());
+                    let r = async {
+                        let b = bs.open_blob(id).await?;
+                        let start = b.map().start(c).expect("the model says it is allocated");
+                        let free = bs.free_clusters();
+                        let released = b.release_cluster(c, start).await?.expect("a thin blob's own cluster");
+                        assert_eq!(b.map().start(c), None, "the map entry is cleared");
+                        assert_eq!(bs.free_clusters(), free, "not free until it drained");
+                        bs.reclaim_cluster(released).await;
+                        assert_eq!(bs.free_clusters(), free + 1, "free once reclaimed");
+                        Ok::<(), ferrite_blob::store::BsError>(())
+                    }
+                    .await;
+                    r.map_err(|e| e.to_string())
+                } else {
+                    if !m.certain.contains(&c) {
+                        m.maybe.insert(c);
+                    }
+                    m.released.remove(&c);
+                    log.lock().unwrap().after = Some(next.clone());
+                    let r = async {
+                        let b = bs.open_blob(id).await?;
+                        b.allocate_cluster(c).await.map(|_| ())
+                    }
+                    .await;
+                    r.map_err(|e| e.to_string())
                 }
-                log.lock().unwrap().after = Some(next.clone());
-                let r = async {
-                    let b = bs.open_blob(id).await?;
-                    b.allocate_cluster(c).await.map(|_| ())
-                }
-                .await;
-                r.map_err(|e| e.to_string())
             }
             5 => {
                 let id = pick(&mut rng);
@@ -342,8 +370,11 @@ fn matches(m: &ModelBlob, got: &RecoveredBlob) -> Result<(), String> {
     if !m.certain.is_subset(&a) {
         return Err(format!("flushed allocations lost: {:?} not all in {a:?}", m.certain));
     }
-    if !a.iter().all(|c| m.certain.contains(c) || m.maybe.contains(c)) {
-        return Err(format!("allocations nobody made: {a:?} vs {:?} + {:?}", m.certain, m.maybe));
+    if !a.iter().all(|c| m.certain.contains(c) || m.maybe.contains(c) || m.released.contains(c)) {
+        return Err(format!(
+            "allocations nobody made: {a:?} vs {:?} + {:?} + released {:?}",
+            m.certain, m.maybe, m.released
+        ));
     }
     Ok(())
 }

@@ -1509,3 +1509,79 @@ fn shutdown_unloads_stores_stacked_through_other_bdevs_cleanly() {
     }
     assert!(!log.contains("still open at shutdown"), "something waited for its deadline:\n{log}");
 }
+
+/// Allocated clusters and free clusters of lvol `name` and its lvstore, once the releases
+/// under way have drained (a released cluster is free shortly after its unmap completes).
+fn space_settled(d: &Daemon, name: &str, want_allocated: u64) -> (u64, u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let l = lvols(d);
+        let a = lvol_named(&l, name)["num_allocated_clusters"].as_u64().unwrap();
+        let free = d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+        let draining = d.call("bdev_lvol_get_lvstores", None)[0]["draining_clusters"].as_u64().unwrap_or(0);
+        if (a == want_allocated && draining == 0) || std::time::Instant::now() > deadline {
+            return (a, free);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn unmaps_of_whole_clusters_give_a_thin_lvols_space_back() {
+    // The case: a fully written thin 8 MiB lvol (1 MiB clusters) unmapped over NBD with
+    // qemu-io's discard and write -z has no cluster left, and the lvstore has them free again.
+    // Partial unmaps, a clone's clusters its snapshot also holds, and thick lvols keep theirs.
+    if !have("unmaps_of_whole_clusters_give_a_thin_lvols_space_back", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("lvol-release");
+    let img = sparse_image(&dir, 64);
+    let d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    let free0 = d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    d.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "vol", "size_in_mib": 8, "lvs_name": "lvs0", "thin_provision": true})),
+    );
+    let u = nbd(&d, "lvs0/vol", "vol");
+    qemu_io(&dir, &u, "write -P 0x11 0 8M; flush");
+    assert_eq!(space_settled(&d, "vol", 8), (8, free0 - 8));
+    qemu_io(&dir, &u, "discard 0 4M");
+    assert_eq!(space_settled(&d, "vol", 4), (4, free0 - 4), "discard 0 4M gave 4 clusters back");
+    qemu_io(&dir, &u, "write -z 4M 4M");
+    assert_eq!(space_settled(&d, "vol", 0), (0, free0), "write -z 4M 4M gave the other 4 back");
+    qemu_io(&dir, &u, "read -P 0 0 8M");
+    // Written again: new clusters, the data reads back.
+    qemu_io(&dir, &u, "write -P 0x22 0 3M; flush");
+    qemu_io(&dir, &u, "read -P 0x22 0 3M");
+    assert_eq!(space_settled(&d, "vol", 3).0, 3);
+    // Part of a cluster: unmapped in place, the cluster stays.
+    qemu_io(&dir, &u, "discard 0 512k");
+    qemu_io(&dir, &u, "write -z 1M 1020k");
+    qemu_io(&dir, &u, "read -P 0 1M 1020k");
+    qemu_io(&dir, &u, "read -P 0x22 2044k 1028k");
+    assert_eq!(space_settled(&d, "vol", 3).0, 3, "partial unmaps keep their clusters");
+    // A clone keeps the clusters its snapshot holds (0-2), gives back its own (5).
+    d.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/vol", "snapshot_name": "snap"})));
+    qemu_io(&dir, &u, "write -P 0x33 0 1M; write -P 0x44 5M 1M; flush");
+    assert_eq!(space_settled(&d, "vol", 2).0, 2);
+    qemu_io(&dir, &u, "discard 0 1M; discard 5M 1M");
+    assert_eq!(space_settled(&d, "vol", 1).0, 1, "cluster 5 released, cluster 0 kept");
+    qemu_io(&dir, &u, "read -P 0 5M 1M");
+    qemu_io(&dir, &u, "read -P 0x22 2044k 1028k");
+    // A thick lvol keeps its clusters.
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "thick", "size_in_mib": 2, "lvs_name": "lvs0"})));
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": "lvs0/thick", "name": "thick"})));
+    let ut = u.replace("/vol", "/thick");
+    qemu_io(&dir, &ut, "write -P 0x55 0 2M; discard 0 2M");
+    assert_eq!(space_settled(&d, "thick", 2).0, 2, "a thick lvol keeps its clusters");
+    let free = d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    stop(d);
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "{out}");
+    // The space given back stays given back.
+    let d = daemon(&dir, &img);
+    assert_eq!(d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64(), Some(free));
+    assert_eq!(lvol_named(&lvols(&d), "vol")["num_allocated_clusters"].as_u64(), Some(1));
+    stop(d);
+}

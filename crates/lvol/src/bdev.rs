@@ -12,6 +12,14 @@
 //! copy-on-write), then goes to the cluster the map now names. Flush and reset go to the base
 //! bdev. A read-only lvol (a snapshot) fails writes with EROFS.
 //!
+//! An unmap or a write-zeroes of a whole allocated cluster of a thin lvol that no ancestor holds
+//! gives the cluster back to the lvstore, as SPDK's blobstore does on unmap (a guest's fstrim
+//! frees space): the request goes to the base bdev as usual, then the metadata reactor releases
+//! the cluster (`Blob::release_cluster`; reads of it give zeroes again), and the request
+//! completes. The cluster is free once every core finished what it had in flight on the lvol
+//! (a quiesce of its channels: nothing can still write into it when another lvol takes it).
+//! Partial clusters, thick lvols and clusters a snapshot holds are unmapped or zeroed in place.
+//!
 //! Each channel keeps the maps of the blob and its ancestors, taken again whenever the
 //! blobstore's topology generation moves (a resize, a snapshot, a parent change, read-only).
 
@@ -54,6 +62,10 @@ struct LvolChannel {
     /// The ancestors' maps, nearest first.
     parents: Vec<Arc<ClusterMap>>,
     read_only: bool,
+    /// Thin provisioned (whole clusters it unmaps go back to the lvstore).
+    thin: bool,
+    /// The lvol's bdev name (its UUID), for the quiesce before a released cluster is free.
+    bdev_name: Arc<str>,
     /// The external snapshot's channel, if the lvol was made over one.
     ext: Option<ExtChannel>,
     /// The ancestry still starts at the external snapshot (inflate ends that).
@@ -109,6 +121,7 @@ impl LvolChannel {
         self.map = OwnMap::new(maps.remove(0), self.blocks_per_cluster);
         self.parents = maps;
         self.read_only = self.blob.is_read_only();
+        self.thin = self.blob.is_thin();
         self.ext_root = self.ext.is_some() && self.blob.root_external().is_some();
         self.gen = g;
     }
@@ -178,6 +191,70 @@ impl LvolChannel {
         })
         .detach();
     }
+}
+
+impl LvolChannel {
+    /// True if `io` (on allocated `cluster`) unmaps or zeroes the whole cluster of a thin lvol
+    /// and no ancestor holds the cluster: it can go back to the lvstore.
+    #[inline]
+    fn releases(&self, io: &BdevIo, cluster: u64, within: u64) -> bool {
+        matches!(io.req.io_type, IoType::Unmap | IoType::WriteZeroes)
+            && self.thin
+            && within == 0
+            && io.req.num_blocks == self.blocks_per_cluster
+            && !self.ext_root
+            && self.in_parents(cluster).is_none()
+    }
+
+    /// Sends the unmap or write-zeroes of whole `cluster` (at base block `start`) to the base,
+    /// then has the metadata reactor release the cluster, then completes `io`. The release is
+    /// an optimisation of space: if it does not happen (the lvol is under an operation, or the
+    /// metadata write failed, which is logged) the request has still done what it asked.
+    fn release_after(&self, io: BdevIo, cluster: u64, start: u64) {
+        let base = self.base.clone();
+        let blob = self.blob.clone();
+        let md_core = self.md_core;
+        let bdev_name = self.bdev_name.clone();
+        let blocks = self.blocks_per_cluster;
+        ferrite_reactor::spawn_local(async move {
+            let c = base.submit_wait(ferrite_bdev::IoRequest::new(io.req.io_type, start, blocks)).await;
+            if !c.status.is_ok() {
+                let status = c.status;
+                drop(c);
+                return io.complete(status);
+            }
+            drop(c);
+            let rx =
+                ferrite_reactor::engine().run_async(md_core, move || release_on_md(blob, bdev_name, cluster, start));
+            let _ = rx.await;
+            io.complete(IoStatus::Success);
+        })
+        .detach();
+    }
+}
+
+/// On the metadata reactor: releases `cluster` of `blob` (at base block `start`) and, in the
+/// background, frees it once the lvol's channels have drained what they had in flight.
+async fn release_on_md(blob: Blob, bdev_name: Arc<str>, cluster: u64, start: u64) {
+    let bs = blob.store();
+    let released = match blob.release_cluster(cluster, start).await {
+        Ok(Some(c)) => c,
+        Ok(None) => return,
+        Err(e) => {
+            ferrite_reactor::log_limited!(log::Level::Warn, "lvol {bdev_name}: cluster {cluster} not released: {e}");
+            return;
+        }
+    };
+    let blocks = (bs.geometry().cluster_size / bs.geometry().io_unit_size) as u64;
+    ferrite_reactor::spawn_local(async move {
+        // Every request of the lvol that may have read the old map entry completes first; the
+        // lock itself is let go at once.
+        if let Some(b) = ferrite_bdev::lookup(&bdev_name) {
+            drop(b.lock_lba_range(cluster * blocks, blocks).await);
+        }
+        bs.reclaim_cluster(released).await;
+    })
+    .detach();
 }
 
 /// The channel of an lvol's external snapshot bdev on this core.
@@ -267,6 +344,9 @@ impl BackendChannel for LvolChannel {
         // The bdev layer splits at the cluster (the optimal I/O boundary), zero-copy reads too.
         debug_assert!(within + io.req.num_blocks <= self.blocks_per_cluster, "request crosses a cluster");
         if let Some(start) = self.map.start(cluster) {
+            if self.releases(&io, cluster, within) {
+                return self.release_after(io, cluster, start);
+            }
             io.req.offset_blocks = start + within;
             return self.base.forward_moved(io);
         }
@@ -310,6 +390,8 @@ impl BdevBackend for LvolBackend {
             map,
             parents: maps,
             read_only: blob.is_read_only(),
+            thin: blob.is_thin(),
+            bdev_name: self.lvol.bdev_name().into(),
             gen,
             blob,
             blocks_per_cluster: self.blocks_per_cluster,

@@ -50,8 +50,8 @@ pub(crate) struct BlobState {
     /// A persist is under way; the others wait here.
     persisting: bool,
     waiters: Vec<oneshot::Sender<()>>,
-    /// Clusters being allocated, with who else waits for each.
-    allocating: HashMap<u64, Vec<oneshot::Sender<BsResult<u64>>>>,
+    /// Clusters being allocated (or released: see `release.rs`), with who else waits for each.
+    pub(super) allocating: HashMap<u64, Vec<oneshot::Sender<BsResult<u64>>>>,
     /// Clusters and extent pages a shrink cut off: released once the metadata without them is
     /// on the device.
     cut_clusters: Vec<u32>,
@@ -60,7 +60,7 @@ pub(crate) struct BlobState {
     pub(crate) parent: Option<Blob>,
     /// A structural change (snapshot, merge, parent change) holds the cluster map: no
     /// allocation starts meanwhile, and it starts only once none is under way.
-    exclusive: bool,
+    pub(super) exclusive: bool,
     /// Who waits for `exclusive` to end or for the allocations under way to finish.
     excl_waiters: Vec<oneshot::Sender<()>>,
 }
@@ -84,7 +84,7 @@ impl BlobState {
     }
 
     /// Wakes whoever waits for the exclusive section or for allocations to end.
-    fn wake_exclusive(&mut self) -> Vec<oneshot::Sender<()>> {
+    pub(super) fn wake_exclusive(&mut self) -> Vec<oneshot::Sender<()>> {
         std::mem::take(&mut self.excl_waiters)
     }
 }
@@ -497,6 +497,11 @@ impl Blob {
         self.0.id
     }
 
+    /// The blobstore the blob is in.
+    pub fn store(&self) -> super::Blobstore {
+        super::Blobstore(self.0.store.clone())
+    }
+
     /// The cluster map as it is now. Readers on other cores keep it until
     /// [`Blob::map_generation`] moves (a resize replaced it).
     pub fn map(&self) -> Arc<ClusterMap> {
@@ -567,7 +572,7 @@ impl Blob {
 
     /// The device block where an ancestor holds cluster `index`'s data (the data a first write
     /// to it starts from), if one does.
-    fn ancestor_start(&self, index: u64) -> Option<u64> {
+    pub(super) fn ancestor_start(&self, index: u64) -> Option<u64> {
         let mut p = lock(&self.0.st).parent.clone();
         while let Some(b) = p {
             if let Some(s) = b.map().start(index) {

@@ -5,8 +5,10 @@
 //! blobstore's metadata reactor. An entry goes from unallocated to allocated once, and only
 //! after the metadata that records it is on the device: a core that sees the block may write
 //! there and acknowledge, and a later flush makes that write durable together with the
-//! metadata that finds it. Entries change back (a cluster freed) and the map changes length
-//! (resize, snapshot) only while the blob's I/O is frozen on every core.
+//! metadata that finds it. The map changes length (resize, snapshot) only while the blob's I/O is
+//! frozen on every core. An entry changes back (a thin blob's cluster released by an unmap) at
+//! any time, but the cluster it named stays out of the free pool until every core has finished
+//! the requests that could have read the old entry (see `release.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -67,6 +69,15 @@ impl ClusterMap {
         slot.compare_exchange(0, start, Ordering::Release, Ordering::Acquire)
             .map(|_| ())
             .map_err(InsertError::Allocated)
+    }
+
+    /// Records that cluster `index`, allocated at `start`, is unallocated again (a thin blob's
+    /// cluster released by an unmap). Metadata reactor only, after the metadata without it is
+    /// on the device; false (and nothing changed) if the entry is not `start`.
+    pub fn remove(&self, index: u64, start: u64) -> bool {
+        debug_assert!(start != 0, "no data cluster starts at block 0");
+        let Some(slot) = usize::try_from(index).ok().and_then(|i| self.starts.get(i)) else { return false };
+        slot.compare_exchange(start, 0, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
     /// Number of allocated clusters.
@@ -136,5 +147,19 @@ mod tests {
         assert_eq!(r.starts(), vec![0, 0]);
         let r = m.resized(6);
         assert_eq!(r.starts(), vec![0, 0, 2048, 0, 0, 0]);
+    }
+
+    #[test]
+    fn an_entry_is_removed_only_where_it_is() {
+        let m = ClusterMap::new(4);
+        m.insert(1, 512).unwrap();
+        assert!(!m.remove(1, 1024), "another start");
+        assert!(!m.remove(2, 512), "another cluster");
+        assert!(!m.remove(9, 512), "beyond the map");
+        assert!(m.remove(1, 512));
+        assert_eq!(m.start(1), None);
+        assert!(!m.remove(1, 512), "once");
+        m.insert(1, 1024).unwrap();
+        assert_eq!(m.start(1), Some(1024), "allocated again elsewhere");
     }
 }

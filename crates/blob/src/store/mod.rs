@@ -27,6 +27,7 @@ pub mod blob;
 pub mod clusters;
 pub mod dev;
 pub mod layout;
+mod release;
 mod replay;
 mod snapshot;
 
@@ -159,6 +160,9 @@ pub(crate) struct MdState {
     /// Metadata the load read (to find parents), kept for each blob's first open: a load
     /// followed by opening every blob reads each chain once.
     pub(crate) preread: HashMap<u64, (crate::format::BlobMd, Vec<u32>)>,
+    /// Clusters thin blobs released (with their blob's clear method), still marked used until
+    /// the requests in flight that may reach them drain (see `release.rs`).
+    pub(crate) draining: Vec<(u32, crate::format::blob::ClearMethod)>,
     /// Unloaded: every operation fails.
     pub(crate) unloaded: bool,
 }
@@ -177,6 +181,7 @@ impl MdState {
             preread: HashMap::new(),
             ops: HashMap::new(),
             closed_to_ops: false,
+            draining: Vec::new(),
             unloaded: false,
         }
     }
@@ -562,6 +567,9 @@ impl Blobstore {
                 return Err(BsError::Busy(format!("{open} blob(s) are open")));
             }
         }
+        // No blob is open: nothing in flight can reach a released cluster any more.
+        let draining: Vec<u32> = s.lock().draining.iter().map(|&(c, _)| c).collect();
+        s.reclaim(&draining).await;
         s.write_masks().await?;
         s.dev.flush().await?;
         {
@@ -603,6 +611,15 @@ impl Blobstore {
     /// Clusters in all (more after [`Blobstore::grow`]).
     pub fn total_clusters(&self) -> u64 {
         self.0.lock().clusters.len() as u64
+    }
+
+    /// The largest size in bytes [`Blobstore::grow`] can reach: as many clusters as the room
+    /// left for the used-cluster mask at creation tracks (SPDK's `max_growable_size`).
+    pub fn max_growable_size(&self) -> u64 {
+        let sb = self.0.lock().sb.clone();
+        let room = sb.used_blobid_mask_start.saturating_sub(sb.used_cluster_mask_start) as u64;
+        let bits = (room * self.0.geo.md_page_size as u64).saturating_sub(layout::MASK_HEADER_BYTES) * 8;
+        bits * self.0.geo.cluster_size as u64
     }
 
     /// Grows the blobstore to its device's size now (SPDK's `spdk_bs_grow_live`): the super
