@@ -63,6 +63,9 @@ fn lvs_json(l: &Lvstore) -> Value {
         "free_clusters": l.bs.free_clusters(),
         "block_size": g.io_unit_size,
         "cluster_size": g.cluster_size,
+        "max_growable_size": l.bs.max_growable_size(),
+        // Ferrite's own: released clusters that are not free yet (in-flight I/O draining).
+        "draining_clusters": l.bs.draining_clusters(),
     })
 }
 
