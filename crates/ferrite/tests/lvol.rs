@@ -1703,3 +1703,41 @@ fn kill_9_while_unmaps_release_clusters_recovers_what_was_acknowledged() {
         assert!(ok, "round {round}: {report}");
     }
 }
+
+#[test]
+fn an_inflate_without_room_fails_at_once_and_changes_nothing() {
+    // The case: a 1 GiB lvstore (1 MiB clusters), a thick 900 MiB lvol and its
+    // snapshot; the clone needs 900 clusters to inflate and about 119 are free. The inflate and
+    // the decouple fail with ENOSPC naming what they needed, and take no cluster (they used to
+    // leave 96 allocated, which made other thin lvols run out early).
+    let dir = TempDir::new("lvol-inflate-nospc");
+    let img = sparse_image(&dir, 1024);
+    let d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "vol", "size_in_mib": 900, "lvs_name": "lvs0"})));
+    d.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/vol", "snapshot_name": "snap"})));
+    let free = || d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    let before = free();
+    assert!(before < 900, "{before} free");
+    for m in ["bdev_lvol_inflate", "bdev_lvol_decouple_parent"] {
+        let e = d.call_err(m, Some(json!({"name": "lvs0/vol"})));
+        assert_eq!(e.code, -libc::ENOSPC, "{m}: {e:?}");
+        assert!(e.message.contains(&format!("needs 900 clusters, {before} free")), "{m}: {e:?}");
+        assert_eq!(free(), before, "{m} took no cluster");
+        let l = lvols(&d);
+        assert_eq!(lvol_named(&l, "vol")["num_allocated_clusters"].as_u64(), Some(0), "{m}");
+        assert_eq!(lvol_named(&l, "vol")["is_clone"], json!(true), "{m}");
+    }
+    // A thin lvol can still use every free cluster.
+    d.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "thin", "size_in_mib": 2048, "lvs_name": "lvs0", "thin_provision": true})),
+    );
+    let e = d.call_err("bdev_lvol_resize", Some(json!({"name": "lvs0/snap", "size_in_mib": 2000})));
+    assert_eq!(e.code, -libc::EPERM, "a snapshot is not resized: {e:?}");
+    d.call("bdev_lvol_create", Some(json!({"lvol_name": "t2", "size_in_mib": before, "lvs_name": "lvs0"})));
+    assert_eq!(free(), 0, "a thick lvol took every free cluster");
+    stop(d);
+    let (ok, out) = check(&dir, &img);
+    assert!(ok, "{out}");
+}

@@ -161,6 +161,13 @@ impl Store {
         Ok((0..n).map(|_| st.clusters.allocate().expect("counted free") as u32).collect())
     }
 
+    /// Claims `n` free clusters ahead for an operation that allocates many (inflate, decouple):
+    /// all or none, so that it fails before it changes anything, and writes to thin blobs
+    /// meanwhile cannot take its clusters midway.
+    pub(crate) fn reserve_clusters(self: &Arc<Self>, n: u64) -> BsResult<Reserved> {
+        Ok(Reserved { clusters: self.claim_clusters(n)?, store: self.clone() })
+    }
+
     pub(crate) fn release_clusters(&self, clusters: &[u32]) {
         let mut st = self.lock();
         for &c in clusters {
@@ -922,13 +929,13 @@ impl Blob {
         if let Some(start) = self.map().start(index) {
             return Ok(start);
         }
-        self.allocate_many(&[index]).await?;
+        self.allocate_many(&[index], None).await?;
         self.map().start(index).ok_or_else(|| BsError::Busy(format!("cluster {index} was not allocated")))
     }
 
     /// Allocates the clusters `indices` not yet allocated (see [`Blob::allocate_cluster`]),
-    /// with one metadata write for all.
-    pub(crate) async fn allocate_many(&self, indices: &[u64]) -> BsResult<()> {
+    /// with one metadata write for all, taking clusters from `reserved` if given.
+    pub(crate) async fn allocate_many(&self, indices: &[u64], reserved: Option<&mut Reserved>) -> BsResult<()> {
         let s = self.0.store.clone();
         on_md_core(&s)?;
         // No allocation starts while a structural change holds the map.
@@ -974,7 +981,7 @@ impl Blob {
                 }
             }
         }
-        let res = if mine.is_empty() { Ok(0) } else { self.allocate_claimed(&s, &mine).await };
+        let res = if mine.is_empty() { Ok(0) } else { self.allocate_claimed(&s, &mine, reserved).await };
         let waiters: Vec<_> = {
             let mut st = lock(&self.0.st);
             let w: Vec<_> = mine.iter().flat_map(|i| st.allocating.remove(i).unwrap_or_default()).collect();
@@ -997,8 +1004,16 @@ impl Blob {
 
     /// Claims a cluster for each of `indices` (registered as allocating by the caller), copies
     /// the ancestors' data in, writes the metadata and publishes them.
-    async fn allocate_claimed(&self, s: &Arc<Store>, indices: &[u64]) -> BsResult<u64> {
-        let got = s.claim_clusters(indices.len() as u64)?;
+    async fn allocate_claimed(
+        &self,
+        s: &Arc<Store>,
+        indices: &[u64],
+        reserved: Option<&mut Reserved>,
+    ) -> BsResult<u64> {
+        let got = match reserved {
+            Some(r) => r.take(indices.len())?,
+            None => s.claim_clusters(indices.len() as u64)?,
+        };
         let res = async {
             let len = s.geo.cluster_size as usize;
             let bs = s.dev.block_size() as u64;
@@ -1084,6 +1099,37 @@ impl Blob {
         for w in w {
             w.send(());
         }
+    }
+}
+
+/// Clusters claimed ahead by [`Store::reserve_clusters`]; those not used go back to the store
+/// when it is dropped (never written: free as they were).
+pub(crate) struct Reserved {
+    store: Arc<Store>,
+    clusters: Vec<u32>,
+}
+
+impl Reserved {
+    /// `n` clusters: the reserved ones first, then (an operation that found more to do than it
+    /// reserved for) claimed from the store.
+    fn take(&mut self, n: usize) -> BsResult<Vec<u32>> {
+        let mine = n.min(self.clusters.len());
+        let mut got = self.clusters.split_off(self.clusters.len() - mine);
+        if got.len() < n {
+            got.extend(self.store.claim_clusters((n - got.len()) as u64)?);
+        }
+        Ok(got)
+    }
+
+    /// Clusters reserved and not used yet.
+    pub(crate) fn len(&self) -> usize {
+        self.clusters.len()
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.store.release_clusters(&self.clusters);
     }
 }
 

@@ -454,16 +454,30 @@ impl Blobstore {
         if blob.is_read_only() {
             return Err(BsError::ReadOnly(blob.id()));
         }
+        // Every cluster it will allocate is claimed first: without room it fails before it
+        // changes anything (SPDK checks the free count up front), and thin blobs written
+        // meanwhile cannot run it out of space halfway.
+        let whole = all || blob.external_id().is_some();
+        let need = lacking(blob, whole).len() as u64;
+        let mut reserved = self.0.reserve_clusters(need).map_err(|_| {
+            BsError::NoSpace(format!(
+                "{} of blob {:#x} needs {need} clusters, {} free",
+                if all { "inflate" } else { "decouple" },
+                blob.id(),
+                self.free_clusters()
+            ))
+        })?;
         loop {
             // An external snapshot as parent holds every cluster.
             let whole = all || blob.external_id().is_some();
             let wanted = lacking(blob, whole);
             if !wanted.is_empty() {
                 for chunk in wanted.chunks(super::blob::ALLOC_BATCH) {
-                    blob.allocate_many(chunk).await?;
+                    blob.allocate_many(chunk, Some(&mut reserved)).await?;
                 }
                 continue;
             }
+            debug_assert!(reserved.len() <= need as usize);
             blob.exclusive().await;
             // A resize or a new parent cluster since the look above: go round again.
             let parent = blob.parent();
