@@ -233,10 +233,18 @@ pub(crate) fn check_default<T: PartialEq + std::fmt::Display>(
 }
 
 /// Ferrite supports no separate metadata or protection information: SPDK's parameters for them
-/// are accepted when they ask for none.
+/// are accepted when they ask for none, else refused as invalid parameters naming the one that
+/// asks (the blocks' layout would differ). The other DIF options only qualify these two.
 pub(crate) fn check_no_metadata(md_size: Option<u32>, dif_type: Option<u32>) -> Result<(), RpcError> {
-    if md_size.unwrap_or(0) != 0 || dif_type.unwrap_or(0) != 0 {
-        return Err(errno_error(libc::ENOTSUP, "metadata and DIF are not supported"));
+    for (name, v) in [("md_size", md_size), ("dif_type", dif_type)] {
+        if v.unwrap_or(0) != 0 {
+            return Err(RpcError::new(
+                ferrite_rpc::jsonrpc::INVALID_PARAMS,
+                format!(
+                    "Invalid parameters: {name} is not supported: Ferrite's bdevs carry no metadata or DIF (0 only)"
+                ),
+            ));
+        }
     }
     Ok(())
 }

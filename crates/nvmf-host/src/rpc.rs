@@ -28,9 +28,7 @@ struct Attach {
     hostsvcid: Option<String>,
     #[allow(dead_code)]
     priority: Option<String>,
-    #[allow(dead_code)]
     prchk_reftag: Option<bool>,
-    #[allow(dead_code)]
     prchk_guard: Option<bool>,
     hdgst: Option<bool>,
     ddgst: Option<bool>,
@@ -43,12 +41,76 @@ struct Attach {
     multipath: Option<String>,
     #[allow(dead_code)]
     num_io_queues: Option<u32>,
-    #[allow(dead_code)]
     psk: Option<String>,
     #[allow(dead_code)]
     allow_unrecognized_csi: Option<bool>,
     #[allow(dead_code)]
     drives_per_ctrlr: Option<u32>,
+    // Bounds the Connect; Ferrite bounds a controller's whole initialization (Connect
+    // included) by its admin timeout instead.
+    #[allow(dead_code)]
+    fabrics_connect_timeout_us: Option<u64>,
+    max_bdevs: Option<u32>,
+    dhchap_key: Option<String>,
+    dhchap_ctrlr_key: Option<String>,
+    multipath_opts: Option<MultipathOpts>,
+}
+
+/// `multipath_opts` of an attach (rpc.py groups `--policy`, `--selector`, `--rr-min-io`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MultipathOpts {
+    policy: Option<String>,
+    selector: Option<String>,
+    min_io: Option<u32>,
+}
+
+/// An active_active policy (true) or active_passive (false), from SPDK's policy name; only the
+/// round_robin selector with one I/O per path is served.
+fn policy(policy: &str, selector: Option<&str>, min_io: Option<u32>) -> Result<bool, RpcError> {
+    let active_active = match policy {
+        "active_passive" => false,
+        "active_active" => true,
+        _ => return Err(invalid("Invalid parameters: policy must be active_passive or active_active")),
+    };
+    if selector.is_some_and(|s| s != "round_robin") || min_io.is_some_and(|n| n != 1) {
+        return Err(invalid("Invalid parameters: only the round_robin selector with rr_min_io 1 is supported"));
+    }
+    Ok(active_active)
+}
+
+/// An attach parameter asking for what the host lacks, where ignoring it would mislead: -32602
+/// naming it.
+fn lacks(param: &str, why: &str) -> RpcError {
+    invalid(format!("Invalid parameters: {param} is not supported: {why}"))
+}
+
+impl Attach {
+    /// Refuses what would need TLS, authentication or protection information checks, and
+    /// returns the multipath policy asked for (if any).
+    fn check(&self) -> Result<Option<bool>, RpcError> {
+        if self.psk.is_some() {
+            return Err(lacks("psk", "the host has no TLS"));
+        }
+        if self.dhchap_key.is_some() || self.dhchap_ctrlr_key.is_some() {
+            return Err(lacks("dhchap_key", "the host has no DH-HMAC-CHAP authentication"));
+        }
+        if self.prchk_reftag == Some(true) || self.prchk_guard == Some(true) {
+            return Err(lacks("prchk_reftag/prchk_guard", "the host checks no protection information"));
+        }
+        if self.max_bdevs == Some(0) {
+            return Err(errno_error(libc::EINVAL, "max_bdevs cannot be zero"));
+        }
+        match &self.multipath_opts {
+            Some(MultipathOpts { policy: Some(p), selector, min_io }) => {
+                policy(p, selector.as_deref(), *min_io).map(Some)
+            }
+            Some(MultipathOpts { policy: None, selector, min_io }) => {
+                policy("active_passive", selector.as_deref(), *min_io).map(|_| None)
+            }
+            None => Ok(None),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -132,8 +194,22 @@ pub fn register(reg: &mut Registry) {
         if a.name.is_empty() {
             return Err(errno_error(libc::EINVAL, "Invalid argument"));
         }
+        let active_active = a.check()?;
+        let max_bdevs = a.max_bdevs.unwrap_or(128) as usize;
         let set = ctx.registry.settings().get("bdev_nvme_set_options", None);
         let names = crate::group::attach(attach_opts(a, set.as_ref())?).await?;
+        if let Some(aa) = active_active {
+            for n in &names {
+                crate::group::set_policy(n, aa)?;
+            }
+        }
+        // SPDK answers -ERANGE (the controller stays attached) when the names do not fit.
+        if names.len() > max_bdevs {
+            return Err(errno_error(
+                libc::ERANGE,
+                format!("Maximum number of namespaces supported per NVMe controller is {max_bdevs}. Unable to return all names of created bdevs"),
+            ));
+        }
         Ok(json!(names))
     });
     reg.method("bdev_nvme_detach_controller", |_, p: Params| async move {
@@ -181,14 +257,7 @@ pub fn register(reg: &mut Registry) {
             rr_min_io: Option<u32>,
         }
         let a: Policy = p.parse()?;
-        let active_active = match a.policy.as_str() {
-            "active_passive" => false,
-            "active_active" => true,
-            _ => return Err(invalid("Invalid parameters: policy must be active_passive or active_active")),
-        };
-        if a.selector.as_deref().is_some_and(|s| s != "round_robin") || a.rr_min_io.is_some_and(|n| n != 1) {
-            return Err(invalid("Invalid parameters: only the round_robin selector with rr_min_io 1 is supported"));
-        }
+        let active_active = policy(&a.policy, a.selector.as_deref(), a.rr_min_io)?;
         crate::group::set_policy(&a.name, active_active)?;
         Ok(json!(true))
     });

@@ -15,6 +15,12 @@ fn invalid(msg: impl Into<String>) -> RpcError {
     RpcError::invalid_params(msg.into())
 }
 
+/// An SPDK parameter asking for a feature the target lacks, where ignoring it would mislead
+/// (hosts would be told, or trusted with, something that is not so): -32602 naming it.
+fn lacks(param: &str, why: &str) -> RpcError {
+    invalid(format!("Invalid parameters: {param} is not supported: {why}"))
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListenAddress {
@@ -164,6 +170,16 @@ fn create_transport(p: Params) -> Result<Value, RpcError> {
     if !(4096..=(32 << 20)).contains(&o.max_io_size) {
         return Err(invalid("Invalid parameters: max_io_size must be 4 KiB to 32 MiB"));
     }
+    // Masks of what Identify Controller advertises: Ferrite advertises Compare, Dataset
+    // Management, Write Zeroes and fused Compare and Write, and cannot hide them; masking the
+    // others (reservations, Copy) changes nothing, as it has none.
+    for (k, shown) in [("masked_oncs", &["nvmcmps", "nvmdsmsv", "nvmwzsv"][..]), ("masked_fuses", &["fcws"][..])] {
+        let Some(v) = m.get(k) else { continue };
+        let names = v.as_array().ok_or_else(|| invalid(format!("Invalid parameters: {k} must be an array")))?;
+        if let Some(n) = names.iter().filter_map(|n| n.as_str()).find(|n| shown.contains(n)) {
+            return Err(lacks(&format!("{k} {n}"), "the target cannot stop advertising it"));
+        }
+    }
     let known = [
         "trtype",
         "tgt_name",
@@ -205,13 +221,13 @@ struct CreateSubsystem {
     max_cntlid: Option<u16>,
     #[serde(default)]
     ana_reporting: bool,
-    #[allow(dead_code)]
+    // Size limits hosts are told in Identify Controller (0: none, which is what Ferrite
+    // reports); SPDK v26.05 takes the KiB forms (deprecated) and DMRSL/WZSL themselves.
     max_discard_size_kib: Option<u64>,
-    #[allow(dead_code)]
     max_write_zeroes_size_kib: Option<u64>,
-    #[allow(dead_code)]
+    dmrsl: Option<u32>,
+    wzsl: Option<u8>,
     passthrough: Option<bool>,
-    #[allow(dead_code)]
     enable_nssr: Option<bool>,
     #[allow(dead_code)]
     admin_label: Option<String>,
@@ -226,6 +242,21 @@ fn check_text(what: &str, s: &str, max: usize) -> Result<(), RpcError> {
 
 fn create_subsystem(p: Params, max_subsystems: usize) -> Result<Value, RpcError> {
     let a: CreateSubsystem = p.parse()?;
+    let limits = [
+        ("max_discard_size_kib", a.max_discard_size_kib.unwrap_or(0)),
+        ("max_write_zeroes_size_kib", a.max_write_zeroes_size_kib.unwrap_or(0)),
+        ("dmrsl", u64::from(a.dmrsl.unwrap_or(0))),
+        ("wzsl", u64::from(a.wzsl.unwrap_or(0))),
+    ];
+    if let Some((k, _)) = limits.iter().find(|(_, v)| *v != 0) {
+        return Err(lacks(k, "Ferrite tells hosts no Dataset Management or Write Zeroes size limit (0 only)"));
+    }
+    if a.passthrough == Some(true) {
+        return Err(lacks("passthrough", "NVMe commands are not passed through to an NVMe bdev"));
+    }
+    if a.enable_nssr == Some(true) {
+        return Err(lacks("enable_nssr", "no NVM subsystem reset"));
+    }
     nqn::validate(&a.nqn).map_err(|e| invalid(format!("Invalid parameters: NQN {}: {e}", a.nqn)))?;
     if a.nqn == nqn::DISCOVERY_NQN {
         return Err(errno_error(libc::EEXIST, format!("Unable to create subsystem {}", a.nqn)));
@@ -373,10 +404,25 @@ struct Listener {
     tgt_name: Option<String>,
     #[serde(default)]
     secure_channel: bool,
-    #[allow(dead_code)]
     sock_impl: Option<String>,
     ana_state: Option<String>,
     anagrpid: Option<u32>,
+    // rpc.py v26.05 sends it; SPDK's relaxed decoder drops it too (no per-node listeners).
+    #[allow(dead_code)]
+    numa_id: Option<i32>,
+}
+
+impl Listener {
+    /// Refuses what would need TLS (a secure channel, the ssl socket implementation).
+    fn check_plain(&self) -> Result<(), RpcError> {
+        if self.secure_channel {
+            return Err(lacks("secure_channel", "the target has no TLS"));
+        }
+        if self.sock_impl.as_deref().is_some_and(|i| i.eq_ignore_ascii_case("ssl")) {
+            return Err(lacks("sock_impl ssl", "the target has no TLS"));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Deserialize)]
@@ -388,10 +434,9 @@ struct NsParams {
     eui64: Option<String>,
     uuid: Option<String>,
     anagrpid: Option<u32>,
-    #[allow(dead_code)]
     ptpl_file: Option<String>,
-    #[allow(dead_code)]
     no_auto_visible: Option<bool>,
+    // Ferrite's bdevs carry no metadata, so there is none to hide.
     #[allow(dead_code)]
     hide_metadata: Option<bool>,
 }
@@ -421,12 +466,35 @@ struct Host {
     host: String,
     #[allow(dead_code)]
     tgt_name: Option<String>,
-    #[allow(dead_code)]
     psk: Option<String>,
-    #[allow(dead_code)]
     dhchap_key: Option<String>,
-    #[allow(dead_code)]
     dhchap_ctrlr_key: Option<String>,
+}
+
+impl Host {
+    /// Refuses keys: a host given one expects TLS or authentication, which the target lacks.
+    fn check_no_keys(&self) -> Result<(), RpcError> {
+        if self.psk.is_some() {
+            return Err(lacks("psk", "the target has no TLS"));
+        }
+        if self.dhchap_key.is_some() || self.dhchap_ctrlr_key.is_some() {
+            return Err(lacks("dhchap_key", "the target has no DH-HMAC-CHAP authentication"));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemoveHost {
+    nqn: String,
+    host: String,
+    #[allow(dead_code)]
+    tgt_name: Option<String>,
+    // SPDK bounds its wait for the host's connections to go; Ferrite answers once they are
+    // closed on every reactor, which does not wait on the host.
+    #[allow(dead_code)]
+    timeout_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -452,6 +520,12 @@ struct ReferralParams {
 fn add_ns(p: Params) -> Result<Value, RpcError> {
     let a: AddNs = p.parse()?;
     let n = &a.namespace;
+    if n.ptpl_file.is_some() {
+        return Err(lacks("ptpl_file", "the target has no reservations to persist"));
+    }
+    if n.no_auto_visible == Some(true) {
+        return Err(lacks("no_auto_visible", "every host sees every namespace (no nvmf_ns_add_host)"));
+    }
     let nguid = n.nguid.as_deref().map(hex_bytes::<16>).transpose()?.unwrap_or([0; 16]);
     let eui64 = n.eui64.as_deref().map(hex_bytes::<8>).transpose()?.unwrap_or([0; 8]);
     let mut uuid = n.uuid.as_deref().map(hex_bytes::<16>).transpose()?.unwrap_or([0; 16]);
@@ -645,6 +719,7 @@ pub fn register(reg: &mut Registry) {
     });
     reg.method("nvmf_subsystem_add_listener", |_, p: Params| async move {
         let a: Listener = p.parse()?;
+        a.check_plain()?;
         let trid = a.listen_address.trid()?;
         let state = a
             .ana_state
@@ -661,7 +736,6 @@ pub fn register(reg: &mut Registry) {
                 return Err(invalid("Invalid parameters: listener already exists"));
             }
         }
-        let _ = a.secure_channel;
         super::listen::listen(&trid).map_err(|e| RpcError::internal(format!("Unable to add listener: {e}")))?;
         let mut t = tables();
         let Some(s) = t.subsystems.get_mut(&a.nqn) else {
@@ -762,6 +836,7 @@ pub fn register(reg: &mut Registry) {
     });
     reg.method("nvmf_subsystem_add_host", |_, p: Params| async move {
         let a: Host = p.parse()?;
+        a.check_no_keys()?;
         nqn::validate(&a.host).map_err(|e| invalid(format!("Invalid parameters: host NQN {}: {e}", a.host)))?;
         let mut t = tables();
         let s = t.subsystems.get_mut(&a.nqn).filter(|s| !s.discovery).ok_or_else(|| no_subsystem(&a.nqn))?;
@@ -770,7 +845,7 @@ pub fn register(reg: &mut Registry) {
         Ok(json!(true))
     });
     reg.method("nvmf_subsystem_remove_host", |ctx, p: Params| async move {
-        let a: Host = p.parse()?;
+        let a: RemoveHost = p.parse()?;
         {
             let mut t = tables();
             let s = t.subsystems.get_mut(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;

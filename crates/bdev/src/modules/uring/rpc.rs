@@ -25,6 +25,11 @@ struct AioCreate {
     readonly: Option<bool>,
     fallocate: Option<bool>,
     uuid: Option<String>,
+    /// SPDK's RWF_NOWAIT for libaio submissions (rpc.py v26.05 always sends it). Accepted and
+    /// ignored: an io_uring submission never blocks the reactor (the kernel queues what would
+    /// block), which is what the flag buys libaio; the data path is the same either way.
+    #[allow(dead_code)]
+    nowait: Option<bool>,
 }
 
 /// Opens the file off the reactor (an open or an ioctl can block), then registers the bdev.
