@@ -59,6 +59,12 @@ enum Reads {
     /// Every I/O queue's Connect response is sent twice: each I/O queue pair fails as soon as
     /// it is connected (the repeated response names no outstanding command).
     RepeatedConnectResponse,
+    /// A read's C2HData carries 4 KiB more than the read asked for.
+    LongRead,
+    /// Identify answers with 8 KiB of data, twice what the host asked for.
+    LongIdentify,
+    /// The ICResp says MAXH2CDATA 17 (it must be at least 4096, a multiple of 4).
+    BadIcResp,
 }
 
 /// The block whose first read `Reads::Unanswered` and `Reads::Mute` hold.
@@ -230,7 +236,8 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                 }
                 let mut v = ch(1, 0, 128, 0, 128);
                 v.extend_from_slice(&[0, 0, 0, dgst]);
-                v.extend_from_slice(&131072u32.to_le_bytes());
+                let maxh2cdata: u32 = if matches!(reads, Reads::BadIcResp) { 17 } else { 131072 };
+                v.extend_from_slice(&maxh2cdata.to_le_bytes());
                 v.resize(128, 0);
                 s.write_all(&v)?;
                 continue;
@@ -282,6 +289,12 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
         } else if qid == 0 {
             match opc {
                 0x06 if matches!(reads, Reads::NoIdentify) => {}
+                0x06 if matches!(reads, Reads::LongIdentify) => {
+                    let mut d = identify(cdw10 & 0xff);
+                    d.resize(8192, 0);
+                    out = c2h_data(cid, 0, &d, LAST);
+                    out.extend(response(qid, cid, 0, 0));
+                }
                 0x06 => {
                     let d = identify(cdw10 & 0xff);
                     out = c2h_data_digest(cid, 0, &d[..sgl_len.min(4096)], LAST, ddgst);
@@ -355,7 +368,16 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                 }
             }
             match reads {
-                Reads::Unanswered { .. } | Reads::ManyUnanswered | Reads::Mute | Reads::NoIdentify => {
+                Reads::LongRead => {
+                    out = c2h_data(cid, 0, &vec![HONEST; n + 4096], LAST);
+                    out.extend(response(qid, cid, 0, 0));
+                }
+                Reads::Unanswered { .. }
+                | Reads::ManyUnanswered
+                | Reads::Mute
+                | Reads::NoIdentify
+                | Reads::LongIdentify
+                | Reads::BadIcResp => {
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
                 }
@@ -760,6 +782,36 @@ fn a_detach_does_not_wait_for_ever_on_a_command_never_answered() {
     d.assert_serving();
 }
 
+/// Runs `ferrite perf` (randread, QD 8, 4 KiB, one core) for `secs` on the mock controller's
+/// namespace, attached with `more` parameters: its output, how long it took and its results
+/// (JSON; null if it wrote none).
+fn perf(
+    dir: &TempDir,
+    port: u16,
+    more: serde_json::Value,
+    secs: u32,
+) -> (nbd_common::ToolOut, std::time::Duration, serde_json::Value) {
+    let mut params = json!({"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+        "trsvcid": port.to_string(), "subnqn": NQN});
+    for (k, v) in more.as_object().expect("parameters").iter() {
+        params[k] = v.clone();
+    }
+    let cfg = dir.write_json(
+        "host.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
+            "params": params}]}]}),
+    );
+    let res = dir.join("perf.json");
+    let (cfg, res_s, t) = (cfg.to_str().unwrap(), res.to_str().unwrap(), secs.to_string());
+    let args = ["perf", "--json", cfg, "-T", "Liarn1", "-q", "8", "-o", "4096", "-w", "randread", "-t", &t];
+    let args: Vec<&str> = args.iter().chain(&["-m", "0x1", "--no-pin", "--results-json", res_s]).copied().collect();
+    let started = std::time::Instant::now();
+    let out = nbd_common::run_tool(dir, common::FERRITE, &args, std::time::Duration::from_secs(90));
+    let took = started.elapsed();
+    let doc = std::fs::read_to_string(&res).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
+    (out, took, doc)
+}
+
 #[test]
 fn io_sent_again_after_its_queue_was_refused_fails_and_does_not_hang() {
     // `ferrite perf` sends each failed read again from its completion. The I/O queue's
@@ -768,19 +820,7 @@ fn io_sent_again_after_its_queue_was_refused_fails_and_does_not_hang() {
     // host must not try the queue again for each of them.
     let (port, seen) = liar_seen(Reads::RefusedIoQueue);
     let dir = TempDir::new("host-liar-refused-io-queue");
-    let cfg = dir.write_json(
-        "host.json",
-        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
-            "params": {"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
-                "trsvcid": port.to_string(), "subnqn": NQN}}]}]}),
-    );
-    let res = dir.join("perf.json");
-    let (cfg, res_s) = (cfg.to_str().unwrap(), res.to_str().unwrap());
-    let args = ["perf", "--json", cfg, "-T", "Liarn1", "-q", "8", "-o", "4096", "-w", "randread", "-t", "3"];
-    let args: Vec<&str> = args.iter().chain(&["-m", "0x1", "--no-pin", "--results-json", res_s]).copied().collect();
-    let started = std::time::Instant::now();
-    let out = nbd_common::run_tool(&dir, common::FERRITE, &args, std::time::Duration::from_secs(60));
-    let took = started.elapsed();
+    let (out, took, doc) = perf(&dir, port, json!({}), 3);
     assert!(
         !out.stderr.contains("did not stop") && !out.stdout.contains("did not stop"),
         "{}{}",
@@ -788,7 +828,6 @@ fn io_sent_again_after_its_queue_was_refused_fails_and_does_not_hang() {
         out.stderr
     );
     assert!(took < std::time::Duration::from_secs(10), "perf took {took:?}:\n{}{}", out.stdout, out.stderr);
-    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&res).unwrap()).unwrap();
     let failed = doc["total"]["io_failed"].as_f64().unwrap_or(0.0);
     assert!(failed > 8.0, "reads sent again did not fail: {doc}");
     // One attempt per reconnect delay (1 s at least), not one per read sent again.
@@ -836,5 +875,74 @@ fn io_queues_that_fail_at_once_are_reconnected_once_per_delay() {
     let tries = seen.io_connects.load(std::sync::atomic::Ordering::SeqCst);
     assert!((1..=6).contains(&tries), "{tries} I/O queue Connects in 3 s");
     d.call("bdev_nvme_detach_controller", Some(json!({"name": "Liar"})));
+    d.assert_serving();
+}
+
+/// The daemon log's WARN lines.
+fn warnings(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.contains(" WARN ")).collect()
+}
+
+#[test]
+fn read_data_longer_than_asked_is_warned_as_the_controllers_error() {
+    // A C2HData with more data than the read asked for: the host drops the connection, at WARN,
+    // in words that say what the controller did (it was an INFO "not the next data of a read").
+    let dir = TempDir::new("host-liar-long-read");
+    let (out, _, doc) = perf(&dir, liar(Reads::LongRead), json!({}), 1);
+    let log = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(doc["total"]["iops"].as_f64().unwrap_or(0.0), 0.0, "reads answered with too much data succeeded: {log}");
+    assert!(
+        warnings(&log).iter().any(|l| l.contains("protocol error by the controller")
+            && l.contains("8192 bytes at offset 0, past the 4096 bytes the command asked for")),
+        "{log}"
+    );
+    assert!(!log.contains("not the next data of a read"), "{log}");
+}
+
+#[test]
+fn an_identify_answer_longer_than_asked_is_warned_as_the_controllers_error() {
+    // Identify answered with 8 KiB for 4 KiB: the attach fails saying so (it said "status sct
+    // 0x3 sc 0x70", the host path error the dropped connection made up), and the log says it
+    // at WARN.
+    let dir = TempDir::new("host-liar-long-identify");
+    let port = liar(Reads::LongIdentify);
+    let d = Daemon::start(&dir, &[]);
+    let e = d.call_err(
+        "bdev_nvme_attach_controller",
+        Some(json!({"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string(), "subnqn": NQN})),
+    );
+    assert!(e.message.contains("past the 4096 bytes the command asked for"), "{e:?}");
+    assert!(!e.message.contains("sct 0x3"), "{e:?}");
+    let log = d.proc.stderr();
+    assert!(
+        warnings(&log).iter().any(|l| l.contains("protocol error by the controller")
+            && l.contains("8192 bytes at offset 0, past the 4096 bytes the command asked for")),
+        "{log}"
+    );
+    assert!(d.call("bdev_nvme_get_controllers", None).as_array().unwrap().is_empty());
+    d.assert_serving();
+}
+
+#[test]
+fn an_invalid_icresp_is_warned_as_the_controllers_error() {
+    // An ICResp with MAXH2CDATA 17: the attach fails saying so (it said "connection closed"),
+    // and the log says it at WARN.
+    let dir = TempDir::new("host-liar-bad-icresp");
+    let port = liar(Reads::BadIcResp);
+    let d = Daemon::start(&dir, &[]);
+    let e = d.call_err(
+        "bdev_nvme_attach_controller",
+        Some(json!({"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string(), "subnqn": NQN})),
+    );
+    assert!(e.message.contains("invalid ICResp: MAXH2CDATA 17"), "{e:?}");
+    let log = d.proc.stderr();
+    assert!(
+        warnings(&log)
+            .iter()
+            .any(|l| l.contains("protocol error by the controller") && l.contains("invalid ICResp: MAXH2CDATA 17")),
+        "{log}"
+    );
     d.assert_serving();
 }

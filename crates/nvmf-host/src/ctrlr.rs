@@ -748,7 +748,10 @@ fn kick_path(id: u64) {
 
 /// A failed completion as an error.
 pub(crate) fn check(r: &Reply, what: &str) -> Result<(), String> {
-    if r.cqe.status.is_success() {
+    if let Some(why) = &r.closed {
+        // The connection ended under the command: say why, not the made-up path error.
+        Err(format!("{what}: {why}"))
+    } else if r.cqe.status.is_success() {
         Ok(())
     } else {
         Err(format!("{what}: status sct {:#x} sc {:#x}", r.cqe.status.sct, r.cqe.status.sc))
