@@ -862,8 +862,8 @@ fn a_repeated_completion_completes_no_other_command() {
 #[test]
 fn io_queues_that_fail_at_once_are_reconnected_once_per_delay() {
     // Each I/O queue pair fails right after its Connect (the controller repeats the Connect's
-    // response). The host must not reconnect in a tight loop: one attempt per reconnect delay
-    // (1 s here) while the controller itself stays connected.
+    // response). The host must not reconnect in a tight loop: each failure resets the
+    // controller, the first at once, then one per reconnect delay (1 s here).
     let (port, seen) = liar_seen(Reads::RepeatedConnectResponse);
     let dir = TempDir::new("host-liar-repeated-connect-response");
     let d = Daemon::start(&dir, &[]);
@@ -945,4 +945,28 @@ fn an_invalid_icresp_is_warned_as_the_controllers_error() {
         "{log}"
     );
     d.assert_serving();
+}
+
+#[test]
+fn failing_io_queues_reset_the_controller_and_io_fails_at_fast_io_fail() {
+    // Every I/O queue pair fails as soon as it is connected, the admin queue stays healthy. As
+    // SPDK's bdev_nvme, the host resets the controller (admin queue and I/O queues again) once
+    // a reconnect delay while that does not bring the I/O queues back, and I/O fails at
+    // fast_io_fail_timeout_sec (2 s) after the first failure, not after the channel's 32
+    // retries, one per delay (~33 s, which made `ferrite perf` overrun its -t by ~12 s).
+    let (port, seen) = liar_seen(Reads::RepeatedConnectResponse);
+    let dir = TempDir::new("host-liar-io-queues-fail");
+    let more = json!({"ctrlr_loss_timeout_sec": 30, "reconnect_delay_sec": 1, "fast_io_fail_timeout_sec": 2});
+    let (out, took, doc) = perf(&dir, port, more, 4);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(took < std::time::Duration::from_secs(4 + 3), "perf -t 4 took {took:?}:\n{all}");
+    assert!(!all.contains("did not stop"), "{all}");
+    let failed = doc["total"]["io_failed"].as_f64().unwrap_or(0.0);
+    assert!(failed >= 8.0, "the reads did not fail: {doc}\n{all}");
+    assert!(all.contains("resetting the controller for its failed I/O queue"), "{all}");
+    // The first reset at once, then one per reconnect delay: a few in 4 s, not a tight loop.
+    let (admin, io) = (seen.admin_connects(), seen.io_connects.load(std::sync::atomic::Ordering::SeqCst));
+    assert!((3..=8).contains(&admin), "{admin} admin queue Connects in {took:?}:\n{all}");
+    assert!(io <= admin + 1, "{io} I/O queue Connects for {admin} admin queue Connects:\n{all}");
+    println!("{failed} failed reads, {admin} admin and {io} I/O queue Connects, in {took:?}");
 }
