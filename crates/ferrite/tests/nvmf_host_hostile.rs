@@ -65,6 +65,9 @@ enum Reads {
     LongIdentify,
     /// The ICResp says MAXH2CDATA 17 (it must be at least 4096, a multiple of 4).
     BadIcResp,
+    /// No read is ever answered, and an Abort of one answers "not aborted"; everything else
+    /// is answered (Keep Alive too: the controller is never lost).
+    HoldAllReads,
 }
 
 /// The block whose first read `Reads::Unanswered` and `Reads::Mute` hold.
@@ -360,6 +363,9 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                     continue;
                 }
             }
+            if matches!(reads, Reads::HoldAllReads) {
+                continue;
+            }
             if matches!(reads, Reads::Unanswered { .. } | Reads::Mute) && slba == HELD_LBA {
                 let mut held = seen.held.lock().unwrap();
                 if held.is_none() {
@@ -377,7 +383,8 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                 | Reads::Mute
                 | Reads::NoIdentify
                 | Reads::LongIdentify
-                | Reads::BadIcResp => {
+                | Reads::BadIcResp
+                | Reads::HoldAllReads => {
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
                 }
@@ -969,4 +976,42 @@ fn failing_io_queues_reset_the_controller_and_io_fails_at_fast_io_fail() {
     assert!((3..=8).contains(&admin), "{admin} admin queue Connects in {took:?}:\n{all}");
     assert!(io <= admin + 1, "{io} I/O queue Connects for {admin} admin queue Connects:\n{all}");
     println!("{failed} failed reads, {admin} admin and {io} I/O queue Connects, in {took:?}");
+}
+
+#[test]
+fn perf_ends_on_time_while_the_controller_is_reset_for_ever() {
+    // I/O queues that fail at once, and a host told to reconnect for ever with no fast-fail
+    // time (ctrlr_loss_timeout_sec -1, fast_io_fail_timeout_sec 0): I/O waits for a controller
+    // that never comes back, as SPDK's would. `ferrite perf -t 3` still ends on time: 2 s
+    // after the run's end each job aborts what it still has outstanding (the host completes
+    // the waiting reads as aborted), and reports. It waited 2 s + 10 s before giving up with
+    // "did not stop", and no results.
+    let (port, _seen) = liar_seen(Reads::RepeatedConnectResponse);
+    let dir = TempDir::new("host-liar-perf-on-time");
+    let more = json!({"ctrlr_loss_timeout_sec": -1, "reconnect_delay_sec": 1});
+    let (out, took, doc) = perf(&dir, port, more, 3);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(took < std::time::Duration::from_secs(3 + 4), "perf -t 3 took {took:?}:\n{all}");
+    assert!(!all.contains("did not stop"), "{all}");
+    assert!(all.contains("aborting them"), "{all}");
+    let failed = doc["total"]["io_failed"].as_f64().unwrap_or(0.0);
+    assert!(failed >= 8.0, "no results, or the waiting reads were not aborted: {doc}\n{all}");
+    assert!(!out.status.success(), "failed reads, and perf exited 0:\n{all}");
+    println!("{failed} failed reads in {took:?}");
+}
+
+#[test]
+fn perf_gives_up_on_reads_a_controller_never_answers_and_will_not_abort() {
+    // Reads the controller never answers and refuses to abort, no command timeouts, and a
+    // controller that answers Keep Alive (never lost): nothing completes them. `ferrite perf
+    // -t 1` aborts them 2 s after its end, the controller does not, and 3 s later the run gives
+    // up, naming the stuck I/O: it ends on time whatever the controller does.
+    let dir = TempDir::new("host-liar-perf-held");
+    let (out, took, _) = perf(&dir, liar(Reads::HoldAllReads), json!({}), 1);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(all.contains("aborting them"), "{all}");
+    assert!(all.contains("did not stop"), "{all}");
+    assert!(!out.status.success(), "{all}");
+    assert!(took < std::time::Duration::from_secs(1 + 5 + 3), "perf -t 1 took {took:?}:\n{all}");
+    println!("perf -t 1 ended after {took:?}");
 }
