@@ -67,7 +67,7 @@ enum Reads {
     BadIcResp,
     /// No read is ever answered, and an Abort of one answers "not aborted"; everything else
     /// is answered (Keep Alive too: the controller is never lost).
-    HoldAllReads,
+    NoneAnswered,
 }
 
 /// The block whose first read `Reads::Unanswered` and `Reads::Mute` hold.
@@ -363,7 +363,7 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                     continue;
                 }
             }
-            if matches!(reads, Reads::HoldAllReads) {
+            if matches!(reads, Reads::NoneAnswered) {
                 continue;
             }
             if matches!(reads, Reads::Unanswered { .. } | Reads::Mute) && slba == HELD_LBA {
@@ -384,7 +384,7 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                 | Reads::NoIdentify
                 | Reads::LongIdentify
                 | Reads::BadIcResp
-                | Reads::HoldAllReads => {
+                | Reads::NoneAnswered => {
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
                 }
@@ -1007,7 +1007,7 @@ fn perf_gives_up_on_reads_a_controller_never_answers_and_will_not_abort() {
     // -t 1` aborts them 2 s after its end, the controller does not, and 3 s later the run gives
     // up, naming the stuck I/O: it ends on time whatever the controller does.
     let dir = TempDir::new("host-liar-perf-held");
-    let (out, took, _) = perf(&dir, liar(Reads::HoldAllReads), json!({}), 1);
+    let (out, took, _) = perf(&dir, liar(Reads::NoneAnswered), json!({}), 1);
     let all = format!("{}{}", out.stdout, out.stderr);
     assert!(all.contains("aborting them"), "{all}");
     assert!(all.contains("did not stop"), "{all}");
