@@ -89,8 +89,10 @@ const MAX_BUFFER_BYTES: u64 = 4 << 30;
 /// Most rounds an interleaved run (--interleave) may have.
 const MAX_ROUNDS: u32 = 100_000;
 
-/// How long stopped jobs may take to finish their outstanding I/O before the run gives up.
-const STUCK_GRACE: Duration = Duration::from_secs(10);
+/// How long stopped jobs may take to finish their outstanding I/O, after they aborted it
+/// ([`ferrite_perf::job::DRAIN_GRACE`] after the run's end), before the run gives up on it: the
+/// run ends at most `-t` + 5 s after it started, whatever the bdevs do.
+const STUCK_GRACE: Duration = Duration::from_secs(3);
 fn parse_size(s: &str) -> Result<u32, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
@@ -337,8 +339,9 @@ fn run_jobs(
     let (mut last_ios, mut last_bytes, mut last_t) = (0u64, 0u64, t0);
     let mut tick = 1;
     let interval = progress_secs.unwrap_or(1);
-    // Jobs stop on their own timer; if they overrun it (e.g. slow buffer setup), stop them.
-    let overrun = t0 + spec.duration + Duration::from_secs(2);
+    // Jobs stop on their own timer and abort what is still outstanding DRAIN_GRACE later; if
+    // they overrun that (e.g. slow buffer setup), stop them.
+    let overrun = t0 + spec.duration + ferrite_perf::job::DRAIN_GRACE;
     let mut stopping_since: Option<Instant> = None;
     while results.len() + errors.len() < total_jobs {
         if Instant::now() >= overrun && !abort.swap(true, Ordering::SeqCst) {

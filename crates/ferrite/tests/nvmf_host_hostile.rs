@@ -59,6 +59,15 @@ enum Reads {
     /// Every I/O queue's Connect response is sent twice: each I/O queue pair fails as soon as
     /// it is connected (the repeated response names no outstanding command).
     RepeatedConnectResponse,
+    /// A read's C2HData carries 4 KiB more than the read asked for.
+    LongRead,
+    /// Identify answers with 8 KiB of data, twice what the host asked for.
+    LongIdentify,
+    /// The ICResp says MAXH2CDATA 17 (it must be at least 4096, a multiple of 4).
+    BadIcResp,
+    /// No read is ever answered, and an Abort of one answers "not aborted"; everything else
+    /// is answered (Keep Alive too: the controller is never lost).
+    NoneAnswered,
 }
 
 /// The block whose first read `Reads::Unanswered` and `Reads::Mute` hold.
@@ -230,7 +239,8 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                 }
                 let mut v = ch(1, 0, 128, 0, 128);
                 v.extend_from_slice(&[0, 0, 0, dgst]);
-                v.extend_from_slice(&131072u32.to_le_bytes());
+                let maxh2cdata: u32 = if matches!(reads, Reads::BadIcResp) { 17 } else { 131072 };
+                v.extend_from_slice(&maxh2cdata.to_le_bytes());
                 v.resize(128, 0);
                 s.write_all(&v)?;
                 continue;
@@ -282,6 +292,12 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
         } else if qid == 0 {
             match opc {
                 0x06 if matches!(reads, Reads::NoIdentify) => {}
+                0x06 if matches!(reads, Reads::LongIdentify) => {
+                    let mut d = identify(cdw10 & 0xff);
+                    d.resize(8192, 0);
+                    out = c2h_data(cid, 0, &d, LAST);
+                    out.extend(response(qid, cid, 0, 0));
+                }
                 0x06 => {
                     let d = identify(cdw10 & 0xff);
                     out = c2h_data_digest(cid, 0, &d[..sgl_len.min(4096)], LAST, ddgst);
@@ -347,6 +363,9 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                     continue;
                 }
             }
+            if matches!(reads, Reads::NoneAnswered) {
+                continue;
+            }
             if matches!(reads, Reads::Unanswered { .. } | Reads::Mute) && slba == HELD_LBA {
                 let mut held = seen.held.lock().unwrap();
                 if held.is_none() {
@@ -355,7 +374,17 @@ fn serve(mut s: TcpStream, reads: Reads, seen: &Seen) -> std::io::Result<()> {
                 }
             }
             match reads {
-                Reads::Unanswered { .. } | Reads::ManyUnanswered | Reads::Mute | Reads::NoIdentify => {
+                Reads::LongRead => {
+                    out = c2h_data(cid, 0, &vec![HONEST; n + 4096], LAST);
+                    out.extend(response(qid, cid, 0, 0));
+                }
+                Reads::Unanswered { .. }
+                | Reads::ManyUnanswered
+                | Reads::Mute
+                | Reads::NoIdentify
+                | Reads::LongIdentify
+                | Reads::BadIcResp
+                | Reads::NoneAnswered => {
                     out = c2h_data(cid, 0, &vec![HONEST; n], LAST);
                     out.extend(response(qid, cid, 0, 0));
                 }
@@ -760,6 +789,36 @@ fn a_detach_does_not_wait_for_ever_on_a_command_never_answered() {
     d.assert_serving();
 }
 
+/// Runs `ferrite perf` (randread, QD 8, 4 KiB, one core) for `secs` on the mock controller's
+/// namespace, attached with `more` parameters: its output, how long it took and its results
+/// (JSON; null if it wrote none).
+fn perf(
+    dir: &TempDir,
+    port: u16,
+    more: serde_json::Value,
+    secs: u32,
+) -> (nbd_common::ToolOut, std::time::Duration, serde_json::Value) {
+    let mut params = json!({"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+        "trsvcid": port.to_string(), "subnqn": NQN});
+    for (k, v) in more.as_object().expect("parameters").iter() {
+        params[k] = v.clone();
+    }
+    let cfg = dir.write_json(
+        "host.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
+            "params": params}]}]}),
+    );
+    let res = dir.join("perf.json");
+    let (cfg, res_s, t) = (cfg.to_str().unwrap(), res.to_str().unwrap(), secs.to_string());
+    let args = ["perf", "--json", cfg, "-T", "Liarn1", "-q", "8", "-o", "4096", "-w", "randread", "-t", &t];
+    let args: Vec<&str> = args.iter().chain(&["-m", "0x1", "--no-pin", "--results-json", res_s]).copied().collect();
+    let started = std::time::Instant::now();
+    let out = nbd_common::run_tool(dir, common::FERRITE, &args, std::time::Duration::from_secs(90));
+    let took = started.elapsed();
+    let doc = std::fs::read_to_string(&res).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
+    (out, took, doc)
+}
+
 #[test]
 fn io_sent_again_after_its_queue_was_refused_fails_and_does_not_hang() {
     // `ferrite perf` sends each failed read again from its completion. The I/O queue's
@@ -768,19 +827,7 @@ fn io_sent_again_after_its_queue_was_refused_fails_and_does_not_hang() {
     // host must not try the queue again for each of them.
     let (port, seen) = liar_seen(Reads::RefusedIoQueue);
     let dir = TempDir::new("host-liar-refused-io-queue");
-    let cfg = dir.write_json(
-        "host.json",
-        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
-            "params": {"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
-                "trsvcid": port.to_string(), "subnqn": NQN}}]}]}),
-    );
-    let res = dir.join("perf.json");
-    let (cfg, res_s) = (cfg.to_str().unwrap(), res.to_str().unwrap());
-    let args = ["perf", "--json", cfg, "-T", "Liarn1", "-q", "8", "-o", "4096", "-w", "randread", "-t", "3"];
-    let args: Vec<&str> = args.iter().chain(&["-m", "0x1", "--no-pin", "--results-json", res_s]).copied().collect();
-    let started = std::time::Instant::now();
-    let out = nbd_common::run_tool(&dir, common::FERRITE, &args, std::time::Duration::from_secs(60));
-    let took = started.elapsed();
+    let (out, took, doc) = perf(&dir, port, json!({}), 3);
     assert!(
         !out.stderr.contains("did not stop") && !out.stdout.contains("did not stop"),
         "{}{}",
@@ -788,7 +835,6 @@ fn io_sent_again_after_its_queue_was_refused_fails_and_does_not_hang() {
         out.stderr
     );
     assert!(took < std::time::Duration::from_secs(10), "perf took {took:?}:\n{}{}", out.stdout, out.stderr);
-    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&res).unwrap()).unwrap();
     let failed = doc["total"]["io_failed"].as_f64().unwrap_or(0.0);
     assert!(failed > 8.0, "reads sent again did not fail: {doc}");
     // One attempt per reconnect delay (1 s at least), not one per read sent again.
@@ -823,8 +869,8 @@ fn a_repeated_completion_completes_no_other_command() {
 #[test]
 fn io_queues_that_fail_at_once_are_reconnected_once_per_delay() {
     // Each I/O queue pair fails right after its Connect (the controller repeats the Connect's
-    // response). The host must not reconnect in a tight loop: one attempt per reconnect delay
-    // (1 s here) while the controller itself stays connected.
+    // response). The host must not reconnect in a tight loop: each failure resets the
+    // controller, the first at once, then one per reconnect delay (1 s here).
     let (port, seen) = liar_seen(Reads::RepeatedConnectResponse);
     let dir = TempDir::new("host-liar-repeated-connect-response");
     let d = Daemon::start(&dir, &[]);
@@ -837,4 +883,135 @@ fn io_queues_that_fail_at_once_are_reconnected_once_per_delay() {
     assert!((1..=6).contains(&tries), "{tries} I/O queue Connects in 3 s");
     d.call("bdev_nvme_detach_controller", Some(json!({"name": "Liar"})));
     d.assert_serving();
+}
+
+/// The daemon log's WARN lines.
+fn warnings(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.contains(" WARN ")).collect()
+}
+
+#[test]
+fn read_data_longer_than_asked_is_warned_as_the_controllers_error() {
+    // A C2HData with more data than the read asked for: the host drops the connection, at WARN,
+    // in words that say what the controller did (it was an INFO "not the next data of a read").
+    let dir = TempDir::new("host-liar-long-read");
+    let (out, _, doc) = perf(&dir, liar(Reads::LongRead), json!({}), 1);
+    let log = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(doc["total"]["iops"].as_f64().unwrap_or(0.0), 0.0, "reads answered with too much data succeeded: {log}");
+    assert!(
+        warnings(&log).iter().any(|l| l.contains("protocol error by the controller")
+            && l.contains("8192 bytes at offset 0, past the 4096 bytes the command asked for")),
+        "{log}"
+    );
+    assert!(!log.contains("not the next data of a read"), "{log}");
+}
+
+#[test]
+fn an_identify_answer_longer_than_asked_is_warned_as_the_controllers_error() {
+    // Identify answered with 8 KiB for 4 KiB: the attach fails saying so (it said "status sct
+    // 0x3 sc 0x70", the host path error the dropped connection made up), and the log says it
+    // at WARN.
+    let dir = TempDir::new("host-liar-long-identify");
+    let port = liar(Reads::LongIdentify);
+    let d = Daemon::start(&dir, &[]);
+    let e = d.call_err(
+        "bdev_nvme_attach_controller",
+        Some(json!({"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string(), "subnqn": NQN})),
+    );
+    assert!(e.message.contains("past the 4096 bytes the command asked for"), "{e:?}");
+    assert!(!e.message.contains("sct 0x3"), "{e:?}");
+    let log = d.proc.stderr();
+    assert!(
+        warnings(&log).iter().any(|l| l.contains("protocol error by the controller")
+            && l.contains("8192 bytes at offset 0, past the 4096 bytes the command asked for")),
+        "{log}"
+    );
+    assert!(d.call("bdev_nvme_get_controllers", None).as_array().unwrap().is_empty());
+    d.assert_serving();
+}
+
+#[test]
+fn an_invalid_icresp_is_warned_as_the_controllers_error() {
+    // An ICResp with MAXH2CDATA 17: the attach fails saying so (it said "connection closed"),
+    // and the log says it at WARN.
+    let dir = TempDir::new("host-liar-bad-icresp");
+    let port = liar(Reads::BadIcResp);
+    let d = Daemon::start(&dir, &[]);
+    let e = d.call_err(
+        "bdev_nvme_attach_controller",
+        Some(json!({"name": "Liar", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string(), "subnqn": NQN})),
+    );
+    assert!(e.message.contains("invalid ICResp: MAXH2CDATA 17"), "{e:?}");
+    let log = d.proc.stderr();
+    assert!(
+        warnings(&log)
+            .iter()
+            .any(|l| l.contains("protocol error by the controller") && l.contains("invalid ICResp: MAXH2CDATA 17")),
+        "{log}"
+    );
+    d.assert_serving();
+}
+
+#[test]
+fn failing_io_queues_reset_the_controller_and_io_fails_at_fast_io_fail() {
+    // Every I/O queue pair fails as soon as it is connected, the admin queue stays healthy. As
+    // SPDK's bdev_nvme, the host resets the controller (admin queue and I/O queues again) once
+    // a reconnect delay while that does not bring the I/O queues back, and I/O fails at
+    // fast_io_fail_timeout_sec (2 s) after the first failure, not after the channel's 32
+    // retries, one per delay (~33 s, which made `ferrite perf` overrun its -t by ~12 s).
+    let (port, seen) = liar_seen(Reads::RepeatedConnectResponse);
+    let dir = TempDir::new("host-liar-io-queues-fail");
+    let more = json!({"ctrlr_loss_timeout_sec": 30, "reconnect_delay_sec": 1, "fast_io_fail_timeout_sec": 2});
+    let (out, took, doc) = perf(&dir, port, more, 4);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(took < std::time::Duration::from_secs(4 + 3), "perf -t 4 took {took:?}:\n{all}");
+    assert!(!all.contains("did not stop"), "{all}");
+    let failed = doc["total"]["io_failed"].as_f64().unwrap_or(0.0);
+    assert!(failed >= 8.0, "the reads did not fail: {doc}\n{all}");
+    assert!(all.contains("resetting the controller for its failed I/O queue"), "{all}");
+    // The first reset at once, then one per reconnect delay: a few in 4 s, not a tight loop.
+    let (admin, io) = (seen.admin_connects(), seen.io_connects.load(std::sync::atomic::Ordering::SeqCst));
+    assert!((3..=8).contains(&admin), "{admin} admin queue Connects in {took:?}:\n{all}");
+    assert!(io <= admin + 1, "{io} I/O queue Connects for {admin} admin queue Connects:\n{all}");
+    println!("{failed} failed reads, {admin} admin and {io} I/O queue Connects, in {took:?}");
+}
+
+#[test]
+fn perf_ends_on_time_while_the_controller_is_reset_for_ever() {
+    // I/O queues that fail at once, and a host told to reconnect for ever with no fast-fail
+    // time (ctrlr_loss_timeout_sec -1, fast_io_fail_timeout_sec 0): I/O waits for a controller
+    // that never comes back, as SPDK's would. `ferrite perf -t 3` still ends on time: 2 s
+    // after the run's end each job aborts what it still has outstanding (the host completes
+    // the waiting reads as aborted), and reports. It waited 2 s + 10 s before giving up with
+    // "did not stop", and no results.
+    let (port, _seen) = liar_seen(Reads::RepeatedConnectResponse);
+    let dir = TempDir::new("host-liar-perf-on-time");
+    let more = json!({"ctrlr_loss_timeout_sec": -1, "reconnect_delay_sec": 1});
+    let (out, took, doc) = perf(&dir, port, more, 3);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(took < std::time::Duration::from_secs(3 + 4), "perf -t 3 took {took:?}:\n{all}");
+    assert!(!all.contains("did not stop"), "{all}");
+    assert!(all.contains("aborting them"), "{all}");
+    let failed = doc["total"]["io_failed"].as_f64().unwrap_or(0.0);
+    assert!(failed >= 8.0, "no results, or the waiting reads were not aborted: {doc}\n{all}");
+    assert!(!out.status.success(), "failed reads, and perf exited 0:\n{all}");
+    println!("{failed} failed reads in {took:?}");
+}
+
+#[test]
+fn perf_gives_up_on_reads_a_controller_never_answers_and_will_not_abort() {
+    // Reads the controller never answers and refuses to abort, no command timeouts, and a
+    // controller that answers Keep Alive (never lost): nothing completes them. `ferrite perf
+    // -t 1` aborts them 2 s after its end, the controller does not, and 3 s later the run gives
+    // up, naming the stuck I/O: it ends on time whatever the controller does.
+    let dir = TempDir::new("host-liar-perf-held");
+    let (out, took, _) = perf(&dir, liar(Reads::NoneAnswered), json!({}), 1);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(all.contains("aborting them"), "{all}");
+    assert!(all.contains("did not stop"), "{all}");
+    assert!(!out.status.success(), "{all}");
+    assert!(took < std::time::Duration::from_secs(1 + 5 + 3), "perf -t 1 took {took:?}:\n{all}");
+    println!("perf -t 1 ended after {took:?}");
 }

@@ -168,6 +168,13 @@ pub struct HostCtrlr {
     /// A reset disconnected it on purpose: not a loss (I/O waits without the loss timeouts)
     /// unless the first reconnection fails.
     reset_requested: AtomicBool,
+    /// An I/O queue pair failed and the controller is being recovered (SPDK's reset after a
+    /// disconnected qpair): the trouble's start (`lost_at`) is kept through the admin queue's
+    /// reconnection until an I/O queue pair has stayed up for a reconnect delay.
+    io_recovery: AtomicBool,
+    /// The next reconnection of the admin queue waits a reconnect delay first (the last
+    /// recovery did not bring the I/O queues back: SPDK's delayed reconnect).
+    delay_reconnect: AtomicBool,
     /// ANA state per namespace.
     pub ana: AnaTable,
     /// An ANA log read is under way.
@@ -379,6 +386,8 @@ impl HostCtrlr {
         self.paths_changed();
         if self.reset_requested.load(Ordering::Acquire) {
             log::warn!("nvme controller {}: reset: connecting a new controller", self.opts.name);
+        } else if self.io_recovery.load(Ordering::Acquire) {
+            log::warn!("nvme controller {}: resetting the controller for its failed I/O queue", self.opts.name);
         } else {
             let _ = self.lost_at.compare_exchange(0, now_ns(), Ordering::AcqRel, Ordering::Acquire);
             log::warn!("nvme controller {}: admin queue lost; reconnecting", self.opts.name);
@@ -394,8 +403,11 @@ impl HostCtrlr {
             }
         });
         let me = self.clone();
+        // After a recovery that did not bring the I/O queues back, the next attempt waits the
+        // delay (and the loss timeout is checked first), as every attempt after the first round.
+        let delayed = self.delay_reconnect.swap(false, Ordering::AcqRel);
         ferrite_reactor::spawn_local(async move {
-            let mut attempt = 0usize;
+            let mut attempt = if delayed { usize::MAX / 2 } else { 0 };
             loop {
                 if me.detached.load(Ordering::Acquire) {
                     return;
@@ -430,8 +442,12 @@ impl HostCtrlr {
                         // Namespaces may have come or gone while it was away.
                         crate::group::namespaces_changed(&me, &ns);
                         me.reset_requested.store(false, Ordering::Release);
+                        if !me.io_recovery.load(Ordering::Acquire) {
+                            // Recovering from failed I/O queues: the trouble lasts until one
+                            // stays up (`io_queue_connected`).
+                            me.lost_at.store(0, Ordering::Release);
+                        }
                         me.resetting.store(false, Ordering::Release);
-                        me.lost_at.store(0, Ordering::Release);
                         me.paths_changed();
                         let t = me.active_trid();
                         log::info!(
@@ -451,6 +467,60 @@ impl HostCtrlr {
             }
         })
         .detach();
+    }
+
+    /// An I/O queue pair of generation `gen` failed on its own, or could not be connected (on
+    /// its reactor). As SPDK's bdev_nvme does for a disconnected qpair, the controller is
+    /// reset (on the next path first, failover), its trouble counted from the first failure
+    /// (`fast_io_fail_timeout_sec` and `ctrlr_loss_timeout_sec` run from then): at once the
+    /// first time, after a reconnect delay while the resets do not bring the I/O queues back,
+    /// until the loss timeout; with `ctrlr_loss_timeout_sec` 0 only once. True if a reset
+    /// comes (the path waits for it), false if not (the path fails what waits).
+    pub(crate) fn io_queue_failed(self: &Arc<Self>, gen: u64) -> bool {
+        if self.detached.load(Ordering::Acquire) || self.failed.load(Ordering::Acquire) {
+            return false;
+        }
+        let first = self.lost_at.compare_exchange(0, now_ns(), Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if !first && self.opts.ctrlr_loss_timeout_sec == 0 {
+            return false;
+        }
+        self.io_recovery.store(true, Ordering::Release);
+        let me = self.clone();
+        self.engine.send(0, move || me.recover(gen, !first));
+        true
+    }
+
+    /// Resets the controller of generation `gen` for its failed I/O queue (first reactor),
+    /// unless it moved on or a reset or reconnection is under way (which the path waits for).
+    fn recover(self: &Arc<Self>, gen: u64, delayed: bool) {
+        if self.detached.load(Ordering::Acquire)
+            || self.generation.load(Ordering::Acquire) != gen
+            || self.resetting.load(Ordering::Acquire)
+        {
+            return;
+        }
+        let Some(admin) = ADMIN.with(|a| a.borrow().get(&self.id).cloned()) else { return };
+        self.delay_reconnect.store(delayed, Ordering::Release);
+        admin.close();
+    }
+
+    /// An I/O queue pair of generation `gen` connected: if it stays up for a reconnect delay
+    /// while the controller keeps its generation, a recovery from failed I/O queues is over
+    /// (the trouble's clock stops).
+    pub(crate) fn io_queue_connected(self: &Arc<Self>, qp: &Rc<HostQpair>, gen: u64) {
+        if !self.io_recovery.load(Ordering::Acquire) {
+            return;
+        }
+        let (me, qp) = (self.clone(), Rc::downgrade(qp));
+        ferrite_reactor::after(Duration::from_secs(self.opts.reconnect_delay_sec.max(1)), move || {
+            let up = qp.upgrade().is_some_and(|q| !q.is_closed());
+            if up && me.generation.load(Ordering::Acquire) == gen && !me.resetting.load(Ordering::Acquire) {
+                if me.io_recovery.swap(false, Ordering::AcqRel) {
+                    log::info!("nvme controller {}: I/O queues are back", me.opts.name);
+                }
+                me.lost_at.store(0, Ordering::Release);
+            }
+        });
     }
 
     /// Resets the controller (SPDK's `bdev_nvme_reset_controller`): its admin queue is
@@ -748,7 +818,10 @@ fn kick_path(id: u64) {
 
 /// A failed completion as an error.
 pub(crate) fn check(r: &Reply, what: &str) -> Result<(), String> {
-    if r.cqe.status.is_success() {
+    if let Some(why) = &r.closed {
+        // The connection ended under the command: say why, not the made-up path error.
+        Err(format!("{what}: {why}"))
+    } else if r.cqe.status.is_success() {
         Ok(())
     } else {
         Err(format!("{what}: status sct {:#x} sc {:#x}", r.cqe.status.sct, r.cqe.status.sc))
@@ -846,6 +919,8 @@ pub async fn attach(opts: AttachOpts, paths_gen: Arc<AtomicU64>) -> Result<(Arc<
         detached: AtomicBool::new(false),
         resetting: AtomicBool::new(false),
         reset_requested: AtomicBool::new(false),
+        io_recovery: AtomicBool::new(false),
+        delay_reconnect: AtomicBool::new(false),
         failed: AtomicBool::new(false),
         generation: AtomicU64::new(0),
         lost_at: AtomicU64::new(0),

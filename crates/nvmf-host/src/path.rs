@@ -33,11 +33,11 @@ pub struct IoPath {
     /// A connect gave up: until then, requests fail at once instead of starting another
     /// (one attempt per reconnect delay, not one per request a caller sends again).
     gave_up_until: Cell<Option<Instant>>,
-    /// When the last queue pair was connected, and in which controller generation: another
-    /// in the same generation (the last one failed on its own, e.g. for the controller's
-    /// protocol error) waits for the reconnect delay since then, so that a controller whose
-    /// queue pairs fail at once is not connected to in a tight loop.
-    last_connect: Cell<Option<(Instant, u64)>>,
+    /// The controller generation in which a queue pair of this path failed on its own (or
+    /// could not be connected), and whether the controller is being reset for it: as SPDK's
+    /// bdev_nvme, a failed I/O queue pair resets the controller, and the path waits for the
+    /// next generation instead of connecting again on its own.
+    failed_in: Cell<Option<(u64, bool)>>,
 }
 
 impl IoPath {
@@ -49,7 +49,7 @@ impl IoPath {
             waiting: RefCell::new(VecDeque::new()),
             connecting: Cell::new(false),
             gave_up_until: Cell::new(None),
-            last_connect: Cell::new(None),
+            failed_in: Cell::new(None),
         })
     }
 
@@ -71,14 +71,19 @@ impl IoPath {
             }
             return;
         }
-        if self.ctrlr.io_fail_due() || self.gave_up_until.get().is_some_and(|t| Instant::now() < t) {
+        // Fail at once past the fast-fail or loss timeout while the controller is away (up, it
+        // is tried: a recovery's clock may still run until its I/O queues have stayed up).
+        let due = !self.ctrlr.is_up() && self.ctrlr.io_fail_due();
+        if due || self.gave_up_until.get().is_some_and(|t| Instant::now() < t) {
             return io.complete_deferred(IoStatus::Failed(libc::EIO));
         }
         self.waiting.borrow_mut().push_back(Waiting { sqe, io, read, extra });
         self.connect();
     }
 
-    /// Connects the queue pair unless connecting; sends what waits once connected.
+    /// Connects the queue pair unless connecting; sends what waits once connected. Waits
+    /// while the controller is reset (or reconnects), and fails what waits once the
+    /// controller's I/O is due to fail (`fast_io_fail_timeout_sec`, `ctrlr_loss_timeout_sec`).
     fn connect(self: &Rc<Self>) {
         if self.connecting.replace(true) {
             return;
@@ -87,70 +92,82 @@ impl IoPath {
         ferrite_reactor::spawn_local(async move {
             loop {
                 let c = &me.ctrlr;
-                if c.detached.load(Ordering::Acquire) {
+                let gen = c.generation.load(Ordering::Acquire);
+                let failed_here = me.failed_in.get().is_some_and(|(g, _)| g == gen);
+                let away = c.resetting.load(Ordering::Acquire) || failed_here;
+                if c.detached.load(Ordering::Acquire) || c.failed.load(Ordering::Acquire) || away && c.io_fail_due() {
                     me.give_up();
                     return;
                 }
-                let delay = me.reconnect_delay();
-                if let Some((at, g)) = me.last_connect.get() {
-                    let next = at + delay;
-                    if g == c.generation.load(Ordering::Acquire) && Instant::now() < next {
-                        ferrite_reactor::sleep(next - Instant::now()).await;
-                        continue;
+                let waiting_reset = match me.failed_in.get() {
+                    Some((g, reset)) if g == gen => {
+                        if !reset {
+                            // No reset comes for it (`ctrlr_loss_timeout_sec` 0, and a reset
+                            // already failed to bring the queues back): fail what waits; the
+                            // next request after a reconnect delay tries once more.
+                            me.failed_in.set(None);
+                            me.give_up();
+                            return;
+                        }
+                        true
                     }
-                }
-                if !c.resetting.load(Ordering::Acquire) {
-                    let qid = ferrite_reactor::current().unwrap_or(0) as u16 + 1;
-                    let granted = c.info.lock().unwrap().io_queues;
-                    if granted != 0 && qid > granted {
-                        log::info!(
-                            "nvme controller {}: no I/O queue {qid} (the controller grants {granted}): I/O on this reactor fails",
-                            c.opts.name
-                        );
-                        me.give_up();
-                        return;
-                    }
-                    let gen = c.generation.load(Ordering::Acquire);
-                    let params = c.params(qid, c.io_entries(), c.cntlid.load(Ordering::Acquire));
-                    match params {
-                        Ok(params) => match HostQpair::connect(&params).await {
-                            Ok(qp) => {
-                                me.last_connect.set(Some((Instant::now(), gen)));
-                                me.use_qpair(qp, gen);
-                                if me.waiting.borrow().is_empty() {
-                                    break;
-                                }
-                                // It closed at once and its requests came back: again, after
-                                // the delay.
-                                continue;
-                            }
-                            Err(e) => log::info!("nvme controller {}: I/O queue {qid}: {e}", c.opts.name),
-                        },
-                        Err(e) => log::info!("nvme controller {}: {e}", c.opts.name),
-                    }
-                }
-                let single = c.trids.lock().unwrap().len() < 2;
-                if c.io_fail_due()
-                    || single && c.opts.ctrlr_loss_timeout_sec == 0 && !c.resetting.load(Ordering::Acquire)
-                {
-                    me.give_up();
-                    return;
-                }
-                // While the controller reconnects, look again soon (its new I/O queue pair can
-                // be made as soon as it is up); after a failed connect, wait the delay.
-                let delay = if c.resetting.load(Ordering::Acquire) {
-                    Duration::from_millis(10)
-                } else {
-                    me.reconnect_delay()
+                    _ => false,
                 };
-                ferrite_reactor::sleep(delay).await;
-                if me.waiting.borrow().is_empty() {
-                    break;
+                if waiting_reset || c.resetting.load(Ordering::Acquire) {
+                    // Its new I/O queue pair can be made as soon as it is up.
+                    ferrite_reactor::sleep(Duration::from_millis(10)).await;
+                    if me.waiting.borrow().is_empty() {
+                        break;
+                    }
+                    continue;
+                }
+                let qid = ferrite_reactor::current().unwrap_or(0) as u16 + 1;
+                let granted = c.info.lock().unwrap().io_queues;
+                if granted != 0 && qid > granted {
+                    log::info!(
+                        "nvme controller {}: no I/O queue {qid} (the controller grants {granted}): I/O on this reactor fails",
+                        c.opts.name
+                    );
+                    me.give_up();
+                    return;
+                }
+                let params = c.params(qid, c.io_entries(), c.cntlid.load(Ordering::Acquire));
+                let res = match params {
+                    Ok(params) => HostQpair::connect(&params).await,
+                    Err(e) => Err(e),
+                };
+                match res {
+                    Ok(qp) => {
+                        me.use_qpair(qp.clone(), gen);
+                        if qp.is_closed() {
+                            // It failed at once (its requests came back): the controller is
+                            // reset, as for any queue pair that fails.
+                            me.queue_failed(gen);
+                        }
+                        if me.waiting.borrow().is_empty() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        log::warn!("nvme controller {}: I/O queue {qid}: {e}", c.opts.name);
+                        me.queue_failed(gen);
+                    }
                 }
             }
             me.connecting.set(false);
         })
         .detach();
+    }
+
+    /// A queue pair of controller generation `gen` failed on its own or could not be
+    /// connected: the controller is reset (once per generation), or, if no reset comes, what
+    /// waits fails.
+    fn queue_failed(&self, gen: u64) {
+        if self.failed_in.get().is_some_and(|(g, _)| g == gen) {
+            return;
+        }
+        let reset = self.ctrlr.io_queue_failed(gen);
+        self.failed_in.set(Some((gen, reset)));
     }
 
     /// Time between connection attempts: `reconnect_delay_sec`, at least 1 s.
@@ -171,18 +188,30 @@ impl IoPath {
     fn use_qpair(self: &Rc<Self>, qp: Rc<HostQpair>, gen: u64) {
         qp.icd_max.set(self.ctrlr.info.lock().unwrap().icd_max);
         self.ctrlr.watch(&qp);
+        *self.qp.borrow_mut() = Some(qp.clone());
+        self.qp_gen.set(gen);
+        self.gave_up_until.set(None);
+        self.failed_in.set(None);
+        self.ctrlr.io_queue_connected(&qp, gen);
+        // Set last: it runs at once if the queue pair has closed already.
         let path = Rc::downgrade(self);
         let q2 = Rc::downgrade(&qp);
         qp.on_close(move || {
             let Some(path) = path.upgrade() else { return };
-            let mut cur = path.qp.borrow_mut();
-            if cur.as_ref().is_some_and(|q| q2.upgrade().is_some_and(|x| Rc::ptr_eq(q, &x))) {
-                *cur = None;
+            let ours = {
+                let mut cur = path.qp.borrow_mut();
+                let ours = cur.as_ref().is_some_and(|q| q2.upgrade().is_some_and(|x| Rc::ptr_eq(q, &x)));
+                if ours {
+                    *cur = None;
+                }
+                ours
+            };
+            // Still the path's: it failed on its own (the host takes a queue pair out of its
+            // path before closing it), as SPDK's disconnected qpair callback sees it.
+            if ours && !path.ctrlr.detached.load(Ordering::Acquire) {
+                path.queue_failed(gen);
             }
         });
-        *self.qp.borrow_mut() = Some(qp.clone());
-        self.qp_gen.set(gen);
-        self.gave_up_until.set(None);
         let waiting: Vec<Waiting> = self.waiting.borrow_mut().drain(..).collect();
         for w in waiting {
             if let Err(io) = qp.submit_io(w.sqe, w.io, w.read, w.extra) {

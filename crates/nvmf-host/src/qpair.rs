@@ -64,6 +64,10 @@ pub struct Reply {
     pub cqe: Cqe,
     /// Data the controller returned.
     pub data: Vec<u8>,
+    /// Why the connection ended under the command, when `cqe` is the made-up completion of
+    /// that end (a host path error) and not the controller's answer: what the controller did
+    /// wrong, or that the connection closed.
+    pub closed: Option<String>,
 }
 
 /// Who waits for a command.
@@ -167,6 +171,37 @@ pub struct HostQpair {
     /// Ticks of the watchdog ([`HostQpair::watch`]) so far: a command's age is counted in
     /// them, so that sending one reads no clock.
     tick: Cell<u32>,
+    /// The controller's address, for log lines.
+    peer: std::net::SocketAddr,
+    /// What the controller did wrong, if its protocol error ended the connection.
+    fault: RefCell<Option<String>>,
+}
+
+/// Why a queue pair's reader stopped.
+enum Stop {
+    /// The connection closed or failed under it (nothing the controller sent was wrong).
+    Closed(String),
+    /// The controller broke the protocol: what it did wrong.
+    Violation(String),
+}
+
+impl From<String> for Stop {
+    fn from(e: String) -> Stop {
+        Stop::Closed(e)
+    }
+}
+
+/// A decoder error in words that say what the controller sent wrong.
+fn violation(e: &ferrite_nvmf::tcp::pdu::PduError) -> String {
+    use ferrite_nvmf::tcp::pdu::{offset, PduError, PduType, MIN_MAXH2CDATA};
+    match e {
+        PduError::InvalidField { pdu_type: PduType::IcResp, offset: offset::MAXH2CDATA, value } => {
+            format!("invalid ICResp: MAXH2CDATA {value} (it must be at least {MIN_MAXH2CDATA} and a multiple of 4)")
+        }
+        PduError::InvalidField { pdu_type: PduType::IcResp, .. }
+        | PduError::UnsupportedParameter { pdu_type: PduType::IcResp, .. } => format!("invalid ICResp: {e}"),
+        _ => format!("invalid PDU: {e}"),
+    }
 }
 
 /// What a queue pair's watchdog calls with a command that timed out (its CID).
@@ -200,6 +235,8 @@ impl HostQpair {
             on_close: RefCell::new(None),
             cntlid: Cell::new(0),
             tick: Cell::new(0),
+            peer: p.addr,
+            fault: RefCell::new(None),
         });
         let (tx, rx) = oneshot::channel();
         *qp.ic_wait.borrow_mut() = Some(tx);
@@ -257,6 +294,10 @@ impl HostQpair {
                 return Err(format!("{}: no Connect response in time", p.addr));
             }
         };
+        if let Some(why) = reply.closed {
+            qp.close();
+            return Err(format!("Connect to {} qid {}: {why}", p.subnqn, p.qid));
+        }
         if !reply.cqe.status.is_success() {
             qp.close();
             return Err(format!(
@@ -483,6 +524,32 @@ impl HostQpair {
         self.push(o);
     }
 
+    /// What is wrong with C2HData for command `slot` at byte `datao` for `datal` bytes, if
+    /// anything: a read's data comes in order, each PDU where the last one ended (as SPDK's
+    /// host checks too), and within the length the command asked for. A repeated or
+    /// overlapping PDU would leave part of the buffer unwritten and still count as received,
+    /// and that part holds whatever the buffer held before.
+    fn c2h_wrong(&self, slot: u16, datao: u32, datal: u32) -> Option<String> {
+        let cmds = self.cmds.borrow();
+        let c = &cmds[usize::from(slot)];
+        let end = u64::from(datao) + u64::from(datal);
+        if !c.read {
+            Some("data for a command that reads none".into())
+        } else if end > u64::from(c.len) {
+            Some(format!(
+                "{datal} bytes at offset {datao}, past the {} bytes the command asked for (longer than asked)",
+                c.len
+            ))
+        } else if datao != c.got {
+            Some(format!(
+                "{datal} bytes at offset {datao}, but the next data of the read starts at offset {} (repeated, overlapping or out of order)",
+                c.got
+            ))
+        } else {
+            None
+        }
+    }
+
     /// Answers an R2T: H2CData PDUs for the range, at most MAXH2CDATA each.
     fn answer_r2t(&self, r: ferrite_nvmf::tcp::R2t) -> Result<(), String> {
         let slot = self.slot_of(r.cccid).ok_or_else(|| format!("R2T for CCCID {}, no command outstanding", r.cccid))?;
@@ -576,7 +643,8 @@ impl HostQpair {
             Some(Owner::Bdev(io)) => bdev_done(io, &cqe),
             Some(Owner::Wait { tx, inb, .. }) => {
                 let data = inb.map(|b| b.to_vec()).unwrap_or_default();
-                tx.send(Ok(Reply { cqe, data }));
+                let closed = connection_failed(&cqe).then(|| self.close_reason());
+                tx.send(Ok(Reply { cqe, data, closed }));
             }
             None => {}
         }
@@ -610,12 +678,20 @@ impl HostQpair {
         }
     }
 
+    /// Why the connection ended: the controller's protocol error, or that it closed.
+    fn close_reason(&self) -> String {
+        match &*self.fault.borrow() {
+            Some(f) => format!("the controller broke the protocol: {f}"),
+            None => "connection closed".into(),
+        }
+    }
+
     fn task_done(&self) {
         self.tasks.set(self.tasks.get() - 1);
         if self.tasks.get() == 0 {
             self.fail_all();
             if let Some(w) = self.ic_wait.borrow_mut().take() {
-                w.send(Err("connection closed".into()));
+                w.send(Err(self.close_reason()));
             }
             if let Some(f) = self.on_close.borrow_mut().take() {
                 f();
@@ -783,16 +859,28 @@ enum Dest {
 }
 
 async fn reader(qp: Rc<HostQpair>) {
-    if let Err(e) = read_loop(&qp).await {
-        if !qp.closed.get() {
-            log::info!("nvme host qpair {}: {e}", qp.qid);
+    match read_loop(&qp).await {
+        Ok(()) => {}
+        Err(Stop::Violation(e)) => {
+            // The controller's fault, not a network's: said at WARN, in words that name it.
+            log::warn!(
+                "nvme host qpair {} to {}: protocol error by the controller: {e}; closing the connection",
+                qp.qid,
+                qp.peer
+            );
+            *qp.fault.borrow_mut() = Some(e);
+        }
+        Err(Stop::Closed(e)) => {
+            if !qp.closed.get() {
+                log::info!("nvme host qpair {} to {}: {e}", qp.qid, qp.peer);
+            }
         }
     }
     qp.close();
     qp.task_done();
 }
 
-async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), String> {
+async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), Stop> {
     let mut rx = Rx::new(&qp.sock);
     let mut dec = Decoder::new(Role::Host);
     let mut dest = Dest::Skip;
@@ -801,17 +889,17 @@ async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), String> {
             return Ok(());
         }
         match dec.want() {
-            Want::Closed => return Err("decoder stopped".into()),
+            Want::Closed => return Err(Stop::Closed("decoder stopped".into())),
             Want::Bytes(_) => {
-                let chunk = rx.chunk().await?;
-                let fed = dec.feed(chunk).map_err(|e| format!("protocol error from the controller: {e}"))?;
+                let chunk = rx.chunk().await.map_err(Stop::Closed)?;
+                let fed = dec.feed(chunk).map_err(|e| Stop::Violation(violation(&e)))?;
                 chunk.consume(fed.consumed);
                 match fed.event {
                     None => {}
                     Some(Event::Header(h)) => match h.pdu {
                         Pdu::IcResp(resp) => {
-                            let req = qp.ic_req.get().ok_or("ICResp without an ICReq")?;
-                            let n = host_accept(&req, &resp).map_err(|e| format!("ICResp: {e}"))?;
+                            let req = qp.ic_req.get().ok_or(Stop::Violation("ICResp without an ICReq".into()))?;
+                            let n = host_accept(&req, &resp).map_err(|e| Stop::Violation(violation(&e)))?;
                             dec.set_params(n);
                             qp.params.set(n);
                             if let Some(w) = qp.ic_wait.borrow_mut().take() {
@@ -826,36 +914,39 @@ async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), String> {
                             // controller never did. The connection is dropped, as Linux's
                             // host does; its commands are sent again after reconnecting.
                             let Some(slot) = qp.slot_of(cqe.cid) else {
-                                return Err(format!("a completion for CID {}, no command outstanding", cqe.cid));
+                                return Err(Stop::Violation(format!(
+                                    "a completion for CID {}, which names no outstanding command (repeated, late or never sent)",
+                                    cqe.cid
+                                )));
                             };
                             qp.finish(slot, cqe);
                         }
                         Pdu::C2hData(d) => {
-                            // A read's data comes in order, each PDU where the last one ended
-                            // (as SPDK's host checks too): a repeated or overlapping PDU would
-                            // leave part of the buffer unwritten and still count as received,
-                            // and that part holds whatever the buffer held before.
-                            let slot = qp.slot_of(d.cccid);
-                            let ok = slot.is_some_and(|slot| {
-                                let cmds = qp.cmds.borrow();
-                                let c = &cmds[usize::from(slot)];
-                                c.read
-                                    && d.datao == c.got
-                                    && u64::from(d.datao) + u64::from(d.datal) <= u64::from(c.len)
-                            });
-                            let Some(slot) = slot.filter(|_| ok) else {
-                                return Err(format!(
-                                    "C2HData for CCCID {} at offset {} for {} bytes: not the next data of a read",
-                                    d.cccid, d.datao, d.datal
-                                ));
-                            };
+                            // In order and within the read (`c2h_wrong`), or the controller's error.
+                            let slot = qp.slot_of(d.cccid).ok_or_else(|| {
+                                Stop::Violation(format!(
+                                    "C2HData for CCCID {}, which names no outstanding command",
+                                    d.cccid
+                                ))
+                            })?;
+                            if let Some(wrong) = qp.c2h_wrong(slot, d.datao, d.datal) {
+                                return Err(Stop::Violation(format!("C2HData for CCCID {}: {wrong}", d.cccid)));
+                            }
                             dest = Dest::Cmd { slot, at: d.datao, success: d.success };
                         }
-                        Pdu::R2t(r) => qp.answer_r2t(r)?,
+                        Pdu::R2t(r) => qp.answer_r2t(r).map_err(Stop::Violation)?,
                         Pdu::C2hTermReq(t) => {
-                            return Err(format!("controller sent C2HTermReq (FES {:#x}, FEI {:#x})", t.fes, t.fei))
+                            return Err(Stop::Violation(format!(
+                                "C2HTermReq (the controller ended the connection: FES {:#x}, FEI {:#x})",
+                                t.fes, t.fei
+                            )))
                         }
-                        other => return Err(format!("unexpected {} from a controller", other.pdu_type())),
+                        other => {
+                            return Err(Stop::Violation(format!(
+                                "{}, a PDU a controller does not send",
+                                other.pdu_type()
+                            )))
+                        }
                     },
                     Some(Event::DataEnd) => {
                         if let Dest::Cmd { slot, success: true, .. } = dest {
@@ -875,7 +966,7 @@ async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), String> {
                 let left = left as usize;
                 match dest {
                     Dest::Skip => {
-                        let chunk = rx.chunk().await?;
+                        let chunk = rx.chunk().await.map_err(Stop::Closed)?;
                         let k = chunk.len().min(left);
                         let fed = dec.data(&chunk[..k]);
                         chunk.consume(fed.consumed);
@@ -912,7 +1003,7 @@ async fn place(
     slot: u16,
     at: u32,
     len: usize,
-) -> Result<Option<Event>, String> {
+) -> Result<Option<Event>, Stop> {
     let deadline = Some(Duration::from_secs(10 + (len >> 20) as u64));
     let mut off = at as usize;
     let end = off + len;
@@ -927,12 +1018,12 @@ async fn place(
             match c.owner.as_mut() {
                 Some(Owner::Bdev(io)) => {
                     if i >= io.req.bufs.len() {
-                        return Err("C2HData beyond the read's buffers".into());
+                        return Err(Stop::Violation("C2HData beyond the read's buffers".into()));
                     }
                     std::mem::replace(&mut io.req.bufs[i], IoBuf::empty())
                 }
                 Some(Owner::Wait { inb: Some(b), .. }) if i == 0 => std::mem::replace(b, IoBuf::empty()),
-                _ => return Err("C2HData for a command without buffers".into()),
+                _ => return Err(Stop::Violation("C2HData for a command without buffers".into())),
             }
         };
         let seg_len = buf.len();
@@ -947,7 +1038,7 @@ async fn place(
         let (res, buf) = rx.fill(buf, from, n, deadline).await;
         let fed = dec.data(&buf[from..from + n]);
         put_back(qp, slot, i, buf);
-        res?;
+        res.map_err(Stop::Closed)?;
         if let Some(c) = qp.cmds.borrow_mut().get_mut(usize::from(slot)) {
             c.got = c.got.saturating_add(n as u32);
         }

@@ -370,9 +370,48 @@ fn try_start(
         j.stopping = true;
         if j.in_flight == 0 {
             j.finish();
+            return;
         }
+        drop(j);
+        ferrite_reactor::after(DRAIN_GRACE, move || abort_outstanding(&j2));
     });
     Ok(())
+}
+
+/// How long a job waits after its time is up for its outstanding I/O to complete before it
+/// aborts it. bdevperf waits for as long as the bdev module takes; Ferrite's run ends on time
+/// whatever a device or controller does (a controller reset that never succeeds, a command
+/// never answered).
+pub const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The job's time is up and I/O is still outstanding [`DRAIN_GRACE`] later: an abort request
+/// for each queue slot (the bdev layer completes, as Aborted, what waits in it or in a module
+/// that can stop it, such as the NVMe host's requests waiting for a controller to come back;
+/// a slot with nothing outstanding is not found). The job then finishes as its I/O completes.
+fn abort_outstanding(job: &Rc<JobCell>) {
+    let (ch, qd) = {
+        let j = job.0.borrow();
+        if j.in_flight == 0 || j.done.is_none() {
+            return;
+        }
+        log::warn!(
+            "job {} on core {}: {} I/O still outstanding {} s after the run's end; aborting them",
+            j.place.bdev,
+            j.place.core,
+            j.in_flight,
+            DRAIN_GRACE.as_secs()
+        );
+        (j.ch.clone(), j.spec.queue_depth)
+    };
+    let me: Rc<dyn IoCompleter> = job.clone();
+    for slot in 0..u64::from(qd) {
+        let req = IoRequest::abort(&me, slot);
+        let ch = ch.clone();
+        ferrite_reactor::spawn_local(async move {
+            let _ = ch.submit_wait(req).await;
+        })
+        .detach();
+    }
 }
 
 /// How often a `reset` job resets its bdev (bdevperf's period).
