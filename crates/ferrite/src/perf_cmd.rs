@@ -200,6 +200,10 @@ pub fn run(a: PerfArgs) -> i32 {
         Some(Ok(s)) => Some(s),
         None => None,
     };
+    // As bdevperf: the config's bdevs are examined before the jobs start, so the bdevs that
+    // examine makes (an lvstore's lvols) can be named with -T without a bdev_wait_for_examine
+    // in the config.
+    let _ = engine.run_async(0, || async { ferrite_bdev::module::wait_for_examine().await }).wait();
     let bdevs: Vec<String> = if a.target.is_empty() {
         ferrite_bdev::list().iter().map(|b| b.name().to_string()).collect()
     } else {

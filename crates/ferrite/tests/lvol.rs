@@ -1741,3 +1741,31 @@ fn an_inflate_without_room_fails_at_once_and_changes_nothing() {
     let (ok, out) = check(&dir, &img);
     assert!(ok, "{out}");
 }
+
+#[test]
+fn perf_waits_for_examine_before_it_looks_for_its_bdevs() {
+    // A config with only the lvstore's base bdev (no bdev_wait_for_examine): as bdevperf,
+    // `ferrite perf -T lvs0/vol` finds the lvol that examine registers, and verifies through it.
+    let dir = TempDir::new("lvol-perf-examine");
+    let img = sparse_image(&dir, 64);
+    let d = daemon(&dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    d.call(
+        "bdev_lvol_create",
+        Some(json!({"lvol_name": "vol", "size_in_mib": 16, "lvs_name": "lvs0", "thin_provision": true})),
+    );
+    stop(d);
+    let cfg = dir.write_json(
+        "perf.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [
+            {"method": "bdev_uring_create", "params": {"name": "U0", "filename": img.to_str().unwrap(), "block_size": 4096}}]}]}),
+    );
+    let args =
+        ["perf", "--json", cfg.to_str().unwrap(), "-T", "lvs0/vol", "-q", "8", "-o", "4096", "-w", "verify", "-t", "1"];
+    let out = run_tool(&dir, common::FERRITE, &args, Duration::from_secs(60));
+    out.assert_ok("ferrite perf -T lvs0/vol");
+    assert!(out.stdout.contains("lvs0/vol") || out.stdout.contains("Job"), "{}", out.stdout);
+    let d = daemon(&dir, &img);
+    assert!(lvol_named(&lvols(&d), "vol")["num_allocated_clusters"].as_u64().unwrap() > 0, "the run wrote");
+    stop(d);
+}
