@@ -25,12 +25,20 @@ pub struct LvolError {
     pub errno: i32,
     /// What went wrong.
     pub message: String,
+    /// It happened where SPDK's RPC reports a failure from the operation's completion (with
+    /// its own JSON-RPC code), not from the checks before it starts.
+    pub late: bool,
 }
 
 impl LvolError {
     /// An error with `errno` and `message`.
     pub fn new(errno: i32, message: impl Into<String>) -> Self {
-        Self { errno, message: message.into() }
+        Self { errno, message: message.into(), late: false }
+    }
+
+    /// The same error, marked as found by the operation itself (see [`LvolError::late`]).
+    pub fn late(self) -> Self {
+        Self { late: true, ..self }
     }
 }
 
@@ -193,11 +201,14 @@ fn open_base(bdev_name: &str) -> LvolResult<Dev> {
     .map_err(|e| {
         let errno = match e {
             ferrite_bdev::BdevError::NotFound(_) => libc::ENODEV,
+            // EPERM, as SPDK's claim of a claimed bdev answers.
+            ferrite_bdev::BdevError::Claimed(_) => libc::EPERM,
             _ => libc::EBUSY,
         };
         LvolError::new(errno, format!("cannot open bdev {bdev_name}: {e}"))
     })?;
-    desc.claim(MODULE).map_err(|e| LvolError::new(libc::EBUSY, format!("bdev {bdev_name} is claimed: {e}")))?;
+    // EPERM, as SPDK's claim answers.
+    desc.claim(MODULE).map_err(|e| LvolError::new(libc::EPERM, format!("bdev {bdev_name} is claimed: {e}")))?;
     Ok(Dev::new(desc))
 }
 
@@ -257,7 +268,7 @@ async fn create_reserved(o: &LvsOpts) -> LvolResult<Arc<Lvstore>> {
         bstype: BSTYPE.into(),
         clear: o.clear,
     };
-    let bs = Blobstore::init(dev, &opts).await?;
+    let bs = Blobstore::init(dev, &opts).await.map_err(|e| LvolError::from(e).late())?;
     let uuid = uuid::Uuid::new_v4();
     let super_id = bs
         .create_blob(&BlobOpts {
@@ -424,6 +435,10 @@ pub async fn create_lvol(
     }
     let cluster = lvs.bs.geometry().cluster_size as u64;
     let clusters = size.div_ceil(cluster);
+    if clusters == 0 {
+        // SPDK makes a bdev of 0 blocks; no target can serve one (see docs/ARCHITECTURE.md).
+        return Err(LvolError::new(libc::EINVAL, "an lvol of 0 bytes has no block to serve: give a size"));
+    }
     if !thin && clusters > lvs.bs.free_clusters() {
         return Err(LvolError::new(
             libc::ENOSPC,

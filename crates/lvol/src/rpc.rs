@@ -13,8 +13,35 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+/// A failure SPDK's RPC finds before the operation starts: the negative errno as code.
 fn err(e: LvolError) -> RpcError {
     errno_error(e.errno, e.message)
+}
+
+/// A failure of the operation itself: SPDK's RPCs answer these from the completion with
+/// -32602 (INVALID_PARAMS) and the strerror text. Ferrite keeps its own message, which names
+/// what failed, and SPDK's code, which clients branch on. See docs/ARCHITECTURE.md.
+fn failed(e: LvolError) -> RpcError {
+    RpcError::invalid_params(e.message)
+}
+
+/// `bdev_lvol_create_lvstore`: the checks of names, sizes and the base bdev answer their
+/// errno; a failure to make the blobstore answers as [`failed`].
+fn lvstore_err(e: LvolError) -> RpcError {
+    if e.late {
+        failed(e)
+    } else {
+        err(e)
+    }
+}
+
+/// `bdev_lvol_create`: a name taken (EEXIST), an lvstore gone (ENODEV) or a bad parameter
+/// (EINVAL) answer their errno, as SPDK checks them first; the rest (ENOSPC) as [`failed`].
+fn create_err(e: LvolError) -> RpcError {
+    match e.errno {
+        libc::EEXIST | libc::ENODEV | libc::EINVAL if !e.late => err(e),
+        _ => failed(e),
+    }
 }
 
 fn einval(msg: impl Into<String>) -> RpcError {
@@ -127,7 +154,7 @@ pub fn register(reg: &mut Registry) {
             clear,
             md_pages_per_cluster_ratio: a.num_md_pages_per_cluster_ratio,
         };
-        let l = lvs::create(&o).await.map_err(err)?;
+        let l = lvs::create(&o).await.map_err(lvstore_err)?;
         Ok(json!(l.uuid.to_string()))
     });
     reg.method("bdev_lvol_get_lvstores", |_, p: Params| async move {
@@ -141,7 +168,7 @@ pub fn register(reg: &mut Registry) {
     reg.method("bdev_lvol_delete_lvstore", |_, p: Params| async move {
         let a: LvsRef = p.parse()?;
         let l = pick_lvs(a.uuid.as_deref(), a.lvs_name.as_deref())?;
-        lvs::delete(&l).await.map_err(err)?;
+        lvs::delete(&l).await.map_err(failed)?;
         Ok(json!(true))
     });
     reg.method("bdev_lvol_create", |_, p: Params| async move {
@@ -164,8 +191,9 @@ pub fn register(reg: &mut Registry) {
         };
         let l = pick_lvs(a.uuid.as_deref(), a.lvs_name.as_deref())?;
         let clear = clear_method(a.clear_method.as_deref())?;
-        let v =
-            lvs::create_lvol(&l, &a.lvol_name, size, a.thin_provision.unwrap_or(false), clear).await.map_err(err)?;
+        let v = lvs::create_lvol(&l, &a.lvol_name, size, a.thin_provision.unwrap_or(false), clear)
+            .await
+            .map_err(create_err)?;
         Ok(json!(v.bdev_name()))
     });
     reg.method("bdev_lvol_get_lvols", |_, p: Params| async move {
@@ -197,7 +225,8 @@ pub fn register(reg: &mut Registry) {
         let (l, v) = lvs::lvol(&a.name)
             .or_else(|| lvs::degraded_lvol(&a.name))
             .ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
-        lvs::delete_lvol(&l, v).await.map_err(err)?;
+        // SPDK's bdev_lvol_delete answers its completion's failure with -32603.
+        lvs::delete_lvol(&l, v).await.map_err(|e| RpcError::internal(e.message))?;
         Ok(json!(true))
     });
     reg.method("bdev_lvol_resize", |_, p: Params| async move {
@@ -215,7 +244,11 @@ pub fn register(reg: &mut Registry) {
             _ => return Err(einval("Invalid parameters: give one of size_in_mib and size")),
         };
         let (l, v) = lvs::lvol(&a.name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
-        lvs::resize_lvol(&l, &v, size).await.map_err(err)?;
+        if size == 0 {
+            // SPDK makes the bdev 0 blocks long; Ferrite refuses (see docs/ARCHITECTURE.md).
+            return Err(einval("an lvol cannot be resized to 0 bytes: it would have no block to serve"));
+        }
+        lvs::resize_lvol(&l, &v, size).await.map_err(failed)?;
         Ok(json!(true))
     });
 }
@@ -235,7 +268,7 @@ fn register_family(reg: &mut Registry) {
         }
         let a: A = p.parse()?;
         let (l, v) = lvol_by_name(&a.lvol_name)?;
-        let s = lvs::snapshot_lvol(&l, &v, &a.snapshot_name).await.map_err(err)?;
+        let s = lvs::snapshot_lvol(&l, &v, &a.snapshot_name).await.map_err(failed)?;
         Ok(json!(s.bdev_name()))
     });
     reg.method("bdev_lvol_clone_bdev", |_, p: Params| async move {
@@ -248,7 +281,7 @@ fn register_family(reg: &mut Registry) {
         }
         let a: A = p.parse()?;
         let l = lvs::by_name(&a.lvs_name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
-        let c = lvs::clone_bdev(&l, &a.bdev, &a.clone_name).await.map_err(err)?;
+        let c = lvs::clone_bdev(&l, &a.bdev, &a.clone_name).await.map_err(failed)?;
         Ok(json!(c.bdev_name()))
     });
     reg.method("bdev_lvol_clone", |_, p: Params| async move {
@@ -260,14 +293,14 @@ fn register_family(reg: &mut Registry) {
         }
         let a: A = p.parse()?;
         let (l, v) = lvol_by_name(&a.snapshot_name)?;
-        let c = lvs::clone_lvol(&l, &v, &a.clone_name).await.map_err(err)?;
+        let c = lvs::clone_lvol(&l, &v, &a.clone_name).await.map_err(failed)?;
         Ok(json!(c.bdev_name()))
     });
     for (method, all) in [("bdev_lvol_inflate", true), ("bdev_lvol_decouple_parent", false)] {
         reg.method(method, move |_, p: Params| async move {
             let a: Named = p.parse()?;
             let (l, v) = lvol_by_name(&a.name)?;
-            lvs::separate_lvol(&l, &v, all).await.map_err(err)?;
+            lvs::separate_lvol(&l, &v, all).await.map_err(failed)?;
             Ok(json!(true))
         });
     }
@@ -284,31 +317,33 @@ fn register_family(reg: &mut Registry) {
         if !Arc::ptr_eq(&l, &pl) {
             return Err(einval("Invalid parameters: the parent is in another lvstore"));
         }
-        lvs::set_parent(&l, &v, &pv).await.map_err(err)?;
+        lvs::set_parent(&l, &v, &pv).await.map_err(failed)?;
         Ok(json!(true))
     });
     reg.method("bdev_lvol_set_read_only", |_, p: Params| async move {
         let a: Named = p.parse()?;
         let (_, v) = lvol_by_name(&a.name)?;
-        lvs::set_read_only(&v).await.map_err(err)?;
+        lvs::set_read_only(&v).await.map_err(failed)?;
         Ok(json!(true))
     });
     reg.method("bdev_lvol_rename", |_, p: Params| async move {
         let a: Rename = p.parse()?;
         let (l, v) = lvol_by_name(&a.old_name)?;
-        lvs::rename_lvol(&l, &v, &a.new_name).await.map_err(err)?;
+        lvs::rename_lvol(&l, &v, &a.new_name).await.map_err(failed)?;
         Ok(json!(true))
     });
     reg.method("bdev_lvol_grow_lvstore", |_, p: Params| async move {
         let a: LvsRef = p.parse()?;
         let l = pick_lvs(a.uuid.as_deref(), a.lvs_name.as_deref())?;
-        lvs::grow(&l).await.map_err(err)?;
+        lvs::grow(&l).await.map_err(failed)?;
         Ok(json!(true))
     });
     reg.method("bdev_lvol_rename_lvstore", |_, p: Params| async move {
         let a: Rename = p.parse()?;
-        let l = lvs::by_name(&a.old_name).ok_or_else(|| errno_error(libc::ENODEV, "No such device"))?;
-        lvs::rename_lvstore(&l, &a.new_name).await.map_err(err)?;
+        // ENOENT, as SPDK's answer names.
+        let l = lvs::by_name(&a.old_name)
+            .ok_or_else(|| errno_error(libc::ENOENT, format!("Lvol store {} not found", a.old_name)))?;
+        lvs::rename_lvstore(&l, &a.new_name).await.map_err(failed)?;
         Ok(json!(true))
     });
 }
