@@ -4,11 +4,17 @@
 //! - `nvmf_subsystem_remove_host` destroys the removed host's controllers: with a cntlid range
 //!   of 1-2, rounds of add host / connect / remove host / close leave no controller behind and
 //!   never run out of controller IDs;
+//! - a controller reset (CC.EN 1 -> 0) deletes the I/O queues before CSTS.RDY reads 0 (their
+//!   connections are closed), and after re-enabling QID 1 connects again;
+//! - a shutdown (CC.SHN) closes the I/O queues before CSTS.SHST reads complete.
 
 mod common;
 mod nvmf_common;
 
 use common::TempDir;
+use ferrite_nvmf::spec::opcode::nvm;
+use ferrite_nvmf::spec::registers::{self, shn, shst, Cc, Csts};
+use ferrite_nvmf::tcp::Pdu;
 use ferrite_rpc::client::RpcClient;
 use nvmf_common::*;
 use serde_json::{json, Value};
@@ -173,6 +179,14 @@ fn io_works(q: &mut Host, seed: u64, what: &str) {
     assert_eq!(q.read(1, seed % 64, 1, BS).ok(&format!("{what}: read")).data, data, "{what}: read back");
 }
 
+/// Expects the target to close `h` within [`WITHIN`] without completing anything more.
+fn expect_closed_silently(h: &mut Host, what: &str) {
+    let got = h.expect_closed(WITHIN, what);
+    let answered: Vec<_> =
+        got.iter().filter(|r| matches!(r.pdu, Pdu::CapsuleResp(_) | Pdu::C2hData(_))).map(|r| &r.pdu).collect();
+    assert!(answered.is_empty(), "{what}: the deleted queue still answered: {answered:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // nvmf_subsystem_remove_host
 // ---------------------------------------------------------------------------------------------
@@ -217,5 +231,98 @@ fn remove_host_destroys_its_controllers_ferrite() {
 fn remove_host_destroys_its_controllers_spdk() {
     if let Some((t, _one)) = Target::spdk("nvmflcrmhosts", "remove_host_destroys_its_controllers") {
         remove_host_destroys_its_controllers(t);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Controller reset and shutdown
+// ---------------------------------------------------------------------------------------------
+
+fn cc_enabled() -> Cc {
+    Cc { en: true, iosqes: 6, iocqes: 4, ..Cc::default() }
+}
+
+/// Polls CSTS until `done` says so; panics after [`WITHIN`].
+fn wait_csts(admin: &mut Host, what: &str, done: impl Fn(Csts) -> bool) -> Csts {
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let csts = Csts::from_u32(admin.prop_get(registers::offset::CSTS) as u32);
+        if done(csts) {
+            return csts;
+        }
+        assert!(Instant::now() < deadline, "{what}: CSTS {csts:?} after {WITHIN:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn reset_deletes_the_io_queues(mut t: Target) {
+    let name = t.name();
+    t.subsystem(true, None);
+    let mut s = Session::open(t.port, NQN, 2, HostOpts::default(), 4096);
+    let cntlid = s.cntlid();
+    for (i, q) in s.io.iter_mut().enumerate() {
+        io_works(q, i as u64, &format!("{name}: before the reset"));
+    }
+    // Reset: CC.EN 1 -> 0. Once CSTS.RDY reads 0, the I/O queues are gone.
+    let cc = Cc { en: false, ..cc_enabled() };
+    s.admin.prop_set(registers::offset::CC, u64::from(cc.to_u32())).ok("Property Set CC.EN=0");
+    wait_csts(&mut s.admin, &format!("{name}: reset"), |c| !c.rdy);
+    for (i, q) in s.io.iter_mut().enumerate() {
+        // A read on the old queue gets no answer: the queue is closed.
+        let raw = Host::with_transport_sgl(Host::rw_sqe(nvm::READ, 1, 0, 1), 77, BS);
+        let _ = q.try_send_raw(&q.frame(&Pdu::CapsuleCmd(ferrite_nvmf::tcp::CapsuleCmd { sqe: raw }), &[]));
+        expect_closed_silently(q, &format!("{name}: I/O queue {} after the reset", i + 1));
+    }
+    // Enabled again, the controller takes QID 1 and 2 again.
+    s.admin.enable();
+    for qid in 1..=2u16 {
+        let mut q = Host::io(t.port, NQN, cntlid, qid, HostOpts::default(), 4096);
+        io_works(&mut q, 10 + u64::from(qid), &format!("{name}: QID {qid} after the reset"));
+    }
+    s.admin.keep_alive().ok("admin queue after the reset");
+    if let Tgt::Ferrite(n) = &mut t.tgt {
+        n.assert_alive();
+    }
+}
+
+#[test]
+fn reset_deletes_the_io_queues_ferrite() {
+    reset_deletes_the_io_queues(Target::ferrite("nvmflcreset"));
+}
+
+#[test]
+fn reset_deletes_the_io_queues_spdk() {
+    if let Some((t, _one)) = Target::spdk("nvmflcresets", "reset_deletes_the_io_queues") {
+        reset_deletes_the_io_queues(t);
+    }
+}
+
+fn shutdown_closes_the_io_queues(mut t: Target) {
+    let name = t.name();
+    t.subsystem(true, None);
+    let mut s = Session::open(t.port, NQN, 1, HostOpts::default(), 4096);
+    io_works(&mut s.io[0], 3, &format!("{name}: before the shutdown"));
+    let cc = Cc { shn: shn::NORMAL, ..cc_enabled() };
+    s.admin.prop_set(registers::offset::CC, u64::from(cc.to_u32())).ok("Property Set CC.SHN=01b");
+    wait_csts(&mut s.admin, &format!("{name}: shutdown"), |c| c.shst == shst::COMPLETE);
+    let q = &mut s.io[0];
+    let raw = Host::with_transport_sgl(Host::rw_sqe(nvm::READ, 1, 0, 1), 78, BS);
+    let _ = q.try_send_raw(&q.frame(&Pdu::CapsuleCmd(ferrite_nvmf::tcp::CapsuleCmd { sqe: raw }), &[]));
+    expect_closed_silently(q, &format!("{name}: I/O queue after the shutdown"));
+    s.admin.prop_get(registers::offset::CSTS);
+    if let Tgt::Ferrite(n) = &mut t.tgt {
+        n.assert_alive();
+    }
+}
+
+#[test]
+fn shutdown_closes_the_io_queues_ferrite() {
+    shutdown_closes_the_io_queues(Target::ferrite("nvmflcshn"));
+}
+
+#[test]
+fn shutdown_closes_the_io_queues_spdk() {
+    if let Some((t, _one)) = Target::spdk("nvmflcshns", "shutdown_closes_the_io_queues") {
+        shutdown_closes_the_io_queues(t);
     }
 }
