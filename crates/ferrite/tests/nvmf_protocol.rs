@@ -1426,16 +1426,56 @@ fn fused_commands_pair_by_submission_order_not_by_data_arrival() {
 /// Fabrics commands have no PSDT: byte 1 of a Fabrics command is reserved (NVMe-oF 1.1,
 /// "Fabrics Command" figure), so 0 there is what the spec says to send (and what
 /// `ConnectCommand::encode` writes). SPDK's target reads SGL1 without looking at byte 1.
+/// PSDT other than 01b (SGLs) fails as Invalid Field with DNR on every queue and command kind,
+/// Fabrics ones included (as Linux's nvmet answers; Linux's, SPDK's and Ferrite's hosts send
+/// 01b everywhere), and the queue goes on serving.
 #[test]
-fn connect_with_byte_1_zero_as_the_fabrics_command_format_has_it() {
+fn psdt_other_than_sgl_is_an_invalid_field() {
     let (_dir, mut n) = setup("nvmfpsdt", "0x1", json!({}));
+    let invalid = (sct::GENERIC, generic::INVALID_FIELD);
+    let with_psdt = |mut raw: [u8; 64], psdt: u8, cid: u16| {
+        raw[1] = (raw[1] & 0x3f) | psdt << 6;
+        raw[2..4].copy_from_slice(&cid.to_le_bytes());
+        raw
+    };
+    // Connect (admin queue, before any controller exists).
     let mut h = Host::initialized(n.port, HostOpts::default());
-    let (mut raw, data) = h.connect_capsule(SUBNQN, 0, CNTLID_DYNAMIC);
-    assert_eq!(raw[1], 0, "ConnectCommand::encode leaves the reserved byte 1 zero");
-    raw[2..4].copy_from_slice(&9u16.to_le_bytes());
-    h.send_capsule(&raw, &data);
-    let c = h.wait(9);
-    assert!(c.cqe.status.is_success(), "Connect with byte 1 = 0 (reserved in a Fabrics command) failed: {:?}", c.cqe);
+    let (raw, data) = h.connect_capsule(SUBNQN, 0, CNTLID_DYNAMIC);
+    assert_eq!(raw[1], 0x40, "the test host's Connect has PSDT 01b");
+    for (k, psdt) in [0b00u8, 0b10, 0b11].into_iter().enumerate() {
+        let cid = 9 + k as u16;
+        h.send_capsule(&with_psdt(raw, psdt, cid), &data);
+        let c = h.wait(cid);
+        assert_eq!(status(&c), invalid, "Connect with PSDT {psdt:02b}: {:?}", c.cqe);
+        assert!(c.cqe.status.dnr, "Connect with PSDT {psdt:02b}: DNR");
+    }
+    h.connect(SUBNQN, 0, CNTLID_DYNAMIC).ok("Connect with PSDT 01b after the refused ones");
+    h.enable();
+    // Property Get, an admin command, then an I/O command.
+    let mut pg = [0u8; 64];
+    ferrite_nvmf::spec::fabrics::PropertyGetCommand {
+        cid: 0,
+        size: ferrite_nvmf::spec::fabrics::PROPERTY_SIZE_4,
+        ofst: registers::offset::CSTS,
+    }
+    .encode(&mut pg);
+    let ka = Host::sqe(ferrite_nvmf::spec::opcode::admin::KEEP_ALIVE, 0, |_| {});
+    for (what, raw) in [("Property Get", pg), ("Keep Alive", ka)] {
+        for psdt in [0b00u8, 0b10, 0b11] {
+            h.send_capsule(&with_psdt(raw, psdt, 40 + u16::from(psdt)), &[]);
+            let c = h.wait(40 + u16::from(psdt));
+            assert_eq!(status(&c), invalid, "{what} with PSDT {psdt:02b}: {:?}", c.cqe);
+        }
+    }
+    h.keep_alive().ok("admin queue after the refused commands");
+    let mut q = Host::io(n.port, SUBNQN, h.cntlid, 1, HostOpts::default(), 4096);
+    let read = Host::with_transport_sgl(Host::rw_sqe(nvm::READ, NS4K, 0, 1), 0, 4096);
+    for psdt in [0b00u8, 0b10, 0b11] {
+        q.send_capsule(&with_psdt(read, psdt, 60 + u16::from(psdt)), &[]);
+        let c = q.wait(60 + u16::from(psdt));
+        assert_eq!(status(&c), invalid, "Read with PSDT {psdt:02b}: {:?}", c.cqe);
+    }
+    assert_eq!(q.read(NS4K, 0, 1, 4096).ok("Read with PSDT 01b").data.len(), 4096);
     still_serves(&mut n, 180);
 }
 

@@ -15,6 +15,9 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// PSDT of every command over fabrics: 01b, SGLs with a contiguous metadata buffer.
+const PSDT_SGL: u8 = 0b01;
+
 /// Where a capsule's data goes, for the reader (None: nothing to receive now).
 pub(crate) type DataDest = Option<super::qpair::DestCmd>;
 
@@ -39,8 +42,7 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
     let fuse = Fuse::from_bits(raw[Sqe::OFFSET_FLAGS]);
     let xfer = xfer_of(raw);
     let admin = c.qid().is_none_or(|q| q == 0);
-    // Over fabrics the data pointer is SGL1 whatever PSDT says (byte 1 is reserved in Fabrics
-    // commands, and SPDK reads SGL1 without looking at it).
+    // Over fabrics the data pointer is always SGL1 (PSDT must say so: checked below).
     let sgl1: &[u8; SglDescriptor::SIZE] =
         raw[Sqe::OFFSET_DPTR..Sqe::OFFSET_DPTR + SglDescriptor::SIZE].try_into().expect("16 bytes");
     let sgl = SglFields::read(sgl1);
@@ -63,6 +65,19 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
         // Any in-capsule data is read and dropped.
         Ok(None)
     };
+    if raw[Sqe::OFFSET_FLAGS] >> 6 != PSDT_SGL {
+        // NVMe over Fabrics: PSDT is 01b (SGLs, MPTR a contiguous buffer) in every command,
+        // Fabrics commands included; Linux's nvmet refuses anything else the same way, and
+        // Linux's, SPDK's and Ferrite's hosts all send 01b. SPDK's target does not look.
+        let cid = c.cmds.borrow()[usize::from(slot)].sqe.cid;
+        ferrite_reactor::log_limited!(
+            log::Level::Info,
+            "nvmf connection {}: command {opc:#04x} cid {cid} with PSDT {:02b}, not 01b (SGL)",
+            c.id,
+            raw[Sqe::OFFSET_FLAGS] >> 6
+        );
+        return fail(Status::generic(generic::INVALID_FIELD).with_dnr());
+    }
     if !sgl_ok {
         let cid = c.cmds.borrow()[usize::from(slot)].sqe.cid;
         let sgl = SglDescriptor::decode(sgl1);
