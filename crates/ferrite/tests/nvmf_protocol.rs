@@ -983,6 +983,53 @@ fn h2c_data_outside_an_r2t_closes_the_connection() {
     still_serves(&mut n, 70);
 }
 
+/// LAST_PDU is set on the H2CData PDU that ends the R2T's range and on no other: complete data
+/// without it, or LAST_PDU on a PDU that leaves data missing, is an Invalid PDU Header Field
+/// at FLAGS (FES 01h, FEI 1) and closes the connection at once (not after the data timeout);
+/// the same data split over two PDUs with LAST_PDU on the second is written.
+#[test]
+fn h2c_data_last_pdu_must_mark_the_end_of_the_transfer() {
+    let (_dir, mut n) = setup("nvmflastpdu", "0x1", json!({}));
+    let data = pattern(6, 16384);
+    // (DATAO, DATAL, LAST_PDU) of each H2CData PDU.
+    type Pdus = &'static [(u32, u32, bool)];
+    let cases: [(&str, Pdus); 2] =
+        [("all the data without LAST_PDU", &[(0, 16384, false)]), ("LAST_PDU half-way", &[(0, 8192, true)])];
+    for (what, pdus) in cases {
+        let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+        let q = &mut s.io[0];
+        let cid = q.submit(Host::rw_sqe(nvm::WRITE, NS4K, 0, 4), Some(&data), 0);
+        let Pdu::R2t(t) = q.recv().unwrap_or_else(|e| panic!("{what}: no R2T: {e:?}")).pdu else {
+            panic!("{what}: expected an R2T")
+        };
+        for &(datao, datal, last) in pdus {
+            let h = H2cData { cccid: cid, ttag: t.ttag, datao, datal, last };
+            let _ = q.try_send_raw(&q.frame(&Pdu::H2cData(h), &[&data[datao as usize..(datao + datal) as usize]]));
+        }
+        let start = Instant::now();
+        let got = q.expect_closed(CLOSE, what);
+        let term = got.iter().find_map(|r| if let Pdu::C2hTermReq(t) = r.pdu { Some(t) } else { None });
+        let term = term.unwrap_or_else(|| panic!("{what}: no C2HTermReq before the close; got {got:?}"));
+        assert_eq!((term.fes, term.fei), (Fes::InvalidHeaderField.to_u16(), 1), "{what}: FES/FEI");
+        assert!(!got.iter().any(|r| matches!(r.pdu, Pdu::CapsuleResp(_))), "{what}: the write completed: {got:?}");
+        println!("{what}: C2HTermReq after {:?}", start.elapsed());
+        s.admin.keep_alive().ok("admin queue after its I/O queue was closed");
+    }
+    // Two PDUs, LAST_PDU on the second only: written.
+    let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+    let q = &mut s.io[0];
+    let raw = Host::with_transport_sgl(Host::rw_sqe(nvm::WRITE, NS4K, 8, 4), 0x56, 16384);
+    q.send_capsule(&raw, &[]);
+    let Pdu::R2t(t) = q.recv().expect("R2T").pdu else { panic!("expected an R2T") };
+    for (datao, last) in [(0u32, false), (8192, true)] {
+        let h = H2cData { cccid: 0x56, ttag: t.ttag, datao, datal: 8192, last };
+        q.send_pdu(&Pdu::H2cData(h), &[&data[datao as usize..datao as usize + 8192]]);
+    }
+    q.wait(0x56).ok("write in two H2CData PDUs");
+    assert_eq!(q.read(NS4K, 8, 4, 4096).ok("read back").data, data);
+    still_serves(&mut n, 75);
+}
+
 #[test]
 fn wrong_data_digest_fails_the_command_and_keeps_the_connection() {
     let (_dir, mut n) = setup("nvmfddgst", "0x1", json!({}));
