@@ -58,6 +58,8 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
     let limit = if admin { MAX_ADMIN_DATA.max(c.opts.max_io_size) } else { c.opts.max_io_size };
     let slot = c.new_cmd(raw, if sgl_ok { xfer } else { Xfer::None }, if sgl_ok { len } else { 0 });
     let Some(slot) = slot else {
+        // The host broke SQ flow control: a transport error, reported before the close.
+        c.pending_term.set(Some(crate::tcp::PduError::QueueFull { entries: c.sq_entries.get() }));
         return Err(format!("the host sent more commands than its queue holds ({}); closing", c.sq_entries.get()));
     };
     let fail = |status: Status| -> Result<DataDest, String> {

@@ -209,7 +209,7 @@ pub(crate) struct Conn {
     /// The batch being sent: tick it started, bytes.
     sending: Cell<Option<(u64, usize)>>,
     /// A protocol error found past the decoder, to report in a C2HTermReq.
-    pending_term: Cell<Option<PduError>>,
+    pub(crate) pending_term: Cell<Option<PduError>>,
     /// In-capsule data limit to apply from the next capsule (set by Connect).
     icd_limit: Cell<Option<u32>>,
     /// Bytes of write buffers given to commands whose R2T went out and whose data is not all
