@@ -1262,10 +1262,12 @@ fn on_header(c: &Rc<Conn>, dec: &mut Decoder, h: crate::tcp::Header) -> Result<O
                     // one R2T per command), and only that one. Without it the target would
                     // take complete data from a host that says more follows, and an early
                     // one left the command waiting for data the host will never send.
-                    Some(x) if d.last != (d.datao + d.datal == x.len) => Some(PduError::Flags {
-                        pdu_type: PduType::H2cData,
-                        flags: dec.received_header().get(usize::from(offset::FLAGS)).copied().unwrap_or(0),
-                    }),
+                    Some(x) if d.last != (u64::from(d.datao) + u64::from(d.datal) == u64::from(x.len)) => {
+                        Some(PduError::Flags {
+                            pdu_type: PduType::H2cData,
+                            flags: dec.received_header().get(usize::from(offset::FLAGS)).copied().unwrap_or(0),
+                        })
+                    }
                     Some(_) => None,
                 }
             };
