@@ -7,7 +7,10 @@
 #   7 native multipath over two listeners while the host flips ANA states, 8 the daemon killed
 #   and restarted while connected: the kernel reconnects and I/O goes on, 9 a thin lvol and
 #   its snapshot: the snapshot's disk is read-only, a write to a full lvstore fails ENOSPC,
-#   the lvol made read-only while connected turns its disk read-only.
+#   the lvol made read-only while connected turns its disk read-only, 10 `nvme reset` during
+#   fio verify: no error, the queues come back, 11 the host NQN removed from NQN2 (listed hosts
+#   only) and added back RMHOST_ROUNDS times while the kernel reconnects: the target's controller
+#   count is back to zero after each removal, and I/O works after each reconnect.
 # Asks the host for RPCs through the shared folder (/host/req-N -> /host/ack-N).
 set -u
 export LC_ALL=C
@@ -363,6 +366,65 @@ if runs 9; then
   fi
   nvme disconnect -n "$NQN" || fail "nvme disconnect after the lvol step"
   wait_no_ctrl || fail "controllers still present after disconnect (lvol step)"
+fi
+# ------------------------------------------------------------------ 10. reset during fio verify
+# After the kernel-log check: a reset is logged by the kernel.
+if runs 10; then
+  step "10. nvme reset while fio verify runs"
+  nvme connect $A -s "$PORT" -n "$NQN" || fail "nvme connect (reset step)"
+  D1=$(wait_ns 1) || fail "namespace 1 did not appear (reset step)"
+  C=$(ctrl_of "$PORT"); [ -n "$C" ] || fail "no controller for port $PORT (reset step)"
+  fio --name=reset --filename="$D1" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+    --iodepth=16 --numjobs=2 --size=8M --offset_increment=8M --verify=crc32c \
+    --verify_fatal=1 --do_verify=1 --group_reporting --eta=never --output=/tmp/fio.out &
+  FIO=$!
+  sleep 2
+  kill -0 $FIO 2>/dev/null || bad "fio ended before the reset (the reset raced nothing)"
+  resets=$(dmesg | grep -c 'resetting controller')
+  ioerrs=$(dmesg | grep -cE 'I/O error|blk_update_request|Buffer I/O')
+  nvme reset /dev/$C || fail "nvme reset /dev/$C"
+  wait $FIO
+  rc=$?
+  grep -E 'err=|write:|read:|verify|IOPS' /tmp/fio.out | head -12
+  [ $rc = 0 ] || { cat /tmp/fio.out; fail "fio across the reset exited $rc"; }
+  grep -q ' err= 0' /tmp/fio.out || { cat /tmp/fio.out; fail "fio across the reset reported errors"; }
+  [ "$(dmesg | grep -c 'resetting controller')" -gt "$resets" ] || bad "no 'resetting controller' in dmesg"
+  [ "$(cat /sys/class/nvme/$C/state)" = live ] || fail "controller $C is $(cat /sys/class/nvme/$C/state) after the reset"
+  [ "$(ls -d /sys/class/nvme/$C/nvme*c*n* 2>/dev/null | wc -l)" -ge 2 ] || bad "namespaces missing after the reset"
+  host_do qpairs
+  roundtrip "$D1" 4
+  [ "$(dmesg | grep -cE 'I/O error|blk_update_request|Buffer I/O')" = "$ioerrs" ] ||
+    bad "the kernel reported I/O errors across the reset: $(dmesg | grep -E 'I/O error|blk_update_request|Buffer I/O' | tail -n 3)"
+  ok "nvme reset during fio verify: no error, the controller is live and I/O works"
+  nvme disconnect -n "$NQN" || fail "nvme disconnect (reset step)"
+  wait_no_ctrl || fail "controllers still present after disconnect (reset step)"
+fi
+# ------------------------------------------------------------------ 11. remove_host rounds
+if runs 11; then
+  HN=$(cat /etc/nvme/hostnqn)
+  step "11. $HN removed from $NQN2 and added back, $RMHOST_ROUNDS times, while the kernel reconnects"
+  host_do add_host "$HN"
+  nvme connect $A -s "$PORT" -n "$NQN2" --reconnect-delay=1 --ctrl-loss-tmo=600 || fail "nvme connect $NQN2"
+  D=$(wait_ns 1) || fail "the namespace of $NQN2 did not appear"
+  C2=
+  for c in /sys/class/nvme/nvme*; do [ "$(cat "$c/subsysnqn")" = "$NQN2" ] && C2=${c##*/}; done
+  [ -n "$C2" ] || fail "no controller of $NQN2"
+  dd if=/dev/urandom of=/tmp/src bs=4k count=1 status=none
+  dd if=/tmp/src of="$D" bs=4k oflag=direct status=none || fail "dd write to $D"
+  for round in $(seq "$RMHOST_ROUNDS"); do
+    # The host waits until the target lists no controller of NQN2 (fails the request if not).
+    host_do remove_host "$HN"
+    host_do add_host "$HN"
+    for _ in $(seq 300); do [ "$(cat /sys/class/nvme/$C2/state)" = live ] && break; sleep 0.1; done
+    st=$(cat /sys/class/nvme/$C2/state)
+    [ "$st" = live ] || fail "round $round: $C2 is $st 30 s after the host was added back"
+    dd if="$D" of=/tmp/dst bs=4k count=1 iflag=direct status=none || fail "round $round: dd read from $D"
+    cmp -s /tmp/src /tmp/dst || fail "round $round: $D reads back other data"
+    [ $((round % 10)) = 0 ] && echo "  round $round: no controller left after the removal; reconnected; data intact"
+  done
+  ok "$RMHOST_ROUNDS removals: no controller left after each, the kernel reconnected after each"
+  nvme disconnect -n "$NQN2" || fail "nvme disconnect $NQN2"
+  wait_no_ctrl || fail "controllers still present after disconnect (remove_host step)"
 fi
 if [ ${#FAILED[@]} != 0 ]; then
   printf 'FAIL: %s\n' "${FAILED[@]}"

@@ -4,13 +4,16 @@
 # round trips, fio verify on several queues, header/data digests, namespace hot add/remove
 # (AEN), native multipath across two listeners while ANA states flip, the daemon killed and
 # restarted while the guest is connected, an lvol snapshot's namespace read-only and a full
-# thin lvol's writes ENOSPC (tests/vm/guest-nvmf.sh).
+# thin lvol's writes ENOSPC, `nvme reset` during fio verify, and the guest's host NQN removed
+# from a subsystem that allows only listed hosts and added back, 100 times, while the kernel
+# reconnects (tests/vm/guest-nvmf.sh).
 # The guest asks for RPCs through the shared folder: it writes req-N, this script runs the RPC
 # and answers ack-N with its exit code. Prints SKIP with the reason when the guest cannot run.
 # Usage: tests/vm/nvmf-guest.sh [FERRITE_BINARY]
-# env: NVMF_GUEST_STEPS="1 2 3 4 5 6 7 8 9" (which guest steps run; connect always does),
+# env: NVMF_GUEST_STEPS="1 2 3 4 5 6 7 8 9 10 11" (which guest steps run; connect always does),
+#      NVMF_GUEST_RMHOST_ROUNDS=100 (step 11's rounds),
 #      NVMF_GUEST_ANA=1 (0: the subsystem without ANA reporting; no ANA checks or flips),
-#      NVMF_GUEST_LOG_LEVEL=debug (the daemon's), TMO=240 (seconds),
+#      NVMF_GUEST_LOG_LEVEL=debug (the daemon's), TMO=900 (seconds),
 #      NVMF_GUEST_TARGET=spdk (SPDK's nvmf_tgt from ../shared/anchors as the target instead, as a
 #      reference for the same checks; ferrite is still the RPC client).
 # The console and the daemon's log are kept in target/nvmf-guest/.
@@ -29,6 +32,8 @@ PORT=${NVMF_PORT:-$(free_port)}
 PORT2=${NVMF_PORT2:-$(free_port)}
 while [ "$PORT2" = "$PORT" ]; do PORT2=$(free_port); done
 NQN=nqn.2016-06.io.spdk:ferrite-guest
+# Step 11's subsystem: listed hosts only.
+NQN2=nqn.2016-06.io.spdk:ferrite-guest-hosts
 SN=FERRITE0000000000042
 MN="Ferrite guest test"
 # ANA reporting (NVMF_GUEST_ANA=0 turns it off, to tell ANA problems from the rest).
@@ -67,6 +72,10 @@ listener() { echo "{\"trtype\":\"tcp\",\"adrfam\":\"ipv4\",\"traddr\":\"127.0.0.
   rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"Nvmf4k\",\"nsid\":2}}"
   rpc nvmf_subsystem_add_listener "{\"nqn\":\"$NQN\",\"listen_address\":$(listener "$PORT")}"
   rpc nvmf_subsystem_add_listener "{\"nqn\":\"$NQN\",\"listen_address\":$(listener "$PORT2")}"
+  rpc bdev_malloc_create --name NvmfHosts --num-blocks 2048 --block-size 4096
+  rpc nvmf_create_subsystem "{\"nqn\":\"$NQN2\",\"serial_number\":\"FERRITE0000000000043\",\"allow_any_host\":false}"
+  rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN2\",\"namespace\":{\"bdev_name\":\"NvmfHosts\",\"nsid\":1}}"
+  rpc nvmf_subsystem_add_listener "{\"nqn\":\"$NQN2\",\"listen_address\":$(listener "$PORT")}"
 } >/dev/null
 echo "nvmf-guest: $NQN on 127.0.0.1:$PORT and :$PORT2 (daemon pid $PID, log $LOGS/daemon.log)"
 
@@ -110,6 +119,22 @@ print("host: qpairs (cntlid, qid, poll group):", sorted((x["cntlid"], x["qid"], 
           # The thin lvol made read-only while the guest has it.
           rpc bdev_lvol_set_read_only --name lvs0/thin >/dev/null
           rc=$?;;
+        add_host)
+          rpc nvmf_subsystem_add_host "{\"nqn\":\"$NQN2\",\"host\":\"$a\"}" >/dev/null
+          rc=$?;;
+        remove_host)
+          # The host goes, and with it its controllers: none may be left (within 10 s).
+          rpc nvmf_subsystem_remove_host "{\"nqn\":\"$NQN2\",\"host\":\"$a\"}" >/dev/null
+          rc=$?
+          if [ $rc = 0 ]; then
+            rc=1
+            for _ in $(seq 100); do
+              left=$(rpc nvmf_subsystem_get_controllers --nqn "$NQN2" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)))')
+              [ "$left" = 0 ] && { rc=0; break; }
+              sleep 0.1
+            done
+            [ $rc = 0 ] || echo "host: $left controllers of $NQN2 left 10 s after nvmf_subsystem_remove_host"
+          fi;;
         ana)
           rpc nvmf_subsystem_listener_set_ana_state \
             "{\"nqn\":\"$NQN\",\"listen_address\":$(listener "$a"),\"ana_state\":\"$b\"}" >/dev/null
@@ -142,15 +167,15 @@ SERVER=$!
 
 GUEST=$TMP/guest.sh
 {
-  echo "PORT=$PORT PORT2=$PORT2 NQN='$NQN' SN='$SN' MN='$MN'"
+  echo "PORT=$PORT PORT2=$PORT2 NQN='$NQN' NQN2='$NQN2' SN='$SN' MN='$MN' RMHOST_ROUNDS=${NVMF_GUEST_RMHOST_ROUNDS:-100}"
   # Steps 8 (a daemon restart) and 9 (the statuses of a full and a read-only lvol) are
   # Ferrite's only.
-  default_steps="1 2 3 4 5 6 7$([ "${NVMF_GUEST_TARGET:-ferrite}" = spdk ] || echo " 8 9")"
+  default_steps="1 2 3 4 5 6 7$([ "${NVMF_GUEST_TARGET:-ferrite}" = spdk ] || echo " 8 9") 10 11"
   echo "STEPS='${NVMF_GUEST_STEPS:-$default_steps}' ANA=$ANA"
   cat "$ROOT/tests/vm/guest-nvmf.sh"
 } >"$GUEST"
 rc=0
-"$VM/run-guest.sh" -t "${TMO:-240}" -s "$SHARE" -l "$LOGS/console.log" "$GUEST" || rc=$?
+"$VM/run-guest.sh" -t "${TMO:-900}" -s "$SHARE" -l "$LOGS/console.log" "$GUEST" || rc=$?
 if ! kill -0 "$(cat "$TMP/pid")" 2>/dev/null; then
   echo "nvmf-guest: FAIL: the daemon died; last lines of $LOGS/daemon.log:"
   tail -n 40 "$LOGS/daemon.log"

@@ -983,6 +983,53 @@ fn h2c_data_outside_an_r2t_closes_the_connection() {
     still_serves(&mut n, 70);
 }
 
+/// LAST_PDU is set on the H2CData PDU that ends the R2T's range and on no other: complete data
+/// without it, or LAST_PDU on a PDU that leaves data missing, is an Invalid PDU Header Field
+/// at FLAGS (FES 01h, FEI 1) and closes the connection at once (not after the data timeout);
+/// the same data split over two PDUs with LAST_PDU on the second is written.
+#[test]
+fn h2c_data_last_pdu_must_mark_the_end_of_the_transfer() {
+    let (_dir, mut n) = setup("nvmflastpdu", "0x1", json!({}));
+    let data = pattern(6, 16384);
+    // (DATAO, DATAL, LAST_PDU) of each H2CData PDU.
+    type Pdus = &'static [(u32, u32, bool)];
+    let cases: [(&str, Pdus); 2] =
+        [("all the data without LAST_PDU", &[(0, 16384, false)]), ("LAST_PDU half-way", &[(0, 8192, true)])];
+    for (what, pdus) in cases {
+        let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+        let q = &mut s.io[0];
+        let cid = q.submit(Host::rw_sqe(nvm::WRITE, NS4K, 0, 4), Some(&data), 0);
+        let Pdu::R2t(t) = q.recv().unwrap_or_else(|e| panic!("{what}: no R2T: {e:?}")).pdu else {
+            panic!("{what}: expected an R2T")
+        };
+        for &(datao, datal, last) in pdus {
+            let h = H2cData { cccid: cid, ttag: t.ttag, datao, datal, last };
+            let _ = q.try_send_raw(&q.frame(&Pdu::H2cData(h), &[&data[datao as usize..(datao + datal) as usize]]));
+        }
+        let start = Instant::now();
+        let got = q.expect_closed(CLOSE, what);
+        let term = got.iter().find_map(|r| if let Pdu::C2hTermReq(t) = r.pdu { Some(t) } else { None });
+        let term = term.unwrap_or_else(|| panic!("{what}: no C2HTermReq before the close; got {got:?}"));
+        assert_eq!((term.fes, term.fei), (Fes::InvalidHeaderField.to_u16(), 1), "{what}: FES/FEI");
+        assert!(!got.iter().any(|r| matches!(r.pdu, Pdu::CapsuleResp(_))), "{what}: the write completed: {got:?}");
+        println!("{what}: C2HTermReq after {:?}", start.elapsed());
+        s.admin.keep_alive().ok("admin queue after its I/O queue was closed");
+    }
+    // Two PDUs, LAST_PDU on the second only: written.
+    let mut s = Session::open(n.port, SUBNQN, 1, HostOpts::default(), 4096);
+    let q = &mut s.io[0];
+    let raw = Host::with_transport_sgl(Host::rw_sqe(nvm::WRITE, NS4K, 8, 4), 0x56, 16384);
+    q.send_capsule(&raw, &[]);
+    let Pdu::R2t(t) = q.recv().expect("R2T").pdu else { panic!("expected an R2T") };
+    for (datao, last) in [(0u32, false), (8192, true)] {
+        let h = H2cData { cccid: 0x56, ttag: t.ttag, datao, datal: 8192, last };
+        q.send_pdu(&Pdu::H2cData(h), &[&data[datao as usize..datao as usize + 8192]]);
+    }
+    q.wait(0x56).ok("write in two H2CData PDUs");
+    assert_eq!(q.read(NS4K, 8, 4, 4096).ok("read back").data, data);
+    still_serves(&mut n, 75);
+}
+
 #[test]
 fn wrong_data_digest_fails_the_command_and_keeps_the_connection() {
     let (_dir, mut n) = setup("nvmfddgst", "0x1", json!({}));
@@ -1080,24 +1127,11 @@ fn more_commands_than_the_queue_holds() {
         let r = q.recv().unwrap_or_else(|e| panic!("R2T {i}: {e:?}"));
         assert!(matches!(r.pdu, Pdu::R2t(_)), "R2T {i}: {:?}", r.pdu);
     }
-    // A fifth: the target may fail it or close the queue; it must neither hang nor crash.
+    // A fifth breaks SQ flow control: a C2HTermReq (PDU Sequence Error), then the close.
     let _ = q.try_send_raw(
         &q.frame(&Pdu::CapsuleCmd(ferrite_nvmf::tcp::CapsuleCmd { sqe: Host::rw_sqe(nvm::READ, NS4K, 0, 1) }), &[]),
     );
-    q.s.set_read_timeout(Some(CLOSE)).unwrap();
-    match q.recv() {
-        Ok(r) => match r.pdu {
-            Pdu::CapsuleResp(c) => {
-                let cqe = ferrite_nvmf::spec::cqe::Cqe::decode(&c.cqe);
-                assert!(!cqe.status.is_success(), "the fifth command of a 4-entry queue succeeded: {cqe:?}");
-                println!("fifth command: {cqe:?}");
-            }
-            Pdu::C2hTermReq(t) => println!("fifth command: C2HTermReq FES {:#x}", t.fes),
-            other => panic!("fifth command: unexpected {other:?}"),
-        },
-        Err(RecvError::Closed) => println!("fifth command: connection closed"),
-        Err(e) => panic!("fifth command: neither an answer nor a close within {CLOSE:?}: {e:?}"),
-    }
+    expect_term_req(&mut q, Fes::PduSequenceError, "a fifth command on a 4-entry queue");
     drop(q);
     drop(admin);
     still_serves(&mut n, 100);
@@ -1426,16 +1460,56 @@ fn fused_commands_pair_by_submission_order_not_by_data_arrival() {
 /// Fabrics commands have no PSDT: byte 1 of a Fabrics command is reserved (NVMe-oF 1.1,
 /// "Fabrics Command" figure), so 0 there is what the spec says to send (and what
 /// `ConnectCommand::encode` writes). SPDK's target reads SGL1 without looking at byte 1.
+/// PSDT other than 01b (SGLs) fails as Invalid Field with DNR on every queue and command kind,
+/// Fabrics ones included (as Linux's nvmet answers; Linux's, SPDK's and Ferrite's hosts send
+/// 01b everywhere), and the queue goes on serving.
 #[test]
-fn connect_with_byte_1_zero_as_the_fabrics_command_format_has_it() {
+fn psdt_other_than_sgl_is_an_invalid_field() {
     let (_dir, mut n) = setup("nvmfpsdt", "0x1", json!({}));
+    let invalid = (sct::GENERIC, generic::INVALID_FIELD);
+    let with_psdt = |mut raw: [u8; 64], psdt: u8, cid: u16| {
+        raw[1] = (raw[1] & 0x3f) | psdt << 6;
+        raw[2..4].copy_from_slice(&cid.to_le_bytes());
+        raw
+    };
+    // Connect (admin queue, before any controller exists).
     let mut h = Host::initialized(n.port, HostOpts::default());
-    let (mut raw, data) = h.connect_capsule(SUBNQN, 0, CNTLID_DYNAMIC);
-    assert_eq!(raw[1], 0, "ConnectCommand::encode leaves the reserved byte 1 zero");
-    raw[2..4].copy_from_slice(&9u16.to_le_bytes());
-    h.send_capsule(&raw, &data);
-    let c = h.wait(9);
-    assert!(c.cqe.status.is_success(), "Connect with byte 1 = 0 (reserved in a Fabrics command) failed: {:?}", c.cqe);
+    let (raw, data) = h.connect_capsule(SUBNQN, 0, CNTLID_DYNAMIC);
+    assert_eq!(raw[1], 0x40, "the test host's Connect has PSDT 01b");
+    for (k, psdt) in [0b00u8, 0b10, 0b11].into_iter().enumerate() {
+        let cid = 9 + k as u16;
+        h.send_capsule(&with_psdt(raw, psdt, cid), &data);
+        let c = h.wait(cid);
+        assert_eq!(status(&c), invalid, "Connect with PSDT {psdt:02b}: {:?}", c.cqe);
+        assert!(c.cqe.status.dnr, "Connect with PSDT {psdt:02b}: DNR");
+    }
+    h.connect(SUBNQN, 0, CNTLID_DYNAMIC).ok("Connect with PSDT 01b after the refused ones");
+    h.enable();
+    // Property Get, an admin command, then an I/O command.
+    let mut pg = [0u8; 64];
+    ferrite_nvmf::spec::fabrics::PropertyGetCommand {
+        cid: 0,
+        size: ferrite_nvmf::spec::fabrics::PROPERTY_SIZE_4,
+        ofst: registers::offset::CSTS,
+    }
+    .encode(&mut pg);
+    let ka = Host::sqe(ferrite_nvmf::spec::opcode::admin::KEEP_ALIVE, 0, |_| {});
+    for (what, raw) in [("Property Get", pg), ("Keep Alive", ka)] {
+        for psdt in [0b00u8, 0b10, 0b11] {
+            h.send_capsule(&with_psdt(raw, psdt, 40 + u16::from(psdt)), &[]);
+            let c = h.wait(40 + u16::from(psdt));
+            assert_eq!(status(&c), invalid, "{what} with PSDT {psdt:02b}: {:?}", c.cqe);
+        }
+    }
+    h.keep_alive().ok("admin queue after the refused commands");
+    let mut q = Host::io(n.port, SUBNQN, h.cntlid, 1, HostOpts::default(), 4096);
+    let read = Host::with_transport_sgl(Host::rw_sqe(nvm::READ, NS4K, 0, 1), 0, 4096);
+    for psdt in [0b00u8, 0b10, 0b11] {
+        q.send_capsule(&with_psdt(read, psdt, 60 + u16::from(psdt)), &[]);
+        let c = q.wait(60 + u16::from(psdt));
+        assert_eq!(status(&c), invalid, "Read with PSDT {psdt:02b}: {:?}", c.cqe);
+    }
+    assert_eq!(q.read(NS4K, 0, 1, 4096).ok("Read with PSDT 01b").data.len(), 4096);
     still_serves(&mut n, 180);
 }
 

@@ -657,7 +657,7 @@ impl Host {
     // ----------------------------------------------------------------- Fabrics
 
     /// The Connect command and data for this host (queue `qid`, controller `cntlid`, SQSIZE
-    /// and KATO from the options).
+    /// and KATO from the options; PSDT 01b).
     pub fn connect_capsule(&self, subnqn: &str, qid: u16, cntlid: u16) -> ([u8; 64], [u8; 1024]) {
         let mut raw = [0u8; 64];
         ConnectCommand {
@@ -670,6 +670,8 @@ impl Host {
             kato: if qid == 0 { self.opts.kato } else { 0 },
         }
         .encode(&mut raw);
+        // PSDT 01b (SGL), as Linux's and SPDK's hosts send in every command.
+        raw[1] = 0x40;
         let data = ConnectData {
             hostid: self.hostid,
             cntlid,

@@ -15,6 +15,9 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// PSDT of every command over fabrics: 01b, SGLs with a contiguous metadata buffer.
+const PSDT_SGL: u8 = 0b01;
+
 /// Where a capsule's data goes, for the reader (None: nothing to receive now).
 pub(crate) type DataDest = Option<super::qpair::DestCmd>;
 
@@ -39,8 +42,7 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
     let fuse = Fuse::from_bits(raw[Sqe::OFFSET_FLAGS]);
     let xfer = xfer_of(raw);
     let admin = c.qid().is_none_or(|q| q == 0);
-    // Over fabrics the data pointer is SGL1 whatever PSDT says (byte 1 is reserved in Fabrics
-    // commands, and SPDK reads SGL1 without looking at it).
+    // Over fabrics the data pointer is always SGL1 (PSDT must say so: checked below).
     let sgl1: &[u8; SglDescriptor::SIZE] =
         raw[Sqe::OFFSET_DPTR..Sqe::OFFSET_DPTR + SglDescriptor::SIZE].try_into().expect("16 bytes");
     let sgl = SglFields::read(sgl1);
@@ -56,6 +58,8 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
     let limit = if admin { MAX_ADMIN_DATA.max(c.opts.max_io_size) } else { c.opts.max_io_size };
     let slot = c.new_cmd(raw, if sgl_ok { xfer } else { Xfer::None }, if sgl_ok { len } else { 0 });
     let Some(slot) = slot else {
+        // The host broke SQ flow control: a transport error, reported before the close.
+        c.pending_term.set(Some(crate::tcp::PduError::QueueFull { entries: c.sq_entries.get() }));
         return Err(format!("the host sent more commands than its queue holds ({}); closing", c.sq_entries.get()));
     };
     let fail = |status: Status| -> Result<DataDest, String> {
@@ -63,6 +67,19 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
         // Any in-capsule data is read and dropped.
         Ok(None)
     };
+    if raw[Sqe::OFFSET_FLAGS] >> 6 != PSDT_SGL {
+        // NVMe over Fabrics: PSDT is 01b (SGLs, MPTR a contiguous buffer) in every command,
+        // Fabrics commands included; Linux's nvmet refuses anything else the same way, and
+        // Linux's, SPDK's and Ferrite's hosts all send 01b. SPDK's target does not look.
+        let cid = c.cmds.borrow()[usize::from(slot)].sqe.cid;
+        ferrite_reactor::log_limited!(
+            log::Level::Info,
+            "nvmf connection {}: command {opc:#04x} cid {cid} with PSDT {:02b}, not 01b (SGL)",
+            c.id,
+            raw[Sqe::OFFSET_FLAGS] >> 6
+        );
+        return fail(Status::generic(generic::INVALID_FIELD).with_dnr());
+    }
     if !sgl_ok {
         let cid = c.cmds.borrow()[usize::from(slot)].sqe.cid;
         let sgl = SglDescriptor::decode(sgl1);
@@ -200,7 +217,7 @@ fn property_get(c: &Conn, ctrl: &Ctrlr, ofst: u32, size: u8) -> Option<u64> {
     })
 }
 
-fn property_set(ctrl: &Ctrlr, ofst: u32, size: u8, value: u64) -> Status {
+fn property_set(ctrl: &Arc<Ctrlr>, ofst: u32, size: u8, value: u64) -> Status {
     let invalid = Status::generic(generic::INVALID_FIELD).with_dnr();
     if registers::property_size(ofst).is_none() || registers::property_size(ofst) != fabrics::property_size_bytes(size)
     {
@@ -214,21 +231,92 @@ fn property_set(ctrl: &Ctrlr, ofst: u32, size: u8, value: u64) -> Status {
     let old = Cc::from_u32(r.cc);
     let new = Cc::from_u32(value as u32);
     let mut csts = Csts::from_u32(r.csts);
+    let disable = !new.en && old.en;
+    let shutdown = new.shn != 0 && old.shn == 0;
     if new.en && !old.en {
         // IOSQES/IOCQES other than 64/16 bytes make I/O Connects fail (as in SPDK).
         csts.rdy = true;
-    } else if !new.en && old.en {
-        csts.rdy = false;
-        csts.shst = 0;
     }
-    if new.shn != 0 && old.shn == 0 {
-        csts.shst = registers::shst::COMPLETE;
-    } else if new.shn == 0 {
-        csts.shst = if csts.shst == registers::shst::COMPLETE && new.en { 0 } else { csts.shst };
+    if shutdown {
+        csts.shst = registers::shst::OCCURRING;
+    } else if new.shn == 0 && csts.shst == registers::shst::COMPLETE && new.en {
+        csts.shst = registers::shst::NORMAL;
     }
     r.cc = new.to_u32();
     r.csts = csts.to_u32();
+    drop(r);
+    if disable || shutdown {
+        // RDY clears (SHST reads complete) once the I/O queues are gone.
+        delete_io_queues(ctrl, disable, shutdown);
+    }
     Status::SUCCESS
+}
+
+/// How long a reset or shutdown waits for the I/O queues' connections to close.
+const DELETE_IO_QUEUES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A reset (CC.EN 1 -> 0) or a shutdown (CC.SHN) deletes every I/O queue of the controller,
+/// as NVMe says and SPDK does: their connections close, on whatever reactor owns them (a new
+/// I/O Connect is refused meanwhile: CC.EN is 0, or was for the shutdown's host). Once none is
+/// left, CSTS.RDY clears (reset) and CSTS.SHST reads complete (shutdown); a host that reads
+/// them then finds no I/O queue answering, and QIDs free for its next Connects.
+fn delete_io_queues(ctrl: &Arc<Ctrlr>, disable: bool, shutdown: bool) {
+    let ctrl = ctrl.clone();
+    let Some(engine) = ferrite_reactor::current_engine() else {
+        // No engine to reach the queues through (not on a reactor): nothing else runs.
+        return io_queues_deleted(&ctrl, disable, shutdown);
+    };
+    ferrite_reactor::spawn_local(async move {
+        let target = ctrl.clone();
+        let _ = engine
+            .on_all(move |_| {
+                super::qpair::close_local(&|c: &super::qpair::Conn| {
+                    c.bound.borrow().as_ref().is_some_and(|b| b.qid != 0 && Arc::ptr_eq(&b.ctrl, &target))
+                })
+            })
+            .await;
+        // Each connection leaves the queue table when its tasks end.
+        let deadline = std::time::Instant::now() + DELETE_IO_QUEUES_TIMEOUT;
+        let mut poll = std::time::Duration::from_millis(1);
+        while !ctrl.qids.lock().unwrap().is_empty() && !ctrl.is_dead() {
+            if std::time::Instant::now() >= deadline {
+                log::warn!(
+                    "nvmf controller {} of {}: I/O queues still open {DELETE_IO_QUEUES_TIMEOUT:?} after a {}",
+                    ctrl.cntlid,
+                    ctrl.subnqn,
+                    if shutdown { "shutdown" } else { "reset" }
+                );
+                break;
+            }
+            ferrite_reactor::sleep(poll).await;
+            poll = (poll * 2).min(std::time::Duration::from_millis(16));
+        }
+        io_queues_deleted(&ctrl, disable, shutdown);
+    })
+    .detach();
+}
+
+/// The I/O queues of a reset or shut down controller are gone: CSTS says so.
+fn io_queues_deleted(ctrl: &Ctrlr, disable: bool, shutdown: bool) {
+    let mut r = ctrl.regs.lock().unwrap();
+    let cc = Cc::from_u32(r.cc);
+    let mut csts = Csts::from_u32(r.csts);
+    // A host that enabled the controller again meanwhile keeps it ready.
+    if disable && !cc.en {
+        csts.rdy = false;
+        csts.shst = registers::shst::NORMAL;
+    }
+    if shutdown && cc.shn != 0 {
+        csts.shst = registers::shst::COMPLETE;
+    }
+    r.csts = csts.to_u32();
+    drop(r);
+    log::info!(
+        "nvmf controller {} of {}: {}; its I/O queues are deleted",
+        ctrl.cntlid,
+        ctrl.subnqn,
+        if shutdown { "shut down" } else { "reset" }
+    );
 }
 
 fn connect_error(c: &Rc<Conn>, slot: u16, p: InvalidParameter) {

@@ -209,7 +209,7 @@ pub(crate) struct Conn {
     /// The batch being sent: tick it started, bytes.
     sending: Cell<Option<(u64, usize)>>,
     /// A protocol error found past the decoder, to report in a C2HTermReq.
-    pending_term: Cell<Option<PduError>>,
+    pub(crate) pending_term: Cell<Option<PduError>>,
     /// In-capsule data limit to apply from the next capsule (set by Connect).
     icd_limit: Cell<Option<u32>>,
     /// Bytes of write buffers given to commands whose R2T went out and whose data is not all
@@ -1258,14 +1258,24 @@ fn on_header(c: &Rc<Conn>, dec: &mut Decoder, h: crate::tcp::Header) -> Result<O
                     {
                         Some(PduError::OutOfRange { pdu_type: PduType::H2cData, offset: d.datao, len: d.datal })
                     }
+                    // LAST_PDU marks the PDU that ends the R2T's range (the command's rest:
+                    // one R2T per command), and only that one. Without it the target would
+                    // take complete data from a host that says more follows, and an early
+                    // one left the command waiting for data the host will never send.
+                    Some(x) if d.last != (u64::from(d.datao) + u64::from(d.datal) == u64::from(x.len)) => {
+                        Some(PduError::Flags {
+                            pdu_type: PduType::H2cData,
+                            flags: dec.received_header().get(usize::from(offset::FLAGS)).copied().unwrap_or(0),
+                        })
+                    }
                     Some(_) => None,
                 }
             };
             if let Some(e) = wrong {
                 c.pending_term.set(Some(e));
                 return Err(format!(
-                    "H2CData (CCCID {}, TTAG {}, DATAO {}, DATAL {}) does not match an R2T",
-                    d.cccid, d.ttag, d.datao, d.datal
+                    "H2CData (CCCID {}, TTAG {}, DATAO {}, DATAL {}, LAST_PDU {}) does not match an R2T",
+                    d.cccid, d.ttag, d.datao, d.datal, d.last
                 ));
             }
             Ok(Some(Dest::Cmd { slot, at: d.datao }))

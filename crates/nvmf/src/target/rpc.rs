@@ -3,6 +3,8 @@
 //! unchanged. Methods run on the first reactor, which also owns the listeners.
 
 use super::admin;
+use super::ctrlr::Ctrlr;
+use super::exec;
 use super::model::{self, tables, AnaState, Namespace, Referral, Subsystem, TransportOpts, Trid};
 use super::qpair;
 use crate::spec::nqn;
@@ -699,7 +701,7 @@ pub fn register(reg: &mut Registry) {
         };
         let _ = was;
         for c in s.ctrlrs.values() {
-            c.dead.store(true, std::sync::atomic::Ordering::Release);
+            exec::destroy_ctrlr(c);
         }
         s.shared.bump();
         close_conns(&ctx, a.nqn.clone(), None).await;
@@ -846,17 +848,20 @@ pub fn register(reg: &mut Registry) {
     });
     reg.method("nvmf_subsystem_remove_host", |ctx, p: Params| async move {
         let a: RemoveHost = p.parse()?;
-        {
+        let gone: Vec<Arc<Ctrlr>> = {
             let mut t = tables();
             let s = t.subsystems.get_mut(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
             if !s.hosts.remove(&a.host) {
                 return Err(invalid(format!("Invalid parameters: host {} not found", a.host)));
             }
-            // Its controllers go (SPDK disconnects the host too).
-            for c in s.ctrlrs.values().filter(|c| c.hostnqn == a.host) {
-                c.dead.store(true, std::sync::atomic::Ordering::Release);
-            }
+            let gone = s.ctrlrs.values().filter(|c| c.hostnqn == a.host).cloned().collect();
             admin::notify_discovery_changed(&mut t);
+            gone
+        };
+        // Its controllers go (SPDK disconnects the host too), as any controller ends: out of
+        // the subsystem (their controller IDs free again), then their queue pairs close.
+        for c in &gone {
+            exec::destroy_ctrlr(c);
         }
         let (nqn, host) = (a.nqn.clone(), a.host.clone());
         let _ = ctx

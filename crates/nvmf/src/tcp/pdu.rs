@@ -759,6 +759,12 @@ pub enum PduError {
         /// The limit.
         limit: u32,
     },
+    /// A command capsule while the queue already holds as many commands as it has entries
+    /// (SQSIZE + 1): the host ignored submission queue flow control. FES 02h.
+    QueueFull {
+        /// The queue's entries.
+        entries: u16,
+    },
     /// DATAO + DATAL (R2TO + R2TL) reaches past 2^32 bytes: out of any command's range.
     /// FES 04h.
     OutOfRange {
@@ -783,7 +789,9 @@ impl PduError {
             | PduError::DataOffset { .. }
             | PduError::PduLength { .. }
             | PduError::InvalidField { .. } => Fes::InvalidHeaderField,
-            PduError::NotInitialized { .. } | PduError::RepeatedIc { .. } => Fes::PduSequenceError,
+            PduError::NotInitialized { .. } | PduError::RepeatedIc { .. } | PduError::QueueFull { .. } => {
+                Fes::PduSequenceError
+            }
             PduError::HeaderDigest { .. } => Fes::HeaderDigestError,
             PduError::OutOfRange { .. } => Fes::DataTransferOutOfRange,
             PduError::DataLimit { .. } => Fes::DataTransferLimitExceeded,
@@ -810,6 +818,7 @@ impl PduError {
     pub fn pdu_type(&self) -> Option<PduType> {
         match *self {
             PduError::UnknownType { .. } => None,
+            PduError::QueueFull { .. } => Some(PduType::CapsuleCmd),
             PduError::WrongDirection { pdu_type }
             | PduError::NotInitialized { pdu_type }
             | PduError::RepeatedIc { pdu_type }
@@ -855,6 +864,9 @@ impl fmt::Display for PduError {
             }
             PduError::OutOfRange { pdu_type, offset, len } => {
                 write!(f, "{pdu_type} data range {offset}+{len} past 2^32")
+            }
+            PduError::QueueFull { entries } => {
+                write!(f, "CapsuleCmd with {entries} commands outstanding, all the queue's entries")
             }
         }?;
         if let Some(fes) = self.fes() {
