@@ -1315,7 +1315,7 @@ fn snapshots_under_a_verify_workload_lose_no_write() {
     assert_eq!(job["io_failed"].as_u64(), Some(0), "{r}");
     assert!(r["total"]["iops"].as_f64().unwrap() > 0.0, "{r}");
     let (ok, out) = check(&dir, &img);
-    assert!(ok, "{out}");
+    assert!(ok, "{out}\nperf's log:\n{}", p.stderr());
 }
 
 #[test]

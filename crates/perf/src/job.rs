@@ -373,7 +373,15 @@ fn try_start(
             return;
         }
         drop(j);
-        ferrite_reactor::after(DRAIN_GRACE, move || abort_outstanding(&j2));
+        // Weak: a job that finishes meanwhile lets go of its channel (and what the bdev holds
+        // through it) now, not when this timer fires; a shutdown waits for that.
+        let weak = Rc::downgrade(&j2);
+        drop(j2);
+        ferrite_reactor::after(DRAIN_GRACE, move || {
+            if let Some(job) = weak.upgrade() {
+                abort_outstanding(&job);
+            }
+        });
     });
     Ok(())
 }
