@@ -562,9 +562,12 @@ impl Blobstore {
             if st.unloaded {
                 return Err(BsError::Busy("the blobstore is unloaded already".into()));
             }
-            let open = st.open.values().filter(|w| w.strong_count() > 0).count();
-            if open > 0 || !st.busy.is_empty() {
-                return Err(BsError::Busy(format!("{open} blob(s) are open")));
+            let mut open: Vec<u64> = st.open.iter().filter(|(_, w)| w.strong_count() > 0).map(|(&id, _)| id).collect();
+            open.extend(st.busy.keys());
+            if !open.is_empty() {
+                open.sort_unstable();
+                let ids: Vec<String> = open.iter().map(|id| format!("{id:#x}")).collect();
+                return Err(BsError::Busy(format!("blob(s) {} are open", ids.join(", "))));
             }
         }
         // No blob is open: nothing in flight can reach a released cluster any more.
