@@ -674,3 +674,31 @@ fn a_release_racing_a_snapshot() {
     sim.block_on(rx, MAX_STEPS).unwrap();
     check_image(&disk.image(), "after a release raced a snapshot");
 }
+
+/// An unload that starts while a reclaim is unmapping its cluster: the cluster is free in the
+/// masks the unload writes. It stayed marked used for good (a clean store with a leaked
+/// cluster): the reclaim had taken it off the draining list before its unmap, so the unload
+/// did not see it, and wrote the masks before the reclaim freed it.
+#[test]
+fn an_unload_during_a_reclaim_leaks_no_cluster() {
+    let mut sim = Sim::new(1, 1).unwrap();
+    let disk = sim.on(0, || crash_disk::create("UR", BLOCK, vec![0; 16 << 20])).unwrap();
+    let rx = sim.engine().run_async(0, || async {
+        let bs = Blobstore::init(open_dev("UR"), &opts()).await.unwrap();
+        let id = bs.create_blob(&BlobOpts { num_clusters: 4, thin: true, ..Default::default() }).await.unwrap();
+        let a = bs.open_blob(id).await.unwrap();
+        write_cluster(&bs, &a, 2, 7).await;
+        let c = a.release_cluster(2, a.map().start(2).unwrap()).await.unwrap().expect("released");
+        drop(a);
+        // Both ready at once: the reclaim starts its unmap, then the unload begins.
+        let bs2 = bs.clone();
+        let reclaim = ferrite_reactor::spawn_local(async move { bs2.reclaim_cluster(c).await });
+        let unload = ferrite_reactor::spawn_local(async move { bs.unload().await });
+        unload.await.unwrap();
+        reclaim.await;
+        c
+    });
+    let c = sim.block_on(rx, MAX_STEPS).unwrap();
+    let image = check_image(&disk.image(), "after an unload during a reclaim");
+    assert!(!image.used_clusters.as_ref().unwrap().ones().any(|i| i == c as u64), "cluster {c} is free");
+}

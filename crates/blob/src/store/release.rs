@@ -98,22 +98,35 @@ impl Blob {
 impl Store {
     /// Unmaps (unless its blob's clear method is none) and frees each cluster of `clusters`
     /// that still waits to drain; a cluster whose unmap fails stays used (leaked until the next
-    /// recovery, never handed out with old data).
+    /// recovery, never handed out with old data). A cluster leaves the draining list only when
+    /// it is free: an unload that starts while another reclaim of it is unmapping reclaims it
+    /// too (one more unmap) rather than writing masks that still mark it used. Whoever finishes
+    /// first frees it; the other finds it gone.
     pub(crate) async fn reclaim(&self, clusters: &[u32]) {
         for &c in clusters {
             let clear = {
-                let mut st = self.lock();
-                let Some(at) = st.draining.iter().position(|&(d, _)| d == c) else { continue };
-                st.draining.swap_remove(at).1
+                let st = self.lock();
+                let Some(&(_, clear)) = st.draining.iter().find(|&&(d, _)| d == c) else { continue };
+                clear
             };
-            if clear != ClearMethod::None {
+            let unmapped = if clear == ClearMethod::None {
+                Ok(())
+            } else {
                 let at = self.cluster_block(c) * self.dev.block_size() as u64;
-                if let Err(e) = self.dev.unmap(at, self.geo.cluster_size as u64).await {
-                    log::warn!("blobstore on {}: cluster {c} stays used: {e}", self.dev.desc().bdev().name());
-                    continue;
+                self.dev.unmap(at, self.geo.cluster_size as u64).await
+            };
+            let mut st = self.lock();
+            let Some(at) = st.draining.iter().position(|&(d, _)| d == c) else { continue };
+            st.draining.swap_remove(at);
+            match unmapped {
+                Ok(()) => {
+                    drop(st);
+                    self.release_clusters(&[c]);
+                }
+                Err(e) => {
+                    log::warn!("blobstore on {}: cluster {c} stays used: {e}", self.dev.desc().bdev().name())
                 }
             }
-            self.release_clusters(&[c]);
         }
     }
 }
