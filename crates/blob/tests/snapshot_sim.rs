@@ -26,7 +26,7 @@ fn opts() -> StoreOpts {
     StoreOpts {
         cluster_size: CLUSTER as u32,
         num_md_pages: Some(64),
-        bstype: "LVOLSTORE".into(),
+        bstype: "BLOBTEST".into(),
         clear: InitClear::Unmap,
     }
 }
@@ -534,7 +534,7 @@ fn crash_run(seed: u64) -> u64 {
     let rname = format!("R{seed}");
     let rdisk = sim.on(0, || crash_disk::create(&rname, BLOCK, img)).unwrap();
     let rx = sim.engine().run_async(0, move || async move {
-        let bs = Blobstore::load(open_dev(&rname), Some("LVOLSTORE")).await.expect("the crashed blobstore loads");
+        let bs = Blobstore::load(open_dev(&rname), Some("BLOBTEST")).await.expect("the crashed blobstore loads");
         let mut got = BTreeMap::new();
         for id in bs.blob_ids() {
             let b = bs.open_blob(id).await.unwrap_or_else(|e| panic!("blob {id:#x} does not open: {e}"));
@@ -633,7 +633,7 @@ fn released_clusters_go_back_to_the_store_only_where_reads_stay_the_same() {
     );
     sim.on(0, || crash_disk::create("L2", BLOCK, img)).unwrap();
     let rx = sim.engine().run_async(0, move || async move {
-        let bs = Blobstore::load(open_dev("L2"), Some("LVOLSTORE")).await.unwrap();
+        let bs = Blobstore::load(open_dev("L2"), Some("BLOBTEST")).await.unwrap();
         assert_eq!(bs.free_clusters(), free + 1, "the masks read back with it free");
     });
     sim.block_on(rx, MAX_STEPS).unwrap();

@@ -18,7 +18,7 @@ const MIB: usize = 1 << 20;
 const MAX_STEPS: u64 = 50_000_000;
 
 fn opts() -> StoreOpts {
-    StoreOpts { cluster_size: MIB as u32, num_md_pages: None, bstype: "LVOLSTORE".into(), clear: InitClear::Unmap }
+    StoreOpts { cluster_size: MIB as u32, num_md_pages: None, bstype: "BLOBTEST".into(), clear: InitClear::Unmap }
 }
 
 #[test]
@@ -63,7 +63,7 @@ fn blobs_survive_an_unload_and_a_load() {
     // A new disk with that image: the load finds what was there.
     sim.on(0, || crash_disk::create("E", BLOCK, img)).unwrap();
     let rx = sim.engine().run_async(0, move || async move {
-        let bs = Blobstore::load(open_dev("E"), Some("LVOLSTORE")).await.unwrap();
+        let bs = Blobstore::load(open_dev("E"), Some("BLOBTEST")).await.unwrap();
         assert_eq!(bs.masks(), masks, "the masks read back");
         assert_eq!(bs.blob_ids(), vec![thick, thin]);
         let t = bs.open_blob(thick).await.unwrap();
@@ -436,7 +436,7 @@ fn crash_run(seed: u64) -> u64 {
     let rname = format!("R{seed}");
     let rdisk = sim.on(0, || crash_disk::create(&rname, BLOCK, img)).unwrap();
     let rx = sim.engine().run_async(0, move || async move {
-        let bs = Blobstore::load(open_dev(&rname), Some("LVOLSTORE")).await.expect("the crashed blobstore loads");
+        let bs = Blobstore::load(open_dev(&rname), Some("BLOBTEST")).await.expect("the crashed blobstore loads");
         recovered(&bs).await
     });
     let got = sim.block_on(rx, MAX_STEPS).unwrap();

@@ -18,8 +18,9 @@ enum BlobstoreCmd {
         file: PathBuf,
     },
     /// Check the metadata's consistency. Exit status: 0 consistent, 1 problems found, 2 the
-    /// image could not be read as a blobstore, 3 not unloaded cleanly (after a crash) with
-    /// only problems its next load repairs (stale masks, an interrupted snapshot operation).
+    /// image could not be read as a blobstore, 3 only problems the next load repairs: not
+    /// unloaded cleanly (after a crash: stale masks, an interrupted snapshot operation or
+    /// grow), or clean with a cluster mask shorter than the store (the next unload rewrites it).
     Check {
         /// Image file or block device holding the blobstore (read only).
         file: PathBuf,
@@ -71,6 +72,13 @@ pub fn run(args: BlobstoreArgs) -> i32 {
     if report.is_ok() {
         println!("no problems found");
         0
+    } else if report.only_load_repairs() && report.clean {
+        println!(
+            "{} problems found, all of them what the store loads with and its next unload repairs (it writes \
+             the whole cluster mask)",
+            report.problems.len()
+        );
+        3
     } else if report.only_load_repairs() {
         println!(
             "{} problems found, all of them what the next load repairs (it rebuilds the masks from the \

@@ -145,3 +145,105 @@ fn check_reports_a_bad_crc_and_unreadable_images() {
     assert_eq!(code, 2);
     assert!(err.contains("missing.img"), "{err}");
 }
+
+/// Rewrites the super block with `edit` applied (the CRC recomputed by the encoder).
+fn edit_super(path: &Path, edit: impl FnOnce(&mut SuperBlock)) -> SuperBlock {
+    let mut sb = SuperBlock::decode(&read_page(path, 0)).unwrap();
+    edit(&mut sb);
+    write_page(path, 0, &sb.encode());
+    sb
+}
+
+#[test]
+fn check_a_grow_cut_short_is_what_the_load_repairs() {
+    let dir = TempDir::new("blobgrow");
+    let img = image_file(&dir, "lvs_1m");
+    // What a live grow (SPDK's spdk_bs_grow_live, Ferrite's Blobstore::grow) leaves when killed
+    // before the next unload: the device larger, the super block with its size and not clean,
+    // the cluster mask still of the old length.
+    let old = SuperBlock::decode(&read_page(&img, 0)).unwrap();
+    let old_clusters = old.size / u64::from(old.cluster_size);
+    let new_size = old.size + 16 * u64::from(old.cluster_size);
+    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(new_size).unwrap();
+    edit_super(&img, |sb| {
+        sb.size = new_size;
+        sb.clean = 0;
+    });
+    let (code, out, err) = blobstore("check", &img);
+    assert_eq!(code, 3, "stdout {out} stderr {err}");
+    let covers = format!(
+        "problem: used cluster mask covers {old_clusters} of {} clusters (a grow cut short)",
+        old_clusters + 16
+    );
+    assert!(out.contains(&covers), "{out}");
+    assert!(out.contains("2 problems found, all of them what the next load repairs"), "{out}");
+    // No writer leaves it clean, but loads take that too (SPDK uses the clusters past the mask
+    // after its next unload writes the whole mask, Ferrite at once): 3, not 1.
+    edit_super(&img, |sb| sb.clean = 1);
+    let (code, out, _) = blobstore("check", &img);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains(&covers), "{out}");
+    assert!(
+        out.contains("1 problems found, all of them what the store loads with and its next unload repairs"),
+        "{out}"
+    );
+    // A blob mapping a cluster past the short mask of a clean store is damage (the load would
+    // hand the cluster out again): 1.
+    let dev_page = MD_START + 10;
+    let page = MdPage::decode_checked(&read_page(&img, dev_page)).unwrap();
+    let mut ep = ferrite_blob::format::ExtentPage::from_page(&page).unwrap();
+    ep.clusters[2] = (old_clusters + 3) as u32;
+    write_page(&img, dev_page, &ep.to_page().unwrap().encode());
+    let (code, out, _) = blobstore("check", &img);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("cluster {} of blob 0x100000009 is not marked", old_clusters + 3)), "{out}");
+}
+
+#[test]
+fn check_reports_a_super_blob_no_lvstore_loads_from() {
+    let dir = TempDir::new("blobsuper");
+    let img = image_file(&dir, "lvs_1m");
+    // None set: SPDK's lvs_open_super finds nothing (spdk_bs_get_super: -ENOENT).
+    edit_super(&img, |sb| sb.super_blob = ferrite_blob::format::BLOBID_INVALID);
+    let (code, out, _) = blobstore("check", &img);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("problem: super block names no super blob (0xffffffffffffffff): no lvstore loads from it"),
+        "{out}"
+    );
+    assert!(out.contains("1 problems found"), "{out}");
+    // An id whose md page holds no blob (page 10 is the clone's extent page).
+    edit_super(&img, |sb| sb.super_blob = 0x1_0000_000a);
+    let (code, out, _) = blobstore("check", &img);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("problem: super blob 0x10000000a is not a blob of this store: no lvstore loads from it"),
+        "{out}"
+    );
+    // After a crash too: no load repairs it.
+    mark_dirty(&img);
+    let (code, out, _) = blobstore("check", &img);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("super blob 0x10000000a is not a blob of this store"), "{out}");
+}
+
+#[test]
+fn check_reports_an_io_unit_size_no_device_has() {
+    let dir = TempDir::new("blobiou");
+    let img = image_file(&dir, "lvs_1m");
+    for bad in [1u32, 256] {
+        edit_super(&img, |sb| sb.io_unit_size = bad);
+        let (code, out, err) = blobstore("check", &img);
+        assert_eq!(code, 1, "io_unit_size {bad}: stdout {out} stderr {err}");
+        assert!(
+            out.contains(&format!("problem: io_unit_size {bad} is not a device block size (512 bytes or more)")),
+            "{out}"
+        );
+    }
+    // 0 means 4096 (old images), 512 and 4096 are block sizes.
+    for good in [0u32, 512, 4096] {
+        edit_super(&img, |sb| sb.io_unit_size = good);
+        let (code, out, _) = blobstore("check", &img);
+        assert_eq!(code, 0, "io_unit_size {good}: {out}");
+    }
+}

@@ -311,9 +311,15 @@ pub fn examine(bdev: Bdev, done: ExamineDone) {
     ferrite_reactor::spawn_local(async move {
         let rx = engine.run_async(0, move || async move {
             attach_degraded(&name);
-            if let Err(e) = load(&name).await {
-                if e.errno != libc::EILSEQ {
-                    log::warn!("lvol examine of {name}: {}", e.message);
+            match probe(&name).await {
+                // Not an lvstore (or one loaded already): nothing to say.
+                Err(e) if e.errno == libc::EILSEQ => {}
+                Err(e) => log::warn!("lvol examine of {name}: {}", e.message),
+                // Its super block says lvstore: whatever keeps it from loading is worth a line.
+                Ok(()) => {
+                    if let Err(e) = load_probed(&name).await {
+                        log::warn!("lvol examine of {name}: no lvstore loads from it: {}", e.message);
+                    }
                 }
             }
         });
@@ -325,6 +331,13 @@ pub fn examine(bdev: Bdev, done: ExamineDone) {
 
 /// Loads the lvstore on `bdev_name`, if it holds one (EILSEQ if it does not).
 pub async fn load(bdev_name: &str) -> LvolResult<Arc<Lvstore>> {
+    probe(bdev_name).await?;
+    load_probed(bdev_name).await
+}
+
+/// Whether `bdev_name` holds an lvstore to load: unclaimed, and its first page a super block
+/// of an lvstore (EILSEQ if not).
+async fn probe(bdev_name: &str) -> LvolResult<()> {
     let b = ferrite_bdev::lookup(bdev_name).ok_or_else(|| LvolError::new(libc::ENODEV, "no such bdev"))?;
     if b.claimed_by().is_some() || all().iter().any(|l| l.base == bdev_name) {
         return Err(LvolError::new(libc::EILSEQ, "claimed"));
@@ -354,14 +367,25 @@ pub async fn load(bdev_name: &str) -> LvolResult<Arc<Lvstore>> {
         }
         let head: Vec<u8> = c.req.bufs.iter().flat_map(|x| x.iter().copied()).take(4096).collect();
         match ferrite_blob::format::SuperBlock::decode(&head) {
-            Ok(sb) if sb.bstype_str() == BSTYPE => {}
-            _ => return Err(LvolError::new(libc::EILSEQ, "no lvstore")),
+            Ok(sb) if sb.bstype_str() == BSTYPE => Ok(()),
+            _ => Err(LvolError::new(libc::EILSEQ, "no lvstore")),
         }
     }
+}
+
+/// Loads the lvstore on `bdev_name`, whose super block [`probe`] found: the blobstore, then
+/// the lvstore from its super blob (SPDK's `lvs_open_super`), then its lvols.
+async fn load_probed(bdev_name: &str) -> LvolResult<Arc<Lvstore>> {
     let dev = open_base(bdev_name)?;
     let bs = Blobstore::load(dev, Some(BSTYPE)).await?;
-    let super_id = bs.super_blob().ok_or_else(|| LvolError::new(libc::EILSEQ, "the lvstore has no super blob"))?;
-    let super_blob = bs.open_blob(super_id).await?;
+    let super_id =
+        bs.super_blob().ok_or_else(|| LvolError::new(libc::EILSEQ, "the super block names no super blob"))?;
+    let super_blob = bs.open_blob(super_id).await.map_err(|e| match e {
+        BsError::NotFound(_) => {
+            LvolError::new(libc::ENOENT, format!("super blob {super_id:#x} is not a blob of this store"))
+        }
+        e => LvolError::new(e.errno(), format!("super blob {super_id:#x} does not open: {e}")),
+    })?;
     let name =
         text_xattr(&super_blob, XATTR_NAME).ok_or_else(|| LvolError::new(libc::EILSEQ, "lvstore without a name"))?;
     let uuid = text_xattr(&super_blob, XATTR_UUID)

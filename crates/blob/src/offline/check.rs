@@ -11,7 +11,21 @@
 //!   write, so snapshots and clones never share a cluster;
 //! - a thin blob's `SNAP` internal xattr names its parent snapshot, which must exist;
 //! - the masks on disk are only up to date when the super block says clean: after a crash SPDK
-//!   rebuilds all three from the md pages, so mismatches in a dirty image are stale masks.
+//!   rebuilds all three from the md pages (`bs_recover` reads none of them), so mismatches,
+//!   wrong lengths and unreadable masks in a dirty image are stale masks;
+//! - a live grow (`spdk_bs_grow_live`, `bdev_lvol_grow_lvstore`) writes only the super block
+//!   (the new size, and not clean); the cluster mask keeps its old length until the next
+//!   unload. Cut short by a crash, that is a dirty store whose cluster mask covers fewer
+//!   clusters than its size: the next load rebuilds it. A clean store with such a mask (no
+//!   writer leaves one) loads too: `bs_load_used_clusters_cpl` takes the mask's length (SPDK
+//!   hands out the clusters past it only after its next unload writes the whole mask), and
+//!   Ferrite takes them as free;
+//! - SPDK's lvol layer opens the super blob to find the lvstore (`lvs_open_super`): with none
+//!   set or one that is not a blob of the store, no lvstore loads;
+//! - `io_unit_size` is the block size of the device the store was made on (at least 512 bytes
+//!   for any SPDK or Ferrite bdev). Ferrite loads a store only on a device of that block size;
+//!   SPDK loads one with a smaller `io_unit_size` but gives its lvols blocks of that size, and
+//!   their I/O fails.
 
 use super::{BlobEntry, Image};
 use crate::format::blob::{Access, Parent};
@@ -19,6 +33,10 @@ use crate::format::units::blobid_to_page;
 use crate::format::{FormatError, MaskKind, XATTR_SNAPSHOT_IN_PROGRESS, XATTR_SNAPSHOT_PENDING_REMOVAL};
 use std::collections::HashMap;
 use std::fmt;
+
+/// The smallest device block size SPDK and Ferrite bdevs have (and so the smallest
+/// `io_unit_size` a store is made with).
+const MIN_BLOCK_SIZE: u32 = 512;
 
 /// One inconsistency.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,10 +163,27 @@ pub enum Problem {
         /// Blob id.
         blob: u64,
     },
-    /// The super block names a super blob that does not exist.
-    SuperBlobMissing {
-        /// The id it names.
+    /// The super block names a super blob that is not a blob of the store (or, in an lvstore,
+    /// names none): the lvol layer finds no lvstore.
+    SuperBlobInvalid {
+        /// The id it names ([`crate::format::BLOBID_INVALID`] for none).
         blob: u64,
+        /// Whether the blobstore type is an lvstore's.
+        lvstore: bool,
+    },
+    /// The used cluster mask covers fewer clusters than the blobstore has: a grow was cut
+    /// short (the super block has the new size, the mask not yet). Loads take the clusters
+    /// past it as free; the next load of a dirty store, or the next unload, writes it whole.
+    ClusterMaskShort {
+        /// Bits in the mask.
+        bits: u32,
+        /// Clusters in the blobstore.
+        clusters: u64,
+    },
+    /// The I/O unit size is smaller than any device block (512 bytes).
+    BadIoUnitSize {
+        /// The stored `io_unit_size`.
+        io_unit_size: u32,
     },
     /// A blob has invalid flags SPDK does not know: it cannot be opened.
     UnknownInvalidFlags {
@@ -169,13 +204,17 @@ pub enum Problem {
 
 impl Problem {
     /// True for what a load of a blobstore that was not unloaded cleanly repairs by itself: the
-    /// masks, which it rebuilds from the metadata (marks missing or left over), and interrupted
+    /// masks, which it rebuilds from the metadata without reading them (marks missing or left
+    /// over, a wrong length, an unreadable mask, one cut short by a grow), and interrupted
     /// snapshot operations, which it finishes or undoes. On a clean image the masks are what
-    /// SPDK trusts, so there the mask problems are real.
+    /// SPDK trusts, so there the mask problems are real (see [`Problem::harmless_when_clean`]).
     pub fn repaired_by_load(&self) -> bool {
         matches!(
             self,
             Problem::NotClean
+                | Problem::MaskUnreadable { .. }
+                | Problem::MaskLength { .. }
+                | Problem::ClusterMaskShort { .. }
                 | Problem::PageNotMarked { .. }
                 | Problem::PageLeaked { .. }
                 | Problem::BlobIdNotMarked { .. }
@@ -185,6 +224,12 @@ impl Problem {
                 | Problem::ClusterLeaked { .. }
                 | Problem::InterruptedSnapshotOp { .. }
         )
+    }
+
+    /// True for what a clean image may have and still load with nothing lost, the next unload
+    /// writing it right: a cluster mask shorter than the store (the clusters past it are free).
+    pub fn harmless_when_clean(&self) -> bool {
+        matches!(self, Problem::ClusterMaskShort { .. })
     }
 }
 
@@ -235,9 +280,25 @@ impl fmt::Display for Problem {
             }
             Problem::BadParent { blob, error } => write!(f, "blob {blob:#x}: parent: {error}"),
             Problem::ParentLoop { blob } => write!(f, "blob {blob:#x}: its parents loop back to it"),
-            Problem::SuperBlobMissing { blob } => {
-                write!(f, "super block names super blob {blob:#x}, which does not exist")
+            Problem::SuperBlobInvalid { blob, lvstore: true } if *blob == crate::format::BLOBID_INVALID => {
+                write!(f, "super block names no super blob ({blob:#x}): no lvstore loads from it")
             }
+            Problem::SuperBlobInvalid { blob, lvstore: true } => {
+                write!(f, "super blob {blob:#x} is not a blob of this store: no lvstore loads from it")
+            }
+            Problem::SuperBlobInvalid { blob, lvstore: false } => {
+                write!(f, "super block names super blob {blob:#x}, which is not a blob of this store")
+            }
+            Problem::ClusterMaskShort { bits, clusters } => write!(
+                f,
+                "used cluster mask covers {bits} of {clusters} clusters (a grow cut short): the store loads, and its \
+                 next load after a crash, or its next unload, writes the whole mask"
+            ),
+            Problem::BadIoUnitSize { io_unit_size } => write!(
+                f,
+                "io_unit_size {io_unit_size} is not a device block size (512 bytes or more): Ferrite loads no \
+                 lvstore from it, and SPDK's lvols on it get {io_unit_size}-byte blocks that fail I/O"
+            ),
             Problem::UnknownInvalidFlags { blob, flags } => {
                 write!(f, "blob {blob:#x} has unknown invalid flags {flags:#x}: SPDK cannot open it")
             }
@@ -269,10 +330,13 @@ impl CheckReport {
         self.problems.is_empty()
     }
 
-    /// True if the image was not unloaded cleanly and every problem found is one its next load
-    /// repairs ([`Problem::repaired_by_load`]): what an image looks like after a crash.
+    /// True if something was found and all of it is what the next load (or, of a clean image,
+    /// the next unload) repairs: for an image not unloaded cleanly every problem is one
+    /// [`Problem::repaired_by_load`] (what an image looks like after a crash, a grow cut short
+    /// included); for a clean one every problem is [`Problem::harmless_when_clean`].
     pub fn only_load_repairs(&self) -> bool {
-        !self.clean && self.problems.iter().all(Problem::repaired_by_load)
+        !self.problems.is_empty()
+            && self.problems.iter().all(|p| if self.clean { p.harmless_when_clean() } else { p.repaired_by_load() })
     }
 }
 
@@ -390,11 +454,7 @@ pub fn check(img: &Image) -> CheckReport {
         Err(e) => problems.push(Problem::MaskUnreadable { mask: MaskKind::UsedClusters, error: e.clone() }),
         Ok(mask) => {
             if u64::from(mask.len()) < geo.total_clusters {
-                problems.push(Problem::MaskLength {
-                    mask: MaskKind::UsedClusters,
-                    bits: mask.len(),
-                    expected: geo.total_clusters,
-                });
+                problems.push(Problem::ClusterMaskShort { bits: mask.len(), clusters: geo.total_clusters });
             }
             for c in 0..geo.md_clusters.min(mask.len().into()) {
                 if !mask.get(c) {
@@ -444,8 +504,13 @@ pub fn check(img: &Image) -> CheckReport {
         }
     }
     let sb = img.super_block.super_blob;
-    if sb != crate::format::BLOBID_INVALID && img.blob(sb).is_none() {
-        problems.push(Problem::SuperBlobMissing { blob: sb });
+    let lvstore = img.super_block.bstype_str().as_bytes() == crate::format::superblock::BSTYPE_LVOLSTORE;
+    // A blobstore needs no super blob; an lvstore is found through it.
+    if (sb != crate::format::BLOBID_INVALID || lvstore) && img.blob(sb).is_none() {
+        problems.push(Problem::SuperBlobInvalid { blob: sb, lvstore });
+    }
+    if img.super_block.effective_io_unit_size() < MIN_BLOCK_SIZE {
+        problems.push(Problem::BadIoUnitSize { io_unit_size: img.super_block.io_unit_size });
     }
 
     CheckReport {
