@@ -520,3 +520,54 @@ fn host_sees_snapshots_read_only_and_a_full_lvstore_as_no_space() {
     h.assert_serving();
     t.assert_serving();
 }
+
+#[test]
+fn a_path_that_drops_now_and_then_but_serves_between_is_not_given_up() {
+    // The target removes the host and adds it back in a loop (every connection drops, the
+    // host is refused for a moment, then reconnects and serves) for longer than the loss
+    // timeout. As in SPDK, whose clock starts again at every reset that brings the queues
+    // back, the controller is kept: the run of ferrite perf -w verify ends well, its bdev never
+    // deleted. It was given up ctrlr_loss_timeout_sec after the first drop, though I/O had
+    // flowed between the drops.
+    let dir = TempDir::new("nvmf-host-flap");
+    let port = free_port();
+    let hostnqn = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-1111-2222-3333-444455556666";
+    let t = target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 16384, "block_size": 4096})));
+    });
+    t.call("nvmf_subsystem_allow_any_host", Some(json!({"nqn": NQN, "allow_any_host": false})));
+    t.call("nvmf_subsystem_add_host", Some(json!({"nqn": NQN, "host": hostnqn})));
+    let extra = json!({"hostnqn": hostnqn, "ctrlr_loss_timeout_sec": 4, "reconnect_delay_sec": 1,
+        "fast_io_fail_timeout_sec": 3});
+    let cfg = dir.write_json(
+        "host.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [{"method": "bdev_nvme_attach_controller",
+            "params": attach_params(port, extra)}]}]}),
+    );
+    let res = dir.join("perf.json");
+    let args = ["perf", "--json", cfg.to_str().unwrap(), "-T", "Nvme0n1", "-q", "8", "-o", "4096", "-w", "verify"];
+    let args: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["-t", "10", "-m", "0x1", "--no-pin", "--results-json", res.to_str().unwrap()])
+        .collect();
+    let perf = nbd_common::Tool::spawn(&dir, common::FERRITE, &args);
+    std::thread::sleep(Duration::from_millis(1500));
+    let end = Instant::now() + Duration::from_secs(7);
+    let mut drops = 0;
+    while Instant::now() < end {
+        t.call("nvmf_subsystem_remove_host", Some(json!({"nqn": NQN, "host": hostnqn})));
+        std::thread::sleep(Duration::from_millis(300));
+        t.call("nvmf_subsystem_add_host", Some(json!({"nqn": NQN, "host": hostnqn})));
+        drops += 1;
+        std::thread::sleep(Duration::from_millis(1700));
+    }
+    let out = perf.wait(Duration::from_secs(40));
+    assert!(drops >= 3, "{drops} drops");
+    assert!(!out.stderr.contains("giving up"), "the controller was given up:\n{}", out.stderr);
+    out.assert_ok("ferrite perf across the drops");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&res).unwrap()).unwrap();
+    let r = &doc["results"][0];
+    assert_eq!(r["verify_errors"], json!(0), "{r}");
+    assert!(r["iops"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+}

@@ -504,23 +504,35 @@ impl HostCtrlr {
         admin.close();
     }
 
-    /// An I/O queue pair of generation `gen` connected: if it stays up for a reconnect delay
-    /// while the controller keeps its generation, a recovery from failed I/O queues is over
-    /// (the trouble's clock stops).
+    /// An I/O queue pair of generation `gen` connected: once a command on it completes
+    /// successfully, or if it stays up for a reconnect delay, while the controller keeps its
+    /// generation, a recovery from failed I/O queues is over (the trouble's clock stops). SPDK's
+    /// clock stops at every reset that brings the queue pairs back; the proof asked here keeps a
+    /// controller whose I/O queues fail right after their Connect from resetting for ever, and
+    /// a path that drops now and then but serves in between is never given up.
     pub(crate) fn io_queue_connected(self: &Arc<Self>, qp: &Rc<HostQpair>, gen: u64) {
         if !self.io_recovery.load(Ordering::Acquire) {
             return;
         }
+        let me = self.clone();
+        qp.on_success(move || me.io_queue_proved(gen));
         let (me, qp) = (self.clone(), Rc::downgrade(qp));
         ferrite_reactor::after(Duration::from_secs(self.opts.reconnect_delay_sec.max(1)), move || {
-            let up = qp.upgrade().is_some_and(|q| !q.is_closed());
-            if up && me.generation.load(Ordering::Acquire) == gen && !me.resetting.load(Ordering::Acquire) {
-                if me.io_recovery.swap(false, Ordering::AcqRel) {
-                    log::info!("nvme controller {}: I/O queues are back", me.opts.name);
-                }
-                me.lost_at.store(0, Ordering::Release);
+            if qp.upgrade().is_some_and(|q| !q.is_closed()) {
+                me.io_queue_proved(gen);
             }
         });
+    }
+
+    /// An I/O queue pair of generation `gen` works again: the recovery is over if the
+    /// controller is still that generation and not resetting.
+    fn io_queue_proved(&self, gen: u64) {
+        if self.generation.load(Ordering::Acquire) == gen && !self.resetting.load(Ordering::Acquire) {
+            if self.io_recovery.swap(false, Ordering::AcqRel) {
+                log::info!("nvme controller {}: I/O queues are back", self.opts.name);
+            }
+            self.lost_at.store(0, Ordering::Release);
+        }
     }
 
     /// Resets the controller (SPDK's `bdev_nvme_reset_controller`): its admin queue is

@@ -166,6 +166,10 @@ pub struct HostQpair {
     tasks: Cell<u8>,
     /// Runs once when the queue pair fails or closes (after its commands were failed).
     on_close: RefCell<Option<Box<dyn FnOnce()>>>,
+    /// Runs once at the first command that completes successfully (see [`HostQpair::on_success`]);
+    /// `awaiting_success` says one is set, so that a completion tests a flag, nothing more.
+    on_success: RefCell<Option<Box<dyn FnOnce()>>>,
+    awaiting_success: Cell<bool>,
     /// The controller ID Connect returned.
     pub cntlid: Cell<u16>,
     /// Ticks of the watchdog ([`HostQpair::watch`]) so far: a command's age is counted in
@@ -233,6 +237,8 @@ impl HostQpair {
             ic_req: Cell::new(None),
             tasks: Cell::new(2),
             on_close: RefCell::new(None),
+            on_success: RefCell::new(None),
+            awaiting_success: Cell::new(false),
             cntlid: Cell::new(0),
             tick: Cell::new(0),
             peer: p.addr,
@@ -316,6 +322,13 @@ impl HostQpair {
         } else {
             *self.on_close.borrow_mut() = Some(Box::new(f));
         }
+    }
+
+    /// Runs `f` once, when a command on this queue pair next completes successfully (a
+    /// controller's recovery proves itself by I/O that works).
+    pub fn on_success(&self, f: impl FnOnce() + 'static) {
+        *self.on_success.borrow_mut() = Some(Box::new(f));
+        self.awaiting_success.set(true);
     }
 
     /// True once closed (or failed).
@@ -639,6 +652,12 @@ impl HostQpair {
             c.owner.take()
         };
         self.free.borrow_mut().push(slot);
+        if self.awaiting_success.get() && cqe.status.is_success() {
+            self.awaiting_success.set(false);
+            if let Some(f) = self.on_success.borrow_mut().take() {
+                f();
+            }
+        }
         match owner {
             Some(Owner::Bdev(io)) => bdev_done(io, &cqe),
             Some(Owner::Wait { tx, inb, .. }) => {
