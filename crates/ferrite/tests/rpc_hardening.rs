@@ -88,9 +88,13 @@ fn answers_larger_than_the_request_bound_are_read() {
                 "params": {"name": format!("null_with_a_longish_name_{i:05}"), "num_blocks": 64, "block_size": 512}})
         })
         .collect();
-    let mut c = d.client();
+    // 8,000 creates, each registered and examined on reactor 0: seconds in a debug build on a
+    // slow machine, so this client waits longer than the usual 10 s.
+    let mut c = ferrite_rpc::client::RpcClient::connect(&d.sock, Duration::from_secs(120)).expect("connect");
+    let t = std::time::Instant::now();
     c.send_raw(Value::Array(batch).to_string().as_bytes()).unwrap();
     let created = c.read_value().expect("the batch's answer");
+    println!("{n} creates answered in {:?}", t.elapsed());
     assert_eq!(created.as_array().map(Vec::len), Some(n), "every create answered");
     let all = c.call("bdev_get_bdevs", None).expect("an answer of several MiB");
     let names: Vec<&str> = all.as_array().unwrap().iter().filter_map(|b| b["name"].as_str()).collect();
