@@ -606,6 +606,18 @@ fn a_read_past_its_timeout_resets_the_controller_and_is_sent_again() {
     assert_eq!(e.code, -libc::EPERM, "{e:?}");
     let e = d.call_err("bdev_nvme_set_options", Some(json!({"timeout_us": 0, "timeout_admin_us": 5})));
     assert_eq!(e.code, -libc::EINVAL, "{e:?}");
+    // A retry count below -1 (SPDK's EINVAL; it was kept and saved, a config SPDK refuses).
+    let e = d.call_err("bdev_nvme_set_options", Some(json!({"bdev_retry_count": -2})));
+    assert_eq!(e.code, -libc::EINVAL, "{e:?}");
+    // num_io_queues 0 or above 65536, as SPDK bounds it.
+    for n in [0u64, 65537] {
+        let e = d.call_err(
+            "bdev_nvme_attach_controller",
+            Some(json!({"name": "Q", "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+                "trsvcid": port.to_string(), "subnqn": NQN, "num_io_queues": n})),
+        );
+        assert_eq!((e.code, e.message.contains("num_io_queues")), (-libc::EINVAL, true), "{n}: {e:?}");
+    }
     // An attach's loss timeout is SPDK's int32: a larger one is refused, not wrapped (2^55 s
     // wrapped to a loss timeout that had passed at the loss).
     let e = d.call_err(

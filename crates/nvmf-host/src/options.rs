@@ -99,6 +99,11 @@ fn check(v: &Value) -> Result<(), RpcError> {
         log::warn!("bdev_nvme_set_options: timeout_admin_us needs timeout_us");
         return Err(errno_error(libc::EINVAL, "Invalid argument"));
     }
+    if v["bdev_retry_count"].as_i64().is_some_and(|n| n < -1) {
+        // SPDK's: -1 retries for ever, 0 and more count; below is refused.
+        log::warn!("bdev_nvme_set_options: bdev_retry_count below -1");
+        return Err(errno_error(libc::EINVAL, "Invalid argument: bdev_retry_count must be -1 or more"));
+    }
     let d = Defaults::from_options(Some(v));
     if !resiliency_ok(d.ctrlr_loss_timeout_sec, d.reconnect_delay_sec, d.fast_io_fail_timeout_sec) {
         log::warn!("bdev_nvme_set_options: ctrlr_loss_timeout_sec, reconnect_delay_sec and fast_io_fail_timeout_sec do not go together");

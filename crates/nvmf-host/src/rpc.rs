@@ -39,7 +39,6 @@ struct Attach {
     reconnect_delay_sec: Option<u32>,
     fast_io_fail_timeout_sec: Option<u32>,
     multipath: Option<String>,
-    #[allow(dead_code)]
     num_io_queues: Option<u32>,
     psk: Option<String>,
     #[allow(dead_code)]
@@ -191,6 +190,10 @@ pub fn register(reg: &mut Registry) {
     crate::options::register(reg);
     reg.method("bdev_nvme_attach_controller", |ctx, p: Params| async move {
         let a: Attach = p.parse()?;
+        if a.num_io_queues.is_some_and(|n| n == 0 || n > u32::from(u16::MAX) + 1) {
+            // As SPDK checks it (the value itself is not used: one I/O queue per reactor).
+            return Err(errno_error(libc::EINVAL, "num_io_queues out of bounds, min: 1 max: 65536"));
+        }
         if a.name.is_empty() {
             return Err(errno_error(libc::EINVAL, "Invalid argument"));
         }
