@@ -77,6 +77,19 @@ fn nbd_port(uri: &str) -> u16 {
     uri.trim_start_matches("nbd://").split(['/', ':']).nth(1).unwrap().parse().unwrap()
 }
 
+/// The free clusters of the daemon's first lvstore.
+fn free_clusters(d: &Daemon) -> u64 {
+    d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap()
+}
+
+/// A sparse file of `mib` MiB as U0 in a new daemon, with lvstore lvs0 of 1 MiB clusters on it.
+fn store_of_1mib_clusters(dir: &TempDir, mib: u64) -> (std::path::PathBuf, Daemon) {
+    let img = sparse_image(dir, mib);
+    let d = daemon(dir, &img);
+    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    (img, d)
+}
+
 fn check(dir: &TempDir, img: &std::path::Path) -> (bool, String) {
     let out = run_tool(dir, common::FERRITE, &["blobstore", "check", img.to_str().unwrap()], Duration::from_secs(30));
     (out.status.success(), format!("{}{}", out.stdout, out.stderr))
@@ -193,7 +206,7 @@ fn snapshots_and_clones_over_nbd() {
         "bdev_lvol_create_lvstore",
         Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB, "clear_method": "unmap"})),
     );
-    let free0 = d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    let free0 = free_clusters(&d);
     d.call(
         "bdev_lvol_create",
         Some(json!({"lvol_name": "base", "size_in_mib": 16, "lvs_name": "lvs0", "thin_provision": true})),
@@ -352,9 +365,7 @@ fn a_thick_lvol_writes_to_new_clusters_after_a_snapshot() {
         return;
     }
     let dir = TempDir::new("lvol-thick-snap");
-    let img = sparse_image(&dir, 64);
-    let d = daemon(&dir, &img);
-    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    let (_img, d) = store_of_1mib_clusters(&dir, 64);
     d.call("bdev_lvol_create", Some(json!({"lvol_name": "vol", "size_in_mib": 4, "lvs_name": "lvs0"})));
     let u = nbd(&d, "lvs0/vol", "vol");
     let port = nbd_port(&u);
@@ -968,7 +979,7 @@ fn clones_of_an_external_bdev() {
     assert_eq!(l.iter().filter(|v| v["is_degraded"] == json!(true)).count(), 2, "{l:?}");
     let u = nbd(&d2, "lvs0/ec2", "ec2");
     let ec_uuid = l.iter().find(|v| v["name"] == "ec").unwrap()["uuid"].as_str().unwrap().to_string();
-    let free = |d: &Daemon| d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    let free = free_clusters;
     let before = free(&d2);
     assert_eq!(d2.call("bdev_lvol_delete", Some(json!({"name": "lvs0/es"}))), json!(true));
     let e = d2.call_err("bdev_lvol_delete", Some(json!({"name": "lvs0/es"})));
@@ -1430,9 +1441,7 @@ fn renamed_lvols_keep_their_exports_and_the_saved_config_loads() {
         return;
     }
     let dir = TempDir::new("lvol-rename-exports");
-    let img = sparse_image(&dir, 64);
-    let d = daemon(&dir, &img);
-    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    let (_img, d) = store_of_1mib_clusters(&dir, 64);
     d.call("bdev_lvol_create", Some(json!({"lvs_name": "lvs0", "lvol_name": "v", "size_in_mib": 8})));
     let uuid = d.call("bdev_get_bdevs", Some(json!({"name": "lvs0/v"})))[0]["name"].as_str().unwrap().to_string();
     let u = nbd(&d, "lvs0/v", "v");
@@ -1521,7 +1530,7 @@ fn space_settled(d: &Daemon, name: &str, want_allocated: u64) -> (u64, u64) {
     loop {
         let l = lvols(d);
         let a = lvol_named(&l, name)["num_allocated_clusters"].as_u64().unwrap();
-        let free = d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+        let free = free_clusters(d);
         let draining = d.call("bdev_lvol_get_lvstores", None)[0]["draining_clusters"].as_u64().unwrap_or(0);
         if (a == want_allocated && draining == 0) || std::time::Instant::now() > deadline {
             return (a, free);
@@ -1539,10 +1548,8 @@ fn unmaps_of_whole_clusters_give_a_thin_lvols_space_back() {
         return;
     }
     let dir = TempDir::new("lvol-release");
-    let img = sparse_image(&dir, 64);
-    let d = daemon(&dir, &img);
-    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
-    let free0 = d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    let (img, d) = store_of_1mib_clusters(&dir, 64);
+    let free0 = free_clusters(&d);
     d.call(
         "bdev_lvol_create",
         Some(json!({"lvol_name": "vol", "size_in_mib": 8, "lvs_name": "lvs0", "thin_provision": true})),
@@ -1579,13 +1586,13 @@ fn unmaps_of_whole_clusters_give_a_thin_lvols_space_back() {
     let ut = u.replace("/vol", "/thick");
     qemu_io(&dir, &ut, "write -P 0x55 0 2M; discard 0 2M");
     assert_eq!(space_settled(&d, "thick", 2).0, 2, "a thick lvol keeps its clusters");
-    let free = d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    let free = free_clusters(&d);
     stop(d);
     let (ok, out) = check(&dir, &img);
     assert!(ok, "{out}");
     // The space given back stays given back.
     let d = daemon(&dir, &img);
-    assert_eq!(d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64(), Some(free));
+    assert_eq!(free_clusters(&d), free);
     assert_eq!(lvol_named(&lvols(&d), "vol")["num_allocated_clusters"].as_u64(), Some(1));
     stop(d);
 }
@@ -1609,10 +1616,8 @@ fn kill_9_while_unmaps_release_clusters_recovers_what_was_acknowledged() {
     }
     const CLUSTERS: u64 = 12;
     let dir = TempDir::new("lvol-release-kill9");
-    let img = sparse_image(&dir, 64);
-    let d = daemon(&dir, &img);
-    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
-    let free0 = d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    let (img, d) = store_of_1mib_clusters(&dir, 64);
+    let free0 = free_clusters(&d);
     d.call(
         "bdev_lvol_create",
         Some(json!({"lvol_name": "vol", "size_in_mib": CLUSTERS, "lvs_name": "lvs0", "thin_provision": true})),
@@ -1700,7 +1705,7 @@ fn kill_9_while_unmaps_release_clusters_recovers_what_was_acknowledged() {
             allocated >= with_data && allocated <= with_data + slack,
             "round {round}: {allocated} clusters allocated, {with_data} hold data (in flight {in_flight:?})"
         );
-        let free = d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+        let free = free_clusters(&d);
         assert_eq!(free, free0 - allocated, "round {round}: the lvstore's free clusters");
         stop(d);
         let (ok, report) = check(&dir, &img);
@@ -1715,12 +1720,10 @@ fn an_inflate_without_room_fails_at_once_and_changes_nothing() {
     // the decouple fail with ENOSPC naming what they needed, and take no cluster (they used to
     // leave 96 allocated, which made other thin lvols run out early).
     let dir = TempDir::new("lvol-inflate-nospc");
-    let img = sparse_image(&dir, 1024);
-    let d = daemon(&dir, &img);
-    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    let (img, d) = store_of_1mib_clusters(&dir, 1024);
     d.call("bdev_lvol_create", Some(json!({"lvol_name": "vol", "size_in_mib": 900, "lvs_name": "lvs0"})));
     d.call("bdev_lvol_snapshot", Some(json!({"lvol_name": "lvs0/vol", "snapshot_name": "snap"})));
-    let free = || d.call("bdev_lvol_get_lvstores", None)[0]["free_clusters"].as_u64().unwrap();
+    let free = || free_clusters(&d);
     let before = free();
     assert!(before < 900, "{before} free");
     for m in ["bdev_lvol_inflate", "bdev_lvol_decouple_parent"] {
@@ -1751,9 +1754,7 @@ fn perf_waits_for_examine_before_it_looks_for_its_bdevs() {
     // A config with only the lvstore's base bdev (no bdev_wait_for_examine): as bdevperf,
     // `ferrite perf -T lvs0/vol` finds the lvol that examine registers, and verifies through it.
     let dir = TempDir::new("lvol-perf-examine");
-    let img = sparse_image(&dir, 64);
-    let d = daemon(&dir, &img);
-    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    let (img, d) = store_of_1mib_clusters(&dir, 64);
     d.call(
         "bdev_lvol_create",
         Some(json!({"lvol_name": "vol", "size_in_mib": 16, "lvs_name": "lvs0", "thin_provision": true})),
@@ -1935,9 +1936,7 @@ fn a_grow_cut_short_by_kill_9_loads_again() {
 fn examine_says_why_no_lvstore_loads() {
     let test = "examine_says_why_no_lvstore_loads";
     let dir = TempDir::new("lvol-noload");
-    let img = sparse_image(&dir, 64);
-    let d = daemon(&dir, &img);
-    d.call("bdev_lvol_create_lvstore", Some(json!({"bdev_name": "U0", "lvs_name": "lvs0", "cluster_sz": MIB})));
+    let (img, d) = store_of_1mib_clusters(&dir, 64);
     d.call("bdev_lvol_create", Some(json!({"lvol_name": "a", "size_in_mib": 4, "lvs_name": "lvs0"})));
     stop(d);
     let none = edited_copy(&dir, &img, "none.img", |sb| sb.super_blob = ferrite_blob::format::BLOBID_INVALID);

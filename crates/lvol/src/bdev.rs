@@ -224,8 +224,8 @@ impl LvolChannel {
                 return io.complete(status);
             }
             drop(c);
-            let rx =
-                ferrite_reactor::engine().run_async(md_core, move || release_on_md(blob, bdev_name, cluster, start));
+            let rx = ferrite_reactor::engine()
+                .run_async(md_core, move || release_on_md(blob, bdev_name, cluster, start, blocks));
             let _ = rx.await;
             io.complete(IoStatus::Success);
         })
@@ -233,9 +233,10 @@ impl LvolChannel {
     }
 }
 
-/// On the metadata reactor: releases `cluster` of `blob` (at base block `start`) and, in the
-/// background, frees it once the lvol's channels have drained what they had in flight.
-async fn release_on_md(blob: Blob, bdev_name: Arc<str>, cluster: u64, start: u64) {
+/// On the metadata reactor: releases `cluster` of `blob` (at base block `start`, `blocks` long)
+/// and, in the background, frees it once the lvol's channels have drained what they had in
+/// flight.
+async fn release_on_md(blob: Blob, bdev_name: Arc<str>, cluster: u64, start: u64, blocks: u64) {
     let bs = blob.store();
     let released = match blob.release_cluster(cluster, start).await {
         Ok(Some(c)) => c,
@@ -245,7 +246,6 @@ async fn release_on_md(blob: Blob, bdev_name: Arc<str>, cluster: u64, start: u64
             return;
         }
     };
-    let blocks = (bs.geometry().cluster_size / bs.geometry().io_unit_size) as u64;
     ferrite_reactor::spawn_local(async move {
         // Every request of the lvol that may have read the old map entry completes first; the
         // lock itself is let go at once.
