@@ -303,6 +303,21 @@ impl IoChannel {
         self.inner.submit_checked(io, self.write, true);
     }
 
+    /// The channel's shared half.
+    #[inline]
+    pub(crate) fn inner(&self) -> &Rc<ChannelInner> {
+        &self.inner
+    }
+
+    /// Submits a request built by the layer (a fan-out's child) whose `done` is set.
+    #[inline]
+    pub(crate) fn submit_io(&self, mut io: BdevIo) {
+        if self.inner.timeouts_on.get() {
+            crate::timeout::track(&self.inner, &mut io, self.desc);
+        }
+        self.inner.submit_checked(io, self.write, true);
+    }
+
     /// Submits a completed request again, as it now is (the caller changed its fields in place):
     /// no request is built or moved, the state goes straight back to the layer. For callers that
     /// resubmit from their completion (a benchmark job, a target's queue slot).

@@ -1,43 +1,18 @@
 //! Fitting requests to a module's limits, so that callers never have to: segments that break the
 //! bdev's buffer alignment are bounced through one aligned buffer, and requests larger than the
 //! module takes (size, optimal I/O boundary, segment count and size, unmap and write-zeroes
-//! sizes) are split into children that point into the parent's buffers. The parent completes
-//! when its last child does, with the first failure if any.
+//! sizes) are split into children that point into the parent's buffers, as a fan-out
+//! (`fanout`). The parent completes when its last child does, with the first failure if any.
 //!
 //! Costs, named: a bounce is one copy of the payload (in for writes, out for reads); a split
 //! allocates one small shared state. Requests that fit take neither path.
 
 use crate::channel::ChannelInner;
-use crate::io::{BdevIo, Completed, Done, IoBufs, IoRequest, IoState, IoStatus, IoType};
-use ferrite_reactor::IoBuf;
+use crate::fanout::FanOut;
+use crate::io::{BdevIo, IoBufs, IoRequest, IoState, IoStatus, IoType};
 use smallvec::SmallVec;
-use std::cell::{Cell, RefCell};
-use std::ptr::NonNull;
+use std::ops::Range;
 use std::rc::Rc;
-
-/// A request split into children.
-pub(crate) struct SplitState {
-    parent: RefCell<Option<BdevIo>>,
-    left: Cell<usize>,
-    status: Cell<IoStatus>,
-}
-
-impl SplitState {
-    pub(crate) fn child_done(&self, mut child: Completed) {
-        if !child.status.is_ok() && self.status.get().is_ok() {
-            self.status.set(child.status);
-        }
-        // The child's segments are views into the parent's buffers: drop them first.
-        child.req.bufs.clear();
-        drop(child);
-        let left = self.left.get() - 1;
-        self.left.set(left);
-        if left == 0 {
-            let parent = self.parent.borrow_mut().take().expect("split parent completes once");
-            parent.complete(self.status.get());
-        }
-    }
-}
 
 /// Copies a bounced read back into the caller's segments and gives them back.
 pub(crate) fn unbounce(st: &mut IoState) {
@@ -79,9 +54,14 @@ fn bounce(io: &mut BdevIo) -> bool {
     true
 }
 
-/// The child ranges (and, for payloads, their segments) of a request under `limits`; None if a
+/// A child of a split: its request (without buffers) and the bytes of the parent's payload it
+/// carries.
+type Piece = (IoRequest, Range<usize>);
+
+/// The children of a request under `limits`, each with the byte range of the parent's payload
+/// it carries (cut by the fan-out at segment ends and at the segment size limit); None if a
 /// child would have to end inside a block (the caller bounces then, which always fits).
-fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[IoRequest; 4]>> {
+fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[Piece; 4]>> {
     let l = &ch.limits;
     let bs = ch.block_size as u64;
     let mut out = SmallVec::new();
@@ -101,14 +81,14 @@ fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[IoRequest; 4]>> 
             if b > 0 {
                 n = n.min(b - pos % b);
             }
-            out.push(IoRequest::new(req.io_type, pos, n).with_flags(req.flags));
+            out.push((IoRequest::new(req.io_type, pos, n).with_flags(req.flags), 0..0));
             pos += n;
         }
         return Some(out);
     }
-    let writable = req.io_type == IoType::Read;
-    // Segment cursor: segment index and offset inside it.
-    let (mut si, mut so) = (0usize, 0usize);
+    let max_piece = l.max_segment_size as usize;
+    // Segment cursor: segment index and offset inside it; `byte` is the payload offset.
+    let (mut si, mut so, mut byte) = (0usize, 0usize, 0usize);
     while pos < end {
         let mut blocks = end - pos;
         if l.max_io_blocks > 0 {
@@ -119,22 +99,18 @@ fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[IoRequest; 4]>> 
             blocks = blocks.min(b - pos % b);
         }
         let want = (blocks * bs) as usize;
-        let mut pieces: IoBufs = IoBufs::new();
-        let mut got = 0usize;
+        let (mut pieces, mut got, mut last) = (0usize, 0usize, 0usize);
         while got < want {
-            if l.max_segments > 0 && pieces.len() == l.max_segments as usize {
+            if l.max_segments > 0 && pieces == l.max_segments as usize {
                 break;
             }
             let seg = &req.bufs[si];
             let mut take = (seg.len() - so).min(want - got);
-            if l.max_segment_size > 0 {
-                take = take.min(l.max_segment_size as usize);
+            if max_piece > 0 {
+                take = take.min(max_piece);
             }
-            // SAFETY: the range lies within the segment; the parent keeps its buffers until
-            // every child has completed (it is held by the split state), and read children are
-            // the only writers of their disjoint byte ranges.
-            let view = unsafe { IoBuf::view(NonNull::new_unchecked(seg.as_ptr().add(so) as *mut u8), take, writable) };
-            pieces.push(view);
+            pieces += 1;
+            last = take;
             got += take;
             so += take;
             if so == seg.len() {
@@ -145,12 +121,9 @@ fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[IoRequest; 4]>> 
         let rem = got % bs as usize;
         if rem != 0 {
             // The segment limit stopped the child inside a block: trim the last piece back.
-            let last = pieces.last_mut().expect("a child has a piece");
-            if last.len() <= rem {
+            if last <= rem {
                 return None;
             }
-            let n = last.len() - rem;
-            last.set_len(n);
             got -= rem;
             if so >= rem {
                 so -= rem;
@@ -163,9 +136,8 @@ fn plan(ch: &ChannelInner, req: &IoRequest) -> Option<SmallVec<[IoRequest; 4]>> 
         if n == 0 {
             return None;
         }
-        let mut child = IoRequest::new(req.io_type, pos, n).with_flags(req.flags);
-        child.bufs = pieces;
-        out.push(child);
+        out.push((IoRequest::new(req.io_type, pos, n).with_flags(req.flags), byte..byte + got));
+        byte += got;
         pos += n;
     }
     Some(out)
@@ -233,16 +205,11 @@ pub(crate) fn fit(ch: &Rc<ChannelInner>, mut io: BdevIo) {
         }
         None => return io.complete_deferred(IoStatus::Failed(libc::EINVAL)),
     };
-    let tick = io.submit_tick;
     io.fitted = true;
-    let state = Rc::new(SplitState {
-        parent: RefCell::new(Some(io)),
-        left: Cell::new(children.len()),
-        status: Cell::new(IoStatus::Success),
-    });
-    for req in children {
-        let mut child = BdevIo::new(req, ch.clone(), tick);
-        child.done = Done::Split(state.clone());
+    let max_piece = ch.limits.max_segment_size as usize;
+    let fan = FanOut::for_split(io);
+    for (req, bytes) in children {
+        let (child, _) = fan.child(ch, req, bytes, max_piece);
         ch.dispatch(child);
     }
 }

@@ -416,8 +416,8 @@ pub(crate) enum Done {
     Caller(Rc<dyn IoCompleter>, u64),
     /// To the module of a virtual bdev that submitted it on behalf of `parent`.
     Parent(BdevIo, fn(BdevIo, Completed)),
-    /// To the split of a larger request (see `fit`).
-    Split(Rc<crate::fit::SplitState>),
+    /// To a fan-out, as its child number `.1` (see `fanout`; the layer's own splits too).
+    Fan(Rc<crate::fanout::FanState>, u32),
 }
 
 /// What the outer layer of a forwarded request set aside while an inner layer has it (see
@@ -823,7 +823,7 @@ impl BdevIo {
                 crate::fit::unbounce(&mut st);
             }
             // A split's children are counted as their parent, at the layer that split it.
-            if !(st.frames.is_empty() && matches!(st.done, Done::Split(_))) {
+            if !(st.frames.is_empty() && matches!(&st.done, Done::Fan(f, _) if f.is_split())) {
                 ch.account(&st.req, status, st.latency_ticks);
             }
             drop(ch);
@@ -915,7 +915,7 @@ fn deliver(mut st: Box<IoState>) {
     match std::mem::replace(&mut st.done, Done::None) {
         Done::Caller(cb, tag) => cb.io_done(tag, Completed(ManuallyDrop::new(st))),
         Done::Parent(parent, f) => f(parent, Completed(ManuallyDrop::new(st))),
-        Done::Split(split) => split.child_done(Completed(ManuallyDrop::new(st))),
+        Done::Fan(fan, index) => fan.child_done(index, Completed(ManuallyDrop::new(st))),
         Done::None => recycle(st),
     }
 }
@@ -949,9 +949,11 @@ ferrite_reactor::reactor_local! {
     static DEFERRED_POLLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Runs `f` on the next run of the deferred queue (threads without a reactor loop only).
+/// Runs `f` on the next run of the deferred queue: the core's next loop turn on a reactor,
+/// `run_deferred` elsewhere.
 pub(crate) fn defer_fn(f: Box<dyn FnOnce()>) {
     DEFERRED_FNS.with(|d| d.borrow_mut().push(f));
+    ensure_poller();
 }
 
 fn drain() -> usize {
@@ -980,7 +982,14 @@ fn drain() -> usize {
 #[inline]
 fn defer(io: BdevIo) {
     DEFERRED.with(|d| d.borrow_mut().push_back(io));
-    if !DEFERRED_POLLER.with(|p| p.replace(true)) && ferrite_reactor::current().is_some() {
+    ensure_poller();
+}
+
+/// Registers this core's deferred-queue poller once (on a reactor).
+#[inline]
+fn ensure_poller() {
+    if !DEFERRED_POLLER.with(|p| p.get()) && ferrite_reactor::current().is_some() {
+        DEFERRED_POLLER.with(|p| p.set(true));
         ferrite_reactor::register_poller(|| drain() > 0);
     }
 }

@@ -7,6 +7,7 @@ pub mod channel;
 mod compare;
 pub use compare::LbaRangeLock;
 pub mod desc;
+pub mod fanout;
 mod fit;
 pub mod histogram;
 pub mod io;
@@ -23,6 +24,7 @@ pub use bdev::{
 };
 pub use channel::IoChannel;
 pub use desc::{BdevDesc, BdevEvent, ClaimType};
+pub use fanout::{FanOut, FanOutCompleter, FanOutDone};
 pub use io::{
     BdevIo, Completed, IoAux, IoBufs, IoCompleter, IoFlags, IoRequest, IoState, IoStatus, IoType, IoTypes, NvmeCmd,
 };

@@ -359,6 +359,12 @@ fn write_zeroes_and_deallocate_read_back_zeroes() {
         want[8 * b..11 * b].fill(0);
         want[12 * b..14 * b].fill(0);
         assert!(back == want, "ns {nsid}: write zeroes / deallocate did not read back as zeroes where asked only");
+        // One range beyond the end fails the command with its status; the ranges are one
+        // fan-out, so the command completes once, after every range.
+        let c = q.deallocate(nsid, &[(100, 1), (1 << 40, 1), (101, 1)]);
+        assert_eq!(status(&c), (sct::GENERIC, generic::LBA_OUT_OF_RANGE), "a range beyond the end: {:?}", c.cqe);
+        let back = q.read(nsid, 100, 2, bs).ok("read").data;
+        assert!(back == vec![0u8; 2 * b], "ns {nsid}: the ranges within the namespace were deallocated all the same");
     }
     n.assert_alive();
 }

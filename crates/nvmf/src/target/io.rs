@@ -6,7 +6,9 @@ use super::qpair::{Conn, Phase};
 use crate::spec::opcode::nvm;
 use crate::spec::sqe::Fuse;
 use crate::spec::status::{generic, media, Status};
-use ferrite_bdev::{Completed, IoCompleter, IoFlags, IoRequest, IoStatus, IoType};
+use ferrite_bdev::{
+    Completed, FanOut, FanOutCompleter, FanOutDone, IoBufs, IoCompleter, IoFlags, IoRequest, IoStatus, IoType,
+};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
@@ -151,8 +153,6 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
         let mut cmds = c.cmds.borrow_mut();
         let cmd = &mut cmds[usize::from(slot)];
         cmd.ns = Some(ns.clone());
-        cmd.parts = 1;
-        cmd.part_status = IoStatus::Success;
     }
     ns.ch.submit(req, c.clone(), u64::from(slot));
 }
@@ -189,8 +189,6 @@ fn fused_ready(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>) {
         cmds[usize::from(first)].phase = Phase::Running;
         let sc = &mut cmds[usize::from(second)];
         sc.phase = Phase::Running;
-        sc.parts = 1;
-        sc.part_status = IoStatus::Success;
         (f, sc.sqe, cmp, sc.buf.take(), sc.ns.clone())
     };
     let range = |q: &crate::spec::sqe::Sqe| (q.nsid, u64::from(q.cdw10) | u64::from(q.cdw11) << 32, q.cdw12 & 0xffff);
@@ -234,36 +232,42 @@ fn dsm(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>, cdw10: u32, cdw11:
     if ranges.is_empty() {
         return c.complete(slot, Status::SUCCESS, 0, None);
     }
-    {
-        let mut cmds = c.cmds.borrow_mut();
-        let cmd = &mut cmds[usize::from(slot)];
-        cmd.ns = Some(ns.clone());
-        cmd.parts = ranges.len() as u32;
-        cmd.part_status = IoStatus::Success;
-    }
+    c.cmds.borrow_mut()[usize::from(slot)].ns = Some(ns.clone());
+    // One unmap per range, as children of one fan-out: the command completes once, when the
+    // last range is done, with the first failure if any.
+    let fan = FanOut::for_caller(IoBufs::new(), c.clone(), u64::from(slot));
     for (lba, n) in ranges {
-        ns.ch.submit(IoRequest::no_payload(IoType::Unmap, lba, n), c.clone(), u64::from(slot));
+        fan.submit(&ns.ch, IoRequest::no_payload(IoType::Unmap, lba, n), 0..0);
+    }
+}
+
+impl FanOutCompleter for Conn {
+    fn fan_out_done(&self, tag: u64, done: FanOutDone) {
+        let slot = tag as u16;
+        let running = self.cmds.borrow().get(usize::from(slot)).is_some_and(|c| c.phase == Phase::Running);
+        if !running {
+            log::warn!("nvmf connection {}: a fan-out ended for idle slot {slot}; dropped", self.id);
+            return;
+        }
+        let status = done.first_failure();
+        if !status.is_ok() {
+            log::debug!("nvmf connection {}: dataset management failed: {status}", self.id);
+        }
+        self.complete(slot, status_of(status), 0, None);
     }
 }
 
 impl IoCompleter for Conn {
     fn io_done(&self, tag: u64, mut io: Completed) {
         let slot = tag as u16;
-        let (done, status, partner, is_read) = {
+        let (status, partner, is_read) = {
             let mut cmds = self.cmds.borrow_mut();
             let Some(cmd) = cmds.get_mut(usize::from(slot)).filter(|c| c.phase == Phase::Running) else {
                 log::warn!("nvmf connection {}: a completion for idle slot {slot}; dropped", self.id);
                 return;
             };
-            if !io.status.is_ok() && cmd.part_status.is_ok() {
-                cmd.part_status = io.status;
-            }
-            cmd.parts = cmd.parts.saturating_sub(1);
-            (cmd.parts == 0, cmd.part_status, cmd.partner, cmd.sqe.opcode == nvm::READ)
+            (io.status, cmd.partner, cmd.sqe.opcode == nvm::READ)
         };
-        if !done {
-            return;
-        }
         if let Some(first) = partner {
             // Fused Compare-and-Write: the compare's outcome is the first command's; the write
             // is aborted when the compare failed.

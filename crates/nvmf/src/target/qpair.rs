@@ -15,7 +15,7 @@ use crate::spec::sqe::Sqe;
 use crate::spec::status::{generic, Status};
 use crate::tcp::pdu::{CAPSULE_CMD_HLEN, CH_LEN};
 use crate::tcp::{controller_accept, encode, ControllerConfig, Decoder, Event, Negotiated, Pdu, PduError, Role, Want};
-use ferrite_bdev::{IoChannel, IoStatus};
+use ferrite_bdev::IoChannel;
 use ferrite_reactor::net::{SendCache, Socket};
 use ferrite_reactor::IoBuf;
 use smallvec::SmallVec;
@@ -83,10 +83,6 @@ pub(crate) struct Cmd {
     pub(crate) got: u32,
     /// The namespace an I/O command addresses.
     pub(crate) ns: Option<Rc<NsChan>>,
-    /// Bdev requests still out (a Dataset Management with several ranges).
-    pub(crate) parts: u32,
-    /// The worst status of the parts so far.
-    pub(crate) part_status: IoStatus,
     /// The fused partner's slot.
     pub(crate) partner: Option<u16>,
     /// A data digest error was seen on its data.
@@ -112,8 +108,6 @@ impl Cmd {
             buf: None,
             got: 0,
             ns: None,
-            parts: 0,
-            part_status: IoStatus::Success,
             partner: None,
             digest_error: false,
             fused_broken: false,
@@ -353,7 +347,6 @@ impl Conn {
             c.phase = Phase::Free;
             c.buf = None;
             c.ns = None;
-            c.parts = 0;
             (c.partner.take(), was_waiting)
         };
         if was_waiting {
@@ -1331,8 +1324,6 @@ impl Conn {
         c.got = 0;
         c.buf = None;
         c.ns = None;
-        c.parts = 0;
-        c.part_status = IoStatus::Success;
         c.partner = None;
         c.digest_error = false;
         c.fused_broken = false;
