@@ -111,6 +111,13 @@ pub trait BackendChannel {
     fn linear_map(&mut self) -> Option<LinearMap> {
         None
     }
+    /// The module's per-core state that its requests may reach: a request held by the module
+    /// gets it back, typed, with `IoState::module_channel` (in a completion path or a
+    /// `forward_then` continuation), so that no module keeps a raw pointer to its channel in a
+    /// request. Asked once, when the channel is made.
+    fn shared(&self) -> Option<std::rc::Rc<dyn std::any::Any>> {
+        None
+    }
     /// The module's own channel state, for `Bdev::for_each_channel` callbacks to downcast.
     fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
         None

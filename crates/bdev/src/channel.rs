@@ -138,6 +138,8 @@ pub(crate) struct ChannelInner {
     pub(crate) qos: crate::qos::ChannelQos,
     /// Outstanding requests, tracked while a descriptor has a timeout (see `timeout`).
     pub(crate) timeouts: crate::timeout::ChannelTimeouts,
+    /// The module's state its requests reach (`BackendChannel::shared`).
+    pub(crate) shared: Option<Rc<dyn std::any::Any>>,
 }
 
 /// A module's linear mapping onto a base bdev as one channel last took it
@@ -243,6 +245,7 @@ impl IoChannel {
         let mut backend = bdev.0.backend.create_channel()?;
         let stats = local_stats_entry(bdev);
         let limits = bdev.0.limits;
+        let shared = backend.shared();
         let inner = Rc::new_cyclic(|me| ChannelInner {
             block_size: bdev.block_size(),
             io_types: bdev.module_io_types(),
@@ -267,6 +270,7 @@ impl IoChannel {
             me: me.clone(),
             qos: crate::qos::ChannelQos::new(),
             timeouts: crate::timeout::ChannelTimeouts::new(),
+            shared,
         });
         crate::qos::apply(&inner);
         crate::timeout::channel_created(&inner);

@@ -14,6 +14,10 @@ use crate::io::{BdevIo, Completed, IoAux, IoRequest, IoStatus, IoType};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// The context of a compare-and-write the layer runs: the id of the range lock it holds.
+#[derive(Debug, Clone, Copy)]
+struct CawLock(u64);
+
 /// A held range: `[start, end)` in blocks, and the lock's id.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LockedRange {
@@ -88,7 +92,7 @@ pub(crate) fn compare_and_write(io: BdevIo) {
         id
     };
     let mut io = io;
-    io.ctx[7] = id;
+    io.set_ctx(CawLock(id));
     quiesce(&bdev, move || {
         let ch = io.channel().clone();
         let len = io.len_bytes() as usize;
@@ -151,7 +155,7 @@ fn caw_write_done(mut parent: BdevIo, mut write: Completed) {
 fn finish_caw(io: BdevIo, status: IoStatus) {
     let ch = io.channel().clone();
     let bdev = ch.bdev.clone();
-    let id = io.ctx[7];
+    let id = io.ctx::<CawLock>().expect("a compare-and-write holds its lock's id").0;
     {
         let mut locks = bdev.locks.lock().unwrap();
         locks.retain(|r| r.id != id);

@@ -511,8 +511,58 @@ impl FrameStack {
     }
 }
 
-/// Bytes of per-I/O scratch a module may use, as `IoState::ctx`.
+/// Bytes of per-I/O context a module may keep in a request (see [`IoState::set_ctx`]).
 pub const MODULE_CTX_BYTES: usize = 64;
+
+/// A module's per-I/O context: a plain value (`Copy`, at most [`MODULE_CTX_BYTES`] bytes,
+/// aligned to at most 8) that travels with the request, so that no module keeps a table keyed
+/// by tag. Every `Copy + 'static` type is one; the bounds on size and alignment are checked
+/// when the module is compiled.
+pub trait IoCtx: Copy + 'static {}
+
+impl<T: Copy + 'static> IoCtx for T {}
+
+/// Room for one module's context, and the type of the value in it. The type travels with the
+/// value, so a module gets back only what it put in, typed.
+#[derive(Clone, Copy)]
+pub(crate) struct CtxSlot {
+    ty: Option<std::any::TypeId>,
+    words: [std::mem::MaybeUninit<u64>; MODULE_CTX_BYTES / 8],
+}
+
+impl CtxSlot {
+    const EMPTY: CtxSlot = CtxSlot { ty: None, words: [std::mem::MaybeUninit::uninit(); MODULE_CTX_BYTES / 8] };
+
+    #[inline(always)]
+    fn fits<T: IoCtx>() {
+        const {
+            assert!(std::mem::size_of::<T>() <= MODULE_CTX_BYTES, "a module context is at most 64 bytes");
+            assert!(std::mem::align_of::<T>() <= 8, "a module context is aligned to at most 8");
+        }
+    }
+
+    #[inline(always)]
+    fn set<T: IoCtx>(&mut self, v: T) {
+        Self::fits::<T>();
+        // SAFETY: the words hold at least size_of::<T>() bytes, aligned to 8 >= align_of::<T>().
+        unsafe { self.words.as_mut_ptr().cast::<T>().write(v) };
+        self.ty = Some(std::any::TypeId::of::<T>());
+    }
+
+    #[inline(always)]
+    fn get<T: IoCtx>(&self) -> Option<&T> {
+        Self::fits::<T>();
+        // SAFETY: `ty` names T only after `set::<T>` wrote a T there, and a T is Copy (no drop).
+        (self.ty == Some(std::any::TypeId::of::<T>())).then(|| unsafe { &*self.words.as_ptr().cast::<T>() })
+    }
+
+    #[inline(always)]
+    fn get_mut<T: IoCtx>(&mut self) -> Option<&mut T> {
+        Self::fits::<T>();
+        // SAFETY: as in `get`.
+        (self.ty == Some(std::any::TypeId::of::<T>())).then(|| unsafe { &mut *self.words.as_mut_ptr().cast::<T>() })
+    }
+}
 
 /// A request with everything that travels with it.
 pub struct IoState {
@@ -524,11 +574,10 @@ pub struct IoState {
     pub latency_ticks: u64,
     /// A result besides the status: the block found by a seek, an NVMe command's dword 0.
     pub result: u64,
-    /// The module's per-I/O context: scratch space that travels with the request, so that no
-    /// module keeps a table keyed by tag. Uninterpreted by the layer; not cleared between uses.
-    /// Each layer of a forwarded request has its own: a virtual bdev finds its context as it
-    /// left it when the base hands the request back (`IoChannel::forward`).
-    pub ctx: [u64; MODULE_CTX_BYTES / 8],
+    /// The module's per-I/O context ([`IoState::set_ctx`]). Each layer of a forwarded request
+    /// has its own: a virtual bdev finds its context as it left it when the base hands the
+    /// request back (`IoChannel::forward_then`).
+    ctx: CtxSlot,
     pub(crate) ch: Option<Rc<ChannelInner>>,
     pub(crate) done: Done,
     pub(crate) submit_tick: u64,
@@ -550,7 +599,7 @@ pub struct IoState {
     pub(crate) frames: FrameStack,
     /// The contexts of the modules that forwarded with `forward_then`, innermost last: each gets
     /// its own back (the inner modules may write theirs).
-    saved_ctx: Vec<[u64; MODULE_CTX_BYTES / 8]>,
+    saved_ctx: Vec<CtxSlot>,
     /// How many frames stood below the layer that bounced the request (`bounced`): only that
     /// layer gives the caller's segments back.
     pub(crate) bounce_depth: u8,
@@ -586,6 +635,7 @@ fn restart(s: &mut IoState, ch: Option<Rc<ChannelInner>>, submit_tick: u64) {
     s.lock_bypass = false;
     s.track = 0;
     s.qos_passed = false;
+    s.ctx.ty = None;
     debug_assert!(s.bounced.is_none(), "a state between trips holds no bounce buffer");
     debug_assert!(s.frames.is_empty() && s.saved_ctx.is_empty(), "a state between trips is forwarded by nobody");
 }
@@ -602,7 +652,7 @@ fn take_state(req: IoRequest, ch: Option<Rc<ChannelInner>>, submit_tick: u64) ->
             status: IoStatus::Success,
             latency_ticks: 0,
             result: 0,
-            ctx: [0; MODULE_CTX_BYTES / 8],
+            ctx: CtxSlot::EMPTY,
             ch,
             done: Done::None,
             submit_tick,
@@ -724,6 +774,34 @@ impl IoState {
         }
     }
 
+    /// Puts the module's per-I/O context in the request (replacing what was there).
+    #[inline(always)]
+    pub fn set_ctx<T: IoCtx>(&mut self, v: T) {
+        self.ctx.set(v)
+    }
+
+    /// The module's per-I/O context, if this layer put a `T` in it on this trip.
+    #[inline(always)]
+    pub fn ctx<T: IoCtx>(&self) -> Option<&T> {
+        self.ctx.get()
+    }
+
+    /// The module's per-I/O context, to change in place, if this layer put a `T` in it on this
+    /// trip.
+    #[inline(always)]
+    pub fn ctx_mut<T: IoCtx>(&mut self) -> Option<&mut T> {
+        self.ctx.get_mut()
+    }
+
+    /// The per-core state the module of the request's current layer shares with its requests
+    /// ([`crate::BackendChannel::shared`]), if it is a `T`: how a completion path or a
+    /// continuation finds its channel without a raw pointer in the request.
+    #[inline]
+    pub fn module_channel<T: std::any::Any>(&self) -> Option<Rc<T>> {
+        let shared = self.ch.as_ref()?.shared.as_ref()?;
+        shared.clone().downcast::<T>().ok()
+    }
+
     /// True if an abort of (`completer`, `tag`) names this request.
     pub fn is_named_by(&self, completer: usize, tag: u64) -> bool {
         self.caller_id() == Some((completer, tag))
@@ -761,6 +839,7 @@ impl BdevIo {
         slot.then = then;
         s.status = IoStatus::Success;
         s.result = 0;
+        s.ctx.ty = None;
         s.counted = false;
         s.fitted = false;
         s.lock_bypass = false;
@@ -1002,6 +1081,30 @@ pub fn run_deferred() -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::CtxSlot;
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    struct A(u64, u8);
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    struct B([u32; 16]);
+
+    /// A module gets back only the type it put in, typed; another type reads as none.
+    #[test]
+    fn a_context_comes_back_only_as_its_own_type() {
+        let mut slot = CtxSlot::EMPTY;
+        assert!(slot.get::<A>().is_none(), "an empty slot holds nothing");
+        slot.set(A(7, 1));
+        assert_eq!(slot.get::<A>(), Some(&A(7, 1)));
+        assert!(slot.get::<B>().is_none() && slot.get::<u64>().is_none(), "another type reads as none");
+        slot.get_mut::<A>().unwrap().0 = 9;
+        let saved = slot;
+        slot.set(B([3; 16]));
+        assert_eq!(slot.get::<B>(), Some(&B([3; 16])), "the whole 64 bytes are room");
+        assert!(slot.get::<A>().is_none());
+        slot = saved;
+        assert_eq!(slot.get::<A>(), Some(&A(9, 1)), "a saved context comes back as it was");
+    }
+
     /// The request is moved once per I/O (into its pooled state): keep it small.
     #[test]
     fn request_stays_small() {

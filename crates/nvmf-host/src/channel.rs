@@ -35,11 +35,24 @@ pub const MAX_RETRIES: u64 = 32;
 /// How long a request may wait here for a usable path.
 pub const PARK_LIMIT: Duration = Duration::from_secs(5);
 
-/// Slots of `BdevIo::ctx` this module uses.
-const CTX_CHAN: usize = 0;
-const CTX_RETRIES: usize = 1;
-const CTX_CTRLR: usize = 2;
-const CTX_PARKED: usize = 3;
+/// A request's context in this module.
+#[derive(Debug, Clone, Copy, Default)]
+struct HostIo {
+    /// Times it was sent again after a path failure.
+    retries: u64,
+    /// The controller it was last sent to.
+    ctrlr: u64,
+    /// When it first waited for a usable path (0: never).
+    parked: u64,
+}
+
+/// The request's context (a fresh one if the module has not set one on this trip).
+fn host_io(io: &mut BdevIo) -> &mut HostIo {
+    if io.ctx::<HostIo>().is_none() {
+        io.set_ctx(HostIo::default());
+    }
+    io.ctx_mut::<HostIo>().expect("just set")
+}
 
 struct ChanPath {
     ctrlr: Arc<HostCtrlr>,
@@ -207,8 +220,7 @@ impl NsChan {
         let Some((sqe, read, extra)) = command(&io, self.ns.nsid) else {
             return io.complete_deferred(IoStatus::Unsupported);
         };
-        io.ctx[CTX_CHAN] = self as *const NsChan as u64;
-        io.ctx[CTX_CTRLR] = p.ctrlr.id;
+        host_io(&mut io).ctrlr = p.ctrlr.id;
         let path = p.path.clone();
         drop(paths);
         path.submit(sqe, io, read, extra);
@@ -217,14 +229,12 @@ impl NsChan {
     /// Keeps `io` until a path is usable (every 100 ms), at most [`PARK_LIMIT`].
     fn park(&self, mut io: BdevIo) {
         let now = ferrite_reactor::tsc::ticks();
-        if io.ctx[CTX_PARKED] == 0 {
-            io.ctx[CTX_PARKED] = now.max(1);
-        } else if ferrite_reactor::tsc::ticks_to_nanos(now.saturating_sub(io.ctx[CTX_PARKED]))
-            >= PARK_LIMIT.as_nanos() as u64
-        {
+        let h = host_io(&mut io);
+        if h.parked == 0 {
+            h.parked = now.max(1);
+        } else if ferrite_reactor::tsc::ticks_to_nanos(now.saturating_sub(h.parked)) >= PARK_LIMIT.as_nanos() as u64 {
             return io.complete_deferred(IoStatus::Failed(libc::EIO));
         }
-        io.ctx[CTX_CHAN] = self as *const NsChan as u64;
         self.parked.borrow_mut().push_back(io);
         // Someone must learn the states: ask every controller to re-read its ANA log.
         for p in self.paths.borrow().iter() {
@@ -262,14 +272,17 @@ impl NsChan {
 }
 
 impl BackendChannel for NsChannel {
+    fn shared(&self) -> Option<Rc<dyn std::any::Any>> {
+        Some(self.0.clone())
+    }
+
     fn submit(&mut self, mut io: BdevIo) {
         match io.req.io_type {
             IoType::Reset => return reset(&self.0.ns, io),
             IoType::Abort => return crate::abort::abort(&self.0, io),
             _ => {}
         }
-        io.ctx[CTX_RETRIES] = 0;
-        io.ctx[CTX_PARKED] = 0;
+        io.set_ctx(HostIo::default());
         self.0.submit(io);
     }
 
@@ -320,28 +333,25 @@ impl NsChan {
 /// `io` (sent by a channel of this module) failed for a path reason with `status`: it goes
 /// through its channel again, unless it already did [`MAX_RETRIES`] times.
 pub(crate) fn retry(mut io: BdevIo, status: IoStatus) {
-    if io.ctx[CTX_RETRIES] >= MAX_RETRIES {
+    let h = host_io(&mut io);
+    if h.retries >= MAX_RETRIES {
         return io.complete(status);
     }
-    io.ctx[CTX_RETRIES] += 1;
+    h.retries += 1;
     resubmit(io);
 }
 
 /// Sends `io` through its channel again (its path was lost before it was sent).
 pub(crate) fn resubmit(io: BdevIo) {
-    let ch = io.ctx[CTX_CHAN] as *const NsChan;
-    // SAFETY: set by `NsChan::submit`; the request holds its bdev channel, which owns the
-    // module's channel and so the `NsChan`, until it completes.
-    let ch = unsafe { &*ch };
+    let ch = io.module_channel::<NsChan>().expect("a request of this module returns to its channel");
     ch.submit(io);
 }
 
 /// `io` failed with an ANA status on its controller: that controller's state for the
 /// namespace is taken from the status until its ANA log is read again (asked for here).
 pub(crate) fn ana_failed(io: &BdevIo, state: u8) {
-    // SAFETY: as in `resubmit`.
-    let ch = unsafe { &*(io.ctx[CTX_CHAN] as *const NsChan) };
-    let id = io.ctx[CTX_CTRLR];
+    let Some(ch) = io.module_channel::<NsChan>() else { return };
+    let id = io.ctx::<HostIo>().map_or(0, |h| h.ctrlr);
     for p in ch.paths.borrow().iter() {
         if p.ctrlr.id == id {
             if p.ctrlr.ana.set(ch.ns.nsid, state) {

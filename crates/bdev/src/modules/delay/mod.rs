@@ -83,15 +83,21 @@ impl DelayNode {
     }
 }
 
-/// `ctx[0]` of a forwarded request: its latency class, or NONE.
-const NONE: u64 = 4;
+/// A forwarded request's context: its latency class (None: not delayed), and once the base
+/// completed it, the deadline it is held until.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    class: Option<usize>,
+    deadline: u64,
+}
 
 /// Per-core state, reached from a request's context while it is in flight.
 struct DelayCh {
     node: Arc<DelayNode>,
     base: IoChannel,
     lends: bool,
-    /// Held completions by class, each in deadline order (`ctx[2]`), status in `status`.
+    /// Held completions by class, each in deadline order (their `Held` context), status in
+    /// `status`.
     held: RefCell<[VecDeque<BdevIo>; 4]>,
     /// Deadline the armed timer fires at (0: none armed).
     armed: Cell<u64>,
@@ -115,14 +121,13 @@ impl DelayCh {
     fn submit(&self, mut io: BdevIo) {
         let class = match io.req.io_type {
             IoType::Abort => return self.abort(io),
-            IoType::Read if self.one_in_100() => LatencyType::P99Read as u64,
-            IoType::Read => LatencyType::AvgRead as u64,
-            IoType::Write if self.one_in_100() => LatencyType::P99Write as u64,
-            IoType::Write => LatencyType::AvgWrite as u64,
-            _ => NONE,
+            IoType::Read if self.one_in_100() => Some(LatencyType::P99Read as usize),
+            IoType::Read => Some(LatencyType::AvgRead as usize),
+            IoType::Write if self.one_in_100() => Some(LatencyType::P99Write as usize),
+            IoType::Write => Some(LatencyType::AvgWrite as usize),
+            _ => None,
         };
-        io.ctx[0] = class;
-        io.ctx[1] = self as *const DelayCh as u64;
+        io.set_ctx(Held { class, deadline: 0 });
         self.base.forward_then(io, base_done);
     }
 
@@ -132,8 +137,7 @@ impl DelayCh {
             return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
         };
         if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 {
-            io.ctx[0] = NONE;
-            io.ctx[1] = self as *const DelayCh as u64;
+            io.set_ctx(Held { class: None, deadline: 0 });
             return self.base.forward_then(io, base_done);
         }
         io.complete_deferred(IoStatus::Success);
@@ -160,7 +164,7 @@ impl DelayCh {
 
     /// Holds `io` (completed by the base with `io.status`) until `deadline`.
     fn hold(&self, mut io: BdevIo, class: usize, deadline: u64) {
-        io.ctx[2] = deadline;
+        io.set_ctx(Held { class: Some(class), deadline });
         self.held.borrow_mut()[class].push_back(io);
         let armed = self.armed.get();
         if armed == 0 || deadline < armed {
@@ -190,7 +194,7 @@ impl DelayCh {
                 let io = {
                     let mut held = self.held.borrow_mut();
                     match held[class].front() {
-                        Some(f) if f.ctx[2] <= now => held[class].pop_front(),
+                        Some(f) if deadline_of(f) <= now => held[class].pop_front(),
                         _ => None,
                     }
                 };
@@ -199,7 +203,7 @@ impl DelayCh {
                 io.complete(status);
             }
         }
-        let next = self.held.borrow().iter().filter_map(|q| q.front().map(|f| f.ctx[2])).min();
+        let next = self.held.borrow().iter().filter_map(|q| q.front().map(deadline_of)).min();
         if let Some(next) = next {
             let armed = self.armed.get();
             if armed == 0 || next < armed {
@@ -209,20 +213,27 @@ impl DelayCh {
     }
 }
 
+/// The deadline a held request waits for.
+fn deadline_of(io: &BdevIo) -> u64 {
+    io.ctx::<Held>().map_or(0, |h| h.deadline)
+}
+
 fn base_done(mut parent: BdevIo, status: IoStatus) {
-    let class = parent.ctx[0];
-    if class == NONE || ferrite_reactor::current().is_none() {
+    let class = parent.ctx::<Held>().and_then(|h| h.class);
+    let ch = parent.module_channel::<DelayCh>();
+    let (Some(class), Some(ch), Some(_)) = (class, ch, ferrite_reactor::current()) else {
         return parent.complete(status);
-    }
-    // SAFETY: ctx[1] points into this channel's `Rc<DelayCh>`, which the parent keeps alive: it
-    // holds its channel, which owns the backend channel, which owns the Rc.
-    let ch = unsafe { &*(parent.ctx[1] as *const DelayCh) };
-    let deadline = tsc::ticks() + ch.node.ticks[class as usize].load(Ordering::Relaxed);
+    };
+    let deadline = tsc::ticks() + ch.node.ticks[class].load(Ordering::Relaxed);
     parent.status = status;
-    ch.hold(parent, class as usize, deadline);
+    ch.hold(parent, class, deadline);
 }
 
 impl BackendChannel for DelayChannel {
+    fn shared(&self) -> Option<Rc<dyn std::any::Any>> {
+        Some(self.0.clone())
+    }
+
     fn lends_reads(&self) -> bool {
         self.0.lends
     }

@@ -142,35 +142,38 @@ ferrite_reactor::reactor_local! {
 
 struct ErrorChannel(Rc<ErrorCh>);
 
-/// `ctx[0]` of a forwarded request: how to finish it.
-const PLAIN: u64 = 0;
-const CORRUPT_READ: u64 = 1;
+/// A forwarded request's context: how to finish it when the base gives it back.
+#[derive(Debug, Clone, Copy)]
+enum Finish {
+    /// As the base did.
+    Plain,
+    /// XOR byte `off` of the data read with `val`.
+    CorruptRead { off: u64, val: u8 },
+}
 
 impl ErrorCh {
     /// Hands `io` itself on to the base; `mode` says how to finish it.
-    fn forward(&self, mut io: BdevIo, mode: u64) {
-        io.ctx[0] = mode;
-        io.ctx[1] = self as *const ErrorCh as u64;
+    fn forward(&self, mut io: BdevIo, finish: Finish) {
+        io.set_ctx(finish);
         self.inflight.set(self.inflight.get() + 1);
         self.base.forward_then(io, forward_done);
     }
 
     /// Writes `req` (a corrupted copy of `io`'s data) to the base on behalf of `io`.
-    fn write_copy(&self, mut io: BdevIo, req: IoRequest) {
-        io.ctx[1] = self as *const ErrorCh as u64;
+    fn write_copy(&self, io: BdevIo, req: IoRequest) {
         self.inflight.set(self.inflight.get() + 1);
         self.base.submit_child(io, req, copy_done);
     }
 
-    fn submit(&self, mut io: BdevIo) {
+    fn submit(&self, io: BdevIo) {
         match io.req.io_type {
             IoType::Abort => return self.abort(io),
             // Pending I/Os were completed by reset_begins; the base gets the reset too.
-            IoType::Reset => return self.forward(io, PLAIN),
+            IoType::Reset => return self.forward(io, Finish::Plain),
             _ => {}
         }
         let Some((kind, slot)) = self.disk.take(io.req.io_type, self.inflight.get()) else {
-            return self.forward(io, PLAIN);
+            return self.forward(io, Finish::Plain);
         };
         match kind {
             ErrorType::Failure => io.complete_deferred(IoStatus::Failed(libc::EIO)),
@@ -200,12 +203,8 @@ impl ErrorCh {
                         req.bufs.push(copy);
                         self.write_copy(io, req);
                     }
-                    IoType::Read => {
-                        io.ctx[2] = off;
-                        io.ctx[3] = val as u64;
-                        self.forward(io, CORRUPT_READ);
-                    }
-                    _ => self.forward(io, PLAIN),
+                    IoType::Read => self.forward(io, Finish::CorruptRead { off, val }),
+                    _ => self.forward(io, Finish::Plain),
                 }
             }
         }
@@ -242,7 +241,7 @@ impl ErrorCh {
         let held = std::mem::take(&mut *self.pending.borrow_mut());
         let n = held.len();
         for io in held {
-            self.forward(io, PLAIN);
+            self.forward(io, Finish::Plain);
         }
         n
     }
@@ -266,35 +265,37 @@ fn corrupt_payload(io: &mut BdevIo, off: u64, val: u8) {
     }
 }
 
-/// The channel state a forwarded request points to (`ctx[1]`), with its in-flight count
-/// decreased.
-fn channel_of(io: &BdevIo) -> &ErrorCh {
-    // SAFETY: ctx[1] points into this channel's `Rc<ErrorCh>`, which the request keeps alive:
-    // it holds its channel, which owns the backend channel, which owns the Rc.
-    let ch = unsafe { &*(io.ctx[1] as *const ErrorCh) };
+/// The base gave back a request this channel sent on: one fewer in flight.
+fn returned(io: &BdevIo) {
+    let ch = io.module_channel::<ErrorCh>().expect("an error bdev's request returns to its channel");
+    debug_assert!(ch.inflight.get() > 0, "a request returned that was not in flight");
     ch.inflight.set(ch.inflight.get() - 1);
-    ch
 }
 
 /// The base completed a forwarded request: a read to corrupt is corrupted on its way up.
 fn forward_done(mut io: BdevIo, status: IoStatus) {
-    channel_of(&io);
-    if io.ctx[0] == CORRUPT_READ && status.is_ok() {
-        let (off, val) = (io.ctx[2], io.ctx[3] as u8);
-        corrupt_payload(&mut io, off, val);
+    returned(&io);
+    if let Some(&Finish::CorruptRead { off, val }) = io.ctx::<Finish>() {
+        if status.is_ok() {
+            corrupt_payload(&mut io, off, val);
+        }
     }
     io.complete(status);
 }
 
 /// The base completed the corrupted copy of a write.
 fn copy_done(parent: BdevIo, child: Completed) {
-    channel_of(&parent);
+    returned(&parent);
     let status = child.status;
     drop(child); // the corrupted copy
     parent.complete(status);
 }
 
 impl BackendChannel for ErrorChannel {
+    fn shared(&self) -> Option<Rc<dyn std::any::Any>> {
+        Some(self.0.clone())
+    }
+
     fn lends_reads(&self) -> bool {
         self.0.lends
     }

@@ -133,37 +133,43 @@ macro_rules! with_target {
     };
 }
 
+/// A request's iovec array, in its module context (up to four segments).
+#[derive(Clone, Copy)]
+struct InlineIovecs([libc::iovec; INLINE_IOVECS]);
+
+/// A request's iovec array on the heap (more than four segments), made by `iovecs`.
+#[derive(Clone, Copy)]
+struct SpilledIovecs(*mut libc::iovec);
+
 /// Where a request's iovec array is: its module context, or (more than four segments) a heap
 /// array whose pointer the context holds.
 fn iovecs(io: &mut BdevIo) -> (*const libc::iovec, u32) {
     let n = io.req.bufs.len();
-    let mut v: Vec<libc::iovec> = Vec::new();
-    let arr: *mut libc::iovec = if n <= INLINE_IOVECS {
-        io.ctx.as_mut_ptr() as *mut libc::iovec
-    } else {
-        // Counted cost: one allocation per request of more than four segments.
-        v.reserve_exact(n);
-        v.as_mut_ptr()
-    };
-    for (i, b) in io.req.bufs.iter().enumerate() {
-        // SAFETY: `arr` has room for n iovecs (the context holds INLINE_IOVECS, the Vec n).
-        unsafe { arr.add(i).write(libc::iovec { iov_base: b.as_ptr() as *mut _, iov_len: b.len() }) };
+    let iov = |b: &ferrite_reactor::IoBuf| libc::iovec { iov_base: b.as_ptr() as *mut _, iov_len: b.len() };
+    if n <= INLINE_IOVECS {
+        let mut arr = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; INLINE_IOVECS];
+        for (slot, b) in arr.iter_mut().zip(io.req.bufs.iter()) {
+            *slot = iov(b);
+        }
+        io.set_ctx(InlineIovecs(arr));
+        let arr = io.ctx::<InlineIovecs>().expect("just set");
+        return (arr.0.as_ptr(), n as u32);
     }
-    if n > INLINE_IOVECS {
-        // SAFETY: n iovecs were written above.
-        unsafe { v.set_len(n) };
-        let boxed = Box::into_raw(v.into_boxed_slice());
-        io.ctx[0] = boxed as *mut libc::iovec as u64;
-        return (boxed as *const libc::iovec, n as u32);
-    }
-    (arr, n as u32)
+    // Counted cost: one allocation per request of more than four segments.
+    let v: Box<[libc::iovec]> = io.req.bufs.iter().map(iov).collect();
+    let boxed = Box::into_raw(v) as *mut libc::iovec;
+    io.set_ctx(SpilledIovecs(boxed));
+    (boxed as *const libc::iovec, n as u32)
 }
 
-fn free_iovecs(io: &BdevIo) {
+fn free_iovecs(io: &mut BdevIo) {
     let n = io.req.bufs.len();
-    if io.req.io_type.has_payload() && n > INLINE_IOVECS {
-        // SAFETY: made by `iovecs` with Box::into_raw of a boxed slice of n iovecs.
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(io.ctx[0] as *mut libc::iovec, n)) });
+    if let Some(&SpilledIovecs(p)) = io.ctx::<SpilledIovecs>() {
+        // SAFETY: made by `iovecs` with Box::into_raw of a boxed slice of n iovecs (the
+        // request's segments do not change while the module has it); freed once, the context
+        // is emptied right after.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) });
+        io.set_ctx(());
     }
 }
 
@@ -225,8 +231,8 @@ impl BackendChannel for UringChannel {
         });
         if !matches!(pushed, Some(Ok(()))) {
             // SAFETY: the entry was not queued, so `raw` is still ours.
-            let io = unsafe { BdevIo::from_raw(raw) };
-            free_iovecs(&io);
+            let mut io = unsafe { BdevIo::from_raw(raw) };
+            free_iovecs(&mut io);
             // Ring full: the bdev layer retries when something completes (or after a moment
             // if nothing of this channel is in flight). No ring: not on a reactor.
             let status = if pushed.is_some() { IoStatus::NoMem } else { IoStatus::Failed(libc::ENXIO) };
@@ -238,8 +244,8 @@ impl BackendChannel for UringChannel {
 impl CqeHandler for UringState {
     fn complete(&self, tag: u64, result: i32) {
         // SAFETY: every entry this handler gets was pushed with a request given up by into_raw.
-        let io = unsafe { BdevIo::from_raw(tag) };
-        free_iovecs(&io);
+        let mut io = unsafe { BdevIo::from_raw(tag) };
+        free_iovecs(&mut io);
         let status = if result < 0 {
             IoStatus::Failed(-result)
         } else if io.req.io_type.has_payload() && result as u64 != io.len_bytes() {
