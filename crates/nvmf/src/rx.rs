@@ -20,7 +20,7 @@ const SINGLE_CHUNKS: u8 = 8;
 /// arrives, before a ring receive waits for what is still missing. Reading the socket as the
 /// data comes keeps the window open and the ACKs going from the receiver: on a loopback with
 /// BBR, 128 KiB writes went from 0.61-0.79 to 0.92-0.94 of SPDK's target and the host's 128 KiB
-/// reads from 0.68 to 0.81 of SPDK's host (docs/PERFORMANCE.md); with cubic no change. The
+/// reads from 0.68 to 0.81 of SPDK's host (docs/perf-log/2026-11-28-nvmf-target-vs-spdk.md); with cubic no change. The
 /// turn's other work runs between two receives; past the bound (a slow sender) the reactor
 /// stops spending syscalls on it.
 const POLL_TURNS: u32 = 256;

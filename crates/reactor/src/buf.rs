@@ -317,7 +317,7 @@ pub const WARM_MIN: usize = 16 << 10;
 /// bytes, before the kernel copies it into a socket's buffers. Lent memory (a malloc bdev's) is
 /// likely in no cache, and the kernel's copy (`rep movsb`) takes a cold source page by page,
 /// while independent loads run ahead across pages: with them, NVMe/TCP reads of 16 KiB-1 MiB
-/// from a malloc bdev made 5-27% more IOPS on an AMD EPYC (docs/PERFORMANCE.md). Smaller
+/// from a malloc bdev made 5-27% more IOPS on an AMD EPYC (docs/perf-log/2026-11-28-nvmf-target-vs-spdk.md). Smaller
 /// payloads gained nothing and lost 3-5% (within one page there is nothing to run ahead of);
 /// prefetch instructions instead of loads gained about half as much. The NBD target does not
 /// use it: nbdcopy's whole-export reads (64 requests of 256 KiB in flight) lost 2-18% with it,
