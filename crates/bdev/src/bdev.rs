@@ -156,6 +156,13 @@ pub trait BdevBackend: Send + Sync + 'static {
     fn base_bdevs(&self) -> Vec<Bdev> {
         Vec::new()
     }
+    /// Releases the bdev's resources (its base descriptors, its memory): called once, after
+    /// the bdev was unregistered and its last descriptor closed, on the core that closed it.
+    /// The module finishes `done` when it is through, now or later (an asynchronous release);
+    /// `unregister`'s receiver fires then. The default releases nothing.
+    fn destruct(&self, done: crate::lifecycle::Destructed) {
+        done.finish();
+    }
     /// The `{"method":..,"params":..}` entry that recreates this bdev in a saved config (or an
     /// array of such entries, written in order: a module whose calls make several bdevs).
     fn config_entry(&self, bdev: &Bdev) -> Option<Value>;
@@ -323,6 +330,8 @@ pub(crate) struct OpenState {
     pub(crate) descs: Vec<DescEntry>,
     pub(crate) claims: Vec<Claim>,
     pub(crate) removed_waiters: Vec<ferrite_reactor::oneshot::Sender<()>>,
+    /// The module's destruct was called (see `lifecycle`).
+    pub(crate) destruct_started: bool,
 }
 
 /// A registered block device. Cheap to clone; immutable properties are readable from any core.
@@ -495,6 +504,62 @@ impl Bdev {
         log::info!("bdev {} resized to {num_blocks} blocks", self.name().escape_debug());
         notify_all(notify, BdevEvent::Resize);
         Ok(())
+    }
+
+    /// The bdev's queue depth over every core ([`crate::IoChannel::queue_depth`] summed):
+    /// resolves once each core has answered.
+    pub fn queue_depth(&self, engine: &ferrite_reactor::Engine) -> ferrite_reactor::oneshot::Receiver<u64> {
+        let id = self.id();
+        let (tx, rx) = ferrite_reactor::oneshot::channel();
+        let round = Arc::new((AtomicU64::new(0), AtomicU64::new(engine.count() as u64), Mutex::new(Some(tx))));
+        for core in 0..engine.count() {
+            let round = round.clone();
+            engine.send(core, move || {
+                round.0.fetch_add(crate::channel::local_queue_depth(id), Ordering::AcqRel);
+                // The last core to answer sends the sum.
+                if round.1.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    if let Some(tx) = round.2.lock().unwrap().take() {
+                        tx.send(round.0.load(Ordering::Acquire));
+                    }
+                }
+            });
+        }
+        rx
+    }
+
+    /// Reports media events (blocks found bad or relocated) to every opener: each descriptor
+    /// keeps them until its opener takes them, and is told with `BdevEvent::MediaManagement`
+    /// (SPDK's `spdk_bdev_push_media_events`). Returns how many openers were told.
+    pub fn push_media_events(&self, events: &[crate::desc::MediaEvent]) -> usize {
+        if events.is_empty() {
+            return 0;
+        }
+        let notify = {
+            let st = self.0.state.lock().unwrap();
+            for d in &st.descs {
+                let mut q = d.media.lock().unwrap_or_else(|p| p.into_inner());
+                events.iter().for_each(|e| q.push(*e));
+            }
+            st.descs.iter().map(|d| (d.core.clone(), d.on_event.clone())).collect::<Vec<_>>()
+        };
+        log::info!("bdev {}: {} media event(s) reported", self.name().escape_debug(), events.len());
+        let n = notify.len();
+        notify_all(notify, BdevEvent::MediaManagement);
+        n
+    }
+
+    /// Tells every opener that a part the bdev stands on failed and the bdev goes on degraded
+    /// (`BdevEvent::Fault`): a RAID member or a replica was faulted. Returns how many openers
+    /// were told.
+    pub fn notify_fault(&self, why: &str) -> usize {
+        let notify = {
+            let st = self.0.state.lock().unwrap();
+            st.descs.iter().map(|d| (d.core.clone(), d.on_event.clone())).collect::<Vec<_>>()
+        };
+        log::warn!("bdev {}: degraded: {}", self.name().escape_debug(), why.escape_debug());
+        let n = notify.len();
+        notify_all(notify, BdevEvent::Fault);
+        n
     }
 
     /// Runs `f` on every core's channel of this bdev (on that core), then resolves with how
@@ -730,14 +795,12 @@ pub fn unregister(name: &str, module: Option<&str>) -> Result<ferrite_reactor::o
     let (tx, rx) = ferrite_reactor::oneshot::channel();
     let notify = {
         let mut st = bdev.0.state.lock().unwrap();
-        if st.descs.is_empty() {
-            tx.send(());
-        } else {
-            st.removed_waiters.push(tx);
-        }
+        st.removed_waiters.push(tx);
         st.descs.iter().map(|d| (d.core.clone(), d.on_event.clone())).collect::<Vec<_>>()
     };
     log::info!("unregistering bdev {}: {} opener(s) notified", name.escape_debug(), notify.len());
     notify_all(notify, BdevEvent::Remove);
+    // With no opener, the module's destruct runs now (else when the last one closes).
+    crate::lifecycle::maybe_destruct(&bdev.0);
     Ok(rx)
 }

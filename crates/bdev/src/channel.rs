@@ -307,6 +307,23 @@ impl IoChannel {
         self.inner.submit_checked(io, self.write, true);
     }
 
+    /// Requests of this core's channel of the bdev not completed yet: those with the module
+    /// (each child of a split counts) and those waiting in the layer (for memory, a range
+    /// lock, QoS or a reset). SPDK's `spdk_bdev_get_qd` samples the same per channel.
+    pub fn queue_depth(&self) -> u64 {
+        self.inner.queue_depth()
+    }
+
+    /// Calls `f` with each outstanding request of this core's channel of the bdev that is
+    /// tracked (submitted while a descriptor of the bdev tracks them: [`BdevDesc::track_io`] or
+    /// a timeout), as SPDK's `spdk_bdev_for_each_bdev_io` visits a channel's requests; returns
+    /// how many. Act on one with an abort naming its tag.
+    ///
+    /// [`BdevDesc::track_io`]: crate::BdevDesc::track_io
+    pub fn for_each_io(&self, f: &mut dyn FnMut(&crate::timeout::TimedOutIo)) -> usize {
+        crate::timeout::for_each(&self.inner, f)
+    }
+
     /// The channel's shared half.
     #[inline]
     pub(crate) fn inner(&self) -> &Rc<ChannelInner> {
@@ -748,14 +765,15 @@ impl ChannelInner {
                 }
             }
         }
-        if found == 0 && self.io_types.contains(IoType::Abort) {
+        let all = tag == crate::io::ALL_TAGS;
+        if (found == 0 || all) && self.io_types.contains(IoType::Abort) {
             // The module takes aborts itself (a virtual bdev looks at what it holds, then asks
             // its base bdev) and completes this one.
             self.dispatch(io);
             return;
         }
         found += self.backend.borrow_mut().abort(&|r: &BdevIo| r.is_named_by(completer, tag));
-        io.complete_deferred(if found > 0 { IoStatus::Success } else { IoStatus::Failed(libc::ENOENT) });
+        io.complete_deferred(if found > 0 || all { IoStatus::Success } else { IoStatus::Failed(libc::ENOENT) });
     }
 
     /// Completes, as Aborted, every request `pred` picks that waits in the layer or that the
@@ -943,6 +961,19 @@ pub fn live_channels() -> usize {
 
 pub(crate) fn local_channel(bdev_id: u64) -> Option<Rc<ChannelInner>> {
     CHANNELS.with(|c| c.borrow().get(&bdev_id).and_then(Weak::upgrade))
+}
+
+impl ChannelInner {
+    /// See [`IoChannel::queue_depth`].
+    pub(crate) fn queue_depth(&self) -> u64 {
+        let queued = self.nomem.borrow().len() + self.locked.borrow().len() + self.qos.queue.borrow().len();
+        self.epochs.in_flight() + queued as u64 + self.barriers.borrow().len() as u64
+    }
+}
+
+/// This core's queue depth of the bdev (0 without a channel here).
+pub(crate) fn local_queue_depth(bdev_id: u64) -> u64 {
+    local_channel(bdev_id).map_or(0, |ch| ch.queue_depth())
 }
 
 /// Waits until this core's channel of the bdev (if any) has completed every request handed to

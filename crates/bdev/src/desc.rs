@@ -26,6 +26,34 @@ pub enum BdevEvent {
     /// The bdev stopped serving some I/O types (`Bdev::stop_serving`: an lvol made read-only
     /// takes no more writes). Openers that show the bdev to others (a namespace) tell them.
     IoTypesChanged,
+    /// The module reported media events (blocks that went bad or were relocated, SPDK's
+    /// `SPDK_BDEV_EVENT_MEDIA_MANAGEMENT`): the opener takes them with
+    /// [`BdevDesc::take_media_events`].
+    MediaManagement,
+    /// A part the bdev stands on failed (a RAID member, a replica of a replicated volume) and the
+    /// bdev goes on without it, degraded (`Bdev::notify_fault`): openers that show health to
+    /// others (a target, a control plane) can tell them.
+    Fault,
+}
+
+/// A media event: blocks the module found bad or relocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MediaEvent {
+    /// First block.
+    pub offset_blocks: u64,
+    /// Number of blocks.
+    pub num_blocks: u64,
+}
+
+/// Media events kept per descriptor until its opener takes them (as SPDK's pool of 64 per
+/// descriptor): beyond it, the oldest are dropped and counted.
+pub const MEDIA_EVENTS_MAX: usize = 64;
+
+/// A descriptor's media events not yet taken.
+#[derive(Default)]
+pub(crate) struct MediaQueue {
+    events: std::collections::VecDeque<MediaEvent>,
+    dropped: u64,
 }
 
 pub(crate) type EventCallback = Arc<dyn Fn(BdevEvent) + Send + Sync>;
@@ -74,6 +102,7 @@ pub(crate) struct DescEntry {
     /// The reactor that opened it (and the engine to reach it), if any.
     pub(crate) core: Option<(usize, ferrite_reactor::Engine)>,
     pub(crate) on_event: EventCallback,
+    pub(crate) media: Arc<std::sync::Mutex<MediaQueue>>,
 }
 
 static NEXT_DESC: AtomicU64 = AtomicU64::new(1);
@@ -83,6 +112,7 @@ pub struct BdevDesc {
     bdev: Bdev,
     id: u64,
     write: Arc<AtomicBool>,
+    media: Arc<std::sync::Mutex<MediaQueue>>,
 }
 
 impl BdevDesc {
@@ -92,6 +122,7 @@ impl BdevDesc {
         }
         let id = NEXT_DESC.fetch_add(1, Ordering::Relaxed);
         let write = Arc::new(AtomicBool::new(write));
+        let media = Arc::new(std::sync::Mutex::new(MediaQueue::default()));
         {
             let mut st = bdev.0.state.lock().unwrap();
             if write.load(Ordering::Relaxed) {
@@ -109,14 +140,30 @@ impl BdevDesc {
                 write: write.clone(),
                 core: ferrite_reactor::current().map(|c| (c, ferrite_reactor::engine())),
                 on_event,
+                media: media.clone(),
             });
         }
-        Ok(Self { bdev, id, write })
+        Ok(Self { bdev, id, write, media })
     }
 
     /// The bdev.
     pub fn bdev(&self) -> &Bdev {
         &self.bdev
+    }
+
+    /// Makes every core's channel of the bdev keep a table of its outstanding requests from
+    /// now on, for [`IoChannel::for_each_io`] (a descriptor with a timeout does the same):
+    /// one slot per request, freed at completion, no allocation once the table has grown to
+    /// the queue depth. Ends with [`BdevDesc::clear_timeout`] or when the descriptor closes.
+    pub fn track_io(&self) {
+        crate::timeout::track_only(&self.bdev, self.id);
+    }
+
+    /// Takes the media events reported since the last call (at most [`MEDIA_EVENTS_MAX`]), and
+    /// how many older ones were dropped because the opener did not take them in time.
+    pub fn take_media_events(&self) -> (Vec<MediaEvent>, u64) {
+        let mut q = self.media.lock().unwrap_or_else(|p| p.into_inner());
+        (q.events.drain(..).collect(), std::mem::take(&mut q.dropped))
     }
 
     /// True if opened for writing (or given write access by a claim).
@@ -187,18 +234,22 @@ impl BdevDesc {
 impl Drop for BdevDesc {
     fn drop(&mut self) {
         crate::timeout::set(&self.bdev, self.id, 0, None);
-        let waiters = {
+        {
             let mut st = self.bdev.0.state.lock().unwrap();
             st.descs.retain(|d| d.id != self.id);
             st.claims.retain(|c| c.desc != self.id);
-            if st.descs.is_empty() {
-                std::mem::take(&mut st.removed_waiters)
-            } else {
-                Vec::new()
-            }
-        };
-        for w in waiters {
-            w.send(());
         }
+        crate::lifecycle::maybe_destruct(&self.bdev.0);
+    }
+}
+
+impl MediaQueue {
+    /// Adds `e`, dropping the oldest beyond [`MEDIA_EVENTS_MAX`].
+    pub(crate) fn push(&mut self, e: MediaEvent) {
+        if self.events.len() == MEDIA_EVENTS_MAX {
+            self.events.pop_front();
+            self.dropped += 1;
+        }
+        self.events.push_back(e);
     }
 }

@@ -376,6 +376,14 @@ impl IoRequest {
         r
     }
 
+    /// Abort every request submitted on the same channel with `completer` (any tag): what waits
+    /// in the layer and what the module holds and can stop completes as Aborted; what is already
+    /// with a device or the kernel completes as it would. For a target that tears a session
+    /// down (SCSI ABORT TASK SET, a vhost device reset). The abort itself succeeds.
+    pub fn abort_all<C: IoCompleter + ?Sized>(completer: &Rc<C>) -> Self {
+        Self::abort(completer, ALL_TAGS)
+    }
+
     /// Abort the request submitted on the same channel with `completer` and `tag`.
     pub fn abort<C: IoCompleter + ?Sized>(completer: &Rc<C>, tag: u64) -> Self {
         let mut r = Self::new(IoType::Abort, 0, 0);
@@ -401,6 +409,9 @@ impl IoRequest {
         self.bufs.iter().map(|b| b.len()).sum()
     }
 }
+
+/// The tag of an abort that names every request of its completer ([`IoRequest::abort_all`]).
+pub const ALL_TAGS: u64 = u64::MAX;
 
 /// Receives completions. Called on the core that submitted, never from inside `submit`.
 pub trait IoCompleter {
@@ -804,7 +815,10 @@ impl IoState {
 
     /// True if an abort of (`completer`, `tag`) names this request.
     pub fn is_named_by(&self, completer: usize, tag: u64) -> bool {
-        self.caller_id() == Some((completer, tag))
+        match self.caller_id() {
+            Some((c, t)) => c == completer && (t == tag || tag == ALL_TAGS),
+            None => false,
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod fanout;
 mod fit;
 pub mod histogram;
 pub mod io;
+pub mod lifecycle;
 pub mod module;
 pub mod modules;
 pub mod qos;
@@ -23,10 +24,11 @@ pub use bdev::{
     LinearMap,
 };
 pub use channel::IoChannel;
-pub use desc::{BdevDesc, BdevEvent, ClaimType};
+pub use desc::{BdevDesc, BdevEvent, ClaimType, MediaEvent};
 pub use fanout::{FanOut, FanOutCompleter, FanOutDone};
 pub use io::{
     BdevIo, Completed, IoAux, IoBufs, IoCompleter, IoFlags, IoRequest, IoState, IoStatus, IoType, IoTypes, NvmeCmd,
 };
+pub use lifecycle::Destructed;
 pub use module::{BdevModule, ExamineDone};
 pub use stats::IoStat;

@@ -273,17 +273,54 @@ fn not_aborted(ch: &ChannelInner, i: u32) {
     }
 }
 
+/// Visits this channel's outstanding requests (tracked ones: see [`crate::BdevDesc::track_io`]),
+/// oldest slot first; returns how many.
+pub(crate) fn for_each(ch: &ChannelInner, f: &mut dyn FnMut(&TimedOutIo)) -> usize {
+    let now = ferrite_reactor::tsc::ticks();
+    let core = ferrite_reactor::current();
+    let live: Vec<TimedOutIo> = ch
+        .timeouts
+        .slots
+        .borrow()
+        .iter()
+        .filter(|s| s.live)
+        .map(|s| TimedOutIo {
+            io_type: s.io_type,
+            offset_blocks: s.offset_blocks,
+            num_blocks: s.num_blocks,
+            tag: s.tag,
+            outstanding: Duration::from_nanos(ferrite_reactor::tsc::ticks_to_nanos(now.wrapping_sub(s.submit_tick))),
+            core,
+        })
+        .collect();
+    live.iter().for_each(f);
+    live.len()
+}
+
+/// Makes every channel of `bdev` track its outstanding requests while descriptor `desc` is open
+/// (a timeout that never expires), so that `IoChannel::for_each_io` sees them.
+pub(crate) fn track_only(bdev: &Bdev, desc: u64) {
+    set_ticks(bdev, desc, Some((u64::MAX, Arc::new(|_: &TimedOutIo| false))));
+}
+
 /// Sets (secs > 0) or clears (0) the timeout of descriptor `desc` of `bdev`; tracking starts at
 /// once on this core and, by message, on every other core of the calling reactor's engine.
 pub(crate) fn set(bdev: &Bdev, desc: u64, secs: u64, cb: Option<TimeoutCallback>) {
+    let timeout = match (secs > 0, cb) {
+        (true, Some(cb)) => Some((ferrite_reactor::tsc::duration_to_ticks(Duration::from_secs(secs)), cb)),
+        _ => None,
+    };
+    set_ticks(bdev, desc, timeout)
+}
+
+/// Sets or clears (None) the timeout, in ticks, of descriptor `desc` of `bdev`.
+fn set_ticks(bdev: &Bdev, desc: u64, timeout: Option<(u64, TimeoutCallback)>) {
     {
         let mut l = bdev.0.timeouts.lock();
         l.retain(|d| d.desc != desc);
-        if let (true, Some(cb)) = (secs > 0, cb) {
-            let ticks = ferrite_reactor::tsc::duration_to_ticks(Duration::from_secs(secs));
-            l.push(DescTimeout { desc, ticks, cb });
-        } else {
-            return;
+        match timeout {
+            Some((ticks, cb)) => l.push(DescTimeout { desc, ticks, cb }),
+            None => return,
         }
     }
     let id = bdev.id();

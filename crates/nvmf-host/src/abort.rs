@@ -185,7 +185,9 @@ pub(crate) fn abort(ch: &NsChan, io: BdevIo) {
         return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
     };
     let named = move |r: &BdevIo| r.is_named_by(completer, tag);
-    if ch.abort_waiting(&named) > 0 {
+    if ch.abort_waiting(&named) > 0 || tag == ferrite_bdev::io::ALL_TAGS {
+        // An abort of all stops what waits here; commands already with the controller
+        // complete as it answers them.
         return io.complete_deferred(IoStatus::Success);
     }
     let mut found = None;

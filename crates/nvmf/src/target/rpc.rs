@@ -568,6 +568,8 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
             let (nqn, bdev_name) = (nqn.clone(), notify_name.clone());
             ferrite_reactor::engine().send(0, move || attributes_changed(&nqn, &bdev_name));
         }
+        // SPDK's target has no notice for either: the namespace serves on.
+        ferrite_bdev::BdevEvent::MediaManagement | ferrite_bdev::BdevEvent::Fault => {}
     })
     .map_err(|e| errno_error(libc::ENODEV, format!("Unable to add namespace: {e}")))?;
     // LBADS is a power of two: a namespace of 1536-byte blocks would show hosts 512-byte ones.

@@ -136,7 +136,8 @@ impl DelayCh {
         let IoAux::Abort { completer, tag } = io.req.aux else {
             return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
         };
-        if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 {
+        // Every request of a completer may also be with the base: an abort of all goes on.
+        if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 || tag == crate::io::ALL_TAGS {
             io.set_ctx(Held { class: None, deadline: 0 });
             return self.base.forward_then(io, base_done);
         }
@@ -260,6 +261,12 @@ struct DelayBackend {
 }
 
 impl BdevBackend for DelayBackend {
+    fn destruct(&self, done: crate::Destructed) {
+        // Every opener has closed the bdev: the base's descriptor (and its claim) can go.
+        self.node.base.close();
+        done.finish();
+    }
+
     fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
         let base = self.node.base.channel()?;
         let seed = tsc::ticks() | 1;

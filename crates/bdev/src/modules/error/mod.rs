@@ -215,7 +215,8 @@ impl ErrorCh {
         let IoAux::Abort { completer, tag } = io.req.aux else {
             return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
         };
-        if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 {
+        // Every request of a completer may also be with the base: an abort of all goes on.
+        if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 || tag == crate::io::ALL_TAGS {
             return self.base.forward(io);
         }
         io.complete_deferred(IoStatus::Success);
@@ -322,6 +323,12 @@ struct ErrorBackend {
 }
 
 impl BdevBackend for ErrorBackend {
+    fn destruct(&self, done: crate::Destructed) {
+        // Every opener has closed the bdev: the base's descriptor (and its claim) can go.
+        self.disk.base.close();
+        done.finish();
+    }
+
     fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
         let base = self.disk.base.channel()?;
         let bdev_id = self.disk.id.get().copied().unwrap_or(0);

@@ -84,7 +84,9 @@ impl BaseBdev {
                 match ev {
                     BdevEvent::Remove => b.base_removed(),
                     BdevEvent::IoTypesChanged => b.base_stopped_serving(),
-                    BdevEvent::Resize => {}
+                    // A virtual bdev keeps its base's media events and faults to itself, as SPDK's
+                    // passthru does.
+                    BdevEvent::Resize | BdevEvent::MediaManagement | BdevEvent::Fault => {}
                 }
             }
         })?;
@@ -153,9 +155,10 @@ impl BaseBdev {
     }
 
     /// Records the virtual bdev registered over this base, and watches it: however it is
-    /// unregistered (its delete method, its base going away, daemon shutdown), the base is
-    /// closed once its last opener has closed it. If the base started going away meanwhile, the
-    /// virtual bdev is unregistered at once.
+    /// unregistered (its delete method, its base going away, daemon shutdown), the module's
+    /// hook (`on_vbdev_removed`) runs at once, and the base is closed by the module's destruct
+    /// (`BaseBdev::close` from `BdevBackend::destruct`) once its last opener has closed it. If
+    /// the base started going away meanwhile, the virtual bdev is unregistered at once.
     pub fn attach(self: &Arc<Self>, vbdev: &Bdev) {
         *lock(&self.vbdev) = Some((vbdev.id(), vbdev.name().to_string()));
         {
@@ -177,33 +180,16 @@ impl BaseBdev {
         }
     }
 
-    /// The virtual bdev is being unregistered: stop watching it, and close the base once its
-    /// other openers have closed it too (they finish their in-flight I/O first).
+    /// The virtual bdev is being unregistered: stop watching it (the watch is one of its
+    /// openers), and let the module release what it holds (its other openers finish their
+    /// in-flight I/O first). Its destruct closes the base.
     fn vbdev_removed(self: &Arc<Self>) {
         let Some(watch) = lock(&self.watch).take() else { return };
-        let vbdev = watch.bdev().clone();
-        drop(watch);
+        let id = watch.bdev().id();
         if let Some(f) = lock(&self.on_removed).as_ref() {
-            f(vbdev.id());
+            f(id);
         }
-        let me = self.clone();
-        const POLL: std::time::Duration = std::time::Duration::from_millis(1);
-        if ferrite_reactor::current().is_some() {
-            ferrite_reactor::spawn_local(async move {
-                while vbdev.open_count() > 0 {
-                    ferrite_reactor::sleep(POLL).await;
-                }
-                me.close();
-            })
-            .detach();
-        } else {
-            std::thread::spawn(move || {
-                while vbdev.open_count() > 0 {
-                    std::thread::sleep(POLL);
-                }
-                me.close();
-            });
-        }
+        drop(watch);
     }
 
     /// Sets what to do when the virtual bdev starts going away, before its openers are waited

@@ -50,6 +50,12 @@ impl BackendChannel for PassthruChannel {
 }
 
 impl BdevBackend for PassthruBackend {
+    fn destruct(&self, done: crate::Destructed) {
+        // Every opener has closed the bdev: the base's descriptor (and its claim) can go.
+        self.base.close();
+        done.finish();
+    }
+
     fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
         Ok(Box::new(PassthruChannel { base: self.base.channel()?, lends: self.base.lends_reads() }))
     }
