@@ -16,11 +16,12 @@ use crate::transmission::{self as tx, Command, Limits, Request};
 use ferrite_bdev::{Bdev, BdevDesc, Completed, IoBufs, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
 use ferrite_reactor::net::{SendCache, Socket};
 use ferrite_reactor::{alloc_buf, IoBuf};
+use ferrite_target::table::{self, ConnTable, Served, WatchdogOptions};
+use ferrite_target::{ConnCore, SlotTable};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::future::poll_fn;
 use std::rc::Rc;
-use std::task::{Poll, Waker};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 /// Options a client may send before it must choose an export.
@@ -34,97 +35,51 @@ const MAX_IN_FLIGHT: u32 = 256;
 const MAX_HELD_BYTES: u64 = 2 * MAX_PAYLOAD as u64;
 
 /// The parts of a connection that closing needs (shared by the reader, the writer and the
-/// close path).
+/// close path): the kit's connection core, and the export it serves once chosen.
 pub(crate) struct Handle {
-    id: u64,
-    sock: Socket,
-    /// No more requests are read; replies to those in flight are still sent (NBD_CMD_DISC).
-    closing: Cell<bool>,
-    /// Closed for good (the peer is gone, a send failed, the export or bdev was removed, or
-    /// the daemon stops): nothing more is sent, and replies are freed as their I/O completes.
-    dead: Cell<bool>,
-    writer: RefCell<Option<Waker>>,
-    reader: RefCell<Option<Waker>>,
+    core: ConnCore,
     export: RefCell<Option<String>>,
-    /// The reply batch being sent: the tick its send began at, and its bytes (see `send_stalled`).
-    sending: Cell<Option<(u64, usize)>>,
-    /// The write payload being received: the tick its receive began at, and its bytes (see
-    /// `receive_stalled`).
-    receiving: Cell<Option<(u64, usize)>>,
 }
 
-impl Handle {
-    fn close(&self) {
-        if !self.dead.replace(true) {
-            log::info!("nbd connection {}: closing", self.id);
-        }
-        self.closing.set(true);
-        self.sock.shutdown();
-        self.wake();
+impl std::ops::Deref for Handle {
+    type Target = ConnCore;
+    fn deref(&self) -> &ConnCore {
+        &self.core
+    }
+}
+
+impl Served for Handle {
+    fn core(&self) -> &ConnCore {
+        &self.core
     }
 
-    fn wake(&self) {
-        if let Some(w) = self.writer.borrow_mut().take() {
-            w.wake();
-        }
-        if let Some(w) = self.reader.borrow_mut().take() {
-            w.wake();
+    /// Closes a connection whose client stopped reading its replies or sending a write's
+    /// payload.
+    fn watch(&self, now: u64) {
+        if self.receiving.stalled(now, PAYLOAD_BASE_TIME, PER_MIB) {
+            let len = self.receiving.get().map_or(0, |(_, n)| n);
+            log::warn!("nbd connection {}: the client has not sent a write's {len} bytes in time; closing", self.id);
+            self.close();
+        } else if self.sending.stalled(now, REPLY_BASE_TIME, PER_MIB) {
+            log::warn!("nbd connection {}: the client has not read its replies in time; closing", self.id);
+            self.close();
         }
     }
 }
 
 ferrite_reactor::reactor_local! {
     /// This reactor's connections, by connection id.
-    static LIVE: RefCell<HashMap<u64, Rc<Handle>>> = RefCell::new(HashMap::new());
+    static LIVE: RefCell<ConnTable<Handle>> = const { RefCell::new(ConnTable::new()) };
 }
 
-ferrite_reactor::reactor_local! {
-    /// True while this reactor's watchdog timer runs.
-    static WATCHDOG: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Starts this reactor's watchdog if it is not running: once a second it closes connections
-/// whose clients stopped reading their replies or sending a write's payload (one timer per
-/// reactor, none per request), and it stops when the reactor has no connection left.
-fn start_watchdog() {
-    if WATCHDOG.with(|w| w.replace(true)) || ferrite_reactor::current().is_none() {
-        return;
-    }
-    fn tick() {
-        let (stalled, any) = LIVE.with(|l| {
-            let l = l.borrow();
-            let stalled = l.values().filter(|h| !h.dead.get() && (send_stalled(h) || receive_stalled(h))).cloned();
-            (stalled.collect::<Vec<_>>(), !l.is_empty())
-        });
-        for h in stalled {
-            match h.receiving.get() {
-                Some((_, len)) if receive_stalled(&h) => log::warn!(
-                    "nbd connection {}: the client has not sent a write's {len} bytes in time; closing",
-                    h.id
-                ),
-                _ => log::warn!("nbd connection {}: the client has not read its replies in time; closing", h.id),
-            }
-            h.close();
-        }
-        if any {
-            ferrite_reactor::after(WATCHDOG_PERIOD, tick);
-        } else {
-            WATCHDOG.with(|w| w.set(false));
-        }
-    }
-    ferrite_reactor::after(WATCHDOG_PERIOD, tick);
-}
-
-/// How often the watchdog looks at this reactor's connections.
-const WATCHDOG_PERIOD: Duration = Duration::from_secs(1);
+/// The reactor's watchdog: once a second it closes connections whose clients stopped reading
+/// their replies or sending a write's payload (one timer per reactor, none per request), and
+/// it stops when the reactor has no connection left.
+const WATCHDOG: WatchdogOptions = WatchdogOptions { period: Duration::from_secs(1), proto: "nbd" };
 
 /// Closes this reactor's connections that `pred` selects (by export name).
 pub(crate) fn close_local(pred: &dyn Fn(&Handle) -> bool) -> usize {
-    let hs: Vec<Rc<Handle>> = LIVE.with(|l| l.borrow().values().filter(|h| pred(h)).cloned().collect());
-    for h in &hs {
-        h.close();
-    }
-    hs.len()
+    table::close_where(&LIVE, pred)
 }
 
 /// Closes connections on this reactor using export `name`.
@@ -155,23 +110,19 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, listen: String, setting
         t.conns.insert(id, ConnInfo { id, export: None, reactor, peer: peer.clone(), listen });
         id
     };
-    let h = Rc::new(Handle {
-        id,
-        sock,
-        closing: Cell::new(false),
-        dead: Cell::new(false),
-        writer: RefCell::new(None),
-        reader: RefCell::new(None),
-        export: RefCell::new(None),
-        sending: Cell::new(None),
-        receiving: Cell::new(None),
-    });
-    LIVE.with(|l| l.borrow_mut().insert(id, h.clone()));
-    start_watchdog();
+    let h = Rc::new(Handle { core: ConnCore::new("nbd", id, sock, peer.clone()), export: RefCell::new(None) });
+    if let Some(t) = settings.handshake_timeout {
+        // A backstop, later than the handshake's own deadlines (which say more in the log).
+        h.handshake_within(t + Duration::from_secs(2));
+    }
+    table::register(&LIVE, h.clone(), WATCHDOG);
     log::info!("nbd connection {id} from {peer} on reactor {reactor}");
     let deadline = settings.handshake_timeout.map(|t| Instant::now() + t);
     match handshake(&h, deadline).await {
-        Ok(Some(n)) => transmission(h.clone(), n).await,
+        Ok(Some(n)) => {
+            h.handshake_done();
+            transmission(h.clone(), n).await
+        }
         Ok(None) => {}
         Err(HandshakeEnd::TimedOut) => log::warn!(
             "nbd connection {id} from {peer}: handshake not finished within {:?}; closing",
@@ -179,7 +130,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, listen: String, setting
         ),
         Err(HandshakeEnd::Failed(e)) => log::warn!("nbd connection {id}: handshake ended: {e}"),
     }
-    LIVE.with(|l| l.borrow_mut().remove(&id));
+    table::unregister(&LIVE, id);
     export::tables().conns.remove(&id);
     log::info!("nbd connection {id} closed");
 }
@@ -384,8 +335,7 @@ struct Conn {
     ch: IoChannel,
     limits: Limits,
     bs: u64,
-    slots: RefCell<Vec<Option<Slot>>>,
-    free: RefCell<Vec<u32>>,
+    slots: RefCell<SlotTable<Option<Slot>>>,
     replies: RefCell<Vec<Reply>>,
     in_flight: Cell<u32>,
     /// Replies queued or being sent (they hold buffers until the client reads them).
@@ -428,13 +378,11 @@ impl Conn {
     }
 
     fn queue_reply(&self, req: &Request, error: u32, data: IoBufs) {
-        if self.h.dead.get() {
+        if self.h.is_dead() {
             // Nobody to send to: free the reply (and its read data) now.
             self.held_bytes.set(self.held_bytes.get() - held_by(req));
             drop(data);
-            if let Some(w) = self.h.writer.borrow_mut().take() {
-                w.wake();
-            }
+            self.h.wake_writer();
             return;
         }
         let mut r = Reply { hdr: [0; 32], hdr_len: 16, data: IoBufs::new(), held: held_by(req) };
@@ -464,33 +412,28 @@ impl Conn {
         }
         self.replies.borrow_mut().push(r);
         self.unsent.set(self.unsent.get() + 1);
-        if let Some(w) = self.h.writer.borrow_mut().take() {
-            w.wake();
-        }
+        self.h.wake_writer();
     }
 
     fn take_slot(&self, req: Request) -> u32 {
+        // The reader stops at MAX_IN_FLIGHT requests (`may_read`), so a slot is always free.
         let mut slots = self.slots.borrow_mut();
-        let i = match self.free.borrow_mut().pop() {
-            Some(i) => i,
-            None => {
-                slots.push(None);
-                (slots.len() - 1) as u32
-            }
-        };
+        let i = slots.take(usize::MAX, || None).expect("the slot table is unbounded");
         slots[i as usize] = Some(Slot { req, flushing: false });
+        drop(slots);
         self.in_flight.set(self.in_flight.get() + 1);
         i
     }
 
     fn release(&self, i: u32) {
-        self.slots.borrow_mut()[i as usize] = None;
-        self.free.borrow_mut().push(i);
-        self.in_flight.set(self.in_flight.get() - 1);
-        if let Some(w) = self.h.reader.borrow_mut().take() {
-            w.wake();
+        {
+            let mut slots = self.slots.borrow_mut();
+            slots[i as usize] = None;
+            slots.release(i);
         }
-        if self.h.closing.get() && self.in_flight.get() == 0 {
+        self.in_flight.set(self.in_flight.get() - 1);
+        self.h.wake_reader();
+        if self.h.is_closing() && self.in_flight.get() == 0 {
             self.h.wake();
         }
     }
@@ -548,10 +491,10 @@ async fn writer(c: Rc<Conn>) {
             if !c.replies.borrow().is_empty() {
                 return Poll::Ready(false);
             }
-            if c.h.closing.get() && c.in_flight.get() == 0 {
+            if c.h.is_closing() && c.in_flight.get() == 0 {
                 return Poll::Ready(true);
             }
-            *c.h.writer.borrow_mut() = Some(cx.waker().clone());
+            c.h.park_writer(cx);
             Poll::Pending
         })
         .await;
@@ -559,7 +502,7 @@ async fn writer(c: Rc<Conn>) {
             return;
         }
         std::mem::swap(&mut *c.replies.borrow_mut(), &mut batch);
-        if c.h.dead.get() {
+        if c.h.is_dead() {
             // Queued before the connection died: free them unsent.
             c.unsent.set(c.unsent.get() - batch.len() as u32);
             c.held_bytes.set(c.held_bytes.get() - batch.iter().map(|r| r.held).sum::<u64>());
@@ -574,22 +517,20 @@ async fn writer(c: Rc<Conn>) {
             }
         }
         // A client that stops reading its replies is closed by its paused reader, which watches
-        // how long this send takes (`send_stalled`; no timer per send).
+        // how long this send takes (`Handle::watch`; no timer per send).
         let bytes: usize = parts.iter().map(|p| p.1).sum();
-        c.h.sending.set(Some((ferrite_reactor::tsc::ticks(), bytes)));
+        c.h.sending.begin(bytes);
         // SAFETY: every part points into `batch` (headers inside its heap buffer, data in pool
         // buffers it owns), which send_parts keeps until the send completes.
         let (res, b) = unsafe { c.h.sock.send_parts(&send_memory, &parts, batch).await };
-        c.h.sending.set(None);
+        c.h.sending.end();
         batch = b;
         c.unsent.set(c.unsent.get() - batch.len() as u32);
         c.held_bytes.set(c.held_bytes.get() - batch.iter().map(|r| r.held).sum::<u64>());
         batch.clear();
-        if let Some(w) = c.h.reader.borrow_mut().take() {
-            w.wake();
-        }
+        c.h.wake_reader();
         if let Err(e) = res {
-            if !c.h.closing.get() {
+            if !c.h.is_closing() {
                 log::info!("nbd connection {}: send failed: {e}", c.h.id);
             }
             c.h.close();
@@ -611,8 +552,7 @@ async fn transmission(h: Rc<Handle>, n: Negotiated) {
         limits: n.limits,
         bs: n.limits.block_size as u64,
         // Grown on demand, up to MAX_IN_FLIGHT (an idle connection keeps them small).
-        slots: RefCell::new(Vec::new()),
-        free: RefCell::new(Vec::new()),
+        slots: RefCell::new(SlotTable::default()),
         replies: RefCell::new(Vec::new()),
         in_flight: Cell::new(0),
         unsent: Cell::new(0),
@@ -621,12 +561,11 @@ async fn transmission(h: Rc<Handle>, n: Negotiated) {
     });
     let writer_task = ferrite_reactor::spawn_local(writer(c.clone()));
     if let Err(e) = reader(&c).await {
-        if !h.closing.get() {
+        if !h.is_closing() {
             log::info!("nbd connection {}: {e}", h.id);
         }
     }
-    h.closing.set(true);
-    h.wake();
+    h.stop_reading();
     writer_task.await;
     h.sock.shutdown();
     drop(c);
@@ -652,24 +591,14 @@ fn peer_gone(fd: std::os::fd::RawFd) -> bool {
 /// Asks the bdev layer to abort every request of the connection still in flight (those waiting
 /// in the layer, e.g. for memory, complete at once as Aborted; the rest complete as they do).
 fn abort_in_flight(c: &Rc<Conn>) {
-    struct Ignore;
-    impl IoCompleter for Ignore {
-        fn io_done(&self, _tag: u64, _io: Completed) {}
-    }
-    let me = c.me();
-    let ignore: Rc<dyn IoCompleter> = Rc::new(Ignore);
-    let tags: Vec<u64> =
-        c.slots.borrow().iter().enumerate().filter(|(_, s)| s.is_some()).map(|(i, _)| i as u64).collect();
-    for tag in tags {
-        c.ch.submit(IoRequest::abort(&me, tag), ignore.clone(), 0);
-    }
+    ferrite_target::abort_all(c, std::slice::from_ref(&c.ch));
 }
 
 /// A write payload's buffer: from the reactor's pool or, past it, from the heap within the
 /// reactor's budget (`--buf-heap-budget`), so that clients that announce large writes and send
 /// nothing cannot make the daemon hold more than that. While both are spent the connection waits
 /// (its client with it: the payload stays in the socket), looking again after 1 ms, then less
-/// often, up to every 64 ms; every payload being received has a deadline (`receive_stalled`), so
+/// often, up to every 64 ms; every payload being received has a deadline (`Handle::watch`), so
 /// memory comes back. Err if the connection closes or its client goes meanwhile, or if no
 /// buffer that large can ever be had.
 async fn payload_buf(c: &Conn, len: usize) -> Result<IoBuf, String> {
@@ -682,7 +611,7 @@ async fn payload_buf(c: &Conn, len: usize) -> Result<IoBuf, String> {
         if let Some(b) = ferrite_reactor::try_alloc_buf(len) {
             return Ok(b);
         }
-        if c.h.closing.get() {
+        if c.h.is_closing() {
             return Err("closing".into());
         }
         if peer_gone(c.h.sock.raw_fd()) {
@@ -693,16 +622,6 @@ async fn payload_buf(c: &Conn, len: usize) -> Result<IoBuf, String> {
     }
 }
 
-/// True if the write payload being received has taken longer than [`payload_time`]: the
-/// client stopped sending and would otherwise hold its buffer for as long as it stays
-/// connected, whatever its size (the watchdog checks; no timer per request).
-fn receive_stalled(h: &Handle) -> bool {
-    use ferrite_reactor::tsc::{duration_to_ticks, ticks};
-    h.receiving
-        .get()
-        .is_some_and(|(since, bytes)| ticks().saturating_sub(since) > duration_to_ticks(payload_time(bytes as u32)))
-}
-
 /// See [`payload_deadline`].
 fn payload_time(len: u32) -> Duration {
     PAYLOAD_BASE_TIME + Duration::from_secs(u64::from(len) >> 20)
@@ -711,7 +630,7 @@ fn payload_time(len: u32) -> Duration {
 /// How long a write's payload may take to arrive: 10 s, plus 1 s per MiB (a client slower than
 /// 1 MiB/s is treated as one that stopped sending). Only payloads above [`DEADLINE_FROM`] get
 /// a linked timeout on their receive (it costs an allocation); every payload, of any size, is
-/// also timed by the watchdog (`receive_stalled`), to within its period.
+/// also timed by the watchdog (`Handle::watch`), to within its period.
 fn payload_deadline(len: u32) -> Option<std::time::Instant> {
     (len > DEADLINE_FROM).then(|| std::time::Instant::now() + payload_time(len))
 }
@@ -719,8 +638,13 @@ fn payload_deadline(len: u32) -> Option<std::time::Instant> {
 /// See [`payload_deadline`].
 const DEADLINE_FROM: u32 = 128 << 10;
 
-/// How long a batch of replies may take to be sent: this, plus 1 s per MiB.
+/// How long a batch of replies may take to be sent: this, plus [`PER_MIB`] per MiB (a client
+/// that does not read its replies would otherwise hold their buffers, and this reactor's
+/// memory, for as long as it stays connected).
 const REPLY_BASE_TIME: Duration = Duration::from_secs(30);
+/// What a transfer may take per MiB beyond its base time (a peer slower than 1 MiB/s is treated
+/// as one that stopped).
+const PER_MIB: Duration = Duration::from_secs(1);
 
 /// See [`payload_deadline`].
 const PAYLOAD_BASE_TIME: Duration = Duration::from_secs(10);
@@ -728,16 +652,6 @@ const PAYLOAD_BASE_TIME: Duration = Duration::from_secs(10);
 const PAYLOAD_MEMORY_WAIT: Duration = Duration::from_millis(1);
 /// How seldom it looks, at most.
 const PAYLOAD_MEMORY_WAIT_MOST: Duration = Duration::from_millis(64);
-
-/// True if the reply batch being sent has taken longer than 30 s plus 1 s per MiB: the client
-/// does not read its replies, and would otherwise hold their buffers (and this reactor's memory)
-/// for as long as it stays connected.
-fn send_stalled(h: &Handle) -> bool {
-    use ferrite_reactor::tsc::{duration_to_ticks, ticks};
-    h.sending.get().is_some_and(|(since, bytes)| {
-        ticks().saturating_sub(since) > duration_to_ticks(REPLY_BASE_TIME + Duration::from_secs((bytes >> 20) as u64))
-    })
-}
 
 /// True while the reader may take another request: below the caps of requests and payload
 /// bytes in flight.
@@ -759,19 +673,19 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
         // requests wait for memory (NoMem) would then never be torn down.
         // A paused reader also stops its receive: further requests stay in the socket rather than
         // take the reactor's ring buffers.
-        if !c.h.closing.get() && !may_read(c) {
+        if !c.h.is_closing() && !may_read(c) {
             inbox.pause();
         }
         let go_on = loop {
             let mut tick = std::pin::pin!(ferrite_reactor::sleep(PAUSED_PEER_CHECK));
             let ready = poll_fn(|cx| {
-                if c.h.closing.get() {
+                if c.h.is_closing() {
                     return Poll::Ready(Some(false));
                 }
                 if may_read(c) {
                     return Poll::Ready(Some(true));
                 }
-                *c.h.reader.borrow_mut() = Some(cx.waker().clone());
+                c.h.park_reader(cx);
                 std::future::Future::poll(tick.as_mut(), cx).map(|_| None)
             })
             .await;
@@ -789,7 +703,7 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
         if !go_on {
             return Ok(());
         }
-        let raw = match inbox.header::<{ tx::REQUEST_LEN }>(|| c.h.closing.get()).await? {
+        let raw = match inbox.header::<{ tx::REQUEST_LEN }>(|| c.h.is_closing()).await? {
             Header::Bytes(b) => b,
             Header::Closing => return Ok(()),
         };
@@ -806,12 +720,12 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
             }
             let buf = match payload_buf(c, req.length as usize).await {
                 Ok(b) => b,
-                Err(_) if c.h.closing.get() => return Ok(()),
+                Err(_) if c.h.is_closing() => return Ok(()),
                 Err(e) => return Err(e),
             };
-            c.h.receiving.set(Some((ferrite_reactor::tsc::ticks(), req.length as usize)));
+            c.h.receiving.begin(req.length as usize);
             let (res, buf) = inbox.payload(buf, payload_deadline(req.length)).await;
-            c.h.receiving.set(None);
+            c.h.receiving.end();
             res.map_err(|e| format!("receive write payload of {} bytes: {e}", req.length))?;
             payload = Some(buf);
         } else {

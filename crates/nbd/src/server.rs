@@ -3,12 +3,11 @@
 
 use crate::conn::{self, ConnSettings};
 use ferrite_reactor::net::{Listener, Socket};
+use ferrite_target::{spawn_acceptor, AcceptOptions};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Default time a client has to finish the handshake (nbdkit and QEMU use 10 s too).
@@ -33,15 +32,6 @@ pub struct ServerOptions {
 impl Default for ServerOptions {
     fn default() -> Self {
         Self { handshake_timeout: Some(DEFAULT_HANDSHAKE_TIMEOUT), max_connections: DEFAULT_MAX_CONNECTIONS }
-    }
-}
-
-/// One of a listener's connections; gives its place back when the connection ends.
-struct ConnSlot(Arc<AtomicUsize>);
-
-impl Drop for ConnSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -122,58 +112,13 @@ pub fn start(address: &str, options: ServerOptions) -> Result<String, String> {
     }
     let listener = Rc::new(Listener::new(fd));
     let stopped = Rc::new(Cell::new(false));
-    let (l, st, name) = (listener.clone(), stopped.clone(), bound.clone());
     let settings = ConnSettings { handshake_timeout: options.handshake_timeout };
-    let max = options.max_connections;
-    ferrite_reactor::spawn_local(async move {
-        let engine = ferrite_reactor::engine();
-        let count = Arc::new(AtomicUsize::new(0));
-        let mut refused = 0u64;
-        let mut next = 0usize;
-        let mut errors = ferrite_reactor::net::AcceptErrors::new();
-        let what = format!("nbd server {name}");
-        loop {
-            match l.accept().await {
-                Ok(fd) => {
-                    errors.ok(&what);
-                    let peer = ferrite_reactor::net::peer_name(fd.as_raw_fd());
-                    if count.load(Ordering::Relaxed) >= max {
-                        if refused == 0 {
-                            log::warn!(
-                                "nbd server {name}: connection limit ({max}) reached; refusing new connections \
-                                 (first: {peer}) until one closes"
-                            );
-                        }
-                        refused += 1;
-                        drop(fd);
-                        continue;
-                    }
-                    if refused > 0 {
-                        log::warn!("nbd server {name}: accepting again; {refused} connection(s) were refused");
-                        refused = 0;
-                    }
-                    count.fetch_add(1, Ordering::Relaxed);
-                    let slot = ConnSlot(count.clone());
-                    ferrite_reactor::net::set_nodelay(fd.as_raw_fd());
-                    let target = next % engine.count();
-                    next += 1;
-                    let listen = name.clone();
-                    engine.send(target, move || {
-                        ferrite_reactor::spawn_local(conn::serve(Socket::new(fd), peer, listen, settings, slot))
-                            .detach();
-                    });
-                }
-                Err(_) if st.get() => break,
-                Err(e) => {
-                    // E.g. out of descriptors: back off rather than spin or flood the log.
-                    let wait = errors.failed(&what, &e);
-                    ferrite_reactor::sleep(wait).await;
-                }
-            }
-        }
-        log::info!("nbd server {name}: stopped");
-    })
-    .detach();
+    let opts = AcceptOptions { what: format!("nbd server {bound}"), max_connections: options.max_connections };
+    let name = bound.clone();
+    spawn_acceptor(listener.clone(), stopped.clone(), opts, move |fd, peer, permit| {
+        let listen = name.clone();
+        ferrite_reactor::spawn_local(conn::serve(Socket::new(fd), peer, listen, settings, permit)).detach();
+    });
     log::info!("nbd server listening on {bound}");
     SERVERS.with(|s| {
         s.borrow_mut()

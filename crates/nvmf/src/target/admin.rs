@@ -4,7 +4,7 @@
 
 use super::ctrlr::{Ctrlr, AER_LIMIT};
 use super::model::{tables, Subsystem, Tables};
-use super::qpair::{Conn, Phase};
+use super::qpair::{set_phase, Conn, Phase};
 use crate::spec::aer::AsyncEvent;
 use crate::spec::discovery::{adrfam, subtype, DiscoveryLogEntry, DiscoveryLogHeader};
 use crate::spec::features::fid;
@@ -66,7 +66,7 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
                     None,
                 );
             }
-            c.cmds.borrow_mut()[usize::from(slot)].phase = Phase::Ready;
+            set_phase(&mut c.cmds.borrow_mut()[usize::from(slot)], Phase::Ready, c.id, slot);
             c.aers.borrow_mut().push(slot);
             c.deliver_events();
         }

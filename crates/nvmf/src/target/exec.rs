@@ -4,7 +4,7 @@
 
 use super::ctrlr::Ctrlr;
 use super::model::tables;
-use super::qpair::{Bound, Conn, Phase, Xfer, MAX_ADMIN_DATA};
+use super::qpair::{set_phase, Bound, Conn, Phase, Xfer, MAX_ADMIN_DATA};
 use crate::spec::fabrics::{self, cattr, ConnectCommand, ConnectData, FabricsCommand, InvalidParameter};
 use crate::spec::opcode::{self, DataTransfer};
 use crate::spec::registers::{self, Cap, Cc, Csts, Vs};
@@ -114,7 +114,7 @@ pub(crate) fn capsule(c: &Rc<Conn>, raw: &[u8; 64], icd: u32) -> Result<DataDest
             let mut cmds = c.cmds.borrow_mut();
             let cmd = &mut cmds[usize::from(slot)];
             cmd.buf = Some(buf);
-            cmd.phase = Phase::Receiving;
+            set_phase(cmd, Phase::Receiving, c.id, slot);
         }
         return Ok(Some(super::qpair::DestCmd { slot }));
     }
@@ -128,7 +128,7 @@ pub(crate) fn data_ready(c: &Rc<Conn>, slot: u16) {
     let digest_error = {
         let mut cmds = c.cmds.borrow_mut();
         let cmd = &mut cmds[usize::from(slot)];
-        cmd.phase = Phase::Running;
+        set_phase(cmd, Phase::Running, c.id, slot);
         cmd.digest_error
     };
     if digest_error {
@@ -181,7 +181,7 @@ fn fabrics_cmd(c: &Rc<Conn>, slot: u16, raw: &[u8; 64]) {
         }
         Some(FabricsCommand::Disconnect(_)) => {
             c.complete(slot, Status::SUCCESS, 0, None);
-            c.closing.set(true);
+            c.stop_reading();
         }
         _ => c.complete(slot, Status::generic(generic::INVALID_OPCODE).with_dnr(), 0, None),
     }
@@ -452,6 +452,7 @@ fn connect(c: &Rc<Conn>, slot: u16, cmd: &ConnectCommand) {
     let cntlid = ctrl.cntlid;
     let stats = ctrl.new_stats();
     *c.bound.borrow_mut() = Some(Bound { ctrl, qid, stats });
+    c.handshake_done();
     c.sq_entries.set(entries as u16);
     c.c2h_success.set(c.opts.c2h_success && cmd.cattr & cattr::DISABLE_SQ_FLOW_CONTROL != 0);
     c.set_icd_limit(if qid == 0 { crate::tcp::pdu::ADMIN_MAX_ICD } else { c.opts.in_capsule_data_size });

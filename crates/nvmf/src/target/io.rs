@@ -2,7 +2,7 @@
 //! Write (FUA), Flush, Write Zeroes, Dataset Management (deallocate), Compare and fused
 //! Compare-and-Write. The command's slot is the bdev request's tag.
 
-use super::qpair::{Conn, Phase};
+use super::qpair::{set_phase, Conn, Phase};
 use crate::spec::opcode::nvm;
 use crate::spec::sqe::Fuse;
 use crate::spec::status::{generic, media, Status};
@@ -164,7 +164,7 @@ fn fused_ready(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>) {
     let (partner, broken) = {
         let mut cmds = c.cmds.borrow_mut();
         let cmd = &mut cmds[usize::from(slot)];
-        cmd.phase = Phase::Ready;
+        set_phase(cmd, Phase::Ready, c.id, slot);
         cmd.since = ferrite_reactor::tsc::ticks();
         cmd.ns = Some(ns);
         (cmd.partner, cmd.fused_broken)
@@ -186,9 +186,9 @@ fn fused_ready(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>) {
         let mut cmds = c.cmds.borrow_mut();
         let f = cmds[usize::from(first)].sqe;
         let cmp = cmds[usize::from(first)].buf.take();
-        cmds[usize::from(first)].phase = Phase::Running;
+        set_phase(&mut cmds[usize::from(first)], Phase::Running, c.id, first);
         let sc = &mut cmds[usize::from(second)];
-        sc.phase = Phase::Running;
+        set_phase(sc, Phase::Running, c.id, second);
         (f, sc.sqe, cmp, sc.buf.take(), sc.ns.clone())
     };
     let range = |q: &crate::spec::sqe::Sqe| (q.nsid, u64::from(q.cdw10) | u64::from(q.cdw11) << 32, q.cdw12 & 0xffff);
@@ -244,7 +244,7 @@ fn dsm(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>, cdw10: u32, cdw11:
 impl FanOutCompleter for Conn {
     fn fan_out_done(&self, tag: u64, done: FanOutDone) {
         let slot = tag as u16;
-        let running = self.cmds.borrow().get(usize::from(slot)).is_some_and(|c| c.phase == Phase::Running);
+        let running = self.cmds.borrow().get(u32::from(slot)).is_some_and(|c| c.phase == Phase::Running);
         if !running {
             log::warn!("nvmf connection {}: a fan-out ended for idle slot {slot}; dropped", self.id);
             return;
@@ -262,7 +262,7 @@ impl IoCompleter for Conn {
         let slot = tag as u16;
         let (status, partner, is_read) = {
             let mut cmds = self.cmds.borrow_mut();
-            let Some(cmd) = cmds.get_mut(usize::from(slot)).filter(|c| c.phase == Phase::Running) else {
+            let Some(cmd) = cmds.get_mut(u32::from(slot)).filter(|c| c.phase == Phase::Running) else {
                 log::warn!("nvmf connection {}: a completion for idle slot {slot}; dropped", self.id);
                 return;
             };

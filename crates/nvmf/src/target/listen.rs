@@ -4,12 +4,11 @@
 
 use super::model::Trid;
 use ferrite_reactor::net::{Listener, Socket};
+use ferrite_target::{spawn_acceptor, AcceptOptions};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 /// Connections (queue pairs) a listener serves at once; more are accepted and closed.
 pub const MAX_CONNECTIONS: usize = 16_384;
@@ -23,15 +22,6 @@ struct Listening {
 ferrite_reactor::reactor_local! {
     /// Listening sockets by transport address (on the first reactor).
     static LISTENING: RefCell<BTreeMap<Trid, Listening>> = const { RefCell::new(BTreeMap::new()) };
-}
-
-/// Gives a listener's place back when a connection ends.
-struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 /// True if a socket listens on `trid`.
@@ -54,52 +44,11 @@ pub fn listen(trid: &Trid) -> Result<(), String> {
     unsafe { libc::listen(fd.as_raw_fd(), LISTEN_BACKLOG) };
     let listener = Rc::new(Listener::new(fd));
     let stopped = Rc::new(Cell::new(false));
-    let (l, st, t) = (listener.clone(), stopped.clone(), trid.clone());
-    ferrite_reactor::spawn_local(async move {
-        let engine = ferrite_reactor::engine();
-        let count = Arc::new(AtomicUsize::new(0));
-        let mut next = 0usize;
-        let mut refused = 0u64;
-        let mut errors = ferrite_reactor::net::AcceptErrors::new();
-        let what = format!("nvmf listener {}", t.socket_addr());
-        loop {
-            match l.accept().await {
-                Ok(fd) => {
-                    errors.ok(&what);
-                    if count.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                        if refused == 0 {
-                            log::warn!(
-                                "nvmf listener {}: {MAX_CONNECTIONS} connections; refusing more",
-                                t.socket_addr()
-                            );
-                        }
-                        refused += 1;
-                        continue;
-                    }
-                    refused = 0;
-                    count.fetch_add(1, Ordering::Relaxed);
-                    let slot = Slot(count.clone());
-                    ferrite_reactor::net::set_nodelay(fd.as_raw_fd());
-                    let peer = ferrite_reactor::net::peer_name(fd.as_raw_fd());
-                    let target = next % engine.count();
-                    next += 1;
-                    let trid = t.clone();
-                    engine.send(target, move || {
-                        ferrite_reactor::spawn_local(super::qpair::serve(Socket::new(fd), peer, trid, slot)).detach();
-                    });
-                }
-                Err(_) if st.get() => break,
-                Err(e) => {
-                    // E.g. out of descriptors (the connection stays in the backlog): back off
-                    // rather than spin or flood the log.
-                    let wait = errors.failed(&what, &e);
-                    ferrite_reactor::sleep(wait).await;
-                }
-            }
-        }
-        log::info!("nvmf listener {}: stopped", t.socket_addr());
-    })
-    .detach();
+    let opts = AcceptOptions { what: format!("nvmf listener {addr}"), max_connections: MAX_CONNECTIONS };
+    let t = trid.clone();
+    spawn_acceptor(listener.clone(), stopped.clone(), opts, move |fd, peer, permit| {
+        ferrite_reactor::spawn_local(super::qpair::serve(Socket::new(fd), peer, t.clone(), permit)).detach();
+    });
     log::info!("NVMe/TCP target listening on {addr}");
     LISTENING.with(|l| l.borrow_mut().insert(trid.clone(), Listening { listener, stopped }));
     Ok(())

@@ -18,14 +18,15 @@ use crate::tcp::{controller_accept, encode, ControllerConfig, Decoder, Event, Ne
 use ferrite_bdev::IoChannel;
 use ferrite_reactor::net::{SendCache, Socket};
 use ferrite_reactor::IoBuf;
+use ferrite_target::table::{ConnTable, Served, WatchdogOptions};
+use ferrite_target::{ConnCore, SlotTable};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Poll, Waker};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 /// Time from accept to a successful Connect.
@@ -163,20 +164,13 @@ pub(crate) struct Bound {
 
 /// One connection: a queue pair.
 pub(crate) struct Conn {
-    pub(crate) id: u64,
-    pub(crate) sock: Socket,
-    pub(crate) peer: String,
+    /// Id, socket, peer, the flags of its end, its tasks' wakers, its send's progress.
+    core: ConnCore,
     /// The listener it came through.
     pub(crate) trid: Trid,
     pub(crate) reactor: usize,
-    /// No more commands are read.
-    pub(crate) closing: Cell<bool>,
     /// Abort commands of this (admin) queue still being answered.
     pub(crate) aborts: Cell<u32>,
-    /// Closed for good: nothing more is sent.
-    pub(crate) dead: Cell<bool>,
-    writer: RefCell<Option<Waker>>,
-    reader: RefCell<Option<Waker>>,
     /// What ICReq settled.
     pub(crate) params: Cell<Negotiated>,
     /// The controller and queue ID after Connect.
@@ -187,8 +181,7 @@ pub(crate) struct Conn {
     /// The host disabled SQ flow control and the transport allows C2HData SUCCESS.
     pub(crate) c2h_success: Cell<bool>,
     /// Commands by slot.
-    pub(crate) cmds: RefCell<Vec<Cmd>>,
-    free: RefCell<Vec<u16>>,
+    pub(crate) cmds: RefCell<SlotTable<Cmd>>,
     pub(crate) in_flight: Cell<u32>,
     out: RefCell<Vec<Out>>,
     /// Bytes queued or being sent.
@@ -200,8 +193,6 @@ pub(crate) struct Conn {
     pub(crate) aers: RefCell<Vec<u16>>,
     /// The last fused first command to arrive, until its second arrives (slot).
     pub(crate) fused_first: Cell<Option<u16>>,
-    /// The batch being sent: tick it started, bytes.
-    sending: Cell<Option<(u64, usize)>>,
     /// A protocol error found past the decoder, to report in a C2HTermReq.
     pub(crate) pending_term: Cell<Option<PduError>>,
     /// In-capsule data limit to apply from the next capsule (set by Connect).
@@ -211,19 +202,40 @@ pub(crate) struct Conn {
     r2t_held: Cell<usize>,
     /// Commands waiting for a buffer before their R2T, oldest first (slots).
     buf_wait: RefCell<std::collections::VecDeque<u16>>,
-    /// Tick of accept (Connect must come within CONNECT_TIMEOUT).
-    accepted: u64,
     pub(crate) opts: super::model::TransportOpts,
 }
 
 ferrite_reactor::reactor_local! {
     /// This reactor's connections by ID.
-    static LIVE: RefCell<HashMap<u64, Rc<Conn>>> = RefCell::new(HashMap::new());
+    static LIVE: RefCell<ConnTable<Conn>> = const { RefCell::new(ConnTable::new()) };
 }
 
-ferrite_reactor::reactor_local! {
-    /// True while this reactor's watchdog runs.
-    static WATCHDOG: Cell<bool> = const { Cell::new(false) };
+impl std::ops::Deref for Conn {
+    type Target = ConnCore;
+    fn deref(&self) -> &ConnCore {
+        &self.core
+    }
+}
+
+/// Moves command `slot`'s phase to `to`, checking the change is one a command can make (see
+/// [`Phase`]'s table).
+#[inline(always)]
+pub(crate) fn set_phase(cmd: &mut Cmd, to: Phase, conn: u64, slot: u16) {
+    ferrite_target::transition(&mut cmd.phase, to, conn, u32::from(slot));
+}
+
+impl ferrite_target::Phase for Phase {
+    fn may_become(self, to: Phase) -> bool {
+        use Phase::*;
+        matches!(
+            (self, to),
+            (Free, Running)
+                | (Running, Receiving | Waiting | Ready | Free)
+                | (Waiting, Receiving | Free)
+                | (Receiving, Running | Free)
+                | (Ready, Running | Free)
+        )
+    }
 }
 
 /// Connection IDs, unique in the process.
@@ -250,7 +262,8 @@ pub struct QpairInfo {
 pub(crate) fn local_qpairs() -> Vec<QpairInfo> {
     LIVE.with(|l| {
         l.borrow()
-            .values()
+            .all()
+            .iter()
             .filter_map(|c| {
                 c.bound.borrow().as_ref().map(|b| QpairInfo {
                     subnqn: b.ctrl.subnqn.clone(),
@@ -267,17 +280,13 @@ pub(crate) fn local_qpairs() -> Vec<QpairInfo> {
 
 /// Closes this reactor's connections that `pred` selects; returns how many.
 pub(crate) fn close_local(pred: &dyn Fn(&Conn) -> bool) -> usize {
-    let cs: Vec<Rc<Conn>> = LIVE.with(|l| l.borrow().values().filter(|c| pred(c)).cloned().collect());
-    for c in &cs {
-        c.close();
-    }
-    cs.len()
+    ferrite_target::table::close_where(&LIVE, pred)
 }
 
 /// Drops every cached namespace of this reactor's queue pairs (a namespace was removed: its
 /// channels must go so that its bdev can close).
 pub(crate) fn purge_namespaces_local() {
-    let cs: Vec<Rc<Conn>> = LIVE.with(|l| l.borrow().values().cloned().collect());
+    let cs: Vec<Rc<Conn>> = LIVE.with(|l| l.borrow().all());
     for c in cs {
         c.ns_cache.borrow_mut().clear();
     }
@@ -286,30 +295,11 @@ pub(crate) fn purge_namespaces_local() {
 /// Delivers a controller's pending asynchronous events to its outstanding AERs (runs on the
 /// admin queue's reactor).
 pub(crate) fn deliver_events(ctrl: &Arc<Ctrlr>) {
-    let Some(c) = LIVE.with(|l| l.borrow().get(&ctrl.admin_conn).cloned()) else { return };
+    let Some(c) = LIVE.with(|l| l.borrow().get(ctrl.admin_conn)) else { return };
     c.deliver_events();
 }
 
 impl Conn {
-    /// Closes the connection: no more commands are read, nothing more is sent.
-    pub(crate) fn close(&self) {
-        if !self.dead.replace(true) {
-            log::info!("nvmf connection {}: closing", self.id);
-        }
-        self.closing.set(true);
-        self.sock.shutdown();
-        self.wake();
-    }
-
-    fn wake(&self) {
-        if let Some(w) = self.writer.borrow_mut().take() {
-            w.wake();
-        }
-        if let Some(w) = self.reader.borrow_mut().take() {
-            w.wake();
-        }
-    }
-
     /// The controller, once connected.
     pub(crate) fn ctrl(&self) -> Option<Arc<Ctrlr>> {
         self.bound.borrow().as_ref().map(|b| b.ctrl.clone())
@@ -321,20 +311,10 @@ impl Conn {
     }
 
     fn take_slot(&self) -> Option<u16> {
-        let mut cmds = self.cmds.borrow_mut();
-        let i = match self.free.borrow_mut().pop() {
-            Some(i) => i,
-            None => {
-                let cap = usize::from(self.sq_entries.get().max(1));
-                if cmds.len() >= cap {
-                    return None;
-                }
-                cmds.push(Cmd::free());
-                (cmds.len() - 1) as u16
-            }
-        };
+        let cap = usize::from(self.sq_entries.get().max(1));
+        let i = self.cmds.borrow_mut().take(cap, Cmd::free)?;
         self.in_flight.set(self.in_flight.get() + 1);
-        Some(i)
+        Some(i as u16)
     }
 
     fn release(&self, slot: u16) {
@@ -344,7 +324,7 @@ impl Conn {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
             let was_waiting = c.phase == Phase::Waiting;
-            c.phase = Phase::Free;
+            set_phase(c, Phase::Free, self.id, slot);
             c.buf = None;
             c.ns = None;
             (c.partner.take(), was_waiting)
@@ -357,15 +337,15 @@ impl Conn {
         }
         // A fused half that ends on its own leaves the other one without its pair.
         if let Some(p) = partner {
-            let linked = self.cmds.borrow().get(usize::from(p)).is_some_and(|x| x.partner == Some(slot));
+            let linked = self.cmds.borrow().get(u32::from(p)).is_some_and(|x| x.partner == Some(slot));
             if linked {
                 self.cmds.borrow_mut()[usize::from(p)].partner = None;
                 self.break_fused(p);
             }
         }
-        self.free.borrow_mut().push(slot);
+        self.cmds.borrow_mut().release(u32::from(slot));
         self.in_flight.set(self.in_flight.get() - 1);
-        if self.closing.get() && self.in_flight.get() == 0 {
+        if self.is_closing() && self.in_flight.get() == 0 {
             self.wake();
         }
         self.release_budget(slot);
@@ -377,7 +357,7 @@ impl Conn {
         {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
-            c.phase = Phase::Waiting;
+            set_phase(c, Phase::Waiting, self.id, slot);
             c.since = ferrite_reactor::tsc::ticks();
         }
         self.buf_wait.borrow_mut().push_back(slot);
@@ -390,7 +370,7 @@ impl Conn {
     /// next look (when other connections gave buffers back to the pool).
     pub(crate) fn grant_buffers(&self) {
         loop {
-            if self.closing.get() || self.dead.get() {
+            if self.is_closing() || self.is_dead() {
                 return;
             }
             let Some(slot) = self.buf_wait.borrow().front().copied() else { return };
@@ -412,7 +392,7 @@ impl Conn {
                 let mut cmds = self.cmds.borrow_mut();
                 let c = &mut cmds[usize::from(slot)];
                 c.buf = Some(buf);
-                c.phase = Phase::Receiving;
+                set_phase(c, Phase::Receiving, self.id, slot);
                 c.budgeted = true;
             }
             self.r2t_held.set(held + len);
@@ -502,9 +482,7 @@ impl Conn {
             + o.resp_len as usize;
         self.unsent_bytes.set(self.unsent_bytes.get() + bytes);
         self.out.borrow_mut().push(o);
-        if let Some(w) = self.writer.borrow_mut().take() {
-            w.wake();
-        }
+        self.wake_writer();
     }
 
     /// Completes the command in `slot` with `status` (and `dw0`); `data` is what a successful
@@ -531,7 +509,7 @@ impl Conn {
             }
         }
         self.release(slot);
-        if self.dead.get() {
+        if self.is_dead() {
             return;
         }
         let params = self.params.get();
@@ -684,69 +662,40 @@ fn trim(b: &mut IoBuf, len: usize) {
     b.set_len(len);
 }
 
-/// Starts this reactor's watchdog if it is not running: once a second it closes connections
-/// that did not connect in time, whose controller is gone or whose keep-alive expired, and
-/// those whose host stopped reading.
-fn start_watchdog() {
-    if WATCHDOG.with(|w| w.replace(true)) || ferrite_reactor::current().is_none() {
-        return;
-    }
-    fn tick() {
-        use ferrite_reactor::tsc::{duration_to_ticks, ticks};
-        let now = ticks();
-        let (conns, any) = LIVE.with(|l| {
-            let l = l.borrow();
-            (l.values().cloned().collect::<Vec<_>>(), !l.is_empty())
-        });
-        for c in conns {
-            let bound = c.bound.borrow().as_ref().map(|b| (b.ctrl.clone(), b.qid));
-            match bound {
-                None if now.saturating_sub(c.accepted) > duration_to_ticks(CONNECT_TIMEOUT) => {
-                    ferrite_reactor::log_limited!(
-                        log::Level::Warn,
-                        "nvmf connection {} from {}: no Connect within {CONNECT_TIMEOUT:?}; closing",
-                        c.id,
-                        c.peer
-                    );
-                    c.close();
-                }
-                None => {}
-                Some((ctrl, qid)) => {
-                    if ctrl.is_dead() {
-                        c.close();
-                    } else if qid == 0 && ctrl.keep_alive_expired() {
-                        log::warn!(
-                            "nvmf controller {} of {} (host {}): keep-alive timeout expired; closing it",
-                            ctrl.cntlid,
-                            ctrl.subnqn,
-                            ctrl.hostnqn
-                        );
-                        super::exec::destroy_ctrlr(&ctrl);
-                        c.close();
-                    }
-                }
-            }
-            if !c.dead.get() {
-                c.bound_host_waits(now);
-            }
-            if let Some((since, bytes)) = c.sending.get() {
-                let limit = duration_to_ticks(SEND_BASE_TIME + Duration::from_secs((bytes >> 20) as u64));
-                if now.saturating_sub(since) > limit {
-                    log::warn!("nvmf connection {}: the host has not read its data in time; closing", c.id);
-                    c.close();
-                }
-            }
-        }
-        if any {
-            ferrite_reactor::after(WATCHDOG_PERIOD, tick);
-        } else {
-            WATCHDOG.with(|w| w.set(false));
-        }
-    }
-    ferrite_reactor::after(WATCHDOG_PERIOD, tick);
-}
+/// The reactor's watchdog: once a second it closes connections that did not connect in time,
+/// whose controller is gone or whose keep-alive expired, and those whose host stopped reading.
+const WATCHDOG: WatchdogOptions = WatchdogOptions { period: Duration::from_secs(1), proto: "nvmf" };
 
-const WATCHDOG_PERIOD: Duration = Duration::from_secs(1);
+impl Served for Conn {
+    fn core(&self) -> &ConnCore {
+        &self.core
+    }
+
+    fn watch(&self, now: u64) {
+        let bound = self.bound.borrow().as_ref().map(|b| (b.ctrl.clone(), b.qid));
+        if let Some((ctrl, qid)) = bound {
+            if ctrl.is_dead() {
+                self.close();
+            } else if qid == 0 && ctrl.keep_alive_expired() {
+                log::warn!(
+                    "nvmf controller {} of {} (host {}): keep-alive timeout expired; closing it",
+                    ctrl.cntlid,
+                    ctrl.subnqn,
+                    ctrl.hostnqn
+                );
+                super::exec::destroy_ctrlr(&ctrl);
+                self.close();
+            }
+        }
+        if !self.is_dead() {
+            self.bound_host_waits(now);
+        }
+        if self.sending.stalled(now, SEND_BASE_TIME, Duration::from_secs(1)) {
+            log::warn!("nvmf connection {}: the host has not read its data in time; closing", self.id);
+            self.close();
+        }
+    }
+}
 
 impl Conn {
     /// Bounds what waits on the host (once a second, from the watchdog): a command whose R2T
@@ -766,7 +715,7 @@ impl Conn {
         let mut late_data = None;
         let mut late_fused = SmallVec::<[u16; 4]>::new();
         let mut late_buffer = SmallVec::<[u16; 4]>::new();
-        for (i, x) in self.cmds.borrow().iter().enumerate() {
+        for (i, x) in self.cmds.borrow().iter() {
             if x.since == 0 {
                 continue;
             }
@@ -820,23 +769,16 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
     let opts = super::model::tables().transport_opts();
     let id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
     let c = Rc::new(Conn {
-        id,
-        sock,
-        peer: peer.clone(),
+        core: ConnCore::new("nvmf", id, sock, peer.clone()),
         trid,
         reactor,
-        closing: Cell::new(false),
         aborts: Cell::new(0),
-        dead: Cell::new(false),
-        writer: RefCell::new(None),
-        reader: RefCell::new(None),
         params: Cell::new(Negotiated::INITIAL),
         bound: RefCell::new(None),
         sq_entries: Cell::new(1),
         sq_head: Cell::new(0),
         c2h_success: Cell::new(false),
-        cmds: RefCell::new(Vec::new()),
-        free: RefCell::new(Vec::new()),
+        cmds: RefCell::new(SlotTable::default()),
         in_flight: Cell::new(0),
         out: RefCell::new(Vec::new()),
         unsent_bytes: Cell::new(0),
@@ -844,33 +786,31 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
         ns_epoch: Cell::new(u64::MAX),
         aers: RefCell::new(Vec::new()),
         fused_first: Cell::new(None),
-        sending: Cell::new(None),
         pending_term: Cell::new(None),
         icd_limit: Cell::new(None),
         r2t_held: Cell::new(0),
         buf_wait: RefCell::new(std::collections::VecDeque::new()),
-        accepted: ferrite_reactor::tsc::ticks(),
         opts,
     });
-    LIVE.with(|l| l.borrow_mut().insert(id, c.clone()));
-    start_watchdog();
+    // Connect must come in time (the kit's watchdog closes the connection otherwise).
+    c.handshake_within(CONNECT_TIMEOUT);
+    ferrite_target::table::register(&LIVE, c.clone(), WATCHDOG);
     log::info!("nvmf connection {id} from {peer} on reactor {reactor}");
     let writer_task = ferrite_reactor::spawn_local(writer(c.clone()));
     if let Err(e) = reader(&c).await {
-        if !c.closing.get() {
+        if !c.is_closing() {
             log::info!("nvmf connection {id}: {e}");
         }
         // The host is gone or broke the protocol: nothing more is sent, and a send blocked on
         // a host that does not read ends now.
         c.close();
     }
-    c.closing.set(true);
+    c.stop_reading();
     // Commands that wait on the host (AERs, a fused first, data still to come) end here.
     let waiting: Vec<u16> = c
         .cmds
         .borrow()
         .iter()
-        .enumerate()
         .filter(|(_, x)| matches!(x.phase, Phase::Ready | Phase::Receiving | Phase::Waiting))
         .map(|(i, _)| i as u16)
         .collect();
@@ -901,7 +841,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
     // The command table stays: requests still in the bdev layer complete into it (and are
     // dropped, the connection being dead).
     c.ns_cache.borrow_mut().clear();
-    LIVE.with(|l| l.borrow_mut().remove(&id));
+    ferrite_target::table::unregister(&LIVE, id);
     log::info!("nvmf connection {id} closed");
 }
 
@@ -913,15 +853,14 @@ pub(crate) async fn abort_command(conn: u64, cid: u16, wait: Duration) -> bool {
     let deadline = Instant::now() + wait;
     let mut poll = Duration::from_millis(1);
     loop {
-        let Some(c) = LIVE.with(|l| l.borrow().get(&conn).cloned()) else { return false };
-        if c.dead.get() {
+        let Some(c) = LIVE.with(|l| l.borrow().get(conn)) else { return false };
+        if c.is_dead() {
             return false;
         }
         let found = c
             .cmds
             .borrow()
             .iter()
-            .enumerate()
             .find(|(_, x)| x.phase != Phase::Free && x.sqe.cid == cid)
             .map(|(i, x)| (i as u16, x.phase, x.ns.clone()));
         match found {
@@ -940,28 +879,20 @@ pub(crate) async fn abort_command(conn: u64, cid: u16, wait: Duration) -> bool {
     }
 }
 
-/// Asks the bdev layer to abort every request of the connection still in flight.
+/// Asks the bdev layer to abort every request of the connection still in flight: one abort of
+/// all per namespace channel its running commands use.
 fn abort_in_flight(c: &Rc<Conn>) {
-    struct Ignore;
-    impl ferrite_bdev::IoCompleter for Ignore {
-        fn io_done(&self, _tag: u64, _io: ferrite_bdev::Completed) {}
+    let mut chans: SmallVec<[IoChannel; 4]> = SmallVec::new();
+    let mut seen: SmallVec<[*const NsChan; 4]> = SmallVec::new();
+    for (_, x) in c.cmds.borrow().iter() {
+        if let (Phase::Running, Some(n)) = (x.phase, &x.ns) {
+            if !seen.contains(&Rc::as_ptr(n)) {
+                seen.push(Rc::as_ptr(n));
+                chans.push(n.ch.clone());
+            }
+        }
     }
-    let running: Vec<(u16, Rc<NsChan>)> = c
-        .cmds
-        .borrow()
-        .iter()
-        .enumerate()
-        .filter(|(_, x)| x.phase == Phase::Running)
-        .filter_map(|(i, x)| x.ns.clone().map(|n| (i as u16, n)))
-        .collect();
-    if running.is_empty() {
-        return;
-    }
-    let me = c.clone();
-    let ignore: Rc<dyn ferrite_bdev::IoCompleter> = Rc::new(Ignore);
-    for (slot, n) in running {
-        n.ch.submit(ferrite_bdev::IoRequest::abort(&me, u64::from(slot)), ignore.clone(), 0);
-    }
+    ferrite_target::abort_all(c, &chans);
 }
 
 /// Sends every queued PDU, batch by batch, until the connection closes and drains.
@@ -974,10 +905,10 @@ async fn writer(c: Rc<Conn>) {
             if !c.out.borrow().is_empty() {
                 return Poll::Ready(false);
             }
-            if c.closing.get() && (c.in_flight.get() == 0 || c.dead.get()) {
+            if c.is_closing() && (c.in_flight.get() == 0 || c.is_dead()) {
                 return Poll::Ready(true);
             }
-            *c.writer.borrow_mut() = Some(cx.waker().clone());
+            c.park_writer(cx);
             Poll::Pending
         })
         .await;
@@ -986,7 +917,7 @@ async fn writer(c: Rc<Conn>) {
         }
         std::mem::swap(&mut *c.out.borrow_mut(), &mut batch);
         let bytes = c.unsent_bytes.replace(0);
-        if c.dead.get() {
+        if c.is_dead() {
             batch.clear();
             continue;
         }
@@ -1010,18 +941,16 @@ async fn writer(c: Rc<Conn>) {
         for o in &batch {
             parts.push((o.resp.as_ptr(), o.resp_len as usize));
         }
-        c.sending.set(Some((ferrite_reactor::tsc::ticks(), bytes)));
+        c.sending.begin(bytes);
         // SAFETY: every part points into `batch` (arrays inside its heap buffer, data in
         // buffers it owns), which send_parts keeps until the send completes.
         let (res, b) = unsafe { c.sock.send_parts(&cache, &parts, batch).await };
-        c.sending.set(None);
+        c.sending.end();
         batch = b;
         batch.clear();
-        if let Some(w) = c.reader.borrow_mut().take() {
-            w.wake();
-        }
+        c.wake_reader();
         if let Err(e) = res {
-            if !c.closing.get() {
+            if !c.is_closing() {
                 log::info!("nvmf connection {}: send failed: {e}", c.id);
             }
             c.close();
@@ -1053,7 +982,7 @@ async fn terminate(c: &Conn, dec: &Decoder, e: PduError) -> String {
     let idle = c.out.borrow().is_empty() && c.sending.get().is_none();
     // The TermReq is the last PDU: commands that complete from here on send nothing (a
     // read's data after it would reach a host that takes the connection as ended).
-    c.dead.set(true);
+    c.set_dead();
     if let (true, Some(fes)) = (idle, e.fes()) {
         if let Ok(n) = crate::tcp::encode_term_req(&mut buf, Role::Controller, fes, e.fei(), dec.received_header()) {
             let _ = c.sock.send_all_by(buf[..n].to_vec(), Instant::now() + Duration::from_secs(1)).await;
@@ -1084,17 +1013,17 @@ async fn reader(c: &Rc<Conn>) -> Result<(), String> {
     // Commands taken from the chunks since the reader last let the turn end.
     let mut served = 0usize;
     loop {
-        if c.closing.get() {
+        if c.is_closing() {
             return Ok(());
         }
         // Back-pressure: the host is not reading what it asked for.
         if c.unsent_bytes.get() > MAX_UNSENT && !rx.has_buffered() {
             rx.pause();
             poll_fn(|cx| {
-                if c.closing.get() || c.unsent_bytes.get() <= MAX_UNSENT {
+                if c.is_closing() || c.unsent_bytes.get() <= MAX_UNSENT {
                     return Poll::Ready(());
                 }
-                *c.reader.borrow_mut() = Some(cx.waker().clone());
+                c.park_reader(cx);
                 Poll::Pending
             })
             .await;
@@ -1233,7 +1162,7 @@ fn on_header(c: &Rc<Conn>, dec: &mut Decoder, h: crate::tcp::Header) -> Result<O
             // What is wrong with it, as the termination request's FES/FEI say it.
             let wrong = {
                 let cmds = c.cmds.borrow();
-                match cmds.get(usize::from(slot)).filter(|x| x.phase == Phase::Receiving && x.buf.is_some()) {
+                match cmds.get(u32::from(slot)).filter(|x| x.phase == Phase::Receiving && x.buf.is_some()) {
                     None => Some(PduError::InvalidField {
                         pdu_type: PduType::H2cData,
                         offset: offset::TTAG,
@@ -1328,7 +1257,7 @@ impl Conn {
         c.digest_error = false;
         c.fused_broken = false;
         c.since = 0;
-        c.phase = Phase::Running;
+        set_phase(c, Phase::Running, self.id, slot);
         Some(slot)
     }
 }

@@ -1,0 +1,25 @@
+//! The target kit: what every target (NBD, NVMe/TCP, and the iSCSI and vhost targets to come)
+//! and the NVMe/TCP host need around their protocol engine, written once.
+//!
+//! - [`accept`]: a listener's accept loop, with a bound on its connections and the
+//!   connections placed on the reactors in turn.
+//! - [`conn`]: the core of one connection: its socket, closing and dead flags, the wakers of its
+//!   reader and writer tasks, and the progress of its sends and receives that a watchdog checks.
+//! - [`table`]: a reactor's connections of one target, with a per-reactor watchdog (one timer per
+//!   reactor, none per connection or command) and handshake deadlines.
+//! - [`slots`]: a connection's table of outstanding commands, bounded, reused without
+//!   allocation, and the end of a session (every bdev request of the connection aborted).
+//! - [`phase`]: every phase change of a command through one function that checks the
+//!   transition is legal and can trace it.
+
+pub mod accept;
+pub mod conn;
+pub mod phase;
+pub mod slots;
+pub mod table;
+
+pub use accept::{spawn_acceptor, AcceptOptions, ConnPermit};
+pub use conn::{ConnCore, Progress};
+pub use phase::{transition, Phase};
+pub use slots::{abort_all, SlotTable};
+pub use table::{ConnTable, Served};
