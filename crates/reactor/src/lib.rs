@@ -6,6 +6,8 @@ pub mod blocking;
 pub mod buf;
 pub mod context;
 pub mod cpumask;
+pub mod eventfd;
+pub mod fdwatch;
 #[doc(hidden)]
 pub mod local;
 pub mod mailbox;
@@ -23,6 +25,7 @@ pub use async_task::Task;
 pub use blocking::{spawn_blocking, Blocking, BlockingPanic};
 pub use buf::{BufPool, BufPoolConfig, IoBuf, Lender};
 pub use context::{current_engine, engine_state, lock_state, EnterGuard, StateGuard};
+pub use fdwatch::{FdWatch, Readable};
 #[doc(hidden)]
 pub use linkme;
 pub use net::RecvStream;
