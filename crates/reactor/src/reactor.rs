@@ -78,6 +78,9 @@ pub struct EngineConfig {
     pub recv_bufs: RecvBufConfig,
     /// Pin each reactor thread to its core.
     pub pin: bool,
+    /// Fixed-buffer slots of each ring for external memory (`Ring::register_external`): one
+    /// per chunk of up to 1 GiB of a registered region. Past them, regions stay unregistered.
+    pub fixed_mem_slots: u32,
 }
 
 impl Default for EngineConfig {
@@ -91,6 +94,7 @@ impl Default for EngineConfig {
             bufs: BufPoolConfig::default(),
             recv_bufs: RecvBufConfig::default(),
             pin: true,
+            fixed_mem_slots: 1022,
         }
     }
 }
@@ -471,7 +475,7 @@ pub(crate) fn set_current(local: Option<&Rc<Local>>) {
 
 /// Registers a pool's small and large regions as the ring's fixed buffers 0 and 1.
 fn register_pool(ring: &mut Ring, pool: &BufPool, id: usize) {
-    match ring.register_buffers(&pool.regions()) {
+    match ring.set_pool_buffers(&pool.regions()) {
         Ok(()) => pool.set_registered(true),
         // Without registration (e.g. RLIMIT_MEMLOCK) fixed-buffer I/O is off; still correct.
         Err(e) => log::warn!("reactor {id}: io_uring buffer registration failed ({e}); using unregistered buffers"),
@@ -635,6 +639,7 @@ impl Local {
         let mailbox = &engine.0.reactors[id].mailbox;
         let mut ring = Ring::new(cfg.ring_entries, cfg.ring_handlers, mailbox.doorbell_fd())?;
         let bufs = BufPool::new(cfg.bufs)?;
+        ring.init_buffer_table(cfg.fixed_mem_slots);
         register_pool(&mut ring, &bufs, id);
         cfg.recv_bufs.check().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let recv_group = recv_ring(&mut ring, cfg.recv_bufs)?;
@@ -1026,9 +1031,6 @@ pub fn resize_buf_pool(cfg: BufPoolConfig) -> std::io::Result<()> {
     let old = l.bufs.replace(new.clone());
     old.set_registered(false);
     let mut ring = l.ring.borrow_mut();
-    if let Err(e) = ring.unregister_buffers() {
-        log::debug!("reactor {}: unregistering the old buffer pool: {e}", l.id);
-    }
     register_pool(&mut ring, &new, l.id);
     log::info!(
         "reactor {}: buffer pool of {} x {} B small and {} x {} B large buffers",
