@@ -8,6 +8,7 @@ pub mod context;
 pub mod cpumask;
 pub mod eventfd;
 pub mod fdwatch;
+pub mod fixedmem;
 #[doc(hidden)]
 pub mod local;
 pub mod mailbox;
@@ -26,6 +27,7 @@ pub use blocking::{spawn_blocking, Blocking, BlockingPanic};
 pub use buf::{BufPool, BufPoolConfig, IoBuf, Lender};
 pub use context::{current_engine, engine_state, lock_state, EnterGuard, StateGuard};
 pub use fdwatch::{FdWatch, Readable};
+pub use fixedmem::{FixedMem, LocalMem};
 #[doc(hidden)]
 pub use linkme;
 pub use net::RecvStream;

@@ -4,6 +4,7 @@
 use crate::blocking::BlockingPool;
 use crate::buf::{BufPool, BufPoolConfig, IoBuf};
 use crate::context::Extensions;
+use crate::fixedmem::LocalMem;
 use crate::mailbox::Mailbox;
 use crate::oneshot;
 use crate::pbuf::{BufGroup, RecvBufConfig, RecvBufStats, RECV_BGID};
@@ -78,8 +79,8 @@ pub struct EngineConfig {
     pub recv_bufs: RecvBufConfig,
     /// Pin each reactor thread to its core.
     pub pin: bool,
-    /// Fixed-buffer slots of each ring for external memory (`Ring::register_external`): one
-    /// per chunk of up to 1 GiB of a registered region. Past them, regions stay unregistered.
+    /// Fixed-buffer slots of each ring for external memory ([`crate::FixedMem`]): one per
+    /// chunk of up to 1 GiB of a registered region. Past them, regions stay unregistered.
     pub fixed_mem_slots: u32,
 }
 
@@ -413,6 +414,8 @@ pub(crate) struct Local {
     recv_size: u32,
     /// Tasks waiting in [`next_turn`] for the end of this turn.
     after_turn: RefCell<Vec<Waker>>,
+    /// This reactor's parts of the registered external memory regions (`crate::FixedMem`).
+    fixed_mem: RefCell<Vec<Rc<LocalMem>>>,
 }
 
 thread_local! {
@@ -658,6 +661,7 @@ impl Local {
             recv_group,
             recv_size: cfg.recv_bufs.size,
             after_turn: RefCell::new(Vec::new()),
+            fixed_mem: RefCell::new(Vec::new()),
         }))
     }
 
@@ -681,6 +685,8 @@ impl Local {
         drop(waiting);
         let ready = std::mem::take(&mut *self.ready.borrow_mut());
         drop(ready);
+        let regions = std::mem::take(&mut *self.fixed_mem.borrow_mut());
+        drop(regions);
         if self.recv_group.is_some() {
             // From here the kernel takes no more buffers from the ring, whatever is still armed.
             let _ = self.ring.borrow_mut().unregister_buf_ring(RECV_BGID);
@@ -1014,6 +1020,13 @@ pub fn try_with_ring<R>(f: impl FnOnce(&mut Ring) -> R) -> Option<R> {
     let l = try_local()?;
     let mut ring = l.ring.try_borrow_mut().ok()?;
     Some(f(&mut ring))
+}
+
+/// Gives the calling reactor's table of registered external memory to `f` (None off-reactor).
+pub(crate) fn fixed_mem_table<R>(f: impl FnOnce(&mut Vec<Rc<LocalMem>>) -> R) -> Option<R> {
+    let l = try_local()?;
+    let mut t = l.fixed_mem.try_borrow_mut().ok()?;
+    Some(f(&mut t))
 }
 
 /// The calling reactor's buffer pool, or None off-reactor.
