@@ -102,7 +102,8 @@ impl FdWatch {
 
     /// Completes when the descriptor is readable (or at hang-up or error, which the next read
     /// reports), or with an error: the poll failed, the watch was closed, or the call is not
-    /// on a reactor. Dropping the future leaves the poll armed for the next wait.
+    /// on a reactor. One waiter at a time (the watch keeps one waker). Dropping the future
+    /// leaves the poll armed for the next wait.
     pub fn readable(&self) -> Readable<'_> {
         Readable { watch: self }
     }
