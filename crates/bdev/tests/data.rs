@@ -492,3 +492,73 @@ fn zero_copy_reads_lend_memory_or_fall_back() {
     });
     shutdown(e);
 }
+
+/// A memfd-backed region mapped shared, as a vhost target maps guest memory; unmapped on drop.
+struct GuestMemory(std::ptr::NonNull<u8>, usize);
+// SAFETY: plain shared memory; the test coordinates who touches which bytes.
+unsafe impl Send for GuestMemory {}
+// SAFETY: as above.
+unsafe impl Sync for GuestMemory {}
+impl Drop for GuestMemory {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made below; no view of it is left.
+        unsafe { libc::munmap(self.0.as_ptr().cast(), self.1) };
+    }
+}
+
+#[test]
+fn uring_io_into_registered_guest_memory_uses_fixed_ops() {
+    const NAME: &str = "data_uring_guest";
+    const SIZE: usize = 4 << 20;
+    const LEN: usize = 64 << 10;
+    let tmp = TempFile::new("uring-guest", SIZE as u64);
+    let e = engine(2, ReactorMode::Interrupt);
+    uring::create(UringOpts { name: NAME.into(), filename: tmp.path_str(), ..Default::default() }).expect("create");
+    // SAFETY: memfd_create, ftruncate and a shared mapping of it; checked.
+    let mem = unsafe {
+        let fd = libc::memfd_create(c"guest".as_ptr(), libc::MFD_CLOEXEC);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, 8 << 20), 0);
+        let p = libc::mmap(std::ptr::null_mut(), 8 << 20, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+        assert_ne!(p, libc::MAP_FAILED);
+        libc::close(fd);
+        std::sync::Arc::new(GuestMemory(std::ptr::NonNull::new(p.cast()).unwrap(), 8 << 20))
+    };
+    // SAFETY: the mapping lives as long as the Arc given as `keep`.
+    let fm = unsafe { ferrite_reactor::FixedMem::register(&e, mem.0, mem.1, mem.clone()) }.wait().unwrap();
+    assert!(fm.registered().iter().all(|&r| r));
+    let fm = std::sync::Arc::new(fm);
+    for r in 0..e.count() {
+        let fm = fm.clone();
+        let (fixed_ops, pooled, ok) = run(&e, r, move || async move {
+            let desc = Bdev::open(NAME, true, || {}).unwrap();
+            let ch = desc.channel().unwrap();
+            let local = fm.local().unwrap();
+            let data = pattern(40 + r as u64, LEN);
+            // SAFETY: nothing else touches these bytes of the region.
+            let (mut src, dst) = unsafe { (local.view(r << 20, LEN), local.view((4 + r) << 20, LEN)) };
+            src.copy_from_slice(&data);
+            let (ops0, pooled0) = (
+                ferrite_reactor::with_ring(|ring| ring.fixed_ops()),
+                ferrite_reactor::buf_pool().unwrap().stats().pooled,
+            );
+            let blocks = (LEN / 512) as u64;
+            io_ok(&ch, IoRequest::write(128 * r as u64, blocks, src)).await;
+            let got = io_ok(&ch, IoRequest::read(128 * r as u64, blocks, dst)).await;
+            (
+                ferrite_reactor::with_ring(|ring| ring.fixed_ops()) - ops0,
+                ferrite_reactor::buf_pool().unwrap().stats().pooled - pooled0,
+                got == data,
+            )
+        });
+        assert_eq!((fixed_ops, pooled, ok), (2, 0, true), "reactor {r}: fixed ops on the views themselves");
+        // The read landed in guest memory.
+        let want = pattern(40 + r as u64, LEN);
+        // SAFETY: bytes of the mapping that no I/O touches any more.
+        let seen = unsafe { std::slice::from_raw_parts(mem.0.as_ptr().add((4 + r) << 20), LEN) };
+        assert_bytes_eq(seen, &want, "guest memory after the read");
+    }
+    drop(fm);
+    unregister(NAME, None).unwrap();
+    shutdown(e);
+}

@@ -370,12 +370,19 @@ enum Owner {
     Lent(#[allow(dead_code)] Rc<Lender>), // held, never read: dropping it releases the memory
     /// Writable memory that a target registered (a VM's guest memory), kept alive by the lender.
     External(#[allow(dead_code)] Rc<Lender>),
+    /// A writable view of external memory registered with the reactor's ring
+    /// (`crate::FixedMem`), which it keeps alive and registered; `idx` is its fixed-buffer
+    /// index, or `NO_FIXED`.
+    Registered(#[allow(dead_code)] Rc<crate::fixedmem::LocalMem>),
     /// A read-only part of a shared buffer (a received capsule's data), which it keeps alive.
     Slice(#[allow(dead_code)] Rc<IoBuf>),
     /// Memory owned elsewhere whose owner outlives this view by construction (the bdev layer's
     /// split children point into their parent's buffers).
     View,
 }
+
+/// `IoBuf::idx` of a registered view that has no fixed-buffer index.
+const NO_FIXED: u32 = u32::MAX;
 
 /// An owned, 4 KiB-aligned payload buffer. Dereferences to its first `len` bytes; dropping it
 /// returns it to its pool.
@@ -442,6 +449,23 @@ impl IoBuf {
     pub unsafe fn external(ptr: NonNull<u8>, len: usize, keep: Rc<Lender>) -> Self {
         assert!(len <= u32::MAX as usize, "IoBuf of {len} bytes is too large");
         Self::borrowed(ptr, len, Owner::External(keep), false)
+    }
+
+    /// A writable view of `len` bytes at `ptr` inside external memory registered with the
+    /// reactor's ring, carrying the fixed-buffer index that covers it (if any).
+    ///
+    /// # Safety
+    /// As for [`IoBuf::external`], with `mem` keeping the memory alive.
+    pub(crate) unsafe fn registered(
+        ptr: NonNull<u8>,
+        len: usize,
+        mem: Rc<crate::fixedmem::LocalMem>,
+        fixed: Option<u16>,
+    ) -> Self {
+        assert!(len <= u32::MAX as usize, "IoBuf of {len} bytes is too large");
+        let mut b = Self::borrowed(ptr, len, Owner::Registered(mem), false);
+        b.idx = fixed.map_or(NO_FIXED, u32::from);
+        b
     }
 
     /// A read-only view of `len` bytes at `offset` of `whole`, which it keeps alive (a write
@@ -532,13 +556,14 @@ impl IoBuf {
     }
 
     /// The io_uring fixed-buffer index of this buffer's region, if it came from a registered
-    /// class of a pool.
+    /// class of a pool or is a view of registered external memory (`crate::FixedMem`).
     #[inline]
     pub fn fixed_index(&self) -> Option<u16> {
         match &self.owner {
             Owner::Pool(p) if (self.class as usize) < REGISTERED_CLASSES && p.registered.get() => {
                 Some(self.class as u16)
             }
+            Owner::Registered(_) if self.idx != NO_FIXED => Some(self.idx as u16),
             _ => None,
         }
     }
@@ -569,7 +594,7 @@ impl Drop for IoBuf {
         match &self.owner {
             Owner::Pool(pool) => pool.classes[self.class as usize].free.borrow_mut().push(self.idx),
             // Dropping the field releases what keeps the memory alive.
-            Owner::Lent(_) | Owner::External(_) | Owner::Slice(_) | Owner::View => {}
+            Owner::Lent(_) | Owner::External(_) | Owner::Registered(_) | Owner::Slice(_) | Owner::View => {}
             // SAFETY: allocated in `heap` with exactly this layout.
             Owner::Heap => unsafe { dealloc(self.ptr.as_ptr(), Self::heap_layout(self.cap as usize)) },
             Owner::PoolHeap(pool) => {

@@ -6,6 +6,9 @@ pub mod blocking;
 pub mod buf;
 pub mod context;
 pub mod cpumask;
+pub mod eventfd;
+pub mod fdwatch;
+pub mod fixedmem;
 #[doc(hidden)]
 pub mod local;
 pub mod mailbox;
@@ -23,6 +26,8 @@ pub use async_task::Task;
 pub use blocking::{spawn_blocking, Blocking, BlockingPanic};
 pub use buf::{BufPool, BufPoolConfig, IoBuf, Lender};
 pub use context::{current_engine, engine_state, lock_state, EnterGuard, StateGuard};
+pub use fdwatch::{FdWatch, Readable};
+pub use fixedmem::{FixedMem, LocalMem};
 #[doc(hidden)]
 pub use linkme;
 pub use net::RecvStream;

@@ -4,6 +4,7 @@
 use crate::blocking::BlockingPool;
 use crate::buf::{BufPool, BufPoolConfig, IoBuf};
 use crate::context::Extensions;
+use crate::fixedmem::LocalMem;
 use crate::mailbox::Mailbox;
 use crate::oneshot;
 use crate::pbuf::{BufGroup, RecvBufConfig, RecvBufStats, RECV_BGID};
@@ -78,6 +79,9 @@ pub struct EngineConfig {
     pub recv_bufs: RecvBufConfig,
     /// Pin each reactor thread to its core.
     pub pin: bool,
+    /// Fixed-buffer slots of each ring for external memory ([`crate::FixedMem`]): one per
+    /// chunk of up to 1 GiB of a registered region. Past them, regions stay unregistered.
+    pub fixed_mem_slots: u32,
 }
 
 impl Default for EngineConfig {
@@ -91,6 +95,7 @@ impl Default for EngineConfig {
             bufs: BufPoolConfig::default(),
             recv_bufs: RecvBufConfig::default(),
             pin: true,
+            fixed_mem_slots: 1022,
         }
     }
 }
@@ -409,6 +414,8 @@ pub(crate) struct Local {
     recv_size: u32,
     /// Tasks waiting in [`next_turn`] for the end of this turn.
     after_turn: RefCell<Vec<Waker>>,
+    /// This reactor's parts of the registered external memory regions (`crate::FixedMem`).
+    fixed_mem: RefCell<Vec<Rc<LocalMem>>>,
 }
 
 thread_local! {
@@ -471,7 +478,7 @@ pub(crate) fn set_current(local: Option<&Rc<Local>>) {
 
 /// Registers a pool's small and large regions as the ring's fixed buffers 0 and 1.
 fn register_pool(ring: &mut Ring, pool: &BufPool, id: usize) {
-    match ring.register_buffers(&pool.regions()) {
+    match ring.set_pool_buffers(&pool.regions()) {
         Ok(()) => pool.set_registered(true),
         // Without registration (e.g. RLIMIT_MEMLOCK) fixed-buffer I/O is off; still correct.
         Err(e) => log::warn!("reactor {id}: io_uring buffer registration failed ({e}); using unregistered buffers"),
@@ -635,6 +642,7 @@ impl Local {
         let mailbox = &engine.0.reactors[id].mailbox;
         let mut ring = Ring::new(cfg.ring_entries, cfg.ring_handlers, mailbox.doorbell_fd())?;
         let bufs = BufPool::new(cfg.bufs)?;
+        ring.init_buffer_table(cfg.fixed_mem_slots);
         register_pool(&mut ring, &bufs, id);
         cfg.recv_bufs.check().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let recv_group = recv_ring(&mut ring, cfg.recv_bufs)?;
@@ -653,6 +661,7 @@ impl Local {
             recv_group,
             recv_size: cfg.recv_bufs.size,
             after_turn: RefCell::new(Vec::new()),
+            fixed_mem: RefCell::new(Vec::new()),
         }))
     }
 
@@ -676,6 +685,8 @@ impl Local {
         drop(waiting);
         let ready = std::mem::take(&mut *self.ready.borrow_mut());
         drop(ready);
+        let regions = std::mem::take(&mut *self.fixed_mem.borrow_mut());
+        drop(regions);
         if self.recv_group.is_some() {
             // From here the kernel takes no more buffers from the ring, whatever is still armed.
             let _ = self.ring.borrow_mut().unregister_buf_ring(RECV_BGID);
@@ -1011,6 +1022,13 @@ pub fn try_with_ring<R>(f: impl FnOnce(&mut Ring) -> R) -> Option<R> {
     Some(f(&mut ring))
 }
 
+/// Gives the calling reactor's table of registered external memory to `f` (None off-reactor).
+pub(crate) fn fixed_mem_table<R>(f: impl FnOnce(&mut Vec<Rc<LocalMem>>) -> R) -> Option<R> {
+    let l = try_local()?;
+    let mut t = l.fixed_mem.try_borrow_mut().ok()?;
+    Some(f(&mut t))
+}
+
 /// The calling reactor's buffer pool, or None off-reactor.
 pub fn buf_pool() -> Option<Rc<BufPool>> {
     try_local().map(|l| l.bufs.borrow().clone())
@@ -1026,9 +1044,6 @@ pub fn resize_buf_pool(cfg: BufPoolConfig) -> std::io::Result<()> {
     let old = l.bufs.replace(new.clone());
     old.set_registered(false);
     let mut ring = l.ring.borrow_mut();
-    if let Err(e) = ring.unregister_buffers() {
-        log::debug!("reactor {}: unregistering the old buffer pool: {e}", l.id);
-    }
     register_pool(&mut ring, &new, l.id);
     log::info!(
         "reactor {}: buffer pool of {} x {} B small and {} x {} B large buffers",

@@ -37,6 +37,11 @@ const FILE_SLOTS: u32 = 64;
 /// configured size and doubles up to this when more operations are outstanding (an idle
 /// connection keeps a receive pending, so thousands of them need thousands of entries).
 pub const MAX_HANDLERS: usize = 1 << 20;
+/// Fixed-buffer slots of the buffer pool's registered classes (slots 0 and 1); external memory
+/// ([`crate::FixedMem`]) takes slots after them.
+pub const POOL_BUF_SLOTS: u32 = 2;
+/// Upper bound of a ring's fixed-buffer table (the kernel's own limit, `IORING_MAX_REG_BUFFERS`).
+pub const MAX_BUF_SLOTS: u32 = 1 << 14;
 /// Upper bound of the completion queue size asked from the kernel (its own limit is 2^17 on
 /// current kernels; the ring falls back to the default if refused).
 const MAX_CQ_ENTRIES: u32 = 1 << 16;
@@ -61,6 +66,13 @@ fn token(slot: u32, gen: u32) -> u64 {
     (gen as u64) << 32 | slot as u64
 }
 
+/// The opcode of a built entry (its first byte).
+fn opcode_of(e: &squeue::Entry) -> u8 {
+    // SAFETY: `squeue::Entry` is `#[repr(C)]` around the kernel's `io_uring_sqe`, whose first
+    // field is the one-byte opcode (checked by a unit test below).
+    unsafe { *(e as *const squeue::Entry as *const u8) }
+}
+
 /// One reactor's io_uring with its handler table.
 pub struct Ring {
     ring: IoUring,
@@ -74,6 +86,14 @@ pub struct Ring {
     doorbell_buf: Box<u64>,
     free_files: Vec<u32>,
     worker_ops: u32,
+    /// The fixed-buffer table is sparse (Linux 5.19): the pool's slots and external memory are
+    /// updated in place. Without it the pool's regions are the whole table and external memory
+    /// is not registered.
+    sparse_bufs: bool,
+    /// External slots (after [`POOL_BUF_SLOTS`]) in use.
+    ext_used: Vec<bool>,
+    /// Entries pushed with `READ_FIXED` or `WRITE_FIXED`.
+    fixed_ops: u64,
     /// Number of io_uring_enter calls (for counting syscalls per I/O).
     pub enters: u64,
 }
@@ -118,6 +138,9 @@ impl Ring {
             doorbell_buf: Box::new(0),
             free_files: Vec::new(),
             worker_ops: 0,
+            sparse_bufs: false,
+            ext_used: Vec::new(),
+            fixed_ops: 0,
             enters: 0,
         };
         if r.ring.submitter().register_files_sparse(FILE_SLOTS).is_ok() {
@@ -127,19 +150,104 @@ impl Ring {
         Ok(r)
     }
 
-    /// Registers memory regions as fixed buffers (index = position in `regions`).
-    pub fn register_buffers(&mut self, regions: &[libc::iovec]) -> std::io::Result<()> {
+    /// Makes the fixed-buffer table: a sparse one of [`POOL_BUF_SLOTS`] + `ext_slots` entries
+    /// (clamped to [`MAX_BUF_SLOTS`]), or, on a kernel without sparse tables (before 5.19), none
+    /// yet (the pool's regions then become the whole table, and external memory stays
+    /// unregistered). Call once, before [`Ring::set_pool_buffers`].
+    pub fn init_buffer_table(&mut self, ext_slots: u32) {
+        let total = POOL_BUF_SLOTS.saturating_add(ext_slots).min(MAX_BUF_SLOTS);
+        match self.ring.submitter().register_buffers_sparse(total) {
+            Ok(()) => {
+                self.sparse_bufs = true;
+                self.ext_used = vec![false; (total - POOL_BUF_SLOTS) as usize];
+            }
+            Err(e) => log::debug!("sparse fixed-buffer table refused ({e}); external memory stays unregistered"),
+        }
+    }
+
+    /// Registers the buffer pool's regions as fixed buffers 0 and 1 (index = position in
+    /// `regions`, at most [`POOL_BUF_SLOTS`]), in place of the pool's earlier ones. Operations
+    /// in flight on the earlier regions keep what they use (the kernel holds it until they end).
+    pub fn set_pool_buffers(&mut self, regions: &[libc::iovec]) -> std::io::Result<()> {
+        assert!(regions.len() <= POOL_BUF_SLOTS as usize, "the pool has {POOL_BUF_SLOTS} fixed-buffer slots");
         if regions.is_empty() {
             return Ok(());
         }
-        // SAFETY: the regions are mappings owned by the reactor's buffer pool, which lives
-        // as long as the reactor and therefore as long as this ring.
+        if self.sparse_bufs {
+            // SAFETY: the regions are mappings owned by the reactor's buffer pool, which the
+            // reactor keeps until it replaces the pool (and then calls this again) or ends.
+            return unsafe { self.ring.submitter().register_buffers_update(0, regions, None) };
+        }
+        // Not sparse: the table is the pool's alone, replaced whole.
+        let _ = self.ring.submitter().unregister_buffers();
+        // SAFETY: as above.
         unsafe { self.ring.submitter().register_buffers(regions) }
     }
 
-    /// Unregisters the fixed buffers (operations in flight on them keep what they use).
-    pub fn unregister_buffers(&mut self) -> std::io::Result<()> {
-        self.ring.submitter().unregister_buffers()
+    /// Registers external memory as `chunks.len()` consecutive fixed buffers after the pool's;
+    /// returns the first one's index. Fails without a sparse table, when no run of free slots
+    /// is long enough, or when the kernel refuses (`RLIMIT_MEMLOCK`, memory it cannot pin, a
+    /// chunk above 1 GiB); nothing stays registered then.
+    ///
+    /// # Safety
+    /// Each chunk must stay mapped until [`Ring::unregister_external`] (or the ring's end).
+    pub unsafe fn register_external(&mut self, chunks: &[libc::iovec]) -> std::io::Result<u16> {
+        if !self.sparse_bufs {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "no sparse fixed-buffer table (Linux 5.19)",
+            ));
+        }
+        let n = chunks.len();
+        let len = self.ext_used.len();
+        let first = (n > 0 && n <= len)
+            .then(|| (0..=len - n).find(|&i| self.ext_used[i..i + n].iter().all(|used| !used)))
+            .flatten()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::OutOfMemory, "fixed-buffer table full"))?;
+        let slot = |i: usize| POOL_BUF_SLOTS + (first + i) as u32;
+        // One chunk per update: the kernel reports a partial update only as a count, which the
+        // crate drops, so this is how a failure names what to undo.
+        for (i, c) in chunks.iter().enumerate() {
+            // SAFETY: forwarded from the caller.
+            if let Err(e) =
+                unsafe { self.ring.submitter().register_buffers_update(slot(i), std::slice::from_ref(c), None) }
+            {
+                let empty = vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; i];
+                if i > 0 {
+                    // SAFETY: null entries name no memory: they empty the slots.
+                    let _ = unsafe { self.ring.submitter().register_buffers_update(slot(0), &empty, None) };
+                }
+                return Err(e);
+            }
+        }
+        self.ext_used[first..first + n].iter_mut().for_each(|u| *u = true);
+        Ok(slot(0) as u16)
+    }
+
+    /// Empties `count` external slots from `first` (as returned by
+    /// [`Ring::register_external`]). Operations in flight on them keep the pinned pages until
+    /// they end; the slots can be reused at once.
+    pub fn unregister_external(&mut self, first: u16, count: u16) {
+        let empty = vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; count as usize];
+        // SAFETY: null entries name no memory: they empty the slots.
+        if let Err(e) = unsafe { self.ring.submitter().register_buffers_update(first as u32, &empty, None) } {
+            log::warn!("emptying fixed buffers {first}..+{count} failed: {e}");
+        }
+        let from = (first as u32).saturating_sub(POOL_BUF_SLOTS) as usize;
+        for u in self.ext_used.iter_mut().skip(from).take(count as usize) {
+            *u = false;
+        }
+    }
+
+    /// External fixed-buffer slots in use now.
+    pub fn external_slots_used(&self) -> usize {
+        self.ext_used.iter().filter(|u| **u).count()
+    }
+
+    /// Entries pushed with `READ_FIXED` or `WRITE_FIXED` so far (a module picks those for a
+    /// buffer with a fixed index).
+    pub fn fixed_ops(&self) -> u64 {
+        self.fixed_ops
     }
 
     /// Installs `fd` in the ring's fixed file table; returns its index, or None if the table is
@@ -174,6 +282,8 @@ impl Ring {
     }
 
     fn push_raw(&mut self, e: squeue::Entry) -> Result<(), RingFull> {
+        let code = opcode_of(&e);
+        self.fixed_ops += (code == opcode::ReadFixed::CODE || code == opcode::WriteFixed::CODE) as u64;
         // SAFETY: callers guarantee that the buffers named by `e` live until its completion.
         if unsafe { self.ring.submission().push(&e) }.is_err() {
             self.submit();
@@ -562,6 +672,33 @@ mod tests {
             ring.borrow_mut().wait(Some(Duration::from_millis(10)));
             Ring::reap(ring);
         }
+    }
+
+    #[test]
+    fn the_opcode_is_an_entry_s_first_byte() {
+        let e = opcode::ReadFixed::new(types::Fd(0), std::ptr::null_mut(), 0, 0).build();
+        assert_eq!(opcode_of(&e), opcode::ReadFixed::CODE);
+        assert_eq!(opcode_of(&opcode::Nop::new().build()), opcode::Nop::CODE);
+    }
+
+    #[test]
+    fn external_slots_are_taken_in_runs_and_given_back() {
+        let bell = eventfd();
+        let mut ring = Ring::new(8, 4, bell).unwrap();
+        ring.init_buffer_table(3);
+        let mem = vec![0u8; 3 * 4096];
+        let iov = |i: usize| libc::iovec { iov_base: mem[i * 4096..].as_ptr() as *mut _, iov_len: 4096 };
+        // SAFETY: `mem` outlives the ring's use of it (emptied below, and the ring drops first).
+        let a = unsafe { ring.register_external(&[iov(0)]) }.unwrap();
+        let b = unsafe { ring.register_external(&[iov(1), iov(2)]) }.unwrap();
+        assert_eq!((a, b, ring.external_slots_used()), (2, 3, 3));
+        assert!(unsafe { ring.register_external(&[iov(0)]) }.is_err(), "full");
+        ring.unregister_external(a, 1);
+        assert!(unsafe { ring.register_external(&[iov(0), iov(1)]) }.is_err(), "no run of two");
+        assert_eq!(unsafe { ring.register_external(&[iov(2)]) }.unwrap(), 2, "a freed slot is reused");
+        drop(ring);
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(bell) };
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!
 //! Opened with O_DIRECT where the file system allows it (buffered otherwise, logged). Each core's
 //! channel installs the descriptor in its ring's fixed file table and uses fixed buffers for
-//! pooled payloads, so a 4 KiB read costs one SQE and no syscall of its own: submissions are
+//! single-segment payloads that have a fixed index (pooled buffers, and views of external memory
+//! registered with `ferrite_reactor::FixedMem`), so a 4 KiB read costs one SQE and no syscall of its own: submissions are
 //! batched once per reactor loop turn. The request itself is the SQE's `user_data` (no table
 //! keyed by tag); iovec arrays of up to four segments live in the request's module context.
 
