@@ -7,12 +7,14 @@
 //! - [`lvs`]: lvstores and lvols: create, load (examine), delete, resize.
 //! - [`bdev`]: the lvol bdev and its per-core channel (cluster translation, thin allocation).
 //! - [`rpc`]: SPDK's `bdev_lvol_*` methods.
+//! - [`xattr`]: what SPDK's lvol layer keeps in blob xattrs (names, uuids).
 
 #![warn(missing_docs)]
 
 pub mod bdev;
 pub mod lvs;
 pub mod rpc;
+pub mod xattr;
 
 use ferrite_bdev::{Bdev, BdevModule, ExamineDone};
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 use crate::MODULE;
 use ferrite_bdev::{Bdev, BdevEvent, ExamineDone};
 use ferrite_blob::format::blob::ClearMethod;
-use ferrite_blob::lvol::{XATTR_NAME, XATTR_UUID};
+use crate::xattr::{XATTR_NAME, XATTR_UUID};
 use ferrite_blob::store::{Blob, BlobOpts, Blobstore, BsError, Dev, InitClear, StoreOpts};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -5,7 +5,7 @@
 //! 64 bytes zero-padded when the lvol is created and `strlen + 1` bytes after a rename. The
 //! blobstore type of an lvstore is "LVOLSTORE".
 
-use crate::format::BlobMd;
+use ferrite_blob::format::BlobMd;
 
 /// Xattr holding an lvstore's or lvol's name.
 pub const XATTR_NAME: &str = "name";
@@ -32,7 +32,7 @@ impl LvolNames {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::Xattr;
+    use ferrite_blob::format::Xattr;
 
     #[test]
     fn names() {
