@@ -5,9 +5,9 @@
 mod common;
 
 use common::{buf_filled, buf_from, io, payload};
-use ferrite_bdev::modules::crash_disk::{self, CrashDisk};
 use ferrite_bdev::{Bdev, IoRequest, IoStatus};
 use ferrite_reactor::Sim;
+use ferrite_testkit::crash_disk::{self, CrashDisk};
 
 const BS: usize = 512;
 const BLOCKS: usize = 16;

@@ -10,11 +10,11 @@
 mod common;
 
 use common::{check_image, open_dev};
-use ferrite_bdev::modules::crash_disk::{self, CrashDisk};
 use ferrite_bdev::Bdev;
 use ferrite_blob::store::{Blob, BlobOpts, Blobstore, BsError, Dev, InitClear, StoreOpts};
 use ferrite_reactor::sim::for_seeds;
 use ferrite_reactor::{Sim, SimRng};
+use ferrite_testkit::crash_disk::{self, CrashDisk};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 

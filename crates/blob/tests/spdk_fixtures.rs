@@ -7,8 +7,8 @@ mod common;
 use ferrite_blob::format::blob::{link_chain, Parent};
 use ferrite_blob::format::units::{blobid_to_page, page_to_blobid};
 use ferrite_blob::format::{BlobMd, MdPage, SuperBlock, PAGE_SIZE};
-use ferrite_lvol::xattr::LvolNames;
 use ferrite_blob::offline::{self, Image, Problem};
+use ferrite_lvol::xattr::LvolNames;
 use serde_json::Value;
 use std::collections::BTreeSet;
 

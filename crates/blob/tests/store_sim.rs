@@ -7,11 +7,11 @@
 mod common;
 
 use common::{check_image, open_dev};
-use ferrite_bdev::modules::crash_disk::{self, CrashDisk};
 use ferrite_blob::format::BlobMd;
 use ferrite_blob::store::{BlobOpts, Blobstore, InitClear, StoreOpts};
 use ferrite_reactor::sim::for_seeds;
 use ferrite_reactor::Sim;
+use ferrite_testkit::crash_disk::{self, CrashDisk};
 
 const BLOCK: u32 = 4096;
 const MIB: usize = 1 << 20;

@@ -3,10 +3,10 @@
 //! lvstore lives on the first reactor (its blobstore's metadata reactor); the functions here
 //! run there.
 
+use crate::xattr::{XATTR_NAME, XATTR_UUID};
 use crate::MODULE;
 use ferrite_bdev::{Bdev, BdevEvent, ExamineDone};
 use ferrite_blob::format::blob::ClearMethod;
-use crate::xattr::{XATTR_NAME, XATTR_UUID};
 use ferrite_blob::store::{Blob, BlobOpts, Blobstore, BsError, Dev, InitClear, StoreOpts};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,7 +1,6 @@
 //! Bdev modules: the base modules null, malloc and uring, and the virtual bdevs passthru,
 //! delay and error.
 
-pub mod crash_disk;
 pub mod delay;
 pub mod error;
 pub mod malloc;

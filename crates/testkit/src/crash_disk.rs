@@ -17,8 +17,8 @@
 //! That lock is taken per I/O: this is a test device, not a data path.
 //! No RPC creates it; tests do, through [`create`].
 
-use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
-use crate::io::{BdevIo, IoStatus, IoType, IoTypes};
+use ferrite_bdev::bdev::{check_geometry, register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
+use ferrite_bdev::io::{BdevIo, IoStatus, IoType, IoTypes};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -276,7 +276,7 @@ pub fn create(name: &str, block_size: u32, image: Vec<u8>) -> Result<CrashDisk, 
         )));
     }
     let num_blocks = (image.len() / bs) as u64;
-    crate::bdev::check_geometry(block_size, num_blocks)?;
+    check_geometry(block_size, num_blocks)?;
     let state = Arc::new(Mutex::new(DiskState {
         block_size: bs,
         durable: image,
