@@ -189,6 +189,19 @@ fn spdk_option_methods_are_real_rpcs_with_spdk_schemas() {
     let e = d2.call_err("framework_set_scheduler", Some(json!({"name": "dynamic"})));
     assert_eq!(e.code, -32603, "{e:?}");
     assert_eq!(d2.call("framework_get_scheduler", None)["scheduler_name"], "static");
+    // A value that would turn on behaviour Ferrite does not have is refused, by name; SPDK's
+    // default of the same member is taken.
+    for (m, bad, good) in [
+        ("bdev_raid_set_options", json!({"process_window_size_kb": 4096}), json!({"process_window_size_kb": 1024})),
+        ("bdev_iscsi_set_options", json!({"timeout_sec": 5}), json!({"timeout_sec": 30})),
+        ("bdev_nvme_set_options", json!({"generate_uuids": true}), json!({"generate_uuids": false})),
+        ("bdev_nvme_set_hotplug", json!({"enable": true}), json!({"enable": false})),
+    ] {
+        let e = d2.call_err(m, Some(bad.clone()));
+        let field = bad.as_object().unwrap().keys().next().unwrap().clone();
+        assert!(e.code == -32602 && e.message.contains(&field), "{m} {bad}: {e:?}");
+        assert_eq!(d2.call(m, Some(good)), json!(true), "{m}: SPDK's default");
+    }
 }
 
 #[test]

@@ -122,7 +122,21 @@ fn check(v: &Value) -> Result<(), RpcError> {
 /// Adds the check of `bdev_nvme_set_options` to the registry.
 pub fn register(reg: &mut Registry) {
     reg.settings().guard("bdev_nvme_set_options", Box::new(check));
+    reg.settings().honour("bdev_nvme_set_options", HONOURED);
 }
+
+/// The members of `bdev_nvme_set_options` the host acts on (`Defaults::from_options`, and the
+/// retry count of `attach_opts`); the others keep SPDK's default or are inert.
+pub const HONOURED: &[&str] = &[
+    "action_on_timeout",
+    "timeout_us",
+    "timeout_admin_us",
+    "keep_alive_timeout_ms",
+    "ctrlr_loss_timeout_sec",
+    "reconnect_delay_sec",
+    "fast_io_fail_timeout_sec",
+    "bdev_retry_count",
+];
 
 #[cfg(test)]
 mod tests {

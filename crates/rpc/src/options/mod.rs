@@ -3,13 +3,16 @@
 //! kept ([`Settings`]) and written back by `framework_get_config`/`save_config` in its
 //! subsystem, so a config round-trips without loss.
 //!
-//! Most of these tune SPDK machinery Ferrite does not have (bdev_io pools, accel, nvmf, iscsi);
-//! they are validated, kept and reported, and change nothing else. Those that mean something
-//! here are checked against what Ferrite can do: the scheduler must be `static` (threads never
-//! move between reactors), socket implementations must be ones SPDK knows, and
-//! `iobuf_set_options` sizes the reactors' buffer pools when the framework starts ([`iobuf`]).
+//! Each member is honoured (a crate acts on it and says so), inert (it tunes SPDK machinery
+//! without a counterpart here, and any value changes nothing observable), or held to SPDK's
+//! default: another value is refused by name ([`policy`]), so that a saved SPDK config loads
+//! unchanged and no call makes its caller believe in a behaviour Ferrite does not have. The
+//! scheduler must be `static` (threads never move between reactors), socket implementations
+//! must be ones SPDK knows, and `iobuf_set_options` sizes the reactors' buffer pools when the
+//! framework starts ([`iobuf`]).
 
 pub mod iobuf;
+pub mod policy;
 mod schema;
 mod settings;
 mod specs;
@@ -29,14 +32,23 @@ pub const TRAILING_SUBSYSTEMS: &[&str] = &["nvmf", "iscsi"];
 
 /// Registers every option method, `framework_get_scheduler` and `vmd_enable`.
 pub fn register(reg: &mut Registry) {
+    // What the framework itself acts on: the reactors' buffer pools (`iobuf`).
+    reg.settings()
+        .honour("iobuf_set_options", &["small_pool_count", "large_pool_count", "small_bufsize", "large_bufsize"]);
     for spec in SPECS {
         reg.method_in(spec.method, spec.states, move |ctx, p: Params| async move {
             let params = decode(spec, p)?;
             if let Some(check) = spec.check {
                 check(&params)?;
             }
+            let honoured = ctx.registry.settings().honoured(spec.method);
+            if let Err(e) = policy::check(spec, &params, &honoured) {
+                log::warn!("{}", e.message);
+                return Err(e);
+            }
             ctx.registry.settings().check(spec, &params)?;
-            ctx.registry.settings().set(spec, params);
+            ctx.registry.settings().set(spec, params.clone());
+            ctx.registry.settings().apply(spec, &params);
             log::info!("{}: accepted (kept for framework_get_config/save_config)", spec.method);
             Ok(json!(true))
         });

@@ -21,13 +21,45 @@ pub struct Settings {
     entries: Mutex<Vec<Entry>>,
     /// Modules' checks, by method.
     guards: Mutex<Vec<(&'static str, Guard)>>,
+    /// Members a crate of Ferrite acts on, by method (see `policy`).
+    honoured: Mutex<Vec<(&'static str, &'static [&'static str])>>,
+    /// What a crate does when a call has set its options, by method.
+    appliers: Mutex<Vec<(&'static str, Applier)>>,
 }
+
+/// Applies what an option method has set (all its members so far, merged).
+pub type Applier = Box<dyn Fn(&Value) + Send + Sync>;
 
 impl Settings {
     /// Adds a check of what `method` would set (a module that uses those options, and knows
     /// when they may change).
     pub fn guard(&self, method: &'static str, g: Guard) {
         self.guards.lock().unwrap_or_else(|p| p.into_inner()).push((method, g));
+    }
+
+    /// Declares that Ferrite acts on `fields` of `method` (any valid value is taken; other
+    /// members must keep SPDK's default: see `policy`).
+    pub fn honour(&self, method: &'static str, fields: &'static [&'static str]) {
+        self.honoured.lock().unwrap_or_else(|p| p.into_inner()).push((method, fields));
+    }
+
+    /// The members of `method` a crate said it acts on.
+    pub fn honoured(&self, method: &str) -> Vec<&'static str> {
+        let h = self.honoured.lock().unwrap_or_else(|p| p.into_inner());
+        h.iter().filter(|(m, _)| *m == method).flat_map(|(_, f)| f.iter().copied()).collect()
+    }
+
+    /// Runs `f` with what `method` has set, merged, after each accepted call.
+    pub fn on_set(&self, method: &'static str, f: Applier) {
+        self.appliers.lock().unwrap_or_else(|p| p.into_inner()).push((method, f));
+    }
+
+    /// Runs the appliers of `spec`'s method (after a call was kept).
+    pub fn apply(&self, spec: &Spec, params: &Value) {
+        let key = spec.key.and_then(|k| params[k].as_str());
+        let Some(now) = self.get(spec.method, key) else { return };
+        let appliers = self.appliers.lock().unwrap_or_else(|p| p.into_inner());
+        appliers.iter().filter(|(m, _)| *m == spec.method).for_each(|(_, f)| f(&now));
     }
 
     /// Runs the checks of `spec`'s method on what the call with `params` would leave set.
