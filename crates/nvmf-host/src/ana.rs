@@ -6,10 +6,10 @@
 
 use crate::ctrlr::HostCtrlr;
 use crate::qpair::HostQpair;
-use ferrite_nvmf::spec::aer::{event_type, notice, AsyncEvent};
-use ferrite_nvmf::spec::log::{ana_state, lid, read_ana_log};
-use ferrite_nvmf::spec::opcode::admin as op;
-use ferrite_nvmf::spec::sqe::Sqe;
+use ferrite_nvme::spec::aer::{event_type, notice, AsyncEvent};
+use ferrite_nvme::spec::log::{ana_state, lid, read_ana_log};
+use ferrite_nvme::spec::opcode::admin as op;
+use ferrite_nvme::spec::sqe::Sqe;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;

@@ -5,7 +5,7 @@
 use crate::ctrlr::{HostCtrlr, NsInfo};
 use crate::group::Group;
 use ferrite_bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, IoType, IoTypes, Limits};
-use ferrite_nvmf::spec::identify_ctrl::oncs;
+use ferrite_nvme::spec::identify_ctrl::oncs;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -52,7 +52,7 @@ impl BdevBackend for NsBackend {
                     "cntlid": c.cntlid.load(Ordering::Relaxed), "serial_number": info.sn,
                     "model_number": info.mn, "firmware_revision": info.fr},
                     "ns_data": {"id": self.ns.nsid}});
-                if info.cmic & ferrite_nvmf::spec::identify_ctrl::cmic::ANA_REPORTING != 0 {
+                if info.cmic & ferrite_nvme::spec::identify_ctrl::cmic::ANA_REPORTING != 0 {
                     v["ns_data"]["ana_state"] = json!(crate::ana::state_name(c.ana.state(self.ns.nsid)));
                 }
                 v

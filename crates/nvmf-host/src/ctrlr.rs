@@ -7,12 +7,12 @@ use crate::options::TimeoutAction;
 use crate::path::IoPath;
 use crate::qpair::{ConnectParams, HostQpair, Reply};
 use crate::trid::Trid;
-use ferrite_nvmf::spec::identify::{cns, NamespaceList, NsIdDescriptor};
-use ferrite_nvmf::spec::identify_ctrl::IdentifyController;
-use ferrite_nvmf::spec::identify_ns::IdentifyNamespace;
-use ferrite_nvmf::spec::opcode::admin as op;
-use ferrite_nvmf::spec::registers::{self, Cc, Csts};
-use ferrite_nvmf::spec::sqe::Sqe;
+use ferrite_nvme::spec::identify::{cns, NamespaceList, NsIdDescriptor};
+use ferrite_nvme::spec::identify_ctrl::IdentifyController;
+use ferrite_nvme::spec::identify_ns::IdentifyNamespace;
+use ferrite_nvme::spec::opcode::admin as op;
+use ferrite_nvme::spec::registers::{self, Cc, Csts};
+use ferrite_nvme::spec::sqe::Sqe;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -223,7 +223,7 @@ fn granted_io_queues(dw0: u32) -> u16 {
 }
 
 fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(ferrite_nvmf::spec::identify_ctrl::field_text(b)).trim().to_string()
+    String::from_utf8_lossy(ferrite_nvme::spec::identify_ctrl::field_text(b)).trim().to_string()
 }
 
 impl HostCtrlr {
@@ -342,7 +342,7 @@ impl HostCtrlr {
         // Number of queues: one I/O queue per reactor.
         let n = self.engine.count() as u32;
         let mut sqe = Sqe::new(op::SET_FEATURES, 0, 0);
-        sqe.cdw10 = u32::from(ferrite_nvmf::spec::features::fid::NUMBER_OF_QUEUES);
+        sqe.cdw10 = u32::from(ferrite_nvme::spec::features::fid::NUMBER_OF_QUEUES);
         sqe.cdw11 = (n - 1) | (n - 1) << 16;
         let r = admin.submit_wait(sqe, None, 0).await?;
         check(&r, "Set Features Number of Queues")?;
@@ -357,11 +357,11 @@ impl HostCtrlr {
         // Namespace attribute and ANA change notices (a controller without them refuses; no
         // matter).
         let mut sqe = Sqe::new(op::SET_FEATURES, 0, 0);
-        sqe.cdw10 = u32::from(ferrite_nvmf::spec::features::fid::ASYNC_EVENT_CONFIGURATION);
+        sqe.cdw10 = u32::from(ferrite_nvme::spec::features::fid::ASYNC_EVENT_CONFIGURATION);
         sqe.cdw11 = 1 << 8 | 1 << 11;
         let _ = admin.submit_wait(sqe, None, 0).await;
         let out = scan_namespaces(admin).await?;
-        if ctrl.cmic & ferrite_nvmf::spec::identify_ctrl::cmic::ANA_REPORTING != 0 {
+        if ctrl.cmic & ferrite_nvme::spec::identify_ctrl::cmic::ANA_REPORTING != 0 {
             match crate::ana::read_log(admin).await {
                 Ok(map) => {
                     if self.ana.replace(map) {
@@ -861,7 +861,7 @@ async fn scan_namespaces(admin: &HostQpair) -> Result<Vec<NsInfo>, String> {
             }),
             Err(_) => None,
         };
-        let write_protected = ns.nsattr & ferrite_nvmf::spec::identify_ns::nsattr::WRITE_PROTECTED != 0;
+        let write_protected = ns.nsattr & ferrite_nvme::spec::identify_ns::nsattr::WRITE_PROTECTED != 0;
         out.push(NsInfo {
             nsid,
             block_size: bs,
@@ -876,12 +876,12 @@ async fn scan_namespaces(admin: &HostQpair) -> Result<Vec<NsInfo>, String> {
 }
 
 async fn prop_get(admin: &HostQpair, ofst: u32, size: u8) -> Result<u64, String> {
-    let c = ferrite_nvmf::spec::fabrics::PropertyGetCommand {
+    let c = ferrite_nvme::spec::fabrics::PropertyGetCommand {
         cid: 0,
         size: if size == 8 {
-            ferrite_nvmf::spec::fabrics::PROPERTY_SIZE_8
+            ferrite_nvme::spec::fabrics::PROPERTY_SIZE_8
         } else {
-            ferrite_nvmf::spec::fabrics::PROPERTY_SIZE_4
+            ferrite_nvme::spec::fabrics::PROPERTY_SIZE_4
         },
         ofst,
     };
@@ -893,9 +893,9 @@ async fn prop_get(admin: &HostQpair, ofst: u32, size: u8) -> Result<u64, String>
 }
 
 async fn prop_set(admin: &HostQpair, ofst: u32, value: u32) -> Result<(), String> {
-    let c = ferrite_nvmf::spec::fabrics::PropertySetCommand {
+    let c = ferrite_nvme::spec::fabrics::PropertySetCommand {
         cid: 0,
-        size: ferrite_nvmf::spec::fabrics::PROPERTY_SIZE_4,
+        size: ferrite_nvme::spec::fabrics::PROPERTY_SIZE_4,
         ofst,
         value: u64::from(value),
     };

@@ -259,7 +259,7 @@ async fn add_controller(g: &Arc<Group>, opts: AttachOpts) -> Result<Vec<String>,
     };
     let check = || -> Result<(), RpcError> {
         let cmic = c.info.lock().unwrap().cmic;
-        if cmic & ferrite_nvmf::spec::identify_ctrl::cmic::MULTI_CTRL == 0 {
+        if cmic & ferrite_nvme::spec::identify_ctrl::cmic::MULTI_CTRL == 0 {
             return Err(refuse(format!("Ctrlr{} does not support multipath", c.cntlid.load(Ordering::Relaxed))));
         }
         let cntlid = c.cntlid.load(Ordering::Relaxed);

@@ -4,7 +4,7 @@
 use crate::ctrlr::HostCtrlr;
 use crate::qpair::HostQpair;
 use ferrite_bdev::{BdevIo, IoStatus};
-use ferrite_nvmf::spec::sqe::Sqe;
+use ferrite_nvme::spec::sqe::Sqe;
 use ferrite_reactor::IoBuf;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;

@@ -7,15 +7,15 @@
 //! before the send is done, whatever the controller answers.
 
 use ferrite_bdev::{BdevIo, IoStatus};
-use ferrite_nvmf::rx::Rx;
-use ferrite_nvmf::spec::cqe::Cqe;
-use ferrite_nvmf::spec::fabrics::{cattr, ConnectCommand, ConnectData, ConnectSuccess};
-use ferrite_nvmf::spec::nqn::NqnField;
-use ferrite_nvmf::spec::sgl::SglDescriptor;
-use ferrite_nvmf::spec::sqe::Sqe;
-use ferrite_nvmf::spec::status::Status;
-use ferrite_nvmf::tcp::encoder::MAX_HEAD_LEN;
-use ferrite_nvmf::tcp::{encode, host_accept, Decoder, Event, IcReq, Negotiated, Pdu, Role, Want};
+use ferrite_nvme::rx::Rx;
+use ferrite_nvme::spec::cqe::Cqe;
+use ferrite_nvme::spec::fabrics::{cattr, ConnectCommand, ConnectData, ConnectSuccess};
+use ferrite_nvme::spec::nqn::NqnField;
+use ferrite_nvme::spec::sgl::SglDescriptor;
+use ferrite_nvme::spec::sqe::Sqe;
+use ferrite_nvme::spec::status::Status;
+use ferrite_nvme::tcp::encoder::MAX_HEAD_LEN;
+use ferrite_nvme::tcp::{encode, host_accept, Decoder, Event, IcReq, Negotiated, Pdu, Role, Want};
 use ferrite_reactor::net::{SendCache, Socket};
 use ferrite_reactor::{oneshot, IoBuf};
 use smallvec::SmallVec;
@@ -196,8 +196,8 @@ impl From<String> for Stop {
 }
 
 /// A decoder error in words that say what the controller sent wrong.
-fn violation(e: &ferrite_nvmf::tcp::pdu::PduError) -> String {
-    use ferrite_nvmf::tcp::pdu::{offset, PduError, PduType, MIN_MAXH2CDATA};
+fn violation(e: &ferrite_nvme::tcp::pdu::PduError) -> String {
+    use ferrite_nvme::tcp::pdu::{offset, PduError, PduType, MIN_MAXH2CDATA};
     match e {
         PduError::InvalidField { pdu_type: PduType::IcResp, offset: offset::MAXH2CDATA, value } => {
             format!("invalid ICResp: MAXH2CDATA {value} (it must be at least {MIN_MAXH2CDATA} and a multiple of 4)")
@@ -463,7 +463,7 @@ impl HostQpair {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
             c.begin(Owner::Wait { tx, out, inb }, len, read, None, self.tick.get());
-            c.watched = sqe.opcode != ferrite_nvmf::spec::opcode::admin::ASYNC_EVENT_REQUEST || self.qid != 0;
+            c.watched = sqe.opcode != ferrite_nvme::spec::opcode::admin::ASYNC_EVENT_REQUEST || self.qid != 0;
             sqe.cid = self.cid_of(slot, c.gen);
         }
         self.send_capsule(slot, sqe, &pieces, len, read);
@@ -498,12 +498,12 @@ impl HostQpair {
 
     fn send_capsule(&self, slot: u16, mut sqe: Sqe, pieces: &[(*const u8, usize)], len: u32, read: bool) {
         let in_capsule = !read && len > 0 && len <= self.icd_max.get();
-        sqe.dptr = ferrite_nvmf::spec::sqe::DataPointer::Sgl(if in_capsule {
+        sqe.dptr = ferrite_nvme::spec::sqe::DataPointer::Sgl(if in_capsule {
             SglDescriptor::in_capsule(0, len)
         } else {
             SglDescriptor::transport(len)
         });
-        sqe.psdt = ferrite_nvmf::spec::sqe::Psdt::SglMptrContiguous;
+        sqe.psdt = ferrite_nvme::spec::sqe::Psdt::SglMptrContiguous;
         let mut raw = [0u8; 64];
         sqe.encode(&mut raw);
         let mut o = Out::new();
@@ -514,7 +514,7 @@ impl HostQpair {
         } else {
             SmallVec::new()
         };
-        let pdu = Pdu::CapsuleCmd(ferrite_nvmf::tcp::CapsuleCmd { sqe: raw });
+        let pdu = Pdu::CapsuleCmd(ferrite_nvme::tcp::CapsuleCmd { sqe: raw });
         match encode(&mut o.head, &self.params.get(), &pdu, &data) {
             Ok(f) => {
                 o.head_len = f.head_len as u8;
@@ -564,7 +564,7 @@ impl HostQpair {
     }
 
     /// Answers an R2T: H2CData PDUs for the range, at most MAXH2CDATA each.
-    fn answer_r2t(&self, r: ferrite_nvmf::tcp::R2t) -> Result<(), String> {
+    fn answer_r2t(&self, r: ferrite_nvme::tcp::R2t) -> Result<(), String> {
         let slot = self.slot_of(r.cccid).ok_or_else(|| format!("R2T for CCCID {}, no command outstanding", r.cccid))?;
         let params = self.params.get();
         let pieces: SmallVec<[(*const u8, usize); 4]> = {
@@ -601,7 +601,7 @@ impl HostQpair {
             // SAFETY: the pieces point into buffers the slot owns until the send is done.
             let data: SmallVec<[&[u8]; 4]> =
                 o.pieces.iter().map(|&(p, l)| unsafe { std::slice::from_raw_parts(p, l) }).collect();
-            let pdu = Pdu::H2cData(ferrite_nvmf::tcp::H2cData {
+            let pdu = Pdu::H2cData(ferrite_nvme::tcp::H2cData {
                 cccid: r.cccid,
                 ttag: r.ttag,
                 datao: off,
@@ -640,7 +640,7 @@ impl HostQpair {
                     c.got,
                     c.len
                 );
-                cqe.status = Status::generic(ferrite_nvmf::spec::status::generic::DATA_TRANSFER_ERROR);
+                cqe.status = Status::generic(ferrite_nvme::spec::status::generic::DATA_TRANSFER_ERROR);
             }
             if c.in_send > 0 {
                 // Its data is still with the kernel: complete when the send is done.
@@ -675,7 +675,7 @@ impl HostQpair {
     /// would let a later command reuse the CID and be completed by that response (a write
     /// acknowledged that the controller never did).
     fn data_digest_failed(&self, slot: u16, success: bool) {
-        let status = Status::generic(ferrite_nvmf::spec::status::generic::TRANSIENT_TRANSPORT_ERROR);
+        let status = Status::generic(ferrite_nvme::spec::status::generic::TRANSIENT_TRANSPORT_ERROR);
         if let Some(c) = self.cmds.borrow_mut().get_mut(usize::from(slot)) {
             if c.owner.is_some() {
                 c.failed = Some(status);
@@ -690,7 +690,7 @@ impl HostQpair {
     fn fail_all(&self) {
         let n = self.cmds.borrow().len();
         for slot in 0..n as u16 {
-            let mut cqe = Cqe::new(slot, Status::path(ferrite_nvmf::spec::status::path::HOST_PATH_ERROR));
+            let mut cqe = Cqe::new(slot, Status::path(ferrite_nvme::spec::status::path::HOST_PATH_ERROR));
             cqe.dw0 = u32::MAX;
             self.cmds.borrow_mut()[usize::from(slot)].in_send = 0;
             self.finish(slot, cqe);
@@ -735,8 +735,8 @@ impl Out {
 /// Completes a bdev request, or, if it failed for a path reason (its connection dropped, an
 /// ANA status), sends it again through its channel, which may choose another path.
 fn bdev_done(io: BdevIo, cqe: &Cqe) {
-    use ferrite_nvmf::spec::log::ana_state;
-    use ferrite_nvmf::spec::status::{path, sct};
+    use ferrite_nvme::spec::log::ana_state;
+    use ferrite_nvme::spec::status::{path, sct};
     let status = status_of(cqe);
     let s = cqe.status;
     if s.sct != sct::PATH || s.sc == path::ABORTED_BY_HOST {
@@ -757,13 +757,13 @@ fn bdev_done(io: BdevIo, cqe: &Cqe) {
 /// True for the completion a command gets when its connection failed or closed under it (not
 /// an answer of the controller).
 pub(crate) fn connection_failed(cqe: &Cqe) -> bool {
-    use ferrite_nvmf::spec::status::{path, sct};
+    use ferrite_nvme::spec::status::{path, sct};
     cqe.status.sct == sct::PATH && cqe.status.sc == path::HOST_PATH_ERROR && cqe.dw0 == u32::MAX
 }
 
 /// A bdev status for a completion.
 fn status_of(cqe: &Cqe) -> IoStatus {
-    use ferrite_nvmf::spec::status::{generic, media, sct};
+    use ferrite_nvme::spec::status::{generic, media, sct};
     let s = cqe.status;
     if s.is_success() {
         IoStatus::Success

@@ -163,7 +163,7 @@ fn attach_opts(a: Attach, set: Option<&Value>) -> Result<AttachOpts, RpcError> {
         adrfam: a.adrfam.unwrap_or_else(|| "IPv4".into()),
         traddr: a.traddr,
         trsvcid: a.trsvcid.unwrap_or_else(|| "4420".into()),
-        subnqn: a.subnqn.unwrap_or_else(|| ferrite_nvmf::spec::nqn::DISCOVERY_NQN.into()),
+        subnqn: a.subnqn.unwrap_or_else(|| ferrite_nvme::spec::nqn::DISCOVERY_NQN.into()),
     };
     trid.socket_addr().map_err(|e| invalid(format!("Invalid parameters: {e}")))?;
     Ok(AttachOpts {

@@ -3,10 +3,10 @@
 //! queue carries its 1 KiB of data in the capsule (SGL Data Block, offset subtype), as the admin
 //! queue's does, instead of asking for an R2T that strict targets refuse.
 
-use ferrite_nvmf::spec::cqe::Cqe;
-use ferrite_nvmf::spec::status::Status;
-use ferrite_nvmf::tcp::pdu::{CapsuleResp, IcResp, Pdu};
-use ferrite_nvmf::tcp::{encode_contiguous, Negotiated};
+use ferrite_nvme::spec::cqe::Cqe;
+use ferrite_nvme::spec::status::Status;
+use ferrite_nvme::tcp::pdu::{CapsuleResp, IcResp, Pdu};
+use ferrite_nvme::tcp::{encode_contiguous, Negotiated};
 use ferrite_nvmf_host::qpair::{ConnectParams, HostQpair};
 use ferrite_reactor::{Engine, EngineConfig, ReactorMode};
 use std::io::{Read, Write};

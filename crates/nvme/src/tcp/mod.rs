@@ -11,7 +11,7 @@
 //! the socket into `buf` and, for large data, straight into the command's buffers):
 //!
 //! ```
-//! use ferrite_nvmf::tcp::{
+//! use ferrite_nvme::tcp::{
 //!     controller_accept, encode_contiguous, ControllerConfig, Decoder, Event, IcReq, Negotiated, Pdu, Role, Want,
 //! };
 //!
@@ -21,7 +21,7 @@
 //! let n = encode_contiguous(&mut wire, &Negotiated::INITIAL, &Pdu::IcReq(ic), &[]).unwrap();
 //! let cfg = ControllerConfig { header_digest: true, data_digest: true, cpda: 0, maxh2cdata: 131072 };
 //! let (_, params) = controller_accept(&ic, &cfg);
-//! let cmd = Pdu::CapsuleCmd(ferrite_nvmf::tcp::CapsuleCmd { sqe: [0x01; 64] });
+//! let cmd = Pdu::CapsuleCmd(ferrite_nvme::tcp::CapsuleCmd { sqe: [0x01; 64] });
 //! let m = encode_contiguous(&mut wire[n..], &params, &cmd, &[b"abcd"]).unwrap();
 //! wire.truncate(n + m);
 //!
