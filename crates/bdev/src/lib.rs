@@ -13,6 +13,7 @@ pub mod io;
 pub mod module;
 pub mod modules;
 pub mod qos;
+pub mod reservation;
 pub mod rpc;
 pub mod stats;
 pub mod timeout;
@@ -27,4 +28,5 @@ pub use io::{
     BdevIo, Completed, IoAux, IoBufs, IoCompleter, IoFlags, IoRequest, IoState, IoStatus, IoType, IoTypes, NvmeCmd,
 };
 pub use module::{BdevModule, ExamineDone};
+pub use reservation::{Access, Initiator, Reservations, ResvError, ResvType};
 pub use stats::IoStat;
