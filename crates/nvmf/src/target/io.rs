@@ -54,6 +54,7 @@ fn permanent(code_type: u8, sc: u8) -> bool {
                 | generic::LBA_OUT_OF_RANGE
                 | generic::CAPACITY_EXCEEDED
                 | generic::NAMESPACE_IS_WRITE_PROTECTED
+                | generic::RESERVATION_CONFLICT
         ),
         sct::MEDIA_ERROR => sc == media::COMPARE_FAILURE,
         _ => false,
@@ -80,6 +81,12 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
     };
     if let Some(st) = ns.inaccessible {
         return c.complete(slot, st, 0, None);
+    }
+    if let Some(st) = super::resv::io_conflict(c, &ns, opc) {
+        return c.complete(slot, st, 0, None);
+    }
+    if super::resv::is_reservation(opc) {
+        return super::resv::run(c, slot, ns);
     }
     let bs = u64::from(ns.block_size);
     let slba = u64::from(cdw10) | u64::from(cdw11) << 32;

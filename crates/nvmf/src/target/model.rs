@@ -192,6 +192,9 @@ pub struct Namespace {
     pub uuid: [u8; 16],
     /// ANA group.
     pub anagrpid: u32,
+    /// Where the bdev's reservations persist through power loss (SPDK's `ptpl_file`); None:
+    /// Persist Through Power Loss is refused.
+    pub ptpl_file: Option<String>,
 }
 
 impl Namespace {
