@@ -349,3 +349,201 @@ fn ptpl_file_brings_the_reservation_back() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "");
     n.assert_alive();
 }
+
+// ---- SPDK's NVMe host ----------------------------------------------------------------------
+
+/// SPDK v26.05 (`SPDK_DIR`), or None with the reason printed.
+fn spdk_dir(test: &str) -> Option<std::path::PathBuf> {
+    match std::env::var("SPDK_DIR") {
+        Ok(d) if std::path::Path::new(&d).join("build/bin/spdk_tgt").exists() => Some(d.into()),
+        _ => {
+            println!("SKIP {test}: SPDK_DIR is not set to an SPDK build (../shared/anchors/spdk.sh)");
+            None
+        }
+    }
+}
+
+/// An spdk_tgt: one NVMe host (SPDK draws a random Host Identifier per process), with rpc.py
+/// to talk to it; killed on drop.
+struct SpdkHost {
+    spdk: std::path::PathBuf,
+    sock: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl SpdkHost {
+    fn start(spdk: &std::path::Path, dir: &TempDir, name: &str) -> SpdkHost {
+        let sock = dir.join(&format!("{name}.sock"));
+        let log = std::fs::File::create(dir.join(&format!("{name}.log"))).unwrap();
+        let child = std::process::Command::new(spdk.join("build/bin/spdk_tgt"))
+            .args(["-m", "0x2", "--no-huge", "-s", "1024", "--disable-cpumask-locks", "-r", sock.to_str().unwrap()])
+            .env("LD_LIBRARY_PATH", spdk.join("build/lib"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spdk_tgt starts");
+        let t = SpdkHost { spdk: spdk.to_path_buf(), sock, child };
+        for _ in 0..300 {
+            if t.sock.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(t.sock.exists(), "spdk_tgt {name} did not start");
+        std::thread::sleep(Duration::from_millis(300));
+        t
+    }
+
+    /// Runs rpc.py with `args`, expects success, returns its JSON output (or null).
+    fn rpc(&self, args: &[&str]) -> Value {
+        let out = std::process::Command::new("python3")
+            .arg(self.spdk.join("scripts/rpc.py"))
+            .args(["-s", self.sock.to_str().unwrap(), "-t", "60"])
+            .args(args)
+            .env("PYTHONPATH", self.spdk.join("python"))
+            .output()
+            .expect("rpc.py runs");
+        assert!(
+            out.status.success(),
+            "rpc.py {args:?}: {}{}\nspdk_tgt's log:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(self.sock.with_extension("log")).unwrap_or_default()
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    /// Sends `sqe` on controller `ctrl`'s I/O queue (`bdev_nvme_send_cmd`) with `data` to the
+    /// target or `read_len` bytes back; returns ((SCT, SC), DNR, data).
+    fn send(&self, ctrl: &str, sqe: [u8; 64], data: Option<&[u8]>, read_len: u32) -> ((u8, u8), bool, Vec<u8>) {
+        let cmd = b64encode(&sqe);
+        let mut args = vec!["bdev_nvme_send_cmd", "-n", ctrl, "-t", "io", "-c", &cmd];
+        let (enc, len) = (data.map(b64encode), read_len.to_string());
+        match &enc {
+            Some(d) => args.extend(["-r", "h2c", "-d", d]),
+            None => args.extend(["-r", "c2h", "-D", &len]),
+        }
+        let v = self.rpc(&args);
+        let cpl = b64decode(v["cpl"].as_str().unwrap_or_else(|| panic!("no cpl in {v}")));
+        let st = u16::from_le_bytes([cpl[14], cpl[15]]);
+        let data = v["data"].as_str().map(b64decode).unwrap_or_default();
+        ((((st >> 9) & 7) as u8, (st >> 1) as u8), st >> 15 != 0, data)
+    }
+}
+
+impl Drop for SpdkHost {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Base64 with SPDK's URL-safe alphabet and padding.
+fn b64encode(b: &[u8]) -> String {
+    let mut s = String::new();
+    for c in b.chunks(3) {
+        let n =
+            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                s.push(B64[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                s.push('=');
+            }
+        }
+    }
+    s
+}
+
+fn b64decode(s: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for ch in s.bytes().filter(|&c| c != b'=') {
+        let v = match ch {
+            b'+' => 62,
+            b'/' => 63,
+            _ => B64.iter().position(|&x| x == ch).unwrap_or_else(|| panic!("not base64: {ch}")) as u32,
+        };
+        acc = acc << 6 | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
+}
+
+fn sqe(opc: u8, cdw10: u32, cdw11: u32, cdw12: u32) -> [u8; 64] {
+    Host::sqe(opc, NS, |s| {
+        s.cdw10 = cdw10;
+        s.cdw11 = cdw11;
+        s.cdw12 = cdw12;
+    })
+}
+
+#[test]
+fn spdk_hosts_fence_each_other() {
+    let Some(spdk) = spdk_dir("spdk_hosts_fence_each_other") else { return };
+    let (dir, n) = setup("nvmfresvspdk");
+    let (a, b) = (SpdkHost::start(&spdk, &dir, "hosta"), SpdkHost::start(&spdk, &dir, "hostb"));
+    let port = n.port.to_string();
+    for (h, name, nqn) in
+        [(&a, "HA", "nqn.2014-08.org.nvmexpress:host-a"), (&b, "HB", "nqn.2014-08.org.nvmexpress:host-b")]
+    {
+        let attach = ["bdev_nvme_attach_controller", "-b", name, "-t", "tcp", "-a", "127.0.0.1", "-f", "ipv4"];
+        h.rpc(&[&attach[..], &["-s", &port, "-n", SUBNQN, "-q", nqn]].concat());
+    }
+    let ok = ((sct::GENERIC, generic::SUCCESS), false);
+    let write = |h: &SpdkHost, c: &str, lba: u32, data: &[u8]| {
+        let (st, dnr, _) = h.send(c, sqe(nvm::WRITE, lba, 0, 7), Some(data), 0);
+        (st, dnr)
+    };
+    let read = |h: &SpdkHost, c: &str, lba: u32| {
+        let (st, _, d) = h.send(c, sqe(nvm::READ, lba, 0, 7), None, 4096);
+        assert_eq!(st, ok.0, "read");
+        d
+    };
+    let resv = |h: &SpdkHost, c: &str, opc: u8, cdw10: u32, data: &[u8]| {
+        let (st, dnr, _) = h.send(c, sqe(opc, cdw10, 0, 0), Some(data), 0);
+        (st, dnr)
+    };
+
+    // Both register; A takes Write Exclusive.
+    assert_eq!(resv(&a, "HA", nvm::RESERVATION_REGISTER, 0, &keys(0, KEY_A)), ok, "A registers");
+    assert_eq!(resv(&b, "HB", nvm::RESERVATION_REGISTER, 0, &keys(0, KEY_B)), ok, "B registers");
+    assert_eq!(resv(&a, "HA", nvm::RESERVATION_ACQUIRE, WRITE_EXCLUSIVE << 8, &keys(KEY_A, 0)), ok, "A acquires");
+    let conflict = ((sct::GENERIC, generic::RESERVATION_CONFLICT), true);
+    let b_acquires = resv(&b, "HB", nvm::RESERVATION_ACQUIRE, WRITE_EXCLUSIVE << 8, &keys(KEY_B, 0));
+    assert_eq!(b_acquires, conflict, "B acquires what A holds");
+
+    // A writes; B's write is refused; B reads A's data.
+    let da = pattern(11, 4096);
+    assert_eq!(write(&a, "HA", 0, &da), ok, "the holder writes");
+    assert_eq!(write(&b, "HB", 0, &pattern(12, 4096)), conflict, "B's write");
+    assert_eq!(read(&b, "HB", 0), da, "B reads A's data; its write changed nothing");
+    assert_eq!(read(&a, "HA", 0), da);
+
+    // The report (extended) lists both hosts, A holding.
+    let (st, _, d) = b.send("HB", sqe(nvm::RESERVATION_REPORT, 4096 / 4 - 1, 1, 0), None, 4096);
+    assert_eq!(st, ok.0, "report");
+    let (_, rtype, regctl, regs) = decode_report(&d);
+    assert_eq!((rtype, regctl), (WRITE_EXCLUSIVE as u8, 2));
+    let holders: Vec<(bool, u64)> = regs.iter().map(|r| (r.1, r.2)).collect();
+    assert_eq!(holders, vec![(true, KEY_A), (false, KEY_B)]);
+    assert_ne!(regs[0].3, regs[1].3, "two Host Identifiers");
+    assert!(regs.iter().all(|r| r.0 != 0xffff && r.3 != [0; 16]), "live controllers with host IDs: {regs:?}");
+
+    // A releases: B writes, A reads it back.
+    let released = resv(&a, "HA", nvm::RESERVATION_RELEASE, WRITE_EXCLUSIVE << 8, &KEY_A.to_le_bytes());
+    assert_eq!(released, ok, "A releases");
+    let db = pattern(13, 4096);
+    assert_eq!(write(&b, "HB", 0, &db), ok, "B writes once released");
+    assert_eq!(read(&a, "HA", 0), db);
+    assert_eq!(read(&b, "HB", 0), db);
+    drop((a, b));
+    let mut n = n;
+    n.assert_alive();
+}
