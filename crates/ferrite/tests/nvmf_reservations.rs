@@ -288,6 +288,24 @@ fn two_hosts_reserve_conflict_report_and_are_notified() {
 }
 
 #[test]
+fn masked_oncs_reservs_hides_reservations() {
+    let dir = TempDir::new("nvmfresvmask");
+    let mut n = NvmfDaemon::start(&dir, "0x1", json!({"masked_oncs": ["reservs"]}));
+    n.malloc("M0", 2048, BS);
+    n.subsystem(SUBNQN, true);
+    assert_eq!(n.add_ns(SUBNQN, "M0"), NS);
+    n.listen(SUBNQN);
+    let mut a = host(n.port, 1);
+    let c = a.admin.identify(cns::CONTROLLER, 0, 0).ok("Identify Controller");
+    let id = IdentifyController::decode(c.data[..4096].try_into().unwrap());
+    assert_eq!(id.oncs & oncs::RESERVATIONS, 0, "ONCS hides reservations");
+    let c = register(&mut a.io[0], 0, 0, KEY_A);
+    assert_eq!(c.status(), (sct::GENERIC, generic::INVALID_OPCODE), "Register when masked");
+    a.io[0].write(NS, 0, &pattern(1, 512), BS).ok("I/O goes on");
+    n.assert_alive();
+}
+
+#[test]
 fn ptpl_file_brings_the_reservation_back() {
     let dir = TempDir::new("nvmfptpl");
     let mut n = NvmfDaemon::start(&dir, "0x1", json!({}));

@@ -195,7 +195,10 @@ fn identify_controller(c: &Conn, ctrl: &Ctrlr, t: &Tables) -> IdentifyController
             id.nn = s.max_namespaces;
             // Linux refuses a controller with ANA reporting whose MNAN is 0 or above NN.
             id.mnan = s.max_namespaces;
-            id.oncs = ic::oncs::COMPARE | ic::oncs::DSM | ic::oncs::WRITE_ZEROES | ic::oncs::RESERVATIONS;
+            id.oncs = ic::oncs::COMPARE | ic::oncs::DSM | ic::oncs::WRITE_ZEROES;
+            if !o.reservations_masked() {
+                id.oncs |= ic::oncs::RESERVATIONS;
+            }
             id.fuses = ic::fuses::COMPARE_AND_WRITE;
             id.vwc = ic::vwc::PRESENT | ic::vwc::FLUSH_BROADCAST_NOT_SUPPORTED;
         }
@@ -375,7 +378,7 @@ fn smart_log(ctrl: &Ctrlr) -> SmartLog {
     }
 }
 
-fn effects_log() -> CommandEffectsLog {
+fn effects_log(reservations: bool) -> CommandEffectsLog {
     use crate::spec::log::effects::{CSUPP, LBCC};
     let mut e = CommandEffectsLog { acs: [0; 256], iocs: [0; 256] };
     for o in [
@@ -395,8 +398,12 @@ fn effects_log() -> CommandEffectsLog {
     e.iocs[usize::from(nvm::COMPARE)] = CSUPP;
     e.iocs[usize::from(nvm::WRITE_ZEROES)] = CSUPP | LBCC;
     e.iocs[usize::from(nvm::DATASET_MANAGEMENT)] = CSUPP | LBCC;
-    for o in [nvm::RESERVATION_REGISTER, nvm::RESERVATION_REPORT, nvm::RESERVATION_ACQUIRE, nvm::RESERVATION_RELEASE] {
-        e.iocs[usize::from(o)] = CSUPP;
+    if reservations {
+        for o in
+            [nvm::RESERVATION_REGISTER, nvm::RESERVATION_REPORT, nvm::RESERVATION_ACQUIRE, nvm::RESERVATION_RELEASE]
+        {
+            e.iocs[usize::from(o)] = CSUPP;
+        }
     }
     e
 }
@@ -478,7 +485,7 @@ fn get_log_page(c: &Rc<Conn>, slot: u16, ctrl: &Arc<Ctrlr>, sqe: &crate::spec::s
             }
             lid::COMMAND_EFFECTS if !discovery => {
                 let mut b = [0u8; CommandEffectsLog::SIZE];
-                effects_log().encode(&mut b);
+                effects_log(!c.opts.reservations_masked()).encode(&mut b);
                 b.to_vec()
             }
             lid::SUPPORTED_LOG_PAGES => {

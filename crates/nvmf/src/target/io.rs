@@ -85,7 +85,7 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
     if let Some(st) = super::resv::io_conflict(c, &ns, opc) {
         return c.complete(slot, st, 0, None);
     }
-    if super::resv::is_reservation(opc) {
+    if super::resv::is_reservation(opc) && !c.opts.reservations_masked() {
         return super::resv::run(c, slot, ns);
     }
     let bs = u64::from(ns.block_size);

@@ -173,8 +173,8 @@ fn create_transport(p: Params) -> Result<Value, RpcError> {
         return Err(invalid("Invalid parameters: max_io_size must be 4 KiB to 32 MiB"));
     }
     // Masks of what Identify Controller advertises: Ferrite advertises Compare, Dataset
-    // Management, Write Zeroes and fused Compare and Write, and cannot hide them; masking the
-    // others (reservations, Copy) changes nothing, as it has none.
+    // Management, Write Zeroes and fused Compare and Write, and cannot hide them; reservations
+    // it hides (`TransportOpts::reservations_masked`); Copy it has none of.
     for (k, shown) in [("masked_oncs", &["nvmcmps", "nvmdsmsv", "nvmwzsv"][..]), ("masked_fuses", &["fcws"][..])] {
         let Some(v) = m.get(k) else { continue };
         let names = v.as_array().ok_or_else(|| invalid(format!("Invalid parameters: {k} must be an array")))?;
