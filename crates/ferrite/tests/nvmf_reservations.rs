@@ -199,6 +199,16 @@ fn two_hosts_reserve_conflict_report_and_are_notified() {
     conflict(&b.io[0].deallocate(NS, &[(0, 8)]), "B's deallocate");
     conflict(&b.io[0].cmd(Host::sqe(nvm::FLUSH, NS, |_| {}), None, 0), "B's flush");
     assert_eq!(b.io[0].read(NS, 0, 8, BS).ok("B reads").data, first, "B's refused writes changed nothing");
+    // A fused Compare and Write writes: both halves refused, the data unchanged.
+    let fused = |opc: u8, fuse: u8| {
+        let mut raw = Host::rw_sqe(opc, NS, 0, 8);
+        raw[1] |= fuse;
+        raw
+    };
+    let q = &mut b.io[0];
+    let (c1, c2) = (q.submit(fused(nvm::COMPARE, 1), Some(&first), 0), q.submit(fused(nvm::WRITE, 2), Some(&first), 0));
+    conflict(&q.wait(c1), "B's fused compare");
+    assert_eq!(q.wait(c2).status(), (sct::GENERIC, generic::ABORTED_FAILED_FUSED), "B's fused write");
     let second = pattern(3, 4096);
     a.io[0].write(NS, 0, &second, BS).ok("the holder writes");
     assert_eq!(b.io[0].read(NS, 0, 8, BS).ok("B reads A's write").data, second);
