@@ -10,7 +10,9 @@
 #   the lvol made read-only while connected turns its disk read-only, 10 `nvme reset` during
 #   fio verify: no error, the queues come back, 11 the host NQN removed from NQN2 (listed hosts
 #   only) and added back RMHOST_ROUNDS times while the kernel reconnects: the target's controller
-#   count is back to zero after each removal, and I/O works after each reconnect.
+#   count is back to zero after each removal, and I/O works after each reconnect, 12 two hosts
+#   (host NQN and ID each) on NQN3: register, Write Exclusive, report, the other host's O_DIRECT
+#   write refused while its reads work, release, then its write goes through (data compared).
 # Asks the host for RPCs through the shared folder (/host/req-N -> /host/ack-N).
 set -u
 export LC_ALL=C
@@ -425,6 +427,73 @@ if runs 11; then
   ok "$RMHOST_ROUNDS removals: no controller left after each, the kernel reconnected after each"
   nvme disconnect -n "$NQN2" || fail "nvme disconnect $NQN2"
   wait_no_ctrl || fail "controllers still present after disconnect (remove_host step)"
+fi
+# ------------------------------------------------------------------ 12. reservations
+# Two hosts (two host NQNs and host IDs) on NQN3's one namespace. Each controller needs its own
+# disk, so nvme-core is reloaded without native multipath (which would merge both paths into
+# one disk and pick the path itself).
+if runs 12; then
+  step "12. reservations: two hosts on $NQN3, nvme resv-register/acquire/report/release"
+  nvme disconnect-all >/dev/null 2>&1
+  wait_no_ctrl || fail "controllers left before the reservation step"
+  modprobe -r nvme-tcp nvme-fabrics nvme nvme-core 2>/dev/null
+  modprobe nvme-core multipath=N && modprobe nvme-tcp || fail "reload nvme-core with multipath=N"
+  [ "$(cat /sys/module/nvme_core/parameters/multipath)" = N ] || fail "nvme-core multipath is still on"
+  ID1=11111111-1111-4111-8111-111111111111 ID2=22222222-2222-4222-8222-222222222222
+  H1=nqn.2014-08.org.nvmexpress:uuid:$ID1 H2=nqn.2014-08.org.nvmexpress:uuid:$ID2
+  nvme connect $A -s "$PORT" -n "$NQN3" --hostnqn="$H1" --hostid="$ID1" || fail "nvme connect as host 1"
+  # Debian's nvme-cli (2.4) answers "already connected" to a second connection to the same
+  # port and subsystem, whatever the host NQN; the kernel takes it through /dev/nvme-fabrics.
+  nvme connect $A -s "$PORT" -n "$NQN3" --hostnqn="$H2" --hostid="$ID2" --duplicate-connect ||
+    echo "transport=tcp,traddr=10.0.2.2,trsvcid=$PORT,nqn=$NQN3,hostnqn=$H2,hostid=$ID2,duplicate_connect" \
+      >/dev/nvme-fabrics || fail "connect as host 2"
+  # disk_of HOSTNQN: the disk of NQN3's namespace through that host's controller.
+  disk_of() {
+    local c d
+    for c in /sys/class/nvme/nvme*; do
+      [ "$(cat "$c/subsysnqn")" = "$NQN3" ] && [ "$(cat "$c/hostnqn")" = "$1" ] || continue
+      for d in "$c"/nvme*n1; do [ -e "$d" ] && [ -b "/dev/${d##*/}" ] && echo "/dev/${d##*/}"; done
+    done
+  }
+  for _ in $(seq 100); do DA=$(disk_of "$H1"); DB=$(disk_of "$H2"); [ -n "$DA" ] && [ -n "$DB" ] && break; sleep 0.1; done
+  [ -n "$DA" ] && [ -n "$DB" ] && [ "$DA" != "$DB" ] || { nvme list; fail "no disk per host ('$DA', '$DB')"; }
+  echo "host 1: $DA, host 2: $DB"
+  nvme id-ns "$DA" | grep -E '^rescap' || bad "id-ns shows no rescap"
+  for i in 0 1 2 3; do dd if=/dev/urandom of=/tmp/r$i bs=4k count=16 status=none; done
+  dd if=/tmp/r0 of="$DB" bs=4k oflag=direct status=none || fail "host 2 writes before any reservation"
+  nvme resv-register "$DA" -n 1 --nrkey=0xa1 --rrega=0 || fail "nvme resv-register (host 1)"
+  nvme resv-register "$DB" -n 1 --nrkey=0xb2 --rrega=0 || fail "nvme resv-register (host 2)"
+  nvme resv-acquire "$DA" -n 1 --crkey=0xa1 --rtype=1 --racqa=0 || fail "nvme resv-acquire Write Exclusive (host 1)"
+  if nvme resv-acquire "$DB" -n 1 --crkey=0xb2 --rtype=1 --racqa=0 2>/tmp/err; then
+    bad "host 2 acquired what host 1 holds"
+  else
+    echo "host 2's acquire refused: $(cat /tmp/err)"
+  fi
+  rep=$(nvme resv-report "$DB" -n 1 --eds 2>&1 || nvme resv-report "$DB" -n 1 --cdw11=1 2>&1); echo "$rep"
+  echo "$rep" | grep -qiE 'rtype *: *1' || bad "resv-report: the reservation type is not 1"
+  echo "$rep" | grep -qiE 'regctl *: *2' || bad "resv-report: not 2 registrants"
+  for id in $ID1 $ID2; do
+    echo "$rep" | tr -d '-' | grep -qi "${id//-/}" || bad "resv-report does not show host ID $id"
+  done
+  if dd if=/tmp/r1 of="$DB" bs=4k oflag=direct status=none 2>/tmp/err; then
+    bad "host 2's write succeeded under host 1's Write Exclusive"
+  else
+    ok "host 2's write refused: $(cat /tmp/err)"
+  fi
+  dd if="$DB" of=/tmp/rd bs=4k count=16 iflag=direct status=none || fail "host 2 reads under Write Exclusive"
+  cmp -s /tmp/r0 /tmp/rd || fail "host 2 reads other data than it wrote (its refused write changed it?)"
+  dd if=/tmp/r2 of="$DA" bs=4k oflag=direct status=none || fail "the holder's write"
+  dd if="$DB" of=/tmp/rd bs=4k count=16 iflag=direct status=none || fail "host 2 reads the holder's write"
+  cmp -s /tmp/r2 /tmp/rd || fail "host 2 does not read what the holder wrote"
+  nvme resv-release "$DA" -n 1 --crkey=0xa1 --rtype=1 --rrela=0 || fail "nvme resv-release (host 1)"
+  dd if=/tmp/r3 of="$DB" bs=4k oflag=direct status=none || fail "host 2 writes after the release"
+  dd if="$DA" of=/tmp/rd bs=4k count=16 iflag=direct status=none || fail "host 1 reads host 2's write"
+  cmp -s /tmp/r3 /tmp/rd || fail "host 1 does not read what host 2 wrote after the release"
+  nvme resv-register "$DA" -n 1 --crkey=0xa1 --rrega=1 || bad "nvme resv-register unregister (host 1)"
+  nvme resv-register "$DB" -n 1 --crkey=0xb2 --rrega=1 || bad "nvme resv-register unregister (host 2)"
+  ok "reservations: host 2 refused while host 1 held Write Exclusive, reads intact, writes after the release"
+  nvme disconnect -n "$NQN3" || fail "nvme disconnect $NQN3"
+  wait_no_ctrl || fail "controllers still present after disconnect (reservation step)"
 fi
 if [ ${#FAILED[@]} != 0 ]; then
   printf 'FAIL: %s\n' "${FAILED[@]}"

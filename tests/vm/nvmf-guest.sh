@@ -6,11 +6,11 @@
 # restarted while the guest is connected, an lvol snapshot's namespace read-only and a full
 # thin lvol's writes ENOSPC, `nvme reset` during fio verify, and the guest's host NQN removed
 # from a subsystem that allows only listed hosts and added back, 100 times, while the kernel
-# reconnects (tests/vm/guest-nvmf.sh).
+# reconnects, and two hosts fencing each other with reservations (tests/vm/guest-nvmf.sh).
 # The guest asks for RPCs through the shared folder: it writes req-N, this script runs the RPC
 # and answers ack-N with its exit code. Prints SKIP with the reason when the guest cannot run.
 # Usage: tests/vm/nvmf-guest.sh [FERRITE_BINARY]
-# env: NVMF_GUEST_STEPS="1 2 3 4 5 6 7 8 9 10 11" (which guest steps run; connect always does),
+# env: NVMF_GUEST_STEPS="1 2 3 4 5 6 7 8 9 10 11 12" (which guest steps run; connect always does),
 #      NVMF_GUEST_RMHOST_ROUNDS=100 (step 11's rounds),
 #      NVMF_GUEST_ANA=1 (0: the subsystem without ANA reporting; no ANA checks or flips),
 #      NVMF_GUEST_LOG_LEVEL=debug (the daemon's), TMO=900 (seconds),
@@ -34,6 +34,8 @@ while [ "$PORT2" = "$PORT" ]; do PORT2=$(free_port); done
 NQN=nqn.2016-06.io.spdk:ferrite-guest
 # Step 11's subsystem: listed hosts only.
 NQN2=nqn.2016-06.io.spdk:ferrite-guest-hosts
+# Step 12's subsystem: one namespace two hosts reserve.
+NQN3=nqn.2016-06.io.spdk:ferrite-guest-resv
 SN=FERRITE0000000000042
 MN="Ferrite guest test"
 # ANA reporting (NVMF_GUEST_ANA=0 turns it off, to tell ANA problems from the rest).
@@ -76,6 +78,10 @@ listener() { echo "{\"trtype\":\"tcp\",\"adrfam\":\"ipv4\",\"traddr\":\"127.0.0.
   rpc nvmf_create_subsystem "{\"nqn\":\"$NQN2\",\"serial_number\":\"FERRITE0000000000043\",\"allow_any_host\":false}"
   rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN2\",\"namespace\":{\"bdev_name\":\"NvmfHosts\",\"nsid\":1}}"
   rpc nvmf_subsystem_add_listener "{\"nqn\":\"$NQN2\",\"listen_address\":$(listener "$PORT")}"
+  rpc bdev_malloc_create --name NvmfResv --num-blocks 8192 --block-size 512
+  rpc nvmf_create_subsystem "{\"nqn\":\"$NQN3\",\"serial_number\":\"FERRITE0000000000044\",\"allow_any_host\":true}"
+  rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN3\",\"namespace\":{\"bdev_name\":\"NvmfResv\",\"nsid\":1}}"
+  rpc nvmf_subsystem_add_listener "{\"nqn\":\"$NQN3\",\"listen_address\":$(listener "$PORT")}"
 } >/dev/null
 echo "nvmf-guest: $NQN on 127.0.0.1:$PORT and :$PORT2 (daemon pid $PID, log $LOGS/daemon.log)"
 
@@ -167,10 +173,10 @@ SERVER=$!
 
 GUEST=$TMP/guest.sh
 {
-  echo "PORT=$PORT PORT2=$PORT2 NQN='$NQN' NQN2='$NQN2' SN='$SN' MN='$MN' RMHOST_ROUNDS=${NVMF_GUEST_RMHOST_ROUNDS:-100}"
+  echo "PORT=$PORT PORT2=$PORT2 NQN='$NQN' NQN2='$NQN2' NQN3='$NQN3' SN='$SN' MN='$MN' RMHOST_ROUNDS=${NVMF_GUEST_RMHOST_ROUNDS:-100}"
   # Steps 8 (a daemon restart) and 9 (the statuses of a full and a read-only lvol) are
   # Ferrite's only.
-  default_steps="1 2 3 4 5 6 7$([ "${NVMF_GUEST_TARGET:-ferrite}" = spdk ] || echo " 8 9") 10 11"
+  default_steps="1 2 3 4 5 6 7$([ "${NVMF_GUEST_TARGET:-ferrite}" = spdk ] || echo " 8 9") 10 11 12"
   echo "STEPS='${NVMF_GUEST_STEPS:-$default_steps}' ANA=$ANA"
   cat "$ROOT/tests/vm/guest-nvmf.sh"
 } >"$GUEST"

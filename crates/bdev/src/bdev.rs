@@ -322,6 +322,8 @@ pub(crate) struct BdevShared {
     pub(crate) histogram: crate::histogram::HistShared,
     /// Descriptors' I/O timeouts (see `timeout`).
     pub(crate) timeouts: crate::timeout::TimeoutShared,
+    /// Persistent reservations (see `reservation`).
+    pub(crate) reservations: crate::reservation::Reservations,
 }
 
 /// Who has the bdev open, who claims it, and who waits for its removal.
@@ -460,6 +462,10 @@ impl Bdev {
     /// True once deletion started.
     pub fn is_removing(&self) -> bool {
         self.0.removing.load(Ordering::Relaxed)
+    }
+    /// The bdev's persistent reservations, shared by every target that exports it.
+    pub fn reservations(&self) -> &crate::reservation::Reservations {
+        &self.0.reservations
     }
     /// Number of open descriptors.
     pub fn open_count(&self) -> usize {
@@ -722,6 +728,7 @@ pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev,
         qos: Default::default(),
         histogram: Default::default(),
         timeouts: Default::default(),
+        reservations: Default::default(),
     }));
     for a in &props.aliases {
         reg.aliases.insert(a.clone(), props.name.clone());

@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod module;
 pub mod modules;
 pub mod qos;
+pub mod reservation;
 pub mod rpc;
 pub mod stats;
 pub mod timeout;
@@ -31,4 +32,5 @@ pub use io::{
 };
 pub use lifecycle::Destructed;
 pub use module::{BdevModule, ExamineDone};
+pub use reservation::{Access, Initiator, Reservations, ResvError, ResvType};
 pub use stats::IoStat;

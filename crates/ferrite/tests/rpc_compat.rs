@@ -911,7 +911,10 @@ fn every_shared_method_through_spdk_rpc_py() {
     py.refused(&["nvmf_create_subsystem", "nqn.2016-06.io.spdk:cnode2", "-p"], -32602, "passthrough");
     py.ok(&["nvmf_subsystem_add_ns", nqn, "A0", "-n", "3", "-e", "0102030405060708", "-a", "3", "-N"]);
     py.refused(&["nvmf_subsystem_add_ns", nqn, "N0", "-i"], -32602, "no_auto_visible");
-    py.refused(&["nvmf_subsystem_add_ns", nqn, "N0", "-p", "/tmp/ptpl"], -32602, "ptpl_file");
+    // A ptpl_file is read when the namespace is added: one that is not SPDK's JSON is refused.
+    let bad_ptpl = dir.join("bad.ptpl");
+    std::fs::write(&bad_ptpl, "not json").unwrap();
+    py.refused(&["nvmf_subsystem_add_ns", nqn, "N0", "-p", bad_ptpl.to_str().unwrap()], -32602, "ptpl_file");
     py.ok(&[
         "nvmf_subsystem_add_listener",
         nqn,

@@ -196,6 +196,9 @@ fn identify_controller(c: &Conn, ctrl: &Ctrlr, t: &Tables) -> IdentifyController
             // Linux refuses a controller with ANA reporting whose MNAN is 0 or above NN.
             id.mnan = s.max_namespaces;
             id.oncs = ic::oncs::COMPARE | ic::oncs::DSM | ic::oncs::WRITE_ZEROES;
+            if !o.reservations_masked() {
+                id.oncs |= ic::oncs::RESERVATIONS;
+            }
             id.fuses = ic::fuses::COMPARE_AND_WRITE;
             id.vwc = ic::vwc::PRESENT | ic::vwc::FLUSH_BROADCAST_NOT_SUPPORTED;
         }
@@ -241,6 +244,7 @@ fn identify_namespace(s: &Subsystem, nsid: u32) -> Option<IdentifyNamespace> {
     if s.ana_reporting {
         id.anagrpid = ns.anagrpid;
     }
+    id.rescap = super::resv::rescap(ns);
     Some(id)
 }
 
@@ -374,7 +378,7 @@ fn smart_log(ctrl: &Ctrlr) -> SmartLog {
     }
 }
 
-fn effects_log() -> CommandEffectsLog {
+fn effects_log(reservations: bool) -> CommandEffectsLog {
     use crate::spec::log::effects::{CSUPP, LBCC};
     let mut e = CommandEffectsLog { acs: [0; 256], iocs: [0; 256] };
     for o in [
@@ -394,6 +398,13 @@ fn effects_log() -> CommandEffectsLog {
     e.iocs[usize::from(nvm::COMPARE)] = CSUPP;
     e.iocs[usize::from(nvm::WRITE_ZEROES)] = CSUPP | LBCC;
     e.iocs[usize::from(nvm::DATASET_MANAGEMENT)] = CSUPP | LBCC;
+    if reservations {
+        for o in
+            [nvm::RESERVATION_REGISTER, nvm::RESERVATION_REPORT, nvm::RESERVATION_ACQUIRE, nvm::RESERVATION_RELEASE]
+        {
+            e.iocs[usize::from(o)] = CSUPP;
+        }
+    }
     e
 }
 
@@ -474,7 +485,7 @@ fn get_log_page(c: &Rc<Conn>, slot: u16, ctrl: &Arc<Ctrlr>, sqe: &crate::spec::s
             }
             lid::COMMAND_EFFECTS if !discovery => {
                 let mut b = [0u8; CommandEffectsLog::SIZE];
-                effects_log().encode(&mut b);
+                effects_log(!c.opts.reservations_masked()).encode(&mut b);
                 b.to_vec()
             }
             lid::SUPPORTED_LOG_PAGES => {
@@ -490,6 +501,7 @@ fn get_log_page(c: &Rc<Conn>, slot: u16, ctrl: &Arc<Ctrlr>, sqe: &crate::spec::s
                         lid::CHANGED_NS_LIST,
                         lid::COMMAND_EFFECTS,
                         lid::ANA,
+                        lid::RESERVATION_NOTIFICATION,
                     ]
                 };
                 for &l in lids {
@@ -498,6 +510,10 @@ fn get_log_page(c: &Rc<Conn>, slot: u16, ctrl: &Arc<Ctrlr>, sqe: &crate::spec::s
                 let mut b = [0u8; SupportedLogPages::SIZE];
                 p.encode(&mut b);
                 b.to_vec()
+            }
+            lid::RESERVATION_NOTIFICATION if !discovery => {
+                drop(t);
+                ctrl.resv_log.lock().unwrap().take(offset + len as u64)
             }
             lid::ANA if !discovery => match t.subsystems.get_mut(&ctrl.subnqn) {
                 Some(s) if s.ana_reporting => ana_log(s, ctrl, lsp & log::ANA_LSP_RGO != 0),
@@ -570,6 +586,18 @@ fn get_features(c: &Rc<Conn>, slot: u16, ctrl: &Ctrlr, sqe: &crate::spec::sqe::S
                 r.kato_ms
             }
         }
+        fid::RESERVATION_NOTIFICATION_MASK | fid::RESERVATION_PERSISTENCE => {
+            drop(r);
+            let v = if f == fid::RESERVATION_NOTIFICATION_MASK {
+                super::resv::get_mask(ctrl, sqe.nsid)
+            } else {
+                super::resv::get_persistence(ctrl, sqe.nsid)
+            };
+            return match v {
+                Ok(v) => c.complete(slot, Status::SUCCESS, v, None),
+                Err(st) => c.complete(slot, st, 0, None),
+            };
+        }
         fid::HOST_IDENTIFIER => {
             drop(r);
             let cdw11 = sqe.cdw11;
@@ -631,12 +659,17 @@ fn set_features(c: &Rc<Conn>, slot: u16, ctrl: &Ctrlr, sqe: &crate::spec::sqe::S
         }
         fid::HOST_IDENTIFIER => {
             drop(r);
-            return c.complete(
-                slot,
-                Status::command_specific(command_specific::FEATURE_NOT_CHANGEABLE).with_dnr(),
-                0,
-                None,
-            );
+            // Over fabrics the Host Identifier is Connect's; NVMe-oF and SPDK refuse a Set so.
+            return c.complete(slot, Status::generic(generic::COMMAND_SEQUENCE_ERROR).with_dnr(), 0, None);
+        }
+        fid::RESERVATION_NOTIFICATION_MASK | fid::RESERVATION_PERSISTENCE => {
+            drop(r);
+            let done = if f == fid::RESERVATION_NOTIFICATION_MASK {
+                super::resv::set_mask(ctrl, sqe.nsid, v)
+            } else {
+                super::resv::set_persistence(ctrl, sqe.nsid, v)
+            };
+            return c.complete(slot, done.err().unwrap_or(Status::SUCCESS), 0, None);
         }
         _ => {
             drop(r);

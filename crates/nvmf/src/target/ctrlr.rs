@@ -37,6 +37,11 @@ pub struct CtrlrRegs {
     pub masked: Vec<u8>,
     /// Number of I/O queues granted (Set Features Number of Queues).
     pub io_queues: u16,
+    /// Reservation Notification Mask (feature 82h) by NSID; namespaces not listed use
+    /// `resv_mask_default` (what a Set with NSID FFFFFFFFh gave).
+    pub resv_mask: std::collections::BTreeMap<u32, u32>,
+    /// Reservation Notification Mask of namespaces not in `resv_mask`.
+    pub resv_mask_default: u32,
 }
 
 /// Where an I/O queue pair lives: its reactor and its connection ID there.
@@ -88,6 +93,10 @@ pub struct Ctrlr {
     pub qstats: Mutex<Vec<Arc<CtrlrStats>>>,
     /// Generation of the subsystem's ANA/namespace state when the host last read the ANA log.
     pub ana_chgcnt: AtomicU64,
+    /// The host as the reservation registry knows it (its Host Identifier from Connect).
+    pub initiator: ferrite_bdev::Initiator,
+    /// Reservation Notification log entries not yet read (log page 80h).
+    pub resv_log: Mutex<super::resv::NoticeLog>,
 }
 
 /// Counters for the SMART / health log.
@@ -140,6 +149,8 @@ impl Ctrlr {
                 pending: VecDeque::new(),
                 masked: Vec::new(),
                 io_queues: 0,
+                resv_mask: Default::default(),
+                resv_mask_default: 0,
             }),
             last_keep_alive: AtomicU64::new(ferrite_reactor::tsc::ticks()),
             dead: AtomicBool::new(false),
@@ -148,6 +159,8 @@ impl Ctrlr {
             errors: AtomicU64::new(0),
             qstats: Mutex::new(Vec::new()),
             ana_chgcnt: AtomicU64::new(0),
+            initiator: ferrite_bdev::Initiator::Nvme { hostid, hostnqn: hostnqn.into() },
+            resv_log: Mutex::new(Default::default()),
         }
     }
 

@@ -56,6 +56,7 @@ fn permanent(code_type: u8, sc: u8) -> bool {
                 | generic::LBA_OUT_OF_RANGE
                 | generic::CAPACITY_EXCEEDED
                 | generic::NAMESPACE_IS_WRITE_PROTECTED
+                | generic::RESERVATION_CONFLICT
         ),
         sct::MEDIA_ERROR => sc == media::COMPARE_FAILURE,
         _ => false,
@@ -82,6 +83,16 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
     };
     if let Some(st) = ns.inaccessible {
         return c.complete(slot, st, 0, None);
+    }
+    // Fused halves are checked together when both are in (`fused_ready`): one refused here
+    // would leave its partner waiting.
+    if fuse == Fuse::Normal {
+        if let Some(st) = super::resv::io_conflict(c, &ns, opc) {
+            return c.complete(slot, st, 0, None);
+        }
+    }
+    if super::resv::is_reservation(opc) && !c.opts.reservations_masked() {
+        return super::resv::run(c, slot, ns);
     }
     let bs = u64::from(ns.block_size);
     let slba = u64::from(cdw10) | u64::from(cdw11) << 32;
@@ -193,7 +204,14 @@ fn fused_ready(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>) {
     };
     let range = |q: &crate::spec::sqe::Sqe| (q.nsid, u64::from(q.cdw10) | u64::from(q.cdw11) << 32, q.cdw12 & 0xffff);
     let valid = f.opcode == nvm::COMPARE && s.opcode == nvm::WRITE && range(&f) == range(&s);
+    let refused = ns.as_ref().and_then(|n| super::resv::io_conflict(c, n, nvm::WRITE));
     match (cmp, data, ns) {
+        // A compare-and-write writes: refused as the host's writes are, both halves.
+        (Some(_), Some(_), Some(_)) if valid && refused.is_some() => {
+            c.unpair(first);
+            c.complete(first, refused.unwrap_or_else(invalid_field), 0, None);
+            c.complete(second, Status::generic(generic::ABORTED_FAILED_FUSED), 0, None);
+        }
         (Some(cmp), Some(data), Some(ns)) if valid => {
             let (_, slba, nlb) = range(&s);
             ns.ch.submit(

@@ -6,6 +6,7 @@
 //! - `listen`: the TCP listeners (accept on the first reactor, queue pairs round robin);
 //! - `qpair`: one connection, its receive and send tasks (receiving through [`crate::rx`]);
 //! - `exec`: capsule checks and Fabrics commands; `admin` and `io` the other commands;
+//! - `resv`: the reservation commands, the conflict check of I/O and the notification log;
 //! - [`rpc`]: SPDK's `nvmf_*` methods and the "nvmf" config subsystem.
 
 pub mod ctrlr;
@@ -17,5 +18,6 @@ mod exec;
 mod io;
 mod listen;
 mod qpair;
+mod resv;
 
 pub use qpair::QpairInfo;

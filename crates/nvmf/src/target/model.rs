@@ -58,6 +58,17 @@ pub struct TransportOpts {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+impl TransportOpts {
+    /// True if `masked_oncs` hides reservations (SPDK's `reservs`): ONCS does not show them,
+    /// and the reservation commands are invalid opcodes, as in SPDK.
+    pub fn reservations_masked(&self) -> bool {
+        self.extra
+            .get("masked_oncs")
+            .and_then(|v| v.as_array())
+            .is_some_and(|a| a.iter().any(|n| n.as_str() == Some("reservs")))
+    }
+}
+
 impl Default for TransportOpts {
     fn default() -> Self {
         Self {
@@ -192,6 +203,9 @@ pub struct Namespace {
     pub uuid: [u8; 16],
     /// ANA group.
     pub anagrpid: u32,
+    /// Where the bdev's reservations persist through power loss (SPDK's `ptpl_file`); None:
+    /// Persist Through Power Loss is refused.
+    pub ptpl_file: Option<String>,
 }
 
 impl Namespace {

@@ -173,8 +173,8 @@ fn create_transport(p: Params) -> Result<Value, RpcError> {
         return Err(invalid("Invalid parameters: max_io_size must be 4 KiB to 32 MiB"));
     }
     // Masks of what Identify Controller advertises: Ferrite advertises Compare, Dataset
-    // Management, Write Zeroes and fused Compare and Write, and cannot hide them; masking the
-    // others (reservations, Copy) changes nothing, as it has none.
+    // Management, Write Zeroes and fused Compare and Write, and cannot hide them; reservations
+    // it hides (`TransportOpts::reservations_masked`); Copy it has none of.
     for (k, shown) in [("masked_oncs", &["nvmcmps", "nvmdsmsv", "nvmwzsv"][..]), ("masked_fuses", &["fcws"][..])] {
         let Some(v) = m.get(k) else { continue };
         let names = v.as_array().ok_or_else(|| invalid(format!("Invalid parameters: {k} must be an array")))?;
@@ -378,6 +378,9 @@ fn ns_json(s: &Subsystem, n: &Namespace) -> Value {
     if s.ana_reporting {
         v["anagrpid"] = json!(n.anagrpid);
     }
+    if let Some(f) = &n.ptpl_file {
+        v["ptpl_file"] = json!(f);
+    }
     v
 }
 
@@ -522,9 +525,6 @@ struct ReferralParams {
 fn add_ns(p: Params) -> Result<Value, RpcError> {
     let a: AddNs = p.parse()?;
     let n = &a.namespace;
-    if n.ptpl_file.is_some() {
-        return Err(lacks("ptpl_file", "the target has no reservations to persist"));
-    }
     if n.no_auto_visible == Some(true) {
         return Err(lacks("no_auto_visible", "every host sees every namespace (no nvmf_ns_add_host)"));
     }
@@ -583,6 +583,10 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
     if uuid == [0; 16] {
         uuid = *desc.bdev().uuid().as_bytes();
     }
+    if let Some(file) = &n.ptpl_file {
+        // The bdev's registry as it was when persisted (SPDK: nvmf_ns_reservation_restore).
+        super::resv::restore(desc.bdev(), file).map_err(|e| invalid(format!("Invalid parameters: {e}")))?;
+    }
     let mut t = tables();
     let s = t.subsystems.get_mut(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
     let nsid = match n.nsid {
@@ -591,8 +595,19 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
         None => s.free_nsid().ok_or_else(|| invalid("Invalid parameters: the subsystem has no free NSID"))?,
     };
     let anagrpid = n.anagrpid.unwrap_or(nsid);
-    s.namespaces
-        .insert(nsid, Arc::new(Namespace { nsid, bdev_name: bdev_name.clone(), desc, nguid, eui64, uuid, anagrpid }));
+    s.namespaces.insert(
+        nsid,
+        Arc::new(Namespace {
+            nsid,
+            bdev_name: bdev_name.clone(),
+            desc,
+            nguid,
+            eui64,
+            uuid,
+            anagrpid,
+            ptpl_file: n.ptpl_file.clone(),
+        }),
+    );
     s.shared.bump();
     admin::notify_ns_changed(s, nsid);
     admin::notify_ana_changed(s);
@@ -1005,6 +1020,9 @@ fn config() -> Vec<Value> {
                 }
                 if s.ana_reporting || n.anagrpid != n.nsid {
                     ns["anagrpid"] = json!(n.anagrpid);
+                }
+                if let Some(f) = &n.ptpl_file {
+                    ns["ptpl_file"] = json!(f);
                 }
                 v.push(json!({"method": "nvmf_subsystem_add_ns", "params": {"nqn": s.nqn, "namespace": ns}}));
             }

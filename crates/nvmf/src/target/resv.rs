@@ -1,0 +1,527 @@
+//! NVMe reservations on the bdev's shared registry (`ferrite_bdev::reservation`), as SPDK's
+//! target serves them: Reservation Register (0Dh), Report (0Eh), Acquire (11h) and Release
+//! (15h); the Reservation Conflict status for I/O the access matrix refuses; the Reservation
+//! Notification log page (80h) with its asynchronous event; features 82h (notification mask)
+//! and 83h (Persist Through Power Loss); and the namespace's `ptpl_file`, SPDK's JSON copy of
+//! the registry that a namespace added again (after a restart) is restored from.
+//!
+//! The host is its Host Identifier from Connect (`Ctrlr::initiator`). The target checks I/O
+//! before submitting it: bdev requests carry no initiator.
+
+use super::ctrlr::Ctrlr;
+use super::model::{tables, Namespace};
+use super::qpair::{Conn, NsChan};
+use crate::spec::aer::{event_type, io_command_set, AsyncEvent};
+use crate::spec::log::lid;
+use crate::spec::opcode::nvm;
+use crate::spec::status::{generic, Status};
+use ferrite_bdev::reservation::{Access, Initiator, Notice, Notices, ResvError, ResvType};
+use smallvec::smallvec;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Entries a controller keeps in its Reservation Notification log (SPDK's 255; further
+/// notices only move the last entry's count, so the host sees that it missed some).
+const LOG_MAX: usize = 255;
+/// Bytes of one Reservation Notification log entry.
+const LOG_ENTRY: usize = 64;
+/// Bytes of the extended Reservation Status header and of each registrant's entry.
+const REPORT_ENTRY: usize = 64;
+
+/// Reservation Log Page Available (I/O command set event, log page 80h).
+const RESERVATION_LOG_EVENT: AsyncEvent = AsyncEvent {
+    event_type: event_type::IO_COMMAND_SET,
+    info: io_command_set::RESERVATION_LOG_AVAILABLE,
+    log_page: lid::RESERVATION_NOTIFICATION,
+};
+
+/// A controller's Reservation Notification log: entries not yet read.
+#[derive(Default)]
+pub struct NoticeLog {
+    /// Log Page Count of the latest notice (wraps past 2^64 - 1 to 1).
+    count: u64,
+    /// (Log Page Count, notice type, NSID), oldest first.
+    entries: VecDeque<(u64, u8, u32)>,
+}
+
+impl NoticeLog {
+    fn push(&mut self, notice: Notice, nsid: u32) {
+        self.count = if self.count == u64::MAX { 1 } else { self.count + 1 };
+        if self.entries.len() >= LOG_MAX {
+            if let Some(last) = self.entries.back_mut() {
+                last.0 = self.count;
+            }
+            return;
+        }
+        self.entries.push_back((self.count, notice as u8, nsid));
+    }
+
+    /// The log page's first `upto` bytes; the entries they cover are consumed (as SPDK and
+    /// NVMe: a read removes what it returned).
+    pub(crate) fn take(&mut self, upto: u64) -> Vec<u8> {
+        let mut page = Vec::new();
+        while (page.len() as u64) < upto {
+            let Some((count, kind, nsid)) = self.entries.pop_front() else { break };
+            let mut e = [0u8; LOG_ENTRY];
+            e[0..8].copy_from_slice(&count.to_le_bytes());
+            e[8] = kind;
+            e[9] = self.entries.len().min(255) as u8;
+            e[12..16].copy_from_slice(&nsid.to_le_bytes());
+            page.extend_from_slice(&e);
+        }
+        page
+    }
+}
+
+/// True for the four reservation opcodes.
+pub(crate) fn is_reservation(opc: u8) -> bool {
+    matches!(
+        opc,
+        nvm::RESERVATION_REGISTER | nvm::RESERVATION_REPORT | nvm::RESERVATION_ACQUIRE | nvm::RESERVATION_RELEASE
+    )
+}
+
+/// Reservation Conflict (with Do Not Retry: the same command would meet it again).
+fn conflict() -> Status {
+    Status::generic(generic::RESERVATION_CONFLICT).with_dnr()
+}
+
+fn invalid_field() -> Status {
+    Status::generic(generic::INVALID_FIELD).with_dnr()
+}
+
+/// The status an I/O command `opc` of this queue pair's host gets from the namespace's
+/// reservation, if it is refused. One atomic load while no reservation is held.
+pub(crate) fn io_conflict(c: &Conn, ns: &NsChan, opc: u8) -> Option<Status> {
+    let r = ns.ns.bdev().reservations();
+    if !r.is_held() {
+        return None;
+    }
+    let access = match opc {
+        nvm::READ | nvm::COMPARE | nvm::VERIFY => Access::Read,
+        nvm::WRITE | nvm::WRITE_ZEROES | nvm::DATASET_MANAGEMENT | nvm::FLUSH | nvm::WRITE_UNCORRECTABLE => {
+            Access::Write
+        }
+        _ => return None,
+    };
+    let bound = c.bound.borrow();
+    let who = &bound.as_ref()?.ctrl.initiator;
+    r.check(who, access).err()?;
+    ferrite_reactor::log_limited!(
+        log::Level::Info,
+        "nvmf connection {}: {access:?} command {opc:#04x} to namespace {} refused: reservation conflict for {who}",
+        c.id,
+        ns.ns.nsid
+    );
+    Some(conflict())
+}
+
+fn status_of(e: ResvError) -> Status {
+    match e {
+        ResvError::Conflict => conflict(),
+        ResvError::Invalid(_) => invalid_field(),
+        // SPDK answers a full registrant table so.
+        ResvError::Full => Status::generic(generic::INTERNAL_DEVICE_ERROR).with_dnr(),
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Runs the reservation command in `slot` on namespace `ns` (its data, if any, is in).
+pub(crate) fn run(c: &Rc<Conn>, slot: u16, ns: Rc<NsChan>) {
+    let (opc, cdw10, cdw11, len, buf) = {
+        let mut cmds = c.cmds.borrow_mut();
+        let cmd = &mut cmds[usize::from(slot)];
+        (cmd.sqe.opcode, cmd.sqe.cdw10, cmd.sqe.cdw11, cmd.len, cmd.buf.take())
+    };
+    let Some(ctrl) = c.ctrl() else {
+        return c.complete(slot, Status::generic(generic::COMMAND_SEQUENCE_ERROR).with_dnr(), 0, None);
+    };
+    if opc == nvm::RESERVATION_REPORT {
+        return report(c, slot, &ctrl, &ns.ns, cdw10, cdw11, len);
+    }
+    let data: &[u8] = buf.as_deref().unwrap_or(&[]);
+    let need = if opc == nvm::RESERVATION_RELEASE { 8 } else { 16 };
+    let result = if data.len() < need {
+        Err(ResvError::Invalid("the command's data is shorter than its keys"))
+    } else {
+        match opc {
+            nvm::RESERVATION_REGISTER => register(&ctrl.initiator, &ns.ns, cdw10, data),
+            nvm::RESERVATION_ACQUIRE => acquire(&ctrl.initiator, &ns.ns, cdw10, data),
+            _ => release(&ctrl.initiator, &ns.ns, cdw10, data),
+        }
+    };
+    match result {
+        Ok(notices) => {
+            notify(&ctrl, ns.ns.nsid, notices);
+            persist(&ns.ns);
+            c.complete(slot, Status::SUCCESS, 0, None)
+        }
+        Err(e) => {
+            log::info!(
+                "nvmf controller {} of {}: reservation command {opc:#04x} (cdw10 {cdw10:#x}) on namespace {}: {e}",
+                ctrl.cntlid,
+                ctrl.subnqn,
+                ns.ns.nsid
+            );
+            c.complete(slot, status_of(e), 0, None)
+        }
+    }
+}
+
+/// Register, Unregister or Replace (RREGA), then the CPTPL change.
+fn register(who: &Initiator, ns: &Namespace, cdw10: u32, data: &[u8]) -> Result<Notices, ResvError> {
+    let r = ns.bdev().reservations();
+    let (rrega, iekey, cptpl) = (cdw10 & 7, cdw10 & (1 << 3) != 0, cdw10 >> 30);
+    let (crkey, nrkey) = (u64_at(data, 0), u64_at(data, 8));
+    if cptpl == 3 && ns.ptpl_file.is_none() {
+        return Err(ResvError::Invalid("Persist Through Power Loss needs the namespace's ptpl_file"));
+    }
+    let notices = match rrega {
+        0 => r.register(who, nrkey).map(|()| Vec::new()),
+        1 => r.unregister(who, crkey, iekey),
+        2 => r.replace(who, crkey, nrkey, iekey).map(|()| Vec::new()),
+        _ => Err(ResvError::Invalid("reserved RREGA")),
+    }?;
+    // CPTPL 00b: no change; 01b: reserved (ignored, as SPDK does).
+    match cptpl {
+        2 => r.set_aptpl(false),
+        3 => r.set_aptpl(true),
+        _ => {}
+    }
+    Ok(notices)
+}
+
+/// Acquire, Preempt or Preempt and Abort (RACQA). Preempt and Abort does not abort the
+/// preempted hosts' commands in flight: they finish (later ones are refused by the check).
+fn acquire(who: &Initiator, ns: &Namespace, cdw10: u32, data: &[u8]) -> Result<Notices, ResvError> {
+    let r = ns.bdev().reservations();
+    let (racqa, iekey) = (cdw10 & 7, cdw10 & (1 << 3) != 0);
+    if iekey {
+        // SPDK refuses IEKEY in Acquire (NVMe 2.0 made the bit reserved there).
+        return Err(ResvError::Invalid("IEKEY set in Reservation Acquire"));
+    }
+    let rtype = ResvType::from_code((cdw10 >> 8) as u8).ok_or(ResvError::Invalid("invalid RTYPE"))?;
+    let (crkey, prkey) = (u64_at(data, 0), u64_at(data, 8));
+    match racqa {
+        0 => r.acquire(who, crkey, rtype).map(|()| Vec::new()),
+        1 | 2 => r.preempt(who, crkey, prkey, rtype),
+        _ => Err(ResvError::Invalid("reserved RACQA")),
+    }
+}
+
+/// Release or Clear (RRELA).
+fn release(who: &Initiator, ns: &Namespace, cdw10: u32, data: &[u8]) -> Result<Notices, ResvError> {
+    let r = ns.bdev().reservations();
+    let (rrela, iekey, rtype) = (cdw10 & 7, cdw10 & (1 << 3) != 0, (cdw10 >> 8) as u8);
+    if iekey {
+        return Err(ResvError::Invalid("IEKEY set in Reservation Release"));
+    }
+    let crkey = u64_at(data, 0);
+    match rrela {
+        0 => r.release(who, crkey, rtype),
+        1 => r.clear(who, crkey),
+        _ => Err(ResvError::Invalid("reserved RRELA")),
+    }
+}
+
+/// Reservation Report: the extended data structure (64-byte header, 64 bytes per registrant
+/// with its 128-bit Host Identifier). EDS=0 asks for 64-bit host identifiers, which fabrics
+/// hosts do not have: Host Identifier Inconsistent Format, as NVMe says and SPDK and Linux's
+/// target answer.
+fn report(c: &Rc<Conn>, slot: u16, ctrl: &Ctrlr, ns: &Namespace, cdw10: u32, cdw11: u32, len: u32) {
+    if cdw11 & 1 == 0 {
+        log::info!(
+            "nvmf controller {} of {}: Reservation Report without EDS (64-bit host IDs) refused",
+            ctrl.cntlid,
+            ctrl.subnqn
+        );
+        return c.complete(slot, Status::generic(generic::HOSTID_INCONSISTENT_FORMAT).with_dnr(), 0, None);
+    }
+    if len == 0 {
+        return c.complete(slot, invalid_field(), 0, None);
+    }
+    let rep = ns.bdev().reservations().report();
+    // Each registrant's controller: a live one of its host in this subsystem (FFFFh: none).
+    let cntlids: Vec<u16> = {
+        let t = tables();
+        let ctrlrs = t.subsystem(&ctrl.subnqn).map(|s| s.ctrlrs.values().cloned().collect::<Vec<_>>());
+        let ctrlrs = ctrlrs.unwrap_or_default();
+        rep.registrants
+            .iter()
+            .map(|r| ctrlrs.iter().find(|x| x.initiator == r.who).map_or(0xffff, |x| x.cntlid))
+            .collect()
+    };
+    let mut page = vec![0u8; REPORT_ENTRY * (1 + rep.registrants.len())];
+    page[0..4].copy_from_slice(&rep.generation.to_le_bytes());
+    page[4] = rep.rtype.map_or(0, ResvType::code);
+    page[5..7].copy_from_slice(&(rep.registrants.len() as u16).to_le_bytes());
+    page[9] = u8::from(rep.aptpl);
+    for (i, (r, cntlid)) in rep.registrants.iter().zip(cntlids).enumerate() {
+        let e = &mut page[REPORT_ENTRY * (i + 1)..REPORT_ENTRY * (i + 2)];
+        e[0..2].copy_from_slice(&cntlid.to_le_bytes());
+        e[2] = u8::from(r.holder);
+        e[8..16].copy_from_slice(&r.key.to_le_bytes());
+        if let Initiator::Nvme { hostid, .. } = &r.who {
+            e[16..32].copy_from_slice(hostid);
+        }
+    }
+    // NUMD dwords at most, within the command's buffer; the rest reads zeroes.
+    let numd_bytes = (u64::from(cdw10) + 1) * 4;
+    let want = (u64::from(len).min(numd_bytes) as usize).min(page.len());
+    let mut b = ferrite_reactor::alloc_buf(len as usize);
+    b.set_len(len as usize);
+    b.fill(0);
+    b[..want].copy_from_slice(&page[..want]);
+    c.complete(slot, Status::SUCCESS, 0, Some(smallvec![b]));
+}
+
+/// Queues each notice in the log of the controllers of its host in this subsystem (unless
+/// masked there) and raises Reservation Log Page Available.
+fn notify(ctrl: &Ctrlr, nsid: u32, notices: Notices) {
+    if notices.is_empty() {
+        return;
+    }
+    let ctrlrs: Vec<Arc<Ctrlr>> = {
+        let t = tables();
+        t.subsystem(&ctrl.subnqn).map(|s| s.ctrlrs.values().cloned().collect()).unwrap_or_default()
+    };
+    for (who, notice) in notices {
+        for x in ctrlrs.iter().filter(|x| x.initiator == who) {
+            post(x, nsid, notice);
+        }
+    }
+}
+
+fn post(ctrl: &Arc<Ctrlr>, nsid: u32, notice: Notice) {
+    let mask = {
+        let r = ctrl.regs.lock().unwrap();
+        r.resv_mask.get(&nsid).copied().unwrap_or(r.resv_mask_default)
+    };
+    // Mask bits 1, 2, 3: Registration Preempted, Reservation Released, Reservation Preempted.
+    if mask & (1 << notice as u8) != 0 {
+        return;
+    }
+    log::info!(
+        "nvmf controller {} of {}: reservation notice {notice:?} for namespace {nsid}",
+        ctrl.cntlid,
+        ctrl.subnqn
+    );
+    ctrl.resv_log.lock().unwrap().push(notice, nsid);
+    ctrl.raise(RESERVATION_LOG_EVENT, 0);
+}
+
+/// Identify Namespace RESCAP: every type, IEKEY, and PTPL with a `ptpl_file`.
+pub(crate) fn rescap(ns: &Namespace) -> u8 {
+    use crate::spec::identify_ns::rescap as r;
+    let ptpl = if ns.ptpl_file.is_some() { r::PTPL } else { 0 };
+    ptpl | r::WRITE_EXCLUSIVE
+        | r::EXCLUSIVE_ACCESS
+        | r::WRITE_EXCLUSIVE_REG_ONLY
+        | r::EXCLUSIVE_ACCESS_REG_ONLY
+        | r::WRITE_EXCLUSIVE_ALL_REGS
+        | r::EXCLUSIVE_ACCESS_ALL_REGS
+        | r::IGNORE_EXISTING_KEY
+}
+
+/// Get Features 82h (Reservation Notification Mask) of namespace `nsid`.
+pub(crate) fn get_mask(ctrl: &Ctrlr, nsid: u32) -> Result<u32, Status> {
+    let known = tables().subsystem(&ctrl.subnqn).is_some_and(|s| s.namespaces.contains_key(&nsid));
+    if !known {
+        // NSID FFFFFFFFh included, as SPDK answers.
+        return Err(invalid_field());
+    }
+    let r = ctrl.regs.lock().unwrap();
+    Ok(r.resv_mask.get(&nsid).copied().unwrap_or(r.resv_mask_default))
+}
+
+/// Set Features 82h: NSID FFFFFFFFh sets every namespace's mask.
+pub(crate) fn set_mask(ctrl: &Ctrlr, nsid: u32, v: u32) -> Result<(), Status> {
+    let v = v & 0b1110;
+    if nsid == crate::spec::identify::NSID_ALL {
+        let mut r = ctrl.regs.lock().unwrap();
+        r.resv_mask.clear();
+        r.resv_mask_default = v;
+        return Ok(());
+    }
+    let known = tables().subsystem(&ctrl.subnqn).is_some_and(|s| s.namespaces.contains_key(&nsid));
+    if !known {
+        return Err(invalid_field());
+    }
+    ctrl.regs.lock().unwrap().resv_mask.insert(nsid, v);
+    Ok(())
+}
+
+/// The namespaces feature 83h addresses: `nsid`, or every one for FFFFFFFFh.
+fn addressed(ctrl: &Ctrlr, nsid: u32) -> Vec<Arc<Namespace>> {
+    let t = tables();
+    let Some(s) = t.subsystem(&ctrl.subnqn) else { return Vec::new() };
+    if nsid == crate::spec::identify::NSID_ALL {
+        s.namespaces.values().cloned().collect()
+    } else {
+        s.namespaces.get(&nsid).cloned().into_iter().collect()
+    }
+}
+
+/// Get Features 83h (Reservation Persistence): PTPL of namespace `nsid`.
+pub(crate) fn get_persistence(ctrl: &Ctrlr, nsid: u32) -> Result<u32, Status> {
+    if nsid == crate::spec::identify::NSID_ALL {
+        return Err(invalid_field());
+    }
+    let ns = addressed(ctrl, nsid).pop().ok_or_else(invalid_field)?;
+    Ok(u32::from(ns.bdev().reservations().report().aptpl))
+}
+
+/// Set Features 83h: PTPL on or off, for namespaces with a `ptpl_file` (others refuse it,
+/// as SPDK's do).
+pub(crate) fn set_persistence(ctrl: &Ctrlr, nsid: u32, v: u32) -> Result<(), Status> {
+    let nss = addressed(ctrl, nsid);
+    let capable: Vec<_> = nss.iter().filter(|n| n.ptpl_file.is_some()).collect();
+    if capable.is_empty() || (nsid != crate::spec::identify::NSID_ALL && capable.len() != nss.len()) {
+        log::info!(
+            "nvmf controller {}: Set Features Reservation Persistence: namespace {nsid} has no ptpl_file",
+            ctrl.cntlid
+        );
+        return Err(invalid_field());
+    }
+    for n in capable {
+        n.bdev().reservations().set_aptpl(v & 1 != 0);
+        persist(n);
+    }
+    Ok(())
+}
+
+/// Writes the namespace's registry to its `ptpl_file` in SPDK's format (an empty file when
+/// PTPL is off, as SPDK leaves it). Written beside and renamed, so a crash leaves the old or
+/// the new copy.
+pub(crate) fn persist(ns: &Namespace) {
+    let Some(file) = &ns.ptpl_file else { return };
+    let text = ptpl_json(ns).map(|v| v.to_string()).unwrap_or_default();
+    let tmp = format!("{file}.tmp");
+    if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, file)) {
+        log::error!("nvmf namespace {} (bdev {}): cannot write ptpl_file {file}: {e}", ns.nsid, ns.bdev_name);
+    }
+}
+
+fn uuid_of(hostid: &[u8; 16]) -> String {
+    uuid::Uuid::from_bytes(*hostid).hyphenated().to_string()
+}
+
+/// SPDK's `nvmf_ns_reservation_store_json` document, or None while PTPL is off.
+fn ptpl_json(ns: &Namespace) -> Option<serde_json::Value> {
+    let rep = ns.bdev().reservations().report();
+    if !rep.aptpl {
+        return None;
+    }
+    let all = rep.rtype.is_some_and(ResvType::all_registrants);
+    let holder = rep.registrants.iter().find(|r| r.holder && !all);
+    let host = |w: &Initiator| match w {
+        Initiator::Nvme { hostid, .. } => Some(uuid_of(hostid)),
+        Initiator::Scsi { .. } => None,
+    };
+    let regs: Vec<serde_json::Value> = rep
+        .registrants
+        .iter()
+        .filter_map(|r| host(&r.who).map(|h| serde_json::json!({"rkey": r.key, "host_uuid": h})))
+        .collect();
+    Some(serde_json::json!({
+        "ptpl": true,
+        "rtype": rep.rtype.map_or(0, ResvType::code),
+        "crkey": rep.holder_key,
+        "bdev_uuid": ns.bdev().uuid().hyphenated().to_string(),
+        "holder_uuid": holder.and_then(|h| host(&h.who)).unwrap_or_default(),
+        "registrants": regs,
+    }))
+}
+
+/// Restores a bdev's registry from a `ptpl_file` written by SPDK or Ferrite (nvmf_subsystem_add_ns):
+/// nothing if the file is missing, empty or has PTPL off; an error if it is malformed or
+/// describes another bdev.
+pub(crate) fn restore(bdev: &ferrite_bdev::Bdev, file: &str) -> Result<(), String> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("cannot read ptpl_file {file}: {e}")),
+    };
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    #[derive(serde::Deserialize)]
+    struct Reg {
+        rkey: u64,
+        host_uuid: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct Doc {
+        #[serde(default)]
+        ptpl: bool,
+        #[serde(default)]
+        rtype: u8,
+        #[serde(default)]
+        crkey: u64,
+        bdev_uuid: String,
+        #[serde(default)]
+        holder_uuid: String,
+        registrants: Vec<Reg>,
+    }
+    let d: Doc = serde_json::from_str(&text).map_err(|e| format!("ptpl_file {file} is not valid: {e}"))?;
+    if !d.ptpl || d.registrants.is_empty() {
+        return Ok(());
+    }
+    let parse =
+        |s: &str| uuid::Uuid::parse_str(s).map(|u| *u.as_bytes()).map_err(|e| format!("ptpl_file {file}: {s}: {e}"));
+    if parse(&d.bdev_uuid)? != *bdev.uuid().as_bytes() {
+        return Err(format!("ptpl_file {file} is for bdev {}, not {}", d.bdev_uuid, bdev.uuid()));
+    }
+    if d.crkey != 0 && !d.registrants.iter().any(|r| r.rkey == d.crkey) {
+        return Err(format!("ptpl_file {file}: the reservation key is no registrant's"));
+    }
+    let who = |hostid: [u8; 16]| Initiator::Nvme { hostid, hostnqn: String::new() };
+    let mut regs = Vec::new();
+    for r in &d.registrants {
+        regs.push((who(parse(&r.host_uuid)?), r.rkey));
+    }
+    let rtype = if d.rtype == 0 {
+        None
+    } else {
+        Some(ResvType::from_code(d.rtype).ok_or_else(|| format!("ptpl_file {file}: rtype {}", d.rtype))?)
+    };
+    let holder = if d.holder_uuid.is_empty() { None } else { Some(who(parse(&d.holder_uuid)?)) };
+    bdev.reservations().restore(regs, rtype, holder.as_ref(), true).map_err(|e| format!("ptpl_file {file}: {e}"))?;
+    log::info!("bdev {}: reservations restored from {file}", bdev.name());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_notice_log_keeps_255_entries_and_counts_the_rest() {
+        let mut l = NoticeLog::default();
+        for _ in 0..300 {
+            l.push(Notice::ReservationReleased, 1);
+        }
+        let page = l.take(u64::MAX);
+        assert_eq!(page.len(), LOG_MAX * LOG_ENTRY);
+        let last = &page[(LOG_MAX - 1) * LOG_ENTRY..];
+        assert_eq!(u64::from_le_bytes(last[0..8].try_into().unwrap()), 300, "the last entry carries the count");
+        assert_eq!(page[8], 2);
+        assert_eq!(page[9], 254, "entries after the first");
+        assert!(l.take(u64::MAX).is_empty(), "read once");
+    }
+
+    #[test]
+    fn a_short_read_consumes_only_what_it_returned() {
+        let mut l = NoticeLog::default();
+        l.push(Notice::RegistrationPreempted, 1);
+        l.push(Notice::ReservationPreempted, 2);
+        let first = l.take(64);
+        assert_eq!((first.len(), first[8], first[9], first[12]), (64, 1, 1, 1));
+        let second = l.take(64);
+        assert_eq!((second[8], second[9], second[12]), (3, 0, 2));
+    }
+}
