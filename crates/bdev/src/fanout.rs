@@ -86,6 +86,9 @@ pub(crate) struct FanState {
     writable_end: Cell<usize>,
     /// True for the layer's own split (its children are not accounted on their own).
     split: bool,
+    /// A split's first failed child so far (lowest index; `u32::MAX`: none) and its result
+    /// (an NVMe device's dword 0), which the parent completes with.
+    first_failed: Cell<(u32, u64)>,
 }
 
 impl FanState {
@@ -101,6 +104,9 @@ impl FanState {
             let mut st = self.statuses.borrow_mut();
             debug_assert!(st[index as usize].is_ok(), "a child completes once");
             st[index as usize] = child.status;
+        }
+        if self.split && !child.status.is_ok() && index < self.first_failed.get().0 {
+            self.first_failed.set((index, child.result));
         }
         // The child's segments are views into the parent's buffers: drop them first.
         child.req.bufs.clear();
@@ -120,8 +126,11 @@ impl FanState {
         match parent {
             Parent::Io(io, then) => then(io, FanOutDone { statuses, bufs: IoBufs::new() }),
             Parent::Caller { done, tag, bufs } => done.fan_out_done(tag, FanOutDone { statuses, bufs }),
-            Parent::Split(io) => {
+            Parent::Split(mut io) => {
                 let status = statuses.iter().copied().find(|s| !s.is_ok()).unwrap_or(IoStatus::Success);
+                if !status.is_ok() {
+                    io.result = self.first_failed.get().1;
+                }
                 io.complete(status)
             }
         }
@@ -142,6 +151,7 @@ impl FanOut {
             sealed: Cell::new(false),
             writable_end: Cell::new(0),
             split,
+            first_failed: Cell::new((u32::MAX, 0)),
         }))
     }
 

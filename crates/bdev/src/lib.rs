@@ -17,6 +17,7 @@ pub mod qos;
 pub mod rpc;
 pub mod stats;
 pub mod timeout;
+pub mod translate;
 
 pub use bdev::{
     list, lookup, register, stacked_over, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits,
@@ -26,7 +27,8 @@ pub use channel::IoChannel;
 pub use desc::{BdevDesc, BdevEvent, ClaimType};
 pub use fanout::{FanOut, FanOutCompleter, FanOutDone};
 pub use io::{
-    BdevIo, Completed, IoAux, IoBufs, IoCompleter, IoFlags, IoRequest, IoState, IoStatus, IoType, IoTypes, NvmeCmd,
+    BdevIo, Completed, DiffOffset, IoAux, IoBufs, IoCompleter, IoFlags, IoRequest, IoState, IoStatus, IoType, IoTypes,
+    NvmeCmd,
 };
 pub use module::{BdevModule, ExamineDone};
 pub use stats::IoStat;

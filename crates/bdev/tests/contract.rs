@@ -9,8 +9,8 @@ mod common;
 
 use common::*;
 use ferrite_bdev::{
-    register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevIo, BdevProps, IoBufs, IoRequest, IoStatus,
-    IoType, IoTypes, Limits,
+    register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevIo, BdevProps, DiffOffset, IoBufs,
+    IoRequest, IoStatus, IoType, IoTypes, Limits,
 };
 use ferrite_reactor::{IoBuf, Lender};
 use proptest::prelude::*;
@@ -467,16 +467,30 @@ fn compare_and_compare_and_write() {
     };
     assert!(run_one(&ch, IoRequest::write(4, 2, heap(&old))).status.is_ok());
     assert_eq!(run_one(&ch, IoRequest::compare(4, 2, heap(&old))).status, IoStatus::Success);
-    assert_eq!(run_one(&ch, IoRequest::compare(4, 2, heap(&new))).status, IoStatus::Miscompare);
+    let at = |a: &[u8], b: &[u8]| a.iter().zip(b).position(|(x, y)| x != y).map(|p| p as u64);
+    let miscompare_at = |o: Option<u64>| IoStatus::Miscompare { offset: DiffOffset::at(o.unwrap()) };
+    assert_eq!(run_one(&ch, IoRequest::compare(4, 2, heap(&new))).status, miscompare_at(at(&old, &new)));
     let c = run_one(&ch, IoRequest::compare_and_write(4, 2, heap(&new), heap(&new)));
-    assert_eq!(c.status, IoStatus::Miscompare);
+    assert_eq!(c.status, miscompare_at(at(&old, &new)));
+    // The first differing byte, counted across segments (SCSI's sense INFORMATION field).
+    let mut near = old.clone();
+    near[700] ^= 0xff;
+    near[900] ^= 0xff;
+    let two = IoRequest::compare(4, 2, heap(&near[..512])).with_buf(heap(&near[512..]));
+    assert_eq!(run_one(&ch, two).status, miscompare_at(Some(700)));
+    let mut cmp = smallvec::smallvec![heap(&near[..300]), heap(&near[300..])];
+    let mut caw = IoRequest::compare_and_write(4, 2, heap(&old), heap(&new));
+    if let ferrite_bdev::IoAux::Compare(c) = &mut caw.aux {
+        std::mem::swap(&mut **c, &mut cmp);
+    }
+    assert_eq!(run_one(&ch, caw).status, miscompare_at(Some(700)), "compare-and-write says where too");
     assert_eq!(run_one(&ch, IoRequest::compare(4, 2, heap(&old))).status, IoStatus::Success, "nothing written");
     let c = run_one(&ch, IoRequest::compare_and_write(4, 2, heap(&old), heap(&new)));
     assert_eq!(c.status, IoStatus::Success);
     let r = run_one(&ch, IoRequest::read(4, 2, IoBuf::heap(1024)));
     assert_bytes_eq(&r.req.bufs[0], &new, "after compare-and-write");
     let st = ferrite_bdev::channel::local_iostat(b.id());
-    assert_eq!(st.errors[2], 2, "two miscompares counted as such");
+    assert_eq!(st.errors[2], 4, "the miscompares counted as such");
     drop((ch, desc, r));
     unregister("contract_compare", None).unwrap();
 }
