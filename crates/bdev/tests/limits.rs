@@ -298,3 +298,82 @@ fn segments_of_odd_lengths_are_gathered_until_the_length_rule_holds() {
     drop((ch, desc));
     unregister(name, None).unwrap();
 }
+
+/// The unmap hints reach `bdev_get_bdevs` under SPDK's names, and a null bdev's survive a saved
+/// config.
+#[test]
+fn unmap_hints_are_reported_as_spdk_names_them() {
+    use ferrite_bdev::modules::null::{self, NullOpts};
+    let b = null::create(NullOpts {
+        name: "limits_null_hints".into(),
+        num_blocks: 64,
+        block_size: 512,
+        preferred_unmap_granularity: 8,
+        preferred_unmap_alignment: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    let v = ferrite_bdev::rpc::bdev_json(&b);
+    assert_eq!(
+        (v["preferred_unmap_granularity"].as_u64(), v["preferred_unmap_alignment"].as_u64()),
+        (Some(8), Some(2))
+    );
+    let saved = b.backend().config_entry(&b).unwrap();
+    assert_eq!(saved["params"]["preferred_unmap_granularity"], 8, "{saved}");
+    let (_, _) = disk("limits_plain_hints", Limits::default());
+    let plain = ferrite_bdev::lookup("limits_plain_hints").unwrap();
+    assert_eq!(ferrite_bdev::rpc::bdev_json(&plain)["preferred_unmap_granularity"], 0, "written for every bdev");
+    unregister("limits_plain_hints", None).unwrap();
+    unregister("limits_null_hints", None).unwrap();
+}
+
+/// A module that fails every request from block `FAIL_FROM` on with an NVMe status, its dword 0
+/// the request's first block.
+struct Failing;
+
+const FAIL_FROM: u64 = 8;
+
+impl BackendChannel for Failing {
+    fn submit(&mut self, mut io: BdevIo) {
+        if io.req.offset_blocks >= FAIL_FROM {
+            io.result = io.req.offset_blocks;
+            io.complete_deferred(IoStatus::Nvme { sct: 2, sc: 0x81, dnr: true, more: true });
+        } else {
+            io.complete_deferred(IoStatus::Success);
+        }
+    }
+}
+
+impl BdevBackend for Failing {
+    fn create_channel(&self) -> Result<Box<dyn BackendChannel>, BdevError> {
+        Ok(Box::new(Failing))
+    }
+    fn config_entry(&self, _: &Bdev) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// A split request completes with its first failed child's status and dword 0, whole.
+#[test]
+fn a_split_parent_gets_its_first_failures_status_and_dword_0() {
+    let name = "limits_split_result";
+    let props = BdevProps {
+        name: name.into(),
+        aliases: vec![],
+        uuid: None,
+        block_size: BS,
+        num_blocks: BLOCKS,
+        product_name: "Failing disk",
+        module: "test",
+        io_types: IoTypes::of(&[IoType::Read, IoType::Write]),
+        limits: Limits { max_io_blocks: 4, ..Limits::default() },
+    };
+    register(props, Arc::new(Failing)).unwrap();
+    let desc = Bdev::open(name, true, || {}).unwrap();
+    let ch = desc.channel().unwrap();
+    let c = run_one(&ch, IoRequest::write(0, 16, buf_from(&[1; 16 * BS as usize])));
+    assert_eq!(c.status, IoStatus::Nvme { sct: 2, sc: 0x81, dnr: true, more: true });
+    assert_eq!(c.result, FAIL_FROM, "the first failed child's dword 0 (children at 8 and 12 failed)");
+    drop((ch, desc, c));
+    unregister(name, None).unwrap();
+}
