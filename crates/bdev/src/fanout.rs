@@ -65,6 +65,16 @@ enum Parent {
 }
 
 impl Parent {
+    fn mark_written(&mut self) {
+        let bufs = match self {
+            Parent::Io(io, _) | Parent::Split(io) => &mut io.req.bufs,
+            Parent::Caller { bufs, .. } => bufs,
+        };
+        for b in bufs.iter_mut().filter(|b| !b.is_read_only()) {
+            let _ = b.as_mut_ptr();
+        }
+    }
+
     fn bufs(&self) -> &IoBufs {
         match self {
             Parent::Io(io, _) | Parent::Split(io) => &io.req.bufs,
@@ -121,8 +131,13 @@ impl FanState {
         if !self.sealed.get() || self.left.get() > 0 {
             return;
         }
-        let Some(parent) = self.parent.borrow_mut().take() else { return };
+        let Some(mut parent) = self.parent.borrow_mut().take() else { return };
         let statuses = std::mem::take(&mut *self.statuses.borrow_mut());
+        if self.writable_end.get() > 0 {
+            // Read children wrote the parent's memory through views: its buffers no longer
+            // count as known zeroes (`IoBuf::zero` would skip them).
+            parent.mark_written();
+        }
         match parent {
             Parent::Io(io, then) => then(io, FanOutDone { statuses, bufs: IoBufs::new() }),
             Parent::Caller { done, tag, bufs } => done.fan_out_done(tag, FanOutDone { statuses, bufs }),

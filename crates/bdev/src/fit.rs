@@ -26,9 +26,10 @@ use std::rc::Rc;
 pub(crate) fn unbounce(st: &mut IoState) {
     let Some(orig) = st.bounced.take() else { return };
     let used = std::mem::replace(&mut st.req.bufs, orig);
-    if st.req.io_type != IoType::Read || !st.status.is_ok() {
+    if st.req.io_type != IoType::Read {
         return;
     }
+    let ok = st.status.is_ok();
     // Walk both lists by payload offset: each used segment is either a view of the caller's
     // segment starting at the same offset, or a pool buffer covering one or more of them.
     let (mut oi, mut opos) = (0usize, 0usize);
@@ -42,7 +43,11 @@ pub(crate) fn unbounce(st: &mut IoState) {
             oi += 1;
         }
         let kept = opos == pos && u.as_ptr() == st.req.bufs[oi].as_ptr();
-        if !kept {
+        if kept && !st.req.bufs[oi].is_read_only() {
+            // The module wrote the caller's memory through a view: the segment no longer
+            // counts as known zeroes (`IoBuf::zero` would skip it).
+            let _ = st.req.bufs[oi].as_mut_ptr();
+        } else if ok {
             copy_out(u, &mut st.req.bufs, pos);
         }
         pos += u.len();

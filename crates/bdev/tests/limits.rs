@@ -377,3 +377,36 @@ fn a_split_parent_gets_its_first_failures_status_and_dword_0() {
     drop((ch, desc, c));
     unregister(name, None).unwrap();
 }
+
+/// A buffer the module filled through a view (a split's child, a segment a bounce kept) no
+/// longer counts as known zeroes: `IoBuf::zero` clears it afterwards.
+#[test]
+fn a_buffer_filled_through_a_view_is_not_taken_for_zeroes() {
+    let name = "limits_views_written";
+    let (_, _) = disk(name, Limits { buf_align: 512, max_io_blocks: 2, ..Limits::default() });
+    let desc = Bdev::open(name, true, || {}).unwrap();
+    let ch = desc.channel().unwrap();
+    let data = pattern(5, 4 * BS as usize);
+    assert!(run_one(&ch, IoRequest::write(0, 4, buf_from(&data))).status.is_ok());
+    // Split (two children of two blocks), with the first segment kept and the second bounced.
+    let mut r = IoRequest::new(IoType::Read, 0, 4);
+    r.bufs.push(IoBuf::heap(3 * BS as usize)); // fresh: known zeroes
+    r.bufs.push(external(&[0; BS as usize], 8));
+    let mut done = run_one(&ch, r);
+    assert!(done.status.is_ok());
+    assert_bytes_eq(&payload(&done), &data, "read back");
+    let mut first = done.req.bufs.remove(0);
+    first.zero();
+    assert!(first.iter().all(|&b| b == 0), "zero() cleared what the read wrote");
+    // Split only: nothing bounced.
+    let mut r = IoRequest::new(IoType::Read, 0, 4);
+    r.bufs.push(IoBuf::heap(3 * BS as usize));
+    r.bufs.push(IoBuf::heap(BS as usize));
+    let mut done = run_one(&ch, r);
+    assert_bytes_eq(&payload(&done), &data, "read back split");
+    let mut first = done.req.bufs.remove(0);
+    first.zero();
+    assert!(first.iter().all(|&b| b == 0), "zero() cleared what the split read wrote");
+    drop((ch, desc, done));
+    unregister(name, None).unwrap();
+}
