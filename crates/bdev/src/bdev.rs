@@ -169,31 +169,62 @@ pub trait BdevBackend: Send + Sync + 'static {
 }
 
 /// What a module can take in one request; the bdev layer splits and bounces requests to fit, so
-/// callers never have to. Zero means "no limit" for every count and size.
+/// callers never have to. Zero means "no limit" for every count and size. Each field names its
+/// SPDK counterpart (`struct spdk_bdev`), which is what a SCSI or virtio target advertises
+/// (Block Limits VPD page, virtio-blk config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Bytes per physical block (0: the logical block size).
+    /// Bytes per physical block (0: the logical block size). SPDK: `phys_blocklen`.
     pub physical_block_size: u32,
-    /// Required alignment, in bytes, of every segment's address and length (1: none). Requests
-    /// whose segments break it are bounced through an aligned buffer.
+    /// Required alignment, in bytes, of every segment's address (1: none; a power of two).
+    /// Segments that break it are bounced through aligned pool buffers, one by one. SPDK:
+    /// `required_alignment` (as a power of two).
     pub buf_align: u32,
-    /// Optimal I/O boundary in blocks (0: none).
+    /// Every segment's length must be a multiple of this many bytes (1: any length; a power of
+    /// two), apart from the address rule: O_DIRECT needs both, a module that only needs its
+    /// buffers' starts aligned does not. Segments that break it are bounced as misaligned ones.
+    /// SPDK has no field of its own for it (its `max_segment_size` and SGL rules cover it).
+    pub seg_len_align: u32,
+    /// Optimal I/O boundary in blocks (0: none). SPDK: `optimal_io_boundary`.
     pub optimal_io_boundary: u32,
-    /// Split reads and writes that cross the optimal I/O boundary.
+    /// Split reads and writes that cross the optimal I/O boundary. SPDK:
+    /// `split_on_optimal_io_boundary`.
     pub split_on_optimal_io_boundary: bool,
-    /// Most blocks per read or write.
+    /// Most blocks per read or write. SPDK: `max_rw_size`.
     pub max_io_blocks: u32,
-    /// Most payload segments per request.
+    /// Most payload segments per request. SPDK: `max_num_segments`.
     pub max_segments: u32,
-    /// Most bytes per segment (a multiple of the block size).
+    /// Most bytes per segment (a multiple of the block size). SPDK: `max_segment_size`.
     pub max_segment_size: u32,
-    /// Most blocks per unmap.
+    /// Most blocks per unmap range. SPDK: `max_unmap`.
     pub max_unmap_blocks: u64,
-    /// Most blocks per write-zeroes.
+    /// Most ranges per unmap command the module sends (an NVMe Dataset Management command's
+    /// ranges, a SCSI UNMAP's block descriptors; 0: one). An unmap request covers at most
+    /// `max_unmap_blocks × max_unmap_segments` blocks; longer ones are split. SPDK:
+    /// `max_unmap_segments`.
+    pub max_unmap_segments: u32,
+    /// Unmaps free space in units of this many blocks (0: no preference): a smaller or
+    /// unaligned unmap may free nothing (an lvol frees whole clusters). Advertised, not
+    /// enforced. SPDK: `preferred_unmap_granularity`.
+    pub unmap_granularity: u32,
+    /// The first unit of `unmap_granularity` starts at this block. Advertised, not enforced.
+    /// SPDK: `preferred_unmap_alignment`.
+    pub unmap_alignment: u32,
+    /// Most blocks per write-zeroes. SPDK: `max_write_zeroes`.
     pub max_write_zeroes_blocks: u64,
-    /// Blocks written atomically (0 or 1: one block).
+    /// Blocks per write unit (0 or 1: one block). SPDK: `write_unit_size`.
+    pub write_unit_size: u32,
+    /// Writes must be made of whole write units: a write whose offset or length is not a
+    /// multiple of `write_unit_size` fails (`IoStatus::Misaligned`, SPDK fails it too), and a
+    /// longer one is split into one child per unit (a RAID5f full-stripe write). For writes the
+    /// unit replaces the optimal I/O boundary, as in SPDK. SPDK: `split_on_write_unit`.
+    pub split_on_write_unit: bool,
+    /// Most blocks per copy; longer copies are split into children of this size, as SPDK's
+    /// `bdev_copy_split` does. SPDK: `max_copy`.
+    pub max_copy_blocks: u64,
+    /// Blocks written atomically (0 or 1: one block). SPDK: `acwu` (compare and write).
     pub atomic_write_unit: u32,
-    /// The bdev has a volatile write cache (flush makes writes durable).
+    /// The bdev has a volatile write cache (flush makes writes durable). SPDK: `write_cache`.
     pub write_cache: bool,
 }
 
@@ -202,13 +233,20 @@ impl Default for Limits {
         Self {
             physical_block_size: 0,
             buf_align: 1,
+            seg_len_align: 1,
             optimal_io_boundary: 0,
             split_on_optimal_io_boundary: false,
             max_io_blocks: 0,
             max_segments: 0,
             max_segment_size: 0,
             max_unmap_blocks: 0,
+            max_unmap_segments: 0,
+            unmap_granularity: 0,
+            unmap_alignment: 0,
             max_write_zeroes_blocks: 0,
+            write_unit_size: 0,
+            split_on_write_unit: false,
+            max_copy_blocks: 0,
             atomic_write_unit: 0,
             write_cache: false,
         }
@@ -216,10 +254,13 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// True if a read or write may need fitting (alignment, boundary, size or segment limits).
+    /// True if a read or write may need fitting (alignment, boundary, write unit, size or
+    /// segment limits).
     pub(crate) fn shape_payload(&self) -> bool {
         self.buf_align > 1
+            || self.seg_len_align > 1
             || self.split_boundary() > 0
+            || self.split_on_write_unit
             || self.max_io_blocks > 0
             || self.max_segments > 0
             || self.max_segment_size > 0
@@ -234,11 +275,36 @@ impl Limits {
         }
     }
 
+    /// The write unit writes are split at and checked against (0: none).
+    #[inline]
+    pub(crate) fn write_unit(&self) -> u64 {
+        if self.split_on_write_unit {
+            u64::from(self.write_unit_size.max(1))
+        } else {
+            0
+        }
+    }
+
+    /// The masks a segment's address and length must clear (zero: no rule), as the channel
+    /// keeps them for the bounce check of every read and write it fits.
+    #[inline]
+    pub(crate) fn seg_masks(&self) -> (usize, usize) {
+        (self.buf_align as usize - 1, self.seg_len_align as usize - 1)
+    }
+
+    /// Most blocks per unmap request (0: no limit): the ranges of one command.
+    #[inline]
+    pub(crate) fn max_unmap_request(&self) -> u64 {
+        self.max_unmap_blocks.saturating_mul(u64::from(self.max_unmap_segments.max(1)))
+    }
+
     /// True if splitting at the boundary is the only thing that shapes payloads (no alignment,
-    /// size or segment limit), as for an lvol.
+    /// write unit, size or segment limit), as for an lvol.
     pub(crate) fn boundary_only(&self) -> bool {
         self.split_boundary() > 0
             && self.buf_align <= 1
+            && self.seg_len_align <= 1
+            && !self.split_on_write_unit
             && self.max_io_blocks == 0
             && self.max_segments == 0
             && self.max_segment_size == 0
@@ -251,14 +317,38 @@ impl Limits {
                 "physical_block_size {pbs} must be a multiple of the block size {block_size}"
             )));
         }
-        if !self.buf_align.is_power_of_two() || self.buf_align > 65536 {
-            return Err(BdevError::Invalid(format!("buffer alignment {} must be a power of two", self.buf_align)));
+        for (name, a) in [("buffer alignment", self.buf_align), ("segment length alignment", self.seg_len_align)] {
+            if !a.is_power_of_two() || a > 65536 {
+                return Err(BdevError::Invalid(format!("{name} {a} must be a power of two")));
+            }
+        }
+        if !block_size.is_multiple_of(self.seg_len_align) {
+            return Err(BdevError::Invalid(format!(
+                "segment length alignment {} must divide the block size {block_size}",
+                self.seg_len_align
+            )));
         }
         if self.max_segment_size != 0 && !self.max_segment_size.is_multiple_of(block_size) {
             return Err(BdevError::Invalid(format!(
                 "max_segment_size {} must be a multiple of the block size {block_size}",
                 self.max_segment_size
             )));
+        }
+        let unit = self.write_unit();
+        if unit > 1 && self.max_io_blocks != 0 && u64::from(self.max_io_blocks) < unit {
+            return Err(BdevError::Invalid(format!(
+                "max_rw_size {} is smaller than the write unit {unit}",
+                self.max_io_blocks
+            )));
+        }
+        if unit > 1 && self.max_segment_size != 0 && self.max_segments != 0 {
+            let most = u64::from(self.max_segment_size) * u64::from(self.max_segments);
+            if most < unit * u64::from(block_size) {
+                return Err(BdevError::Invalid(format!(
+                    "{} segments of {} bytes cannot carry a write unit of {unit} blocks",
+                    self.max_segments, self.max_segment_size
+                )));
+            }
         }
         Ok(())
     }

@@ -124,6 +124,8 @@ pub(crate) struct ChannelInner {
     /// The optimal I/O boundary requests are split at (0: none).
     split_boundary: u64,
     // The rest is touched only by requests that need fitting, queueing or a barrier.
+    /// `limits.seg_masks()`, ready for the bounce check (no subtraction per request).
+    pub(crate) seg_masks: (usize, usize),
     pub(crate) limits: Limits,
     /// Resets and drain waiters, each waiting for the requests handed to the module before it.
     barriers: RefCell<VecDeque<(u64, Barrier)>>,
@@ -250,6 +252,7 @@ impl IoChannel {
             block_size: bdev.block_size(),
             io_types: bdev.module_io_types(),
             limits,
+            seg_masks: limits.seg_masks(),
             shape_payload: limits.shape_payload(),
             split_boundary: limits.split_boundary(),
             boundary_only: limits.boundary_only(),
@@ -538,9 +541,10 @@ impl ChannelInner {
             && (!self.boundary_only || self.crosses_boundary(&io.req));
         let fit_unmap = match io.req.io_type {
             IoType::Unmap => {
-                self.limits.max_unmap_blocks != 0 && io.req.num_blocks > self.limits.max_unmap_blocks
-                    || self.crosses_boundary(&io.req)
+                let max = self.limits.max_unmap_request();
+                max != 0 && io.req.num_blocks > max || self.crosses_boundary(&io.req)
             }
+            IoType::Copy => self.limits.max_copy_blocks != 0 && io.req.num_blocks > self.limits.max_copy_blocks,
             IoType::WriteZeroes => {
                 self.limits.max_write_zeroes_blocks != 0 && io.req.num_blocks > self.limits.max_write_zeroes_blocks
                     || self.crosses_boundary(&io.req)

@@ -10,7 +10,7 @@
 
 use crate::bdev::BdevShared;
 use crate::channel;
-use crate::io::{BdevIo, Completed, IoAux, IoRequest, IoStatus, IoType};
+use crate::io::{BdevIo, Completed, DiffOffset, IoAux, IoRequest, IoStatus, IoType};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -53,22 +53,36 @@ pub(crate) fn emulate_compare(io: BdevIo) {
     ch.submit_internal(io, req, compare_read_done);
 }
 
-fn same_data(read: &Completed, segs: &[ferrite_reactor::IoBuf]) -> bool {
+/// Byte offset of the first byte where the blocks read differ from the caller's segments, or
+/// None if they are the same.
+fn first_difference(read: &Completed, segs: &[ferrite_reactor::IoBuf]) -> Option<u64> {
     let data = &read.req.bufs[0];
     let mut pos = 0;
-    segs.iter().all(|s| {
-        let eq = data[pos..pos + s.len()] == s[..];
+    for s in segs {
+        let have = &data[pos..pos + s.len()];
+        if *have != s[..] {
+            // Equal slices compare with memcmp; only a differing segment is walked byte by byte.
+            let at = have.iter().zip(s.iter()).position(|(a, b)| a != b).expect("the segments differ somewhere");
+            return Some((pos + at) as u64);
+        }
         pos += s.len();
-        eq
-    })
+    }
+    None
+}
+
+/// The status of a compare whose read ended with `read.status`.
+fn compared(read: &Completed, segs: &[ferrite_reactor::IoBuf]) -> IoStatus {
+    match read.status {
+        IoStatus::Success => match first_difference(read, segs) {
+            None => IoStatus::Success,
+            Some(at) => IoStatus::Miscompare { offset: DiffOffset::at(at) },
+        },
+        s => s,
+    }
 }
 
 fn compare_read_done(parent: BdevIo, read: Completed) {
-    let status = match read.status {
-        IoStatus::Success if same_data(&read, &parent.req.bufs) => IoStatus::Success,
-        IoStatus::Success => IoStatus::Miscompare,
-        s => s,
-    };
+    let status = compared(&read, &parent.req.bufs);
     drop(read);
     parent.complete(status);
 }
@@ -130,10 +144,9 @@ fn caw_read_done(mut parent: BdevIo, read: Completed) {
         IoAux::Compare(c) => c,
         _ => unreachable!("compare-and-write carries its compare data"),
     };
-    match read.status {
-        IoStatus::Success if same_data(&read, cmp) => {}
-        IoStatus::Success => return finish_caw(parent, IoStatus::Miscompare),
-        s => return finish_caw(parent, s),
+    let status = compared(&read, cmp);
+    if !status.is_ok() {
+        return finish_caw(parent, status);
     }
     drop(read);
     let ch = parent.channel().clone();

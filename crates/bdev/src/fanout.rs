@@ -65,6 +65,16 @@ enum Parent {
 }
 
 impl Parent {
+    fn mark_written(&mut self) {
+        let bufs = match self {
+            Parent::Io(io, _) | Parent::Split(io) => &mut io.req.bufs,
+            Parent::Caller { bufs, .. } => bufs,
+        };
+        for b in bufs.iter_mut().filter(|b| !b.is_read_only()) {
+            let _ = b.as_mut_ptr();
+        }
+    }
+
     fn bufs(&self) -> &IoBufs {
         match self {
             Parent::Io(io, _) | Parent::Split(io) => &io.req.bufs,
@@ -86,6 +96,9 @@ pub(crate) struct FanState {
     writable_end: Cell<usize>,
     /// True for the layer's own split (its children are not accounted on their own).
     split: bool,
+    /// A split's first failed child so far (lowest index; `u32::MAX`: none) and its result
+    /// (an NVMe device's dword 0), which the parent completes with.
+    first_failed: Cell<(u32, u64)>,
 }
 
 impl FanState {
@@ -102,6 +115,9 @@ impl FanState {
             debug_assert!(st[index as usize].is_ok(), "a child completes once");
             st[index as usize] = child.status;
         }
+        if self.split && !child.status.is_ok() && index < self.first_failed.get().0 {
+            self.first_failed.set((index, child.result));
+        }
         // The child's segments are views into the parent's buffers: drop them first.
         child.req.bufs.clear();
         drop(child);
@@ -115,13 +131,21 @@ impl FanState {
         if !self.sealed.get() || self.left.get() > 0 {
             return;
         }
-        let Some(parent) = self.parent.borrow_mut().take() else { return };
+        let Some(mut parent) = self.parent.borrow_mut().take() else { return };
         let statuses = std::mem::take(&mut *self.statuses.borrow_mut());
+        if self.writable_end.get() > 0 {
+            // Read children wrote the parent's memory through views: its buffers no longer
+            // count as known zeroes (`IoBuf::zero` would skip them).
+            parent.mark_written();
+        }
         match parent {
             Parent::Io(io, then) => then(io, FanOutDone { statuses, bufs: IoBufs::new() }),
             Parent::Caller { done, tag, bufs } => done.fan_out_done(tag, FanOutDone { statuses, bufs }),
-            Parent::Split(io) => {
+            Parent::Split(mut io) => {
                 let status = statuses.iter().copied().find(|s| !s.is_ok()).unwrap_or(IoStatus::Success);
+                if !status.is_ok() {
+                    io.result = self.first_failed.get().1;
+                }
                 io.complete(status)
             }
         }
@@ -142,6 +166,7 @@ impl FanOut {
             sealed: Cell::new(false),
             writable_end: Cell::new(0),
             split,
+            first_failed: Cell::new((u32::MAX, 0)),
         }))
     }
 

@@ -159,14 +159,54 @@ impl IoFlags {
     }
 }
 
-/// How an I/O ended.
+/// Where a compare found the first byte that differs: its offset from the start of the compared
+/// payload, when the layer or module that compared knows it (SCSI reports it in the sense
+/// data's INFORMATION field, four bytes in fixed format). Four bytes, so that [`IoStatus`]
+/// stays one word: offsets from 4 GiB - 1 on (a compare that large reads into one buffer of
+/// that size, which the layer never does) are unknown.
+#[derive(Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct DiffOffset(Option<std::num::NonZeroU32>);
+
+impl DiffOffset {
+    /// The offset is not known (a module that compares natively and does not say).
+    pub const UNKNOWN: DiffOffset = DiffOffset(None);
+
+    /// The first differing byte is `offset` bytes into the payload (unknown from 4 GiB - 1).
+    #[inline]
+    pub const fn at(offset: u64) -> DiffOffset {
+        if offset >= u32::MAX as u64 {
+            return DiffOffset::UNKNOWN;
+        }
+        // Stored plus one, so that the unknown offset is the niche.
+        DiffOffset(std::num::NonZeroU32::new(offset as u32 + 1))
+    }
+
+    /// The offset, if known.
+    #[inline]
+    pub const fn get(self) -> Option<u64> {
+        match self.0 {
+            Some(n) => Some(n.get() as u64 - 1),
+            None => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for DiffOffset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+/// How an I/O ended. One word (`Copy`), passed in a register: the details that do not fit
+/// travel in the request's state (`IoState::result`: an NVMe completion's dword 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoStatus {
     /// Done.
     Success,
     /// The range is beyond the end of the bdev (or zero-length).
     OutOfRange,
-    /// The payload does not match the block count, or breaks the bdev's declared alignment.
+    /// The payload does not match the block count, breaks the bdev's declared alignment, or
+    /// a write is not made of whole write units (`Limits::split_on_write_unit`).
     Misaligned,
     /// The bdev does not support this I/O type.
     Unsupported,
@@ -179,19 +219,29 @@ pub enum IoStatus {
     NoMem,
     /// Aborted before it finished (by an abort request, a timeout's callback, or teardown).
     Aborted,
-    /// A compare found different data.
-    Miscompare,
+    /// A compare found different data, first at `offset` bytes into the payload if known.
+    Miscompare {
+        /// The first differing byte (SCSI's sense INFORMATION field).
+        offset: DiffOffset,
+    },
     /// Did not finish within the descriptor's timeout (and was aborted).
     TimedOut,
-    /// An NVMe status from an NVMe device or passthrough command, carried unchanged.
+    /// An NVMe status from an NVMe device or passthrough command, carried whole: with the
+    /// completion's Do Not Retry and More bits (its dword 0 is in `IoState::result`).
     Nvme {
         /// Status code type.
         sct: u8,
         /// Status code.
         sc: u8,
+        /// Do Not Retry: the device says the same command would fail again.
+        dnr: bool,
+        /// More: the device's Error Information log page has more about the command.
+        more: bool,
     },
-    /// SCSI sense from a SCSI device, carried unchanged.
+    /// A SCSI status and sense from a SCSI device, carried unchanged.
     Scsi {
+        /// SCSI status (CHECK CONDITION 02h, RESERVATION CONFLICT 18h, ...).
+        status: u8,
         /// Sense key.
         key: u8,
         /// Additional sense code.
@@ -202,6 +252,15 @@ pub enum IoStatus {
 }
 
 impl IoStatus {
+    /// A miscompare whose first differing byte is not known.
+    pub const MISCOMPARE: IoStatus = IoStatus::Miscompare { offset: DiffOffset::UNKNOWN };
+
+    /// An NVMe status without Do Not Retry or More (a module that makes one up).
+    #[inline]
+    pub const fn nvme(sct: u8, sc: u8) -> IoStatus {
+        IoStatus::Nvme { sct, sc, dnr: false, more: false }
+    }
+
     /// True for `Success`.
     #[inline]
     pub fn is_ok(self) -> bool {
@@ -218,12 +277,12 @@ impl IoStatus {
             IoStatus::Failed(e) => e,
             IoStatus::NoMem => libc::ENOMEM,
             IoStatus::Aborted => libc::ECANCELED,
-            IoStatus::Miscompare => libc::EILSEQ,
+            IoStatus::Miscompare { .. } => libc::EILSEQ,
             IoStatus::TimedOut => libc::ETIMEDOUT,
             // A remote NVMe namespace (the NVMe/TCP host's bdevs): generic Capacity Exceeded
             // (a full thin volume) and Namespace is Write Protected (a snapshot).
-            IoStatus::Nvme { sct: 0, sc: 0x81 } => libc::ENOSPC,
-            IoStatus::Nvme { sct: 0, sc: 0x20 } => libc::EROFS,
+            IoStatus::Nvme { sct: 0, sc: 0x81, .. } => libc::ENOSPC,
+            IoStatus::Nvme { sct: 0, sc: 0x20, .. } => libc::EROFS,
             IoStatus::Nvme { .. } | IoStatus::Scsi { .. } => libc::EIO,
         }
     }
@@ -234,16 +293,30 @@ impl std::fmt::Display for IoStatus {
         match self {
             IoStatus::Success => f.write_str("success"),
             IoStatus::OutOfRange => f.write_str("range beyond the end of the bdev"),
-            IoStatus::Misaligned => f.write_str("payload does not match the block count"),
+            IoStatus::Misaligned => f.write_str("payload does not match the block count or the write unit"),
             IoStatus::Unsupported => f.write_str("I/O type not supported by the bdev"),
             IoStatus::Removed => f.write_str("bdev is being removed"),
             IoStatus::Failed(e) => write!(f, "failed: {}", std::io::Error::from_raw_os_error(*e)),
             IoStatus::NoMem => f.write_str("out of resources"),
             IoStatus::Aborted => f.write_str("aborted"),
-            IoStatus::Miscompare => f.write_str("compare found different data"),
+            IoStatus::Miscompare { offset } => match offset.get() {
+                Some(o) => write!(f, "compare found different data at byte {o}"),
+                None => f.write_str("compare found different data"),
+            },
             IoStatus::TimedOut => f.write_str("timed out"),
-            IoStatus::Nvme { sct, sc } => write!(f, "NVMe status sct {sct:#x} sc {sc:#x}"),
-            IoStatus::Scsi { key, asc, ascq } => write!(f, "SCSI sense {key:#x}/{asc:#x}/{ascq:#x}"),
+            IoStatus::Nvme { sct, sc, dnr, more } => {
+                write!(f, "NVMe status sct {sct:#x} sc {sc:#x}")?;
+                if *dnr {
+                    f.write_str(" (do not retry)")?;
+                }
+                if *more {
+                    f.write_str(" (more in the error log)")?;
+                }
+                Ok(())
+            }
+            IoStatus::Scsi { status, key, asc, ascq } => {
+                write!(f, "SCSI status {status:#x} sense {key:#x}/{asc:#x}/{ascq:#x}")
+            }
         }
     }
 }
@@ -583,7 +656,9 @@ pub struct IoState {
     pub status: IoStatus,
     /// Ticks from submission to completion, once completed (see `ferrite_reactor::tsc`).
     pub latency_ticks: u64,
-    /// A result besides the status: the block found by a seek, an NVMe command's dword 0.
+    /// A result besides the status: the block found by a seek, or an NVMe command's dword 0
+    /// (of passthrough, and of every command an NVMe device completed, failed or not, as SPDK
+    /// keeps `cdw0` beside the status; a split request gets its first failed child's).
     pub result: u64,
     /// The module's per-I/O context ([`IoState::set_ctx`]). Each layer of a forwarded request
     /// has its own: a virtual bdev finds its context as it left it when the base hands the
@@ -1124,5 +1199,24 @@ mod tests {
     fn request_stays_small() {
         let n = std::mem::size_of::<super::IoRequest>();
         assert!(n <= 144, "IoRequest grew to {n} bytes");
+    }
+
+    /// A status is passed by value through every completion: one word, in a register.
+    #[test]
+    fn status_stays_one_word() {
+        assert_eq!(std::mem::size_of::<super::IoStatus>(), 8);
+        assert_eq!(std::mem::size_of::<super::DiffOffset>(), 4);
+    }
+
+    #[test]
+    fn a_miscompare_offset_round_trips() {
+        use super::DiffOffset;
+        assert_eq!(DiffOffset::UNKNOWN.get(), None);
+        assert_eq!(DiffOffset::default(), DiffOffset::UNKNOWN);
+        for o in [0, 1, 511, 4096, u32::MAX as u64 - 1] {
+            assert_eq!(DiffOffset::at(o).get(), Some(o));
+        }
+        assert_eq!(DiffOffset::at(u32::MAX as u64).get(), None, "beyond four bytes: unknown");
+        assert_eq!(DiffOffset::at(u64::MAX).get(), None);
     }
 }

@@ -19,6 +19,7 @@ pub mod reservation;
 pub mod rpc;
 pub mod stats;
 pub mod timeout;
+pub mod translate;
 
 pub use bdev::{
     list, lookup, register, stacked_over, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits,
@@ -28,7 +29,8 @@ pub use channel::IoChannel;
 pub use desc::{BdevDesc, BdevEvent, ClaimType, MediaEvent};
 pub use fanout::{FanOut, FanOutCompleter, FanOutDone};
 pub use io::{
-    BdevIo, Completed, IoAux, IoBufs, IoCompleter, IoFlags, IoRequest, IoState, IoStatus, IoType, IoTypes, NvmeCmd,
+    BdevIo, Completed, DiffOffset, IoAux, IoBufs, IoCompleter, IoFlags, IoRequest, IoState, IoStatus, IoType, IoTypes,
+    NvmeCmd,
 };
 pub use lifecycle::Destructed;
 pub use module::{BdevModule, ExamineDone};

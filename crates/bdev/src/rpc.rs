@@ -78,6 +78,9 @@ pub fn bdev_json(b: &Bdev) -> Value {
         v["claim_type"] = json!(t.name());
     }
     let l = b.limits();
+    // SPDK v26.05's rpc_dump_bdev_info writes these for every bdev (0: no preference).
+    v["preferred_unmap_granularity"] = json!(l.unmap_granularity);
+    v["preferred_unmap_alignment"] = json!(l.unmap_alignment);
     if l.optimal_io_boundary > 0 {
         v["optimal_io_boundary"] = json!(l.optimal_io_boundary);
     }

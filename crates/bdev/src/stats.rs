@@ -188,7 +188,7 @@ pub const ERROR_KINDS: [&str; 6] = ["failed", "aborted", "miscompare", "timeout"
 fn error_kind(s: IoStatus) -> usize {
     match s {
         IoStatus::Aborted => 1,
-        IoStatus::Miscompare => 2,
+        IoStatus::Miscompare { .. } => 2,
         IoStatus::TimedOut => 3,
         IoStatus::Nvme { .. } => 4,
         IoStatus::Scsi { .. } => 5,

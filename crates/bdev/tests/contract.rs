@@ -9,8 +9,8 @@ mod common;
 
 use common::*;
 use ferrite_bdev::{
-    register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevIo, BdevProps, IoBufs, IoRequest, IoStatus,
-    IoType, IoTypes, Limits,
+    register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevIo, BdevProps, DiffOffset, IoBufs,
+    IoRequest, IoStatus, IoType, IoTypes, Limits,
 };
 use ferrite_reactor::{IoBuf, Lender};
 use proptest::prelude::*;
@@ -47,7 +47,12 @@ impl ShapedChannel {
             if l.max_io_blocks > 0 && n > l.max_io_blocks as u64 {
                 v.push(format!("{n} blocks > max {}", l.max_io_blocks));
             }
-            if l.split_on_optimal_io_boundary && l.optimal_io_boundary > 0 {
+            let unit = if l.split_on_write_unit { l.write_unit_size.max(1) as u64 } else { 0 };
+            if r.io_type == IoType::Write && unit > 0 {
+                if start % unit != 0 || n != unit {
+                    v.push(format!("write [{start}, +{n}) is not one write unit of {unit}"));
+                }
+            } else if l.split_on_optimal_io_boundary && l.optimal_io_boundary > 0 {
                 let b = l.optimal_io_boundary as u64;
                 if start / b != (start + n - 1) / b {
                     v.push(format!("[{start}, +{n}) crosses the boundary {b}"));
@@ -60,16 +65,23 @@ impl ShapedChannel {
                 if l.max_segment_size > 0 && b.len() > l.max_segment_size as usize {
                     v.push(format!("segment of {} > max {}", b.len(), l.max_segment_size));
                 }
-                if !(b.as_ptr() as usize | b.len()).is_multiple_of(l.buf_align as usize) {
-                    v.push(format!("segment {:p}+{} breaks alignment {}", b.as_ptr(), b.len(), l.buf_align));
+                if !(b.as_ptr() as usize).is_multiple_of(l.buf_align as usize) {
+                    v.push(format!("segment at {:p} breaks alignment {}", b.as_ptr(), l.buf_align));
+                }
+                if !b.len().is_multiple_of(l.seg_len_align as usize) {
+                    v.push(format!("segment of {} breaks the length rule {}", b.len(), l.seg_len_align));
                 }
             }
             if r.payload_len() as u64 != n * self.bs as u64 {
                 v.push(format!("payload {} for {n} blocks", r.payload_len()));
             }
         }
-        if r.io_type == IoType::Unmap && l.max_unmap_blocks > 0 && n > l.max_unmap_blocks {
-            v.push(format!("unmap of {n} > max {}", l.max_unmap_blocks));
+        let max_unmap = l.max_unmap_blocks * l.max_unmap_segments.max(1) as u64;
+        if r.io_type == IoType::Unmap && max_unmap > 0 && n > max_unmap {
+            v.push(format!("unmap of {n} > max {max_unmap}"));
+        }
+        if r.io_type == IoType::Copy && l.max_copy_blocks > 0 && n > l.max_copy_blocks {
+            v.push(format!("copy of {n} > max {}", l.max_copy_blocks));
         }
         v
     }
@@ -100,6 +112,15 @@ impl BackendChannel for ShapedChannel {
                 }
             }
             IoType::Unmap | IoType::WriteZeroes => mem[off..off + len].fill(0),
+            IoType::Copy => {
+                let Some(src) = (match io.req.aux {
+                    ferrite_bdev::IoAux::CopyFrom(s) => Some(s * self.bs as u64),
+                    _ => None,
+                }) else {
+                    panic!("a copy names its source")
+                };
+                mem.copy_within(src as usize..src as usize + len, off);
+            }
             _ => {}
         }
         drop(mem);
@@ -173,23 +194,54 @@ fn lens_from_cuts(total: usize, cuts: &[usize]) -> Vec<usize> {
 
 fn limits_strategy() -> impl Strategy<Value = Limits> {
     (
-        prop_oneof![Just(1u32), Just(8), Just(512)],
-        prop_oneof![Just(0u32), 1u32..9],
-        prop_oneof![Just(0u32), Just(4), Just(8)],
-        prop_oneof![Just(0u32), 1u32..5],
-        0u32..4,
-        prop_oneof![Just(0u64), 1u64..6],
+        (
+            prop_oneof![Just(1u32), Just(8), Just(512)],
+            prop_oneof![Just(1u32), Just(8), Just(512)],
+            prop_oneof![Just(0u32), 1u32..9],
+            prop_oneof![Just(0u32), Just(4), Just(8)],
+            prop_oneof![Just(0u32), 1u32..5],
+            0u32..4,
+        ),
+        (
+            prop_oneof![Just(0u64), 1u64..6],
+            prop_oneof![Just(0u32), 1u32..4],
+            prop_oneof![Just(0u32), Just(2), Just(4)],
+            prop_oneof![Just(0u64), 1u64..6],
+        ),
     )
-        .prop_map(|(buf_align, max_io_blocks, boundary, max_segments, seg_blocks, max_unmap_blocks)| Limits {
-            buf_align,
-            max_io_blocks,
-            optimal_io_boundary: boundary,
-            split_on_optimal_io_boundary: boundary > 0,
-            max_segments,
-            max_segment_size: seg_blocks, // scaled by the block size below
-            max_unmap_blocks,
-            ..Limits::default()
-        })
+        .prop_map(
+            |(
+                (buf_align, seg_len_align, max_io_blocks, boundary, max_segments, seg_blocks),
+                (max_unmap_blocks, max_unmap_segments, write_unit, max_copy_blocks),
+            )| {
+                let mut l = Limits {
+                    buf_align,
+                    seg_len_align,
+                    max_io_blocks,
+                    optimal_io_boundary: boundary,
+                    split_on_optimal_io_boundary: boundary > 0,
+                    max_segments,
+                    max_segment_size: seg_blocks, // scaled by the block size below
+                    max_unmap_blocks,
+                    max_unmap_segments,
+                    write_unit_size: write_unit,
+                    split_on_write_unit: write_unit > 0,
+                    max_copy_blocks,
+                    ..Limits::default()
+                };
+                // What registration refuses: a write unit that no child could carry.
+                if write_unit > 0 {
+                    if l.max_io_blocks > 0 {
+                        l.max_io_blocks = l.max_io_blocks.max(write_unit);
+                    }
+                    if l.max_segments > 0 && l.max_segment_size > 0 && l.max_segments * l.max_segment_size < write_unit
+                    {
+                        l.max_segment_size = 0;
+                    }
+                }
+                l
+            },
+        )
 }
 
 static CASE: AtomicUsize = AtomicUsize::new(0);
@@ -207,7 +259,7 @@ proptest! {
         through_passthru in any::<bool>(),
         bs in prop_oneof![Just(512u32), Just(1536), Just(4096)],
         ops in proptest::collection::vec((0u64..48, 1u64..16, proptest::collection::vec(0usize..100_000, 0..6),
-            proptest::collection::vec(0usize..9, 1..4), any::<bool>(), any::<u8>()), 1..8),
+            proptest::collection::vec(0usize..9, 1..4), 0u8..4, any::<u8>()), 1..8),
     ) {
         const BLOCKS: u64 = 64;
         let mut limits = limits;
@@ -216,7 +268,7 @@ proptest! {
         let mem = Arc::new(Mutex::new(vec![0u8; (BLOCKS * bs as u64) as usize]));
         let violations = Arc::new(Mutex::new(Vec::new()));
         let backend = Shaped { mem: mem.clone(), limits, bs, violations: violations.clone(), submits: Arc::default() };
-        let all = IoTypes::of(&[IoType::Read, IoType::Write, IoType::Unmap]);
+        let all = IoTypes::of(&[IoType::Read, IoType::Write, IoType::Unmap, IoType::Copy]);
         register(props(&name, bs, BLOCKS, all, limits), Arc::new(backend)).unwrap();
         let top = if through_passthru {
             let pt = format!("{name}_pt");
@@ -228,13 +280,34 @@ proptest! {
         let desc = Bdev::open(&top, true, || {}).unwrap();
         let ch = desc.channel().unwrap();
         let mut model = vec![0u8; (BLOCKS * bs as u64) as usize];
-        for (i, (off, n, cuts, skews, unmap, seed)) in ops.into_iter().enumerate() {
+        let unit = if limits.split_on_write_unit { limits.write_unit_size.max(1) as u64 } else { 1 };
+        for (i, (off, n, cuts, skews, kind, seed)) in ops.into_iter().enumerate() {
             let n = n.min(BLOCKS - off);
             let (o, len) = ((off * bs as u64) as usize, (n * bs as u64) as usize);
-            if unmap {
+            if kind == 1 {
                 let c = run_one(&ch, IoRequest::no_payload(IoType::Unmap, off, n));
                 prop_assert_eq!(c.status, IoStatus::Success);
                 model[o..o + len].fill(0);
+                continue;
+            }
+            if kind == 2 {
+                // Copy from lower blocks, the ranges apart (the model copies as the children do,
+                // in order, which is the same then).
+                let src = (seed as u64) % (off + 1);
+                let n = n.min(off - src);
+                if n == 0 {
+                    continue;
+                }
+                let c = run_one(&ch, IoRequest::copy(off, src, n));
+                prop_assert_eq!(c.status, IoStatus::Success);
+                let step = if limits.max_copy_blocks > 0 { limits.max_copy_blocks } else { n };
+                let mut done = 0;
+                while done < n {
+                    let k = step.min(n - done);
+                    let (from, to) = (((src + done) * bs as u64) as usize, ((off + done) * bs as u64) as usize);
+                    model.copy_within(from..from + (k * bs as u64) as usize, to);
+                    done += k;
+                }
                 continue;
             }
             let data = pattern(seed as u64 * 1000 + i as u64, len);
@@ -242,6 +315,10 @@ proptest! {
             let mut w = IoRequest::new(IoType::Write, off, n);
             w.bufs = segments(&data, &lens, &skews);
             let c = run_one(&ch, w);
+            if off % unit != 0 || n % unit != 0 {
+                prop_assert_eq!(c.status, IoStatus::Misaligned, "a write of part of a unit fails");
+                continue;
+            }
             prop_assert_eq!(c.status, IoStatus::Success, "write of {} blocks at {} in {:?}", n, off, lens);
             model[o..o + len].copy_from_slice(&data);
             // Read the same range back through another layout.
@@ -467,16 +544,30 @@ fn compare_and_compare_and_write() {
     };
     assert!(run_one(&ch, IoRequest::write(4, 2, heap(&old))).status.is_ok());
     assert_eq!(run_one(&ch, IoRequest::compare(4, 2, heap(&old))).status, IoStatus::Success);
-    assert_eq!(run_one(&ch, IoRequest::compare(4, 2, heap(&new))).status, IoStatus::Miscompare);
+    let at = |a: &[u8], b: &[u8]| a.iter().zip(b).position(|(x, y)| x != y).map(|p| p as u64);
+    let miscompare_at = |o: Option<u64>| IoStatus::Miscompare { offset: DiffOffset::at(o.unwrap()) };
+    assert_eq!(run_one(&ch, IoRequest::compare(4, 2, heap(&new))).status, miscompare_at(at(&old, &new)));
     let c = run_one(&ch, IoRequest::compare_and_write(4, 2, heap(&new), heap(&new)));
-    assert_eq!(c.status, IoStatus::Miscompare);
+    assert_eq!(c.status, miscompare_at(at(&old, &new)));
+    // The first differing byte, counted across segments (SCSI's sense INFORMATION field).
+    let mut near = old.clone();
+    near[700] ^= 0xff;
+    near[900] ^= 0xff;
+    let two = IoRequest::compare(4, 2, heap(&near[..512])).with_buf(heap(&near[512..]));
+    assert_eq!(run_one(&ch, two).status, miscompare_at(Some(700)));
+    let mut cmp = smallvec::smallvec![heap(&near[..300]), heap(&near[300..])];
+    let mut caw = IoRequest::compare_and_write(4, 2, heap(&old), heap(&new));
+    if let ferrite_bdev::IoAux::Compare(c) = &mut caw.aux {
+        std::mem::swap(&mut **c, &mut cmp);
+    }
+    assert_eq!(run_one(&ch, caw).status, miscompare_at(Some(700)), "compare-and-write says where too");
     assert_eq!(run_one(&ch, IoRequest::compare(4, 2, heap(&old))).status, IoStatus::Success, "nothing written");
     let c = run_one(&ch, IoRequest::compare_and_write(4, 2, heap(&old), heap(&new)));
     assert_eq!(c.status, IoStatus::Success);
     let r = run_one(&ch, IoRequest::read(4, 2, IoBuf::heap(1024)));
     assert_bytes_eq(&r.req.bufs[0], &new, "after compare-and-write");
     let st = ferrite_bdev::channel::local_iostat(b.id());
-    assert_eq!(st.errors[2], 2, "two miscompares counted as such");
+    assert_eq!(st.errors[2], 4, "the miscompares counted as such");
     drop((ch, desc, r));
     unregister("contract_compare", None).unwrap();
 }

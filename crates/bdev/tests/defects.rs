@@ -281,7 +281,7 @@ fn compare_and_write_is_atomic_across_cores() {
                         io(&ch, IoRequest::compare_and_write(0, 1, buf_from(&block(v)), buf_from(&block(v + 1)))).await;
                     match c.status {
                         IoStatus::Success => done += 1,
-                        IoStatus::Miscompare => misses += 1,
+                        IoStatus::Miscompare { .. } => misses += 1,
                         s => panic!("compare-and-write failed: {s}"),
                     }
                 }

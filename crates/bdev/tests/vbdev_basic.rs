@@ -103,7 +103,9 @@ fn passthru_round_trips_data_and_mirrors_its_base() {
     write_read_back(&ch, 20, &data, &[4096], &[4096]);
     assert_eq!(run_one(&ch, IoRequest::compare(20, 8, heap(&data))).status, IoStatus::Success);
     let other = pattern(2, 4096);
-    assert_eq!(run_one(&ch, IoRequest::compare(20, 8, heap(&other))).status, IoStatus::Miscompare);
+    let first = data.iter().zip(&other).position(|(a, b)| a != b).unwrap() as u64;
+    let st = run_one(&ch, IoRequest::compare(20, 8, heap(&other))).status;
+    assert_eq!(st, IoStatus::Miscompare { offset: ferrite_bdev::DiffOffset::at(first) });
     let c = run_one(&ch, IoRequest::compare_and_write(20, 8, heap(&data), heap(&other)));
     assert_eq!(c.status, IoStatus::Success);
     let c = run_one(&ch, IoRequest::read(20, 8, IoBuf::heap(4096)));
@@ -231,7 +233,7 @@ fn error_failure_fails_exactly_num_ios_of_the_type() {
     (n.nvme_sct, n.nvme_sc) = (1, 0x81);
     error::inject(&ee, Some(IoType::Flush), n).unwrap();
     let c = run_one(&ch, IoRequest::no_payload(IoType::Flush, 0, 0));
-    assert_eq!(c.status, IoStatus::Nvme { sct: 1, sc: 0x81 });
+    assert_eq!(c.status, IoStatus::nvme(1, 0x81));
     // Clear disarms; num 0 disarms.
     error::inject(&ee, Some(IoType::Read), Injection::of(ErrorType::Failure, 5)).unwrap();
     error::clear(&ee).unwrap();

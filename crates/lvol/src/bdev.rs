@@ -462,8 +462,12 @@ pub fn register(lvs: &Arc<Lvstore>, lvol: &Arc<Lvol>) -> Result<Bdev, BdevError>
         limits: Limits {
             physical_block_size: base_limits.physical_block_size,
             buf_align: base_limits.buf_align,
+            seg_len_align: base_limits.seg_len_align,
             optimal_io_boundary: blocks_per_cluster as u32,
             split_on_optimal_io_boundary: true,
+            // Unmaps free whole clusters only (a part of one reads as zeroes but stays
+            // allocated).
+            unmap_granularity: blocks_per_cluster as u32,
             write_cache: base_limits.write_cache,
             ..Limits::default()
         },

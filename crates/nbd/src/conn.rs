@@ -366,9 +366,11 @@ fn nbd_error(s: IoStatus) -> u32 {
         // A remote NVMe namespace that is full or write-protected answers as such
         // (`IoStatus::errno` knows those statuses); other NVMe statuses are EIO.
         IoStatus::Nvme { .. } => nbd_error(IoStatus::Failed(s.errno())),
-        IoStatus::Failed(_) | IoStatus::Aborted | IoStatus::Miscompare | IoStatus::TimedOut | IoStatus::Scsi { .. } => {
-            EIO
-        }
+        IoStatus::Failed(_)
+        | IoStatus::Aborted
+        | IoStatus::Miscompare { .. }
+        | IoStatus::TimedOut
+        | IoStatus::Scsi { .. } => EIO,
     }
 }
 
@@ -756,10 +758,10 @@ mod tests {
     #[test]
     fn full_and_read_only_volumes_answer_enospc_and_eperm() {
         assert_eq!(nbd_error(IoStatus::Failed(libc::ENOSPC)), ENOSPC);
-        assert_eq!(nbd_error(IoStatus::Nvme { sct: 0, sc: 0x81 }), ENOSPC);
+        assert_eq!(nbd_error(IoStatus::nvme(0, 0x81)), ENOSPC);
         assert_eq!(nbd_error(IoStatus::Failed(libc::EROFS)), EPERM);
-        assert_eq!(nbd_error(IoStatus::Nvme { sct: 0, sc: 0x20 }), EPERM);
-        assert_eq!(nbd_error(IoStatus::Nvme { sct: 2, sc: 0x81 }), EIO);
+        assert_eq!(nbd_error(IoStatus::nvme(0, 0x20)), EPERM);
+        assert_eq!(nbd_error(IoStatus::nvme(2, 0x81)), EIO);
         assert_eq!(nbd_error(IoStatus::Failed(libc::EIO)), EIO);
     }
 }

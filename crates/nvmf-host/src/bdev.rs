@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 /// Most blocks one command moves (NLB is 16 bits).
 const MAX_NLB: u32 = 65_536;
+/// Most ranges in one Dataset Management command (NVMe: NR is 0-based in 8 bits).
+pub(crate) const DSM_MAX_RANGES: u32 = 256;
 
 /// A namespace bdev's state shared by its channels.
 pub struct NsShared {
@@ -120,9 +122,16 @@ pub(crate) fn register_namespace(
         module: "nvme",
         io_types: io_types(ctrlr, n),
         limits: Limits {
+            // MDTS.
             max_io_blocks: max_blocks,
             max_write_zeroes_blocks: u64::from(MAX_NLB),
+            // One Dataset Management command: up to 256 ranges of 2^32 - 1 blocks each (the
+            // controller's DMRL and DMRSL, from the I/O command set's identify data, are not
+            // read: the NVMe limits themselves stand).
             max_unmap_blocks: u64::from(u32::MAX),
+            max_unmap_segments: DSM_MAX_RANGES,
+            unmap_granularity: n.dealloc_granularity,
+            unmap_alignment: n.dealloc_alignment,
             ..Limits::default()
         },
     };

@@ -129,12 +129,13 @@ fn command(io: &BdevIo, nsid: u32) -> Option<(Sqe, bool, Option<ferrite_reactor:
             // One range per 2^32 - 1 blocks.
             let mut ranges = Vec::new();
             let (mut lba, mut left) = (r.offset_blocks, r.num_blocks);
-            while left > 0 && ranges.len() < 256 {
+            while left > 0 && ranges.len() < crate::bdev::DSM_MAX_RANGES as usize {
                 let n = left.min(u64::from(u32::MAX));
                 ranges.push(DsmRange { context_attributes: 0, nlb: n as u32, slba: lba });
                 lba += n;
                 left -= n;
             }
+            debug_assert_eq!(left, 0, "the bdev layer splits unmaps to one command's ranges");
             let mut buf = ferrite_reactor::alloc_buf(ranges.len() * DsmRange::SIZE);
             DsmRange::write_all(&ranges, &mut buf);
             let mut sqe = Sqe::new(nvm::DATASET_MANAGEMENT, 0, nsid);

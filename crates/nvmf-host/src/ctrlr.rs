@@ -105,6 +105,11 @@ pub struct NsInfo {
     pub uuid: Option<[u8; 16]>,
     /// The namespace is write-protected (NSATTR bit 0: an lvol snapshot on a Ferrite target).
     pub write_protected: bool,
+    /// Preferred deallocate granularity and alignment in blocks (NPDG and NPDA, 1-based;
+    /// 0 where NSFEAT does not define them).
+    pub dealloc_granularity: u32,
+    /// See `dealloc_granularity`.
+    pub dealloc_alignment: u32,
 }
 
 impl NsInfo {
@@ -862,6 +867,9 @@ async fn scan_namespaces(admin: &HostQpair) -> Result<Vec<NsInfo>, String> {
             Err(_) => None,
         };
         let write_protected = ns.nsattr & ferrite_nvme::spec::identify_ns::nsattr::WRITE_PROTECTED != 0;
+        let optperf = ns.nsfeat & ferrite_nvme::spec::identify_ns::nsfeat::OPTPERF != 0;
+        let (dealloc_granularity, dealloc_alignment) =
+            if optperf { (u32::from(ns.npdg) + 1, u32::from(ns.npda) + 1) } else { (0, 0) };
         out.push(NsInfo {
             nsid,
             block_size: bs,
@@ -870,6 +878,8 @@ async fn scan_namespaces(admin: &HostQpair) -> Result<Vec<NsInfo>, String> {
             eui64: ns.eui64,
             uuid,
             write_protected,
+            dealloc_granularity,
+            dealloc_alignment,
         });
     }
     Ok(out)

@@ -734,10 +734,12 @@ impl Out {
 
 /// Completes a bdev request, or, if it failed for a path reason (its connection dropped, an
 /// ANA status), sends it again through its channel, which may choose another path.
-fn bdev_done(io: BdevIo, cqe: &Cqe) {
+fn bdev_done(mut io: BdevIo, cqe: &Cqe) {
     use ferrite_nvme::spec::log::ana_state;
     use ferrite_nvme::spec::status::{path, sct};
     let status = status_of(cqe);
+    // The command's dword 0 travels beside its status, as SPDK's `cdw0` does.
+    io.result = u64::from(cqe.dw0);
     let s = cqe.status;
     if s.sct != sct::PATH || s.sc == path::ABORTED_BY_HOST {
         return io.complete(status);
@@ -761,7 +763,9 @@ pub(crate) fn connection_failed(cqe: &Cqe) -> bool {
     cqe.status.sct == sct::PATH && cqe.status.sc == path::HOST_PATH_ERROR && cqe.dw0 == u32::MAX
 }
 
-/// A bdev status for a completion.
+/// A bdev status for a completion: the layer's own for an abort and a compare failure (as
+/// SPDK's `spdk_bdev_io_set_nvme_status` and bdev_nvme do), the controller's whole otherwise,
+/// Do Not Retry and More included.
 fn status_of(cqe: &Cqe) -> IoStatus {
     use ferrite_nvme::spec::status::{generic, media, sct};
     let s = cqe.status;
@@ -770,11 +774,11 @@ fn status_of(cqe: &Cqe) -> IoStatus {
     } else if s.sct == sct::GENERIC && s.sc == generic::ABORTED_BY_REQUEST {
         IoStatus::Aborted
     } else if s.sct == sct::MEDIA_ERROR && s.sc == media::COMPARE_FAILURE {
-        IoStatus::Miscompare
+        IoStatus::MISCOMPARE
     } else if connection_failed(cqe) {
         IoStatus::Failed(libc::EIO)
     } else {
-        IoStatus::Nvme { sct: s.sct, sc: s.sc }
+        IoStatus::Nvme { sct: s.sct, sc: s.sc, dnr: s.dnr, more: s.more }
     }
 }
 
@@ -1077,5 +1081,26 @@ fn put_back(qp: &HostQpair, slot: u16, i: usize, buf: IoBuf) {
         Some(Owner::Bdev(io)) => io.req.bufs[i] = buf,
         Some(Owner::Wait { inb: Some(b), .. }) => *b = buf,
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_nvme::spec::status::Status;
+
+    fn cqe(status: Status, dw0: u32) -> Cqe {
+        Cqe { dw0, dw1: 0, sqhd: 0, sqid: 1, cid: 7, phase: true, status }
+    }
+
+    #[test]
+    fn a_controller_status_reaches_the_bdev_whole() {
+        let s = Status { sct: 0, sc: 0x81, crd: 0, more: true, dnr: true };
+        assert_eq!(status_of(&cqe(s, 5)), IoStatus::Nvme { sct: 0, sc: 0x81, dnr: true, more: true });
+        let s = Status::new(2, 0x81);
+        assert_eq!(status_of(&cqe(s, 0)), IoStatus::nvme(2, 0x81), "no DNR where the controller set none");
+        assert_eq!(status_of(&cqe(Status::media(0x85).with_dnr(), 0)), IoStatus::MISCOMPARE);
+        assert_eq!(status_of(&cqe(Status::generic(0x07), 0)), IoStatus::Aborted);
+        assert_eq!(status_of(&cqe(Status::SUCCESS, 9)), IoStatus::Success);
     }
 }

@@ -5,7 +5,7 @@
 use super::qpair::{set_phase, Conn, Phase};
 use crate::spec::opcode::nvm;
 use crate::spec::sqe::Fuse;
-use crate::spec::status::{generic, media, Status};
+use crate::spec::status::{generic, Status};
 use ferrite_bdev::{
     Completed, FanOut, FanOutCompleter, FanOutDone, IoBufs, IoCompleter, IoFlags, IoRequest, IoStatus, IoType,
 };
@@ -17,50 +17,13 @@ const DSM_MAX_RANGES: usize = 256;
 /// Dataset Management CDW11 Attribute - Deallocate (AD).
 const DSM_DEALLOCATE: u32 = 1 << 2;
 
-/// The NVMe status for a bdev status.
+/// The NVMe status for a bdev status (`ferrite_bdev::translate::nvme_of`, where the rules
+/// are). A status an NVMe device answered (Ferrite's host under a re-export) passes through
+/// whole, Do Not Retry and More as the device set them.
 pub(crate) fn status_of(s: IoStatus) -> Status {
-    match s {
-        IoStatus::Success => Status::SUCCESS,
-        IoStatus::OutOfRange => Status::generic(generic::LBA_OUT_OF_RANGE).with_dnr(),
-        IoStatus::Misaligned => Status::generic(generic::INVALID_FIELD).with_dnr(),
-        IoStatus::Unsupported => Status::generic(generic::INVALID_OPCODE).with_dnr(),
-        IoStatus::Removed => Status::generic(generic::INVALID_NAMESPACE_OR_FORMAT).with_dnr(),
-        IoStatus::Aborted | IoStatus::TimedOut => Status::generic(generic::ABORTED_BY_REQUEST),
-        IoStatus::Miscompare => Status::media(media::COMPARE_FAILURE).with_dnr(),
-        // A remote namespace's status (Ferrite's host under a re-export): the bdev layer keeps
-        // no Do Not Retry bit, so it is set again for the statuses a retry cannot change.
-        IoStatus::Nvme { sct, sc } if permanent(sct, sc) => Status::new(sct, sc).with_dnr(),
-        IoStatus::Nvme { sct, sc } => Status::new(sct, sc),
-        // A thin volume whose store is full: hosts report "no space" (Linux: BLK_STS_NOSPC,
-        // ENOSPC to the file system) and do not retry, where an internal error is an EIO
-        // retried several times.
-        IoStatus::Failed(libc::ENOSPC) => Status::generic(generic::CAPACITY_EXCEEDED).with_dnr(),
-        // A write to a read-only bdev (an lvol snapshot).
-        IoStatus::Failed(libc::EROFS) => Status::generic(generic::NAMESPACE_IS_WRITE_PROTECTED).with_dnr(),
-        IoStatus::NoMem | IoStatus::Failed(_) | IoStatus::Scsi { .. } => {
-            Status::generic(generic::INTERNAL_DEVICE_ERROR)
-        }
-    }
-}
-
-/// True for a status that the same command would meet again: the request itself is wrong,
-/// or the namespace cannot take it (write-protected, full), or the data failed a check.
-fn permanent(code_type: u8, sc: u8) -> bool {
-    use crate::spec::status::sct;
-    match code_type {
-        sct::GENERIC => matches!(
-            sc,
-            generic::INVALID_OPCODE
-                | generic::INVALID_FIELD
-                | generic::INVALID_NAMESPACE_OR_FORMAT
-                | generic::LBA_OUT_OF_RANGE
-                | generic::CAPACITY_EXCEEDED
-                | generic::NAMESPACE_IS_WRITE_PROTECTED
-                | generic::RESERVATION_CONFLICT
-        ),
-        sct::MEDIA_ERROR => sc == media::COMPARE_FAILURE,
-        _ => false,
-    }
+    let n = ferrite_bdev::translate::nvme_of(s);
+    let more = matches!(s, IoStatus::Nvme { more: true, .. });
+    Status { sct: n.sct, sc: n.sc, crd: 0, more, dnr: n.dnr }
 }
 
 fn invalid_field() -> Status {
@@ -292,28 +255,29 @@ impl IoCompleter for Conn {
             self.unpair(slot);
             let (s1, s2) = match status {
                 IoStatus::Success => (Status::SUCCESS, Status::SUCCESS),
-                IoStatus::Miscompare => {
-                    (status_of(IoStatus::Miscompare), Status::generic(generic::ABORTED_FAILED_FUSED))
-                }
+                IoStatus::Miscompare { .. } => (status_of(status), Status::generic(generic::ABORTED_FAILED_FUSED)),
                 other => (status_of(other), status_of(other)),
             };
             self.complete(first, s1, 0, None);
             return self.complete(slot, s2, 0, None);
         }
+        // An NVMe device's dword 0 (zero from every other module) goes back with its status.
+        let dw0 = io.result as u32;
         if is_read && status.is_ok() {
             let bufs = std::mem::take(&mut io.req.bufs);
-            return self.complete(slot, Status::SUCCESS, 0, Some(bufs));
+            return self.complete(slot, Status::SUCCESS, dw0, Some(bufs));
         }
         if !status.is_ok() {
             log::debug!("nvmf connection {}: I/O failed: {status}", self.id);
         }
-        self.complete(slot, status_of(status), 0, None);
+        self.complete(slot, status_of(status), dw0, None);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::status::media;
 
     #[test]
     fn full_and_read_only_volumes_have_their_own_statuses() {
@@ -326,14 +290,29 @@ mod tests {
     }
 
     #[test]
-    fn a_remote_status_keeps_do_not_retry_where_a_retry_cannot_help() {
-        let wp = status_of(IoStatus::Nvme { sct: 0, sc: generic::NAMESPACE_IS_WRITE_PROTECTED });
-        assert_eq!((wp.sct, wp.sc, wp.dnr), (0, generic::NAMESPACE_IS_WRITE_PROTECTED, true));
-        let full = status_of(IoStatus::Nvme { sct: 0, sc: generic::CAPACITY_EXCEEDED });
-        assert!(full.dnr, "a full namespace");
-        let internal = status_of(IoStatus::Nvme { sct: 0, sc: generic::INTERNAL_DEVICE_ERROR });
-        assert!(!internal.dnr, "an internal error may pass");
-        let path = status_of(IoStatus::Nvme { sct: 3, sc: 2 });
+    fn a_remote_status_passes_through_whole() {
+        let wp =
+            status_of(IoStatus::Nvme { sct: 0, sc: generic::NAMESPACE_IS_WRITE_PROTECTED, dnr: true, more: false });
+        assert_eq!((wp.sct, wp.sc, wp.dnr, wp.more), (0, generic::NAMESPACE_IS_WRITE_PROTECTED, true, false));
+        let internal = status_of(IoStatus::Nvme { sct: 0, sc: generic::INTERNAL_DEVICE_ERROR, dnr: true, more: true });
+        assert!(internal.dnr && internal.more, "the device's bits, not a guess");
+        let retry = status_of(IoStatus::nvme(0, generic::CAPACITY_EXCEEDED));
+        assert!(!retry.dnr, "a device that allows a retry is not overruled");
+        let path = status_of(IoStatus::nvme(3, 2));
         assert!(!path.dnr, "a path status is for the host to retry elsewhere");
+    }
+
+    #[test]
+    fn a_scsi_backend_status_is_translated() {
+        let s = status_of(IoStatus::Scsi { status: 2, key: 5, asc: 0x21, ascq: 0 });
+        assert_eq!((s.sct, s.sc, s.dnr), (0, generic::LBA_OUT_OF_RANGE, true));
+        let s = status_of(IoStatus::Scsi { status: 0x18, key: 0, asc: 0, ascq: 0 });
+        assert_eq!((s.sct, s.sc), (0, generic::RESERVATION_CONFLICT));
+    }
+
+    #[test]
+    fn a_miscompare_is_a_compare_failure_wherever_it_was() {
+        let s = status_of(IoStatus::Miscompare { offset: ferrite_bdev::DiffOffset::at(17) });
+        assert_eq!((s.sct, s.sc, s.dnr), (2, media::COMPARE_FAILURE, true));
     }
 }

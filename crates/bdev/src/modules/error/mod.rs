@@ -179,7 +179,7 @@ impl ErrorCh {
             ErrorType::Failure => io.complete_deferred(IoStatus::Failed(libc::EIO)),
             ErrorType::NvmeFailure => {
                 let v = slot.nvme.load(Ordering::Relaxed);
-                io.complete_deferred(IoStatus::Nvme { sct: (v >> 8) as u8, sc: v as u8 })
+                io.complete_deferred(IoStatus::nvme((v >> 8) as u8, v as u8))
             }
             ErrorType::NoMem => io.complete_deferred(IoStatus::NoMem),
             ErrorType::Pending => self.pending.borrow_mut().push_back(io),

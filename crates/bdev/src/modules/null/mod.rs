@@ -30,6 +30,11 @@ pub struct NullOpts {
     pub physical_block_size: Option<u32>,
     /// UUID (random if None).
     pub uuid: Option<String>,
+    /// Preferred unmap granularity in blocks, reported to users of the bdev (0: none; SPDK's
+    /// `preferred_unmap_granularity`; the null bdev has no unmap, as SPDK's).
+    pub preferred_unmap_granularity: u32,
+    /// Preferred unmap alignment in blocks (SPDK's `preferred_unmap_alignment`).
+    pub preferred_unmap_alignment: u32,
 }
 
 /// The I/O types the null module serves.
@@ -115,6 +120,11 @@ impl BdevBackend for NullBackend {
         if let Some(p) = self.physical_block_size {
             params["physical_block_size"] = json!(p);
         }
+        let l = bdev.limits();
+        if l.unmap_granularity != 0 || l.unmap_alignment != 0 {
+            params["preferred_unmap_granularity"] = json!(l.unmap_granularity);
+            params["preferred_unmap_alignment"] = json!(l.unmap_alignment);
+        }
         Some(json!({"method": "bdev_null_create", "params": params}))
     }
 }
@@ -147,7 +157,12 @@ pub fn create(opts: NullOpts) -> Result<Bdev, BdevError> {
         product_name: "Null disk",
         module: "null",
         io_types: IO_TYPES,
-        limits: Limits { physical_block_size: opts.physical_block_size.unwrap_or(0), ..Limits::default() },
+        limits: Limits {
+            physical_block_size: opts.physical_block_size.unwrap_or(0),
+            unmap_granularity: opts.preferred_unmap_granularity,
+            unmap_alignment: opts.preferred_unmap_alignment,
+            ..Limits::default()
+        },
     };
     register(props, Arc::new(NullBackend { physical_block_size: opts.physical_block_size }))
 }

@@ -39,13 +39,12 @@ pub fn register(reg: &mut Registry) {
         let p: NullCreate = p.parse()?;
         check_no_metadata(p.md_size, p.dif_type)?;
         let _ = (p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
-        // SPDK v26.05 writes these hints for every null bdev; only their defaults mean nothing.
+        // SPDK v26.05 writes these hints for every null bdev; only their defaults mean nothing
+        // (Ferrite's bdevs have no write hints; the unmap ones are reported, as SPDK does).
         for (k, v) in [
             ("preferred_write_granularity", p.preferred_write_granularity),
             ("preferred_write_alignment", p.preferred_write_alignment),
             ("optimal_write_size", p.optimal_write_size),
-            ("preferred_unmap_granularity", p.preferred_unmap_granularity),
-            ("preferred_unmap_alignment", p.preferred_unmap_alignment),
         ] {
             check_default(k, v, 0)?;
         }
@@ -55,6 +54,8 @@ pub fn register(reg: &mut Registry) {
             block_size: p.block_size,
             physical_block_size: p.physical_block_size,
             uuid: p.uuid,
+            preferred_unmap_granularity: p.preferred_unmap_granularity.unwrap_or(0),
+            preferred_unmap_alignment: p.preferred_unmap_alignment.unwrap_or(0),
         })
         .map_err(bdev_err)?;
         Ok(json!(b.name()))

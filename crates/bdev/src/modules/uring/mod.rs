@@ -349,8 +349,10 @@ pub fn create(opts: UringOpts) -> Result<Bdev, BdevError> {
         io_types = io_types.without(IoType::Unmap).without(IoType::WriteZeroes);
     }
     let limits = Limits {
-        // O_DIRECT needs every segment aligned to the device's logical block size.
+        // O_DIRECT needs every segment's address and length aligned to the device's logical
+        // block size.
         buf_align: if direct { native_bs } else { 1 },
+        seg_len_align: if direct { native_bs } else { 1 },
         max_segments: 1024,
         write_cache: true,
         ..Limits::default()
