@@ -185,9 +185,10 @@ pub(crate) fn abort(ch: &NsChan, io: BdevIo) {
         return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
     };
     let named = move |r: &BdevIo| r.is_named_by(completer, tag);
-    if ch.abort_waiting(&named) > 0 || tag == ferrite_bdev::io::ALL_TAGS {
-        // An abort of all stops what waits here; commands already with the controller
-        // complete as it answers them.
+    if tag == ferrite_bdev::io::ALL_TAGS {
+        return abort_all(ch, io, named);
+    }
+    if ch.abort_waiting(&named) > 0 {
         return io.complete_deferred(IoStatus::Success);
     }
     let mut found = None;
@@ -212,6 +213,32 @@ pub(crate) fn abort(ch: &NsChan, io: BdevIo) {
             Outcome::Closed | Outcome::Failed => IoStatus::Failed(libc::EIO),
         };
         io.complete(status);
+    })
+    .detach();
+}
+
+/// An abort of every request of a completer: what waits here ends at once, and each command of
+/// it on a controller gets an NVMe Abort (as many at a time as the controller's limit allows);
+/// the abort request itself succeeds once they have all been answered.
+fn abort_all(ch: &NsChan, io: BdevIo, named: impl Fn(&BdevIo) -> bool + Clone + 'static) {
+    ch.abort_waiting(&named);
+    let mut sent = Vec::new();
+    ch.each_path(&mut |c, p| {
+        if let Some(qp) = p.qpair() {
+            for cid in qp.find_commands(&named) {
+                sent.push((c.clone(), qp.clone(), cid));
+            }
+        }
+    });
+    if sent.is_empty() {
+        return io.complete_deferred(IoStatus::Success);
+    }
+    ferrite_reactor::spawn_local(async move {
+        for (ctrlr, qp, cid) in sent {
+            let named = named.clone();
+            let _ = send_abort(&ctrlr, &qp, cid, move |qp| qp.find_commands(&named).contains(&cid)).await;
+        }
+        io.complete(IoStatus::Success);
     })
     .detach();
 }

@@ -344,6 +344,16 @@ impl HostQpair {
             .map(|i| self.cid_of(i as u16, cmds[i].gen))
     }
 
+    /// The CIDs of every outstanding command whose bdev request `named` picks.
+    pub(crate) fn find_commands(&self, named: &dyn Fn(&BdevIo) -> bool) -> Vec<u16> {
+        let cmds = self.cmds.borrow();
+        cmds.iter()
+            .enumerate()
+            .filter(|(_, c)| c.done.is_none() && matches!(&c.owner, Some(Owner::Bdev(io)) if named(io)))
+            .map(|(i, c)| self.cid_of(i as u16, c.gen))
+            .collect()
+    }
+
     /// True while command `cid` is outstanding and the watchdog has reported it.
     pub(crate) fn is_timed_out(&self, cid: u16) -> bool {
         let Some(slot) = self.slot_of(cid) else { return false };
