@@ -7,7 +7,7 @@
 //! Children carry byte ranges of the parent's scatter-gather list. The fan-out slices the list
 //! itself, and that is what makes slicing safe: the parent's buffers stay inside the fan-out
 //! until every child has completed and dropped its views, and children that write into the
-//! parent's memory (reads) must take disjoint ranges in ascending order (checked; a mirror's
+//! parent's memory (reads) must take disjoint ranges (checked; a mirror's
 //! writes may share ranges, their views are read-only).
 //!
 //! Costs, named: one shared state per parent (an `Rc`), and the status list spills to the heap
@@ -91,9 +91,12 @@ pub(crate) struct FanState {
     left: Cell<usize>,
     /// No more children will come (the `FanOut` handle is gone).
     sealed: Cell<bool>,
-    /// End of the last range handed out writable (reads fill the parent's memory): the next
-    /// writable range starts at or after it, so that no two children write the same bytes.
-    writable_end: Cell<usize>,
+    /// A child was handed writable views (reads fill the parent's memory).
+    wrote: Cell<bool>,
+    /// The writable ranges handed out so far (not kept for the layer's own splits, whose plan
+    /// cuts disjoint ranges): a new one must overlap none, so that no two children write the
+    /// same bytes.
+    written: RefCell<SmallVec<[Range<usize>; 4]>>,
     /// True for the layer's own split (its children are not accounted on their own).
     split: bool,
     /// A split's first failed child so far (lowest index; `u32::MAX`: none) and its result
@@ -133,7 +136,7 @@ impl FanState {
         }
         let Some(mut parent) = self.parent.borrow_mut().take() else { return };
         let statuses = std::mem::take(&mut *self.statuses.borrow_mut());
-        if self.writable_end.get() > 0 {
+        if self.wrote.get() {
             // Read children wrote the parent's memory through views: its buffers no longer
             // count as known zeroes (`IoBuf::zero` would skip them).
             parent.mark_written();
@@ -164,7 +167,8 @@ impl FanOut {
             statuses: RefCell::new(SmallVec::new()),
             left: Cell::new(0),
             sealed: Cell::new(false),
-            writable_end: Cell::new(0),
+            wrote: Cell::new(false),
+            written: RefCell::new(SmallVec::new()),
             split,
             first_failed: Cell::new((u32::MAX, 0)),
         }))
@@ -205,8 +209,7 @@ impl FanOut {
     ///
     /// # Panics
     /// If `payload` lies beyond the parent's list, `req` brings buffers of its own, or a read's
-    /// range overlaps or precedes an earlier read child's (two children would write the same
-    /// bytes).
+    /// range overlaps an earlier read child's (two children would write the same bytes).
     pub fn submit(&self, ch: &IoChannel, req: IoRequest, payload: Range<usize>) -> usize {
         let (io, index) = self.child(ch.inner(), req, payload, 0);
         ch.submit_io(io);
@@ -228,8 +231,13 @@ impl FanOut {
         if !payload.is_empty() {
             let writable = req.io_type == crate::io::IoType::Read;
             if writable {
-                assert!(payload.start >= st.writable_end.get(), "fan-out reads must take ascending, disjoint ranges");
-                st.writable_end.set(payload.end);
+                if !st.split {
+                    let mut w = st.written.borrow_mut();
+                    let overlaps = w.iter().any(|r| r.start < payload.end && payload.start < r.end);
+                    assert!(!overlaps, "fan-out reads must take disjoint ranges: {payload:?} overlaps an earlier one");
+                    w.push(payload.clone());
+                }
+                st.wrote.set(true);
             }
             let parent = st.parent.borrow();
             let bufs = parent.as_ref().expect("children come before the parent completes").bufs();

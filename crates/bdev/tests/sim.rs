@@ -802,3 +802,176 @@ fn a_timeout_on_a_passthru_aborts_what_its_base_holds() {
     });
     assert_eq!(sim.block_on(rx, 100_000).unwrap(), IoStatus::TimedOut);
 }
+
+/// Fan-outs on every core, each a mirrored write to a delay bdev (completing late, in an order
+/// the seed picks) and an error bdev (failing some writes), then a striped read back across
+/// both: every fan-out hears once, with each child's status in submission order, and the
+/// stripes land in the parent's segments in place.
+fn fan_outs(seed: u64) -> u64 {
+    use ferrite_bdev::fanout::{FanOut, FanOutCompleter, FanOutDone};
+    use ferrite_bdev::{IoBufs, IoType};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    #[derive(Default)]
+    struct Heard(RefCell<Vec<(u64, FanOutDone)>>);
+    impl FanOutCompleter for Heard {
+        fn fan_out_done(&self, tag: u64, done: FanOutDone) {
+            self.0.borrow_mut().push((tag, done));
+        }
+    }
+
+    let cores = 1 + (seed % 3) as usize;
+    let mut sim = Sim::new(seed, cores).unwrap();
+    make_malloc(&mut sim, "FA", 256);
+    make_malloc(&mut sim, "FB", 256);
+    let lat = latencies(&mut sim);
+    sim.on(0, || -> Result<(), ferrite_bdev::BdevError> {
+        delay::create("FA", "FD", None, lat)?;
+        error::create("FB", None)?;
+        Ok(())
+    })
+    .expect("stack");
+    let fail = sim.rng().below(4) as u32;
+    let inj = error::Injection::of(error::ErrorType::Failure, fail);
+    if fail > 0 {
+        error::inject("EE_FB", Some(IoType::Write), inj).unwrap();
+    }
+    let rounds = 2 + sim.rng().below(6);
+    let e = sim.engine();
+    let runs: Vec<_> = (0..cores)
+        .map(|c| {
+            e.run_async(c, move || async move {
+                let (da, db) = (Bdev::open("FD", true, || {}).unwrap(), Bdev::open("EE_FB", true, || {}).unwrap());
+                let (ca, cb) = (da.channel().unwrap(), db.channel().unwrap());
+                let (mut failed_writes, mut mismatches) = (0u32, 0u32);
+                for r in 0..rounds {
+                    let lba = (c as u64 * 16 + r * 2) % 240;
+                    let data = pattern(c as u64 * 1000 + r, 2048);
+                    let heard = Rc::new(Heard::default());
+                    let segs: IoBufs = [700usize, 1348]
+                        .iter()
+                        .scan(0, |pos, &n| {
+                            let b = buf_from(&data[*pos..*pos + n]);
+                            *pos += n;
+                            Some(b)
+                        })
+                        .collect();
+                    let fan = FanOut::for_caller(segs, heard.clone(), r);
+                    fan.submit(&ca, IoRequest::new(IoType::Write, lba, 4), 0..2048);
+                    fan.submit(&cb, IoRequest::new(IoType::Write, lba, 4), 0..2048);
+                    fan.finish();
+                    while heard.0.borrow().is_empty() {
+                        ferrite_reactor::sleep(std::time::Duration::from_micros(50)).await;
+                    }
+                    let (tag, done) = heard.0.borrow_mut().pop().unwrap();
+                    assert_eq!(tag, r);
+                    assert_eq!(done.statuses.len(), 2);
+                    assert!(done.statuses[0].is_ok(), "the delay child: {:?}", done.statuses);
+                    match done.statuses[1] {
+                        IoStatus::Success => {}
+                        IoStatus::Failed(_) => {
+                            failed_writes += 1;
+                            continue;
+                        }
+                        s => panic!("unexpected status {s:?}"),
+                    }
+                    // Both copies hold the data: read it back striped, two blocks from each.
+                    let out: IoBufs = [1000usize, 1048].iter().map(|&n| buf_filled(n, 0xee)).collect();
+                    let fan = FanOut::for_caller(out, heard.clone(), 100 + r);
+                    fan.submit(&cb, IoRequest::new(IoType::Read, lba + 2, 2), 1024..2048);
+                    fan.submit(&ca, IoRequest::new(IoType::Read, lba, 2), 0..1024);
+                    drop(fan);
+                    while heard.0.borrow().is_empty() {
+                        ferrite_reactor::sleep(std::time::Duration::from_micros(50)).await;
+                    }
+                    let (_, done) = heard.0.borrow_mut().pop().unwrap();
+                    assert!(done.statuses.iter().all(|s| s.is_ok()), "{:?}", done.statuses);
+                    let got: Vec<u8> = done.bufs.iter().flat_map(|b| b.to_vec()).collect();
+                    if got != data {
+                        mismatches += 1;
+                    }
+                    assert!(heard.0.borrow().is_empty(), "heard twice");
+                }
+                (failed_writes, mismatches)
+            })
+        })
+        .collect();
+    let mut failed = 0;
+    for rx in runs {
+        let (f, m) = sim.block_on(rx, MAX_STEPS).expect("the fan-outs end");
+        assert_eq!(m, 0, "a striped read did not return what both copies hold");
+        failed += f;
+    }
+    assert!(failed <= fail, "{failed} writes failed, {fail} were injected");
+    for (name, module) in [("FD", delay::MODULE), ("EE_FB", error::MODULE)] {
+        let rx = e.run_async(0, move || async move { delete_vbdev(name, module).await.expect("deletes") });
+        sim.block_on(rx, MAX_STEPS).unwrap();
+    }
+    for n in ["FA", "FB"] {
+        sim.block_on(unregister(n, None).unwrap(), MAX_STEPS).unwrap();
+    }
+    sim.run_until_idle(MAX_STEPS);
+    check_no_channels(&mut sim, cores);
+    sim.trace() ^ u64::from(failed)
+}
+
+#[test]
+fn fan_outs_hear_once_with_every_childs_status_on_every_core() {
+    for_seeds(100, fan_outs);
+}
+
+/// A passthru deleted while every core opens and closes it and runs I/O through it: its
+/// module's destruct runs exactly once, after the last opener closed, and closes the base (the
+/// base's claim goes); opens after the delete began are refused.
+fn destruct_races_opens(seed: u64) -> u64 {
+    let cores = 2 + (seed % 2) as usize;
+    let mut sim = Sim::new(seed, cores).unwrap();
+    make_malloc(&mut sim, "DM", 64);
+    sim.on(0, || passthru::create("DM", "DP", None)).expect("passthru");
+    let e = sim.engine();
+    let opens = 1 + sim.rng().below(6);
+    let churn: Vec<_> = (0..cores)
+        .map(|c| {
+            e.run_async(c, move || async move {
+                let mut refused = 0u64;
+                for i in 0..opens {
+                    let Ok(d) = Bdev::open("DP", true, || {}) else {
+                        refused += 1;
+                        continue;
+                    };
+                    if let Ok(ch) = d.channel() {
+                        let data = pattern(c as u64 * 100 + i, 512);
+                        let lba = c as u64 * 8 + i % 8;
+                        let w = io(&ch, IoRequest::write(lba, 1, buf_from(&data))).await;
+                        if w.status.is_ok() {
+                            let r = io(&ch, IoRequest::read(lba, 1, buf_filled(512, 0))).await;
+                            assert!(!r.status.is_ok() || payload(&r) == data, "core {c}: read back differs");
+                        }
+                    }
+                    ferrite_reactor::sleep(std::time::Duration::from_micros(10 * (i + 1))).await;
+                }
+                refused
+            })
+        })
+        .collect();
+    let at = sim.rng().below(2_000);
+    sim.run_until_idle(at);
+    let gone = e.run_async(0, || async { delete_vbdev("DP", passthru::MODULE).await.expect("DP deletes") });
+    for rx in churn {
+        sim.block_on(rx, MAX_STEPS).expect("the openers end");
+    }
+    sim.block_on(gone, MAX_STEPS).expect("the delete ends");
+    let m = lookup("DM").expect("the base stays");
+    assert!(m.claims().is_empty(), "the destruct released the base's claim: {:?}", m.claims());
+    assert_eq!(m.open_count(), 0, "the destruct closed the base");
+    sim.block_on(unregister("DM", None).unwrap(), MAX_STEPS).unwrap();
+    sim.run_until_idle(MAX_STEPS);
+    check_no_channels(&mut sim, cores);
+    sim.trace()
+}
+
+#[test]
+fn destruct_runs_once_the_last_opener_closes_while_cores_open_and_write() {
+    for_seeds(100, destruct_races_opens);
+}
