@@ -13,7 +13,6 @@ pub mod histogram;
 pub mod io;
 pub mod lifecycle;
 pub mod module;
-pub mod modules;
 pub mod qos;
 pub mod reservation;
 pub mod rpc;

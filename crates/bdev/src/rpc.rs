@@ -13,7 +13,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-pub(crate) fn bdev_err(e: BdevError) -> RpcError {
+/// The JSON-RPC error for a bdev error (SPDK's errno, as a module's method answers it).
+pub fn bdev_err(e: BdevError) -> RpcError {
     errno_error(e.errno(), e.to_string())
 }
 
@@ -207,7 +208,7 @@ fn selected(name: Option<String>) -> Result<Vec<Bdev>, RpcError> {
 
 /// A module's delete method: unregisters the bdev (if it is the module's) and answers once
 /// every opener has closed it.
-pub(crate) async fn delete(p: Params, module: &'static str) -> RpcResult {
+pub async fn delete(p: Params, module: &'static str) -> RpcResult {
     let p: NameParam = p.parse()?;
     let name = p.name;
     let done = unregister(&name, Some(module)).map_err(|e| match e {
@@ -221,11 +222,7 @@ pub(crate) async fn delete(p: Params, module: &'static str) -> RpcResult {
 
 /// SPDK's hints that Ferrite cannot honour: accepted at their default (so that configs SPDK
 /// writes load), refused with a clear message otherwise.
-pub(crate) fn check_default<T: PartialEq + std::fmt::Display>(
-    name: &str,
-    v: Option<T>,
-    default: T,
-) -> Result<(), RpcError> {
+pub fn check_default<T: PartialEq + std::fmt::Display>(name: &str, v: Option<T>, default: T) -> Result<(), RpcError> {
     match v {
         Some(v) if v != default => Err(RpcError::new(
             ferrite_rpc::jsonrpc::INVALID_PARAMS,
@@ -238,7 +235,7 @@ pub(crate) fn check_default<T: PartialEq + std::fmt::Display>(
 /// Ferrite supports no separate metadata or protection information: SPDK's parameters for them
 /// are accepted when they ask for none, else refused as invalid parameters naming the one that
 /// asks (the blocks' layout would differ). The other DIF options only qualify these two.
-pub(crate) fn check_no_metadata(md_size: Option<u32>, dif_type: Option<u32>) -> Result<(), RpcError> {
+pub fn check_no_metadata(md_size: Option<u32>, dif_type: Option<u32>) -> Result<(), RpcError> {
     for (name, v) in [("md_size", md_size), ("dif_type", dif_type)] {
         if v.unwrap_or(0) != 0 {
             return Err(RpcError::new(
@@ -331,7 +328,6 @@ pub fn register(reg: &mut Registry) {
     });
     crate::qos::register(reg);
     crate::histogram::register(reg);
-    crate::modules::register_builtin();
     for m in crate::module::modules() {
         m.register_rpcs(reg);
     }

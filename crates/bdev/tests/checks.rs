@@ -4,12 +4,12 @@ mod common;
 
 use common::*;
 use ferrite_bdev::channel::local_iostat;
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
-use ferrite_bdev::modules::null::{self, NullOpts};
 use ferrite_bdev::{
     lookup, register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, IoRequest, IoStatus, IoType,
     IoTypes,
 };
+use ferrite_modules::malloc::{self, MallocOpts};
+use ferrite_modules::null::{self, NullOpts};
 use ferrite_reactor::{alloc_buf, ReactorMode};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};

@@ -272,7 +272,7 @@ proptest! {
         register(props(&name, bs, BLOCKS, all, limits), Arc::new(backend)).unwrap();
         let top = if through_passthru {
             let pt = format!("{name}_pt");
-            ferrite_bdev::modules::passthru::create(&name, &pt, None).unwrap();
+            ferrite_modules::passthru::create(&name, &pt, None).unwrap();
             pt
         } else {
             name.clone()
@@ -346,7 +346,7 @@ proptest! {
 /// the same as written unsplit.
 #[test]
 fn malloc_with_an_optimal_io_boundary_splits_and_keeps_data() {
-    use ferrite_bdev::modules::malloc::{self, MallocOpts};
+    use ferrite_modules::malloc::{self, MallocOpts};
     let b = malloc::create(MallocOpts {
         name: Some("contract_malloc_boundary".into()),
         num_blocks: 256,
@@ -524,7 +524,7 @@ fn abort_stops_held_and_queued_requests() {
 /// a compare-and-write that miscompares writes nothing.
 #[test]
 fn compare_and_compare_and_write() {
-    use ferrite_bdev::modules::malloc::{self, MallocOpts};
+    use ferrite_modules::malloc::{self, MallocOpts};
     let b = malloc::create(MallocOpts {
         name: Some("contract_compare".into()),
         num_blocks: 64,

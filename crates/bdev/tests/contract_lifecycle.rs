@@ -8,11 +8,11 @@
 mod common;
 
 use common::{buf_from, engine, pattern, run, shutdown, wait_timeout, TIMEOUT};
-use ferrite_bdev::modules::{error, malloc};
 use ferrite_bdev::{
     register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevEvent, BdevIo, BdevProps, Completed,
     Destructed, IoCompleter, IoRequest, IoStatus, IoType, IoTypes, Limits, MediaEvent,
 };
+use ferrite_modules::{error, malloc};
 use ferrite_reactor::{IoBuf, ReactorMode};
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -4,10 +4,10 @@
 mod common;
 
 use common::*;
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
-use ferrite_bdev::modules::null::{self, NullOpts};
-use ferrite_bdev::modules::uring::{self, UringOpts};
 use ferrite_bdev::{unregister, Bdev, BdevError, IoRequest, IoStatus, IoType};
+use ferrite_modules::malloc::{self, MallocOpts};
+use ferrite_modules::null::{self, NullOpts};
+use ferrite_modules::uring::{self, UringOpts};
 use ferrite_reactor::{alloc_buf, ReactorMode};
 use std::os::unix::fs::FileExt;
 

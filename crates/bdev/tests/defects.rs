@@ -4,10 +4,10 @@ mod common;
 
 use common::*;
 use ferrite_bdev::channel::{local_iostat, local_iostat_entries, prune_local_iostat};
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
-use ferrite_bdev::modules::null::{self, NullOpts};
-use ferrite_bdev::modules::uring::{self, UringOpts};
 use ferrite_bdev::{unregister, Bdev, BdevError, Completed, IoCompleter, IoRequest, IoStatus};
+use ferrite_modules::malloc::{self, MallocOpts};
+use ferrite_modules::null::{self, NullOpts};
+use ferrite_modules::uring::{self, UringOpts};
 use ferrite_reactor::{Engine, EngineConfig, ReactorMode};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -306,8 +306,8 @@ fn compare_and_write_is_atomic_across_cores() {
 /// refuses writes; one without fallocate does not offer unmap.
 #[test]
 fn aio_bdevs_honour_readonly_and_fallocate() {
-    use ferrite_bdev::modules::uring::Flavor;
     use ferrite_bdev::IoType;
+    use ferrite_modules::uring::Flavor;
     let e = engine(1, ReactorMode::Adaptive);
     let f = TempFile::new("defect_aio", 1 << 20);
     let data = pattern(3, 1 << 20);
@@ -353,7 +353,7 @@ fn aio_bdevs_honour_readonly_and_fallocate() {
 /// I/O and killed the daemon. Stacks are bounded at create.
 #[test]
 fn virtual_bdev_stacks_are_bounded() {
-    use ferrite_bdev::modules::passthru::{self, base::MAX_STACK_DEPTH};
+    use ferrite_modules::passthru::{self, base::MAX_STACK_DEPTH};
     null::create(NullOpts { name: "defect_deep0".into(), num_blocks: 64, block_size: 512, ..Default::default() })
         .unwrap();
     let mut below = "defect_deep0".to_string();
@@ -382,7 +382,7 @@ fn virtual_bdev_stacks_are_bounded() {
 /// and the saved config then carried values that create, and so the next start, refused.
 #[test]
 fn delay_saved_config_restarts_after_any_update() {
-    use ferrite_bdev::modules::delay::{self, Latencies, LatencyType};
+    use ferrite_modules::delay::{self, Latencies, LatencyType};
     malloc::create(MallocOpts {
         name: Some("defect_delay_b".into()),
         num_blocks: 64,
@@ -414,7 +414,7 @@ fn delay_saved_config_restarts_after_any_update() {
 /// answered, and the held I/O (and its opener) stayed forever. Removal completes it as Aborted.
 #[test]
 fn deleting_under_pending_injected_io_completes_it() {
-    use ferrite_bdev::modules::error::{self, ErrorType, Injection};
+    use ferrite_modules::error::{self, ErrorType, Injection};
     let e = engine(1, ReactorMode::Adaptive);
     let status = run(&e, 0, || async {
         malloc::create(MallocOpts {

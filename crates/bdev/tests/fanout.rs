@@ -7,11 +7,11 @@ mod common;
 
 use common::{assert_bytes_eq, bufs_from, engine, io_ok, pattern, run, shutdown};
 use ferrite_bdev::io::IoBufs;
-use ferrite_bdev::modules::{delay, error, malloc};
 use ferrite_bdev::{
     register, BackendChannel, Bdev, BdevBackend, BdevDesc, BdevError, BdevIo, BdevProps, FanOut, FanOutCompleter,
     FanOutDone, IoChannel, IoRequest, IoStatus, IoType, IoTypes, Limits,
 };
+use ferrite_modules::{delay, error, malloc};
 use ferrite_reactor::{IoBuf, ReactorMode};
 use std::cell::RefCell;
 use std::future::Future;
@@ -167,7 +167,7 @@ fn a_caller_fan_out_reports_every_childs_status_and_slices_its_payload() {
         assert!(d.statuses.is_empty() && d.first_failure().is_ok());
         drop((sc, fc, slow, failing));
         for (n, m) in [("fo_d", delay::MODULE), ("EE_fo_m2", error::MODULE)] {
-            ferrite_bdev::modules::passthru::base::delete_vbdev(n, m).await.unwrap();
+            ferrite_modules::passthru::base::delete_vbdev(n, m).await.unwrap();
         }
         for n in ["fo_m1", "fo_m2"] {
             let _ = ferrite_bdev::unregister(n, None).unwrap().await;

@@ -5,11 +5,11 @@ mod common;
 
 use common::*;
 use ferrite_bdev::module::{register_module, wait_for_examine};
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
-use ferrite_bdev::modules::null::{self, NullOpts};
 use ferrite_bdev::{
     unregister, Bdev, BdevError, BdevEvent, BdevModule, ClaimType, ExamineDone, IoRequest, IoStatus, IoType, IoTypes,
 };
+use ferrite_modules::malloc::{self, MallocOpts};
+use ferrite_modules::null::{self, NullOpts};
 use ferrite_reactor::ReactorMode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

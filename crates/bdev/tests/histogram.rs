@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use ferrite_bdev::histogram::{self, Histogram};
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
 use ferrite_bdev::{unregister, Bdev, IoRequest, IoType};
+use ferrite_modules::malloc::{self, MallocOpts};
 use ferrite_reactor::{Engine, ReactorMode};
 
 fn enable(e: &Engine, b: &Bdev, cfg: Option<(Option<IoType>, u32, u64, u64)>) {

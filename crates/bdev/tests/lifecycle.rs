@@ -4,10 +4,10 @@ mod common;
 
 use common::*;
 use ferrite_bdev::channel::local_iostat;
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
 use ferrite_bdev::{
     lookup, unregister, Bdev, BdevError, Completed, IoChannel, IoCompleter, IoRequest, IoStat, IoStatus, IoType,
 };
+use ferrite_modules::malloc::{self, MallocOpts};
 use ferrite_reactor::{alloc_buf, sleep, ReactorMode};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

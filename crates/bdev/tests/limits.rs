@@ -303,7 +303,7 @@ fn segments_of_odd_lengths_are_gathered_until_the_length_rule_holds() {
 /// config.
 #[test]
 fn unmap_hints_are_reported_as_spdk_names_them() {
-    use ferrite_bdev::modules::null::{self, NullOpts};
+    use ferrite_modules::null::{self, NullOpts};
     let b = null::create(NullOpts {
         name: "limits_null_hints".into(),
         num_blocks: 64,

@@ -6,9 +6,9 @@
 mod common;
 
 use common::*;
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
 use ferrite_bdev::qos::{self, QosLimits, QosUpdate};
 use ferrite_bdev::{unregister, Bdev, Completed, IoCompleter, IoRequest, IoStatus};
+use ferrite_modules::malloc::{self, MallocOpts};
 use ferrite_reactor::{Engine, ReactorMode};
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use ferrite_bdev::modules::{malloc, uring};
 use ferrite_bdev::{Bdev, Completed, IoCompleter, IoRequest, IoStatus, IoType};
+use ferrite_modules::{malloc, uring};
 use ferrite_reactor::ReactorMode;
 use std::cell::RefCell;
 use std::process::Command;

@@ -7,9 +7,9 @@ mod common;
 
 use common::*;
 use ferrite_bdev::io::run_deferred;
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
-use ferrite_bdev::modules::passthru;
 use ferrite_bdev::{lookup, unregister, Bdev, IoChannel, IoRequest, IoStatus, IoType};
+use ferrite_modules::malloc::{self, MallocOpts};
+use ferrite_modules::passthru;
 use ferrite_reactor::IoBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -186,7 +186,7 @@ fn deleting_the_base_removes_the_passthru_and_waits_for_it() {
     assert!(wait_timeout(rx, TIMEOUT).is_ok(), "the base's delete finished once the passthru was gone");
 }
 
-use ferrite_bdev::modules::error::{self, ErrorType, Injection};
+use ferrite_modules::error::{self, ErrorType, Injection};
 
 /// A malloc bdev `<tag>_m` with `EE_<tag>_m` over it, and a writable channel to the latter.
 fn error_over_malloc(tag: &str) -> (String, ferrite_bdev::BdevDesc, IoChannel) {

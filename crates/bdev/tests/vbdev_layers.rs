@@ -7,14 +7,14 @@ mod common;
 
 use common::*;
 use ferrite_bdev::histogram;
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
-use ferrite_bdev::modules::passthru;
 use ferrite_bdev::qos::{self, QosUpdate};
 use ferrite_bdev::timeout::TimedOutIo;
 use ferrite_bdev::{
     register, unregister, BackendChannel, Bdev, BdevBackend, BdevError, BdevIo, BdevProps, IoRequest, IoStatus, IoType,
     IoTypes, Limits,
 };
+use ferrite_modules::malloc::{self, MallocOpts};
+use ferrite_modules::passthru;
 use ferrite_reactor::{Engine, ReactorMode};
 use std::cell::RefCell;
 use std::rc::Rc;

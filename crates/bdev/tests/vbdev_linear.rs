@@ -11,11 +11,11 @@
 mod common;
 
 use common::*;
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
 use ferrite_bdev::{
     register, unregister, BackendChannel, Bdev, BdevBackend, BdevDesc, BdevError, BdevIo, BdevProps, IoChannel,
     IoRequest, IoStatus, IoType, IoTypes, Limits, LinearMap,
 };
+use ferrite_modules::malloc::{self, MallocOpts};
 use ferrite_reactor::ReactorMode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -5,11 +5,11 @@
 mod common;
 
 use common::*;
-use ferrite_bdev::modules::delay::{self, Latencies, LatencyType};
-use ferrite_bdev::modules::error::{self, ErrorType, Injection};
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
-use ferrite_bdev::modules::passthru;
 use ferrite_bdev::{lookup, unregister, Bdev, Completed, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
+use ferrite_modules::delay::{self, Latencies, LatencyType};
+use ferrite_modules::error::{self, ErrorType, Injection};
+use ferrite_modules::malloc::{self, MallocOpts};
+use ferrite_modules::passthru;
 use ferrite_reactor::{IoBuf, ReactorMode};
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -50,6 +50,8 @@ fn main() {
 /// Builds the method registry of everything this binary serves.
 pub(crate) fn registry() -> ferrite_rpc::Registry {
     ferrite_rpc::app::registry(|reg| {
+        // The built-in modules first: the bdev layer's registration adds each module's RPCs.
+        ferrite_modules::register_builtin();
         ferrite_bdev::rpc::register(reg);
         ferrite_lvol::register(reg);
         ferrite_nbd::rpc::register(reg);

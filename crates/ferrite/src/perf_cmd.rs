@@ -175,7 +175,7 @@ pub fn run(a: PerfArgs) -> i32 {
     };
     let _ = (a.multi_core, a.continue_on_failure);
     if a.no_huge {
-        ferrite_bdev::modules::malloc::set_huge_pages(false);
+        ferrite_modules::malloc::set_huge_pages(false);
     }
     if let Some(m) = &a.mem_size {
         log::info!("-s {m}: Ferrite preallocates no memory; ignored");

@@ -182,7 +182,7 @@ pub fn run(a: ServeArgs) -> i32 {
     let t0 = Instant::now();
     crate::signals::block();
     if a.no_huge {
-        ferrite_bdev::modules::malloc::set_huge_pages(false);
+        ferrite_modules::malloc::set_huge_pages(false);
     }
     let limits = match (
         seconds("rpc-idle-timeout", a.rpc_idle_timeout),

@@ -381,6 +381,7 @@ impl Side {
 /// listening on 127.0.0.1; returns it and its port.
 fn target() -> (Side, u16) {
     let t = Side::start(0, |reg| {
+        ferrite_modules::register_builtin();
         ferrite_bdev::rpc::register(reg);
         ferrite_nvmf::target::rpc::register(reg);
     });
@@ -408,6 +409,7 @@ fn target() -> (Side, u16) {
 /// null).
 fn host(port: u16) -> Side {
     let h = Side::start(1, |reg| {
+        ferrite_modules::register_builtin();
         ferrite_bdev::rpc::register(reg);
         ferrite_nvmf_host::rpc::register(reg);
     });

@@ -382,7 +382,7 @@ impl BdevFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferrite_bdev::modules::malloc::{self, MallocOpts};
+    use ferrite_modules::malloc::{self, MallocOpts};
     use ferrite_reactor::{EngineConfig, ReactorMode};
 
     const BS: u64 = 4096;

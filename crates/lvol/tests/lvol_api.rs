@@ -3,10 +3,10 @@
 //! loaded again with its data. The daemon-level tests (RPCs, real clients, kill -9) are in
 //! crates/ferrite/tests/lvol.rs.
 
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
 use ferrite_bdev::{Bdev, IoChannel, IoRequest, IoStatus, IoType};
 use ferrite_blob::store::InitClear;
 use ferrite_lvol::lvs::{self, LvsOpts};
+use ferrite_modules::malloc::{self, MallocOpts};
 use ferrite_reactor::{Engine, EngineConfig, IoBuf, ReactorMode};
 use std::time::Duration;
 

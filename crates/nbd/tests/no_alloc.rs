@@ -7,7 +7,7 @@
 //! twice: with the reactor's receive ring (multishot receive) and without it (one-shot receives
 //! into the connection's own buffer, the path of kernels without multishot receive).
 
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
+use ferrite_modules::malloc::{self, MallocOpts};
 use ferrite_nbd::export::{self, Export};
 use ferrite_nbd::proto::*;
 use ferrite_nbd::transmission::REQUEST_LEN;

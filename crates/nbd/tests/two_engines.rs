@@ -2,7 +2,7 @@
 //! exported as `m0` by its own NBD server, and a real client (qemu-io) reads from each what was
 //! written through that one.
 
-use ferrite_bdev::modules::malloc::{self, MallocOpts};
+use ferrite_modules::malloc::{self, MallocOpts};
 use ferrite_nbd::export::{self, Export};
 use ferrite_reactor::{Engine, EngineConfig, ReactorMode};
 use std::path::Path;

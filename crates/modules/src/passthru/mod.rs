@@ -12,10 +12,10 @@ pub mod base;
 pub mod deferred;
 pub mod rpc;
 
-use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
-use crate::channel::IoChannel;
-use crate::io::BdevIo;
 use base::BaseBdev;
+use ferrite_bdev::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
+use ferrite_bdev::channel::IoChannel;
+use ferrite_bdev::io::BdevIo;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -50,7 +50,7 @@ impl BackendChannel for PassthruChannel {
 }
 
 impl BdevBackend for PassthruBackend {
-    fn destruct(&self, done: crate::Destructed) {
+    fn destruct(&self, done: ferrite_bdev::Destructed) {
         // Every opener has closed the bdev: the base's descriptor (and its claim) can go.
         self.base.close();
         done.finish();
@@ -80,9 +80,9 @@ impl BdevBackend for PassthruBackend {
 
 /// Creates passthru bdev `name` over `base_name` (which it opens for writing and claims).
 pub fn create(base_name: &str, name: &str, uuid: Option<&str>) -> Result<Bdev, BdevError> {
-    crate::bdev::check_name(name)?;
+    ferrite_bdev::bdev::check_name(name)?;
     let uuid = super::parse_uuid(uuid)?;
-    if crate::bdev::lookup(name).is_some() {
+    if ferrite_bdev::bdev::lookup(name).is_some() {
         return Err(BdevError::Exists(name.to_string()));
     }
     let base = BaseBdev::open(base_name, MODULE)?;

@@ -2,8 +2,8 @@
 //! bdev_delay_update_latency (SPDK's names, parameters and results; latencies in µs).
 
 use super::{create, update_latency, Latencies, LatencyType, MODULE};
-use crate::modules::passthru::base::{delete, rpc_err, NameParam};
-use crate::modules::passthru::deferred;
+use crate::passthru::base::{delete, rpc_err, NameParam};
+use crate::passthru::deferred;
 use ferrite_rpc::{Params, Registry};
 use serde::Deserialize;
 use serde_json::json;

@@ -18,9 +18,9 @@
 pub mod rpc;
 
 use super::passthru::base::BaseBdev;
-use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
-use crate::channel::IoChannel;
-use crate::io::{BdevIo, Completed, IoAux, IoRequest, IoStatus, IoType};
+use ferrite_bdev::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
+use ferrite_bdev::channel::IoChannel;
+use ferrite_bdev::io::{BdevIo, Completed, IoAux, IoRequest, IoStatus, IoType};
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -216,7 +216,7 @@ impl ErrorCh {
             return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
         };
         // Every request of a completer may also be with the base: an abort of all goes on.
-        if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 || tag == crate::io::ALL_TAGS {
+        if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 || tag == ferrite_bdev::io::ALL_TAGS {
             return self.base.forward(io);
         }
         io.complete_deferred(IoStatus::Success);
@@ -323,7 +323,7 @@ struct ErrorBackend {
 }
 
 impl BdevBackend for ErrorBackend {
-    fn destruct(&self, done: crate::Destructed) {
+    fn destruct(&self, done: ferrite_bdev::Destructed) {
         // Every opener has closed the bdev: the base's descriptor (and its claim) can go.
         self.disk.base.close();
         done.finish();
@@ -374,7 +374,7 @@ fn disks() -> ferrite_reactor::StateGuard<Disks> {
 }
 
 fn disk_of(name: &str) -> Result<Arc<ErrorDisk>, BdevError> {
-    let b = crate::bdev::lookup(name)
+    let b = ferrite_bdev::bdev::lookup(name)
         .filter(|b| b.module() == MODULE)
         .ok_or_else(|| BdevError::NotFound(format!("{name} (no error bdev has this name)")))?;
     let disks = disks();
@@ -389,9 +389,9 @@ fn disk_of(name: &str) -> Result<Arc<ErrorDisk>, BdevError> {
 /// Creates `EE_<base_name>` over `base_name` (which it opens for writing and claims).
 pub fn create(base_name: &str, uuid: Option<&str>) -> Result<Bdev, BdevError> {
     let name = format!("EE_{base_name}");
-    crate::bdev::check_name(&name)?;
+    ferrite_bdev::bdev::check_name(&name)?;
     let uuid = super::parse_uuid(uuid)?;
-    if crate::bdev::lookup(&name).is_some() {
+    if ferrite_bdev::bdev::lookup(&name).is_some() {
         return Err(BdevError::Exists(name));
     }
     let base = BaseBdev::open(base_name, MODULE)?;
@@ -475,7 +475,7 @@ pub fn disarm_pending(name: &str) -> Result<u64, BdevError> {
             s.num.store(0, Ordering::Release);
         }
     }
-    Ok(crate::bdev::lookup(name).map_or(0, |b| b.id()))
+    Ok(ferrite_bdev::bdev::lookup(name).map_or(0, |b| b.id()))
 }
 
 /// Sends this core's held I/Os of error bdev `bdev_id` on to the base; returns how many.

@@ -5,7 +5,7 @@
 //! method forgets it. The table is per engine.
 
 use super::base::{stack_depth, MAX_STACK_DEPTH};
-use crate::bdev::{check_name, lookup, Bdev, BdevError};
+use ferrite_bdev::bdev::{check_name, lookup, Bdev, BdevError};
 use std::sync::Arc;
 
 type Make = Arc<dyn Fn() -> Result<Bdev, BdevError> + Send + Sync>;

@@ -1,7 +1,7 @@
 //! JSON-RPC methods of the malloc module: bdev_malloc_create, bdev_malloc_delete.
 
 use super::{create, MallocOpts};
-use crate::rpc::{bdev_err, check_default, check_no_metadata, delete};
+use ferrite_bdev::rpc::{bdev_err, check_default, check_no_metadata, delete};
 use ferrite_rpc::{Params, Registry, RpcError};
 use serde::Deserialize;
 use serde_json::json;

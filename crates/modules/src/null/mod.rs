@@ -9,8 +9,8 @@
 
 pub mod rpc;
 
-use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
-use crate::io::{BdevIo, IoStatus, IoType, IoTypes};
+use ferrite_bdev::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
+use ferrite_bdev::io::{BdevIo, IoStatus, IoType, IoTypes};
 use ferrite_reactor::{IoBuf, Lender};
 use serde_json::{json, Value};
 use std::ptr::NonNull;
@@ -132,8 +132,9 @@ impl BdevBackend for NullBackend {
 /// Changes a null bdev's size to `new_size_mib` MiB (SPDK's `bdev_null_resize`; it may only grow
 /// while the bdev is open).
 pub fn resize(name: &str, new_size_mib: u64) -> Result<(), BdevError> {
-    let b =
-        crate::bdev::lookup(name).filter(|b| b.module() == "null").ok_or_else(|| BdevError::NotFound(name.into()))?;
+    let b = ferrite_bdev::bdev::lookup(name)
+        .filter(|b| b.module() == "null")
+        .ok_or_else(|| BdevError::NotFound(name.into()))?;
     let bytes = new_size_mib
         .checked_mul(1 << 20)
         .ok_or_else(|| BdevError::Invalid(format!("new_size {new_size_mib} MiB is too large")))?;

@@ -2,7 +2,7 @@
 //! bdev_aio_create/delete served by the same code.
 
 use super::{create, Flavor, UringOpts};
-use crate::rpc::{bdev_err, delete};
+use ferrite_bdev::rpc::{bdev_err, delete};
 use ferrite_rpc::{Params, Registry, RpcError, RpcResult};
 use serde::Deserialize;
 use serde_json::json;

@@ -11,8 +11,8 @@
 
 pub mod rpc;
 
-use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
-use crate::io::{BdevIo, IoStatus, IoType, IoTypes, MODULE_CTX_BYTES};
+use ferrite_bdev::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
+use ferrite_bdev::io::{BdevIo, IoStatus, IoType, IoTypes, MODULE_CTX_BYTES};
 use ferrite_reactor::ring::{uring_opcode as op, uring_types as types, CqeHandler, SqEntry};
 use serde_json::{json, Value};
 use std::fs::File;
@@ -303,8 +303,9 @@ fn size_of(f: &File, block_device: bool) -> Result<u64, BdevError> {
 /// Re-reads the size of a uring or aio bdev's file or device and resizes the bdev to it (SPDK's
 /// `bdev_uring_rescan` and `bdev_aio_rescan`). Reads file metadata: call it off the reactors.
 pub fn rescan(name: &str, module: &str) -> Result<u64, BdevError> {
-    let b =
-        crate::bdev::lookup(name).filter(|b| b.module() == module).ok_or_else(|| BdevError::NotFound(name.into()))?;
+    let b = ferrite_bdev::bdev::lookup(name)
+        .filter(|b| b.module() == module)
+        .ok_or_else(|| BdevError::NotFound(name.into()))?;
     let backend =
         b.backend().as_any().and_then(|a| a.downcast_ref::<UringBackend>()).expect("a uring module's backend");
     let blocks = size_of(&backend.file, backend.block_device)? / b.block_size() as u64;
@@ -317,8 +318,8 @@ pub fn rescan(name: &str, module: &str) -> Result<u64, BdevError> {
 /// Creates a uring (or aio) bdev over an existing file or block device. Opens the file and
 /// reads its geometry, which may block: call it off the reactors (the RPCs do).
 pub fn create(opts: UringOpts) -> Result<Bdev, BdevError> {
-    crate::bdev::check_name(&opts.name)?;
-    if crate::bdev::lookup(&opts.name).is_some() {
+    ferrite_bdev::bdev::check_name(&opts.name)?;
+    if ferrite_bdev::bdev::lookup(&opts.name).is_some() {
         return Err(BdevError::Exists(opts.name));
     }
     let (file, direct) = open(&opts.filename, opts.readonly)?;

@@ -10,10 +10,10 @@
 //! finish. In-flight requests complete normally throughout (a request the base refuses because
 //! it is being deleted completes with `Removed`).
 
-use crate::bdev::{lookup, unregister, Bdev, BdevError, BdevProps, Limits};
-use crate::channel::IoChannel;
-use crate::desc::{BdevDesc, BdevEvent};
-use crate::io::{IoType, IoTypes};
+use ferrite_bdev::bdev::{lookup, unregister, Bdev, BdevError, BdevProps, Limits};
+use ferrite_bdev::channel::IoChannel;
+use ferrite_bdev::desc::{BdevDesc, BdevEvent};
+use ferrite_bdev::io::{IoType, IoTypes};
 use ferrite_rpc::{errno_error, RpcError, RpcResult};
 use serde::Deserialize;
 use serde_json::json;
@@ -70,7 +70,7 @@ impl BaseBdev {
     /// Opens `base_name` for writing and claims it for `module`. Fails if it does not exist,
     /// is being deleted, is claimed, or has another writer.
     pub fn open(base_name: &str, module: &'static str) -> Result<Arc<BaseBdev>, BdevError> {
-        if let Some(b) = crate::bdev::lookup(base_name) {
+        if let Some(b) = ferrite_bdev::bdev::lookup(base_name) {
             if stack_depth(&b) >= MAX_STACK_DEPTH {
                 return Err(BdevError::Invalid(format!(
                     "bdev {base_name} already stands on {MAX_STACK_DEPTH} virtual bdevs; no deeper stacks"

@@ -12,9 +12,9 @@
 pub mod rpc;
 
 use super::passthru::base::BaseBdev;
-use crate::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
-use crate::channel::IoChannel;
-use crate::io::{BdevIo, IoAux, IoStatus, IoType};
+use ferrite_bdev::bdev::{register, BackendChannel, Bdev, BdevBackend, BdevError};
+use ferrite_bdev::channel::IoChannel;
+use ferrite_bdev::io::{BdevIo, IoAux, IoStatus, IoType};
 use ferrite_reactor::tsc;
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
@@ -137,7 +137,7 @@ impl DelayCh {
             return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
         };
         // Every request of a completer may also be with the base: an abort of all goes on.
-        if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 || tag == crate::io::ALL_TAGS {
+        if self.abort_held(&|r| r.is_named_by(completer, tag)) == 0 || tag == ferrite_bdev::io::ALL_TAGS {
             io.set_ctx(Held { class: None, deadline: 0 });
             return self.base.forward_then(io, base_done);
         }
@@ -261,7 +261,7 @@ struct DelayBackend {
 }
 
 impl BdevBackend for DelayBackend {
-    fn destruct(&self, done: crate::Destructed) {
+    fn destruct(&self, done: ferrite_bdev::Destructed) {
         // Every opener has closed the bdev: the base's descriptor (and its claim) can go.
         self.node.base.close();
         done.finish();
@@ -335,13 +335,13 @@ fn check_order(l: &Latencies) -> Result<(), BdevError> {
 
 /// Creates delay bdev `name` over `base_name` (which it opens for writing and claims).
 pub fn create(base_name: &str, name: &str, uuid: Option<&str>, l: Latencies) -> Result<Bdev, BdevError> {
-    crate::bdev::check_name(name)?;
+    ferrite_bdev::bdev::check_name(name)?;
     let uuid = super::parse_uuid(uuid)?;
     for us in [l.avg_read, l.avg_write, l.p99_read, l.p99_write] {
         check_latency(us)?;
     }
     check_order(&l)?;
-    if crate::bdev::lookup(name).is_some() {
+    if ferrite_bdev::bdev::lookup(name).is_some() {
         return Err(BdevError::Exists(name.to_string()));
     }
     let base = BaseBdev::open(base_name, MODULE)?;
@@ -364,7 +364,7 @@ pub fn create(base_name: &str, name: &str, uuid: Option<&str>, l: Latencies) -> 
 /// Sets one latency of delay bdev `name`; new I/O on every core uses it.
 pub fn update_latency(name: &str, t: LatencyType, us: u64) -> Result<(), BdevError> {
     check_latency(us)?;
-    let b = crate::bdev::lookup(name)
+    let b = ferrite_bdev::bdev::lookup(name)
         .filter(|b| b.module() == MODULE)
         .ok_or_else(|| BdevError::NotFound(format!("{name} (no delay bdev has this name)")))?;
     let node = nodes()

@@ -8,8 +8,8 @@ pub mod null;
 pub mod passthru;
 pub mod uring;
 
-use crate::bdev::{lookup, BdevError};
-use crate::module::{register_module, BdevModule};
+use ferrite_bdev::bdev::{lookup, BdevError};
+use ferrite_bdev::module::{register_module, BdevModule};
 use std::sync::Arc;
 
 /// A built-in module as the registry sees it: a name, its RPCs, and whether its examine makes
@@ -27,7 +27,7 @@ impl BdevModule for Builtin {
     fn register_rpcs(&self, reg: &mut ferrite_rpc::Registry) {
         (self.rpcs)(reg)
     }
-    fn examine_config(&self, bdev: &crate::bdev::Bdev) {
+    fn examine_config(&self, bdev: &ferrite_bdev::bdev::Bdev) {
         if self.vbdev {
             passthru::deferred::examine(self.name, bdev);
         }

@@ -12,8 +12,8 @@
 pub mod rpc;
 mod stream;
 
-use crate::bdev::{check_geometry, register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
-use crate::io::{BdevIo, IoAux, IoStatus, IoType, IoTypes};
+use ferrite_bdev::bdev::{check_geometry, register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
+use ferrite_bdev::io::{BdevIo, IoAux, IoStatus, IoType, IoTypes};
 use ferrite_reactor::{IoBuf, Lender};
 use serde_json::{json, Value};
 use std::rc::Rc;
@@ -295,8 +295,8 @@ pub fn create(opts: MallocOpts) -> Result<Bdev, BdevError> {
         Some(n) => n.clone(),
         None => super::next_free_name("Malloc"),
     };
-    crate::bdev::check_name(&name)?;
-    if crate::bdev::lookup(&name).is_some() {
+    ferrite_bdev::bdev::check_name(&name)?;
+    if ferrite_bdev::bdev::lookup(&name).is_some() {
         return Err(BdevError::Exists(name));
     }
     let uuid = super::parse_uuid(opts.uuid.as_deref())?;

@@ -2,9 +2,9 @@
 //! bdev_error_inject_error, bdev_error_resume_pending (SPDK's names, parameters and results).
 
 use super::{clear, create, disarm_pending, inject, resume_pending_here, ErrorType, Injection, MODULE};
-use crate::modules::passthru::base::{delete, rpc_err, NameParam};
-use crate::modules::passthru::deferred;
-use crate::IoType;
+use crate::passthru::base::{delete, rpc_err, NameParam};
+use crate::passthru::deferred;
+use ferrite_bdev::IoType;
 use ferrite_rpc::{errno_error, Params, Registry, RpcError};
 use serde::Deserialize;
 use serde_json::json;

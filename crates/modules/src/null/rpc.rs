@@ -1,7 +1,7 @@
 //! JSON-RPC methods of the null module: bdev_null_create, bdev_null_delete.
 
 use super::{create, NullOpts};
-use crate::rpc::{bdev_err, check_default, check_no_metadata, delete};
+use ferrite_bdev::rpc::{bdev_err, check_default, check_no_metadata, delete};
 use ferrite_rpc::{Params, Registry};
 use serde::Deserialize;
 use serde_json::json;
