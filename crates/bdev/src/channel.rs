@@ -457,7 +457,9 @@ impl ChannelInner {
                 crate::compare::compare_and_write(io)
             }
             _ if self.qos_on.get() && !io.qos_passed && crate::qos::limited(t) => crate::qos::submit(self, io),
-            _ if self.ranges_on.get() && self.locks.held_back(&io) => self.locked.borrow_mut().push_back(io),
+            _ if self.ranges_on.get() && self.locks.held_back(&io, self.epochs.current.get()) => {
+                self.locked.borrow_mut().push_back(io)
+            }
             _ if behind_nomem && self.waiting.get() && !self.nomem.borrow().is_empty() => {
                 self.nomem.borrow_mut().push_back(io)
             }
@@ -688,6 +690,18 @@ impl ChannelInner {
             let Barrier::Reset(io) = io else { unreachable!("given back as given") };
             self.dispatch(io);
         }
+    }
+
+    /// True if a compare-and-write under one of this core's leases may start now: no write of
+    /// this core that passed a lease may still be with the module (`LocalLocks::own_write_epoch`).
+    pub(crate) fn caw_may_start(&self) -> bool {
+        let Some(e) = self.locks.own_write_epoch.get() else { return true };
+        let current = self.epochs.current.get();
+        let drained = if e == current { self.epochs.count.get() == 0 } else { self.epochs.drained_through(e) };
+        if drained {
+            self.locks.own_write_epoch.set(None);
+        }
+        drained
     }
 
     /// Gives `io` back at once if no request is with the module; otherwise keeps it until

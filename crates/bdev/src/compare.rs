@@ -6,9 +6,11 @@
 //! `range_lock`) of the aligned [`LEASE_BYTES`] chunk around its blocks that the core it runs
 //! on takes once and keeps. Other cores' writes to the chunk wait while it is held, as for any
 //! lock; the owning core's own writes to it wait only for its compare-and-writes in progress
-//! that they overlap (`local_locks`). Each compare-and-write notes its blocks on its core,
-//! waits for that core's requests already with the module (an epoch barrier of one channel:
-//! they may be writes to its blocks), reads, compares, writes, and lets its blocks go. A lease
+//! that they overlap (`local_locks`). Each compare-and-write notes its blocks on its core
+//! (later writes of the core to them wait), waits, if a write of the core passed the lease
+//! since the last such wait, for the core's requests already with the module (an epoch
+//! barrier of one channel: that write may be to its blocks), reads, compares, writes, and lets
+//! its blocks go. A lease
 //! goes when something else needs its blocks (another core's write or compare-and-write, a
 //! lock, a quiesce): that core asks the owner, which releases it once its compare-and-writes
 //! under it are done (`revoke`); and when its core already holds [`MAX_LEASES`] and needs
@@ -33,23 +35,39 @@ fn range_of(req: &IoRequest) -> (u64, u64) {
     (req.offset_blocks, req.offset_blocks + req.num_blocks)
 }
 
-/// Compare, for a bdev whose module does not compare: read the blocks and compare here.
+/// Compare, for a bdev whose module does not compare: read the blocks (zero-copy where the
+/// module lends its memory, into a pool buffer where not) and compare here.
 pub(crate) fn emulate_compare(io: BdevIo) {
     let ch = io.channel().clone();
-    let len = io.len_bytes() as usize;
-    let Some(buf) = ferrite_reactor::try_alloc_buf(len) else { return ch.wait_for_memory(io) };
-    let req = IoRequest::read(io.req.offset_blocks, io.req.num_blocks, buf);
+    let req = IoRequest::read_zcopy(io.req.offset_blocks, io.req.num_blocks);
     ch.submit_internal(io, req, compare_read_done);
 }
 
+/// True if the read's segments hold the bytes of `segs` (both as long; any segmentation).
 fn same_data(read: &Completed, segs: &[ferrite_reactor::IoBuf]) -> bool {
-    let data = &read.req.bufs[0];
-    let mut pos = 0;
-    segs.iter().all(|s| {
-        let eq = data[pos..pos + s.len()] == s[..];
-        pos += s.len();
-        eq
-    })
+    let (mut a, mut b) = (read.req.bufs.iter(), segs.iter());
+    let (mut x, mut y): (&[u8], &[u8]) = (&[], &[]);
+    loop {
+        if x.is_empty() {
+            x = match a.next() {
+                Some(s) => s,
+                None => return y.is_empty() && b.all(|s| s.is_empty()),
+            };
+            continue;
+        }
+        if y.is_empty() {
+            y = match b.next() {
+                Some(s) => s,
+                None => return false,
+            };
+            continue;
+        }
+        let n = x.len().min(y.len());
+        if x[..n] != y[..n] {
+            return false;
+        }
+        (x, y) = (&x[n..], &y[n..]);
+    }
 }
 
 fn compare_read_done(parent: BdevIo, read: Completed) {
@@ -75,7 +93,9 @@ pub(crate) fn compare_and_write(mut io: BdevIo) {
             ch.locks.with_lease(l.id, |l| l.in_progress += 1);
             ch.locks.caw_begins(&ch, start, end);
             io.range_lock = l.id;
-            if let Some(io) = ch.after_drain_io(io) {
+            if ch.caw_may_start() {
+                caw_start(io);
+            } else if let Some(io) = ch.after_drain_io(io) {
                 caw_start(io);
             }
         }
@@ -218,17 +238,13 @@ fn release_lease(ch: &Rc<ChannelInner>, id: u64) {
     range_lock::release(&ch.bdev, id, None);
 }
 
-/// The compare-and-write's turn: this core's requests handed to the module before it are done.
+/// The compare-and-write's turn: no write of this core that may overlap it is with the
+/// module. Its read is zero-copy where the module lends its memory (no write can land in the
+/// blocks while they are compared: the lease and the core's note of them hold writes back).
 pub(crate) fn caw_start(io: BdevIo) {
     let ch = io.channel().clone();
-    let len = io.len_bytes() as usize;
-    match ferrite_reactor::try_alloc_buf(len) {
-        Some(buf) => {
-            let req = IoRequest::read(io.req.offset_blocks, io.req.num_blocks, buf);
-            ch.submit_internal_locked(io, req, caw_read_done);
-        }
-        None => finish_caw(io, IoStatus::NoMem),
-    }
+    let req = IoRequest::read_zcopy(io.req.offset_blocks, io.req.num_blocks);
+    ch.submit_internal_locked(io, req, caw_read_done);
 }
 
 fn caw_read_done(mut parent: BdevIo, read: Completed) {

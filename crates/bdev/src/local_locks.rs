@@ -50,6 +50,10 @@ pub(crate) struct LocalLocks {
     /// Compare-and-writes in progress on this core: `[start, end)`.
     caws: RefCell<Vec<(u64, u64)>>,
     pub(crate) leases: RefCell<Vec<Lease>>,
+    /// The channel epoch of the latest write of this core that passed one of its leases (it
+    /// may overlap a compare-and-write that starts later): a compare-and-write waits for it
+    /// to drain, and starts at once while there is none (`ChannelInner::caw_may_start`).
+    pub(crate) own_write_epoch: Cell<Option<u64>>,
     bdev: std::sync::Weak<BdevShared>,
 }
 
@@ -67,6 +71,7 @@ impl LocalLocks {
             ranges: RefCell::new(ranges),
             caws: RefCell::new(Vec::new()),
             leases: RefCell::new(Vec::new()),
+            own_write_epoch: Cell::new(None),
             bdev: std::sync::Arc::downgrade(bdev),
         }
     }
@@ -118,8 +123,9 @@ impl LocalLocks {
     /// passthrough, whose blocks the layer does not decode, waits for any), as SPDK's
     /// `bdev_io_range_is_locked` decides. A write on the core that owns a lease waits only for
     /// that core's compare-and-writes in progress; one on another core asks the owner to give
-    /// the lease up.
-    pub(crate) fn held_back(&self, io: &BdevIo) -> bool {
+    /// the lease up. `epoch` is the channel's current one (a write that passes goes to the
+    /// module in it).
+    pub(crate) fn held_back(&self, io: &BdevIo, epoch: u64) -> bool {
         if io.lock_bypass {
             return false;
         }
@@ -139,7 +145,10 @@ impl LocalLocks {
                 ranges.iter().any(|l| l.range.kind == Kind::Quiesce && l.range.overlaps(start, end))
             }
             _ if writes => ranges.iter().filter(|l| l.range.overlaps(start, end)).any(|l| match l.range.kind {
-                Kind::Lease { owner } if owner == ferrite_reactor::current().unwrap_or(usize::MAX) => false,
+                Kind::Lease { owner } if owner == ferrite_reactor::current().unwrap_or(usize::MAX) => {
+                    self.own_write_epoch.set(Some(epoch));
+                    false
+                }
                 Kind::Lease { owner } => {
                     if !l.revoke_sent.replace(true) {
                         if let Some(b) = self.bdev.upgrade() {
