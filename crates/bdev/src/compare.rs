@@ -90,8 +90,8 @@ pub(crate) fn compare_and_write(mut io: BdevIo) {
             if ch.locks.caw_overlaps(start, end) {
                 return ch.locked.borrow_mut().push_back(io);
             }
-            ch.locks.with_lease(l.id, |l| l.in_progress += 1);
             ch.locks.caw_begins(&ch, start, end);
+            ch.locks.with_lease(l.id, |l| l.in_progress += 1);
             io.range_lock = l.id;
             if ch.caw_may_start() {
                 caw_start(io);

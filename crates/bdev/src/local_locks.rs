@@ -173,9 +173,21 @@ impl LocalLocks {
             .copied()
     }
 
-    /// Changes this core's lease `id` with `f`; None if it has none such.
+    /// Changes this core's lease `id` with `f` (the one place a lease changes); None if it has
+    /// none such.
     pub(crate) fn with_lease<T>(&self, id: u64, f: impl FnOnce(&mut Lease) -> T) -> Option<T> {
-        self.leases.borrow_mut().iter_mut().find(|l| l.id == id).map(f)
+        let mut leases = self.leases.borrow_mut();
+        let l = leases.iter_mut().find(|l| l.id == id)?;
+        let out = f(l);
+        debug_assert!(
+            l.state != LeaseState::Acquiring || l.in_progress == 0,
+            "no compare-and-write runs under a lease not yet held: {l:?}"
+        );
+        debug_assert!(
+            l.in_progress as usize <= self.caws.borrow().len(),
+            "more compare-and-writes under a lease than in progress on its core: {l:?}"
+        );
+        Some(out)
     }
 }
 

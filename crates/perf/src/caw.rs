@@ -95,3 +95,41 @@ pub(crate) fn compare_buffer(data: &[u8]) -> Box<IoBufs> {
     v.push(b);
     Box::new(v)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_reactor::IoBuf;
+
+    #[test]
+    fn a_unit_is_written_once_then_compared_and_written_version_by_version() {
+        let mut units = Units::new(4);
+        let data = IoBuf::heap(512);
+        let mut cmp = Some(compare_buffer(&data));
+        let mut req = IoRequest::write(0, 1, data);
+        units.prepare(2, &mut req, &mut cmp);
+        assert_eq!(req.io_type, IoType::Write, "first touch: a plain write");
+        assert_eq!(units.completed(2, &mut req, IoStatus::Success, &mut cmp), Outcome::NotCounted);
+        units.prepare(2, &mut req, &mut cmp);
+        assert_eq!(req.io_type, IoType::CompareAndWrite);
+        assert!(cmp.is_none(), "the compare buffer travels with the request");
+        let IoAux::Compare(c) = &req.aux else { panic!("compare data") };
+        assert_eq!(c[0][..8], (2u64 << 32 | 1).to_le_bytes(), "compares version 1");
+        assert_eq!(req.bufs[0][..8], (2u64 << 32 | 2).to_le_bytes(), "writes version 2");
+        assert_eq!(units.completed(2, &mut req, IoStatus::Success, &mut cmp), Outcome::Done);
+        assert!(cmp.is_some(), "back home");
+        units.prepare(2, &mut req, &mut cmp);
+        assert_eq!(units.completed(2, &mut req, IoStatus::Miscompare, &mut cmp), Outcome::Miscompare);
+        units.prepare(2, &mut req, &mut cmp);
+        assert_eq!(req.io_type, IoType::Write, "after a miscompare the unit is written afresh");
+    }
+
+    #[test]
+    fn workloads_are_given_to_cores_in_turn() {
+        let w: crate::Workloads = "compare_and_write,randwrite".parse().unwrap();
+        assert_eq!(w.of_core(0), crate::Workload::CompareAndWrite);
+        assert_eq!(w.of_core(1), crate::Workload::RandWrite);
+        assert_eq!(w.of_core(2), crate::Workload::CompareAndWrite);
+        assert!("write,bogus".parse::<crate::Workloads>().is_err());
+    }
+}
