@@ -280,7 +280,6 @@ fn finish_caw(mut io: BdevIo, status: IoStatus) {
     let id = std::mem::take(&mut io.range_lock);
     debug_assert_ne!(id, 0, "a compare-and-write in progress runs under a lease");
     ch.locks.caw_ends(&ch, start, end);
-    io.complete(status);
     let last = ch.locks.with_lease(id, |l| {
         debug_assert!(l.in_progress > 0, "compare-and-writes under a lease underflow");
         l.in_progress -= 1;
@@ -289,6 +288,8 @@ fn finish_caw(mut io: BdevIo, status: IoStatus) {
     if last == Some(true) {
         release_lease(&ch, id);
     }
+    // Done with the lease before the caller hears (it may submit the next one from here).
+    io.complete(status);
     if !ch.locked.borrow().is_empty() {
         ch.retry_locked_here();
     }

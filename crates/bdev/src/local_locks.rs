@@ -54,6 +54,10 @@ pub(crate) struct LocalLocks {
     /// may overlap a compare-and-write that starts later): a compare-and-write waits for it
     /// to drain, and starts at once while there is none (`ChannelInner::caw_may_start`).
     pub(crate) own_write_epoch: Cell<Option<u64>>,
+    /// `[lo, hi)` covers every range and compare-and-write here (empty: `lo > hi`): a
+    /// request outside it passes with two compares (`held_back`).
+    lo: Cell<u64>,
+    hi: Cell<u64>,
     bdev: std::sync::Weak<BdevShared>,
 }
 
@@ -67,13 +71,29 @@ impl LocalLocks {
             .held_ranges()
             .map(|range| LocalRange { range, revoke_sent: Cell::new(false) })
             .collect();
-        Self {
+        let l = Self {
             ranges: RefCell::new(ranges),
             caws: RefCell::new(Vec::new()),
             leases: RefCell::new(Vec::new()),
             own_write_epoch: Cell::new(None),
+            lo: Cell::new(u64::MAX),
+            hi: Cell::new(0),
             bdev: std::sync::Arc::downgrade(bdev),
+        };
+        l.reshape();
+        l
+    }
+
+    /// Sets `[lo, hi)` to the smallest span over every range and compare-and-write here.
+    fn reshape(&self) {
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        for (s, e) in
+            self.ranges.borrow().iter().map(|l| (l.range.start, l.range.end)).chain(self.caws.borrow().iter().copied())
+        {
+            (lo, hi) = (lo.min(s), hi.max(e));
         }
+        self.lo.set(lo);
+        self.hi.set(hi);
     }
 
     /// True if anything may hold a request back (the channel's `ranges_on`).
@@ -88,6 +108,7 @@ impl LocalLocks {
             ranges.push(LocalRange { range: r, revoke_sent: Cell::new(false) });
         }
         drop(ranges);
+        self.reshape();
         ch.ranges_on.set(true);
     }
 
@@ -95,6 +116,7 @@ impl LocalLocks {
     pub(crate) fn remove(&self, ch: &ChannelInner, id: u64) {
         self.ranges.borrow_mut().retain(|l| l.range.id != id);
         self.leases.borrow_mut().retain(|l| l.id != id);
+        self.reshape();
         ch.ranges_on.set(self.any());
     }
 
@@ -102,6 +124,8 @@ impl LocalLocks {
     pub(crate) fn caw_begins(&self, ch: &ChannelInner, start: u64, end: u64) {
         debug_assert!(!self.caw_overlaps(start, end), "overlapping compare-and-writes on one core");
         self.caws.borrow_mut().push((start, end));
+        self.lo.set(self.lo.get().min(start));
+        self.hi.set(self.hi.get().max(end));
         ch.ranges_on.set(true);
     }
 
@@ -110,7 +134,12 @@ impl LocalLocks {
         let mut caws = self.caws.borrow_mut();
         let i = caws.iter().position(|&c| c == (start, end)).expect("a compare-and-write in progress");
         caws.swap_remove(i);
+        let none = caws.is_empty();
         drop(caws);
+        if none {
+            // Otherwise the span stays as wide as it was: wider than needed, never narrower.
+            self.reshape();
+        }
         ch.ranges_on.set(self.any());
     }
 
@@ -125,7 +154,20 @@ impl LocalLocks {
     /// that core's compare-and-writes in progress; one on another core asks the owner to give
     /// the lease up. `epoch` is the channel's current one (a write that passes goes to the
     /// module in it).
+    #[inline]
     pub(crate) fn held_back(&self, io: &BdevIo, epoch: u64) -> bool {
+        let r = &io.req;
+        if r.io_type != IoType::NvmeIo
+            && (r.offset_blocks >= self.hi.get() || r.offset_blocks.saturating_add(r.num_blocks) <= self.lo.get())
+        {
+            return false;
+        }
+        self.held_back_in_span(io, epoch)
+    }
+
+    /// `held_back` for a request within `[lo, hi)`.
+    #[inline(never)]
+    fn held_back_in_span(&self, io: &BdevIo, epoch: u64) -> bool {
         if io.lock_bypass {
             return false;
         }
