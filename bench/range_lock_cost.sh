@@ -9,6 +9,11 @@
 #      `--hold-lock 8192` (a range lock on the last block, which no job writes) and without;
 #      total write IOPS with against without. Goal: >= 0.95x.
 # Each pair runs REPEAT times (A B, B A, ...: the machine drifts) and the medians are compared.
+#  (c) counted, not timed (COUNT=0 skips it): instructions per I/O of the I/O path (the bdev
+#      layer, perf's job, memcpy/memcmp; as bench/io_cost.sh counts them) under valgrind's
+#      cachegrind, for (b)'s writes with and without the held lock and for (a)'s
+#      compare-and-write against a write on one core; a shared machine moves the timed ratios
+#      by +-20% from one run to the next, the counts by ~1%.
 # perf's end-of-run line "Range locks of ...: N granted" shows what the lock path did (a few
 # lease grants for millions of compare-and-writes; one lock held through the run).
 # Usage: [REPEAT=3] bench/range_lock_cost.sh [SECONDS]
@@ -56,7 +61,39 @@ for i in $(seq 1 "$REPEAT"); do
   echo "(b) round $i: with lock $(iops held 0) + $(iops held 1), without $(iops free 0) + $(iops free 1)"
   locks held
 done
-python3 - "$TMP/a.txt" "$TMP/b.txt" <<'P'
+# count NAME BDEV ARGS...: "Ir_per_io lock_Ir_per_io" of one 1-second run under cachegrind.
+count() {
+  local name=$1 bdev=$2
+  shift 2
+  valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$TMP/$name.cg" "$FERRITE" perf --json "$TMP/rl.json" \
+    -T "$bdev" -q 32 -o 4096 -t 1 --reactor-mode poll --results-json "$TMP/$name.json" "$@" >/dev/null 2>"$TMP/$name.err" ||
+    fail "ferrite perf under cachegrind failed: $(tail -3 "$TMP/$name.err")"
+  cg_annotate --show=Ir --threshold=0 "$TMP/$name.cg" >"$TMP/$name.txt" 2>/dev/null || fail "cg_annotate failed"
+  python3 - "$TMP/$name.json" "$TMP/$name.txt" <<'C'
+import json, re, sys
+ios = sum(r["iops"] * r["runtime"] for r in json.load(open(sys.argv[1]))["results"])
+tot = lock = 0
+for line in open(sys.argv[2]):
+    m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$", line)
+    if not m or ":" not in m.group(2) or not re.search(r"ferrite_bdev|ferrite_perf|memcpy|memmove|memcmp", m.group(2)):
+        continue
+    if re.search(r"::drain$|::drain |defer::\{\{closure", m.group(2)):
+        continue
+    n = int(m.group(1).replace(",", ""))
+    tot += n
+    lock += n if re.search(r"local_locks|range_lock", m.group(2)) else 0
+print(f"{tot / ios:.0f} {lock / ios:.1f}")
+C
+}
+: >"$TMP/c.txt"
+if [ "${COUNT:-1}" = 1 ]; then
+  need valgrind valgrind
+  need cg_annotate valgrind
+  echo "(c) counting with cachegrind..."
+  echo "$(count cfree LCK -w randwrite -m 0x3) $(count cheld LCK -w randwrite -m 0x3 --hold-lock 8192)" \
+    "$(count ccaw CAW -w compare_and_write -m 0x1) $(count cw CAW -w randwrite -m 0x1)" >"$TMP/c.txt"
+fi
+python3 - "$TMP/a.txt" "$TMP/b.txt" "$TMP/c.txt" <<'P'
 import statistics, sys
 a = [list(map(float, l.split())) for l in open(sys.argv[1])]
 b = [list(map(float, l.split())) for l in open(sys.argv[2])]
@@ -71,4 +108,13 @@ print(f"| (a) write, core 1, same run | {w1:,.0f} | CAW/write {caw / w1:.2f} | >
 print(f"| (a) write, core 0, write-only run | {b0:,.0f} | CAW/write {caw / b0:.2f} | >= 0.80 |")
 print(f"| (b) write, 2 cores, lock held | {held:,.0f} | held/free {held / free:.3f} | >= 0.95 |")
 print(f"| (b) write, 2 cores, no lock | {free:,.0f} | | |")
+c = open(sys.argv[3]).read().split()
+if c:
+    free_ir, _, held_ir, held_lock, caw_ir, caw_lock, w_ir, _ = map(float, c)
+    print(f"\n| counted (cachegrind) | instructions per I/O | of them in range_lock/local_locks | ratio |")
+    print("|---|---:|---:|---:|")
+    print(f"| (c) write, 2 cores, no lock | {free_ir:.0f} | | |")
+    print(f"| (c) write, 2 cores, lock held | {held_ir:.0f} | {held_lock:.1f} | held/free {held_ir / free_ir:.3f} |")
+    print(f"| (c) write, 1 core | {w_ir:.0f} | | |")
+    print(f"| (c) CAW, 1 core | {caw_ir:.0f} | {caw_lock:.1f} | CAW/write {caw_ir / w_ir:.2f} |")
 P

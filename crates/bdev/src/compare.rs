@@ -81,7 +81,8 @@ fn compare_read_done(parent: BdevIo, read: Completed) {
 }
 
 /// Compare-and-write: under this core's lease of its blocks, once no other compare-and-write
-/// of this core overlaps it and this core's earlier requests are done, read, compare, write.
+/// of this core overlaps it and no write of this core that may overlap it is with the module,
+/// read, compare, write. Waits in the channel's `locked` queue for what it lacks.
 pub(crate) fn compare_and_write(mut io: BdevIo) {
     let ch = io.channel().clone();
     let (start, end) = range_of(&io.req);
