@@ -390,8 +390,6 @@ pub(crate) struct BdevShared {
     pub(crate) admits: AtomicU16,
     /// The module's I/O types (`IoTypes` bits): only ever fewer ([`Bdev::stop_serving`]).
     pub(crate) io_types: AtomicU16,
-    /// How many LBA ranges compare-and-writes hold locked (see `locks`).
-    pub(crate) lock_count: std::sync::atomic::AtomicU32,
     pub(crate) block_size: u32,
     pub(crate) id: u64,
     pub(crate) name: String,
@@ -403,9 +401,11 @@ pub(crate) struct BdevShared {
     pub(crate) backend: Arc<dyn BdevBackend>,
     pub(crate) removing: AtomicBool,
     pub(crate) state: Mutex<OpenState>,
-    /// LBA ranges locked by compare-and-writes (see `compare`).
-    pub(crate) locks: Mutex<Vec<crate::compare::LockedRange>>,
-    pub(crate) next_lock: AtomicU64,
+    /// Held and requested LBA range locks (see `range_lock`): touched when a lock is taken or
+    /// released and when a channel is made, never by I/O.
+    pub(crate) locks: Mutex<crate::range_lock::LockTable>,
+    /// The engine it was registered on (None off the reactors): where its locks' messages go.
+    pub(crate) engine: Option<ferrite_reactor::Engine>,
     /// QoS rate limits (see `qos`).
     pub(crate) qos: crate::qos::QosShared,
     /// The latency histogram setting (see `histogram`).
@@ -812,9 +812,8 @@ pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev,
         backend,
         removing: AtomicBool::new(false),
         state: Mutex::new(OpenState::default()),
-        locks: Mutex::new(Vec::new()),
-        lock_count: Default::default(),
-        next_lock: AtomicU64::new(1),
+        locks: Mutex::new(Default::default()),
+        engine: ferrite_reactor::current_engine(),
         qos: Default::default(),
         histogram: Default::default(),
         timeouts: Default::default(),

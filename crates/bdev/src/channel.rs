@@ -112,6 +112,9 @@ pub(crate) struct ChannelInner {
     /// True while requests are tracked for a timeout (see `timeout`; tested on every
     /// submission).
     pub(crate) timeouts_on: Cell<bool>,
+    /// True while this core knows of a held range lock or a compare-and-write in progress
+    /// (see `local_locks`): while it is clear, no request looks at `locks`.
+    pub(crate) ranges_on: Cell<bool>,
     epochs: Epochs,
     pub(crate) bdev: Arc<BdevShared>,
     stats: Rc<ChannelStats>,
@@ -129,9 +132,11 @@ pub(crate) struct ChannelInner {
     pub(crate) limits: Limits,
     /// Resets and drain waiters, each waiting for the requests handed to the module before it.
     barriers: RefCell<VecDeque<(u64, Barrier)>>,
-    /// Writes waiting for a compare-and-write's range lock, and compare-and-writes waiting for
-    /// their turn (see `compare`).
+    /// Requests waiting for a range lock or a compare-and-write, and compare-and-writes
+    /// waiting for their turn or their lease (see `local_locks`, `compare`).
     pub(crate) locked: RefCell<VecDeque<BdevIo>>,
+    /// This core's copy of the bdev's held ranges (see `local_locks`).
+    pub(crate) locks: crate::local_locks::LocalLocks,
     /// Requests that met NoMem (from the module or the layer), in submission order.
     nomem: RefCell<VecDeque<BdevIo>>,
     nomem_timer: Cell<bool>,
@@ -180,8 +185,10 @@ impl Linear {
 enum Barrier {
     /// A reset, handed to the module once its predecessors completed.
     Reset(BdevIo),
-    /// A drain for a range lock (see `compare::quiesce`).
-    Notify(ferrite_reactor::oneshot::Sender<()>),
+    /// A drain for a range lock (see `range_lock`).
+    Call(Box<dyn FnOnce()>),
+    /// A compare-and-write, started once this core's requests before it are done.
+    Caw(BdevIo),
 }
 
 struct StatsEntry {
@@ -265,16 +272,19 @@ impl IoChannel {
             epochs: Epochs::new(),
             barriers: RefCell::new(VecDeque::new()),
             locked: RefCell::new(VecDeque::new()),
+            locks: crate::local_locks::LocalLocks::new(&bdev.0),
             nomem: RefCell::new(VecDeque::new()),
             waiting: Cell::new(false),
             qos_on: Cell::new(false),
             timeouts_on: Cell::new(false),
+            ranges_on: Cell::new(false),
             nomem_timer: Cell::new(false),
             me: me.clone(),
             qos: crate::qos::ChannelQos::new(),
             timeouts: crate::timeout::ChannelTimeouts::new(),
             shared,
         });
+        inner.ranges_on.set(inner.locks.any());
         crate::qos::apply(&inner);
         crate::timeout::channel_created(&inner);
         CHANNELS.with(|c| {
@@ -434,10 +444,11 @@ impl ChannelInner {
         let t = req.io_type;
         let plain = match t {
             IoType::Read => self.lends_reads || !req.bufs.is_empty(),
-            IoType::Write => write && self.bdev.lock_count.load(Ordering::Relaxed) == 0,
+            IoType::Write => write,
             _ => false,
         };
         plain
+            && !self.ranges_on.get()
             && !self.shape_payload
             && !self.qos_on.get()
             && !self.waiting.get()
@@ -485,7 +496,9 @@ impl ChannelInner {
                 crate::compare::compare_and_write(io)
             }
             _ if self.qos_on.get() && !io.qos_passed && crate::qos::limited(t) => crate::qos::submit(self, io),
-            _ if t.writes() && crate::compare::write_blocked(&self.bdev, &io) => self.locked.borrow_mut().push_back(io),
+            _ if self.ranges_on.get() && self.locks.held_back(&io, self.epochs.current.get()) => {
+                self.locked.borrow_mut().push_back(io)
+            }
             _ if behind_nomem && self.waiting.get() && !self.nomem.borrow().is_empty() => {
                 self.nomem.borrow_mut().push_back(io)
             }
@@ -501,13 +514,9 @@ impl ChannelInner {
         self.route(io);
     }
 
-    /// As `submit_internal`, for the write of a compare-and-write that holds the range lock.
-    pub(crate) fn submit_internal_write_locked(
-        self: &Rc<Self>,
-        parent: BdevIo,
-        req: IoRequest,
-        then: fn(BdevIo, Completed),
-    ) {
+    /// As `submit_internal`, for the read and write of a compare-and-write in progress (which
+    /// the blocks it holds do not hold back).
+    pub(crate) fn submit_internal_locked(self: &Rc<Self>, parent: BdevIo, req: IoRequest, then: fn(BdevIo, Completed)) {
         let tick = parent.submit_tick;
         let mut io = BdevIo::new(req, self.clone(), tick);
         io.done = Done::Parent(parent, then);
@@ -723,12 +732,26 @@ impl ChannelInner {
         }
     }
 
-    /// Resolves once every request handed to the module before now has completed.
-    fn drain_waiter(&self) -> Option<ferrite_reactor::oneshot::Receiver<()>> {
-        let (tx, rx) = ferrite_reactor::oneshot::channel();
-        match self.behind_barrier(Barrier::Notify(tx)) {
-            Some(_) => None,
-            None => Some(rx),
+    /// True if a compare-and-write under one of this core's leases may start now: no write of
+    /// this core that passed a lease may still be with the module (`LocalLocks::own_write_epoch`).
+    pub(crate) fn caw_may_start(&self) -> bool {
+        let Some(e) = self.locks.own_write_epoch.get() else { return true };
+        let current = self.epochs.current.get();
+        let drained = if e == current { self.epochs.count.get() == 0 } else { self.epochs.drained_through(e) };
+        if drained {
+            self.locks.own_write_epoch.set(None);
+        }
+        drained
+    }
+
+    /// Gives `io` back at once if no request is with the module; otherwise keeps it until
+    /// every request handed to the module before now has completed, then starts it as a
+    /// compare-and-write (`compare::caw_start`).
+    pub(crate) fn after_drain_io(&self, io: BdevIo) -> Option<BdevIo> {
+        match self.behind_barrier(Barrier::Caw(io)) {
+            Some(Barrier::Caw(io)) => Some(io),
+            Some(_) => unreachable!("given back as given"),
+            None => None,
         }
     }
 
@@ -842,7 +865,8 @@ impl ChannelInner {
             }
             match self.barriers.borrow_mut().pop_front().expect("front exists").1 {
                 Barrier::Reset(r) => self.dispatch(r),
-                Barrier::Notify(tx) => tx.send(()),
+                Barrier::Call(f) => f(),
+                Barrier::Caw(io) => crate::compare::caw_start(io),
             }
         }
     }
@@ -980,12 +1004,11 @@ pub(crate) fn local_queue_depth(bdev_id: u64) -> u64 {
     local_channel(bdev_id).map_or(0, |ch| ch.queue_depth())
 }
 
-/// Waits until this core's channel of the bdev (if any) has completed every request handed to
-/// its module before now.
-pub(crate) async fn drained(bdev_id: u64) {
-    let rx = local_channel(bdev_id).and_then(|ch| ch.drain_waiter());
-    if let Some(rx) = rx {
-        let _ = rx.await;
+/// Runs `f` once `ch` has completed every request handed to its module before now (at once
+/// if none is in flight).
+pub(crate) fn after_drain(ch: &ChannelInner, f: Box<dyn FnOnce()>) {
+    if let Some(Barrier::Call(f)) = ch.behind_barrier(Barrier::Call(f)) {
+        f();
     }
 }
 
@@ -997,13 +1020,6 @@ pub(crate) fn with_backend(bdev_id: u64, f: &dyn Fn(&mut dyn BackendChannel)) ->
             true
         }
         None => false,
-    }
-}
-
-/// Retries this core's writes of the bdev that waited for a range lock.
-pub(crate) fn retry_locked(bdev_id: u64) {
-    if let Some(ch) = local_channel(bdev_id) {
-        ch.retry_locked_here();
     }
 }
 

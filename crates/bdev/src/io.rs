@@ -677,6 +677,8 @@ pub struct IoState {
     pub(crate) bounced: Option<IoBufs>,
     /// A write of a compare-and-write, which holds the range lock it would otherwise wait for.
     pub(crate) lock_bypass: bool,
+    /// The id of the compare-and-write lease it runs under (0: none; see `compare`).
+    pub(crate) range_lock: u64,
     /// Its slot + 1 in the channel's table of outstanding requests (0: not tracked; see `timeout`).
     pub(crate) track: u32,
     /// Already let through by the QoS limits (see `qos`).
@@ -719,6 +721,7 @@ fn restart(s: &mut IoState, ch: Option<Rc<ChannelInner>>, submit_tick: u64) {
     s.counted = false;
     s.fitted = false;
     s.lock_bypass = false;
+    s.range_lock = 0;
     s.track = 0;
     s.qos_passed = false;
     s.ctx.ty = None;
@@ -747,6 +750,7 @@ fn take_state(req: IoRequest, ch: Option<Rc<ChannelInner>>, submit_tick: u64) ->
             fitted: false,
             bounced: None,
             lock_bypass: false,
+            range_lock: 0,
             track: 0,
             qos_passed: false,
             frames: FrameStack::new(),

@@ -5,7 +5,9 @@
 pub mod bdev;
 pub mod channel;
 mod compare;
-pub use compare::LbaRangeLock;
+mod local_locks;
+mod range_lock;
+pub use range_lock::{LbaRangeLock, LockStats};
 pub mod desc;
 pub mod fanout;
 mod fit;

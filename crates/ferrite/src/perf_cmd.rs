@@ -1,6 +1,6 @@
 //! `ferrite perf`: bdevperf's command line over Ferrite's engine.
 
-use ferrite_perf::{JobPlacement, JobResult, JobSpec, Progress, Workload};
+use ferrite_perf::{JobPlacement, JobResult, JobSpec, Progress, Workload, Workloads};
 use ferrite_reactor::ReactorMode;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -19,9 +19,9 @@ pub struct PerfArgs {
     /// I/O size in bytes (suffixes k, m accepted: 4k, 128K).
     #[arg(short = 'o', value_name = "SIZE", value_parser = parse_size)]
     io_size: u32,
-    /// Workload: read, write, randread, randwrite, rw, randrw, verify, reset (verify with a bdev reset every 10 s), unmap, flush.
+    /// Workload: read, write, randread, randwrite, rw, randrw, verify, reset (verify with a bdev reset every 10 s), unmap, flush, compare_and_write (random compare-and-writes of versioned units, miscompares counted as data mismatches). A comma list gives the cores workloads in turn: `-w compare_and_write,randwrite -m 0x3` runs compare-and-writes on the first core and random writes on the second.
     #[arg(short = 'w', value_name = "TYPE")]
-    workload: Workload,
+    workload: Workloads,
     /// Read percentage of rw and randrw.
     #[arg(short = 'M', value_name = "PERCENT", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
     rw_mix_read: u8,
@@ -76,6 +76,13 @@ pub struct PerfArgs {
     /// Do not pin reactor threads to their cores.
     #[arg(long)]
     no_pin: bool,
+    /// Hold an LBA range lock on this block of every tested bdev for the whole run (taken
+    /// before the jobs start, dropped after they end): the writes of every core then check
+    /// the lock on their way (to measure what a held lock costs them; `bench/range_lock_cost.sh`).
+    /// Jobs that write the block wait until the run ends. The end of the run reports each
+    /// bdev's range lock counters.
+    #[arg(long, value_name = "LBA")]
+    hold_lock: Option<u64>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, default_value = "warn")]
     log_level: String,
@@ -118,7 +125,7 @@ fn available_memory() -> Option<u64> {
 /// Checks that `jobs` jobs of `a` fit in memory: queue depth × I/O size × jobs at most
 /// [`MAX_BUFFER_BYTES`] and half the available memory.
 fn check_memory(a: &PerfArgs, jobs: u64) -> Result<(), String> {
-    if matches!(a.workload, Workload::Unmap | Workload::Flush) {
+    if a.workload.0.iter().all(|w| matches!(w, Workload::Unmap | Workload::Flush)) {
         return Ok(());
     }
     let need = a.queue_depth as u64 * a.io_size as u64 * jobs;
@@ -240,7 +247,8 @@ pub fn run(a: PerfArgs) -> i32 {
     }
     let abort = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let spec = JobSpec {
-        workload: a.workload,
+        workload: a.workload.of_core(0),
+        per_core: if a.workload.0.len() > 1 { a.workload.0.clone() } else { Vec::new() },
         queue_depth: a.queue_depth,
         io_size: a.io_size,
         rw_mix_read: a.rw_mix_read,
@@ -259,6 +267,24 @@ pub fn run(a: PerfArgs) -> i32 {
             std::process::exit(1);
         });
     }
+    let mut held = Vec::new();
+    if let Some(lba) = a.hold_lock {
+        for bdev in &bdevs {
+            let Some(b) = ferrite_bdev::lookup(bdev) else { continue };
+            if lba >= b.num_blocks() {
+                crate::serve::shutdown(&engine);
+                return fail(format!("--hold-lock {lba} is past the end of bdev {bdev} ({} blocks)", b.num_blocks()));
+            }
+            match engine.run_async(0, move || async move { b.lock_lba_range(lba, 1).await }).wait() {
+                Ok(l) => held.push(l),
+                Err(e) => {
+                    crate::serve::shutdown(&engine);
+                    return fail(e.to_string());
+                }
+            }
+        }
+        out(format_args!("Holding an LBA range lock on block {lba} of {} bdev(s)\n", held.len()));
+    }
     out(format_args!("Running I/O for {} seconds...\n", a.time));
     let (mut results, mut errors, turns) = match a.interleave {
         None => {
@@ -270,7 +296,18 @@ pub fn run(a: PerfArgs) -> i32 {
             (r, e, Some(t))
         }
     };
+    drop(held);
     results.sort_by(|a, b| (a.core, &a.bdev).cmp(&(b.core, &b.bdev)));
+    if a.hold_lock.is_some() || a.workload.0.contains(&Workload::CompareAndWrite) {
+        for bdev in &bdevs {
+            if let Some(s) = ferrite_bdev::lookup(bdev).map(|b| b.lock_stats()) {
+                out(format_args!(
+                    "Range locks of {bdev}: {} granted ({} woken by a release), {} held, {} waiting at the end\n",
+                    s.granted, s.woken, s.held, s.waiting
+                ));
+            }
+        }
+    }
     if !results.is_empty() {
         out(format_args!("{}", ferrite_perf::report::format_table(&results)));
     }
@@ -323,7 +360,7 @@ fn run_jobs(
             let p = Arc::new(Progress::default());
             progress.push(p.clone());
             let place = JobPlacement { bdev: bdev.clone(), core: engine.core_of(id), index: id as u32, of: n };
-            let spec = spec.clone();
+            let spec = spec.for_core(id);
             let recv = engine.run_async(id, move || ferrite_perf::start(spec, place, p));
             let (tx, name, core) = (tx.clone(), bdev.clone(), engine.core_of(id));
             std::thread::spawn(move || {

@@ -161,3 +161,44 @@ fn interleave_runs_bdevs_in_turns_and_reports_per_round_quotients() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("bdev A0 is named twice with -T"));
 }
+
+/// `-w compare_and_write,randwrite`: core 0 compare-and-writes (no miscompare: each unit holds
+/// the version the job wrote), core 1 writes; `--hold-lock` holds a range lock on a block no job
+/// writes through the run, and the run reports the bdev's lock counters.
+#[test]
+fn compare_and_write_per_core_workloads_and_a_held_lock() {
+    let dir = TempDir::new("perfcaw");
+    let cfg = dir.write_json(
+        "bdevs.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [
+            {"method": "bdev_malloc_create", "params": {"name": "Malloc0", "num_blocks": 2049, "block_size": 4096}}]}]}),
+    );
+    let results = dir.join("results.json");
+    let cfg = cfg.to_str().unwrap();
+    let args = ["perf", "--json", cfg, "-q", "8", "-o", "4096", "-t", "1", "-m", "0x3", "--no-pin"];
+    let caw = ["-w", "compare_and_write,randwrite", "--hold-lock", "2048", "--results-json", results.to_str().unwrap()];
+    let out = run_ferrite(&[&args[..], &caw[..]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Holding an LBA range lock on block 2048"), "{stdout}");
+    assert!(stdout.contains("Range locks of Malloc0:"), "{stdout}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    let mut jobs: Vec<(String, Value)> = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["core_mask"].as_str().unwrap().to_string(), j.clone()))
+        .collect();
+    jobs.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(jobs[0].1["workload"], "compare_and_write");
+    assert_eq!(jobs[1].1["workload"], "randwrite");
+    for (_, j) in &jobs {
+        assert!(j["iops"].as_f64().unwrap() > 0.0, "{j}");
+        assert_eq!(j["io_failed"], 0, "{j}");
+        assert_eq!(j["verify_errors"], 0, "{j}");
+    }
+    // A lock past the end is refused.
+    let out = run_ferrite(&[&args[..], &["-w", "randwrite", "--hold-lock", "2049"]].concat());
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("past the end"));
+}

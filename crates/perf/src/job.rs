@@ -6,7 +6,7 @@
 use crate::hist::Histogram;
 use crate::report::JobResult;
 use crate::workload::{JobSpec, Workload};
-use ferrite_bdev::{Bdev, BdevDesc, Completed, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
+use ferrite_bdev::{Bdev, BdevDesc, Completed, IoBufs, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
 use ferrite_reactor::{oneshot, tsc, IoBuf};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -51,6 +51,8 @@ struct Slot {
     /// For verify: the kind of the slot's I/O in flight (a slot starts as if a read finished,
     /// so its first I/O is a write).
     phase: Phase,
+    /// For compare_and_write: the slot's compare buffer, while no request carries it.
+    cmp: Option<Box<IoBufs>>,
 }
 
 struct Job {
@@ -66,6 +68,8 @@ struct Job {
     rng: u64,
     null_bdev: bool,
     slots: Vec<Slot>,
+    /// For compare_and_write: the versions of the units.
+    caw: Option<crate::caw::Units>,
     /// For verify and reset: the I/O units a slot is writing or reading back, which no other
     /// slot may take meanwhile (as bdevperf's `outstanding` array): a slot held up (a path
     /// failing over) while the cursor wraps would otherwise have another write its units, and
@@ -123,7 +127,7 @@ impl Job {
                 self.cursor = (self.cursor + 1) % self.span_ios;
                 n
             };
-            if !self.spec.workload.verifies() {
+            if !self.spec.workload.owns_units() {
                 break n;
             }
             // At most queue-depth units are in use (a short list) and the span holds more than
@@ -159,17 +163,23 @@ impl Job {
         }
         let off = self.next_offset();
         req.offset_blocks = off;
+        if let Some(units) = &self.caw {
+            let unit = (off - self.start_block) / self.io_blocks;
+            self.slots[slot].offset = off;
+            return units.prepare(unit, req, &mut self.slots[slot].cmp);
+        }
         req.io_type = match w {
             Workload::Unmap => IoType::Unmap,
             Workload::Flush => IoType::Flush,
             Workload::Verify | Workload::Reset => {
                 let seed = xorshift(&mut self.rng);
                 fill_pattern(&mut req.bufs[0], seed);
-                self.slots[slot] = Slot { seed, offset: off, phase: Phase::Write };
+                let s = &mut self.slots[slot];
+                (s.seed, s.offset, s.phase) = (seed, off, Phase::Write);
                 IoType::Write
             }
             Workload::Read | Workload::RandRead => IoType::Read,
-            Workload::Write | Workload::RandWrite => IoType::Write,
+            Workload::Write | Workload::RandWrite | Workload::CompareAndWrite => IoType::Write,
             _ if (xorshift(&mut self.rng) % 100) < self.spec.rw_mix_read as u64 => IoType::Read,
             _ => IoType::Write,
         };
@@ -221,7 +231,20 @@ impl IoCompleter for JobCell {
         let slot = tag as usize;
         let mut io = io;
         let (status, latency_ticks, io_type) = (io.status, io.latency_ticks, io.req.io_type);
-        if status == IoStatus::Success {
+        let caw = job.caw.as_mut().map(|units| {
+            let s = &mut job.slots[slot];
+            let unit = (s.offset - job.start_block) / job.io_blocks;
+            units.completed(unit, &mut io.req, status, &mut s.cmp)
+        });
+        if caw.is_some() {
+            job.release_unit(slot);
+        }
+        if caw == Some(crate::caw::Outcome::Miscompare) {
+            job.verify_errors += 1;
+            if job.first_error.is_none() {
+                job.first_error = Some(format!("data mismatch at block {}", job.slots[slot].offset));
+            }
+        } else if status == IoStatus::Success {
             let verify_read = job.spec.workload.verifies() && io_type == IoType::Read;
             if verify_read {
                 job.release_unit(slot);
@@ -234,8 +257,13 @@ impl IoCompleter for JobCell {
                     }
                 }
             }
-            // A verify pair (write + read) counts as one I/O, as in bdevperf.
-            if !job.spec.workload.verifies() || verify_read {
+            // A verify pair (write + read) counts as one I/O, as in bdevperf; a unit's first
+            // write before its compare-and-writes does not count.
+            let counts = match caw {
+                Some(o) => o == crate::caw::Outcome::Done,
+                None => !job.spec.workload.verifies() || verify_read,
+            };
+            if counts {
                 job.ios += 1;
                 job.bytes += job.spec.io_size as u64;
                 let ns = ((latency_ticks as u128 * job.ns_per_tick_q32) >> 32) as u64;
@@ -311,7 +339,11 @@ fn try_start(
     if span_ios == 0 {
         return Err(format!("bdev {} is too small for {}-byte I/O", bdev.name(), spec.io_size));
     }
-    if spec.workload.verifies() && span_ios <= spec.queue_depth as u64 {
+    let span_ios = match spec.workload {
+        Workload::CompareAndWrite => span_ios.min(crate::caw::MAX_UNITS),
+        _ => span_ios,
+    };
+    if spec.workload.owns_units() && span_ios <= spec.queue_depth as u64 {
         return Err(format!("bdev {} is too small for verify at queue depth {}", bdev.name(), spec.queue_depth));
     }
     let ch = desc.channel().map_err(|e| e.to_string())?;
@@ -324,7 +356,8 @@ fn try_start(
         span_ios,
         cursor: 0,
         rng: 0x2545_f491_4f6c_dd1d ^ ((place.core as u64 + 1) << 32) ^ place.index as u64,
-        slots: (0..qd).map(|_| Slot { seed: 0, offset: 0, phase: Phase::Read }).collect(),
+        slots: (0..qd).map(|_| Slot { seed: 0, offset: 0, phase: Phase::Read, cmp: None }).collect(),
+        caw: (spec.workload == Workload::CompareAndWrite).then(|| crate::caw::Units::new(span_ios)),
         in_use: Vec::with_capacity(qd),
         in_flight: 0,
         stopping: false,
@@ -355,9 +388,14 @@ fn try_start(
             // bdev's data that a read, examine's included, left in it).
             let buf = with_payload.then(|| {
                 let mut b = ferrite_reactor::alloc_buf(j.spec.io_size as usize);
-                fill_pattern(&mut b, 0x5eed ^ slot as u64);
+                // Compare-and-write slots hold the same bytes (see `caw`).
+                let seed = if j.caw.is_some() { 0x5eed } else { 0x5eed ^ slot as u64 };
+                fill_pattern(&mut b, seed);
                 b
             });
+            if let Some(b) = buf.as_ref().filter(|_| j.caw.is_some()) {
+                j.slots[slot].cmp = Some(crate::caw::compare_buffer(b));
+            }
             j.submit(slot, buf);
         }
     }

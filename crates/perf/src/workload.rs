@@ -23,6 +23,10 @@ pub enum Workload {
     Unmap,
     /// Flushes.
     Flush,
+    /// Random compare-and-writes: each unit's blocks are compared with what the job last wrote
+    /// there and replaced by the next version (a unit's first touch is a plain write); a
+    /// miscompare counts as a data mismatch.
+    CompareAndWrite,
 }
 
 impl std::str::FromStr for Workload {
@@ -39,10 +43,12 @@ impl std::str::FromStr for Workload {
             "reset" => Self::Reset,
             "unmap" => Self::Unmap,
             "flush" => Self::Flush,
+            "compare_and_write" => Self::CompareAndWrite,
             _ => {
                 return Err(format!(
-                    "unknown workload {s:?} (read, write, randread, randwrite, rw, randrw, verify, reset, unmap, flush)"
-                ))
+                "unknown workload {s:?} (read, write, randread, randwrite, rw, randrw, verify, reset, unmap, flush, \
+                     compare_and_write)"
+            ))
             }
         })
     }
@@ -62,12 +68,19 @@ impl Workload {
             Self::Reset => "reset",
             Self::Unmap => "unmap",
             Self::Flush => "flush",
+            Self::CompareAndWrite => "compare_and_write",
         }
     }
 
     /// True if offsets are random.
     pub fn random(self) -> bool {
-        matches!(self, Self::RandRead | Self::RandWrite | Self::RandRw)
+        matches!(self, Self::RandRead | Self::RandWrite | Self::RandRw | Self::CompareAndWrite)
+    }
+
+    /// True if a slot keeps its I/O unit to itself until its pair of requests is over
+    /// (verify's write and read-back; a compare-and-write's unit, whose version it knows).
+    pub fn owns_units(self) -> bool {
+        self.verifies() || self == Self::CompareAndWrite
     }
 
     /// True if each I/O is a write read back and compared (verify, reset).
@@ -81,11 +94,44 @@ impl Workload {
     }
 }
 
+/// The workloads of a run's cores: `-w a,b` gives core 0 workload a, core 1 b, core 2 a, ...
+/// (one name: every core runs it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workloads(pub Vec<Workload>);
+
+impl std::str::FromStr for Workloads {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.split(',').map(|w| w.trim().parse()).collect::<Result<Vec<_>, _>>().map(Workloads)
+    }
+}
+
+impl JobSpec {
+    /// The spec of the run's `i`th core.
+    pub fn for_core(&self, i: usize) -> JobSpec {
+        let mut s = self.clone();
+        if !self.per_core.is_empty() {
+            s.workload = self.per_core[i % self.per_core.len()];
+        }
+        s
+    }
+}
+
+impl Workloads {
+    /// The workload of the `i`th core of the run.
+    pub fn of_core(&self, i: usize) -> Workload {
+        self.0[i % self.0.len()]
+    }
+}
+
 /// Settings shared by every job of a run.
 #[derive(Debug, Clone)]
 pub struct JobSpec {
-    /// Pattern.
+    /// Pattern (of every core, unless `per_core` names others).
     pub workload: Workload,
+    /// The workloads of the run's cores, by index, when they differ (`-w a,b`; see
+    /// [`Workloads`]); empty: every core runs `workload`.
+    pub per_core: Vec<Workload>,
     /// Outstanding I/Os per job.
     pub queue_depth: u32,
     /// Bytes per I/O.
