@@ -6,7 +6,8 @@
 # ±10% from one second to the next here: a change of a few instructions or of one cache line
 # per I/O shows, where timed runs need an hour to see 1%.
 # Counted: the functions of the I/O path (the bdev layer, its modules, the perf job, memcpy),
-# not the reactor's loop and the deferred queue's poll, which also run when idle. The bdevs are
+# not the reactor's loop and the deferred queue's poll (`drain`, inlined into the poller's
+# closure), which also run when idle. The bdevs are
 # 256 MiB (4 KiB blocks; the lvol 248 MiB on a lvstore with 4 MiB clusters), so at QD 128 the
 # requests in flight copy more than the last level holds, as on the 1 GiB bdevs of
 # lvol_vs_spdk.sh. Printed per cell: Ir (instructions), D1 and LL misses (reads + writes) per
@@ -49,7 +50,7 @@ for line in open(sys.argv[2]):
     name = m.group(2)
     if not re.search(r"ferrite_bdev|ferrite_lvol|ferrite_perf|memcpy|memmove", name):
         continue
-    if re.search(r"::drain$|::drain |defer::\{\{closure", name):
+    if re.search(r"::drain$|::drain |defer::\{\{closure|start_poller::\{\{closure", name):
         continue
     nums = re.findall(r"([\d,]+|\.)(?:\s+\([^)]*\))?\s+", m.group(1))
     tot = [t + (0 if x == "." else int(x.replace(",", ""))) for t, x in zip(tot, nums)]

@@ -1021,6 +1021,7 @@ impl BdevIo {
 
     /// Completes the request on this core's next loop turn (for modules that finish inside
     /// `submit`, such as null and malloc).
+    #[inline]
     pub fn complete_deferred(mut self, status: IoStatus) {
         self.status = status;
         defer(self);
@@ -1157,10 +1158,19 @@ fn defer(io: BdevIo) {
     ensure_poller();
 }
 
-/// Registers this core's deferred-queue poller once (on a reactor).
-#[inline]
+/// Registers this core's deferred-queue poller once (on a reactor). The check is all a request
+/// pays once the poller runs; the registration is out of line.
+#[inline(always)]
 fn ensure_poller() {
-    if !DEFERRED_POLLER.with(|p| p.get()) && ferrite_reactor::current().is_some() {
+    if !DEFERRED_POLLER.with(|p| p.get()) {
+        start_poller();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn start_poller() {
+    if ferrite_reactor::current().is_some() {
         DEFERRED_POLLER.with(|p| p.set(true));
         ferrite_reactor::register_poller(|| drain() > 0);
     }

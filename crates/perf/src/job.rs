@@ -163,10 +163,8 @@ impl Job {
         }
         let off = self.next_offset();
         req.offset_blocks = off;
-        if let Some(units) = &self.caw {
-            let unit = (off - self.start_block) / self.io_blocks;
-            self.slots[slot].offset = off;
-            return units.prepare(unit, req, &mut self.slots[slot].cmp);
+        if self.caw.is_some() {
+            return self.prepare_caw(slot, off, req);
         }
         req.io_type = match w {
             Workload::Unmap => IoType::Unmap,
@@ -183,6 +181,16 @@ impl Job {
             _ if (xorshift(&mut self.rng) % 100) < self.spec.rw_mix_read as u64 => IoType::Read,
             _ => IoType::Write,
         };
+    }
+
+    /// `prepare` for a compare-and-write job (out of line: the other workloads' requests do not
+    /// carry its code).
+    #[inline(never)]
+    fn prepare_caw(&mut self, slot: usize, off: u64, req: &mut IoRequest) {
+        let units = self.caw.as_ref().expect("a compare-and-write job");
+        let unit = (off - self.start_block) / self.io_blocks;
+        self.slots[slot].offset = off;
+        units.prepare(unit, req, &mut self.slots[slot].cmp)
     }
 
     /// Starts the first request of `slot`.
