@@ -372,6 +372,49 @@ fn ptpl_file_brings_the_reservation_back() {
         Some(json!({"nqn": SUBNQN, "namespace": {"bdev_name": "P1", "ptpl_file": other.to_str().unwrap()}})),
     );
     assert!(e.message.contains("other.ptpl"), "{e:?}");
+    // The registry is the bdev's: a file does not replace what hosts hold through another
+    // namespace of the same bdev.
+    let sub2 = "nqn.2016-06.io.ferrite:resv2";
+    n.subsystem(sub2, true);
+    let copy = dir.join("copy.ptpl");
+    std::fs::write(&copy, saved.to_string()).unwrap();
+    let e = n.d.call_err(
+        "nvmf_subsystem_add_ns",
+        Some(json!({"nqn": sub2, "namespace": {"bdev_name": "P0", "ptpl_file": copy.to_str().unwrap()}})),
+    );
+    assert!(e.message.contains("already has 2 registrant"), "{e:?}");
+    let (_, rtype, regctl, _) = decode_report(&report(&mut b.io[0], true, 4096).ok("report").data);
+    assert_eq!((rtype, regctl), (WRITE_EXCLUSIVE as u8, 2), "the live reservation stands");
+    // A file that lists a host twice is refused.
+    let uuid2 = "5d6e0f2a-1b3c-4d5e-8f70-112233445567";
+    n.d.call("bdev_malloc_create", Some(json!({"name": "P2", "num_blocks": 2048, "block_size": BS, "uuid": uuid2})));
+    let twice = dir.join("twice.ptpl");
+    let host = "03030303-0303-0303-0303-030303030303";
+    let doc = json!({"ptpl": true, "rtype": 0, "crkey": 0, "bdev_uuid": uuid2, "holder_uuid": "",
+        "registrants": [{"rkey": 1, "host_uuid": host}, {"rkey": 2, "host_uuid": host}]});
+    std::fs::write(&twice, doc.to_string()).unwrap();
+    let e = n.d.call_err(
+        "nvmf_subsystem_add_ns",
+        Some(json!({"nqn": SUBNQN, "namespace": {"bdev_name": "P2", "ptpl_file": twice.to_str().unwrap()}})),
+    );
+    assert!(e.message.contains("listed twice"), "{e:?}");
+    for bad in ["", "/nonexistent-ferrite-dir/x.ptpl"] {
+        let e = n.d.call_err(
+            "nvmf_subsystem_add_ns",
+            Some(json!({"nqn": SUBNQN, "namespace": {"bdev_name": "P2", "ptpl_file": bad}})),
+        );
+        assert!(e.message.contains("ptpl_file"), "{bad:?}: {e:?}");
+    }
+    // A ptpl_file that can no longer be written: the command fails with Internal Device Error
+    // (the host must not believe in a persistence that is not there).
+    let gone = dir.join("gone");
+    std::fs::create_dir(&gone).unwrap();
+    let p2 = json!({"nqn": SUBNQN, "namespace": {"bdev_name": "P2", "nsid": 7,
+        "ptpl_file": gone.join("p2.ptpl").to_str().unwrap()}});
+    assert_eq!(n.d.call("nvmf_subsystem_add_ns", Some(p2)), json!(7));
+    std::fs::remove_dir_all(&gone).unwrap();
+    let c = b.io[0].cmd(Host::sqe(nvm::RESERVATION_REGISTER, 7, |s| s.cdw10 = 0), Some(&keys(0, 9)), 0);
+    assert_eq!(c.status(), (sct::GENERIC, generic::INTERNAL_DEVICE_ERROR), "{:?}", c.cqe);
     // PTPL off: the file is emptied, as SPDK leaves it.
     set_features(&mut b.admin, fid::RESERVATION_PERSISTENCE, NS, 0).ok("Set PTPL off");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "");

@@ -914,6 +914,9 @@ fn every_shared_method_through_spdk_rpc_py() {
         "0",
     ]);
     py.refused(&["nvmf_create_subsystem", "nqn.2016-06.io.spdk:cnode2", "--dmrsl", "16"], -32602, "dmrsl");
+    // SPDK's own defaults, which its save_config writes for every subsystem, load.
+    py.ok(&["nvmf_create_subsystem", "nqn.2016-06.io.spdk:cnode3", "--dmrsl", "2097152", "--wzsl", "12"]);
+    py.ok(&["nvmf_delete_subsystem", "nqn.2016-06.io.spdk:cnode3"]);
     py.refused(&["nvmf_create_subsystem", "nqn.2016-06.io.spdk:cnode2", "-p"], -32602, "passthrough");
     py.ok(&["nvmf_subsystem_add_ns", nqn, "A0", "-n", "3", "-e", "0102030405060708", "-a", "3", "-N"]);
     py.refused(&["nvmf_subsystem_add_ns", nqn, "N0", "-i"], -32602, "no_auto_visible");

@@ -157,7 +157,9 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16, ns: Rc<NsChan>) {
     match result {
         Ok(notices) => {
             notify(&ctrl, ns.ns.nsid, notices);
-            persist(&ns.ns);
+            if !persist(&ns.ns) {
+                return c.complete(slot, Status::generic(generic::INTERNAL_DEVICE_ERROR), 0, None);
+            }
             c.complete(slot, Status::SUCCESS, 0, None)
         }
         Err(e) => {
@@ -387,9 +389,13 @@ pub(crate) fn set_persistence(ctrl: &Ctrlr, nsid: u32, v: u32) -> Result<(), Sta
         );
         return Err(invalid_field());
     }
+    let mut written = true;
     for n in capable {
         n.bdev().reservations().set_aptpl(v & 1 != 0);
-        persist(n);
+        written &= persist(n);
+    }
+    if !written {
+        return Err(Status::generic(generic::INTERNAL_DEVICE_ERROR));
     }
     Ok(())
 }
@@ -397,13 +403,17 @@ pub(crate) fn set_persistence(ctrl: &Ctrlr, nsid: u32, v: u32) -> Result<(), Sta
 /// Writes the namespace's registry to its `ptpl_file` in SPDK's format (an empty file when
 /// PTPL is off, as SPDK leaves it). Written beside and renamed, so a crash leaves the old or
 /// the new copy.
-pub(crate) fn persist(ns: &Namespace) {
-    let Some(file) = &ns.ptpl_file else { return };
+/// False if the file could not be written (the command then answers Internal Device Error,
+/// as SPDK's does: the host must not believe its reservation will survive a power loss).
+pub(crate) fn persist(ns: &Namespace) -> bool {
+    let Some(file) = &ns.ptpl_file else { return true };
     let text = ptpl_json(ns).map(|v| v.to_string()).unwrap_or_default();
     let tmp = format!("{file}.tmp");
     if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, file)) {
         log::error!("nvmf namespace {} (bdev {}): cannot write ptpl_file {file}: {e}", ns.nsid, ns.bdev_name);
+        return false;
     }
+    true
 }
 
 fn uuid_of(hostid: &[u8; 16]) -> String {
@@ -479,10 +489,24 @@ pub(crate) fn restore(bdev: &ferrite_bdev::Bdev, file: &str) -> Result<(), Strin
     if d.crkey != 0 && !d.registrants.iter().any(|r| r.rkey == d.crkey) {
         return Err(format!("ptpl_file {file}: the reservation key is no registrant's"));
     }
+    // The registry is the bdev's, shared by every namespace on it: a file must not replace
+    // reservations that hosts hold right now through another namespace.
+    let live = bdev.reservations().report();
+    if !live.registrants.is_empty() {
+        return Err(format!(
+            "ptpl_file {file}: bdev {} already has {} registrant(s) through another namespace;              restoring would replace their reservations",
+            bdev.name(),
+            live.registrants.len()
+        ));
+    }
     let who = |hostid: [u8; 16]| Initiator::Nvme { hostid, hostnqn: String::new() };
-    let mut regs = Vec::new();
+    let mut regs: Vec<(Initiator, u64)> = Vec::new();
     for r in &d.registrants {
-        regs.push((who(parse(&r.host_uuid)?), r.rkey));
+        let id = parse(&r.host_uuid)?;
+        if regs.iter().any(|(i, _)| matches!(i, Initiator::Nvme { hostid, .. } if *hostid == id)) {
+            return Err(format!("ptpl_file {file}: host {} is listed twice", r.host_uuid));
+        }
+        regs.push((who(id), r.rkey));
     }
     let rtype = if d.rtype == 0 {
         None

@@ -242,16 +242,26 @@ fn check_text(what: &str, s: &str, max: usize) -> Result<(), RpcError> {
     Ok(())
 }
 
+/// SPDK's default `dmrsl` of a subsystem (what its `save_config` writes when none was given).
+const SPDK_DMRSL: u64 = 2_097_152;
+/// SPDK's default `wzsl` of a subsystem.
+const SPDK_WZSL: u64 = 12;
+
 fn create_subsystem(p: Params, max_subsystems: usize) -> Result<Value, RpcError> {
     let a: CreateSubsystem = p.parse()?;
+    // SPDK v26.05 saves every subsystem with its defaults (dmrsl 2097152 blocks, wzsl 12: 16 MiB):
+    // those load, as 0 does; Ferrite tells hosts no limit and splits what it must itself.
     let limits = [
-        ("max_discard_size_kib", a.max_discard_size_kib.unwrap_or(0)),
-        ("max_write_zeroes_size_kib", a.max_write_zeroes_size_kib.unwrap_or(0)),
-        ("dmrsl", u64::from(a.dmrsl.unwrap_or(0))),
-        ("wzsl", u64::from(a.wzsl.unwrap_or(0))),
+        ("max_discard_size_kib", a.max_discard_size_kib.unwrap_or(0), 0),
+        ("max_write_zeroes_size_kib", a.max_write_zeroes_size_kib.unwrap_or(0), 0),
+        ("dmrsl", u64::from(a.dmrsl.unwrap_or(0)), SPDK_DMRSL),
+        ("wzsl", u64::from(a.wzsl.unwrap_or(0)), SPDK_WZSL),
     ];
-    if let Some((k, _)) = limits.iter().find(|(_, v)| *v != 0) {
-        return Err(lacks(k, "Ferrite tells hosts no Dataset Management or Write Zeroes size limit (0 only)"));
+    if let Some((k, _, _)) = limits.iter().find(|(_, v, spdk)| *v != 0 && v != spdk) {
+        return Err(lacks(
+            k,
+            "Ferrite tells hosts no Dataset Management or Write Zeroes size limit (0 or SPDK's default only)",
+        ));
     }
     if a.passthrough == Some(true) {
         return Err(lacks("passthrough", "NVMe commands are not passed through to an NVMe bdev"));
@@ -584,6 +594,14 @@ fn add_ns(p: Params) -> Result<Value, RpcError> {
         uuid = *desc.bdev().uuid().as_bytes();
     }
     if let Some(file) = &n.ptpl_file {
+        // A file the target could never write would answer every reservation command with an
+        // error: refused now, with its reason.
+        let dir_ok = std::path::Path::new(file).parent().is_some_and(|d| d.as_os_str().is_empty() || d.is_dir());
+        if file.is_empty() || file.ends_with('/') || !dir_ok {
+            return Err(invalid(format!(
+                "Invalid parameters: ptpl_file {file:?}: not a file path in an existing folder"
+            )));
+        }
         // The bdev's registry as it was when persisted (SPDK: nvmf_ns_reservation_restore).
         super::resv::restore(desc.bdev(), file).map_err(|e| invalid(format!("Invalid parameters: {e}")))?;
     }
