@@ -35,7 +35,7 @@
 
 #![no_main]
 
-use ferrite_modules::crash_disk::{self, CrashDisk};
+use ferrite_testkit::crash_disk::{self, CrashDisk};
 use ferrite_bdev::Bdev;
 use ferrite_blob::format::crc::page_crc;
 use ferrite_blob::format::{SuperBlock, PAGE_SIZE};

@@ -88,6 +88,7 @@ fn start() -> Target {
         Engine::start(EngineConfig { cores: vec![0], mode: ReactorMode::Adaptive, pin: false, ..Default::default() })
             .expect("engine starts");
     let registry = ferrite_rpc::app::registry(|reg| {
+        ferrite_modules::register_builtin();
         ferrite_bdev::rpc::register(reg);
         ferrite_nvmf::target::rpc::register(reg);
     });
