@@ -75,6 +75,17 @@ pub trait BackendChannel {
     fn lends_reads(&self) -> bool {
         false
     }
+    /// True if the module compares and writes in one pass once the layer has made the blocks
+    /// its own: the layer then sends each compare-and-write, under its lease (no other write
+    /// to the blocks reaches the module meanwhile, see `compare`), as one
+    /// `IoType::CompareAndWrite` request instead of a read and a write. The module compares
+    /// the blocks with the request's `IoAux::Compare` data ([`crate::first_difference`]),
+    /// completes `IoStatus::Miscompare` with the offset if they differ and otherwise writes
+    /// `bufs`. A module that is atomic by itself (an NVMe namespace's fused pair) lists
+    /// `IoType::CompareAndWrite` in its I/O types instead. Asked once, when the channel is made.
+    fn compares_in_place(&self) -> bool {
+        false
+    }
     /// Aborts the requests the module holds that `named` picks (an abort request of a caller),
     /// completing each with `IoStatus::Aborted`; returns how many. Modules that hold no request
     /// they could stop (the I/O is already with a device) keep the default. Modules that list

@@ -147,6 +147,9 @@ pub(crate) struct ChannelInner {
     pub(crate) timeouts: crate::timeout::ChannelTimeouts,
     /// The module's state its requests reach (`BackendChannel::shared`).
     pub(crate) shared: Option<Rc<dyn std::any::Any>>,
+    /// Compare-and-writes go to the module as one request under the lease
+    /// (`BackendChannel::compares_in_place`, and no limit would split them).
+    pub(crate) caw_in_place: bool,
 }
 
 /// A module's linear mapping onto a base bdev as one channel last took it
@@ -265,6 +268,7 @@ impl IoChannel {
             boundary_only: limits.boundary_only(),
             bdev: bdev.0.clone(),
             lends_reads: backend.lends_reads(),
+            caw_in_place: backend.compares_in_place() && !limits.shape_payload(),
             pass_to: backend.forwards_to().filter(|base| base.block_size() == bdev.block_size()),
             linear: Linear::new(&mut *backend, bdev.block_size()),
             backend: RefCell::new(backend),
@@ -492,7 +496,7 @@ impl ChannelInner {
             IoType::Reset => self.reset(io),
             IoType::Abort => self.abort(io),
             IoType::Compare if !self.io_types.contains(IoType::Compare) => crate::compare::emulate_compare(io),
-            IoType::CompareAndWrite if !self.io_types.contains(IoType::CompareAndWrite) => {
+            IoType::CompareAndWrite if !self.io_types.contains(IoType::CompareAndWrite) && !io.lock_bypass => {
                 crate::compare::compare_and_write(io)
             }
             _ if self.qos_on.get() && !io.qos_passed && crate::qos::limited(t) => crate::qos::submit(self, io),

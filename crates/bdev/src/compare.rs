@@ -45,8 +45,18 @@ pub(crate) fn emulate_compare(io: BdevIo) {
 
 /// Byte offset of the first byte where the blocks read differ from `segs` (both as long, in
 /// any segmentation), or None if they are the same.
-fn first_difference(read: &Completed, segs: &[ferrite_reactor::IoBuf]) -> Option<u64> {
-    let (mut a, mut b) = (read.req.bufs.iter(), segs.iter());
+fn differs_from_read(read: &Completed, segs: &[ferrite_reactor::IoBuf]) -> Option<u64> {
+    first_difference(read.req.bufs.iter().map(|b| &b[..]), segs.iter().map(|b| &b[..]))
+}
+
+/// Byte offset of the first byte where two payloads, each given as its segments in order (of
+/// any lengths), differ, or None if they are the same; a payload that ends first differs at
+/// its end. Runs that are equal compare with memcmp; only a differing one is walked byte by
+/// byte. For a module that compares in place (`BackendChannel::compares_in_place`).
+pub fn first_difference<'a, 'b>(
+    mut a: impl Iterator<Item = &'a [u8]>,
+    mut b: impl Iterator<Item = &'b [u8]>,
+) -> Option<u64> {
     let (mut x, mut y): (&[u8], &[u8]) = (&[], &[]);
     let mut pos = 0u64;
     loop {
@@ -66,7 +76,6 @@ fn first_difference(read: &Completed, segs: &[ferrite_reactor::IoBuf]) -> Option
         }
         let n = x.len().min(y.len());
         if x[..n] != y[..n] {
-            // Equal runs compare with memcmp; only a differing one is walked byte by byte.
             let at = x[..n].iter().zip(&y[..n]).position(|(p, q)| p != q).expect("the runs differ somewhere");
             return Some(pos + at as u64);
         }
@@ -78,7 +87,7 @@ fn first_difference(read: &Completed, segs: &[ferrite_reactor::IoBuf]) -> Option
 /// The status of a compare whose read ended with `read.status`.
 fn compared(read: &Completed, segs: &[ferrite_reactor::IoBuf]) -> IoStatus {
     match read.status {
-        IoStatus::Success => match first_difference(read, segs) {
+        IoStatus::Success => match differs_from_read(read, segs) {
             None => IoStatus::Success,
             Some(at) => IoStatus::Miscompare { offset: DiffOffset::at(at) },
         },
@@ -254,8 +263,17 @@ fn release_lease(ch: &Rc<ChannelInner>, id: u64) {
 /// The compare-and-write's turn: no write of this core that may overlap it is with the
 /// module. Its read is zero-copy where the module lends its memory (no write can land in the
 /// blocks while they are compared: the lease and the core's note of them hold writes back).
-pub(crate) fn caw_start(io: BdevIo) {
+pub(crate) fn caw_start(mut io: BdevIo) {
     let ch = io.channel().clone();
+    if ch.caw_in_place {
+        // One request: the module compares and writes in one pass (the lease and the core's
+        // note of the blocks keep every other write out of them meanwhile).
+        let mut req = IoRequest::new(IoType::CompareAndWrite, io.req.offset_blocks, io.req.num_blocks);
+        req.flags = io.req.flags;
+        req.bufs = std::mem::take(&mut io.req.bufs);
+        req.aux = std::mem::replace(&mut io.req.aux, IoAux::None);
+        return ch.submit_internal_locked(io, req, caw_in_place_done);
+    }
     let req = IoRequest::read_zcopy(io.req.offset_blocks, io.req.num_blocks);
     ch.submit_internal_locked(io, req, caw_read_done);
 }
@@ -275,6 +293,14 @@ fn caw_read_done(mut parent: BdevIo, read: Completed) {
     req.flags = parent.req.flags;
     req.bufs = std::mem::take(&mut parent.req.bufs);
     ch.submit_internal_locked(parent, req, caw_write_done);
+}
+
+fn caw_in_place_done(mut parent: BdevIo, mut caw: Completed) {
+    parent.req.bufs = std::mem::take(&mut caw.req.bufs);
+    parent.req.aux = std::mem::replace(&mut caw.req.aux, IoAux::None);
+    let status = caw.status;
+    drop(caw);
+    finish_caw(parent, status);
 }
 
 fn caw_write_done(mut parent: BdevIo, mut write: Completed) {

@@ -994,8 +994,14 @@ impl BdevIo {
                 st.status = status;
                 crate::fit::unbounce(&mut st);
             }
-            // A split's children are counted as their parent, at the layer that split it.
-            if !(st.frames.is_empty() && matches!(&st.done, Done::Fan(f, _) if f.is_split())) {
+            // A split's children are counted as their parent, at the layer that split it, and
+            // so is the request a compare-and-write becomes for a module that compares in place.
+            let counted = match &st.done {
+                Done::Fan(f, _) => !(st.frames.is_empty() && f.is_split()),
+                Done::Parent(..) => st.req.io_type != IoType::CompareAndWrite,
+                _ => true,
+            };
+            if counted {
                 ch.account(&st.req, status, st.latency_ticks);
             }
             drop(ch);

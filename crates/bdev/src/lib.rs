@@ -5,6 +5,7 @@
 pub mod bdev;
 pub mod channel;
 mod compare;
+pub use compare::first_difference;
 mod local_locks;
 mod range_lock;
 pub use range_lock::{LbaRangeLock, LockStats};

@@ -403,3 +403,46 @@ fn unquiesce_errors_are_spdks() {
     });
     shutdown(e);
 }
+
+/// A malloc bdev compares and writes in place (one request under the lease); a passthru over
+/// another malloc has the layer emulate it (a read and a write). Both give the same results:
+/// scattered compare and write data, the offset of the first differing byte, and the blocks
+/// unchanged after a miscompare.
+#[test]
+fn compare_and_write_in_place_and_emulated_agree() {
+    const LEN: usize = 4 * 512;
+    let e = engine(1, ReactorMode::Poll);
+    run(&e, 0, || async {
+        make_malloc("rl_inplace", 64);
+        make_malloc("rl_emul_base", 64);
+        ferrite_modules::passthru::create("rl_emul_base", "rl_emul", None).unwrap();
+        for name in ["rl_inplace", "rl_emul"] {
+            let d = Bdev::open(name, true, || {}).unwrap();
+            let ch = d.channel().unwrap();
+            let old = pattern(1, LEN);
+            io_ok(&ch, IoRequest::write(8, 4, buf_from(&old))).await;
+            // Scattered differently: the compare data in three pieces, the new data in two.
+            let new = pattern(2, LEN);
+            let mut caw = vectored(IoType::CompareAndWrite, 8, 4, bufs_from(&new, &[1536, 512]));
+            caw.aux = ferrite_bdev::IoAux::Compare(Box::new(bufs_from(&old, &[100, 1000, 948])));
+            assert_eq!(io(&ch, caw).await.status, IoStatus::Success, "{name}: compare-and-write of equal data");
+            let got = io_ok(&ch, IoRequest::read(8, 4, buf_filled(LEN, 0))).await;
+            assert_bytes_eq(&got, &new, &format!("{name}: the new data after a compare-and-write"));
+            // A compare that differs at byte 1111 writes nothing.
+            let mut wrong = new.clone();
+            wrong[1111] ^= 0x40;
+            let mut caw = vectored(IoType::CompareAndWrite, 8, 4, bufs_from(&pattern(3, LEN), &[LEN]));
+            caw.aux = ferrite_bdev::IoAux::Compare(Box::new(bufs_from(&wrong, &[1024, 1024])));
+            match io(&ch, caw).await.status {
+                IoStatus::Miscompare { offset } => assert_eq!(offset.get(), Some(1111), "{name}: first differing byte"),
+                s => panic!("{name}: a differing compare gave {s}"),
+            }
+            let got = io_ok(&ch, IoRequest::read(8, 4, buf_filled(LEN, 0))).await;
+            assert_bytes_eq(&got, &new, &format!("{name}: the blocks after a miscompare"));
+        }
+        unregister("rl_emul", None).unwrap();
+        unregister("rl_emul_base", None).unwrap();
+        unregister("rl_inplace", None).unwrap();
+    });
+    shutdown(e);
+}

@@ -13,7 +13,7 @@ pub mod rpc;
 mod stream;
 
 use ferrite_bdev::bdev::{check_geometry, register, BackendChannel, Bdev, BdevBackend, BdevError, BdevProps, Limits};
-use ferrite_bdev::io::{BdevIo, IoAux, IoStatus, IoType, IoTypes};
+use ferrite_bdev::io::{BdevIo, DiffOffset, IoAux, IoStatus, IoType, IoTypes};
 use ferrite_reactor::{IoBuf, Lender};
 use serde_json::{json, Value};
 use std::rc::Rc;
@@ -36,7 +36,8 @@ pub struct MallocOpts {
     pub uuid: Option<String>,
 }
 
-/// The I/O types the malloc module serves itself (compare is done by the bdev layer).
+/// The I/O types the malloc module serves itself (compare is done by the bdev layer, and
+/// compare-and-write under the layer's lease, compared and written here in one pass).
 pub const IO_TYPES: IoTypes = IoTypes::of(&[
     IoType::Read,
     IoType::Write,
@@ -82,6 +83,10 @@ impl BackendChannel for MallocChannel {
         true
     }
 
+    fn compares_in_place(&self) -> bool {
+        true
+    }
+
     #[inline]
     fn submit(&mut self, mut io: BdevIo) {
         let off = io.offset_bytes() as usize;
@@ -111,6 +116,21 @@ impl BackendChannel for MallocChannel {
                     }
                 }
                 IoType::Write => {
+                    let mut pos = 0;
+                    for b in io.req.bufs.iter() {
+                        std::ptr::copy(b.as_ptr(), base.add(pos), b.len());
+                        pos += b.len();
+                    }
+                }
+                IoType::CompareAndWrite => {
+                    // Under the layer's lease: no other write reaches these blocks meanwhile.
+                    let IoAux::Compare(cmp) = &io.req.aux else { unreachable!("the layer checked the compare data") };
+                    let blocks = std::slice::from_raw_parts(base, len);
+                    if let Some(at) =
+                        ferrite_bdev::first_difference(std::iter::once(blocks), cmp.iter().map(|b| &b[..]))
+                    {
+                        return io.complete_deferred(IoStatus::Miscompare { offset: DiffOffset::at(at) });
+                    }
                     let mut pos = 0;
                     for b in io.req.bufs.iter() {
                         std::ptr::copy(b.as_ptr(), base.add(pos), b.len());
