@@ -382,13 +382,16 @@ impl crate::Bdev {
     /// unmaps, copies, compares and compare-and-writes of the range (and every NVMe I/O
     /// passthrough) wait in their channels. Waits for overlapping locks and quiesced ranges
     /// first. EINVAL for a range past the end; ENODEV for a bdev being deleted with no
-    /// opener. Dropping the future does not cancel the quiesce: it still takes effect, and
-    /// is ended by an unquiesce.
+    /// opener. Dropping the future before it resolves gives the quiesce up (nothing stays
+    /// quiesced that no one would unquiesce); once it resolved, only an unquiesce ends it.
     pub async fn quiesce_range(&self, start: u64, num: u64) -> Result<(), BdevError> {
         let end = self.check_quiesce_range(start, num)?;
         let (tx, rx) = ferrite_reactor::oneshot::channel();
-        request(&self.0, start, end, Kind::Quiesce, Box::new(move || tx.send(())));
+        let id = request(&self.0, start, end, Kind::Quiesce, Box::new(move || tx.send(())));
+        // Released if the future is dropped while waiting; kept (forgotten) once granted.
+        let pending = LbaRangeLock { bdev: self.0.clone(), id };
         let _ = rx.await;
+        std::mem::forget(pending);
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use ferrite_bdev::{
 };
 use ferrite_modules::malloc::{self, MallocOpts};
 use ferrite_reactor::{next_turn, Engine, ReactorMode};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -443,6 +444,36 @@ fn compare_and_write_in_place_and_emulated_agree() {
         unregister("rl_emul", None).unwrap();
         unregister("rl_emul_base", None).unwrap();
         unregister("rl_inplace", None).unwrap();
+    });
+    shutdown(e);
+}
+
+/// A quiesce whose future is dropped while it waits (behind a held lock) is given up: nothing
+/// stays quiesced that no one would unquiesce, and writes to the range go on.
+#[test]
+fn a_dropped_quiesce_is_given_up() {
+    let e = engine(1, ReactorMode::Poll);
+    run(&e, 0, || async {
+        let b = make_malloc("rl_drop_quiesce", 64);
+        let d = Bdev::open(b.name(), true, || {}).unwrap();
+        let ch = d.channel().unwrap();
+        let lock = b.lock_lba_range(0, 8).await;
+        {
+            let mut q = std::pin::pin!(b.quiesce_range(0, 16));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(q.as_mut().poll(&mut cx).is_pending(), "the quiesce waits behind the lock");
+            assert_eq!(b.lock_stats().waiting, 1);
+        }
+        assert_eq!(b.lock_stats().waiting, 0, "the dropped quiesce no longer waits");
+        drop(lock);
+        for _ in 0..100 {
+            next_turn().await;
+        }
+        assert_eq!(b.lock_stats().held, 0, "nothing is held once the lock went");
+        io_ok(&ch, IoRequest::write(4, 1, buf_from(&tagged(9, 512)))).await;
+        assert_eq!(tag_of(&io_ok(&ch, IoRequest::read(4, 1, buf_filled(512, 0))).await), 9);
+        drop((ch, d));
+        unregister("rl_drop_quiesce", None).unwrap();
     });
     shutdown(e);
 }
