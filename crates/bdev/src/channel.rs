@@ -532,7 +532,22 @@ impl ChannelInner {
     pub(crate) fn retry_locked_here(self: &Rc<Self>) {
         let waiting = std::mem::take(&mut *self.locked.borrow_mut());
         for io in waiting {
-            self.route(io);
+            if io.fitted {
+                self.dispatch_unless_held(io);
+            } else {
+                self.route(io);
+            }
+        }
+    }
+
+    /// Hands a fitted request (a retry after NoMem, or one a lock held back after that) to the
+    /// module, unless a range lock installed since it first passed holds it back: the lock's
+    /// drain no longer waited for it once the module had answered NoMem.
+    fn dispatch_unless_held(&self, io: BdevIo) {
+        if self.ranges_on.get() && self.locks.held_back(&io, self.epochs.current.get()) {
+            self.locked.borrow_mut().push_back(io);
+        } else {
+            self.dispatch(io);
         }
     }
 
@@ -920,7 +935,7 @@ impl ChannelInner {
         for _ in 0..n {
             let Some(io) = self.nomem.borrow_mut().pop_front() else { return };
             if io.fitted {
-                self.dispatch(io);
+                self.dispatch_unless_held(io);
             } else {
                 // Queued behind a NoMem before it was fitted: it goes on from here, not back
                 // behind the requests still queued (which once stalled them all for good).

@@ -249,11 +249,16 @@ impl FanOut {
             s.len() - 1
         };
         st.left.set(st.left.get() + 1);
-        let tick = match &*st.parent.borrow() {
-            Some(Parent::Io(p, _) | Parent::Split(p)) => p.submit_tick,
-            _ => crate::io::submit_tick(),
+        // A split's children are the parent's own blocks: what let the parent past the range
+        // locks (a compare-and-write's own write) lets them past too, when they are checked
+        // again (a retry after NoMem).
+        let (tick, lock_bypass) = match &*st.parent.borrow() {
+            Some(Parent::Split(p)) => (p.submit_tick, p.lock_bypass),
+            Some(Parent::Io(p, _)) => (p.submit_tick, false),
+            _ => (crate::io::submit_tick(), false),
         };
         let mut io = BdevIo::new(req, ch.clone(), tick);
+        io.lock_bypass = lock_bypass;
         io.done = Done::Fan(self.0.clone(), index as u32);
         (io, index)
     }

@@ -464,6 +464,49 @@ fn nomem_is_retried_with_nothing_in_flight() {
     unregister("contract_nomem", None).unwrap();
 }
 
+/// A write the module answered NoMem for no longer counts as with the module, so a range lock
+/// taken meanwhile does not wait for it: its retry must then wait for the lock, and reach the
+/// module only once the lock is gone. On a reactor (off the reactors a lock has no drain).
+#[test]
+fn a_write_retried_after_nomem_waits_for_a_lock_taken_meanwhile() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let e = engine(1, ferrite_reactor::ReactorMode::Poll);
+    run(&e, 0, || async {
+        let (_, desc) = holding("contract_nomem_lock", 1);
+        let ch = desc.channel().unwrap();
+        let c = Rc::new(Collect::default());
+        ch.submit(IoRequest::write(5, 1, IoBuf::heap(512)), c.clone(), 1);
+        let bdev = desc.bdev().clone();
+        let mut lock = Box::pin(bdev.lock_lba_range(0, 8));
+        let mut cx = Context::from_waker(Waker::noop());
+        let held = loop {
+            if let Poll::Ready(l) = lock.as_mut().poll(&mut cx) {
+                break l;
+            }
+            ferrite_reactor::next_turn().await;
+        };
+        // Long enough for many NoMem retries (every 100 µs) to have come and gone.
+        ferrite_reactor::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(SEEN.with(|s| s.borrow().len()), 1, "the retried write waits for the lock");
+        assert!(c.take(1).is_none());
+        drop(held);
+        for _ in 0..50 {
+            ferrite_reactor::next_turn().await;
+        }
+        assert_eq!(SEEN.with(|s| s.borrow().len()), 2, "the write reaches the module once the lock is gone");
+        release_held(5);
+        for _ in 0..50 {
+            ferrite_reactor::next_turn().await;
+        }
+        assert_eq!(c.take(1).unwrap().status, IoStatus::Success);
+        SEEN.with(|s| s.borrow_mut().clear());
+        drop((ch, desc));
+        unregister("contract_nomem_lock", None).unwrap();
+    });
+    shutdown(e);
+}
+
 /// A reset waits only for the requests handed to the module before it: it reaches the module
 /// while requests submitted after it are still outstanding, so steady load cannot starve it.
 #[test]
