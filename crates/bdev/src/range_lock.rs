@@ -181,6 +181,15 @@ impl LockTable {
         }
     }
 
+    /// True if a lock or quiesce, held or waiting, takes blocks of `[ls, le)` outside
+    /// `[start, end)`: a lease of the chunk would wait for it (for as long as a rebuild holds
+    /// its range) where one of `[start, end)` alone need not.
+    pub(crate) fn pins_chunk(&self, (ls, le): (u64, u64), (start, end): (u64, u64)) -> bool {
+        let pins =
+            |r: &Range| matches!(r.kind, Kind::Lock | Kind::Quiesce) && r.overlaps(ls, le) && !r.overlaps(start, end);
+        self.held.iter().any(|h| pins(&h.range)) || self.waiting.iter().any(|w| pins(&w.range))
+    }
+
     /// True while `id` is held (installed or being installed).
     pub(crate) fn is_held(&self, id: u64) -> bool {
         self.held.iter().any(|h| h.range.id == id)

@@ -477,3 +477,29 @@ fn a_dropped_quiesce_is_given_up() {
     });
     shutdown(e);
 }
+
+/// A lock held elsewhere in a compare-and-write's lease chunk (a rebuild's range, held for
+/// minutes) does not hold the compare-and-write back: its lease shrinks to its own blocks.
+#[test]
+fn a_lock_elsewhere_in_the_chunk_does_not_stall_compare_and_write() {
+    let e = engine(1, ReactorMode::Poll);
+    let held = Arc::new(Mutex::new(None));
+    let h = held.clone();
+    run(&e, 0, move || async move {
+        let b = make_malloc("rl_pinned", 256);
+        let d = Bdev::open(b.name(), true, || {}).unwrap();
+        io_ok(&d.channel().unwrap(), IoRequest::write(5, 1, buf_from(&tagged(1, 512)))).await;
+        *h.lock().unwrap() = Some(b.lock_lba_range(200, 1).await);
+    });
+    let caw = e.run_async(0, || async {
+        let d = Bdev::open("rl_pinned", true, || {}).unwrap();
+        let ch = d.channel().unwrap();
+        let c = io(&ch, IoRequest::compare_and_write(5, 1, buf_from(&tagged(1, 512)), buf_from(&tagged(2, 512)))).await;
+        (c.status, tag_of(&io_ok(&ch, IoRequest::read(5, 1, buf_filled(512, 0))).await))
+    });
+    let got = wait_timeout(caw, std::time::Duration::from_secs(10));
+    drop(held.lock().unwrap().take());
+    assert_eq!(got.expect("the compare-and-write completes while the lock elsewhere is held"), (IoStatus::Success, 2));
+    unregister("rl_pinned", None).unwrap();
+    shutdown(e);
+}
