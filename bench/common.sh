@@ -1,7 +1,9 @@
 # Shared by the bench scripts: build once, find the binary, make temp dirs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-FERRITE="$ROOT/target/release/ferrite"
+# FERRITE_BIN=PATH measures another build (an A/B of two builds in one run); the default is
+# this tree's release build, made here.
+FERRITE="${FERRITE_BIN:-$ROOT/target/release/ferrite}"
 OUT="$ROOT/bench/results"
 mkdir -p "$OUT"
 (cd "$ROOT" && cargo build --release -q -p ferrite)
