@@ -16,6 +16,7 @@ pub mod histogram;
 pub mod io;
 pub mod lifecycle;
 pub mod module;
+pub mod options;
 pub mod qos;
 pub mod reservation;
 pub mod rpc;

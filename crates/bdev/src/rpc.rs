@@ -252,16 +252,7 @@ pub fn check_no_metadata(md_size: Option<u32>, dif_type: Option<u32>) -> Result<
 /// Registers the bdev methods and the "bdev" subsystem (its saved config lists a create call per
 /// bdev, followed by bdev_wait_for_examine as SPDK writes it).
 pub fn register(reg: &mut Registry) {
-    // `bdev_set_options`' examine switch is the bdev layer's; its pool sizes are inert here.
-    reg.settings().honour("bdev_set_options", &["bdev_auto_examine"]);
-    reg.settings().on_set(
-        "bdev_set_options",
-        Box::new(|v| {
-            if let Some(on) = v["bdev_auto_examine"].as_bool() {
-                crate::module::set_auto_examine(on);
-            }
-        }),
-    );
+    reg.option_method(&crate::options::BDEV_SET_OPTIONS);
     reg.method("bdev_get_bdevs", |_, p: Params| async move {
         let p: OptionalName = p.parse()?;
         // As in SPDK, `timeout` (ms) waits for a named bdev to appear.

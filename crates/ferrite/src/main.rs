@@ -60,3 +60,28 @@ pub(crate) fn registry() -> ferrite_rpc::Registry {
         ferrite_fuse::rpc::register(reg);
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use ferrite_rpc::options::SPDK_ORDER;
+
+    /// With every crate registered, each option method SPDK's order lists is defined once, by
+    /// its owner, validly (SPDK's schema and defaults, the honoured members among them), as a
+    /// method in its states, in a subsystem this binary lists.
+    #[test]
+    fn every_option_method_is_registered_once_with_its_schema_and_defaults() {
+        let reg = super::registry();
+        let methods = reg.settings().methods();
+        let mut names: Vec<&str> = methods.iter().map(|m| m.spec.method).collect();
+        names.sort_unstable();
+        let mut spdk: Vec<&str> = SPDK_ORDER.to_vec();
+        spdk.sort_unstable();
+        assert_eq!(names, spdk, "registered option methods");
+        for m in methods {
+            let name = m.spec.method;
+            m.validate().unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(reg.states_of(name), Some(m.spec.states), "{name}");
+            assert!(reg.subsystems().iter().any(|s| s.name == m.spec.subsystem), "{name}: no {}", m.spec.subsystem);
+        }
+    }
+}

@@ -1,8 +1,14 @@
-//! What `bdev_nvme_set_options` sets for controllers attached after it (SPDK's `g_opts`): the
-//! defaults of an attach's keep-alive and reconnection parameters, and the command timeouts
-//! (`timeout_us`, `timeout_admin_us`, `action_on_timeout`). The option method itself is kept by
-//! the RPC registry; this module checks a call as SPDK's `spdk_bdev_nvme_set_opts` does.
+//! The NVMe bdev module's SPDK option methods. `bdev_nvme_set_options` sets, for controllers
+//! attached after it (SPDK's `g_opts`), the defaults of an attach's keep-alive and reconnection
+//! parameters and the command timeouts (`timeout_us`, `timeout_admin_us`, `action_on_timeout`);
+//! a call is checked as SPDK's `spdk_bdev_nvme_set_opts` does. `bdev_nvme_set_hotplug` is held
+//! to SPDK's default (no PCIe hotplug here; its poll period is inert). SPDK's schema and
+//! defaults of both are `options.schema.json` and `options.defaults.json`; the RPC registry
+//! keeps what they set.
 
+use ferrite_rpc::jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS};
+use ferrite_rpc::options::{OptionMethod, Spec};
+use ferrite_rpc::registry::{RUNTIME, STARTUP};
 use ferrite_rpc::{errno_error, Registry, RpcError};
 use serde_json::Value;
 use std::time::Duration;
@@ -119,10 +125,53 @@ fn check(v: &Value) -> Result<(), RpcError> {
     Ok(())
 }
 
-/// Adds the check of `bdev_nvme_set_options` to the registry.
+/// SPDK's schema of the methods.
+const SCHEMA: &str = include_str!("options.schema.json");
+/// SPDK's defaults of the methods.
+const DEFAULTS: &str = include_str!("options.defaults.json");
+
+/// `bdev_nvme_set_options`.
+pub static BDEV_NVME_SET_OPTIONS: OptionMethod = OptionMethod {
+    honoured: HONOURED,
+    inert: &[
+        "nvme_adminq_poll_period_us",
+        "nvme_ioq_poll_period_us",
+        "io_queue_requests",
+        "delay_cmd_submit",
+        "arbitration_burst",
+        "low_priority_weight",
+        "medium_priority_weight",
+        "high_priority_weight",
+        "transport_retry_count",
+        "transport_ack_timeout",
+        "rdma_srq_size",
+        "rdma_max_cq_size",
+        "rdma_cm_event_timeout_ms",
+        "rdma_umr_per_io",
+        "allow_accel_sequence",
+        // Narrow what DH-HMAC-CHAP would negotiate; without authentication they change nothing.
+        "dhchap_digests",
+        "dhchap_dhgroups",
+    ],
+    guard: Some(check),
+    ..OptionMethod::new(
+        Spec::new("bdev_nvme_set_options", "bdev", STARTUP | RUNTIME, INTERNAL_ERROR, true),
+        SCHEMA,
+        DEFAULTS,
+    )
+};
+
+/// `bdev_nvme_set_hotplug`: PCIe hotplug monitoring, which has no counterpart here (`enable`
+/// must stay false).
+pub static BDEV_NVME_SET_HOTPLUG: OptionMethod = OptionMethod {
+    inert: &["period_us"],
+    ..OptionMethod::new(Spec::new("bdev_nvme_set_hotplug", "bdev", RUNTIME, INVALID_PARAMS, false), SCHEMA, DEFAULTS)
+};
+
+/// Registers the option methods.
 pub fn register(reg: &mut Registry) {
-    reg.settings().guard("bdev_nvme_set_options", Box::new(check));
-    reg.settings().honour("bdev_nvme_set_options", HONOURED);
+    reg.option_method(&BDEV_NVME_SET_OPTIONS);
+    reg.option_method(&BDEV_NVME_SET_HOTPLUG);
 }
 
 /// The members of `bdev_nvme_set_options` the host acts on (`Defaults::from_options`, and the
@@ -155,6 +204,34 @@ mod tests {
         assert!(!resiliency_ok(10, 20, 0));
         assert!(!resiliency_ok(10, 2, 11));
         assert!(!resiliency_ok(-2, 1, 0));
+    }
+
+    #[test]
+    fn spdks_schema_and_defaults_cover_the_honoured_members() {
+        BDEV_NVME_SET_OPTIONS.validate().unwrap();
+        BDEV_NVME_SET_HOTPLUG.validate().unwrap();
+    }
+
+    #[test]
+    fn honoured_and_inert_members_take_any_value_others_only_spdks_default() {
+        let call = |p: Value| BDEV_NVME_SET_OPTIONS.check_call(Some(p));
+        assert!(call(json!({"timeout_us": 5, "action_on_timeout": "abort"})).is_ok(), "honoured");
+        assert!(call(json!({"io_queue_requests": 4096})).is_ok(), "inert");
+        assert!(call(json!({"generate_uuids": false})).is_ok(), "SPDK's default");
+        let e = call(json!({"generate_uuids": true})).unwrap_err();
+        assert!(e.code == -32602 && e.message.contains("generate_uuids"), "{e:?}");
+        // SPDK's decoder and its error code (-32603 for this method).
+        assert_eq!(call(json!({"transport_ack_timeout": 256})).unwrap_err().code, -32603);
+        assert_eq!(call(json!({"action_on_timeout": "explode"})).unwrap_err().code, -32603);
+        assert_eq!(call(json!({"dhchap_digests": ["sha256", "md5"]})).unwrap_err().code, -32603);
+        assert!(call(json!({"multipath_opts": {"policy": "active_active"}}))
+            .unwrap_err()
+            .message
+            .contains("multipath_opts"));
+        let hotplug = |p: Value| BDEV_NVME_SET_HOTPLUG.check_call(Some(p));
+        assert!(hotplug(json!({"enable": false, "period_us": 5})).is_ok());
+        assert!(hotplug(json!({"enable": true})).unwrap_err().message.contains("enable"));
+        assert_eq!(hotplug(json!({"period_us": 5})).unwrap_err().code, -32602, "enable is required");
     }
 
     #[test]

@@ -132,6 +132,14 @@ impl Registry {
         assert!(prev.is_none(), "method {name} registered twice");
     }
 
+    /// Adds an SPDK option method, as the crate that owns its options defines it: the method
+    /// itself (decoded by SPDK's schema, checked by SPDK's defaults and the members the crate
+    /// acts on, kept for `save_config`), in its subsystem's config. Panics if the definition is
+    /// invalid ([`crate::options::OptionMethod::validate`] tells why) or the method exists.
+    pub fn option_method(&mut self, def: &'static crate::options::OptionMethod) {
+        crate::options::add(self, def);
+    }
+
     /// Adds a subsystem.
     pub fn subsystem(&mut self, s: Subsystem) {
         self.subsystems.push(s);
@@ -178,6 +186,11 @@ impl Registry {
     /// What option methods have set.
     pub fn settings(&self) -> &crate::options::Settings {
         &self.settings
+    }
+
+    /// The option methods, to register one.
+    pub(crate) fn settings_mut(&mut self) -> &mut crate::options::Settings {
+        &mut self.settings
     }
 
     /// Keeps (or takes back) a config whose runtime entries wait for `framework_start_init`.

@@ -11,6 +11,7 @@
 
 pub mod ctrlr;
 pub mod model;
+pub mod options;
 pub mod rpc;
 
 mod admin;

@@ -696,8 +696,7 @@ fn listeners_json(s: &Subsystem) -> Value {
 
 /// Registers the methods and the "nvmf" subsystem.
 pub fn register(reg: &mut Registry) {
-    // The target acts on the subsystem bound (`nvmf_create_subsystem`).
-    reg.settings().honour("nvmf_set_max_subsystems", &["max_subsystems"]);
+    super::options::register(reg);
     reg.method("nvmf_create_transport", |_, p: Params| async move { create_transport(p) });
     reg.method("nvmf_get_transports", |_, p: Params| async move {
         #[derive(Deserialize)]

@@ -1,9 +1,16 @@
 //! SPDK's option methods (`*_set_options`, `nvmf_set_config`, `framework_set_scheduler`, ...) as
 //! real RPCs: SPDK's parameter schemas, RPC states and decode-error codes; what a call sets is
 //! kept ([`Settings`]) and written back by `framework_get_config`/`save_config` in its
-//! subsystem, so a config round-trips without loss.
+//! subsystem, in SPDK's order ([`SPDK_ORDER`]), so a config round-trips without loss.
 //!
-//! Each member is honoured (a crate acts on it and says so), inert (it tunes SPDK machinery
+//! Each option method is defined by the crate that owns its options ([`OptionMethod`]: how it
+//! is called, SPDK's schema fragment and defaults, the members it acts on and what acting on
+//! them does) and registered with [`Registry::option_method`]; this module is the machinery
+//! (decoding, [`policy`], settings, order) and defines the framework's own methods
+//! (scheduler, sock, iobuf, keyring, fsdev, accel) and, until their modules exist, those of
+//! RAID and iSCSI ([`absent`]).
+//!
+//! Each member is honoured (its crate acts on it and says so), inert (it tunes SPDK machinery
 //! without a counterpart here, and any value changes nothing observable), or held to SPDK's
 //! default: another value is refused by name ([`policy`]), so that a saved SPDK config loads
 //! unchanged and no call makes its caller believe in a behaviour Ferrite does not have. The
@@ -11,18 +18,24 @@
 //! must be ones SPDK knows, and `iobuf_set_options` sizes the reactors' buffer pools when the
 //! framework starts ([`iobuf`]).
 
+pub mod absent;
+pub mod framework;
 pub mod iobuf;
+mod order;
 pub mod policy;
 mod schema;
 mod settings;
-mod specs;
+mod spec;
 
-pub use settings::{Guard, Settings};
-pub use specs::{Spec, SPECS};
+pub use order::SPDK_ORDER;
+pub use settings::Settings;
+pub use spec::{Check, OptionMethod, Spec};
 
 use crate::jsonrpc::{RpcError, INTERNAL_ERROR, INVALID_PARAMS};
 use crate::registry::{Params, Registry, RUNTIME, STARTUP};
 use serde_json::{json, Value};
+use spec::Defined;
+use std::sync::Arc;
 
 /// Subsystems that exist here only to hold options (listed like SPDK's, in SPDK's order, around
 /// the ones Ferrite's modules register).
@@ -30,28 +43,11 @@ pub const LEADING_SUBSYSTEMS: &[&str] = &["scheduler", "vmd", "sock", "iobuf", "
 /// Option-only subsystems listed after the modules' ones.
 pub const TRAILING_SUBSYSTEMS: &[&str] = &["nvmf", "iscsi"];
 
-/// Registers every option method, `framework_get_scheduler` and `vmd_enable`.
+/// Registers the framework's option methods, those of absent modules, `framework_get_scheduler`
+/// and `vmd_enable`.
 pub fn register(reg: &mut Registry) {
-    // What the framework itself acts on: the reactors' buffer pools (`iobuf`).
-    reg.settings()
-        .honour("iobuf_set_options", &["small_pool_count", "large_pool_count", "small_bufsize", "large_bufsize"]);
-    for spec in SPECS {
-        reg.method_in(spec.method, spec.states, move |ctx, p: Params| async move {
-            let params = decode(spec, p)?;
-            if let Some(check) = spec.check {
-                check(&params)?;
-            }
-            let honoured = ctx.registry.settings().honoured(spec.method);
-            if let Err(e) = policy::check(spec, &params, &honoured) {
-                log::warn!("{}", e.message);
-                return Err(e);
-            }
-            ctx.registry.settings().check(spec, &params)?;
-            ctx.registry.settings().set(spec, params.clone());
-            ctx.registry.settings().apply(spec, &params);
-            log::info!("{}: accepted (kept for framework_get_config/save_config)", spec.method);
-            Ok(json!(true))
-        });
+    for m in framework::METHODS.iter().chain(&absent::METHODS) {
+        reg.option_method(m);
     }
     reg.method_in("framework_get_scheduler", STARTUP | RUNTIME, |ctx, p| async move {
         if p.0.is_some() {
@@ -63,30 +59,67 @@ pub fn register(reg: &mut Registry) {
     });
 }
 
+/// Adds `def`'s method to `reg` (see [`Registry::option_method`]).
+pub(crate) fn add(reg: &mut Registry, def: &'static OptionMethod) {
+    let m = Arc::new(Defined::parse(def).unwrap_or_else(|e| panic!("option method {}: {e}", def.spec.method)));
+    reg.settings_mut().add(m.clone());
+    reg.method_in(def.spec.method, def.spec.states, move |ctx, p: Params| {
+        let m = m.clone();
+        async move { set(&ctx.registry, &m, p) }
+    });
+}
+
+/// A call of option method `m`: decoded, checked, kept, then acted on.
+fn set(reg: &Registry, m: &Defined, p: Params) -> Result<Value, RpcError> {
+    let spec = m.spec();
+    let params = checked(m, p)?;
+    reg.settings().check(m, &params)?;
+    reg.settings().set(m, params.clone());
+    reg.settings().apply(m, &params);
+    log::info!("{}: accepted (kept for framework_get_config/save_config)", spec.method);
+    Ok(json!(true))
+}
+
+/// The params of a call of `m`, decoded and checked by the spec's check and the policy (what
+/// comes before the guard, which needs what was set before).
+fn checked(m: &Defined, p: Params) -> Result<Value, RpcError> {
+    let params = decode(m, p)?;
+    if let Some(check) = m.spec().check {
+        check(&params)?;
+    }
+    if let Err(e) = policy::check(m, &params) {
+        log::warn!("{}", e.message);
+        return Err(e);
+    }
+    Ok(params)
+}
+
 /// Decodes params like the SPDK method does, with its error code.
-fn decode(spec: &Spec, p: Params) -> Result<Value, RpcError> {
+fn decode(m: &Defined, p: Params) -> Result<Value, RpcError> {
+    let spec = m.spec();
     let fail = |why: String| RpcError::new(spec.decode_error, format!("Invalid parameters: {why}"));
     let params = match p.0 {
         Some(v) => v,
         None if spec.params_optional => json!({}),
         None => return Err(fail("parameters required".into())),
     };
-    let fields = schema::params_of(spec.method).ok_or_else(|| fail("no schema".into()))?;
     if spec.method == "framework_set_scheduler" {
         // SPDK decodes {name, period} strictly, then relaxed: extra members are the chosen
         // scheduler's own options, which the static scheduler has none of (EINVAL, -32603).
-        let base: serde_json::Map<String, Value> = fields
+        let base: serde_json::Map<String, Value> = m
+            .schema
+            .params()
             .iter()
             .filter(|(k, _)| *k == "name" || *k == "period")
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        schema::check_object(&params, &base, true).map_err(fail)?;
-        if schema::check_object(&params, &base, false).is_err() {
+        m.schema.check_object(&params, &base, true).map_err(fail)?;
+        if m.schema.check_object(&params, &base, false).is_err() {
             return Err(RpcError::new(INTERNAL_ERROR, "Invalid argument: the static scheduler takes no options"));
         }
         return Ok(params);
     }
-    schema::check_object(&params, fields, false).map_err(fail)?;
+    m.schema.check(&params, false).map_err(fail)?;
     Ok(params)
 }
 
@@ -94,26 +127,64 @@ fn decode(spec: &Spec, p: Params) -> Result<Value, RpcError> {
 mod tests {
     use super::*;
 
+    fn defined(name: &str) -> Defined {
+        let def = framework::METHODS.iter().chain(&absent::METHODS).find(|m| m.spec.method == name).unwrap();
+        Defined::parse(def).unwrap()
+    }
+
     #[test]
-    fn every_spec_has_a_schema_and_a_subsystem() {
-        for s in SPECS {
-            assert!(schema::params_of(s.method).is_some(), "{} has no schema", s.method);
+    fn the_framework_and_absent_methods_are_valid_and_have_a_subsystem() {
+        for m in framework::METHODS.iter().chain(&absent::METHODS) {
+            m.validate().unwrap_or_else(|e| panic!("{e}"));
+            let s = m.spec.subsystem;
             assert!(
-                LEADING_SUBSYSTEMS.contains(&s.subsystem)
-                    || TRAILING_SUBSYSTEMS.contains(&s.subsystem)
-                    || s.subsystem == "bdev",
+                LEADING_SUBSYSTEMS.contains(&s) || TRAILING_SUBSYSTEMS.contains(&s) || s == "bdev",
                 "{}",
-                s.method
+                m.spec.method
             );
         }
     }
 
     #[test]
+    fn save_config_lists_them_in_spdks_order_whatever_the_calls_order() {
+        let reg = crate::app::registry(|_| {});
+        let names: Vec<&str> = reg.settings().methods().iter().map(|m| m.spec.method).collect();
+        assert_eq!(names.len(), framework::METHODS.len() + absent::METHODS.len());
+        let call = |name: &str, p: Value| set(&reg, &reg.settings().defined(name).unwrap(), Params(Some(p))).unwrap();
+        call("bdev_iscsi_set_options", json!({"timeout_sec": 30}));
+        call("bdev_raid_set_options", json!({}));
+        call("sock_impl_set_options", json!({"impl_name": "ssl"}));
+        call("sock_set_default_impl", json!({"impl_name": "posix"}));
+        call("sock_impl_set_options", json!({"impl_name": "posix", "recv_buf_size": 4096}));
+        call("sock_impl_set_options", json!({"impl_name": "ssl", "send_buf_size": 8192}));
+        let methods =
+            |s: &str| -> Vec<Value> { reg.settings().entries(s).iter().map(|e| e["method"].clone()).collect() };
+        assert_eq!(methods("bdev"), [json!("bdev_raid_set_options"), json!("bdev_iscsi_set_options")]);
+        assert_eq!(reg.settings().entries("bdev")[0], json!({"method": "bdev_raid_set_options"}));
+        let sock = reg.settings().entries("sock");
+        assert_eq!(sock[0], json!({"method": "sock_set_default_impl", "params": {"impl_name": "posix"}}));
+        assert_eq!(sock[1]["params"], json!({"impl_name": "ssl", "send_buf_size": 8192}), "kept per impl, merged");
+        assert_eq!(sock[2]["params"], json!({"impl_name": "posix", "recv_buf_size": 4096}));
+        assert_eq!(sock.len(), 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "no place in SPDK_ORDER")]
+    fn a_method_without_a_place_in_the_order_is_refused() {
+        static M: OptionMethod = OptionMethod::new(
+            Spec::new("frob_set_options", "bdev", STARTUP, INVALID_PARAMS, true),
+            r#"{"methods": {"frob_set_options": {}}}"#,
+            r#"{"defaults": {"frob_set_options": {}}}"#,
+        );
+        Registry::default().option_method(&M);
+    }
+
+    #[test]
     fn scheduler_decoding_follows_spdk() {
-        let spec = SPECS.iter().find(|s| s.method == "framework_set_scheduler").unwrap();
-        assert!(decode(spec, Params(Some(json!({"name": "static", "period": 5})))).is_ok());
-        assert_eq!(decode(spec, Params(Some(json!({"name": 5})))).unwrap_err().code, INVALID_PARAMS);
-        assert_eq!(decode(spec, Params(Some(json!({"name": "static", "x": 1})))).unwrap_err().code, INTERNAL_ERROR);
-        assert_eq!(decode(spec, Params(None)).unwrap_err().code, INVALID_PARAMS);
+        let m = defined("framework_set_scheduler");
+        assert!(decode(&m, Params(Some(json!({"name": "static", "period": 5})))).is_ok());
+        assert_eq!(decode(&m, Params(Some(json!({"name": 5})))).unwrap_err().code, INVALID_PARAMS);
+        assert_eq!(decode(&m, Params(Some(json!({"name": "static", "x": 1})))).unwrap_err().code, INTERNAL_ERROR);
+        assert_eq!(decode(&m, Params(None)).unwrap_err().code, INVALID_PARAMS);
     }
 }

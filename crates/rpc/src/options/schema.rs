@@ -1,84 +1,136 @@
 //! Parameter checking against SPDK's own machine-readable RPC schema (`schema/schema.json` of
-//! SPDK v26.05, the entries of the option methods, in `spdk_schema.json`), with the rules of
-//! SPDK's JSON decoders: unknown members and wrong types are refused, integers must fit their
-//! type exactly, enums are matched exactly.
+//! SPDK v26.05), with the rules of SPDK's JSON decoders: unknown members and wrong types are
+//! refused, integers must fit their type exactly, enums are matched exactly.
+//!
+//! Each crate that owns an option method embeds the fragment of that file its methods need: the
+//! same layout (`methods`, and the `enums`, `objects` and `arrays` they name), so that a
+//! fragment can be compared with SPDK's file entry by entry.
 
 use serde_json::{Map, Value};
-use std::sync::OnceLock;
 
-/// The embedded schema subset.
-fn schema() -> &'static Value {
-    static S: OnceLock<Value> = OnceLock::new();
-    S.get_or_init(|| serde_json::from_str(include_str!("spdk_schema.json")).expect("spdk_schema.json is valid JSON"))
+/// The schema of one method: its parameter table and the classes (enums, objects, arrays) of
+/// the fragment it came from.
+#[derive(Debug)]
+pub struct Schema {
+    /// Name → {type, class?, required?}.
+    params: Map<String, Value>,
+    /// The whole fragment, for the classes the parameters name.
+    classes: Value,
 }
 
-/// The parameter table of `method` (name → {type, class?, required?}), if the schema has it.
-pub fn params_of(method: &str) -> Option<&'static Map<String, Value>> {
-    schema()["methods"][method].as_object()
-}
-
-/// Checks `params` (an object) against the table `fields`; `relaxed` ignores unknown members
-/// (SPDK's spdk_json_decode_object_relaxed). Returns what is wrong.
-pub fn check_object(params: &Value, fields: &Map<String, Value>, relaxed: bool) -> Result<(), String> {
-    let obj = params.as_object().ok_or("params must be an object")?;
-    for (k, v) in obj {
-        match fields.get(k) {
-            Some(f) => check_value(v, f).map_err(|e| format!("{k}: {e}"))?,
-            None if relaxed => {}
-            None => return Err(format!("unknown parameter {k:?}")),
-        }
+impl Schema {
+    /// The schema of `method` in the fragment `json`. Fails if the fragment is not JSON, lacks
+    /// the method, or a parameter has a type this checker does not know or names a class the
+    /// fragment does not hold.
+    pub fn parse(json: &str, method: &str) -> Result<Schema, String> {
+        let classes: Value = serde_json::from_str(json).map_err(|e| format!("schema of {method}: {e}"))?;
+        let params = classes["methods"][method]
+            .as_object()
+            .cloned()
+            .ok_or_else(|| format!("the schema fragment has no entry for {method}"))?;
+        let s = Schema { params, classes };
+        s.check_table(&s.params).map_err(|e| format!("schema of {method}: {e}"))?;
+        Ok(s)
     }
-    for (k, f) in fields {
-        if f["required"] == true && !obj.contains_key(k) {
-            return Err(format!("missing parameter {k:?}"));
-        }
-    }
-    Ok(())
-}
 
-fn check_value(v: &Value, field: &Value) -> Result<(), String> {
-    let class = field["class"].as_str().unwrap_or("");
-    let ty = field["type"].as_str().unwrap_or("");
-    let uint = |max: u64| match v.as_u64() {
-        Some(n) if n <= max => Ok(()),
-        _ => Err(format!("expected an integer from 0 to {max}, got {v}")),
-    };
-    match ty {
-        "uint8" => uint(u8::MAX as u64),
-        "uint16" => uint(u16::MAX as u64),
-        "uint32" => uint(u32::MAX as u64),
-        "uint64" => uint(u64::MAX),
-        "int32" => match v.as_i64() {
-            Some(n) if i32::try_from(n).is_ok() => Ok(()),
-            _ => Err(format!("expected a 32-bit integer, got {v}")),
-        },
-        "boolean" => v.is_boolean().then_some(()).ok_or_else(|| format!("expected true or false, got {v}")),
-        "string" => v.is_string().then_some(()).ok_or_else(|| format!("expected a string, got {v}")),
-        "enum" => check_enum(v, class),
-        "object" => {
-            let fields = schema()["objects"][class].as_object().ok_or_else(|| format!("no object class {class}"))?;
-            check_object(v, fields, false)
-        }
-        "array" => {
-            let spec = &schema()["arrays"][class];
-            let items = v.as_array().ok_or_else(|| format!("expected an array, got {v}"))?;
-            if let Some(max) = spec["max_count"].as_u64() {
-                if items.len() as u64 > max {
-                    return Err(format!("at most {max} items"));
-                }
+    /// The parameter table (name → {type, class?, required?}).
+    pub fn params(&self) -> &Map<String, Value> {
+        &self.params
+    }
+
+    /// Checks `params` against the method's table; `relaxed` ignores unknown members (SPDK's
+    /// spdk_json_decode_object_relaxed). Returns what is wrong.
+    pub fn check(&self, params: &Value, relaxed: bool) -> Result<(), String> {
+        self.check_object(params, &self.params, relaxed)
+    }
+
+    /// Checks `params` (an object) against the table `fields` (the method's or a part of it).
+    pub fn check_object(&self, params: &Value, fields: &Map<String, Value>, relaxed: bool) -> Result<(), String> {
+        let obj = params.as_object().ok_or("params must be an object")?;
+        for (k, v) in obj {
+            match fields.get(k) {
+                Some(f) => self.check_value(v, f).map_err(|e| format!("{k}: {e}"))?,
+                None if relaxed => {}
+                None => return Err(format!("unknown parameter {k:?}")),
             }
-            let item_class = spec["class"].as_str().unwrap_or("");
-            items.iter().try_for_each(|i| check_enum(i, item_class))
         }
-        other => Err(format!("unsupported schema type {other}")),
+        for (k, f) in fields {
+            if f["required"] == true && !obj.contains_key(k) {
+                return Err(format!("missing parameter {k:?}"));
+            }
+        }
+        Ok(())
     }
-}
 
-fn check_enum(v: &Value, class: &str) -> Result<(), String> {
-    let names = schema()["enums"][class].as_array().ok_or_else(|| format!("no enum {class}"))?;
-    match v.as_str() {
-        Some(s) if names.iter().any(|n| n == s) => Ok(()),
-        _ => Err(format!("expected one of {}, got {v}", Value::Array(names.clone()))),
+    fn check_value(&self, v: &Value, field: &Value) -> Result<(), String> {
+        let class = field["class"].as_str().unwrap_or("");
+        let ty = field["type"].as_str().unwrap_or("");
+        let uint = |max: u64| match v.as_u64() {
+            Some(n) if n <= max => Ok(()),
+            _ => Err(format!("expected an integer from 0 to {max}, got {v}")),
+        };
+        match ty {
+            "uint8" => uint(u8::MAX as u64),
+            "uint16" => uint(u16::MAX as u64),
+            "uint32" => uint(u32::MAX as u64),
+            "uint64" => uint(u64::MAX),
+            "int32" => match v.as_i64() {
+                Some(n) if i32::try_from(n).is_ok() => Ok(()),
+                _ => Err(format!("expected a 32-bit integer, got {v}")),
+            },
+            "boolean" => v.is_boolean().then_some(()).ok_or_else(|| format!("expected true or false, got {v}")),
+            "string" => v.is_string().then_some(()).ok_or_else(|| format!("expected a string, got {v}")),
+            "enum" => self.check_enum(v, class),
+            "object" => {
+                let fields =
+                    self.classes["objects"][class].as_object().ok_or_else(|| format!("no object class {class}"))?;
+                self.check_object(v, fields, false)
+            }
+            "array" => {
+                let spec = &self.classes["arrays"][class];
+                let items = v.as_array().ok_or_else(|| format!("expected an array, got {v}"))?;
+                if let Some(max) = spec["max_count"].as_u64() {
+                    if items.len() as u64 > max {
+                        return Err(format!("at most {max} items"));
+                    }
+                }
+                let item_class = spec["class"].as_str().unwrap_or("");
+                items.iter().try_for_each(|i| self.check_enum(i, item_class))
+            }
+            other => Err(format!("unsupported schema type {other}")),
+        }
+    }
+
+    fn check_enum(&self, v: &Value, class: &str) -> Result<(), String> {
+        let names = self.classes["enums"][class].as_array().ok_or_else(|| format!("no enum {class}"))?;
+        match v.as_str() {
+            Some(s) if names.iter().any(|n| n == s) => Ok(()),
+            _ => Err(format!("expected one of {}, got {v}", Value::Array(names.clone()))),
+        }
+    }
+
+    /// Checks that every type of `fields` is known and every class it names is in the fragment.
+    fn check_table(&self, fields: &Map<String, Value>) -> Result<(), String> {
+        for (k, f) in fields {
+            let class = f["class"].as_str().unwrap_or("");
+            let known = match f["type"].as_str().unwrap_or("") {
+                "uint8" | "uint16" | "uint32" | "uint64" | "int32" | "boolean" | "string" => true,
+                "enum" => self.classes["enums"][class].is_array(),
+                "object" => match self.classes["objects"][class].as_object() {
+                    Some(inner) => self.check_table(inner).map(|_| true)?,
+                    None => false,
+                },
+                "array" => {
+                    let item = self.classes["arrays"][class]["class"].as_str().unwrap_or("");
+                    self.classes["enums"][item].is_array()
+                }
+                _ => false,
+            };
+            if !known {
+                return Err(format!("{k}: type {} of class {class:?} is not in the fragment", f["type"]));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -87,21 +139,49 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A fragment with each kind of type (the shape of SPDK's bdev_nvme_set_options entry).
+    const FRAGMENT: &str = r#"{
+        "methods": {"m": {
+            "action": {"type": "enum", "class": "action"},
+            "timeout_us": {"type": "uint64"},
+            "ack": {"type": "uint8"},
+            "kato": {"type": "uint32"},
+            "retries": {"type": "int32"},
+            "digests": {"type": "array", "class": "digests"},
+            "multipath": {"type": "object", "class": "multipath"}
+        },
+        "h": {"enable": {"type": "boolean", "required": true}, "period_us": {"type": "uint64"}}},
+        "enums": {"action": ["none", "reset", "abort"], "digest": ["sha256", "sha384"],
+                  "policy": ["active_passive", "active_active"]},
+        "objects": {"multipath": {"policy": {"type": "enum", "class": "policy"}}},
+        "arrays": {"digests": {"item_type": "enum", "class": "digest", "max_count": 32}}
+    }"#;
+
     #[test]
     fn spdk_decoder_rules() {
-        let f = params_of("bdev_nvme_set_options").unwrap();
-        assert!(check_object(&json!({"timeout_us": 0, "action_on_timeout": "abort"}), f, false).is_ok());
-        assert!(check_object(&json!({"transport_ack_timeout": 256}), f, false).is_err());
-        assert!(check_object(&json!({"keep_alive_timeout_ms": -1}), f, false).is_err());
-        assert!(check_object(&json!({"keep_alive_timeout_ms": 1.5}), f, false).is_err());
-        assert!(check_object(&json!({"bdev_retry_count": -1}), f, false).is_ok());
-        assert!(check_object(&json!({"action_on_timeout": "explode"}), f, false).is_err());
-        assert!(check_object(&json!({"dhchap_digests": ["sha256", "md5"]}), f, false).is_err());
-        assert!(check_object(&json!({"multipath_opts": {"policy": "active_active", "x": 1}}), f, false).is_err());
-        assert!(check_object(&json!({"frob": 1}), f, false).unwrap_err().contains("frob"));
-        assert!(check_object(&json!({"frob": 1}), f, true).is_ok());
-        assert!(check_object(&json!([1]), f, false).is_err());
-        let h = params_of("bdev_nvme_set_hotplug").unwrap();
-        assert!(check_object(&json!({"period_us": 5}), h, false).unwrap_err().contains("enable"));
+        let f = Schema::parse(FRAGMENT, "m").unwrap();
+        assert!(f.check(&json!({"timeout_us": 0, "action": "abort"}), false).is_ok());
+        assert!(f.check(&json!({"ack": 256}), false).is_err());
+        assert!(f.check(&json!({"kato": -1}), false).is_err());
+        assert!(f.check(&json!({"kato": 1.5}), false).is_err());
+        assert!(f.check(&json!({"retries": -1}), false).is_ok());
+        assert!(f.check(&json!({"action": "explode"}), false).is_err());
+        assert!(f.check(&json!({"digests": ["sha256", "md5"]}), false).is_err());
+        assert!(f.check(&json!({"multipath": {"policy": "active_active", "x": 1}}), false).is_err());
+        assert!(f.check(&json!({"frob": 1}), false).unwrap_err().contains("frob"));
+        assert!(f.check(&json!({"frob": 1}), true).is_ok());
+        assert!(f.check(&json!([1]), false).is_err());
+        let h = Schema::parse(FRAGMENT, "h").unwrap();
+        assert!(h.check(&json!({"period_us": 5}), false).unwrap_err().contains("enable"));
+    }
+
+    #[test]
+    fn a_fragment_must_hold_the_method_and_the_classes_it_names() {
+        assert!(Schema::parse(FRAGMENT, "other").unwrap_err().contains("other"));
+        assert!(Schema::parse("{", "m").is_err());
+        let missing = r#"{"methods": {"m": {"a": {"type": "enum", "class": "nope"}}}}"#;
+        assert!(Schema::parse(missing, "m").unwrap_err().contains("nope"));
+        let odd = r#"{"methods": {"m": {"a": {"type": "float"}}}}"#;
+        assert!(Schema::parse(odd, "m").is_err());
     }
 }
