@@ -567,7 +567,7 @@ async fn transmission(h: Rc<Handle>, n: Negotiated) {
             log::info!("nbd connection {}: {e}", h.id);
         }
     }
-    h.stop_reading();
+    h.stop_taking();
     writer_task.await;
     h.sock.shutdown();
     drop(c);

@@ -5,6 +5,11 @@
 //! and a writer task sends what is queued in one `sendmsg`. A command's slot is its CID. A
 //! command whose data is still being sent is not completed (and its buffers not released)
 //! before the send is done, whatever the controller answers.
+//!
+//! The connection is built on the target kit (`ferrite_target`), as the targets' are: its
+//! core (socket, closing and dead flags, the writer's waker), its command slots, its
+//! commands' phases, and its two ends: a graceful close that drains the outstanding commands
+//! first, and a forced one that fails each of them exactly once.
 
 use ferrite_bdev::{BdevIo, IoStatus};
 use ferrite_nvme::rx::Rx;
@@ -18,12 +23,17 @@ use ferrite_nvme::tcp::encoder::MAX_HEAD_LEN;
 use ferrite_nvme::tcp::{encode, host_accept, Decoder, Event, IcReq, Negotiated, Pdu, Role, Want};
 use ferrite_reactor::net::{SendCache, Socket};
 use ferrite_reactor::{oneshot, IoBuf};
+use ferrite_target::{transition, ConnCore, SlotTable};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
 use std::rc::Rc;
-use std::task::{Poll, Waker};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
+
+/// Queue pair IDs (the kit's connection IDs), unique in the process.
+static NEXT_QPAIR: AtomicU64 = AtomicU64::new(1);
 
 /// What a connection needs to know to Connect.
 #[derive(Debug, Clone)]
@@ -85,8 +95,30 @@ pub enum Owner {
     },
 }
 
+/// Where a command stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+enum Phase {
+    /// The slot is free.
+    #[default]
+    Free,
+    /// Sent (or queued to be): waiting for the controller's completion.
+    Sent,
+    /// Its completion came while PDUs carrying its data were still being sent: it completes
+    /// when that send is done (its buffers are the kernel's until then).
+    Answered,
+}
+
+impl ferrite_target::Phase for Phase {
+    fn may_become(self, to: Phase) -> bool {
+        use Phase::*;
+        matches!((self, to), (Free, Sent) | (Sent, Answered | Free) | (Answered, Free))
+    }
+}
+
 #[derive(Default)]
 struct Cmd {
+    /// Where it stands (changed only through the kit's `transition`).
+    phase: Phase,
     owner: Option<Owner>,
     /// Bytes of data the command moves.
     len: u32,
@@ -94,7 +126,7 @@ struct Cmd {
     read: bool,
     /// PDUs carrying its data not yet sent.
     in_send: u16,
-    /// A completion that arrived while data was still being sent.
+    /// The completion that arrived while data was still being sent ([`Phase::Answered`]).
     done: Option<Cqe>,
     /// Extra data the command sends (a DSM range list), kept until it completes.
     extra: Option<IoBuf>,
@@ -120,6 +152,7 @@ impl Cmd {
     /// Starts the slot's next command, sent in watchdog tick `tick`: everything a command
     /// leaves behind is reset here.
     fn begin(&mut self, owner: Owner, len: u32, read: bool, extra: Option<IoBuf>, tick: u32) {
+        debug_assert!(self.owner.is_none() && self.in_send == 0, "a free slot holds nothing");
         self.owner = Some(owner);
         self.tick = tick;
         self.watched = true;
@@ -146,19 +179,18 @@ struct Out {
 
 /// A connected queue pair.
 pub struct HostQpair {
-    sock: Socket,
+    /// Socket, controller's address, the flags of its end, the writer's waker (the kit's).
+    core: ConnCore,
     params: Cell<Negotiated>,
     qid: u16,
     /// Most in-capsule data (0: none).
     pub(crate) icd_max: Cell<u32>,
-    cmds: RefCell<Vec<Cmd>>,
-    free: RefCell<Vec<u16>>,
+    /// Commands by slot (a CID's low bits), at most `depth`.
+    cmds: RefCell<SlotTable<Cmd>>,
     depth: u16,
     /// A CID's low bits: its slot; the bits above hold the slot's generation.
     slot_bits: u32,
     out: RefCell<Vec<Out>>,
-    writer: RefCell<Option<Waker>>,
-    closed: Cell<bool>,
     ic_wait: RefCell<Option<oneshot::Sender<Result<Negotiated, String>>>>,
     /// The ICReq sent (the ICResp is checked against it).
     ic_req: Cell<Option<IcReq>>,
@@ -175,8 +207,6 @@ pub struct HostQpair {
     /// Ticks of the watchdog ([`HostQpair::watch`]) so far: a command's age is counted in
     /// them, so that sending one reads no clock.
     tick: Cell<u32>,
-    /// The controller's address, for log lines.
-    peer: std::net::SocketAddr,
     /// What the controller did wrong, if its protocol error ended the connection.
     fault: RefCell<Option<String>>,
 }
@@ -218,21 +248,19 @@ impl HostQpair {
         let sock = Socket::connect_by(p.addr, deadline).await.map_err(|e| format!("connect to {}: {e}", p.addr))?;
         ferrite_reactor::net::set_nodelay(sock.raw_fd());
         let depth = p.entries.saturating_sub(1).max(1);
+        let id = NEXT_QPAIR.fetch_add(1, Ordering::Relaxed);
         let qp = Rc::new(HostQpair {
-            sock,
+            core: ConnCore::new("nvme host qpair", id, sock, p.addr.to_string()),
             params: Cell::new(Negotiated::INITIAL),
             qid: p.qid,
             // The admin queue takes 8 KiB in capsules (NVMe/TCP); an I/O queue's Connect data
             // goes in its capsule too (every target takes that), and its own limit (IOCCSZ) is
             // set once it is connected.
             icd_max: Cell::new(if p.qid == 0 { 8192 } else { ConnectData::SIZE as u32 }),
-            cmds: RefCell::new(Vec::new()),
-            free: RefCell::new(Vec::new()),
+            cmds: RefCell::new(SlotTable::default()),
             depth,
             slot_bits: u16::BITS - (depth - 1).leading_zeros(),
             out: RefCell::new(Vec::new()),
-            writer: RefCell::new(None),
-            closed: Cell::new(false),
             ic_wait: RefCell::new(None),
             ic_req: Cell::new(None),
             tasks: Cell::new(2),
@@ -241,7 +269,6 @@ impl HostQpair {
             awaiting_success: Cell::new(false),
             cntlid: Cell::new(0),
             tick: Cell::new(0),
-            peer: p.addr,
             fault: RefCell::new(None),
         });
         let (tx, rx) = oneshot::channel();
@@ -317,7 +344,7 @@ impl HostQpair {
 
     /// Sets what runs when the queue pair fails or closes.
     pub fn on_close(&self, f: impl FnOnce() + 'static) {
-        if self.closed.get() && self.tasks.get() == 0 {
+        if self.core.is_dead() && self.tasks.get() == 0 {
             f();
         } else {
             *self.on_close.borrow_mut() = Some(Box::new(f));
@@ -331,25 +358,36 @@ impl HostQpair {
         self.awaiting_success.set(true);
     }
 
-    /// True once closed (or failed).
+    /// True once closed for good (or failed).
     pub fn is_closed(&self) -> bool {
-        self.closed.get()
+        self.core.is_dead()
+    }
+
+    /// True once it sends no more commands: closing gracefully, or closed.
+    pub fn is_closing(&self) -> bool {
+        self.core.is_closing()
+    }
+
+    /// Commands outstanding (sent and not completed).
+    pub fn outstanding(&self) -> usize {
+        self.cmds.borrow().live()
     }
 
     /// The CID of the outstanding bdev request `named` picks.
     pub(crate) fn find_command(&self, named: &dyn Fn(&BdevIo) -> bool) -> Option<u16> {
         let cmds = self.cmds.borrow();
-        cmds.iter()
-            .position(|c| c.done.is_none() && matches!(&c.owner, Some(Owner::Bdev(io)) if named(io)))
-            .map(|i| self.cid_of(i as u16, cmds[i].gen))
+        let found = cmds
+            .iter()
+            .find(|(_, c)| c.phase == Phase::Sent && matches!(&c.owner, Some(Owner::Bdev(io)) if named(io)))
+            .map(|(i, c)| self.cid_of(i as u16, c.gen));
+        found
     }
 
     /// The CIDs of every outstanding command whose bdev request `named` picks.
     pub(crate) fn find_commands(&self, named: &dyn Fn(&BdevIo) -> bool) -> Vec<u16> {
         let cmds = self.cmds.borrow();
         cmds.iter()
-            .enumerate()
-            .filter(|(_, c)| c.done.is_none() && matches!(&c.owner, Some(Owner::Bdev(io)) if named(io)))
+            .filter(|(_, c)| c.phase == Phase::Sent && matches!(&c.owner, Some(Owner::Bdev(io)) if named(io)))
             .map(|(i, c)| self.cid_of(i as u16, c.gen))
             .collect()
     }
@@ -358,7 +396,7 @@ impl HostQpair {
     pub(crate) fn is_timed_out(&self, cid: u16) -> bool {
         let Some(slot) = self.slot_of(cid) else { return false };
         let cmds = self.cmds.borrow();
-        cmds.get(usize::from(slot)).is_some_and(|c| c.done.is_none() && c.timed_out)
+        cmds.get(u32::from(slot)).is_some_and(|c| c.timed_out)
     }
 
     /// The CID of the command in `slot` started as the slot's `gen`th: the slot in the low
@@ -369,13 +407,13 @@ impl HostQpair {
         (u32::from(slot) | gen) as u16
     }
 
-    /// The slot of outstanding command `cid`: none if no command of the slot is outstanding,
-    /// or the CID names an earlier one.
+    /// The slot of outstanding command `cid`: none if no command of the slot waits for its
+    /// completion (none was sent, or it was answered already), or the CID names an earlier one.
     fn slot_of(&self, cid: u16) -> Option<u16> {
         let slot = (u32::from(cid) & ((1u32 << self.slot_bits) - 1)) as u16;
         let cmds = self.cmds.borrow();
-        let c = cmds.get(usize::from(slot))?;
-        (c.owner.is_some() && self.cid_of(slot, c.gen) == cid).then_some(slot)
+        let c = cmds.get(u32::from(slot))?;
+        (c.phase == Phase::Sent && self.cid_of(slot, c.gen) == cid).then_some(slot)
     }
 
     /// Starts the queue pair's watchdog: each command outstanding for `limit` (a little more:
@@ -389,11 +427,11 @@ impl HostQpair {
         let me = Rc::downgrade(self);
         ferrite_reactor::spawn_local(async move {
             loop {
-                if !sleep_while(period, || me.upgrade().is_some_and(|q| !q.closed.get())).await {
+                if !sleep_while(period, || me.upgrade().is_some_and(|q| !q.is_closed())).await {
                     return;
                 }
                 let Some(qp) = me.upgrade() else { return };
-                if qp.closed.get() {
+                if qp.is_closed() {
                     return;
                 }
                 let now = qp.tick.get().wrapping_add(1);
@@ -401,13 +439,8 @@ impl HostQpair {
                 let late: SmallVec<[u16; 8]> = {
                     let mut cmds = qp.cmds.borrow_mut();
                     cmds.iter_mut()
-                        .enumerate()
                         .filter(|(_, c)| {
-                            c.owner.is_some()
-                                && c.done.is_none()
-                                && c.watched
-                                && !c.timed_out
-                                && now.wrapping_sub(c.tick) >= ticks
+                            c.phase == Phase::Sent && c.watched && !c.timed_out && now.wrapping_sub(c.tick) >= ticks
                         })
                         .map(|(slot, c)| {
                             c.timed_out = true;
@@ -428,33 +461,35 @@ impl HostQpair {
         self.qid
     }
 
-    /// Closes the connection; outstanding commands fail.
+    /// Closes the connection at once (a forced close): its outstanding commands fail, each
+    /// exactly once, when its tasks have stopped (bdev requests with a host path error, which
+    /// sends them again through their channels).
     pub fn close(&self) {
-        if !self.closed.replace(true) {
-            self.sock.shutdown();
-        }
-        if let Some(w) = self.writer.borrow_mut().take() {
-            w.wake();
-        }
+        self.core.close();
+    }
+
+    /// Closes the connection gracefully: it sends no more commands, waits until those
+    /// outstanding have completed (an Asynchronous Event Request, which waits for as long as
+    /// nothing happens, is not waited for) or until `limit`, then closes; what is left then
+    /// fails as in [`HostQpair::close`]. True if nothing was left.
+    pub async fn close_gracefully(&self, limit: Duration) -> bool {
+        ferrite_target::close_gracefully(&self.core, || self.drained(), limit).await
+    }
+
+    /// True when no command it waits for is outstanding (Asynchronous Event Requests aside).
+    fn drained(&self) -> bool {
+        let cmds = self.cmds.borrow();
+        cmds.live() == 0 || cmds.iter().all(|(_, c)| c.phase == Phase::Free || !c.watched)
     }
 
     fn push(&self, o: Out) {
         self.out.borrow_mut().push(o);
-        if let Some(w) = self.writer.borrow_mut().take() {
-            w.wake();
-        }
+        self.core.wake_writer();
     }
 
     fn take_slot(&self) -> Option<u16> {
-        if let Some(s) = self.free.borrow_mut().pop() {
-            return Some(s);
-        }
-        let mut cmds = self.cmds.borrow_mut();
-        if cmds.len() >= usize::from(self.depth) {
-            return None;
-        }
-        cmds.push(Cmd::default());
-        Some((cmds.len() - 1) as u16)
+        let i = self.cmds.borrow_mut().take(usize::from(self.depth), Cmd::default)?;
+        Some(i as u16)
     }
 
     /// Sends an admin or Fabrics command and waits for its completion. `out`: data to send;
@@ -464,7 +499,7 @@ impl HostQpair {
         let inb = (in_len > 0).then(|| ferrite_reactor::alloc_buf(in_len as usize));
         let len = out.as_ref().map_or(in_len, |b| b.len() as u32);
         let read = out.is_none() && in_len > 0;
-        if self.closed.get() {
+        if self.core.is_closing() {
             return Err("queue pair closed".into());
         }
         let Some(slot) = self.take_slot() else { return Err("queue full".into()) };
@@ -472,6 +507,7 @@ impl HostQpair {
         {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
+            transition(&mut c.phase, Phase::Sent, self.core.id, u32::from(slot));
             c.begin(Owner::Wait { tx, out, inb }, len, read, None, self.tick.get());
             c.watched = sqe.opcode != ferrite_nvme::spec::opcode::admin::ASYNC_EVENT_REQUEST || self.qid != 0;
             sqe.cid = self.cid_of(slot, c.gen);
@@ -487,7 +523,7 @@ impl HostQpair {
     /// to send instead of the request's buffers (a DSM range list). Err gives the request
     /// back when the queue is full or closed.
     pub fn submit_io(&self, mut sqe: Sqe, io: BdevIo, read: bool, extra: Option<IoBuf>) -> Result<(), BdevIo> {
-        if self.closed.get() {
+        if self.core.is_closing() {
             return Err(io);
         }
         let Some(slot) = self.take_slot() else { return Err(io) };
@@ -499,6 +535,7 @@ impl HostQpair {
         {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
+            transition(&mut c.phase, Phase::Sent, self.core.id, u32::from(slot));
             c.begin(Owner::Bdev(io), len, read, extra, self.tick.get());
             sqe.cid = self.cid_of(slot, c.gen);
         }
@@ -579,8 +616,8 @@ impl HostQpair {
         let params = self.params.get();
         let pieces: SmallVec<[(*const u8, usize); 4]> = {
             let cmds = self.cmds.borrow();
-            let c = cmds.get(usize::from(slot)).ok_or("R2T for an unknown command")?;
-            if c.read || c.owner.is_none() || u64::from(r.r2to) + u64::from(r.r2tl) > u64::from(c.len) {
+            let c = cmds.get(u32::from(slot)).ok_or("R2T for an unknown command")?;
+            if c.read || u64::from(r.r2to) + u64::from(r.r2tl) > u64::from(c.len) {
                 return Err(format!("R2T (CCCID {}, R2TO {}, R2TL {}) outside its command", r.cccid, r.r2to, r.r2tl));
             }
             match (&c.extra, &c.owner) {
@@ -636,8 +673,8 @@ impl HostQpair {
     fn finish(&self, slot: u16, mut cqe: Cqe) {
         let owner = {
             let mut cmds = self.cmds.borrow_mut();
-            let Some(c) = cmds.get_mut(usize::from(slot)) else { return };
-            if c.owner.is_none() {
+            let Some(c) = cmds.get_mut(u32::from(slot)) else { return };
+            if c.phase == Phase::Free {
                 return;
             }
             if let Some(st) = c.failed {
@@ -654,14 +691,21 @@ impl HostQpair {
             }
             if c.in_send > 0 {
                 // Its data is still with the kernel: complete when the send is done.
+                transition(&mut c.phase, Phase::Answered, self.core.id, u32::from(slot));
                 c.done = Some(cqe);
                 return;
             }
+            transition(&mut c.phase, Phase::Free, self.core.id, u32::from(slot));
             c.extra = None;
             c.done = None;
-            c.owner.take()
+            let owner = c.owner.take();
+            cmds.release(u32::from(slot));
+            owner
         };
-        self.free.borrow_mut().push(slot);
+        if self.core.is_closing() && self.drained() {
+            // A graceful close waits for this.
+            self.core.wake();
+        }
         if self.awaiting_success.get() && cqe.status.is_success() {
             self.awaiting_success.set(false);
             if let Some(f) = self.on_success.borrow_mut().take() {
@@ -686,8 +730,8 @@ impl HostQpair {
     /// acknowledged that the controller never did).
     fn data_digest_failed(&self, slot: u16, success: bool) {
         let status = Status::generic(ferrite_nvme::spec::status::generic::TRANSIENT_TRANSPORT_ERROR);
-        if let Some(c) = self.cmds.borrow_mut().get_mut(usize::from(slot)) {
-            if c.owner.is_some() {
+        if let Some(c) = self.cmds.borrow_mut().get_mut(u32::from(slot)) {
+            if c.phase == Phase::Sent {
                 c.failed = Some(status);
             }
         }
@@ -696,15 +740,16 @@ impl HostQpair {
         }
     }
 
-    /// Fails every outstanding command (the connection is gone).
+    /// Fails every outstanding command, each once (the connection is gone, its tasks have
+    /// stopped: nothing is being sent any more).
     fn fail_all(&self) {
-        let n = self.cmds.borrow().len();
-        for slot in 0..n as u16 {
+        ferrite_target::end_all(&self.core, &self.cmds, |slot| {
+            let slot = slot as u16;
             let mut cqe = Cqe::new(slot, Status::path(ferrite_nvme::spec::status::path::HOST_PATH_ERROR));
             cqe.dw0 = u32::MAX;
             self.cmds.borrow_mut()[usize::from(slot)].in_send = 0;
             self.finish(slot, cqe);
-        }
+        });
     }
 
     /// Why the connection ended: the controller's protocol error, or that it closed.
@@ -827,13 +872,13 @@ async fn writer(qp: Rc<HostQpair>) {
     let cache = SendCache::default();
     loop {
         let closed = poll_fn(|cx| {
-            if qp.closed.get() {
+            if qp.core.is_dead() {
                 return Poll::Ready(true);
             }
             if !qp.out.borrow().is_empty() {
                 return Poll::Ready(false);
             }
-            *qp.writer.borrow_mut() = Some(cx.waker().clone());
+            qp.core.park_writer(cx);
             Poll::Pending
         })
         .await;
@@ -851,7 +896,7 @@ async fn writer(qp: Rc<HostQpair>) {
         }
         // SAFETY: heads and digests are inside `batch`, which the send keeps; data pieces point
         // into buffers their commands' slots keep until `in_send` drops to zero below.
-        let (res, b) = unsafe { qp.sock.send_parts(&cache, &parts, batch).await };
+        let (res, b) = unsafe { qp.core.sock.send_parts(&cache, &parts, batch).await };
         batch = b;
         for o in batch.drain(..) {
             if let Some(slot) = o.slot {
@@ -859,7 +904,7 @@ async fn writer(qp: Rc<HostQpair>) {
                     let mut cmds = qp.cmds.borrow_mut();
                     let c = &mut cmds[usize::from(slot)];
                     c.in_send = c.in_send.saturating_sub(1);
-                    if c.in_send == 0 {
+                    if c.in_send == 0 && c.phase == Phase::Answered {
                         c.done.take()
                     } else {
                         None
@@ -899,13 +944,13 @@ async fn reader(qp: Rc<HostQpair>) {
             log::warn!(
                 "nvme host qpair {} to {}: protocol error by the controller: {e}; closing the connection",
                 qp.qid,
-                qp.peer
+                qp.core.peer
             );
             *qp.fault.borrow_mut() = Some(e);
         }
         Err(Stop::Closed(e)) => {
-            if !qp.closed.get() {
-                log::info!("nvme host qpair {} to {}: {e}", qp.qid, qp.peer);
+            if !qp.is_closed() {
+                log::info!("nvme host qpair {} to {}: {e}", qp.qid, qp.core.peer);
             }
         }
     }
@@ -914,11 +959,11 @@ async fn reader(qp: Rc<HostQpair>) {
 }
 
 async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), Stop> {
-    let mut rx = Rx::new(&qp.sock);
+    let mut rx = Rx::new(&qp.core.sock);
     let mut dec = Decoder::new(Role::Host);
     let mut dest = Dest::Skip;
     loop {
-        if qp.closed.get() {
+        if qp.is_closed() {
             return Ok(());
         }
         match dec.want() {
@@ -1072,7 +1117,7 @@ async fn place(
         let fed = dec.data(&buf[from..from + n]);
         put_back(qp, slot, i, buf);
         res.map_err(Stop::Closed)?;
-        if let Some(c) = qp.cmds.borrow_mut().get_mut(usize::from(slot)) {
+        if let Some(c) = qp.cmds.borrow_mut().get_mut(u32::from(slot)) {
             c.got = c.got.saturating_add(n as u32);
         }
         if fed.event.is_some() {

@@ -1,6 +1,7 @@
 //! The core of one connection, shared by its reader task, its writer task and whoever closes
-//! it: the socket, the two flags of its end, the wakers of the two tasks, and the progress of
-//! the send and the receive under way, which the reactor's watchdog bounds.
+//! it: the socket, the two flags of its end, the wakers of the two tasks (and of a graceful
+//! close waiting for the connection to drain), and the progress of the send and the receive
+//! under way, which the reactor's watchdog bounds. A target and the NVMe/TCP host use it alike.
 
 use ferrite_reactor::net::Socket;
 use ferrite_reactor::tsc::{duration_to_ticks, ticks};
@@ -47,14 +48,17 @@ pub struct ConnCore {
     pub sock: Socket,
     /// The peer's address, for the log.
     pub peer: String,
-    /// The protocol's name in the log ("nbd", "nvmf").
+    /// The protocol's name in the log ("nbd", "nvmf", "nvme host").
     proto: &'static str,
-    /// No more requests are read; replies to those in flight are still sent.
+    /// No new work is taken (a target reads no more requests, a host sends no more commands);
+    /// what is in flight still ends.
     closing: Cell<bool>,
     /// Closed for good: nothing more is sent, replies are dropped as their I/O completes.
     dead: Cell<bool>,
     writer: RefCell<Option<Waker>>,
     reader: RefCell<Option<Waker>>,
+    /// A graceful close waiting for the connection to drain (`close::close_gracefully`).
+    closer: RefCell<Option<Waker>>,
     /// The tick the connection was accepted at.
     pub accepted: u64,
     /// The tick its handshake must end by (0: no bound, or done).
@@ -77,6 +81,7 @@ impl ConnCore {
             dead: Cell::new(false),
             writer: RefCell::new(None),
             reader: RefCell::new(None),
+            closer: RefCell::new(None),
             accepted: ticks(),
             handshake_by: Cell::new(0),
             sending: Progress::default(),
@@ -112,13 +117,14 @@ impl ConnCore {
         self.wake();
     }
 
-    /// Stops reading requests; replies to those in flight are still sent.
-    pub fn stop_reading(&self) {
+    /// Takes no new work: a target reads no more requests, a host sends no more commands;
+    /// what is in flight still ends (replies are sent, completions are read).
+    pub fn stop_taking(&self) {
         self.closing.set(true);
         self.wake();
     }
 
-    /// True once no more requests are read.
+    /// True once no new work is taken (draining, or closed).
     #[inline]
     pub fn is_closing(&self) -> bool {
         self.closing.get()
@@ -130,10 +136,14 @@ impl ConnCore {
         self.dead.get()
     }
 
-    /// Wakes the reader and the writer tasks (each looks again at what it waits for).
+    /// Wakes the reader and the writer tasks, and a graceful close (each looks again at what it
+    /// waits for). A connection calls it when its last command ends while it is closing.
     pub fn wake(&self) {
         self.wake_writer();
         self.wake_reader();
+        if let Some(w) = self.closer.borrow_mut().take() {
+            w.wake();
+        }
     }
 
     /// Wakes the writer task (replies were queued).
@@ -162,6 +172,11 @@ impl ConnCore {
     #[inline]
     pub fn park_reader(&self, cx: &mut Context<'_>) {
         *self.reader.borrow_mut() = Some(cx.waker().clone());
+    }
+
+    /// Parks a graceful close (in its poll) until [`ConnCore::wake`].
+    pub(crate) fn park_closer(&self, cx: &mut Context<'_>) {
+        *self.closer.borrow_mut() = Some(cx.waker().clone());
     }
 
     /// Marks the connection dead without shutting the socket (a protocol that sends a last

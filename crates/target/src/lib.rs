@@ -9,16 +9,20 @@
 //!   reactor, none per connection or command) and handshake deadlines.
 //! - [`slots`]: a connection's table of outstanding commands, bounded, reused without
 //!   allocation, and the end of a session (every bdev request of the connection aborted).
+//! - [`close`]: the two ends of a connection: graceful (no new work, outstanding commands
+//!   drained, then closed) and forced (every outstanding command ended exactly once).
 //! - [`phase`]: every phase change of a command through one function that checks the
 //!   transition is legal and can trace it.
 
 pub mod accept;
+pub mod close;
 pub mod conn;
 pub mod phase;
 pub mod slots;
 pub mod table;
 
 pub use accept::{spawn_acceptor, AcceptOptions, ConnPermit};
+pub use close::{close_gracefully, end_all};
 pub use conn::{ConnCore, Progress};
 pub use phase::{transition, Phase};
 pub use slots::{abort_all, SlotTable};

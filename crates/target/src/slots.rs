@@ -64,9 +64,30 @@ impl<T> SlotTable<T> {
         self.slots.get_mut(i as usize)
     }
 
+    /// True if slot `i` is taken (not free). Costs a look through the free slots: for checks
+    /// and the end of a connection, not for the I/O path.
+    pub fn is_taken(&self, i: u32) -> bool {
+        (i as usize) < self.slots.len() && !self.free.contains(&i)
+    }
+
+    /// The slots taken, lowest first: what a forced close ends (`close::end_all`). Made when a
+    /// connection ends, not on the I/O path.
+    pub fn taken(&self) -> Vec<u32> {
+        let mut free = vec![false; self.slots.len()];
+        for &i in &self.free {
+            free[i as usize] = true;
+        }
+        (0..self.slots.len() as u32).filter(|&i| !free[i as usize]).collect()
+    }
+
     /// Every slot with its index (free ones too: the value says whether it is in use).
     pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
         self.slots.iter().enumerate().map(|(i, s)| (i as u32, s))
+    }
+
+    /// Every slot with its index, to change (free ones too).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
+        self.slots.iter_mut().enumerate().map(|(i, s)| (i as u32, s))
     }
 }
 

@@ -181,7 +181,7 @@ fn fabrics_cmd(c: &Rc<Conn>, slot: u16, raw: &[u8; 64]) {
         }
         Some(FabricsCommand::Disconnect(_)) => {
             c.complete(slot, Status::SUCCESS, 0, None);
-            c.stop_reading();
+            c.stop_taking();
         }
         _ => c.complete(slot, Status::generic(generic::INVALID_OPCODE).with_dnr(), 0, None),
     }

@@ -805,7 +805,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
         // a host that does not read ends now.
         c.close();
     }
-    c.stop_reading();
+    c.stop_taking();
     // Commands that wait on the host (AERs, a fused first, data still to come) end here.
     let waiting: Vec<u16> = c
         .cmds
