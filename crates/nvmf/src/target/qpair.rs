@@ -180,6 +180,9 @@ pub(crate) struct Conn {
     sq_head: Cell<u16>,
     /// The host disabled SQ flow control and the transport allows C2HData SUCCESS.
     pub(crate) c2h_success: Cell<bool>,
+    /// The controller's host as the bdev layer's reservation check knows it (set by
+    /// Connect): each I/O request is stamped with it.
+    pub(crate) who: Cell<Option<ferrite_bdev::InitiatorId>>,
     /// Commands by slot.
     pub(crate) cmds: RefCell<SlotTable<Cmd>>,
     pub(crate) in_flight: Cell<u32>,
@@ -778,6 +781,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
         sq_entries: Cell::new(1),
         sq_head: Cell::new(0),
         c2h_success: Cell::new(false),
+        who: Cell::new(None),
         cmds: RefCell::new(SlotTable::default()),
         in_flight: Cell::new(0),
         out: RefCell::new(Vec::new()),

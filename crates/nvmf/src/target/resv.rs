@@ -5,8 +5,10 @@
 //! and 83h (Persist Through Power Loss); and the namespace's `ptpl_file`, SPDK's JSON copy of
 //! the registry that a namespace added again (after a restart) is restored from.
 //!
-//! The host is its Host Identifier from Connect (`Ctrlr::initiator`). The target checks I/O
-//! before submitting it: bdev requests carry no initiator.
+//! The host is its Host Identifier from Connect (`Ctrlr::initiator`). Its I/O requests carry
+//! the identity interned (`Ctrlr::initiator_id`, `IoRequest::for_initiator`), and the bdev layer
+//! refuses those the reservation forbids, for every target alike; the target itself checks
+//! only the commands it answers without the bdev layer (`unsubmitted_conflict`).
 
 use super::ctrlr::Ctrlr;
 use super::model::{tables, Namespace};
@@ -91,30 +93,41 @@ fn invalid_field() -> Status {
     Status::generic(generic::INVALID_FIELD).with_dnr()
 }
 
-/// The status an I/O command `opc` of this queue pair's host gets from the namespace's
-/// reservation, if it is refused. One atomic load while no reservation is held.
-pub(crate) fn io_conflict(c: &Conn, ns: &NsChan, opc: u8) -> Option<Status> {
+/// What an NVM command `opc` does to the medium, for the access matrix (None: not checked).
+fn access_of(opc: u8) -> Option<Access> {
+    match opc {
+        nvm::READ | nvm::COMPARE | nvm::VERIFY => Some(Access::Read),
+        nvm::WRITE | nvm::WRITE_ZEROES | nvm::DATASET_MANAGEMENT | nvm::FLUSH | nvm::WRITE_UNCORRECTABLE => {
+            Some(Access::Write)
+        }
+        _ => None,
+    }
+}
+
+/// The status a command `opc` that the target answers without the bdev layer (a Flush the
+/// bdev does not need, a Dataset Management hint, an opcode it does not serve) gets from the
+/// namespace's reservation, if it is refused: the same answer the layer gives the commands
+/// it sees. One atomic load while no reservation is held.
+pub(crate) fn unsubmitted_conflict(c: &Conn, ns: &NsChan, opc: u8) -> Option<Status> {
     let r = ns.ns.bdev().reservations();
     if !r.is_held() {
         return None;
     }
-    let access = match opc {
-        nvm::READ | nvm::COMPARE | nvm::VERIFY => Access::Read,
-        nvm::WRITE | nvm::WRITE_ZEROES | nvm::DATASET_MANAGEMENT | nvm::FLUSH | nvm::WRITE_UNCORRECTABLE => {
-            Access::Write
-        }
-        _ => return None,
-    };
-    let bound = c.bound.borrow();
-    let who = &bound.as_ref()?.ctrl.initiator;
-    r.check(who, access).err()?;
+    r.check_id(c.who.get()?, access_of(opc)?).err()?;
+    refused(c, ns.ns.nsid, opc);
+    Some(conflict())
+}
+
+/// Logs (rate-limited) that the reservation refused command `opc` of this queue pair's host.
+#[cold]
+pub(crate) fn refused(c: &Conn, nsid: u32, opc: u8) {
+    let Some(who) = c.who.get() else { return };
+    let access = access_of(opc).map_or("I/O", |a| if a == Access::Read { "read" } else { "write" });
     ferrite_reactor::log_limited!(
         log::Level::Info,
-        "nvmf connection {}: {access:?} command {opc:#04x} to namespace {} refused: reservation conflict for {who}",
+        "nvmf connection {}: {access} command {opc:#04x} to namespace {nsid} refused: reservation conflict for {who}",
         c.id,
-        ns.ns.nsid
     );
-    Some(conflict())
 }
 
 fn status_of(e: ResvError) -> Status {
