@@ -295,6 +295,51 @@ pub(crate) fn purge_namespaces_local() {
     }
 }
 
+/// A command of this reactor a Preempt and Abort waits for: (connection ID, slot, CID).
+pub(crate) type Waited = (u64, u16, u16);
+
+/// The commands of this reactor's queue pairs of subsystem `subnqn` whose host is one of
+/// `hosts` and that address namespace `nsid`, whatever their phase: what a Preempt and Abort
+/// waits for (SPDK's `poll_group_reservation_build_io_waiting`, which leaves out Reservation
+/// Register, Acquire and Release: they would wait for each other).
+pub(crate) fn preempted_in_flight(subnqn: &str, nsid: u32, hosts: &[ferrite_bdev::InitiatorId]) -> Vec<Waited> {
+    use crate::spec::opcode::nvm;
+    let cs: Vec<Rc<Conn>> = LIVE.with(|l| l.borrow().all());
+    let mut out = Vec::new();
+    for c in cs {
+        let ours = c.bound.borrow().as_ref().is_some_and(|b| b.qid != 0 && b.ctrl.subnqn == subnqn)
+            && c.who.get().is_some_and(|w| hosts.contains(&w));
+        if !ours {
+            continue;
+        }
+        for (i, x) in c.cmds.borrow().iter() {
+            let waits = !matches!(
+                x.sqe.opcode,
+                nvm::RESERVATION_REGISTER | nvm::RESERVATION_ACQUIRE | nvm::RESERVATION_RELEASE
+            );
+            if x.phase != Phase::Free && x.sqe.nsid == nsid && waits {
+                out.push((c.id, i as u16, x.sqe.cid));
+            }
+        }
+    }
+    out
+}
+
+/// Those of `waited` (found by `preempted_in_flight` on this reactor) not completed yet: the
+/// connection is open and the slot still holds the command (busy, same CID).
+pub(crate) fn still_in_flight(waited: &[Waited]) -> Vec<Waited> {
+    waited
+        .iter()
+        .copied()
+        .filter(|&(conn, slot, cid)| {
+            LIVE.with(|l| l.borrow().get(conn)).is_some_and(|c| {
+                !c.is_dead()
+                    && c.cmds.borrow().get(u32::from(slot)).is_some_and(|x| x.phase != Phase::Free && x.sqe.cid == cid)
+            })
+        })
+        .collect()
+}
+
 /// Delivers a controller's pending asynchronous events to its outstanding AERs (runs on the
 /// admin queue's reactor).
 pub(crate) fn deliver_events(ctrl: &Arc<Ctrlr>) {

@@ -17,11 +17,16 @@ use crate::spec::aer::{event_type, io_command_set, AsyncEvent};
 use crate::spec::log::lid;
 use crate::spec::opcode::nvm;
 use crate::spec::status::{generic, Status};
-use ferrite_bdev::reservation::{Access, Initiator, Notice, Notices, ResvError, ResvType};
+use ferrite_bdev::reservation::{Access, Initiator, InitiatorId, Notice, Notices, ResvError, ResvType};
 use smallvec::smallvec;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a Preempt and Abort waits for the preempted hosts' commands before it answers
+/// Command Interrupted (SPDK's `NS_RESERVATION_IO_WAIT_TIMEOUT_S`).
+const PREEMPT_ABORT_WAIT: Duration = Duration::from_secs(10);
 
 /// Entries a controller keeps in its Reservation Notification log (SPDK's 255; further
 /// notices only move the last entry's count, so the host sees that it missed some).
@@ -169,11 +174,30 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16, ns: Rc<NsChan>) {
     };
     match result {
         Ok(notices) => {
+            let abort = opc == nvm::RESERVATION_ACQUIRE && cdw10 & 7 == 2;
+            let preempted: Vec<InitiatorId> = if abort { preempted_hosts(&notices) } else { Vec::new() };
             notify(&ctrl, ns.ns.nsid, notices);
             if !persist(&ns.ns) {
                 return c.complete(slot, Status::generic(generic::INTERNAL_DEVICE_ERROR), 0, None);
             }
-            c.complete(slot, Status::SUCCESS, 0, None)
+            if preempted.is_empty() {
+                return c.complete(slot, Status::SUCCESS, 0, None);
+            }
+            let (c, subnqn, nsid) = (c.clone(), ctrl.subnqn.clone(), ns.ns.nsid);
+            ferrite_reactor::spawn_local(async move {
+                let st = if wait_preempted(subnqn, nsid, preempted).await {
+                    Status::SUCCESS
+                } else {
+                    log::warn!(
+                        "nvmf connection {}: Preempt and Abort on namespace {nsid}: the preempted hosts' commands \
+                         did not complete within {PREEMPT_ABORT_WAIT:?}",
+                        c.id
+                    );
+                    Status::generic(generic::COMMAND_INTERRUPTED)
+                };
+                c.complete(slot, st, 0, None);
+            })
+            .detach();
         }
         Err(e) => {
             log::info!(
@@ -185,6 +209,45 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16, ns: Rc<NsChan>) {
             c.complete(slot, status_of(e), 0, None)
         }
     }
+}
+
+/// The NVMe hosts a preempt unregistered (SPDK waits for their commands only).
+fn preempted_hosts(notices: &Notices) -> Vec<InitiatorId> {
+    notices
+        .iter()
+        .filter(|(w, n)| *n == Notice::RegistrationPreempted && matches!(w, Initiator::Nvme { .. }))
+        .map(|(w, _)| w.intern())
+        .collect()
+}
+
+/// Preempt and Abort, as SPDK v26.05 does it: the command completes once every command of
+/// the preempted hosts' queue pairs on this namespace that was outstanding when the
+/// reservation changed has completed. They are not cancelled: they finish (or end as the
+/// bdev ends them); commands they send afterwards meet the new reservation. False if some
+/// are still outstanding after [`PREEMPT_ABORT_WAIT`] (SPDK then answers Command Interrupted).
+async fn wait_preempted(subnqn: String, nsid: u32, hosts: Vec<InitiatorId>) -> bool {
+    let engine = ferrite_reactor::engine();
+    let hosts = Arc::new(hosts);
+    let Ok(mut left) = engine.on_all(move |_| super::qpair::preempted_in_flight(&subnqn, nsid, &hosts)).await else {
+        return true;
+    };
+    let n: usize = left.iter().map(Vec::len).sum();
+    if n > 0 {
+        log::info!("nvmf: Preempt and Abort on namespace {nsid} waits for {n} command(s) of the preempted hosts");
+    }
+    let deadline = Instant::now() + PREEMPT_ABORT_WAIT;
+    let mut poll = Duration::from_millis(1);
+    while left.iter().any(|v| !v.is_empty()) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        // Looks again soon, then less and less often (up to every 32 ms).
+        ferrite_reactor::sleep(poll).await;
+        poll = (poll * 2).min(Duration::from_millis(32));
+        let prev = Arc::new(left);
+        left = engine.on_all(move |r| super::qpair::still_in_flight(&prev[r])).await.unwrap_or_default();
+    }
+    true
 }
 
 /// Register, Unregister or Replace (RREGA), then the CPTPL change.
@@ -210,8 +273,8 @@ fn register(who: &Initiator, ns: &Namespace, cdw10: u32, data: &[u8]) -> Result<
     Ok(notices)
 }
 
-/// Acquire, Preempt or Preempt and Abort (RACQA). Preempt and Abort does not abort the
-/// preempted hosts' commands in flight: they finish (later ones are refused by the check).
+/// Acquire, Preempt or Preempt and Abort (RACQA). Preempt and Abort changes the registry as
+/// Preempt does; `run` then waits for the preempted hosts' commands (`wait_preempted`).
 fn acquire(who: &Initiator, ns: &Namespace, cdw10: u32, data: &[u8]) -> Result<Notices, ResvError> {
     let r = ns.bdev().reservations();
     let (racqa, iekey) = (cdw10 & 7, cdw10 & (1 << 3) != 0);
