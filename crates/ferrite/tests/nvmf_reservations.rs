@@ -20,6 +20,7 @@ use ferrite_nvmf::spec::identify_ctrl::{oncs, IdentifyController};
 use ferrite_nvmf::spec::identify_ns::IdentifyNamespace;
 use ferrite_nvmf::spec::log::lid;
 use ferrite_nvmf::spec::opcode::{admin as aop, nvm};
+use ferrite_nvmf::spec::status::command_specific::FEATURE_ID_NOT_SAVEABLE;
 use ferrite_nvmf::spec::status::{generic, sct};
 use nvmf_common::*;
 use serde_json::{json, Value};
@@ -340,6 +341,44 @@ fn preempt_and_abort_waits_for_the_preempted_hosts_commands() {
     // Nothing of A's in flight: a Preempt and Abort of A's new registration answers at once.
     register(&mut a.io[0], 0, 0, KEY_A).ok("A registers again");
     acquire(&mut b.io[0], 2, WRITE_EXCLUSIVE, KEY_B, KEY_A).ok("B preempts and aborts A again");
+    n.assert_alive();
+}
+
+/// Where Ferrite and SPDK v26.05 differ in small things, Ferrite's answers: an Acquire of
+/// type 0 (reserved) is Invalid Field (SPDK makes the host a holder of no type); Set Features
+/// 82h and 83h with Save are Feature Identifier Not Saveable (as SPDK answers every saved
+/// Set Features); under an all-registrants type the report marks every registrant a holder
+/// (NVMe's definition; SPDK marks only the first).
+#[test]
+fn type_zero_saved_features_and_all_registrants_holders() {
+    let (_dir, mut n) = setup("nvmfresvsmall");
+    let mut a = host(n.port, 1);
+    let mut b = host(n.port, 2);
+    register(&mut a.io[0], 0, 0, KEY_A).ok("register A");
+    register(&mut b.io[0], 0, 0, KEY_B).ok("register B");
+    invalid(&acquire(&mut a.io[0], 0, 0, KEY_A, 0), "Acquire of RTYPE 0");
+    let (_, rtype, _, regs) = decode_report(&report(&mut b.io[0], true, 4096).ok("report").data);
+    assert_eq!((rtype, regs.iter().any(|r| r.1)), (0, false), "no reservation, no holder");
+
+    for f in [fid::RESERVATION_NOTIFICATION_MASK, fid::RESERVATION_PERSISTENCE] {
+        let c = a.admin.cmd(
+            Host::sqe(aop::SET_FEATURES, NS, |s| {
+                s.cdw10 = u32::from(f) | 1 << 31;
+                s.cdw11 = 0;
+            }),
+            None,
+            0,
+        );
+        assert_eq!(c.status(), (sct::COMMAND_SPECIFIC, FEATURE_ID_NOT_SAVEABLE), "Set Features {f:#x} with Save");
+    }
+
+    acquire(&mut a.io[0], 0, 5, KEY_A, 0).ok("A acquires Write Exclusive - All Registrants");
+    let (_, rtype, _, regs) = decode_report(&report(&mut b.io[0], true, 4096).ok("report").data);
+    assert_eq!(rtype, 5);
+    assert_eq!(regs.iter().map(|r| (r.1, r.2)).collect::<Vec<_>>(), vec![(true, KEY_A), (true, KEY_B)]);
+    let data = pattern(7, 4096);
+    b.io[0].write(NS, 0, &data, BS).ok("a registrant writes: it holds the reservation too");
+    assert_eq!(a.io[0].read(NS, 0, 8, BS).ok("read back").data, data);
     n.assert_alive();
 }
 

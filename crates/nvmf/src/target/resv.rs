@@ -64,18 +64,30 @@ impl NoticeLog {
         self.entries.push_back((self.count, notice as u8, nsid));
     }
 
-    /// The log page's first `upto` bytes; the entries they cover are consumed (as SPDK and
-    /// NVMe: a read removes what it returned).
-    pub(crate) fn take(&mut self, upto: u64) -> Vec<u8> {
+    /// The log page's first `upto` bytes, for a read of those from `offset` on. A read removes
+    /// the entries it returned whole, and those before `offset` (skipped, as SPDK drops them);
+    /// an entry it returns only part of (the length or the offset is not a multiple of 64
+    /// bytes) stays, for the next read to return whole. (SPDK drops it too.)
+    pub(crate) fn take(&mut self, offset: u64, upto: u64) -> Vec<u8> {
         let mut page = Vec::new();
-        while (page.len() as u64) < upto {
-            let Some((count, kind, nsid)) = self.entries.pop_front() else { break };
+        let mut i = 0;
+        while (page.len() as u64) < upto && i < self.entries.len() {
+            let (count, kind, nsid) = self.entries[i];
+            let start = page.len() as u64;
+            let end = start + LOG_ENTRY as u64;
             let mut e = [0u8; LOG_ENTRY];
             e[0..8].copy_from_slice(&count.to_le_bytes());
             e[8] = kind;
-            e[9] = self.entries.len().min(255) as u8;
+            // Number of Available Log Pages: the entries after this one.
+            e[9] = (self.entries.len() - i - 1).min(255) as u8;
             e[12..16].copy_from_slice(&nsid.to_le_bytes());
             page.extend_from_slice(&e);
+            let whole_or_skipped = end <= offset || (start >= offset && end <= upto);
+            if whole_or_skipped {
+                self.entries.remove(i);
+            } else {
+                i += 1;
+            }
         }
         page
     }
@@ -605,13 +617,13 @@ mod tests {
         for _ in 0..300 {
             l.push(Notice::ReservationReleased, 1);
         }
-        let page = l.take(u64::MAX);
+        let page = l.take(0, u64::MAX);
         assert_eq!(page.len(), LOG_MAX * LOG_ENTRY);
         let last = &page[(LOG_MAX - 1) * LOG_ENTRY..];
         assert_eq!(u64::from_le_bytes(last[0..8].try_into().unwrap()), 300, "the last entry carries the count");
         assert_eq!(page[8], 2);
         assert_eq!(page[9], 254, "entries after the first");
-        assert!(l.take(u64::MAX).is_empty(), "read once");
+        assert!(l.take(0, u64::MAX).is_empty(), "read once");
     }
 
     #[test]
@@ -619,9 +631,27 @@ mod tests {
         let mut l = NoticeLog::default();
         l.push(Notice::RegistrationPreempted, 1);
         l.push(Notice::ReservationPreempted, 2);
-        let first = l.take(64);
+        let first = l.take(0, 64);
         assert_eq!((first.len(), first[8], first[9], first[12]), (64, 1, 1, 1));
-        let second = l.take(64);
+        let second = l.take(0, 64);
         assert_eq!((second[8], second[9], second[12]), (3, 0, 2));
+    }
+
+    #[test]
+    fn an_entry_returned_in_part_is_not_consumed() {
+        let mut l = NoticeLog::default();
+        l.push(Notice::RegistrationPreempted, 1);
+        l.push(Notice::ReservationReleased, 2);
+        l.push(Notice::ReservationPreempted, 3);
+        // 100 bytes: the first entry whole, 36 bytes of the second.
+        let page = l.take(0, 100);
+        assert_eq!((page[8], page[64 + 8]), (1, 2));
+        // An offset inside an entry: the second is returned in part again, the third whole.
+        let page = l.take(32, 32 + 64 + 32);
+        assert_eq!((page[8], page[64 + 8], page[64 + 9]), (2, 3, 0));
+        assert_eq!(l.entries.len(), 1, "only the third was returned whole");
+        let page = l.take(0, 64);
+        assert_eq!((page[8], page[9], page[12]), (2, 0, 2), "the second, whole at last");
+        assert!(l.take(0, 64).is_empty());
     }
 }
