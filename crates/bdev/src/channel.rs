@@ -321,7 +321,7 @@ impl IoChannel {
         if self.inner.timeouts_on.get() {
             crate::timeout::track(&self.inner, &mut io, self.desc);
         }
-        self.inner.submit_checked(io, self.write, true);
+        self.inner.submit_stamped(io, self.write);
     }
 
     /// Requests of this core's channel of the bdev not completed yet: those with the module
@@ -353,7 +353,7 @@ impl IoChannel {
         if self.inner.timeouts_on.get() {
             crate::timeout::track(&self.inner, &mut io, self.desc);
         }
-        self.inner.submit_checked(io, self.write, true);
+        self.inner.submit_stamped(io, self.write);
     }
 
     /// Submits a completed request again, as it now is (the caller changed its fields in place):
@@ -363,7 +363,7 @@ impl IoChannel {
     pub fn resubmit(&self, c: Completed, done: Rc<dyn IoCompleter>, tag: u64) {
         let mut io = BdevIo::reuse(c, self.inner.clone(), crate::io::submit_tick());
         io.done = Done::Caller(done, tag);
-        self.inner.submit_checked(io, self.write, true);
+        self.inner.submit_stamped(io, self.write);
     }
 
     /// Forwards `parent` itself to this channel's bdev, as a passthru does (SPDK's passthru
@@ -413,6 +413,31 @@ impl IoChannel {
 }
 
 impl ChannelInner {
+    /// A caller's request: checked against the bdev's reservation if it carries an initiator
+    /// (the only cost to one that does not: the test of `initiator`), then as every request.
+    #[inline(always)]
+    fn submit_stamped(self: &Rc<Self>, io: BdevIo, write: bool) {
+        if let Some(who) = io.req.initiator {
+            if self.bdev.reservations.is_held() {
+                return self.check_reservation(io, who, write);
+            }
+        }
+        self.submit_checked(io, write, true);
+    }
+
+    /// A stamped request while the bdev's reservation is held: refused with Reservation
+    /// Conflict if the access matrix forbids its initiator its access, else submitted.
+    #[cold]
+    #[inline(never)]
+    fn check_reservation(self: &Rc<Self>, io: BdevIo, who: crate::InitiatorId, write: bool) {
+        let refused = crate::Access::of(io.req.io_type)
+            .is_some_and(|access| self.bdev.reservations.check_id(who, access).is_err());
+        if refused {
+            return self.reject(io, IoStatus::RESERVATION_CONFLICT);
+        }
+        self.submit_checked(io, write, true);
+    }
+
     /// Checks a request (its payload too if `payload`) and routes it, or completes it with
     /// the check's status.
     #[inline]

@@ -255,6 +255,15 @@ impl IoStatus {
     /// A miscompare whose first differing byte is not known.
     pub const MISCOMPARE: IoStatus = IoStatus::Miscompare { offset: DiffOffset::UNKNOWN };
 
+    /// A request the bdev's reservation refuses to its initiator: NVMe's Reservation Conflict
+    /// with Do Not Retry (SCSI's RESERVATION CONFLICT through `translate::scsi_of`).
+    pub const RESERVATION_CONFLICT: IoStatus = IoStatus::Nvme {
+        sct: crate::translate::codes::nvme::SCT_GENERIC,
+        sc: crate::translate::codes::nvme::generic::RESERVATION_CONFLICT,
+        dnr: true,
+        more: false,
+    };
+
     /// An NVMe status without Do Not Retry or More (a module that makes one up).
     #[inline]
     pub const fn nvme(sct: u8, sc: u8) -> IoStatus {
@@ -357,6 +366,10 @@ pub struct IoRequest {
     pub io_type: IoType,
     /// Flags (FUA).
     pub flags: IoFlags,
+    /// The initiator a target submits it for (see [`IoRequest::for_initiator`]): the layer
+    /// checks it against the bdev's reservations. None (internal requests, NBD, a virtual
+    /// bdev's children): not checked.
+    pub initiator: Option<crate::InitiatorId>,
     /// First block.
     pub offset_blocks: u64,
     /// Number of blocks.
@@ -378,6 +391,7 @@ impl IoRequest {
         Self {
             io_type,
             flags: IoFlags::NONE,
+            initiator: None,
             offset_blocks,
             num_blocks,
             bufs: IoBufs::new(),
@@ -396,12 +410,23 @@ impl IoRequest {
         Self {
             io_type,
             flags: IoFlags::NONE,
+            initiator: None,
             offset_blocks,
             num_blocks,
             bufs: smallvec::smallvec![buf],
             md: None,
             aux: IoAux::None,
         }
+    }
+
+    /// The same request on behalf of `who`: submitted by [`crate::IoChannel::submit`] (or a
+    /// fan-out's child), it is refused with [`IoStatus::RESERVATION_CONFLICT`] when the bdev's
+    /// reservation forbids `who` its access ([`crate::Access::of`]). Forwarded to a base bdev
+    /// it is not checked again.
+    #[inline]
+    pub fn for_initiator(mut self, who: Option<crate::InitiatorId>) -> Self {
+        self.initiator = who;
+        self
     }
 
     /// A zero-copy read of `num_blocks` at `offset_blocks`: the request carries no buffer, and

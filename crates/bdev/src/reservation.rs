@@ -5,12 +5,16 @@
 //! as the behaviour reference; SCSI persistent reservations use the same six types and the same
 //! rules, so an iSCSI target shares this registry.
 //!
-//! The registry is behind a mutex (reservation commands are rare). The check every I/O makes
-//! ([`Reservations::check`]) is one relaxed atomic load while no reservation is held; only
-//! with a reservation in place does it take the lock.
+//! The registry is behind a mutex (reservation commands are rare). The bdev layer checks every
+//! request that carries an initiator ([`crate::IoRequest::initiator`], an [`InitiatorId`] a
+//! target interned once per session) with [`Reservations::check_id`]: one relaxed atomic load
+//! while no reservation is held; only with a reservation in place does it take the lock.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
+
+mod intern;
+pub use intern::InitiatorId;
 
 /// Most registrants of one bdev (SPDK's `SPDK_NVMF_MAX_NUM_REGISTRANTS`).
 pub const MAX_REGISTRANTS: usize = 16;
@@ -130,6 +134,22 @@ pub enum Access {
     Write,
 }
 
+impl Access {
+    /// The access a bdev request of type `t` makes, as the NVMe target maps its opcodes: Read
+    /// and Compare read; Write, Write Zeroes, Unmap (Dataset Management), Flush,
+    /// Compare-and-Write and Copy write; the rest (reset, abort, passthrough, seeks) are not
+    /// checked.
+    #[inline]
+    pub fn of(t: crate::IoType) -> Option<Access> {
+        use crate::IoType as T;
+        match t {
+            T::Read | T::Compare => Some(Access::Read),
+            T::Write | T::WriteZeroes | T::Unmap | T::Flush | T::CompareAndWrite | T::Copy => Some(Access::Write),
+            T::Reset | T::Abort | T::NvmeIo | T::NvmeAdmin | T::SeekHole | T::SeekData => None,
+        }
+    }
+}
+
 /// Why an operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResvError {
@@ -193,10 +213,23 @@ pub struct Report {
     pub registrants: Vec<Registrant>,
 }
 
+/// A registrant: who (and its interned id) with which key.
+struct Reg {
+    who: Initiator,
+    id: InitiatorId,
+    key: u64,
+}
+
+impl Reg {
+    fn new(who: &Initiator, key: u64) -> Reg {
+        Reg { who: who.clone(), id: who.intern(), key }
+    }
+}
+
 #[derive(Default)]
 struct State {
-    /// (who, key), in registration order.
-    regs: Vec<(Initiator, u64)>,
+    /// Registrants, in registration order.
+    regs: Vec<Reg>,
     /// Index in `regs` of the holder (for all-registrants types: the first registrant).
     holder: Option<usize>,
     rtype: Option<ResvType>,
@@ -206,7 +239,11 @@ struct State {
 
 impl State {
     fn find(&self, who: &Initiator) -> Option<usize> {
-        self.regs.iter().position(|(w, _)| w == who)
+        self.regs.iter().position(|r| r.who == *who)
+    }
+
+    fn find_id(&self, id: InitiatorId) -> Option<usize> {
+        self.regs.iter().position(|r| r.id == id)
     }
 
     fn is_holder(&self, i: usize) -> bool {
@@ -244,12 +281,12 @@ impl State {
     /// Removes every registrant but `keep` whose key is `key` (every one when `key` is None);
     /// returns how many.
     fn remove_where(&mut self, key: Option<u64>, keep: Option<usize>) -> usize {
-        let keep_who = keep.map(|k| self.regs[k].0.clone());
+        let keep_id = keep.map(|k| self.regs[k].id);
         let mut n = 0;
         let mut i = 0;
         while i < self.regs.len() {
-            let mine = keep_who.as_ref().is_some_and(|w| *w == self.regs[i].0);
-            if !mine && key.is_none_or(|k| self.regs[i].1 == k) {
+            let mine = keep_id == Some(self.regs[i].id);
+            if !mine && key.is_none_or(|k| self.regs[i].key == k) {
                 self.remove(i);
                 n += 1;
             } else {
@@ -260,7 +297,7 @@ impl State {
     }
 
     fn others(&self, me: &Initiator) -> Vec<Initiator> {
-        self.regs.iter().map(|(w, _)| w).filter(|w| *w != me).cloned().collect()
+        self.regs.iter().map(|r| &r.who).filter(|w| *w != me).cloned().collect()
     }
 
     fn bump(&mut self) {
@@ -297,9 +334,18 @@ impl Reservations {
         if self.held.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
+        self.check_id(who.intern(), access)
+    }
+
+    /// As [`Reservations::check`], for an interned initiator (what the bdev layer checks a
+    /// stamped request with).
+    pub fn check_id(&self, who: InitiatorId, access: Access) -> Result<(), ResvError> {
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
         let s = self.locked();
         let Some(t) = s.rtype else { return Ok(()) };
-        let me = s.find(who);
+        let me = s.find_id(who);
         if me.is_some_and(|i| s.is_holder(i)) {
             return Ok(());
         }
@@ -320,12 +366,12 @@ impl Reservations {
     pub fn register(&self, who: &Initiator, nrkey: u64) -> Result<(), ResvError> {
         let mut s = self.locked();
         match s.find(who) {
-            Some(i) if s.regs[i].1 == nrkey => Ok(()),
+            Some(i) if s.regs[i].key == nrkey => Ok(()),
             Some(_) => Err(ResvError::Conflict),
             None if nrkey == 0 => Err(ResvError::Invalid("a zero reservation key cannot be registered")),
             None if s.regs.len() >= MAX_REGISTRANTS => Err(ResvError::Full),
             None => {
-                s.regs.push((who.clone(), nrkey));
+                s.regs.push(Reg::new(who, nrkey));
                 s.bump();
                 Ok(())
             }
@@ -337,7 +383,7 @@ impl Reservations {
     /// reservation goes with it.
     pub fn unregister(&self, who: &Initiator, crkey: u64, iekey: bool) -> Result<Notices, ResvError> {
         let mut s = self.locked();
-        let Some(i) = s.find(who).filter(|&i| iekey || s.regs[i].1 == crkey) else {
+        let Some(i) = s.find(who).filter(|&i| iekey || s.regs[i].key == crkey) else {
             return Err(ResvError::Conflict);
         };
         let before = s.rtype;
@@ -358,16 +404,16 @@ impl Reservations {
         }
         let mut s = self.locked();
         match s.find(who) {
-            Some(i) if !iekey && s.regs[i].1 != crkey => Err(ResvError::Conflict),
+            Some(i) if !iekey && s.regs[i].key != crkey => Err(ResvError::Conflict),
             Some(i) => {
-                s.regs[i].1 = nrkey;
+                s.regs[i].key = nrkey;
                 s.bump();
                 Ok(())
             }
             None if !iekey => Err(ResvError::Conflict),
             None if s.regs.len() >= MAX_REGISTRANTS => Err(ResvError::Full),
             None => {
-                s.regs.push((who.clone(), nrkey));
+                s.regs.push(Reg::new(who, nrkey));
                 s.bump();
                 Ok(())
             }
@@ -379,7 +425,7 @@ impl Reservations {
     /// another type, conflicts.
     pub fn acquire(&self, who: &Initiator, crkey: u64, rtype: ResvType) -> Result<(), ResvError> {
         let mut s = self.locked();
-        let i = s.find(who).filter(|&i| s.regs[i].1 == crkey).ok_or(ResvError::Conflict)?;
+        let i = s.find(who).filter(|&i| s.regs[i].key == crkey).ok_or(ResvError::Conflict)?;
         if s.is_holder(i) && s.rtype == Some(rtype) {
             return Ok(());
         }
@@ -399,7 +445,7 @@ impl Reservations {
     /// every other registrant). Returns the notices owed.
     pub fn preempt(&self, who: &Initiator, crkey: u64, prkey: u64, rtype: ResvType) -> Result<Notices, ResvError> {
         let mut s = self.locked();
-        let me = s.find(who).filter(|&i| s.regs[i].1 == crkey).ok_or(ResvError::Conflict)?;
+        let me = s.find(who).filter(|&i| s.regs[i].key == crkey).ok_or(ResvError::Conflict)?;
         let before = s.others(who);
         let mut released = false;
         match s.rtype {
@@ -408,7 +454,7 @@ impl Reservations {
                 s.remove_where(Some(prkey), Some(me));
             }
             Some(t) if !t.all_registrants() => {
-                let holder_key = s.holder.map(|h| s.regs[h].1);
+                let holder_key = s.holder.map(|h| s.regs[h].key);
                 if s.is_holder(me) && holder_key == Some(prkey) {
                     // The holder preempts itself: the type changes.
                     s.rtype = Some(rtype);
@@ -455,7 +501,7 @@ impl Reservations {
     /// Exclusive or Exclusive Access.
     pub fn release(&self, who: &Initiator, crkey: u64, rtype: u8) -> Result<Notices, ResvError> {
         let mut s = self.locked();
-        let i = s.find(who).filter(|&i| s.regs[i].1 == crkey).ok_or(ResvError::Conflict)?;
+        let i = s.find(who).filter(|&i| s.regs[i].key == crkey).ok_or(ResvError::Conflict)?;
         let Some(t) = s.rtype else { return Ok(vec![]) };
         if t.code() != rtype {
             return Err(ResvError::Invalid("the reservation type does not match the reservation held"));
@@ -477,7 +523,7 @@ impl Reservations {
     /// removes every registrant; the others are told their registration was preempted.
     pub fn clear(&self, who: &Initiator, crkey: u64) -> Result<Notices, ResvError> {
         let mut s = self.locked();
-        s.find(who).filter(|&i| s.regs[i].1 == crkey).ok_or(ResvError::Conflict)?;
+        s.find(who).filter(|&i| s.regs[i].key == crkey).ok_or(ResvError::Conflict)?;
         let others = s.others(who);
         s.regs.clear();
         s.release();
@@ -499,14 +545,14 @@ impl Reservations {
             rtype: s.rtype,
             aptpl: s.aptpl,
             holder_key: match (s.rtype, s.holder) {
-                (Some(_), Some(h)) => s.regs.get(h).map_or(0, |r| r.1),
+                (Some(_), Some(h)) => s.regs.get(h).map_or(0, |r| r.key),
                 _ => 0,
             },
             registrants: s
                 .regs
                 .iter()
                 .enumerate()
-                .map(|(i, (w, k))| Registrant { who: w.clone(), key: *k, holder: s.is_holder(i) })
+                .map(|(i, r)| Registrant { who: r.who.clone(), key: r.key, holder: s.is_holder(i) })
                 .collect(),
         }
     }
@@ -534,7 +580,7 @@ impl Reservations {
             ),
         };
         let mut s = self.locked();
-        s.regs = regs;
+        s.regs = regs.iter().map(|(w, k)| Reg::new(w, *k)).collect();
         s.rtype = if holder.is_some() { rtype } else { None };
         s.holder = holder;
         s.aptpl = aptpl;

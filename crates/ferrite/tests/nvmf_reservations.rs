@@ -20,6 +20,7 @@ use ferrite_nvmf::spec::identify_ctrl::{oncs, IdentifyController};
 use ferrite_nvmf::spec::identify_ns::IdentifyNamespace;
 use ferrite_nvmf::spec::log::lid;
 use ferrite_nvmf::spec::opcode::{admin as aop, nvm};
+use ferrite_nvmf::spec::status::command_specific::FEATURE_ID_NOT_SAVEABLE;
 use ferrite_nvmf::spec::status::{generic, sct};
 use nvmf_common::*;
 use serde_json::{json, Value};
@@ -294,6 +295,90 @@ fn two_hosts_reserve_conflict_report_and_are_notified() {
     let last = pattern(6, 4096);
     a.io[0].write(NS, 16, &last, BS).ok("A writes after the clear");
     assert_eq!(b.io[0].read(NS, 16, 8, BS).ok("read back").data, last);
+    n.assert_alive();
+}
+
+/// Preempt and Abort as SPDK v26.05: the acquire completes only once the preempted host's
+/// command in flight on the namespace (a write held 5 s in a delay bdev) has completed, and
+/// that command is not cancelled: it succeeds and its data is there.
+#[test]
+fn preempt_and_abort_waits_for_the_preempted_hosts_commands() {
+    const HELD: Duration = Duration::from_secs(5);
+    let dir = TempDir::new("nvmfresvabort");
+    let mut n = NvmfDaemon::start(&dir, "0x3", json!({}));
+    n.malloc("MD", 16384, BS);
+    let held_us = HELD.as_micros() as u64;
+    n.d.call(
+        "bdev_delay_create",
+        Some(json!({"base_bdev_name": "MD", "name": "D0", "avg_read_latency": 10, "p99_read_latency": 10,
+            "avg_write_latency": held_us, "p99_write_latency": held_us})),
+    );
+    n.subsystem(SUBNQN, true);
+    assert_eq!(n.add_ns(SUBNQN, "D0"), NS);
+    n.listen(SUBNQN);
+    let mut a = host(n.port, 1);
+    let mut b = host(n.port, 2);
+    register(&mut a.io[0], 0, 0, KEY_A).ok("register A");
+    register(&mut b.io[0], 0, 0, KEY_B).ok("register B");
+    acquire(&mut a.io[0], 0, WRITE_EXCLUSIVE, KEY_A, 0).ok("A acquires Write Exclusive");
+
+    // A's write is held in the delay bdev while B preempts A and aborts.
+    let data = pattern(1, 4096);
+    let w = a.io[0].submit(Host::rw_sqe(nvm::WRITE, NS, 0, 8), Some(&data), 0);
+    std::thread::sleep(Duration::from_secs(1));
+    let start = std::time::Instant::now();
+    let preempt_abort = resv(&mut b.io[0], nvm::RESERVATION_ACQUIRE, 2 | WRITE_EXCLUSIVE << 8, &keys(KEY_B, KEY_A));
+    let waited = start.elapsed();
+    preempt_abort.ok("B's Preempt and Abort");
+    assert!(waited >= Duration::from_secs(2), "the acquire waited for A's held write ({waited:?} of {HELD:?})");
+    a.io[0].wait(w).ok("A's write was waited for, not cancelled");
+    assert_eq!(b.io[0].read(NS, 0, 8, BS).ok("read back").data, data, "A's write landed");
+
+    // A is preempted: its next write is refused at once; B holds the reservation.
+    conflict(&a.io[0].write(NS, 0, &pattern(2, 4096), BS), "A's write after the preemption");
+    let (_, rtype, _, regs) = decode_report(&report(&mut b.io[0], true, 4096).ok("report").data);
+    assert_eq!((rtype, regs), (WRITE_EXCLUSIVE as u8, vec![(b.admin.cntlid, true, KEY_B, [2; 16])]));
+    // Nothing of A's in flight: a Preempt and Abort of A's new registration answers at once.
+    register(&mut a.io[0], 0, 0, KEY_A).ok("A registers again");
+    acquire(&mut b.io[0], 2, WRITE_EXCLUSIVE, KEY_B, KEY_A).ok("B preempts and aborts A again");
+    n.assert_alive();
+}
+
+/// Where Ferrite and SPDK v26.05 differ in small things, Ferrite's answers: an Acquire of
+/// type 0 (reserved) is Invalid Field (SPDK makes the host a holder of no type); Set Features
+/// 82h and 83h with Save are Feature Identifier Not Saveable (as SPDK answers every saved
+/// Set Features); under an all-registrants type the report marks every registrant a holder
+/// (NVMe's definition; SPDK marks only the first).
+#[test]
+fn type_zero_saved_features_and_all_registrants_holders() {
+    let (_dir, mut n) = setup("nvmfresvsmall");
+    let mut a = host(n.port, 1);
+    let mut b = host(n.port, 2);
+    register(&mut a.io[0], 0, 0, KEY_A).ok("register A");
+    register(&mut b.io[0], 0, 0, KEY_B).ok("register B");
+    invalid(&acquire(&mut a.io[0], 0, 0, KEY_A, 0), "Acquire of RTYPE 0");
+    let (_, rtype, _, regs) = decode_report(&report(&mut b.io[0], true, 4096).ok("report").data);
+    assert_eq!((rtype, regs.iter().any(|r| r.1)), (0, false), "no reservation, no holder");
+
+    for f in [fid::RESERVATION_NOTIFICATION_MASK, fid::RESERVATION_PERSISTENCE] {
+        let c = a.admin.cmd(
+            Host::sqe(aop::SET_FEATURES, NS, |s| {
+                s.cdw10 = u32::from(f) | 1 << 31;
+                s.cdw11 = 0;
+            }),
+            None,
+            0,
+        );
+        assert_eq!(c.status(), (sct::COMMAND_SPECIFIC, FEATURE_ID_NOT_SAVEABLE), "Set Features {f:#x} with Save");
+    }
+
+    acquire(&mut a.io[0], 0, 5, KEY_A, 0).ok("A acquires Write Exclusive - All Registrants");
+    let (_, rtype, _, regs) = decode_report(&report(&mut b.io[0], true, 4096).ok("report").data);
+    assert_eq!(rtype, 5);
+    assert_eq!(regs.iter().map(|r| (r.1, r.2)).collect::<Vec<_>>(), vec![(true, KEY_A), (true, KEY_B)]);
+    let data = pattern(7, 4096);
+    b.io[0].write(NS, 0, &data, BS).ok("a registrant writes: it holds the reservation too");
+    assert_eq!(a.io[0].read(NS, 0, 8, BS).ok("read back").data, data);
     n.assert_alive();
 }
 

@@ -244,3 +244,43 @@ fn restore_checks_the_holder() {
     assert_eq!((rep.holder_key, rep.aptpl), (B, true));
     assert_eq!(r.check(&host(1), Access::Write), Err(ResvError::Conflict));
 }
+
+#[test]
+fn interned_ids_follow_the_identity() {
+    let a = Initiator::Nvme { hostid: [0x71; 16], hostnqn: "first".into() };
+    let b = Initiator::Nvme { hostid: [0x71; 16], hostnqn: "second".into() };
+    let s = Initiator::Scsi { name: "iqn.2016-06.io.ferrite:intern".into(), isid: [7; 6] };
+    let t = Initiator::Scsi { name: "iqn.2016-06.io.ferrite:intern".into(), isid: [8; 6] };
+    assert_eq!(a.intern(), b.intern(), "the NQN is not part of the identity");
+    assert_ne!(a.intern(), s.intern());
+    assert_ne!(s.intern(), t.intern(), "another ISID is another initiator port");
+    assert_eq!(b.intern().initiator(), a, "the id gives the initiator back");
+    assert_eq!(std::mem::size_of::<Option<InitiatorId>>(), 4);
+}
+
+#[test]
+fn the_layer_check_by_id_is_the_access_matrix() {
+    let r = three();
+    r.acquire(&host(1), A, ResvType::WriteExclusiveRegOnly).unwrap();
+    let stranger = host(9).intern();
+    assert_eq!(r.check_id(host(1).intern(), Access::Write), Ok(()));
+    assert_eq!(r.check_id(host(2).intern(), Access::Write), Ok(()), "a registrant writes");
+    assert_eq!(r.check_id(stranger, Access::Write), Err(ResvError::Conflict));
+    assert_eq!(r.check_id(stranger, Access::Read), Ok(()));
+    r.release(&host(1), A, ResvType::WriteExclusiveRegOnly.code()).unwrap();
+    assert_eq!(r.check_id(stranger, Access::Write), Ok(()), "nothing held");
+}
+
+#[test]
+fn request_types_map_to_the_access_the_nvme_opcodes_have() {
+    use crate::IoType as T;
+    for t in [T::Read, T::Compare] {
+        assert_eq!(Access::of(t), Some(Access::Read), "{t:?}");
+    }
+    for t in [T::Write, T::WriteZeroes, T::Unmap, T::Flush, T::CompareAndWrite, T::Copy] {
+        assert_eq!(Access::of(t), Some(Access::Write), "{t:?}");
+    }
+    for t in [T::Reset, T::Abort, T::NvmeIo, T::NvmeAdmin, T::SeekHole, T::SeekData] {
+        assert_eq!(Access::of(t), None, "{t:?}");
+    }
+}

@@ -513,7 +513,7 @@ fn get_log_page(c: &Rc<Conn>, slot: u16, ctrl: &Arc<Ctrlr>, sqe: &crate::spec::s
             }
             lid::RESERVATION_NOTIFICATION if !discovery => {
                 drop(t);
-                ctrl.resv_log.lock().unwrap().take(offset + len as u64)
+                ctrl.resv_log.lock().unwrap().take(offset, offset + len as u64)
             }
             lid::ANA if !discovery => match t.subsystems.get_mut(&ctrl.subnqn) {
                 Some(s) if s.ana_reporting => ana_log(s, ctrl, lsp & log::ANA_LSP_RGO != 0),

@@ -95,6 +95,8 @@ pub struct Ctrlr {
     pub ana_chgcnt: AtomicU64,
     /// The host as the reservation registry knows it (its Host Identifier from Connect).
     pub initiator: ferrite_bdev::Initiator,
+    /// `initiator` interned: what its I/O requests carry to the bdev layer.
+    pub initiator_id: ferrite_bdev::InitiatorId,
     /// Reservation Notification log entries not yet read (log page 80h).
     pub resv_log: Mutex<super::resv::NoticeLog>,
 }
@@ -128,7 +130,10 @@ impl Ctrlr {
         kato_ms: u32,
         sqflow_disabled: bool,
     ) -> Ctrlr {
+        let initiator = ferrite_bdev::Initiator::Nvme { hostid, hostnqn: hostnqn.into() };
         Ctrlr {
+            initiator_id: initiator.intern(),
+            initiator,
             cntlid,
             subnqn: subnqn.into(),
             hostnqn: hostnqn.into(),
@@ -159,7 +164,6 @@ impl Ctrlr {
             errors: AtomicU64::new(0),
             qstats: Mutex::new(Vec::new()),
             ana_chgcnt: AtomicU64::new(0),
-            initiator: ferrite_bdev::Initiator::Nvme { hostid, hostnqn: hostnqn.into() },
             resv_log: Mutex::new(Default::default()),
         }
     }

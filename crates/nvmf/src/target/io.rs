@@ -1,6 +1,7 @@
 //! NVM I/O commands through the bdev layer: Read (zero-copy where the bdev lends its memory),
 //! Write (FUA), Flush, Write Zeroes, Dataset Management (deallocate), Compare and fused
-//! Compare-and-Write. The command's slot is the bdev request's tag.
+//! Compare-and-Write. The command's slot is the bdev request's tag; each request carries the
+//! controller's host (`Conn::who`), whose reservation the bdev layer enforces.
 
 use super::qpair::{set_phase, Conn, Phase};
 use crate::spec::opcode::nvm;
@@ -46,13 +47,6 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
     };
     if let Some(st) = ns.inaccessible {
         return c.complete(slot, st, 0, None);
-    }
-    // Fused halves are checked together when both are in (`fused_ready`): one refused here
-    // would leave its partner waiting.
-    if fuse == Fuse::Normal {
-        if let Some(st) = super::resv::io_conflict(c, &ns, opc) {
-            return c.complete(slot, st, 0, None);
-        }
     }
     if super::resv::is_reservation(opc) && !c.opts.reservations_masked() {
         return super::resv::run(c, slot, ns);
@@ -105,7 +99,8 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
         }
         nvm::FLUSH => {
             if !ns.ns.bdev().supports(IoType::Flush) {
-                return c.complete(slot, Status::SUCCESS, 0, None);
+                let st = super::resv::unsubmitted_conflict(c, &ns, opc).unwrap_or(Status::SUCCESS);
+                return c.complete(slot, st, 0, None);
             }
             IoRequest::no_payload(IoType::Flush, 0, 0)
         }
@@ -118,8 +113,14 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16) {
             }
         }
         nvm::DATASET_MANAGEMENT => return dsm(c, slot, ns, cdw10, cdw11),
-        _ => return c.complete(slot, Status::generic(generic::INVALID_OPCODE).with_dnr(), 0, None),
+        _ => {
+            // Verify and Write Uncorrectable meet the reservation before being refused.
+            let st = super::resv::unsubmitted_conflict(c, &ns, opc)
+                .unwrap_or_else(|| Status::generic(generic::INVALID_OPCODE).with_dnr());
+            return c.complete(slot, st, 0, None);
+        }
     };
+    let req = req.for_initiator(c.who.get());
     if fuse != Fuse::Normal {
         return c.complete(slot, invalid_field(), 0, None);
     }
@@ -167,18 +168,13 @@ fn fused_ready(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>) {
     };
     let range = |q: &crate::spec::sqe::Sqe| (q.nsid, u64::from(q.cdw10) | u64::from(q.cdw11) << 32, q.cdw12 & 0xffff);
     let valid = f.opcode == nvm::COMPARE && s.opcode == nvm::WRITE && range(&f) == range(&s);
-    let refused = ns.as_ref().and_then(|n| super::resv::io_conflict(c, n, nvm::WRITE));
     match (cmp, data, ns) {
-        // A compare-and-write writes: refused as the host's writes are, both halves.
-        (Some(_), Some(_), Some(_)) if valid && refused.is_some() => {
-            c.unpair(first);
-            c.complete(first, refused.unwrap_or_else(invalid_field), 0, None);
-            c.complete(second, Status::generic(generic::ABORTED_FAILED_FUSED), 0, None);
-        }
+        // A compare-and-write writes: the bdev layer refuses it as the host's writes
+        // (`io_done` answers the halves).
         (Some(cmp), Some(data), Some(ns)) if valid => {
             let (_, slba, nlb) = range(&s);
             ns.ch.submit(
-                IoRequest::compare_and_write(slba, u64::from(nlb) + 1, cmp, data),
+                IoRequest::compare_and_write(slba, u64::from(nlb) + 1, cmp, data).for_initiator(c.who.get()),
                 c.clone(),
                 u64::from(second),
             );
@@ -192,6 +188,10 @@ fn fused_ready(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>) {
 }
 
 fn dsm(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>, cdw10: u32, cdw11: u32) {
+    if let Some(st) = super::resv::unsubmitted_conflict(c, &ns, nvm::DATASET_MANAGEMENT) {
+        // Refused whether or not it would reach the bdev (a hint does not).
+        return c.complete(slot, st, 0, None);
+    }
     let deallocate = cdw11 & DSM_DEALLOCATE != 0;
     let nr = (cdw10 & 0xff) as usize + 1;
     let buf = c.cmds.borrow_mut()[usize::from(slot)].buf.take();
@@ -218,7 +218,7 @@ fn dsm(c: &Rc<Conn>, slot: u16, ns: Rc<super::qpair::NsChan>, cdw10: u32, cdw11:
     // last range is done, with the first failure if any.
     let fan = FanOut::for_caller(IoBufs::new(), c.clone(), u64::from(slot));
     for (lba, n) in ranges {
-        fan.submit(&ns.ch, IoRequest::no_payload(IoType::Unmap, lba, n), 0..0);
+        fan.submit(&ns.ch, IoRequest::no_payload(IoType::Unmap, lba, n).for_initiator(c.who.get()), 0..0);
     }
 }
 
@@ -241,21 +241,28 @@ impl FanOutCompleter for Conn {
 impl IoCompleter for Conn {
     fn io_done(&self, tag: u64, mut io: Completed) {
         let slot = tag as u16;
-        let (status, partner, is_read) = {
+        let (status, partner, opc, nsid) = {
             let mut cmds = self.cmds.borrow_mut();
             let Some(cmd) = cmds.get_mut(u32::from(slot)).filter(|c| c.phase == Phase::Running) else {
                 log::warn!("nvmf connection {}: a completion for idle slot {slot}; dropped", self.id);
                 return;
             };
-            (io.status, cmd.partner, cmd.sqe.opcode == nvm::READ)
+            (io.status, cmd.partner, cmd.sqe.opcode, cmd.sqe.nsid)
         };
+        let is_read = opc == nvm::READ;
+        if status == IoStatus::RESERVATION_CONFLICT {
+            super::resv::refused(self, nsid, opc);
+        }
         if let Some(first) = partner {
             // Fused Compare-and-Write: the compare's outcome is the first command's; the write
-            // is aborted when the compare failed.
+            // is aborted when the compare failed, or when the reservation refused the pair
+            // (the conflict is the first's).
             self.unpair(slot);
             let (s1, s2) = match status {
                 IoStatus::Success => (Status::SUCCESS, Status::SUCCESS),
-                IoStatus::Miscompare { .. } => (status_of(status), Status::generic(generic::ABORTED_FAILED_FUSED)),
+                IoStatus::Miscompare { .. } | IoStatus::RESERVATION_CONFLICT => {
+                    (status_of(status), Status::generic(generic::ABORTED_FAILED_FUSED))
+                }
                 other => (status_of(other), status_of(other)),
             };
             self.complete(first, s1, 0, None);

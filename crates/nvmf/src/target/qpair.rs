@@ -180,6 +180,9 @@ pub(crate) struct Conn {
     sq_head: Cell<u16>,
     /// The host disabled SQ flow control and the transport allows C2HData SUCCESS.
     pub(crate) c2h_success: Cell<bool>,
+    /// The controller's host as the bdev layer's reservation check knows it (set by
+    /// Connect): each I/O request is stamped with it.
+    pub(crate) who: Cell<Option<ferrite_bdev::InitiatorId>>,
     /// Commands by slot.
     pub(crate) cmds: RefCell<SlotTable<Cmd>>,
     pub(crate) in_flight: Cell<u32>,
@@ -290,6 +293,51 @@ pub(crate) fn purge_namespaces_local() {
     for c in cs {
         c.ns_cache.borrow_mut().clear();
     }
+}
+
+/// A command of this reactor a Preempt and Abort waits for: (connection ID, slot, CID).
+pub(crate) type Waited = (u64, u16, u16);
+
+/// The commands of this reactor's queue pairs of subsystem `subnqn` whose host is one of
+/// `hosts` and that address namespace `nsid`, whatever their phase: what a Preempt and Abort
+/// waits for (SPDK's `poll_group_reservation_build_io_waiting`, which leaves out Reservation
+/// Register, Acquire and Release: they would wait for each other).
+pub(crate) fn preempted_in_flight(subnqn: &str, nsid: u32, hosts: &[ferrite_bdev::InitiatorId]) -> Vec<Waited> {
+    use crate::spec::opcode::nvm;
+    let cs: Vec<Rc<Conn>> = LIVE.with(|l| l.borrow().all());
+    let mut out = Vec::new();
+    for c in cs {
+        let ours = c.bound.borrow().as_ref().is_some_and(|b| b.qid != 0 && b.ctrl.subnqn == subnqn)
+            && c.who.get().is_some_and(|w| hosts.contains(&w));
+        if !ours {
+            continue;
+        }
+        for (i, x) in c.cmds.borrow().iter() {
+            let waits = !matches!(
+                x.sqe.opcode,
+                nvm::RESERVATION_REGISTER | nvm::RESERVATION_ACQUIRE | nvm::RESERVATION_RELEASE
+            );
+            if x.phase != Phase::Free && x.sqe.nsid == nsid && waits {
+                out.push((c.id, i as u16, x.sqe.cid));
+            }
+        }
+    }
+    out
+}
+
+/// Those of `waited` (found by `preempted_in_flight` on this reactor) not completed yet: the
+/// connection is open and the slot still holds the command (busy, same CID).
+pub(crate) fn still_in_flight(waited: &[Waited]) -> Vec<Waited> {
+    waited
+        .iter()
+        .copied()
+        .filter(|&(conn, slot, cid)| {
+            LIVE.with(|l| l.borrow().get(conn)).is_some_and(|c| {
+                !c.is_dead()
+                    && c.cmds.borrow().get(u32::from(slot)).is_some_and(|x| x.phase != Phase::Free && x.sqe.cid == cid)
+            })
+        })
+        .collect()
 }
 
 /// Delivers a controller's pending asynchronous events to its outstanding AERs (runs on the
@@ -778,6 +826,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, trid: Trid, _slot: G) {
         sq_entries: Cell::new(1),
         sq_head: Cell::new(0),
         c2h_success: Cell::new(false),
+        who: Cell::new(None),
         cmds: RefCell::new(SlotTable::default()),
         in_flight: Cell::new(0),
         out: RefCell::new(Vec::new()),

@@ -5,8 +5,10 @@
 //! and 83h (Persist Through Power Loss); and the namespace's `ptpl_file`, SPDK's JSON copy of
 //! the registry that a namespace added again (after a restart) is restored from.
 //!
-//! The host is its Host Identifier from Connect (`Ctrlr::initiator`). The target checks I/O
-//! before submitting it: bdev requests carry no initiator.
+//! The host is its Host Identifier from Connect (`Ctrlr::initiator`). Its I/O requests carry
+//! the identity interned (`Ctrlr::initiator_id`, `IoRequest::for_initiator`), and the bdev layer
+//! refuses those the reservation forbids, for every target alike; the target itself checks
+//! only the commands it answers without the bdev layer (`unsubmitted_conflict`).
 
 use super::ctrlr::Ctrlr;
 use super::model::{tables, Namespace};
@@ -15,11 +17,16 @@ use crate::spec::aer::{event_type, io_command_set, AsyncEvent};
 use crate::spec::log::lid;
 use crate::spec::opcode::nvm;
 use crate::spec::status::{generic, Status};
-use ferrite_bdev::reservation::{Access, Initiator, Notice, Notices, ResvError, ResvType};
+use ferrite_bdev::reservation::{Access, Initiator, InitiatorId, Notice, Notices, ResvError, ResvType};
 use smallvec::smallvec;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a Preempt and Abort waits for the preempted hosts' commands before it answers
+/// Command Interrupted (SPDK's `NS_RESERVATION_IO_WAIT_TIMEOUT_S`).
+const PREEMPT_ABORT_WAIT: Duration = Duration::from_secs(10);
 
 /// Entries a controller keeps in its Reservation Notification log (SPDK's 255; further
 /// notices only move the last entry's count, so the host sees that it missed some).
@@ -57,18 +64,30 @@ impl NoticeLog {
         self.entries.push_back((self.count, notice as u8, nsid));
     }
 
-    /// The log page's first `upto` bytes; the entries they cover are consumed (as SPDK and
-    /// NVMe: a read removes what it returned).
-    pub(crate) fn take(&mut self, upto: u64) -> Vec<u8> {
+    /// The log page's first `upto` bytes, for a read of those from `offset` on. A read removes
+    /// the entries it returned whole, and those before `offset` (skipped, as SPDK drops them);
+    /// an entry it returns only part of (the length or the offset is not a multiple of 64
+    /// bytes) stays, for the next read to return whole. (SPDK drops it too.)
+    pub(crate) fn take(&mut self, offset: u64, upto: u64) -> Vec<u8> {
         let mut page = Vec::new();
-        while (page.len() as u64) < upto {
-            let Some((count, kind, nsid)) = self.entries.pop_front() else { break };
+        let mut i = 0;
+        while (page.len() as u64) < upto && i < self.entries.len() {
+            let (count, kind, nsid) = self.entries[i];
+            let start = page.len() as u64;
+            let end = start + LOG_ENTRY as u64;
             let mut e = [0u8; LOG_ENTRY];
             e[0..8].copy_from_slice(&count.to_le_bytes());
             e[8] = kind;
-            e[9] = self.entries.len().min(255) as u8;
+            // Number of Available Log Pages: the entries after this one.
+            e[9] = (self.entries.len() - i - 1).min(255) as u8;
             e[12..16].copy_from_slice(&nsid.to_le_bytes());
             page.extend_from_slice(&e);
+            let whole_or_skipped = end <= offset || (start >= offset && end <= upto);
+            if whole_or_skipped {
+                self.entries.remove(i);
+            } else {
+                i += 1;
+            }
         }
         page
     }
@@ -91,30 +110,41 @@ fn invalid_field() -> Status {
     Status::generic(generic::INVALID_FIELD).with_dnr()
 }
 
-/// The status an I/O command `opc` of this queue pair's host gets from the namespace's
-/// reservation, if it is refused. One atomic load while no reservation is held.
-pub(crate) fn io_conflict(c: &Conn, ns: &NsChan, opc: u8) -> Option<Status> {
+/// What an NVM command `opc` does to the medium, for the access matrix (None: not checked).
+fn access_of(opc: u8) -> Option<Access> {
+    match opc {
+        nvm::READ | nvm::COMPARE | nvm::VERIFY => Some(Access::Read),
+        nvm::WRITE | nvm::WRITE_ZEROES | nvm::DATASET_MANAGEMENT | nvm::FLUSH | nvm::WRITE_UNCORRECTABLE => {
+            Some(Access::Write)
+        }
+        _ => None,
+    }
+}
+
+/// The status a command `opc` that the target answers without the bdev layer (a Flush the
+/// bdev does not need, a Dataset Management hint, an opcode it does not serve) gets from the
+/// namespace's reservation, if it is refused: the same answer the layer gives the commands
+/// it sees. One atomic load while no reservation is held.
+pub(crate) fn unsubmitted_conflict(c: &Conn, ns: &NsChan, opc: u8) -> Option<Status> {
     let r = ns.ns.bdev().reservations();
     if !r.is_held() {
         return None;
     }
-    let access = match opc {
-        nvm::READ | nvm::COMPARE | nvm::VERIFY => Access::Read,
-        nvm::WRITE | nvm::WRITE_ZEROES | nvm::DATASET_MANAGEMENT | nvm::FLUSH | nvm::WRITE_UNCORRECTABLE => {
-            Access::Write
-        }
-        _ => return None,
-    };
-    let bound = c.bound.borrow();
-    let who = &bound.as_ref()?.ctrl.initiator;
-    r.check(who, access).err()?;
+    r.check_id(c.who.get()?, access_of(opc)?).err()?;
+    refused(c, ns.ns.nsid, opc);
+    Some(conflict())
+}
+
+/// Logs (rate-limited) that the reservation refused command `opc` of this queue pair's host.
+#[cold]
+pub(crate) fn refused(c: &Conn, nsid: u32, opc: u8) {
+    let Some(who) = c.who.get() else { return };
+    let access = access_of(opc).map_or("I/O", |a| if a == Access::Read { "read" } else { "write" });
     ferrite_reactor::log_limited!(
         log::Level::Info,
-        "nvmf connection {}: {access:?} command {opc:#04x} to namespace {} refused: reservation conflict for {who}",
+        "nvmf connection {}: {access} command {opc:#04x} to namespace {nsid} refused: reservation conflict for {who}",
         c.id,
-        ns.ns.nsid
     );
-    Some(conflict())
 }
 
 fn status_of(e: ResvError) -> Status {
@@ -156,11 +186,30 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16, ns: Rc<NsChan>) {
     };
     match result {
         Ok(notices) => {
+            let abort = opc == nvm::RESERVATION_ACQUIRE && cdw10 & 7 == 2;
+            let preempted: Vec<InitiatorId> = if abort { preempted_hosts(&notices) } else { Vec::new() };
             notify(&ctrl, ns.ns.nsid, notices);
             if !persist(&ns.ns) {
                 return c.complete(slot, Status::generic(generic::INTERNAL_DEVICE_ERROR), 0, None);
             }
-            c.complete(slot, Status::SUCCESS, 0, None)
+            if preempted.is_empty() {
+                return c.complete(slot, Status::SUCCESS, 0, None);
+            }
+            let (c, subnqn, nsid) = (c.clone(), ctrl.subnqn.clone(), ns.ns.nsid);
+            ferrite_reactor::spawn_local(async move {
+                let st = if wait_preempted(subnqn, nsid, preempted).await {
+                    Status::SUCCESS
+                } else {
+                    log::warn!(
+                        "nvmf connection {}: Preempt and Abort on namespace {nsid}: the preempted hosts' commands \
+                         did not complete within {PREEMPT_ABORT_WAIT:?}",
+                        c.id
+                    );
+                    Status::generic(generic::COMMAND_INTERRUPTED)
+                };
+                c.complete(slot, st, 0, None);
+            })
+            .detach();
         }
         Err(e) => {
             log::info!(
@@ -172,6 +221,45 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16, ns: Rc<NsChan>) {
             c.complete(slot, status_of(e), 0, None)
         }
     }
+}
+
+/// The NVMe hosts a preempt unregistered (SPDK waits for their commands only).
+fn preempted_hosts(notices: &Notices) -> Vec<InitiatorId> {
+    notices
+        .iter()
+        .filter(|(w, n)| *n == Notice::RegistrationPreempted && matches!(w, Initiator::Nvme { .. }))
+        .map(|(w, _)| w.intern())
+        .collect()
+}
+
+/// Preempt and Abort, as SPDK v26.05 does it: the command completes once every command of
+/// the preempted hosts' queue pairs on this namespace that was outstanding when the
+/// reservation changed has completed. They are not cancelled: they finish (or end as the
+/// bdev ends them); commands they send afterwards meet the new reservation. False if some
+/// are still outstanding after [`PREEMPT_ABORT_WAIT`] (SPDK then answers Command Interrupted).
+async fn wait_preempted(subnqn: String, nsid: u32, hosts: Vec<InitiatorId>) -> bool {
+    let engine = ferrite_reactor::engine();
+    let hosts = Arc::new(hosts);
+    let Ok(mut left) = engine.on_all(move |_| super::qpair::preempted_in_flight(&subnqn, nsid, &hosts)).await else {
+        return true;
+    };
+    let n: usize = left.iter().map(Vec::len).sum();
+    if n > 0 {
+        log::info!("nvmf: Preempt and Abort on namespace {nsid} waits for {n} command(s) of the preempted hosts");
+    }
+    let deadline = Instant::now() + PREEMPT_ABORT_WAIT;
+    let mut poll = Duration::from_millis(1);
+    while left.iter().any(|v| !v.is_empty()) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        // Looks again soon, then less and less often (up to every 32 ms).
+        ferrite_reactor::sleep(poll).await;
+        poll = (poll * 2).min(Duration::from_millis(32));
+        let prev = Arc::new(left);
+        left = engine.on_all(move |r| super::qpair::still_in_flight(&prev[r])).await.unwrap_or_default();
+    }
+    true
 }
 
 /// Register, Unregister or Replace (RREGA), then the CPTPL change.
@@ -197,8 +285,8 @@ fn register(who: &Initiator, ns: &Namespace, cdw10: u32, data: &[u8]) -> Result<
     Ok(notices)
 }
 
-/// Acquire, Preempt or Preempt and Abort (RACQA). Preempt and Abort does not abort the
-/// preempted hosts' commands in flight: they finish (later ones are refused by the check).
+/// Acquire, Preempt or Preempt and Abort (RACQA). Preempt and Abort changes the registry as
+/// Preempt does; `run` then waits for the preempted hosts' commands (`wait_preempted`).
 fn acquire(who: &Initiator, ns: &Namespace, cdw10: u32, data: &[u8]) -> Result<Notices, ResvError> {
     let r = ns.bdev().reservations();
     let (racqa, iekey) = (cdw10 & 7, cdw10 & (1 << 3) != 0);
@@ -529,13 +617,13 @@ mod tests {
         for _ in 0..300 {
             l.push(Notice::ReservationReleased, 1);
         }
-        let page = l.take(u64::MAX);
+        let page = l.take(0, u64::MAX);
         assert_eq!(page.len(), LOG_MAX * LOG_ENTRY);
         let last = &page[(LOG_MAX - 1) * LOG_ENTRY..];
         assert_eq!(u64::from_le_bytes(last[0..8].try_into().unwrap()), 300, "the last entry carries the count");
         assert_eq!(page[8], 2);
         assert_eq!(page[9], 254, "entries after the first");
-        assert!(l.take(u64::MAX).is_empty(), "read once");
+        assert!(l.take(0, u64::MAX).is_empty(), "read once");
     }
 
     #[test]
@@ -543,9 +631,27 @@ mod tests {
         let mut l = NoticeLog::default();
         l.push(Notice::RegistrationPreempted, 1);
         l.push(Notice::ReservationPreempted, 2);
-        let first = l.take(64);
+        let first = l.take(0, 64);
         assert_eq!((first.len(), first[8], first[9], first[12]), (64, 1, 1, 1));
-        let second = l.take(64);
+        let second = l.take(0, 64);
         assert_eq!((second[8], second[9], second[12]), (3, 0, 2));
+    }
+
+    #[test]
+    fn an_entry_returned_in_part_is_not_consumed() {
+        let mut l = NoticeLog::default();
+        l.push(Notice::RegistrationPreempted, 1);
+        l.push(Notice::ReservationReleased, 2);
+        l.push(Notice::ReservationPreempted, 3);
+        // 100 bytes: the first entry whole, 36 bytes of the second.
+        let page = l.take(0, 100);
+        assert_eq!((page[8], page[64 + 8]), (1, 2));
+        // An offset inside an entry: the second is returned in part again, the third whole.
+        let page = l.take(32, 32 + 64 + 32);
+        assert_eq!((page[8], page[64 + 8], page[64 + 9]), (2, 3, 0));
+        assert_eq!(l.entries.len(), 1, "only the third was returned whole");
+        let page = l.take(0, 64);
+        assert_eq!((page[8], page[9], page[12]), (2, 0, 2), "the second, whole at last");
+        assert!(l.take(0, 64).is_empty());
     }
 }
