@@ -37,5 +37,5 @@ pub use io::{
 };
 pub use lifecycle::Destructed;
 pub use module::{BdevModule, ExamineDone};
-pub use reservation::{Access, Initiator, InitiatorId, Reservations, ResvError, ResvType};
+pub use reservation::{Access, Initiator, InitiatorId, InitiatorRef, Reservations, ResvError, ResvType};
 pub use stats::IoStat;

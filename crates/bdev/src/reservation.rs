@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
 mod intern;
-pub use intern::InitiatorId;
+pub use intern::{interned, InitiatorId, InitiatorRef, REUSE_AFTER};
 
 /// Most registrants of one bdev (SPDK's `SPDK_NVMF_MAX_NUM_REGISTRANTS`).
 pub const MAX_REGISTRANTS: usize = 16;
@@ -213,10 +213,10 @@ pub struct Report {
     pub registrants: Vec<Registrant>,
 }
 
-/// A registrant: who (and its interned id) with which key.
+/// A registrant: who (and a hold on its interned number) with which key.
 struct Reg {
     who: Initiator,
-    id: InitiatorId,
+    id: InitiatorRef,
     key: u64,
 }
 
@@ -243,7 +243,7 @@ impl State {
     }
 
     fn find_id(&self, id: InitiatorId) -> Option<usize> {
-        self.regs.iter().position(|r| r.id == id)
+        self.regs.iter().position(|r| r.id.id() == id)
     }
 
     fn is_holder(&self, i: usize) -> bool {
@@ -281,11 +281,11 @@ impl State {
     /// Removes every registrant but `keep` whose key is `key` (every one when `key` is None);
     /// returns how many.
     fn remove_where(&mut self, key: Option<u64>, keep: Option<usize>) -> usize {
-        let keep_id = keep.map(|k| self.regs[k].id);
+        let keep_id = keep.map(|k| self.regs[k].id.id());
         let mut n = 0;
         let mut i = 0;
         while i < self.regs.len() {
-            let mine = keep_id == Some(self.regs[i].id);
+            let mine = keep_id == Some(self.regs[i].id.id());
             if !mine && key.is_none_or(|k| self.regs[i].key == k) {
                 self.remove(i);
                 n += 1;
@@ -334,7 +334,7 @@ impl Reservations {
         if self.held.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
-        self.check_id(who.intern(), access)
+        self.check_as(|s| s.find(who), access)
     }
 
     /// As [`Reservations::check`], for an interned initiator (what the bdev layer checks a
@@ -343,9 +343,14 @@ impl Reservations {
         if self.held.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
+        self.check_as(|s| s.find_id(who), access)
+    }
+
+    /// The access matrix for the registrant `find` picks (None: not registered).
+    fn check_as(&self, find: impl FnOnce(&State) -> Option<usize>, access: Access) -> Result<(), ResvError> {
         let s = self.locked();
         let Some(t) = s.rtype else { return Ok(()) };
-        let me = s.find_id(who);
+        let me = find(&s);
         if me.is_some_and(|i| s.is_holder(i)) {
             return Ok(());
         }

@@ -66,7 +66,8 @@ fn a_scsi_initiator_meets_an_nvme_hosts_reservation_in_the_bdev_layer() {
         let ch = desc.channel().unwrap();
         let r = desc.bdev().reservations();
         let (nvme, scsi, other) = (nvme_host(), scsi_port(1), scsi_port(2));
-        let (n, s, o) = (Some(nvme.intern()), Some(scsi.intern()), Some(other.intern()));
+        let holds = (nvme.intern(), scsi.intern(), other.intern());
+        let (n, s, o) = (Some(holds.0.id()), Some(holds.1.id()), Some(holds.2.id()));
         let first = pattern(1, 8 * BS);
         let (st, now) = write_as(&ch, s, &first).await;
         assert_eq!((st, &now), (IoStatus::Success, &first), "no reservation: the SCSI initiator writes");

@@ -251,11 +251,37 @@ fn interned_ids_follow_the_identity() {
     let b = Initiator::Nvme { hostid: [0x71; 16], hostnqn: "second".into() };
     let s = Initiator::Scsi { name: "iqn.2016-06.io.ferrite:intern".into(), isid: [7; 6] };
     let t = Initiator::Scsi { name: "iqn.2016-06.io.ferrite:intern".into(), isid: [8; 6] };
-    assert_eq!(a.intern(), b.intern(), "the NQN is not part of the identity");
-    assert_ne!(a.intern(), s.intern());
-    assert_ne!(s.intern(), t.intern(), "another ISID is another initiator port");
-    assert_eq!(b.intern().initiator(), a, "the id gives the initiator back");
+    let (ra, rb, rs, rt) = (a.intern(), b.intern(), s.intern(), t.intern());
+    assert_eq!(ra.id(), rb.id(), "the NQN is not part of the identity");
+    assert_ne!(ra.id(), rs.id());
+    assert_ne!(rs.id(), rt.id(), "another ISID is another initiator port");
+    assert_eq!(rb.id().initiator(), Some(a.clone()), "the id gives the initiator back");
     assert_eq!(std::mem::size_of::<Option<InitiatorId>>(), 4);
+    let id = ra.id();
+    drop((ra, rb));
+    assert_eq!(a.lookup(), None, "let go with its last hold");
+    assert_eq!(id.initiator(), None);
+    assert_eq!(s.lookup(), Some(rs.id()), "the others stay");
+}
+
+/// Hosts that connect with a new identity each time (hostile, or an initiator that makes up a
+/// Host Identifier per run) do not grow the table: it holds what is held, and a number let go
+/// comes back only after `REUSE_AFTER` others.
+#[test]
+fn interned_identities_are_bounded_by_what_is_held() {
+    let held = Initiator::Scsi { name: "iqn.2016-06.io.ferrite:bound".into(), isid: [1; 6] }.intern();
+    let before = super::interned();
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..(3 * REUSE_AFTER as u32) {
+        let mut hostid = [0xb0; 16];
+        hostid[..4].copy_from_slice(&i.to_le_bytes());
+        let r = Initiator::Nvme { hostid, hostnqn: format!("nqn.2014-08.org.example:{i}") }.intern();
+        assert_ne!(r.id(), held.id());
+        seen.insert(r.id());
+        assert!(super::interned() <= before + 1 + 64, "the table holds only what is held (other tests run beside)");
+    }
+    assert!(seen.len() < 3 * REUSE_AFTER, "numbers let go are given out again: {} distinct", seen.len());
+    assert_eq!(held.id().initiator().map(|w| matches!(w, Initiator::Scsi { .. })), Some(true));
 }
 
 #[test]
@@ -263,12 +289,14 @@ fn the_layer_check_by_id_is_the_access_matrix() {
     let r = three();
     r.acquire(&host(1), A, ResvType::WriteExclusiveRegOnly).unwrap();
     let stranger = host(9).intern();
-    assert_eq!(r.check_id(host(1).intern(), Access::Write), Ok(()));
-    assert_eq!(r.check_id(host(2).intern(), Access::Write), Ok(()), "a registrant writes");
-    assert_eq!(r.check_id(stranger, Access::Write), Err(ResvError::Conflict));
-    assert_eq!(r.check_id(stranger, Access::Read), Ok(()));
+    let (h1, h2) = (host(1).intern(), host(2).intern());
+    assert_eq!(r.check_id(h1.id(), Access::Write), Ok(()));
+    assert_eq!(r.check_id(h2.id(), Access::Write), Ok(()), "a registrant writes");
+    assert_eq!(r.check_id(stranger.id(), Access::Write), Err(ResvError::Conflict));
+    assert_eq!(r.check_id(stranger.id(), Access::Read), Ok(()));
+    assert_eq!(r.check(&host(8), Access::Write), Err(ResvError::Conflict), "one never interned");
     r.release(&host(1), A, ResvType::WriteExclusiveRegOnly.code()).unwrap();
-    assert_eq!(r.check_id(stranger, Access::Write), Ok(()), "nothing held");
+    assert_eq!(r.check_id(stranger.id(), Access::Write), Ok(()), "nothing held");
 }
 
 #[test]

@@ -95,8 +95,9 @@ pub struct Ctrlr {
     pub ana_chgcnt: AtomicU64,
     /// The host as the reservation registry knows it (its Host Identifier from Connect).
     pub initiator: ferrite_bdev::Initiator,
-    /// `initiator` interned: what its I/O requests carry to the bdev layer.
-    pub initiator_id: ferrite_bdev::InitiatorId,
+    /// A hold on `initiator` interned: its number is what the I/O requests carry to the bdev
+    /// layer (`initiator_ref.id()`), for as long as the controller lives.
+    pub initiator_ref: ferrite_bdev::InitiatorRef,
     /// Reservation Notification log entries not yet read (log page 80h).
     pub resv_log: Mutex<super::resv::NoticeLog>,
 }
@@ -132,7 +133,7 @@ impl Ctrlr {
     ) -> Ctrlr {
         let initiator = ferrite_bdev::Initiator::Nvme { hostid, hostnqn: hostnqn.into() };
         Ctrlr {
-            initiator_id: initiator.intern(),
+            initiator_ref: initiator.intern(),
             initiator,
             cntlid,
             subnqn: subnqn.into(),

@@ -451,7 +451,7 @@ fn connect(c: &Rc<Conn>, slot: u16, cmd: &ConnectCommand) {
     };
     let cntlid = ctrl.cntlid;
     let stats = ctrl.new_stats();
-    c.who.set(Some(ctrl.initiator_id));
+    c.who.set(Some(ctrl.initiator_ref.id()));
     *c.bound.borrow_mut() = Some(Bound { ctrl, qid, stats });
     c.handshake_done();
     c.sq_entries.set(entries as u16);

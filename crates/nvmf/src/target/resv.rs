@@ -6,7 +6,7 @@
 //! the registry that a namespace added again (after a restart) is restored from.
 //!
 //! The host is its Host Identifier from Connect (`Ctrlr::initiator`). Its I/O requests carry
-//! the identity interned (`Ctrlr::initiator_id`, `IoRequest::for_initiator`), and the bdev layer
+//! the identity interned (`Ctrlr::initiator_ref`, `IoRequest::for_initiator`), and the bdev layer
 //! refuses those the reservation forbids, for every target alike; the target itself checks
 //! only the commands it answers without the bdev layer (`unsubmitted_conflict`).
 
@@ -223,12 +223,13 @@ pub(crate) fn run(c: &Rc<Conn>, slot: u16, ns: Rc<NsChan>) {
     }
 }
 
-/// The NVMe hosts a preempt unregistered (SPDK waits for their commands only).
+/// The NVMe hosts a preempt unregistered (SPDK waits for their commands only); a host with no
+/// controller left is not interned and has no command to wait for.
 fn preempted_hosts(notices: &Notices) -> Vec<InitiatorId> {
     notices
         .iter()
         .filter(|(w, n)| *n == Notice::RegistrationPreempted && matches!(w, Initiator::Nvme { .. }))
-        .map(|(w, _)| w.intern())
+        .filter_map(|(w, _)| w.lookup())
         .collect()
 }
 
