@@ -142,13 +142,8 @@ fn acquire_lease(ch: &Rc<ChannelInner>, start: u64, end: u64) {
     let bdev = &ch.bdev;
     let chunk = (LEASE_BYTES / bdev.block_size as u64).max(1);
     let blocks = bdev.num_blocks.load(std::sync::atomic::Ordering::Relaxed);
-    let mut lease = (start / chunk * chunk, end.div_ceil(chunk).saturating_mul(chunk).min(blocks).max(end));
-    if bdev.locks.lock().unwrap().pins_chunk(lease, (start, end)) {
-        // A lock elsewhere in the chunk (a rebuild's range, held for minutes): a lease of the
-        // command's own blocks does not wait for it.
-        lease = (start, end);
-    }
-    let (ls, le) = lease;
+    let whole = (start / chunk * chunk, end.div_ceil(chunk).saturating_mul(chunk).min(blocks).max(end));
+    let (ls, le) = bdev.locks.lock().unwrap().lease_around(whole, (start, end));
     // Too many leases: the oldest idle one goes.
     let idle = {
         let leases = ch.locks.leases.borrow();

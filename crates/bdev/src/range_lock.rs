@@ -181,13 +181,21 @@ impl LockTable {
         }
     }
 
-    /// True if a lock or quiesce, held or waiting, takes blocks of `[ls, le)` outside
-    /// `[start, end)`: a lease of the chunk would wait for it (for as long as a rebuild holds
-    /// its range) where one of `[start, end)` alone need not.
-    pub(crate) fn pins_chunk(&self, (ls, le): (u64, u64), (start, end): (u64, u64)) -> bool {
-        let pins =
-            |r: &Range| matches!(r.kind, Kind::Lock | Kind::Quiesce) && r.overlaps(ls, le) && !r.overlaps(start, end);
-        self.held.iter().any(|h| pins(&h.range)) || self.waiting.iter().any(|w| pins(&w.range))
+    /// The lease of `[start, end)` for a compare-and-write, out of its chunk `[ls, le)`: the
+    /// chunk without the locks and quiesced ranges, held or waiting, that take blocks of it
+    /// beside the command's own, so that it does not wait for them (a rebuild holds its range
+    /// for minutes). Compare-and-writes on the same side of such a range share the lease.
+    pub(crate) fn lease_around(&self, (mut ls, mut le): (u64, u64), (start, end): (u64, u64)) -> (u64, u64) {
+        let pins = self.held.iter().map(|h| &h.range).chain(self.waiting.iter().map(|w| &w.range));
+        for r in pins.filter(|r| matches!(r.kind, Kind::Lock | Kind::Quiesce) && !r.overlaps(start, end)) {
+            if r.end <= start {
+                ls = ls.max(r.end);
+            } else {
+                le = le.min(r.start);
+            }
+        }
+        debug_assert!(ls <= start && end <= le, "the lease covers the command's blocks");
+        (ls, le)
     }
 
     /// True while `id` is held (installed or being installed).

@@ -495,11 +495,25 @@ fn a_lock_elsewhere_in_the_chunk_does_not_stall_compare_and_write() {
         let d = Bdev::open("rl_pinned", true, || {}).unwrap();
         let ch = d.channel().unwrap();
         let c = io(&ch, IoRequest::compare_and_write(5, 1, buf_from(&tagged(1, 512)), buf_from(&tagged(2, 512)))).await;
-        (c.status, tag_of(&io_ok(&ch, IoRequest::read(5, 1, buf_filled(512, 0))).await))
+        let first = (c.status, tag_of(&io_ok(&ch, IoRequest::read(5, 1, buf_filled(512, 0))).await));
+        // Many blocks on both sides of the lock: one lease each side, not one per block.
+        let granted = d.bdev().lock_stats().granted;
+        for block in (10..40).chain(210..240) {
+            io_ok(&ch, IoRequest::write(block, 1, buf_from(&tagged(block, 512)))).await;
+            let c = io(
+                &ch,
+                IoRequest::compare_and_write(block, 1, buf_from(&tagged(block, 512)), buf_from(&tagged(7, 512))),
+            )
+            .await;
+            assert_eq!(c.status, IoStatus::Success, "block {block}");
+        }
+        (first, d.bdev().lock_stats().granted - granted)
     });
     let got = wait_timeout(caw, std::time::Duration::from_secs(10));
     drop(held.lock().unwrap().take());
-    assert_eq!(got.expect("the compare-and-write completes while the lock elsewhere is held"), (IoStatus::Success, 2));
+    let (first, leases) = got.expect("the compare-and-writes complete while the lock elsewhere is held");
+    assert_eq!(first, (IoStatus::Success, 2));
+    assert!(leases <= 1, "the lease below the lock serves blocks 10-39, one more serves 210-239: {leases} granted");
     unregister("rl_pinned", None).unwrap();
     shutdown(e);
 }
