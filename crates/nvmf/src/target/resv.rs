@@ -69,6 +69,11 @@ impl NoticeLog {
     /// an entry it returns only part of (the length or the offset is not a multiple of 64
     /// bytes) stays, for the next read to return whole. (SPDK drops it too.)
     pub(crate) fn take(&mut self, offset: u64, upto: u64) -> Vec<u8> {
+        if offset >= (self.entries.len() * LOG_ENTRY) as u64 {
+            // Past the entries there are: nothing is read, so nothing goes (SPDK refuses such a
+            // read and keeps its entries too).
+            return Vec::new();
+        }
         let mut page = Vec::new();
         let mut i = 0;
         while (page.len() as u64) < upto && i < self.entries.len() {
@@ -654,5 +659,18 @@ mod tests {
         let page = l.take(0, 64);
         assert_eq!((page[8], page[9], page[12]), (2, 0, 2), "the second, whole at last");
         assert!(l.take(0, 64).is_empty());
+    }
+
+    #[test]
+    fn a_read_past_the_entries_consumes_none() {
+        let mut l = NoticeLog::default();
+        for nsid in 1..=5 {
+            l.push(Notice::RegistrationPreempted, nsid);
+        }
+        assert!(l.take(640, 64 * 16).is_empty(), "nothing at offset 640 of 320 bytes");
+        assert!(l.take(320, 64).is_empty());
+        assert_eq!(l.entries.len(), 5, "every notice kept");
+        let page = l.take(0, 64 * 5);
+        assert_eq!((page[12], page[4 * 64 + 12]), (1, 5));
     }
 }
