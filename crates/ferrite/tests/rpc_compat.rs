@@ -1108,3 +1108,29 @@ fn every_shared_method_through_spdk_rpc_py() {
     let mut d = d;
     assert!(d.proc.expect_exit(Duration::from_secs(10), "daemon after spdk_kill_instance").success());
 }
+
+/// SPDK's checks of option values that its own start-up would refuse, so that `save_config`
+/// never writes a config SPDK cannot load: a poll group mask that is no core mask (or names a
+/// core not running), a bdev_io pool smaller than the caches; and `max_subsystems` 0, which
+/// SPDK takes as its default.
+#[test]
+fn option_values_spdk_refuses_are_refused_and_zero_subsystems_is_the_default() {
+    let dir = TempDir::new("options_values");
+    let d = Daemon::start(&dir, &["--wait-for-rpc"]);
+    for mask in ["zz", "0x", "0x10000"] {
+        let e = d.call_err("nvmf_set_config", Some(json!({"poll_groups_mask": mask})));
+        assert!(e.code == -32602 && e.message.contains("poll_groups_mask"), "{mask}: {e:?}");
+    }
+    assert_eq!(d.call("nvmf_set_config", Some(json!({"poll_groups_mask": "0x1"}))), json!(true));
+    let e = d.call_err("bdev_set_options", Some(json!({"bdev_io_pool_size": 1, "bdev_io_cache_size": 1000})));
+    assert_eq!((e.code, e.message.as_str()), (-32602, "Pool size 1 too small for cache size 1000"));
+    assert_eq!(d.call("nvmf_set_max_subsystems", Some(json!({"max_subsystems": 0}))), json!(true));
+    d.call("framework_start_init", None);
+    d.call("nvmf_create_transport", Some(json!({"trtype": "TCP"})));
+    for i in 0..3 {
+        let nqn = format!("nqn.2016-06.io.spdk:zero{i}");
+        assert_eq!(d.call("nvmf_create_subsystem", Some(json!({"nqn": nqn, "allow_any_host": true}))), json!(true));
+    }
+    let cfg = d.call("save_config", None).to_string();
+    assert!(!cfg.contains("zz") && !cfg.contains("\"bdev_io_pool_size\":1,"), "nothing refused was kept: {cfg}");
+}

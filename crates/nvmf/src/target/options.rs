@@ -27,11 +27,33 @@ fn discovery_filter(p: &Value) -> Result<(), RpcError> {
     }
 }
 
+/// SPDK's checks of `nvmf_set_config`: the discovery filter, and a poll group mask that is a
+/// core mask (SPDK's `spdk_cpuset_parse`) of cores the framework runs on (SPDK refuses one
+/// outside its core mask when it decodes the call).
+fn config_check(p: &Value) -> Result<(), RpcError> {
+    discovery_filter(p)?;
+    let Some(mask) = p.get("poll_groups_mask").and_then(Value::as_str) else { return Ok(()) };
+    let cores = ferrite_reactor::cpumask::parse_cpumask(mask)
+        .map_err(|e| RpcError::new(INVALID_PARAMS, format!("Invalid parameters: poll_groups_mask: {e}")))?;
+    let count = ferrite_reactor::context::current_engine().map(|e| e.count());
+    if let (Some(n), Some(&last)) = (count, cores.last()) {
+        if last >= n {
+            return Err(RpcError::new(
+                INVALID_PARAMS,
+                format!(
+                    "Invalid parameters: poll_groups_mask {mask:?} names core {last}, outside the {n} cores running"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `nvmf_set_config`.
 pub static NVMF_SET_CONFIG: OptionMethod = OptionMethod {
     inert: &["poll_groups_mask", "dhchap_digests", "dhchap_dhgroups"],
     ..OptionMethod::new(
-        Spec { check: Some(discovery_filter), ..Spec::new("nvmf_set_config", "nvmf", STARTUP, INVALID_PARAMS, true) },
+        Spec { check: Some(config_check), ..Spec::new("nvmf_set_config", "nvmf", STARTUP, INVALID_PARAMS, true) },
         SCHEMA,
         DEFAULTS,
     )
@@ -71,6 +93,10 @@ mod tests {
         let config = |p: Value| NVMF_SET_CONFIG.check_call(Some(p));
         assert!(config(json!({"discovery_filter": "transport,svcid"})).is_err(), "not SPDK's default");
         assert!(config(json!({"discovery_filter": "match_any", "poll_groups_mask": "0x3"})).is_ok());
+        for bad in ["zz", "", "0x", "[5-2]"] {
+            let e = config(json!({"poll_groups_mask": bad})).unwrap_err();
+            assert!(e.code == -32602 && e.message.contains("poll_groups_mask"), "{bad:?}: {e:?}");
+        }
         let e = config(json!({"discovery_filter": "everything"})).unwrap_err();
         assert!(e.code == -32602 && e.message.contains("discovery_filter"), "{e:?}");
         assert!(config(json!({"admin_cmd_passthru": {"identify_ctrlr": false}})).is_ok(), "a partial default");

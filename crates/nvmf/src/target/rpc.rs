@@ -719,6 +719,8 @@ pub fn register(reg: &mut Registry) {
             .settings()
             .get("nvmf_set_max_subsystems", None)
             .and_then(|v| v["max_subsystems"].as_u64())
+            // 0 is SPDK's default too (`spdk_nvmf_tgt_create`).
+            .filter(|&n| n != 0)
             .unwrap_or(u64::from(model::DEFAULT_MAX_SUBSYSTEMS));
         create_subsystem(p, max as usize)
     });
