@@ -4,13 +4,15 @@
 //! forced close, or a graceful one past its bound, fails each outstanding command once, with
 //! the made-up completion of a connection that closed.
 
+mod common;
+
 use ferrite_nvme::spec::cqe::Cqe;
 use ferrite_nvme::spec::opcode::admin;
 use ferrite_nvme::spec::sqe::Sqe;
 use ferrite_nvme::spec::status::Status;
 use ferrite_nvme::tcp::pdu::{CapsuleResp, IcResp, Pdu};
 use ferrite_nvme::tcp::{encode_contiguous, Negotiated};
-use ferrite_nvmf_host::qpair::{ConnectParams, HostQpair, Reply};
+use ferrite_nvmf_host::qpair::{HostQpair, Reply};
 use ferrite_reactor::{Engine, EngineConfig, ReactorMode};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -72,20 +74,7 @@ where
     let addr = l.local_addr().unwrap();
     let fake = std::thread::spawn(move || fake_controller(l, delayed));
     let e = Engine::start(EngineConfig { cores: vec![0], mode: ReactorMode::Interrupt, ..Default::default() }).unwrap();
-    let params = ConnectParams {
-        addr,
-        subnqn: "nqn.2016-06.io.ferrite:fake".into(),
-        hostnqn: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001".into(),
-        hostid: [1; 16],
-        qid: 0,
-        entries: 32,
-        cntlid: 0xffff,
-        kato_ms: 0,
-        hdgst: false,
-        ddgst: false,
-        disable_sqflow: false,
-        timeout: Duration::from_secs(10),
-    };
+    let params = common::fake_params(addr, 0);
     let out = e
         .run_async(0, move || async move {
             let qp = HostQpair::connect(&params).await.expect("connected to the fake controller");

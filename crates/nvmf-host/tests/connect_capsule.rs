@@ -3,6 +3,8 @@
 //! queue carries its 1 KiB of data in the capsule (SGL Data Block, offset subtype), as the admin
 //! queue's does, instead of asking for an R2T that strict targets refuse.
 
+mod common;
+
 use ferrite_nvme::spec::cqe::Cqe;
 use ferrite_nvme::spec::status::Status;
 use ferrite_nvme::tcp::pdu::{CapsuleResp, IcResp, Pdu};
@@ -55,20 +57,7 @@ fn connect_capsule(qid: u16, disable_sqflow: bool) -> ([u8; 64], usize) {
     let addr = l.local_addr().unwrap();
     let fake = std::thread::spawn(move || fake_controller(l));
     let e = Engine::start(EngineConfig { cores: vec![0], mode: ReactorMode::Interrupt, ..Default::default() }).unwrap();
-    let params = ConnectParams {
-        addr,
-        subnqn: "nqn.2016-06.io.ferrite:fake".into(),
-        hostnqn: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001".into(),
-        hostid: [1; 16],
-        qid,
-        entries: 32,
-        cntlid: if qid == 0 { 0xffff } else { 1 },
-        kato_ms: 0,
-        hdgst: false,
-        ddgst: false,
-        disable_sqflow,
-        timeout: Duration::from_secs(10),
-    };
+    let params = ConnectParams { disable_sqflow, ..common::fake_params(addr, qid) };
     let ok = e
         .run_async(0, move || async move {
             let r = HostQpair::connect(&params).await;
