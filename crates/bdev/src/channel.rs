@@ -525,9 +525,7 @@ impl ChannelInner {
                 crate::compare::compare_and_write(io)
             }
             _ if self.qos_on.get() && !io.qos_passed && crate::qos::limited(t) => crate::qos::submit(self, io),
-            _ if self.ranges_on.get() && self.locks.held_back(&io, self.epochs.current.get()) => {
-                self.locked.borrow_mut().push_back(io)
-            }
+            _ if self.held_back(&io) => self.locked.borrow_mut().push_back(io),
             _ if behind_nomem && self.waiting.get() && !self.nomem.borrow().is_empty() => {
                 self.nomem.borrow_mut().push_back(io)
             }
@@ -565,11 +563,18 @@ impl ChannelInner {
         }
     }
 
+    /// True if a range lock or compare-and-write known to this core holds `io` back (one
+    /// flag test while none is).
+    #[inline]
+    fn held_back(&self, io: &BdevIo) -> bool {
+        self.ranges_on.get() && self.locks.held_back(io, self.epochs.current.get())
+    }
+
     /// Hands a fitted request (a retry after NoMem, or one a lock held back after that) to the
     /// module, unless a range lock installed since it first passed holds it back: the lock's
     /// drain no longer waited for it once the module had answered NoMem.
     fn dispatch_unless_held(&self, io: BdevIo) {
-        if self.ranges_on.get() && self.locks.held_back(&io, self.epochs.current.get()) {
+        if self.held_back(&io) {
             self.locked.borrow_mut().push_back(io);
         } else {
             self.dispatch(io);
