@@ -1,0 +1,1 @@
+//! vhost-user-blk target (being built).

@@ -1,0 +1,1 @@
+//! virtio-user bdev: a vhost-user-blk front end (being built).
