@@ -34,7 +34,7 @@ pub use net::RecvStream;
 pub use pbuf::{RecvBufConfig, RecvBufStats, RecvChunk};
 pub use reactor::{
     after, alloc_buf, buf_pool, current, engine, next_turn, pending_timers, recv_buf_stats, register_poller,
-    resize_buf_pool, sleep, spawn_local, try_alloc_buf, try_with_ring, unregister_poller, with_ring, Engine,
-    EngineConfig, NextTurn, PollerId, ReactorMode, ReactorStats, Sleep,
+    register_sleep_hook, resize_buf_pool, sleep, spawn_local, try_alloc_buf, try_with_ring, unregister_poller,
+    unregister_sleep_hook, with_ring, Engine, EngineConfig, NextTurn, PollerId, ReactorMode, ReactorStats, Sleep,
 };
 pub use sim::{Sim, SimRng};

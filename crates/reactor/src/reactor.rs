@@ -402,6 +402,8 @@ pub(crate) struct Local {
     pollers: RefCell<Vec<PollerEntry>>,
     added_pollers: RefCell<Vec<PollerEntry>>,
     removed_pollers: RefCell<Vec<u64>>,
+    /// Called before the reactor sleeps ([`register_sleep_hook`]).
+    sleep_hooks: RefCell<Vec<PollerEntry>>,
     next_id: Cell<u64>,
     timers: RefCell<BinaryHeap<Reverse<(u64, u64)>>>,
     timer_fns: RefCell<HashMap<u64, Box<dyn FnOnce()>>>,
@@ -608,6 +610,13 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
             local.ring.borrow_mut().submit();
             continue;
         }
+        // Last looks before sleeping: a source that stopped its wake-ups while it was polled
+        // (a virtqueue that told its driver not to kick) turns them back on, and stays awake
+        // if something arrived meanwhile.
+        if local.run_sleep_hooks() > 0 {
+            idle_since = ticks();
+            continue;
+        }
         if mailbox.prepare_sleep() {
             if local.ready.borrow().is_empty() && !stop.load(Ordering::SeqCst) {
                 let timeout = local.next_timer().map(|deadline| {
@@ -652,6 +661,7 @@ impl Local {
             ready: RefCell::new(VecDeque::with_capacity(256)),
             pollers: RefCell::new(Vec::new()),
             added_pollers: RefCell::new(Vec::new()),
+            sleep_hooks: RefCell::new(Vec::new()),
             removed_pollers: RefCell::new(Vec::new()),
             next_id: Cell::new(1),
             timers: RefCell::new(BinaryHeap::new()),
@@ -738,6 +748,22 @@ impl Local {
             pollers.append(&mut slot);
         }
         std::mem::swap(&mut *slot, &mut pollers);
+        work
+    }
+
+    /// Runs the sleep hooks; how many found work.
+    fn run_sleep_hooks(&self) -> usize {
+        let mut hooks = std::mem::take(&mut *self.sleep_hooks.borrow_mut());
+        let mut work = 0;
+        for h in hooks.iter_mut() {
+            if (h.f)() {
+                work += 1;
+            }
+        }
+        // Hooks registered meanwhile went to the emptied list: keep them after the others.
+        let mut slot = self.sleep_hooks.borrow_mut();
+        hooks.append(&mut slot);
+        *slot = hooks;
         work
     }
 
@@ -885,6 +911,24 @@ pub fn register_poller(f: impl FnMut() -> bool + 'static) -> PollerId {
         l.added_pollers.borrow_mut().push(PollerEntry { id, f: Box::new(f) });
         PollerId(id)
     })
+}
+
+/// Registers `f` to run on the calling reactor each time it is about to sleep (interrupt and
+/// adaptive modes), after a turn without work: a source that suppresses its own wake-ups while
+/// it is polled turns them back on here, and returns true if it found work meanwhile (the
+/// reactor then stays awake for another turn). SPDK's pollers get the same chance through
+/// their interrupt-mode callbacks.
+pub fn register_sleep_hook(f: impl FnMut() -> bool + 'static) -> PollerId {
+    with_local(|l| {
+        let id = l.next_id();
+        l.sleep_hooks.borrow_mut().push(PollerEntry { id, f: Box::new(f) });
+        PollerId(id)
+    })
+}
+
+/// Removes a sleep hook of the calling reactor.
+pub fn unregister_sleep_hook(p: PollerId) {
+    with_local(|l| l.sleep_hooks.borrow_mut().retain(|e| e.id != p.0))
 }
 
 /// Removes a poller of the calling reactor (from the next loop turn on).

@@ -121,6 +121,67 @@ fn pollers_run_until_unregistered() {
     shutdown(e);
 }
 
+/// A sleep hook runs before each sleep (interrupt mode sleeps after every idle turn); one that
+/// reports work keeps the reactor up for the pollers' next turn, and none runs after it is
+/// unregistered. In poll mode the reactor never sleeps, so no hook runs.
+#[test]
+fn sleep_hooks_run_before_sleeping_and_can_keep_the_reactor_up() {
+    let e = engine(ReactorMode::Interrupt);
+    let (seen, after_unregister) = e
+        .run_async(0, || async {
+            let polls = Rc::new(Cell::new(0u32));
+            // The poll count and time of each hook call; the first three calls report work.
+            let seen = Rc::new(std::cell::RefCell::new(Vec::new()));
+            let (p, s) = (polls.clone(), seen.clone());
+            let id = ferrite_reactor::register_sleep_hook(move || {
+                s.borrow_mut().push((p.get(), Instant::now()));
+                s.borrow().len() <= 3
+            });
+            let p = polls.clone();
+            let poller = register_poller(move || {
+                p.set(p.get() + 1);
+                false
+            });
+            sleep(Duration::from_millis(20)).await;
+            ferrite_reactor::unregister_sleep_hook(id);
+            let at = seen.borrow().len();
+            sleep(Duration::from_millis(20)).await;
+            unregister_poller(poller);
+            let v: Vec<(u32, Instant)> = seen.borrow().clone();
+            let after = v.len() - at;
+            (v, after)
+        })
+        .wait()
+        .unwrap();
+    assert!(seen.len() >= 4, "hooks ran {} times", seen.len());
+    for w in seen[..4].windows(2) {
+        assert!(w[1].0 > w[0].0, "no poller turn between a hook that found work and the next sleep: {seen:?}");
+    }
+    // Kept up, not woken: the 20 ms timer is the only wake-up, and the first four hook calls
+    // come well before it.
+    let span = seen[3].1 - seen[0].1;
+    assert!(span < Duration::from_millis(10), "the reactor slept between hooks that found work ({span:?})");
+    assert_eq!(after_unregister, 0, "a hook ran after it was unregistered");
+    shutdown(e);
+    let e = engine(ReactorMode::Poll);
+    let ran = e
+        .run_async(0, || async {
+            let n = Rc::new(Cell::new(0u32));
+            let n2 = n.clone();
+            let id = ferrite_reactor::register_sleep_hook(move || {
+                n2.set(n2.get() + 1);
+                false
+            });
+            sleep(Duration::from_millis(20)).await;
+            ferrite_reactor::unregister_sleep_hook(id);
+            n.get()
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(ran, 0, "a poll-mode reactor never sleeps, so no hook runs");
+    shutdown(e);
+}
+
 #[test]
 fn next_turn_lets_the_pollers_run_first() {
     for mode in [ReactorMode::Adaptive, ReactorMode::Poll, ReactorMode::Interrupt] {
