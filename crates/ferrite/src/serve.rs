@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// class is empty; past it they wait (NoMem). Shown by thread_get_stats (`buffers`).
     #[arg(long = "buf-heap-budget", value_name = "MIB", default_value_t = 64)]
     buf_heap_budget: usize,
+    /// Folder for vhost controllers' sockets: controller NAME listens on DIR/NAME (SPDK's
+    /// vhost `-S`; default: the working directory).
+    #[arg(short = 'S', long = "vhost-sock-dir", value_name = "DIR")]
+    vhost_sock_dir: Option<PathBuf>,
     /// Seconds an RPC connection may stay idle before it is closed.
     #[arg(long, hide = true, default_value_t = 60.0)]
     rpc_idle_timeout: f64,
@@ -145,6 +149,7 @@ pub fn shutdown(engine: &Engine) {
             // that is going away, ours included).
             ferrite_nvmf_host::rpc::shutdown().await;
             ferrite_nbd::rpc::shutdown(&ferrite_reactor::engine()).await;
+            ferrite_vhost::rpc::shutdown().await;
             ferrite_nvmf::target::rpc::shutdown(&ferrite_reactor::engine()).await;
             // Lvol bdevs go and their lvstores are unloaded cleanly while their bases remain.
             ferrite_lvol::rpc::shutdown().await;
@@ -196,6 +201,13 @@ pub fn run(a: ServeArgs) -> i32 {
             return 1;
         }
     };
+    if let Some(dir) = &a.vhost_sock_dir {
+        if let Err(e) = ferrite_vhost::control::check_dir(dir) {
+            log::error!("-S: {e}");
+            return 1;
+        }
+        ferrite_vhost::control::set_socket_dir(dir.clone());
+    }
     // Refuse a path we would not bind before starting anything.
     if let Err(e) = ferrite_rpc::sockfile::check_bindable(&a.rpc_socket) {
         log::error!("{e}");

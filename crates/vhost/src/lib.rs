@@ -1,1 +1,13 @@
-//! vhost-user-blk target (being built).
+//! vhost-user-blk target: any bdev as a virtio-blk disk of a virtual machine (QEMU,
+//! cloud-hypervisor, any vhost-user front end). The front end's messages are handled on one
+//! control thread ([`control`], [`backend`]); each virtqueue is served by a reactor
+//! ([`vring`]) with the guest's memory ([`memory`]) as the payload of the bdev requests that
+//! its chains ([`request`], in virtio-blk's format: [`blk`]) become.
+
+pub mod backend;
+pub mod blk;
+pub mod control;
+pub mod memory;
+pub mod request;
+pub mod rpc;
+pub mod vring;

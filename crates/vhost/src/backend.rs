@@ -1,0 +1,444 @@
+//! One front end's session with a controller: the vhost-user messages (parsed and answered by
+//! the `vhost` crate) applied to the device. It runs on the control thread; rings run on the
+//! reactors, so starting, stopping and re-memorying a ring is a message to the ring's reactor,
+//! whose answer the session waits for (bounded by [`RING_OP_TIMEOUT`]).
+//!
+//! A ring starts once it has a size, addresses, a kick eventfd and guest memory, and is
+//! enabled (at once when the protocol features were not negotiated, else by
+//! VHOST_USER_SET_VRING_ENABLE); VHOST_USER_GET_VRING_BASE stops it after its requests in
+//! flight complete, and answers where the driver's available ring was left.
+
+use crate::blk;
+use crate::memory::Memory;
+use crate::vring::{self, Device, Setup};
+use ferrite_reactor::Engine;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Duration;
+use vhost::vhost_user::message::*;
+use vhost::vhost_user::{Backend, Error, GpuBackend, Result, VhostUserBackendReqHandlerMut};
+use vhost::VhostUserMemoryRegionBase;
+
+/// Most queues a controller serves (SPDK's SPDK_VHOST_MAX_VQUEUES).
+pub const MAX_QUEUES: usize = 256;
+/// Largest ring (virtio's limit for split rings).
+pub const MAX_RING: u32 = 32768;
+/// How long the control thread waits for a reactor to start or stop a ring.
+pub const RING_OP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most bytes per data segment (SPDK: 128 KiB where the bdev needs no alignment).
+pub const SIZE_MAX: u32 = 128 * 1024;
+/// Most data segments per request (SPDK: SPDK_VHOST_IOVS_MAX - 3).
+pub const SEG_MAX: u32 = 126;
+
+/// What a session needs of its controller.
+pub struct CtrlrInfo {
+    /// Unique id in the process.
+    pub id: u64,
+    /// The device's description, shared with its rings.
+    pub dev: Arc<Device>,
+    /// Reactors (by index) its rings go to, in turn.
+    pub reactors: Vec<usize>,
+    /// The engine of those reactors.
+    pub engine: Engine,
+}
+
+/// A ring's setup as the messages build it.
+#[derive(Default)]
+struct Ring {
+    size: u16,
+    /// Descriptor table, available and used ring, as guest-physical addresses.
+    addrs: Option<(u64, u64, u64)>,
+    base: u16,
+    kick: Option<File>,
+    call: Option<File>,
+    enabled: bool,
+    /// The reactor it runs on.
+    running_on: Option<usize>,
+}
+
+/// A session: the device state one front end's messages build.
+pub struct Session {
+    ctrlr: Arc<CtrlrInfo>,
+    acked: u64,
+    protocol: u64,
+    mem: Option<Arc<Memory>>,
+    rings: Vec<Ring>,
+}
+
+fn invalid(why: String) -> Error {
+    log::warn!("vhost: {why}");
+    Error::InvalidParam
+}
+
+impl Session {
+    /// A fresh session with controller `ctrlr`.
+    pub fn new(ctrlr: Arc<CtrlrInfo>) -> Self {
+        Session { ctrlr, acked: 0, protocol: 0, mem: None, rings: (0..MAX_QUEUES).map(|_| Ring::default()).collect() }
+    }
+
+    /// The virtio features this device offers.
+    pub fn offered(&self) -> u64 {
+        let dev = &self.ctrlr.dev;
+        let mut f = blk::F_VERSION_1
+            | blk::F_PROTOCOL_FEATURES
+            | blk::F_SIZE_MAX
+            | blk::F_SEG_MAX
+            | blk::F_BLK_SIZE
+            | blk::F_TOPOLOGY
+            | blk::F_MQ
+            | blk::F_INDIRECT_DESC
+            | blk::F_EVENT_IDX;
+        let bdev = ferrite_bdev::lookup(&dev.bdev);
+        let supports = |t| bdev.as_ref().is_some_and(|b| b.supports(t));
+        if supports(ferrite_bdev::IoType::Flush) {
+            f |= blk::F_FLUSH;
+        }
+        if dev.readonly {
+            f |= blk::F_RO;
+        } else {
+            if supports(ferrite_bdev::IoType::Unmap) {
+                f |= blk::F_DISCARD;
+            }
+            if supports(ferrite_bdev::IoType::WriteZeroes) {
+                f |= blk::F_WRITE_ZEROES;
+            }
+        }
+        f
+    }
+
+    /// The configuration space, from the bdev as it is now.
+    pub fn config(&self) -> blk::Config {
+        let dev = &self.ctrlr.dev;
+        let Some(b) = ferrite_bdev::lookup(&dev.bdev) else {
+            // As SPDK: a device of no blocks, which the guest's driver leaves alone.
+            return blk::Config { num_queues: MAX_QUEUES as u16, ..Default::default() };
+        };
+        let bs = b.block_size();
+        let l = b.limits();
+        let pbs = b.physical_block_size().max(bs);
+        let sectors_per_block = bs / blk::SECTOR as u32;
+        let mut c = blk::Config {
+            capacity: b.num_blocks() * bs as u64 / blk::SECTOR,
+            size_max: SIZE_MAX,
+            seg_max: SEG_MAX,
+            blk_size: bs,
+            physical_block_exp: (pbs / bs).trailing_zeros() as u8,
+            min_io_size: 1,
+            opt_io_size: l.optimal_io_boundary,
+            writeback: 0,
+            num_queues: MAX_QUEUES as u16,
+            ..Default::default()
+        };
+        if !dev.readonly && b.supports(ferrite_bdev::IoType::Unmap) {
+            c.max_discard_sectors = 32768;
+            c.max_discard_seg = 1;
+            c.discard_sector_alignment = sectors_per_block;
+        }
+        if !dev.readonly && b.supports(ferrite_bdev::IoType::WriteZeroes) {
+            c.max_write_zeroes_sectors = 32768;
+            c.max_write_zeroes_seg = 1;
+        }
+        c
+    }
+
+    fn ring(&mut self, index: u32) -> Result<&mut Ring> {
+        let name = self.ctrlr.dev.ctrlr.clone();
+        self.rings.get_mut(index as usize).ok_or_else(|| invalid(format!("controller {name}: no ring {index}")))
+    }
+
+    /// Starts ring `index` if it has all it needs and is not running.
+    fn maybe_start(&mut self, index: usize) -> Result<()> {
+        let protocol_acked = self.acked & blk::F_PROTOCOL_FEATURES != 0;
+        let event_idx = self.acked & blk::F_EVENT_IDX != 0;
+        let Some(mem) = self.mem.clone() else { return Ok(()) };
+        let ctrlr = self.ctrlr.clone();
+        let r = &mut self.rings[index];
+        let Some((desc, avail, used)) = r.addrs else { return Ok(()) };
+        if r.running_on.is_some() || r.kick.is_none() || r.size == 0 || (protocol_acked && !r.enabled) {
+            return Ok(());
+        }
+        let reactor = ctrlr.reactors[index % ctrlr.reactors.len()];
+        let setup = Setup {
+            ctrlr_id: ctrlr.id,
+            index: index as u16,
+            size: r.size,
+            desc,
+            avail,
+            used,
+            next_avail: r.base,
+            event_idx,
+            kick: r.kick.take().expect("checked"),
+            call: r.call.as_ref().and_then(|c| c.try_clone().ok()),
+            mem,
+            dev: ctrlr.dev.clone(),
+        };
+        let mut rx = ctrlr.engine.call(reactor, move || vring::start(setup));
+        match rx.wait_for(RING_OP_TIMEOUT) {
+            Some(Ok(Ok(()))) => {
+                r.running_on = Some(reactor);
+                log::info!("vhost controller {}: queue {index} runs on reactor {reactor}", ctrlr.dev.ctrlr);
+                Ok(())
+            }
+            Some(Ok(Err(e))) => Err(invalid(format!("controller {}: {e}", ctrlr.dev.ctrlr))),
+            _ => Err(invalid(format!("controller {}: reactor {reactor} did not start queue {index}", ctrlr.dev.ctrlr))),
+        }
+    }
+
+    /// Stops ring `index` if it runs; returns where its available ring was left.
+    fn stop(&mut self, index: usize) -> u16 {
+        let ctrlr = self.ctrlr.clone();
+        let r = &mut self.rings[index];
+        let Some(reactor) = r.running_on.take() else { return r.base };
+        let (tx, mut rx) = ferrite_reactor::oneshot::channel();
+        let (id, i) = (ctrlr.id, index as u16);
+        ctrlr.engine.send(reactor, move || vring::stop(id, i, tx));
+        match rx.wait_for(RING_OP_TIMEOUT) {
+            Some(Ok(next)) => r.base = next,
+            _ => log::error!(
+                "vhost controller {}: queue {index} did not drain within {RING_OP_TIMEOUT:?}; its requests are abandoned",
+                ctrlr.dev.ctrlr
+            ),
+        }
+        r.base
+    }
+
+    /// Stops every ring (the front end went away, or the controller is deleted).
+    pub fn stop_all(&mut self) {
+        for i in 0..self.rings.len() {
+            if self.rings[i].running_on.is_some() {
+                self.stop(i);
+            }
+        }
+    }
+
+    /// Rings running now.
+    pub fn running(&self) -> usize {
+        self.rings.iter().filter(|r| r.running_on.is_some()).count()
+    }
+}
+
+impl VhostUserBackendReqHandlerMut for Session {
+    fn set_owner(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn reset_owner(&mut self) -> Result<()> {
+        self.stop_all();
+        Ok(())
+    }
+
+    fn reset_device(&mut self) -> Result<()> {
+        self.stop_all();
+        self.acked = 0;
+        Ok(())
+    }
+
+    fn get_features(&mut self) -> Result<u64> {
+        Ok(self.offered())
+    }
+
+    fn set_features(&mut self, features: u64) -> Result<()> {
+        if features & !self.offered() != 0 {
+            return Err(invalid(format!(
+                "controller {}: features {features:#x} include some not offered ({:#x})",
+                self.ctrlr.dev.ctrlr,
+                features & !self.offered()
+            )));
+        }
+        self.acked = features;
+        Ok(())
+    }
+
+    fn set_mem_table(
+        &mut self,
+        ctx: &[VhostUserMemoryRegion],
+        files: Vec<File>,
+        _postcopy_listening: Option<bool>,
+    ) -> Result<Option<Vec<VhostUserMemoryRegionBase>>> {
+        let mem = Arc::new(
+            Memory::map(ctx, files).map_err(|e| invalid(format!("controller {}: {e}", self.ctrlr.dev.ctrlr)))?,
+        );
+        log::info!("vhost controller {}: guest memory of {} region(s)", self.ctrlr.dev.ctrlr, mem.regions());
+        let running: Vec<usize> = self.rings.iter().filter_map(|r| r.running_on).collect();
+        let mut seen = running.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        for reactor in seen {
+            let (id, m) = (self.ctrlr.id, mem.clone());
+            let mut rx = self.ctrlr.engine.call(reactor, move || vring::set_memory(id, m));
+            let _ = rx.wait_for(RING_OP_TIMEOUT);
+        }
+        self.mem = Some(mem);
+        for i in 0..self.rings.len() {
+            self.maybe_start(i)?;
+        }
+        Ok(None)
+    }
+
+    fn set_vring_num(&mut self, index: u32, num: u32) -> Result<()> {
+        if num == 0 || num > MAX_RING || !num.is_power_of_two() {
+            return Err(invalid(format!("controller {}: ring size {num}", self.ctrlr.dev.ctrlr)));
+        }
+        self.ring(index)?.size = num as u16;
+        Ok(())
+    }
+
+    fn set_vring_addr(
+        &mut self,
+        index: u32,
+        _flags: VhostUserVringAddrFlags,
+        descriptor: u64,
+        used: u64,
+        available: u64,
+        _log: u64,
+    ) -> Result<()> {
+        let name = self.ctrlr.dev.ctrlr.clone();
+        let Some(mem) = self.mem.clone() else {
+            return Err(invalid(format!("controller {name}: ring addresses before the memory table")));
+        };
+        let gpa = |va: u64| {
+            mem.va_to_gpa(va)
+                .ok_or_else(|| invalid(format!("controller {name}: ring address {va:#x} is not in guest memory")))
+        };
+        let addrs = (gpa(descriptor)?, gpa(available)?, gpa(used)?);
+        self.ring(index)?.addrs = Some(addrs);
+        Ok(())
+    }
+
+    fn set_vring_base(&mut self, index: u32, base: u32) -> Result<()> {
+        self.ring(index)?.base = base as u16;
+        Ok(())
+    }
+
+    fn get_vring_base(&mut self, index: u32) -> Result<VhostUserVringState> {
+        self.ring(index)?;
+        let next = self.stop(index as usize);
+        let r = &mut self.rings[index as usize];
+        r.kick = None;
+        Ok(VhostUserVringState::new(index, next as u32))
+    }
+
+    fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> Result<()> {
+        let Some(fd) = fd else {
+            return Err(invalid(format!(
+                "controller {}: a ring without a kick eventfd (polling front end)",
+                self.ctrlr.dev.ctrlr
+            )));
+        };
+        let r = self.ring(index as u32)?;
+        if r.running_on.is_some() {
+            return Err(invalid(format!(
+                "controller {}: a new kick eventfd for running ring {index}",
+                self.ctrlr.dev.ctrlr
+            )));
+        }
+        r.kick = Some(fd);
+        self.maybe_start(index as usize)
+    }
+
+    fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> Result<()> {
+        let ctrlr = self.ctrlr.clone();
+        let r = self.ring(index as u32)?;
+        if let Some(reactor) = r.running_on {
+            let call = fd.as_ref().and_then(|c| c.try_clone().ok()).map(OwnedFd::from);
+            let id = ctrlr.id;
+            let mut rx = ctrlr.engine.call(reactor, move || vring::set_call(id, index as u16, call));
+            let _ = rx.wait_for(RING_OP_TIMEOUT);
+        }
+        self.ring(index as u32)?.call = fd;
+        Ok(())
+    }
+
+    fn set_vring_err(&mut self, _index: u8, _fd: Option<File>) -> Result<()> {
+        Ok(())
+    }
+
+    fn get_protocol_features(&mut self) -> Result<VhostUserProtocolFeatures> {
+        Ok(VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::REPLY_ACK)
+    }
+
+    fn set_protocol_features(&mut self, features: u64) -> Result<()> {
+        self.protocol = features;
+        Ok(())
+    }
+
+    fn get_queue_num(&mut self) -> Result<u64> {
+        Ok(MAX_QUEUES as u64)
+    }
+
+    fn set_vring_enable(&mut self, index: u32, enable: bool) -> Result<()> {
+        self.ring(index)?.enabled = enable;
+        if enable {
+            self.maybe_start(index as usize)?;
+        }
+        Ok(())
+    }
+
+    fn get_config(&mut self, offset: u32, size: u32, _flags: VhostUserConfigFlags) -> Result<Vec<u8>> {
+        let c = self.config();
+        log::debug!("vhost controller {}: config bytes {offset}+{size} of {c:?}", self.ctrlr.dev.ctrlr);
+        c.read(offset, size).ok_or_else(|| invalid(format!("config bytes {offset}+{size}")))
+    }
+
+    fn set_config(&mut self, _offset: u32, _buf: &[u8], _flags: VhostUserConfigFlags) -> Result<()> {
+        // Writable fields (writeback) are not offered.
+        Err(Error::InvalidOperation("set_config"))
+    }
+
+    fn set_backend_req_fd(&mut self, _backend: Backend) {}
+
+    fn set_gpu_socket(&mut self, _gpu_backend: GpuBackend) -> Result<()> {
+        Err(Error::InvalidOperation("gpu"))
+    }
+
+    fn get_shared_object(&mut self, _uuid: VhostUserSharedMsg) -> Result<File> {
+        Err(Error::InvalidOperation("shared objects"))
+    }
+
+    fn get_inflight_fd(&mut self, _inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
+        Err(Error::InvalidOperation("inflight"))
+    }
+
+    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> Result<()> {
+        Err(Error::InvalidOperation("inflight"))
+    }
+
+    fn get_max_mem_slots(&mut self) -> Result<u64> {
+        Ok(crate::memory::MAX_REGIONS as u64)
+    }
+
+    fn add_mem_region(
+        &mut self,
+        _region: &VhostUserSingleMemoryRegion,
+        _fd: File,
+        _postcopy_listening: Option<bool>,
+    ) -> Result<Option<VhostUserMemoryRegionBase>> {
+        Err(Error::InvalidOperation("memory slots"))
+    }
+
+    fn remove_mem_region(&mut self, _region: &VhostUserSingleMemoryRegion) -> Result<()> {
+        Err(Error::InvalidOperation("memory slots"))
+    }
+
+    fn set_device_state_fd(
+        &mut self,
+        _direction: VhostTransferStateDirection,
+        _phase: VhostTransferStatePhase,
+        _fd: File,
+    ) -> Result<Option<File>> {
+        Err(Error::InvalidOperation("device state"))
+    }
+
+    fn check_device_state(&mut self) -> Result<()> {
+        Err(Error::InvalidOperation("device state"))
+    }
+
+    fn get_shmem_config(&mut self) -> Result<VhostUserShMemConfig> {
+        Err(Error::InvalidOperation("shared memory"))
+    }
+
+    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> Result<()> {
+        Err(Error::InvalidOperation("dirty log"))
+    }
+}

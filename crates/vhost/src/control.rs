@@ -1,0 +1,278 @@
+//! The controllers and their control plane: one thread ("vhost-ctl") for every controller's
+//! socket, as SPDK's rte_vhost has one for its sockets. It accepts the front end (one at a time
+//! per controller, as vhost-user has it), reads its messages and applies them
+//! (`backend::Session`); the rings themselves run on the reactors.
+//!
+//! Messages are small and come whole in one send (QEMU writes header and body together); a
+//! front end that stalls inside a message holds the thread for at most [`MSG_TIMEOUT`] before its
+//! connection is dropped. A ring's start or stop waits for its reactor, at most
+//! `backend::RING_OP_TIMEOUT`.
+
+use crate::backend::{CtrlrInfo, Session};
+use ferrite_rpc::sockfile::{self, SocketFile};
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use vhost::vhost_user::{BackendReqHandler, Error};
+
+/// Longest a front end may take to send the rest of a message it started.
+pub const MSG_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A controller as the RPCs see it.
+pub struct Controller {
+    /// What its sessions need.
+    pub info: Arc<CtrlrInfo>,
+    /// The cpumask as given (or the engine's, formatted).
+    pub cpumask: String,
+    /// Its socket's path.
+    pub socket: PathBuf,
+    /// A front end is connected.
+    pub connected: AtomicBool,
+    /// Interrupt coalescing: (delay_base_us, iops_threshold), as set.
+    pub coalescing: Mutex<(u32, u32)>,
+    /// The socket file this controller bound.
+    file: SocketFile,
+}
+
+/// What the control thread is asked to do.
+enum Cmd {
+    Add(Arc<Controller>, UnixListener),
+    Remove { id: u64, force: bool, done: ferrite_reactor::oneshot::Sender<Result<(), String>> },
+}
+
+struct Control {
+    cmds: Mutex<VecDeque<Cmd>>,
+    wake: OwnedFd,
+}
+
+static CONTROL: OnceLock<Control> = OnceLock::new();
+static CONTROLLERS: Mutex<Vec<Arc<Controller>>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static SOCKET_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Sets the folder controllers' sockets go in (`ferrite serve -S DIR`; default: the working
+/// directory, as SPDK's vhost app).
+pub fn set_socket_dir(dir: PathBuf) {
+    *SOCKET_DIR.lock().unwrap() = Some(dir);
+}
+
+/// The socket path of controller `name`.
+pub fn socket_path(name: &str) -> PathBuf {
+    let dir = SOCKET_DIR.lock().unwrap().clone().unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
+    dir.join(name)
+}
+
+/// Every controller, in creation order.
+pub fn controllers() -> Vec<Arc<Controller>> {
+    CONTROLLERS.lock().unwrap().clone()
+}
+
+/// The controller named `name`.
+pub fn find(name: &str) -> Option<Arc<Controller>> {
+    CONTROLLERS.lock().unwrap().iter().find(|c| c.info.dev.ctrlr == name).cloned()
+}
+
+fn control() -> &'static Control {
+    CONTROL.get_or_init(|| {
+        let wake = ferrite_reactor::eventfd::new().expect("an eventfd for the vhost control thread");
+        std::thread::Builder::new().name("vhost-ctl".into()).spawn(run).expect("the vhost control thread starts");
+        Control { cmds: Mutex::new(VecDeque::new()), wake }
+    })
+}
+
+fn send(cmd: Cmd) {
+    let c = control();
+    c.cmds.lock().unwrap().push_back(cmd);
+    let _ = ferrite_reactor::eventfd::signal(c.wake.as_fd());
+}
+
+/// Creates controller `info.dev.ctrlr`: binds its socket (private, never over anything but a
+/// stale socket) and hands it to the control thread.
+pub fn add(info: Arc<CtrlrInfo>, cpumask: String) -> Result<Arc<Controller>, String> {
+    let name = info.dev.ctrlr.clone();
+    let mut all = CONTROLLERS.lock().unwrap();
+    if all.iter().any(|c| c.info.dev.ctrlr == name) {
+        return Err(format!("controller {name} already exists"));
+    }
+    let socket = socket_path(&name);
+    let bound = sockfile::bind(&socket, 0o600).map_err(|e| format!("socket {}: {e}", socket.display()))?;
+    let ctrl = Arc::new(Controller {
+        info,
+        cpumask,
+        socket,
+        connected: AtomicBool::new(false),
+        coalescing: Mutex::new((0, 0)),
+        file: bound.file,
+    });
+    all.push(ctrl.clone());
+    drop(all);
+    send(Cmd::Add(ctrl.clone(), bound.listener));
+    log::info!("vhost controller {name}: listening on {}", ctrl.socket.display());
+    Ok(ctrl)
+}
+
+/// Deletes controller `name`: refused while a front end is connected unless `force` (as SPDK
+/// refuses with EBUSY); with `force`, the session's rings are stopped first.
+pub async fn remove(name: &str, force: bool) -> Result<(), (i32, String)> {
+    let Some(c) = find(name) else {
+        return Err((libc::ENODEV, format!("controller {name} not found")));
+    };
+    if !force && c.connected.load(Ordering::SeqCst) {
+        return Err((libc::EBUSY, format!("controller {name} has a front end connected")));
+    }
+    let (tx, rx) = ferrite_reactor::oneshot::channel();
+    send(Cmd::Remove { id: c.info.id, force, done: tx });
+    match rx.await {
+        Ok(Ok(())) => {
+            CONTROLLERS.lock().unwrap().retain(|x| x.info.id != c.info.id);
+            c.file.remove(&c.socket);
+            log::info!("vhost controller {name} deleted");
+            Ok(())
+        }
+        Ok(Err(e)) => Err((libc::EBUSY, e)),
+        Err(_) => Err((libc::EIO, "the vhost control thread is gone".into())),
+    }
+}
+
+/// A new controller id.
+pub fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A connected front end: the message handler and the session it applies messages to.
+type Conn = (BackendReqHandler<Mutex<Session>>, Arc<Mutex<Session>>);
+
+/// A controller's socket and session on the control thread.
+struct Live {
+    ctrl: Arc<Controller>,
+    listener: UnixListener,
+    conn: Option<Conn>,
+}
+
+impl Live {
+    fn disconnect(&mut self, why: &str) {
+        let _in = self.ctrl.info.engine.enter();
+        if let Some((_, session)) = self.conn.take() {
+            let mut s = session.lock().unwrap();
+            let running = s.running();
+            s.stop_all();
+            self.ctrl.connected.store(false, Ordering::SeqCst);
+            log::info!(
+                "vhost controller {}: front end gone ({why}); {running} queue(s) stopped",
+                self.ctrl.info.dev.ctrlr
+            );
+        }
+    }
+
+    fn accept(&mut self) {
+        let name = &self.ctrl.info.dev.ctrlr;
+        let stream = match self.listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) => {
+                ferrite_reactor::log_limited!(log::Level::Warn, "vhost controller {name}: accept: {e}");
+                return;
+            }
+        };
+        if self.conn.is_some() {
+            ferrite_reactor::log_limited!(
+                log::Level::Warn,
+                "vhost controller {name}: a second front end connected while one is; closed"
+            );
+            return;
+        }
+        let _ = stream.set_read_timeout(Some(MSG_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(MSG_TIMEOUT));
+        let session = Arc::new(Mutex::new(Session::new(self.ctrl.info.clone())));
+        let handler = BackendReqHandler::from_stream(stream, session.clone());
+        self.ctrl.connected.store(true, Ordering::SeqCst);
+        log::info!("vhost controller {name}: front end connected");
+        self.conn = Some((handler, session));
+    }
+
+    fn serve(&mut self) {
+        // Bdev lookups go to the engine's registry.
+        let _in = self.ctrl.info.engine.enter();
+        let Some((handler, _)) = self.conn.as_mut() else { return };
+        match handler.handle_request() {
+            Ok(()) => {}
+            Err(Error::Disconnected) | Err(Error::PartialMessage) => self.disconnect("disconnected"),
+            Err(e) => {
+                let why = format!("{e}");
+                log::warn!("vhost controller {}: message refused: {why}; disconnecting", self.ctrl.info.dev.ctrlr);
+                self.disconnect(&why);
+            }
+        }
+    }
+}
+
+fn run() {
+    let c = loop {
+        match CONTROL.get() {
+            Some(c) => break c,
+            None => std::thread::sleep(Duration::from_millis(1)),
+        }
+    };
+    let mut lives: Vec<Live> = Vec::new();
+    loop {
+        let cmds: Vec<Cmd> = c.cmds.lock().unwrap().drain(..).collect();
+        for cmd in cmds {
+            match cmd {
+                Cmd::Add(ctrl, listener) => lives.push(Live { ctrl, listener, conn: None }),
+                Cmd::Remove { id, force, done } => {
+                    let Some(i) = lives.iter().position(|l| l.ctrl.info.id == id) else {
+                        done.send(Ok(()));
+                        continue;
+                    };
+                    if lives[i].conn.is_some() && !force {
+                        done.send(Err(format!(
+                            "controller {} has a front end connected",
+                            lives[i].ctrl.info.dev.ctrlr
+                        )));
+                        continue;
+                    }
+                    let mut l = lives.remove(i);
+                    l.disconnect("controller deleted");
+                    done.send(Ok(()));
+                }
+            }
+        }
+        let mut fds = vec![libc::pollfd { fd: c.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        for l in &lives {
+            fds.push(libc::pollfd { fd: l.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            let fd = l.conn.as_ref().map_or(-1, |(h, _)| h.as_raw_fd());
+            fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        }
+        // SAFETY: `fds` is a valid array of pollfd for its length.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            continue;
+        }
+        if fds[0].revents != 0 {
+            let _ = ferrite_reactor::eventfd::drain(c.wake.as_fd());
+        }
+        for (i, l) in lives.iter_mut().enumerate() {
+            if fds[1 + 2 * i].revents != 0 {
+                l.accept();
+            }
+            let r = fds[2 + 2 * i].revents;
+            if r & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 && r & libc::POLLIN == 0 {
+                l.disconnect("hang-up");
+            } else if r != 0 {
+                l.serve();
+            }
+        }
+    }
+}
+
+/// Whether `path` is where controller sockets may be made (for a clear RPC error).
+pub fn check_dir(path: &Path) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{} is not a directory", path.display())),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}

@@ -1,0 +1,289 @@
+//! Splitting a descriptor chain into a virtio-blk request: the 16-byte header at the start of
+//! the device-readable part, the status byte at the end of the device-writable part, and the
+//! data in between, as guest-physical segments. The driver may frame these as it likes (VIRTIO
+//! 1.2, 2.6.4: a header may span descriptors, data may share one with the header or status);
+//! what the device may not assume, this does not assume.
+//!
+//! Pure: the walk of the ring gives the descriptors, `read` gives the header's bytes, and the
+//! result names guest memory without touching it. A chain the driver built wrong gives an
+//! error, with the status byte's address when there is one to report IOERR into.
+
+use crate::blk::{Header, HEADER_LEN};
+use smallvec::SmallVec;
+
+/// One descriptor of a chain: a guest-physical buffer and who writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Desc {
+    /// Guest-physical address.
+    pub addr: u64,
+    /// Bytes.
+    pub len: u32,
+    /// Device-writable (the driver reads it back).
+    pub write: bool,
+}
+
+/// A guest-physical buffer of the request's data.
+pub type Seg = (u64, u32);
+
+/// Data segments a request keeps inline (more spill to the heap: rare, large requests).
+pub const INLINE_SEGS: usize = 8;
+
+/// A request as the chain lays it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// What to do, where.
+    pub header: Header,
+    /// The data: device-readable bytes after the header for writes, discards and write zeroes;
+    /// device-writable bytes before the status for reads and GET_ID.
+    pub data: SmallVec<[Seg; INLINE_SEGS]>,
+    /// Total bytes of `data`.
+    pub data_len: u64,
+    /// Guest-physical address of the status byte.
+    pub status: u64,
+}
+
+/// What is wrong with a chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainError {
+    /// No device-writable byte at the end: there is nowhere to put a status. The request can
+    /// only be returned unanswered.
+    NoStatus,
+    /// Fewer than 16 device-readable bytes: no header. IOERR into `status`.
+    ShortHeader {
+        /// The status byte's address.
+        status: u64,
+    },
+    /// A device-readable descriptor after a device-writable one. IOERR into `status`.
+    Order {
+        /// The status byte's address.
+        status: u64,
+    },
+    /// More data segments than the device takes (`seg_max`). IOERR into `status`.
+    TooManySegments {
+        /// The status byte's address.
+        status: u64,
+    },
+    /// The header's bytes could not be read (not in guest memory). IOERR into `status`.
+    Unreadable {
+        /// The status byte's address.
+        status: u64,
+    },
+}
+
+impl ChainError {
+    /// Where to report IOERR, if anywhere.
+    pub fn status(self) -> Option<u64> {
+        match self {
+            ChainError::NoStatus => None,
+            ChainError::ShortHeader { status }
+            | ChainError::Order { status }
+            | ChainError::TooManySegments { status }
+            | ChainError::Unreadable { status } => Some(status),
+        }
+    }
+}
+
+/// Lays out the request of `chain` (the chain's descriptors in order). `read(addr, buf)`
+/// reads guest memory (false: not guest memory); `seg_max` bounds the data segments.
+pub fn layout(
+    chain: &[Desc],
+    seg_max: usize,
+    mut read: impl FnMut(u64, &mut [u8]) -> bool,
+) -> Result<Layout, ChainError> {
+    // The status: the last byte of the last descriptor, which must be device-writable.
+    let status = match chain.iter().rposition(|d| d.len > 0) {
+        Some(i) if chain[i].write => chain[i].addr.checked_add(chain[i].len as u64 - 1).ok_or(ChainError::NoStatus)?,
+        _ => return Err(ChainError::NoStatus),
+    };
+    let readable = chain.iter().take_while(|d| !d.write).count();
+    if chain[readable..].iter().any(|d| !d.write) {
+        return Err(ChainError::Order { status });
+    }
+    // The header: the first 16 readable bytes, however they are split.
+    let mut hdr = [0u8; HEADER_LEN];
+    let mut got = 0usize;
+    // (descriptor index, bytes of it the header took) where the data starts.
+    let mut after = (0usize, 0u32);
+    for (i, d) in chain[..readable].iter().enumerate() {
+        if got == HEADER_LEN {
+            break;
+        }
+        let take = (HEADER_LEN - got).min(d.len as usize);
+        if take > 0 && !read(d.addr, &mut hdr[got..got + take]) {
+            return Err(ChainError::Unreadable { status });
+        }
+        got += take;
+        after = (i, take as u32);
+        if take == d.len as usize {
+            after = (i + 1, 0);
+        }
+    }
+    if got < HEADER_LEN {
+        return Err(ChainError::ShortHeader { status });
+    }
+    let header = Header::decode(&hdr);
+    let mut out = Layout { header, data: SmallVec::new(), data_len: 0, status };
+    let mut push = |addr: u64, len: u32| -> Result<(), ChainError> {
+        if len == 0 {
+            return Ok(());
+        }
+        if out.data.len() == seg_max {
+            return Err(ChainError::TooManySegments { status });
+        }
+        out.data.push((addr, len));
+        out.data_len += len as u64;
+        Ok(())
+    };
+    if header.kind == crate::blk::T_IN || header.kind == crate::blk::T_GET_ID {
+        // Writable bytes, less the status byte at the end.
+        let w = &chain[readable..];
+        let last = w.iter().rposition(|d| d.len > 0).expect("the status descriptor is writable");
+        for (i, d) in w.iter().enumerate().take(last + 1) {
+            let len = if i == last { d.len - 1 } else { d.len };
+            push(d.addr, len)?;
+        }
+    } else {
+        let (first, skip) = after;
+        for (i, d) in chain[..readable].iter().enumerate().skip(first) {
+            let skip = if i == first { skip } else { 0 };
+            push(d.addr + skip as u64, d.len - skip)?;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blk::{T_IN, T_OUT};
+    use proptest::prelude::*;
+
+    fn header(kind: u32, sector: u64) -> [u8; 16] {
+        let mut h = [0u8; 16];
+        h[0..4].copy_from_slice(&kind.to_le_bytes());
+        h[8..16].copy_from_slice(&sector.to_le_bytes());
+        h
+    }
+
+    /// Guest memory: 64 KiB with a header at 0.
+    fn mem(kind: u32, sector: u64) -> Vec<u8> {
+        let mut m = vec![0u8; 65536];
+        m[..16].copy_from_slice(&header(kind, sector));
+        m
+    }
+
+    fn reader(m: &[u8]) -> impl FnMut(u64, &mut [u8]) -> bool + '_ {
+        move |a, b| {
+            let a = a as usize;
+            match m.get(a..a + b.len()) {
+                Some(s) => {
+                    b.copy_from_slice(s);
+                    true
+                }
+                None => false,
+            }
+        }
+    }
+
+    fn d(addr: u64, len: u32, write: bool) -> Desc {
+        Desc { addr, len, write }
+    }
+
+    #[test]
+    fn linux_framing_header_data_status() {
+        let m = mem(T_IN, 8);
+        let l = layout(&[d(0, 16, false), d(4096, 4096, true), d(100, 1, true)], 126, reader(&m)).unwrap();
+        assert_eq!(l.header, Header { kind: T_IN, sector: 8 });
+        assert_eq!(l.data.as_slice(), &[(4096, 4096)]);
+        assert_eq!((l.data_len, l.status), (4096, 100));
+        let m = mem(T_OUT, 0);
+        let l = layout(&[d(0, 16, false), d(4096, 512, false), d(8192, 512, false), d(100, 1, true)], 126, reader(&m))
+            .unwrap();
+        assert_eq!(l.data.as_slice(), &[(4096, 512), (8192, 512)]);
+        assert_eq!(l.status, 100);
+    }
+
+    #[test]
+    fn any_framing_header_split_data_shared_with_header_and_status() {
+        // Header split 10 + 6 with 506 data bytes behind it in the second descriptor.
+        let mut m = vec![0u8; 65536];
+        let h = header(T_OUT, 3);
+        m[..10].copy_from_slice(&h[..10]);
+        m[1000..1006].copy_from_slice(&h[10..]);
+        let l = layout(&[d(0, 10, false), d(1000, 512, false), d(5000, 1, true)], 126, reader(&m)).unwrap();
+        assert_eq!(l.header, Header { kind: T_OUT, sector: 3 });
+        assert_eq!(l.data.as_slice(), &[(1006, 506)]);
+        // A read whose last writable descriptor holds data and the status.
+        let m = mem(T_IN, 0);
+        let l = layout(&[d(0, 16, false), d(4096, 513, true)], 126, reader(&m)).unwrap();
+        assert_eq!(l.data.as_slice(), &[(4096, 512)]);
+        assert_eq!(l.status, 4096 + 512);
+    }
+
+    #[test]
+    fn malformed_chains_are_named_with_their_status_byte_when_there_is_one() {
+        let m = mem(T_OUT, 0);
+        assert_eq!(layout(&[d(0, 16, false)], 126, reader(&m)), Err(ChainError::NoStatus));
+        assert_eq!(layout(&[], 126, reader(&m)), Err(ChainError::NoStatus));
+        assert_eq!(layout(&[d(0, 16, false), d(9, 0, true)], 126, reader(&m)), Err(ChainError::NoStatus));
+        assert_eq!(
+            layout(&[d(0, 8, false), d(50, 1, true)], 126, reader(&m)),
+            Err(ChainError::ShortHeader { status: 50 })
+        );
+        assert_eq!(
+            layout(&[d(0, 16, false), d(60, 8, true), d(70, 8, false), d(50, 1, true)], 126, reader(&m)),
+            Err(ChainError::Order { status: 50 })
+        );
+        assert_eq!(
+            layout(&[d(1 << 40, 16, false), d(50, 1, true)], 126, reader(&m)),
+            Err(ChainError::Unreadable { status: 50 })
+        );
+        let mut many = vec![d(0, 16, false)];
+        many.extend((0..4).map(|i| d(4096 * (i + 1), 512, false)));
+        many.push(d(50, 1, true));
+        assert_eq!(layout(&many, 3, reader(&m)), Err(ChainError::TooManySegments { status: 50 }));
+        assert!(layout(&many, 4, reader(&m)).is_ok());
+        assert_eq!(
+            layout(&[d(0, 16, false), d(u64::MAX, 1, true)], 126, reader(&m)).map(|l| l.status),
+            Ok(u64::MAX),
+            "the last byte of the address space is a place like any other; memory says if it is there"
+        );
+    }
+
+    proptest! {
+        /// However a request's bytes are cut into descriptors, the layout finds the same
+        /// header, the same data bytes in order, and the same status byte.
+        #[test]
+        fn framing_does_not_change_the_request(
+            kind in prop_oneof![Just(T_IN), Just(T_OUT)],
+            data_len in 0usize..3000,
+            cuts in proptest::collection::vec(1usize..700, 1..12),
+        ) {
+            let write = kind == T_IN;
+            // The request's bytes laid end to end in guest memory at 0: header, data, status.
+            let total = HEADER_LEN + data_len + 1;
+            let mut m = vec![0u8; total];
+            m[..16].copy_from_slice(&header(kind, 77));
+            // Cut points, with the readable/writable boundary where it must be.
+            let boundary = if write { HEADER_LEN } else { HEADER_LEN + data_len };
+            let mut points = vec![0, boundary, total];
+            let mut at = 0;
+            for c in cuts { at += c; if at < total { points.push(at); } }
+            points.sort_unstable();
+            points.dedup();
+            let chain: Vec<Desc> = points.windows(2)
+                .map(|w| d(w[0] as u64, (w[1] - w[0]) as u32, w[0] >= boundary))
+                .collect();
+            let l = layout(&chain, 64, reader(&m)).unwrap();
+            prop_assert_eq!(l.header, Header { kind, sector: 77 });
+            prop_assert_eq!(l.status, total as u64 - 1);
+            prop_assert_eq!(l.data_len, data_len as u64);
+            let mut next = HEADER_LEN as u64;
+            for &(a, n) in &l.data {
+                prop_assert_eq!(a, next, "data in order, no gap");
+                next += n as u64;
+            }
+            prop_assert_eq!(next, (HEADER_LEN + data_len) as u64);
+        }
+    }
+}

@@ -1,0 +1,600 @@
+//! One virtqueue, served by the reactor it was placed on: a poller takes the guest's requests
+//! from the available ring, submits them to the bdev with the guest's buffers as the payload
+//! (zero copy), and puts completions on the used ring; the call eventfd is signalled at most once
+//! per reactor turn, and only when the driver asks (EVENT_IDX).
+//!
+//! Kicks: once requests come, the queue tells the driver not to kick (it is polled; in
+//! interrupt mode kicks stay on); just before the reactor sleeps, a sleep hook asks for kicks
+//! again and looks at the ring once more, so that a sleeping reactor is woken by the kick
+//! eventfd's poll on its io_uring and nothing that arrived in between waits.
+//!
+//! A driver that breaks the ring's rules (an available index that runs ahead of the ring, a
+//! head that is already in flight) gets its queue stopped, with a log line: the device is
+//! broken for that guest until the front end resets it; the daemon and every other queue go on.
+
+use crate::blk::{self, Header};
+use crate::memory::Memory;
+use crate::request::{layout, ChainError, Desc, Layout};
+use ferrite_bdev::{BdevDesc, BdevEvent, Completed, IoBufs, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
+use ferrite_reactor::{FdWatch, IoBuf, Lender, PollerId};
+use std::cell::RefCell;
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::rc::Rc;
+use std::sync::Arc;
+use virtio_queue::{Queue, QueueOwnedT, QueueT};
+use vm_memory::{Bytes, GuestAddress};
+
+/// Chains taken from the ring per poll (the rest wait for the next turn).
+const BATCH: usize = 64;
+/// Descriptors of one chain kept (a longer chain is refused; the ring walk bounds it anyway).
+const MAX_CHAIN: usize = 1024;
+
+/// What a queue needs to know about its device.
+#[derive(Debug)]
+pub struct Device {
+    /// Controller name, for the log.
+    pub ctrlr: String,
+    /// The bdev served.
+    pub bdev: String,
+    /// Writes, discards and write zeroes are refused.
+    pub readonly: bool,
+    /// Most data segments per request (`seg_max`).
+    pub seg_max: u32,
+    /// The serial GET_ID returns.
+    pub serial: [u8; blk::ID_LEN],
+}
+
+/// What the control plane hands a reactor to start a queue.
+pub struct Setup {
+    /// Controller id (unique in the process).
+    pub ctrlr_id: u64,
+    /// Queue index.
+    pub index: u16,
+    /// Ring size.
+    pub size: u16,
+    /// Guest-physical addresses of the descriptor table, available and used rings.
+    pub desc: u64,
+    /// See `desc`.
+    pub avail: u64,
+    /// See `desc`.
+    pub used: u64,
+    /// Where to start in the available ring (VHOST_USER_SET_VRING_BASE).
+    pub next_avail: u16,
+    /// EVENT_IDX negotiated.
+    pub event_idx: bool,
+    /// The driver's kick.
+    pub kick: File,
+    /// The device's call (None: the front end polls).
+    pub call: Option<File>,
+    /// The guest's memory.
+    pub mem: Arc<Memory>,
+    /// The device.
+    pub dev: Arc<Device>,
+}
+
+/// A request with the bdev, by head index.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    busy: bool,
+    /// Guest-physical address of the status byte.
+    status: u64,
+    /// Bytes written to the guest, status byte included, on success.
+    used_len: u32,
+}
+
+/// A queue's state on its reactor.
+struct Vq {
+    ctrlr_id: u64,
+    index: u16,
+    queue: Queue,
+    mem: Arc<Memory>,
+    /// Lends the guest's memory to requests (one per queue and memory table).
+    keep: Rc<Lender>,
+    dev: Arc<Device>,
+    kick: FdWatch,
+    call: Option<OwnedFd>,
+    io: Option<(BdevDesc, IoChannel)>,
+    slots: Vec<Slot>,
+    in_flight: usize,
+    /// Completions put on the used ring since the driver was last considered for a signal.
+    to_signal: bool,
+    /// Kicks asked for (notifications on).
+    kicks_on: bool,
+    /// Stopped for good: by the control plane (with who to tell once drained) or broken.
+    stopping: Option<Vec<ferrite_reactor::oneshot::Sender<u16>>>,
+    broken: bool,
+    /// Requests taken, signals sent (for vhost_get_controllers).
+    requests: u64,
+    signals: u64,
+    /// The bdev is being removed: new requests fail.
+    removed: bool,
+    poller: Option<PollerId>,
+    sleep_hook: Option<PollerId>,
+    descs: Vec<Desc>,
+    /// The reactor sleeps after every idle turn: ask for kicks at once.
+    interrupt_mode: bool,
+}
+
+/// A queue as its bdev requests' completer.
+pub(crate) struct VqCell(RefCell<Vq>);
+
+thread_local! {
+    /// This reactor's queues: (controller id, queue index).
+    static QUEUES: RefCell<Vec<(u64, u16, Rc<VqCell>)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn lender(mem: &Arc<Memory>) -> Rc<Lender> {
+    Rc::new(Lender::new(mem.clone()))
+}
+
+/// Starts a queue on this reactor (a message from the control plane). Errors say why the
+/// queue cannot run (the rings are not in guest memory, the bdev cannot be opened).
+pub fn start(s: Setup) -> Result<(), String> {
+    let mut queue = Queue::new(s.size).map_err(|e| format!("queue {}: size {}: {e}", s.index, s.size))?;
+    queue.set_size(s.size);
+    queue.set_desc_table_address(Some(s.desc as u32), Some((s.desc >> 32) as u32));
+    queue.set_avail_ring_address(Some(s.avail as u32), Some((s.avail >> 32) as u32));
+    queue.set_used_ring_address(Some(s.used as u32), Some((s.used >> 32) as u32));
+    queue.set_event_idx(s.event_idx);
+    queue.set_next_avail(s.next_avail);
+    queue.set_ready(true);
+    if !queue.is_valid(&s.mem.guest) {
+        return Err(format!("queue {}: rings of size {} are not all in guest memory", s.index, s.size));
+    }
+    // The used ring's index, as the driver last saw it: where completions go on from.
+    let used_idx = queue
+        .used_idx(&s.mem.guest, std::sync::atomic::Ordering::Acquire)
+        .map_err(|e| format!("queue {}: used ring: {e}", s.index))?;
+    queue.set_next_used(used_idx.0);
+    let (ctrlr_id, index) = (s.ctrlr_id, s.index);
+    let desc = ferrite_bdev::Bdev::open_ext(&s.dev.bdev, !s.dev.readonly, move |e| on_bdev_event(ctrlr_id, index, e))
+        .map_err(|e| format!("queue {}: bdev {}: {e}", s.index, s.dev.bdev))?;
+    let ch = desc.channel().map_err(|e| format!("queue {}: bdev {}: {e}", s.index, s.dev.bdev))?;
+    let kick = FdWatch::new(OwnedFd::from(s.kick)).map_err(|e| format!("queue {}: kick eventfd: {e}", s.index))?;
+    let interrupt_mode = ferrite_reactor::engine().mode() == ferrite_reactor::ReactorMode::Interrupt;
+    let mut vq = Vq {
+        ctrlr_id,
+        index,
+        queue,
+        keep: lender(&s.mem),
+        mem: s.mem,
+        dev: s.dev,
+        kick,
+        call: s.call.map(OwnedFd::from),
+        io: Some((desc, ch)),
+        slots: vec![Slot::default(); s.size as usize],
+        in_flight: 0,
+        to_signal: false,
+        kicks_on: true,
+        stopping: None,
+        broken: false,
+        requests: 0,
+        signals: 0,
+        removed: false,
+        poller: None,
+        sleep_hook: None,
+        descs: Vec::with_capacity(16),
+        interrupt_mode,
+    };
+    // Kicks on from the start (the driver's view of avail_event or the flags is written now).
+    let _ = vq.queue.enable_notification(&vq.mem.guest);
+    let cell = Rc::new(VqCell(RefCell::new(vq)));
+    let weak = Rc::downgrade(&cell);
+    let poller = ferrite_reactor::register_poller(move || weak.upgrade().is_some_and(|c| c.poll()));
+    let weak = Rc::downgrade(&cell);
+    let hook =
+        ferrite_reactor::register_sleep_hook(move || weak.upgrade().is_some_and(|c| c.0.borrow_mut().before_sleep()));
+    {
+        let mut vq = cell.0.borrow_mut();
+        vq.poller = Some(poller);
+        vq.sleep_hook = Some(hook);
+    }
+    QUEUES.with(|q| q.borrow_mut().push((ctrlr_id, index, cell)));
+    log::debug!("vhost queue {index} of controller {ctrlr_id} started on reactor {:?}", ferrite_reactor::current());
+    Ok(())
+}
+
+/// Stops queue `index` of controller `ctrlr_id` on this reactor: no new request is taken;
+/// `done` gets the index of the next available entry once every request in flight has
+/// completed (at once if none, or if the queue is not here).
+pub fn stop(ctrlr_id: u64, index: u16, done: ferrite_reactor::oneshot::Sender<u16>) {
+    let Some(cell) = find(ctrlr_id, index) else {
+        return done.send(0);
+    };
+    let mut vq = cell.0.borrow_mut();
+    vq.stopping.get_or_insert_with(Vec::new).push(done);
+    vq.kick.close();
+    vq.finish_if_drained();
+}
+
+/// Gives this reactor's queues of controller `ctrlr_id` a new memory table (the old one stays
+/// mapped until the last request that uses it completes).
+pub fn set_memory(ctrlr_id: u64, mem: Arc<Memory>) {
+    QUEUES.with(|q| {
+        for (_, _, c) in q.borrow().iter().filter(|(id, _, _)| *id == ctrlr_id) {
+            let mut vq = c.0.borrow_mut();
+            vq.keep = lender(&mem);
+            vq.mem = mem.clone();
+        }
+    });
+}
+
+/// Gives queue `index` of controller `ctrlr_id` a new call eventfd (None: the front end polls).
+pub fn set_call(ctrlr_id: u64, index: u16, call: Option<OwnedFd>) {
+    if let Some(cell) = find(ctrlr_id, index) {
+        cell.0.borrow_mut().call = call;
+    }
+}
+
+/// The state of this reactor's queues of controller `ctrlr_id`, for vhost_get_controllers:
+/// (index, reactor, size, next available, next used, requests in flight, kicks asked for,
+/// broken, signals sent).
+pub fn stats(ctrlr_id: u64) -> Vec<QueueStats> {
+    let reactor = ferrite_reactor::current().unwrap_or(usize::MAX);
+    QUEUES.with(|q| {
+        q.borrow()
+            .iter()
+            .filter(|(id, _, _)| *id == ctrlr_id)
+            .map(|(_, i, c)| {
+                let vq = c.0.borrow();
+                QueueStats {
+                    index: *i,
+                    reactor,
+                    size: vq.queue.size(),
+                    next_avail: vq.queue.next_avail(),
+                    next_used: vq.queue.next_used(),
+                    in_flight: vq.in_flight,
+                    kicks_on: vq.kicks_on,
+                    broken: vq.broken,
+                    requests: vq.requests,
+                    signals: vq.signals,
+                    bdev_queue_depth: vq.io.as_ref().map_or(0, |(_, ch)| ch.queue_depth()),
+                }
+            })
+            .collect()
+    })
+}
+
+/// One queue's state (see [`stats`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QueueStats {
+    /// Queue index.
+    pub index: u16,
+    /// Reactor serving it.
+    pub reactor: usize,
+    /// Ring size.
+    pub size: u16,
+    /// Next available entry it takes.
+    pub next_avail: u16,
+    /// Next used entry it fills.
+    pub next_used: u16,
+    /// Requests with the bdev.
+    pub in_flight: usize,
+    /// The driver is asked to kick.
+    pub kicks_on: bool,
+    /// Stopped: the driver broke the ring's rules.
+    pub broken: bool,
+    /// Requests taken since the queue started.
+    pub requests: u64,
+    /// Call eventfd signals sent.
+    pub signals: u64,
+    /// Requests of this reactor's channel of the bdev not completed (all its openers').
+    pub bdev_queue_depth: u64,
+}
+
+/// Queues of this reactor (all controllers).
+pub fn count_here() -> usize {
+    QUEUES.with(|q| q.borrow().len())
+}
+
+fn find(ctrlr_id: u64, index: u16) -> Option<Rc<VqCell>> {
+    QUEUES.with(|q| q.borrow().iter().find(|(c, i, _)| *c == ctrlr_id && *i == index).map(|(_, _, v)| v.clone()))
+}
+
+fn on_bdev_event(ctrlr_id: u64, index: u16, e: BdevEvent) {
+    if e != BdevEvent::Remove {
+        return;
+    }
+    if let Some(cell) = find(ctrlr_id, index) {
+        let mut vq = cell.0.borrow_mut();
+        log::warn!(
+            "vhost controller {}: bdev {} is being removed: queue {index} fails new requests",
+            vq.dev.ctrlr,
+            vq.dev.bdev
+        );
+        // The channel stays until in-flight requests complete; new ones fail (see `submit`).
+        vq.io_removed();
+        vq.drop_bdev_if_idle();
+    }
+}
+
+impl VqCell {
+    fn poll(&self) -> bool {
+        self.0.borrow_mut().poll()
+    }
+}
+
+impl Vq {
+    fn poll(&mut self) -> bool {
+        let mut work = false;
+        if self.stopping.is_none() && !self.broken {
+            if self.kick.take_ready().unwrap_or(false) {
+                let _ = self.kick.drain();
+                work = true;
+            }
+            let n = self.take_requests();
+            if n > 0 {
+                work = true;
+                if self.kicks_on && !self.interrupt_mode {
+                    // Polled from now on: kicks would only cost the driver.
+                    let _ = self.queue.disable_notification(&self.mem.guest);
+                    self.kicks_on = false;
+                }
+            }
+        }
+        if self.to_signal {
+            self.to_signal = false;
+            self.signal();
+            work = true;
+        }
+        work
+    }
+
+    /// Before the reactor sleeps: asks the driver for kicks again (with EVENT_IDX that is
+    /// moving avail_event up to where the queue is, even if kicks were never turned off); true
+    /// if requests arrived meanwhile (the reactor then stays up to take them).
+    fn before_sleep(&mut self) -> bool {
+        if self.stopping.is_some() || self.broken {
+            return false;
+        }
+        self.kicks_on = true;
+        self.queue.enable_notification(&self.mem.guest).unwrap_or(false)
+    }
+
+    /// Takes up to a batch of requests from the available ring; returns how many.
+    fn take_requests(&mut self) -> usize {
+        let mem = self.mem.clone();
+        let mut n = 0;
+        while n < BATCH {
+            let chain = match self.queue.iter(&mem.guest) {
+                Ok(mut it) => it.next(),
+                Err(e) => {
+                    self.break_queue(&format!("available ring: {e}"));
+                    return n;
+                }
+            };
+            let Some(chain) = chain else { break };
+            n += 1;
+            self.requests += 1;
+            let head = chain.head_index();
+            self.descs.clear();
+            let mut overlong = false;
+            for d in chain {
+                if self.descs.len() == MAX_CHAIN {
+                    overlong = true;
+                    // Keep the last one: it holds the status byte.
+                    self.descs.pop();
+                }
+                self.descs.push(Desc { addr: d.addr().0, len: d.len(), write: d.is_write_only() });
+            }
+            if (head as usize) >= self.slots.len() || self.slots[head as usize].busy {
+                self.break_queue(&format!("head {head} is already in flight"));
+                return n;
+            }
+            let seg_max = if overlong { 0 } else { self.dev.seg_max as usize + 2 };
+            let guest = &mem.guest;
+            let parsed = layout(&self.descs, seg_max, |a, b| guest.read_slice(b, GuestAddress(a)).is_ok());
+            match parsed {
+                Ok(l) => self.submit(head, l),
+                Err(e) => self.refuse_chain(head, e),
+            }
+        }
+        n
+    }
+
+    fn refuse_chain(&mut self, head: u16, e: ChainError) {
+        ferrite_reactor::log_limited!(
+            log::Level::Warn,
+            "vhost controller {} queue {}: malformed request (head {head}): {e:?}",
+            self.dev.ctrlr,
+            self.index
+        );
+        match e.status() {
+            Some(status) => self.answer(head, status, blk::S_IOERR, 1),
+            None => self.put_used(head, 0),
+        }
+    }
+
+    /// Completes a request that never reached the bdev.
+    fn answer(&mut self, head: u16, status: u64, code: u8, used_len: u32) {
+        if self.mem.guest.write_obj(code, GuestAddress(status)).is_err() {
+            return self.put_used(head, 0);
+        }
+        self.put_used(head, used_len);
+    }
+
+    fn put_used(&mut self, head: u16, len: u32) {
+        if self.queue.add_used(&self.mem.guest, head, len).is_err() {
+            self.break_queue("used ring is not in guest memory");
+            return;
+        }
+        self.to_signal = true;
+    }
+
+    fn submit(&mut self, head: u16, l: Layout) {
+        let Header { kind, sector } = l.header;
+        let readonly = self.dev.readonly;
+        let Some((_, ch)) = self.io.as_ref() else {
+            return self.answer(head, l.status, blk::S_IOERR, 1);
+        };
+        let bs = ch.block_size() as u64;
+        let blocks = |sector: u64, bytes: u64| -> Option<(u64, u64)> {
+            let off = sector.checked_mul(blk::SECTOR)?;
+            (off.is_multiple_of(bs) && bytes.is_multiple_of(bs)).then_some((off / bs, bytes / bs))
+        };
+        let req = match kind {
+            blk::T_IN | blk::T_OUT => {
+                if kind == blk::T_OUT && readonly {
+                    return self.answer(head, l.status, blk::S_IOERR, 1);
+                }
+                let Some((off, n)) = blocks(sector, l.data_len) else {
+                    return self.answer(head, l.status, blk::S_IOERR, 1);
+                };
+                let mut bufs = IoBufs::new();
+                let keep = &self.keep;
+                let mem = &self.mem;
+                let whole = l.data.iter().all(|&(a, len)| {
+                    mem.host_pieces(a, len as u64, |p, n| {
+                        // SAFETY: guest memory the driver handed to the device for this request,
+                        // mapped while `keep` (held by the view) lives.
+                        bufs.push(unsafe { IoBuf::external(p, n, keep.clone()) })
+                    })
+                });
+                if !whole {
+                    return self.answer(head, l.status, blk::S_IOERR, 1);
+                }
+                let io_type = if kind == blk::T_IN { IoType::Read } else { IoType::Write };
+                let mut r = IoRequest::new(io_type, off, n);
+                r.bufs = bufs;
+                r
+            }
+            blk::T_FLUSH => IoRequest::no_payload(IoType::Flush, 0, 0),
+            blk::T_GET_ID => {
+                let mut written = 0u32;
+                for &(a, len) in &l.data {
+                    let take = (len as usize).min(blk::ID_LEN - written as usize);
+                    let src = &self.dev.serial[written as usize..written as usize + take];
+                    if take > 0 && self.mem.guest.write_slice(src, GuestAddress(a)).is_err() {
+                        return self.answer(head, l.status, blk::S_IOERR, 1);
+                    }
+                    written += take as u32;
+                }
+                return self.answer(head, l.status, blk::S_OK, written + 1);
+            }
+            blk::T_DISCARD | blk::T_WRITE_ZEROES => {
+                if readonly {
+                    return self.answer(head, l.status, blk::S_IOERR, 1);
+                }
+                // One segment (max_discard_seg and max_write_zeroes_seg are 1), however framed.
+                let mut raw = [0u8; blk::SEGMENT_LEN];
+                if l.data_len != blk::SEGMENT_LEN as u64 {
+                    return self.answer(head, l.status, blk::S_IOERR, 1);
+                }
+                let mut at = 0usize;
+                for &(a, len) in &l.data {
+                    if self.mem.guest.read_slice(&mut raw[at..at + len as usize], GuestAddress(a)).is_err() {
+                        return self.answer(head, l.status, blk::S_IOERR, 1);
+                    }
+                    at += len as usize;
+                }
+                let seg = blk::Segment::decode(&raw);
+                let Some((off, n)) = blocks(seg.sector, seg.num_sectors as u64 * blk::SECTOR) else {
+                    return self.answer(head, l.status, blk::S_IOERR, 1);
+                };
+                let t = if kind == blk::T_DISCARD { IoType::Unmap } else { IoType::WriteZeroes };
+                IoRequest::no_payload(t, off, n)
+            }
+            _ => {
+                return self.answer(head, l.status, blk::S_UNSUPP, 1);
+            }
+        };
+        let used_len = if kind == blk::T_IN { l.data_len as u32 + 1 } else { 1 };
+        self.slots[head as usize] = Slot { busy: true, status: l.status, used_len };
+        self.in_flight += 1;
+        let me: Rc<dyn IoCompleter> =
+            find(self.ctrlr_id, self.index).expect("a running queue is in its reactor's table");
+        ch.submit(req, me, head as u64);
+    }
+
+    fn completed(&mut self, head: u16, status: IoStatus) {
+        let slot = std::mem::take(&mut self.slots[head as usize]);
+        debug_assert!(slot.busy, "a completion for head {head}, which is not in flight");
+        debug_assert!(self.in_flight > 0, "completions outnumber submissions");
+        self.in_flight -= 1;
+        let (code, len) = match status {
+            IoStatus::Success => (blk::S_OK, slot.used_len),
+            IoStatus::Unsupported => (blk::S_UNSUPP, 1),
+            _ => (blk::S_IOERR, 1),
+        };
+        self.answer(head, slot.status, code, len);
+        self.drop_bdev_if_idle();
+        self.finish_if_drained();
+    }
+
+    fn signal(&mut self) {
+        let Some(call) = self.call.as_ref() else { return };
+        if self.queue.needs_notification(&self.mem.guest).unwrap_or(true) {
+            self.signals += 1;
+            if let Err(e) = ferrite_reactor::eventfd::signal(call.as_fd()) {
+                ferrite_reactor::log_limited!(
+                    log::Level::Warn,
+                    "vhost controller {} queue {}: call eventfd: {e}",
+                    self.dev.ctrlr,
+                    self.index
+                );
+            }
+        }
+    }
+
+    fn break_queue(&mut self, why: &str) {
+        if !self.broken {
+            log::error!(
+                "vhost controller {} queue {}: the driver broke the ring ({why}); the queue stops until the front end resets it",
+                self.dev.ctrlr,
+                self.index
+            );
+        }
+        self.broken = true;
+    }
+
+    /// The bdev is going away: new requests fail from now on.
+    fn io_removed(&mut self) {
+        self.removed = true;
+    }
+
+    fn drop_bdev_if_idle(&mut self) {
+        if self.removed && self.in_flight == 0 {
+            self.io = None;
+        }
+    }
+
+    fn finish_if_drained(&mut self) {
+        if self.in_flight > 0 || self.stopping.is_none() {
+            return;
+        }
+        if self.to_signal {
+            self.to_signal = false;
+            self.signal();
+        }
+        let next = self.queue.next_avail();
+        for tx in self.stopping.take().unwrap_or_default() {
+            tx.send(next);
+        }
+        if let Some(p) = self.poller.take() {
+            ferrite_reactor::unregister_poller(p);
+        }
+        if let Some(h) = self.sleep_hook.take() {
+            ferrite_reactor::unregister_sleep_hook(h);
+        }
+        let (ctrlr_id, index) = (self.ctrlr_id, self.index);
+        // Leaves the table after this borrow ends (the table's entry may be the last owner).
+        ferrite_reactor::spawn_local(async move {
+            QUEUES.with(|q| q.borrow_mut().retain(|(c, i, _)| !(*c == ctrlr_id && *i == index)));
+        })
+        .detach();
+    }
+}
+
+impl IoCompleter for VqCell {
+    fn io_done(&self, tag: u64, io: Completed) {
+        let status = io.status;
+        drop(io);
+        self.0.borrow_mut().completed(tag as u16, status);
+    }
+}
+
+/// For tests: whether this reactor has queue `index` of controller `ctrlr_id`.
+pub fn is_running(ctrlr_id: u64, index: u16) -> bool {
+    find(ctrlr_id, index).is_some()
+}
