@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test Ferrite has: format, lints, unit/property/integration tests (which start the real
-# daemon and use real clients), the guest-kernel NBD, NVMe/TCP and lvol tests, and a short fuzz run of
+# daemon and use real clients), the guest-kernel NBD, NVMe/TCP, lvol and vhost-user-blk tests, and a short fuzz run of
 # each parser.
 # Works on a fresh Debian machine with Rust (rustup) installed; installs what else it needs.
 # FUZZ_SECONDS=0 skips fuzzing, VM_TESTS=0 the guest kernel tests.
@@ -66,6 +66,7 @@ if [ "${VM_TESTS:-1}" != 0 ]; then
   bash tests/vm/nbd-guest.sh
   bash tests/vm/nvmf-guest.sh
   bash tests/vm/lvol-guest.sh
+  bash tests/vm/vhost-guest.sh
 fi
 if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
   echo "== fuzz"

@@ -568,6 +568,13 @@ impl Vq {
             self.signal();
         }
         let next = self.queue.next_avail();
+        log::info!(
+            "vhost controller {}: queue {} stopped after {} requests ({} signals)",
+            self.dev.ctrlr,
+            self.index,
+            self.requests,
+            self.signals
+        );
         for tx in self.stopping.take().unwrap_or_default() {
             tx.send(next);
         }

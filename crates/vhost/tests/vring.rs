@@ -73,7 +73,7 @@ impl Driver {
         const NEXT: u16 = 1;
         const WRITE: u16 = 2;
         self.desc(d0, h, 16, NEXT, d1);
-        let data_flags = if kind == blk::T_IN { NEXT | WRITE } else { NEXT };
+        let data_flags = if kind == blk::T_IN || kind == blk::T_GET_ID { NEXT | WRITE } else { NEXT };
         self.desc(d1, DATA + slot as u64 * 65536, len, data_flags, d2);
         self.desc(d2, STATUS + slot as u64, 1, WRITE, 0);
         let ring_at = AVAIL + 4 + (self.avail_idx % QSIZE) as u64 * 2;
@@ -147,6 +147,10 @@ impl Driver {
 }
 
 fn setup(mode: ReactorMode, event_idx: bool) -> (Engine, Driver) {
+    setup_dev(mode, event_idx, false)
+}
+
+fn setup_dev(mode: ReactorMode, event_idx: bool, readonly: bool) -> (Engine, Driver) {
     let e = Engine::start(EngineConfig { cores: vec![0], mode, pin: false, ..Default::default() }).expect("engine");
     e.run_async(0, || async {
         malloc::create(MallocOpts { name: Some("M0".into()), num_blocks: 4096, block_size: 512, ..Default::default() })
@@ -157,8 +161,7 @@ fn setup(mode: ReactorMode, event_idx: bool) -> (Engine, Driver) {
     let mem =
         Arc::new(Memory::map(&[VhostUserMemoryRegion::new(0, MEM, 0x7f00_0000_0000, 0)], vec![memfd(MEM)]).unwrap());
     let (kick, call) = (eventfd(), eventfd());
-    let dev =
-        Arc::new(Device { ctrlr: "t".into(), bdev: "M0".into(), readonly: false, seg_max: 126, serial: [b'x'; 20] });
+    let dev = Arc::new(Device { ctrlr: "t".into(), bdev: "M0".into(), readonly, seg_max: 126, serial: [b'x'; 20] });
     let s = Setup {
         ctrlr_id: 1,
         index: 0,
@@ -276,4 +279,36 @@ fn requests_complete_in_interrupt_mode() {
 fn requests_complete_in_poll_mode() {
     rounds(ReactorMode::Poll, false);
     rounds(ReactorMode::Poll, true);
+}
+
+/// A read-only device answers IOERR to writes, discards and write zeroes without touching the
+/// bdev, and serves reads; an unknown request type gets UNSUPP; GET_ID answers the serial.
+#[test]
+fn read_only_devices_refuse_writes_and_unknown_types_are_unsupported() {
+    let (e, mut d) = setup_dev(ReactorMode::Adaptive, false, true);
+    d.mem.guest.write_slice(&[7u8; 512], GuestAddress(DATA)).unwrap();
+    d.queue(0, blk::T_OUT, 0, 512);
+    d.queue(1, blk::T_IN, 0, 512);
+    d.queue(2, blk::T_WRITE_ZEROES, 0, 16);
+    d.queue(3, 99, 0, 512);
+    d.queue(4, blk::T_GET_ID, 0, 20);
+    d.mem.guest.write_slice(&[0u8; 16], GuestAddress(DATA + 2 * 65536)).unwrap();
+    d.kick();
+    let mut done = d.reap(5);
+    done.sort_unstable();
+    let status = |slot: u64| d.mem.guest.read_obj::<u8>(GuestAddress(STATUS + slot)).unwrap();
+    assert_eq!(status(0), blk::S_IOERR, "a write to a read-only device");
+    assert_eq!(status(1), blk::S_OK, "a read from a read-only device");
+    assert_eq!(status(2), blk::S_IOERR, "write zeroes to a read-only device");
+    assert_eq!(status(3), blk::S_UNSUPP, "an unknown request type");
+    assert_eq!(status(4), blk::S_OK, "GET_ID");
+    let mut back = [1u8; 512];
+    d.mem.guest.read_slice(&mut back, GuestAddress(DATA + 65536)).unwrap();
+    assert!(back.iter().all(|&b| b == 0), "the refused write did not reach the bdev");
+    let mut id = [0u8; 20];
+    d.mem.guest.read_slice(&mut id, GuestAddress(DATA + 4 * 65536)).unwrap();
+    assert_eq!(&id, &[b'x'; 20], "GET_ID answers the serial");
+    assert_eq!(done.iter().map(|&(_, len)| len).collect::<Vec<_>>(), vec![1, 513, 1, 1, 21], "used lengths");
+    e.stop();
+    e.join();
 }
