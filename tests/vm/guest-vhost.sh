@@ -1,16 +1,26 @@
 # Guest side of tests/vm/vhost-guest.sh (runs as root in the QEMU guest, Debian's 6.1 kernel):
 # /dev/vda is Ferrite's vhost-user-blk controller on bdev Guest0, /dev/vdb a read-only
-# controller on the same bdev. Checks, in order: the disks' size, queues, serial and read-only
+# controller on the same bdev, /dev/vdc a controller on a null bdev that the host grows. Checks, in order: the disks' size, queues, serial and read-only
 # flags; an ext4 round trip (md5 compared after a remount); fio verify with two jobs on two
 # queues; discard and write zeroes read back as zeroes; the read-only disk refuses a write and
 # reads what the writable one wrote (the device's own refusal of writes, which the kernel's
-# read-only flag keeps from reaching it, is tested host-side: crates/vhost/tests/vring.rs).
+# read-only flag keeps from reaching it, is tested host-side: crates/vhost/tests/vring.rs); the
+# null bdev grown by bdev_null_resize shows its new size in the guest.
 set -u
 export LC_ALL=C
 fail() { echo "FAIL: $*"; exit 1; }
 step() { echo "=== $*"; }
 modprobe crc32c_generic; modprobe ext4
-for d in vda vdb; do [ -b /dev/$d ] || fail "no /dev/$d"; done
+for d in vda vdb vdc; do [ -b /dev/$d ] || fail "no /dev/$d"; done
+# host RPC ARGS...: asks the host to run an RPC (through the shared folder); fails on an error.
+REQ=0
+host() {
+  REQ=$((REQ + 1))
+  echo "$*" >/host/.req-$REQ && mv /host/.req-$REQ /host/req-$REQ
+  for _ in $(seq 300); do [ -f /host/ack-$REQ ] && break; sleep 0.1; done
+  [ -f /host/ack-$REQ ] || fail "host did not answer request $REQ ($*) within 30 s"
+  [ "$(cat /host/ack-$REQ)" = 0 ] || fail "host request $REQ ($*) failed"
+}
 
 step "1 disks"
 echo "vda: $(cat /sys/block/vda/size) sectors, $(ls /sys/block/vda/mq | wc -l) queues, ro=$(cat /sys/block/vda/ro), serial=$(cat /sys/block/vda/serial 2>/dev/null)"
@@ -62,4 +72,12 @@ A=$(dd if=/dev/vda bs=1M count=16 iflag=direct status=none | md5sum | cut -d' ' 
 B=$(dd if=/dev/vdb bs=1M count=16 iflag=direct status=none | md5sum | cut -d' ' -f1)
 [ "$A" = "$B" ] || fail "the read-only disk reads other data than the writable one"
 echo "vdb reads what vda wrote ($A)"
+step "6 live resize"
+before=$(cat /sys/block/vdc/size)
+host bdev_null_resize Null0 128
+for _ in $(seq 100); do [ "$(cat /sys/block/vdc/size)" != "$before" ] && break; sleep 0.1; done
+after=$(cat /sys/block/vdc/size)
+echo "vdc: $before -> $after sectors"
+[ "$after" = 262144 ] || fail "the guest did not see the null bdev grow from 64 to 128 MiB"
+dd if=/dev/vdc of=/dev/null bs=1M skip=100 count=8 iflag=direct status=none || fail "read past the old end"
 echo "PASS: vhost guest"

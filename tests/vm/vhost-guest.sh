@@ -3,7 +3,8 @@
 # against Ferrite's vhost-user-blk target: two controllers on one 256 MiB malloc bdev, one
 # read-only, on two reactors; the guest checks sizes, queues, serial and read-only flags, an
 # ext4 round trip, fio verify on two queues, discard and write zeroes, and that the read-only
-# disk refuses writes (tests/vm/guest-vhost.sh). Prints SKIP with the reason when the guest
+# disk refuses writes, and a null bdev grown by bdev_null_resize shows its new size in the guest
+# (tests/vm/guest-vhost.sh). Prints SKIP with the reason when the guest
 # cannot run. The console and the daemon's log are kept in target/vhost-guest/.
 # Usage: tests/vm/vhost-guest.sh [FERRITE_BINARY]   (env: TMO=300 seconds)
 set -euo pipefail
@@ -12,21 +13,44 @@ source "$(dirname "$0")/common.sh"
 guest_setup vhost-guest "${1:-}"
 
 TMP=$(mktemp -d)
+SHARE=$TMP/share
+mkdir -p "$SHARE"
 LOGS=$ROOT/target/vhost-guest
 mkdir -p "$LOGS"
 SOCK=$TMP/ferrite.sock
 "$FERRITE" serve -m 0x3 -r "$SOCK" -S "$TMP" --log-level info >"$LOGS/daemon.log" 2>&1 &
 PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$TMP"' EXIT
+SERVER=
+trap '[ -n "$SERVER" ] && kill $SERVER 2>/dev/null; kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$TMP"' EXIT
 for _ in $(seq 600); do [ -S "$SOCK" ] && break; sleep 0.05; done
 rpc() { "$FERRITE" rpc -s "$SOCK" "$@" >/dev/null; }
 rpc bdev_malloc_create --name Guest0 --num-blocks 65536 --block-size 4096
 rpc vhost_create_blk_controller '{"ctrlr":"vhost.0","dev_name":"Guest0"}'
 rpc vhost_create_blk_controller '{"ctrlr":"vhost.ro","dev_name":"Guest0","readonly":true,"cpumask":"0x2"}'
+rpc bdev_null_create --name Null0 --num-blocks 16384 --block-size 4096
+rpc vhost_create_blk_controller '{"ctrlr":"vhost.null","dev_name":"Null0"}'
+# The guest's requests for RPCs: req-N holds "METHOD ARGS", ack-N gets the exit code.
+(
+  n=1
+  while :; do
+    if [ -f "$SHARE/req-$n" ]; then
+      read -r m a b <"$SHARE/req-$n" || true
+      rc=0
+      case $m in
+        bdev_null_resize) "$FERRITE" rpc -s "$SOCK" bdev_null_resize "{\"name\":\"$a\",\"new_size\":$b}" >>"$LOGS/rpc.log" 2>&1 || rc=$? ;;
+        *) rc=99 ;;
+      esac
+      echo "$rc" >"$SHARE/.ack" && mv "$SHARE/.ack" "$SHARE/ack-$n"
+      n=$((n + 1))
+    fi
+    sleep 0.05
+  done
+) &
+SERVER=$!
 rc=0
-bash "$VM/run-guest.sh" -t "${TMO:-300}" -b "$TMP/vhost.0" -b "$TMP/vhost.ro" -l "$LOGS/console.log" \
+bash "$VM/run-guest.sh" -t "${TMO:-300}" -b "$TMP/vhost.0" -b "$TMP/vhost.ro" -b "$TMP/vhost.null" -s "$SHARE" -l "$LOGS/console.log" \
   "$ROOT/tests/vm/guest-vhost.sh" >/dev/null || rc=$?
-grep -E "^(===|FAIL|PASS|vd[ab]:|md5|fio|queue|discard|write to|vdb reads)" "$LOGS/console.log" || true
+grep -E "^(===|FAIL|PASS|vd[abc]:|md5|fio|queue|discard|write to|vdb reads)" "$LOGS/console.log" || true
 # The daemon saw both front ends and served the writable disk's queues on both reactors.
 "$FERRITE" rpc -s "$SOCK" vhost_get_controllers >"$LOGS/controllers.json"
 if [ "$rc" != 0 ]; then

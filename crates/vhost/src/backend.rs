@@ -355,7 +355,10 @@ impl VhostUserBackendReqHandlerMut for Session {
     }
 
     fn get_protocol_features(&mut self) -> Result<VhostUserProtocolFeatures> {
-        Ok(VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::REPLY_ACK)
+        Ok(VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::BACKEND_REQ)
     }
 
     fn set_protocol_features(&mut self, features: u64) -> Result<()> {
@@ -386,7 +389,10 @@ impl VhostUserBackendReqHandlerMut for Session {
         Err(Error::InvalidOperation("set_config"))
     }
 
-    fn set_backend_req_fd(&mut self, _backend: Backend) {}
+    fn set_backend_req_fd(&mut self, _backend: Backend) {
+        // The `vhost` crate has no sender for BACKEND_CONFIG_CHANGE_MSG: the control thread
+        // keeps its own copy of this channel (see `control::peek_backend_channel`).
+    }
 
     fn set_gpu_socket(&mut self, _gpu_backend: GpuBackend) -> Result<()> {
         Err(Error::InvalidOperation("gpu"))

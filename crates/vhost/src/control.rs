@@ -36,12 +36,21 @@ pub struct Controller {
     pub coalescing: Mutex<(u32, u32)>,
     /// The socket file this controller bound.
     file: SocketFile,
+    /// The controller's own descriptor of its bdev (as SPDK's controller holds one): its events
+    /// (resize, removal) reach the controller whether or not a queue runs. Closed on removal.
+    pub desc: Mutex<Option<ferrite_bdev::BdevDesc>>,
 }
 
 /// What the control thread is asked to do.
 enum Cmd {
     Add(Arc<Controller>, UnixListener),
-    Remove { id: u64, force: bool, done: ferrite_reactor::oneshot::Sender<Result<(), String>> },
+    /// The bdev of controller `id` changed size: tell its front end.
+    ConfigChanged(u64),
+    Remove {
+        id: u64,
+        force: bool,
+        done: ferrite_reactor::oneshot::Sender<Result<(), String>>,
+    },
 }
 
 struct Control {
@@ -92,7 +101,7 @@ fn send(cmd: Cmd) {
 
 /// Creates controller `info.dev.ctrlr`: binds its socket (private, never over anything but a
 /// stale socket) and hands it to the control thread.
-pub fn add(info: Arc<CtrlrInfo>, cpumask: String) -> Result<Arc<Controller>, String> {
+pub fn add(info: Arc<CtrlrInfo>, cpumask: String, desc: ferrite_bdev::BdevDesc) -> Result<Arc<Controller>, String> {
     let name = info.dev.ctrlr.clone();
     let mut all = CONTROLLERS.lock().unwrap();
     if all.iter().any(|c| c.info.dev.ctrlr == name) {
@@ -107,6 +116,7 @@ pub fn add(info: Arc<CtrlrInfo>, cpumask: String) -> Result<Arc<Controller>, Str
         connected: AtomicBool::new(false),
         coalescing: Mutex::new((0, 0)),
         file: bound.file,
+        desc: Mutex::new(Some(desc)),
     });
     all.push(ctrl.clone());
     drop(all);
@@ -129,6 +139,7 @@ pub async fn remove(name: &str, force: bool) -> Result<(), (i32, String)> {
     match rx.await {
         Ok(Ok(())) => {
             CONTROLLERS.lock().unwrap().retain(|x| x.info.id != c.info.id);
+            c.desc.lock().unwrap().take();
             c.file.remove(&c.socket);
             log::info!("vhost controller {name} deleted");
             Ok(())
@@ -136,6 +147,11 @@ pub async fn remove(name: &str, force: bool) -> Result<(), (i32, String)> {
         Ok(Err(e)) => Err((libc::EBUSY, e)),
         Err(_) => Err((libc::EIO, "the vhost control thread is gone".into())),
     }
+}
+
+/// Tells controller `id`'s front end, if any, that the disk's configuration changed.
+pub fn config_changed(id: u64) {
+    send(Cmd::ConfigChanged(id));
 }
 
 /// A new controller id.
@@ -151,11 +167,15 @@ struct Live {
     ctrl: Arc<Controller>,
     listener: UnixListener,
     conn: Option<Conn>,
+    /// Our copy of the front end's back channel (VHOST_USER_SET_BACKEND_REQ_FD), for config
+    /// change notices.
+    back: Option<OwnedFd>,
 }
 
 impl Live {
     fn disconnect(&mut self, why: &str) {
         let _in = self.ctrl.info.engine.enter();
+        self.back = None;
         if let Some((_, session)) = self.conn.take() {
             let mut s = session.lock().unwrap();
             let running = s.running();
@@ -165,6 +185,28 @@ impl Live {
                 "vhost controller {}: front end gone ({why}); {running} queue(s) stopped",
                 self.ctrl.info.dev.ctrlr
             );
+        }
+    }
+
+    fn config_changed(&mut self) {
+        let name = &self.ctrl.info.dev.ctrlr;
+        if self.conn.is_none() {
+            return;
+        }
+        let Some(back) = self.back.as_ref() else {
+            log::warn!("vhost controller {name}: the disk changed size; the front end gave no back channel to hear it");
+            return;
+        };
+        // VHOST_USER_BACKEND_CONFIG_CHANGE_MSG: request 2, version 1, no payload, no reply asked.
+        let mut msg = [0u8; 12];
+        msg[0..4].copy_from_slice(&2u32.to_le_bytes());
+        msg[4..8].copy_from_slice(&1u32.to_le_bytes());
+        // SAFETY: writes 12 bytes from a local to a socket we own.
+        let n = unsafe { libc::send(back.as_raw_fd(), msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL) };
+        if n == msg.len() as isize {
+            log::info!("vhost controller {name}: told the front end the disk changed size");
+        } else {
+            log::warn!("vhost controller {name}: config change notice: {}", std::io::Error::last_os_error());
         }
     }
 
@@ -197,6 +239,9 @@ impl Live {
         // Bdev lookups go to the engine's registry.
         let _in = self.ctrl.info.engine.enter();
         let Some((handler, _)) = self.conn.as_mut() else { return };
+        if let Some(fd) = peek_backend_channel(handler.as_raw_fd()) {
+            self.back = Some(fd);
+        }
         match handler.handle_request() {
             Ok(()) => {}
             Err(Error::Disconnected) | Err(Error::PartialMessage) => self.disconnect("disconnected"),
@@ -207,6 +252,64 @@ impl Live {
             }
         }
     }
+}
+
+/// If the next message on `sock` is VHOST_USER_SET_BACKEND_REQ_FD, a copy of the descriptor
+/// it carries, taken without consuming the message (a peek delivers the descriptor as a new one
+/// of ours; the `vhost` crate then takes the message and its own copy). The crate offers no way
+/// to send BACKEND_CONFIG_CHANGE_MSG on the channel it keeps.
+fn peek_backend_channel(sock: std::os::fd::RawFd) -> Option<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    const SET_BACKEND_REQ_FD: u32 = 21;
+    let mut hdr = [0u8; 12];
+    let mut iov = libc::iovec { iov_base: hdr.as_mut_ptr().cast(), iov_len: hdr.len() };
+    // Room for one descriptor's control message.
+    let mut cbuf = [0u64; 4];
+    // SAFETY: a zeroed msghdr pointing at live local buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: recvmsg into the buffers above; MSG_PEEK leaves the message queued.
+    let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) };
+    if n < 12 {
+        return None;
+    }
+    let code = u32::from_le_bytes(hdr[0..4].try_into().unwrap());
+    // Every descriptor the peek delivered is ours to close, whatever the message.
+    let mut found = None;
+    // SAFETY: walking the control messages the kernel wrote into `cbuf`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c) as *const i32;
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                for i in 0..count {
+                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    if code == SET_BACKEND_REQ_FD && found.is_none() {
+                        found = Some(fd);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if let Some(fd) = &found {
+        let t = libc::timeval { tv_sec: MSG_TIMEOUT.as_secs() as _, tv_usec: 0 };
+        // SAFETY: setsockopt with a timeval on a socket we own.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDTIMEO,
+                (&t as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
+        }
+    }
+    found
 }
 
 fn run() {
@@ -221,7 +324,12 @@ fn run() {
         let cmds: Vec<Cmd> = c.cmds.lock().unwrap().drain(..).collect();
         for cmd in cmds {
             match cmd {
-                Cmd::Add(ctrl, listener) => lives.push(Live { ctrl, listener, conn: None }),
+                Cmd::Add(ctrl, listener) => lives.push(Live { ctrl, listener, conn: None, back: None }),
+                Cmd::ConfigChanged(id) => {
+                    if let Some(l) = lives.iter_mut().find(|l| l.ctrl.info.id == id) {
+                        l.config_changed();
+                    }
+                }
                 Cmd::Remove { id, force, done } => {
                     let Some(i) = lives.iter().position(|l| l.ctrl.info.id == id) else {
                         done.send(Ok(()));

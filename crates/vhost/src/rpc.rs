@@ -113,8 +113,26 @@ pub fn register(reg: &mut Registry) {
             seg_max: crate::backend::SEG_MAX,
             serial: serial(bdev.name()),
         });
-        let info = Arc::new(CtrlrInfo { id: control::next_id(), dev, reactors, engine });
-        control::add(info, cpumask).map_err(|e| errno_error(libc::EEXIST, e))?;
+        let id = control::next_id();
+        let name = a.ctrlr.clone();
+        let desc = ferrite_bdev::Bdev::open_ext(bdev.name(), !readonly, move |e| match e {
+            ferrite_bdev::BdevEvent::Resize => control::config_changed(id),
+            ferrite_bdev::BdevEvent::Remove => {
+                log::warn!("vhost controller {name}: its bdev is being removed; the disk fails I/O from now on");
+                // Dropped after the callback: the layer is in the middle of telling its openers.
+                let name = name.clone();
+                ferrite_reactor::spawn_local(async move {
+                    if let Some(c) = control::find(&name) {
+                        c.desc.lock().unwrap().take();
+                    }
+                })
+                .detach();
+            }
+            _ => {}
+        })
+        .map_err(|e| errno_error(e.errno(), format!("bdev {}: {e}", bdev.name())))?;
+        let info = Arc::new(CtrlrInfo { id, dev, reactors, engine });
+        control::add(info, cpumask, desc).map_err(|e| errno_error(libc::EEXIST, e))?;
         Ok(json!(true))
     });
     reg.method("vhost_delete_controller", |_, p: Params| async move {
