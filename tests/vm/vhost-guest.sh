@@ -4,7 +4,9 @@
 # read-only, on two reactors; the guest checks sizes, queues, serial and read-only flags, an
 # ext4 round trip, fio verify on two queues, discard and write zeroes, and that the read-only
 # disk refuses writes, and a null bdev grown by bdev_null_resize shows its new size in the guest
-# (tests/vm/guest-vhost.sh). Prints SKIP with the reason when the guest
+# (tests/vm/guest-vhost.sh); then a second daemon on a file-backed bdev is killed with -9 and
+# started again while the guest runs fio verify on it, and fio finishes without an error
+# (tests/vm/guest-vhost-restart.sh). Prints SKIP with the reason when the guest
 # cannot run. The console and the daemon's log are kept in target/vhost-guest/.
 # Usage: tests/vm/vhost-guest.sh [FERRITE_BINARY]   (env: TMO=300 seconds)
 set -euo pipefail
@@ -64,4 +66,63 @@ for q in 0 1; do
   echo "vhost.0 queue $q: ${n:-no} requests"
   [ "${n:-0}" -gt 0 ] || { echo "vhost-guest: FAIL: queue $q of vhost.0 served no request"; exit 1; }
 done
+
+# Phase 2: the daemon killed with -9 and started again under fio verify. A second daemon
+# serves a file-backed bdev (its data outlives the process) behind a delay bdev of 20 ms (so that
+# requests are in flight at the kill) from a JSON config; QEMU's chardev reconnects; the new
+# daemon resubmits what was in flight; the guest sees no error.
+IMG=$TMP/guest1.img
+truncate -s 128M "$IMG"
+SOCK2=$TMP/ferrite2.sock
+cat >"$TMP/restart.json" <<J
+{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_uring_create","params":{"name":"Guest1File","filename":"$IMG","block_size":4096}},
+ {"method":"bdev_delay_create","params":{"base_bdev_name":"Guest1File","name":"Guest1","avg_read_latency":20000,"p99_read_latency":20000,"avg_write_latency":20000,"p99_write_latency":20000}}]},
+ {"subsystem":"vhost_blk","config":[{"method":"vhost_create_blk_controller","params":{"ctrlr":"vhost.rc","dev_name":"Guest1"}}]}]}
+J
+start2() { "$FERRITE" serve -m 0x3 -r "$SOCK2" -S "$TMP" -c "$TMP/restart.json" --log-level info >>"$LOGS/daemon2.log" 2>&1 & echo $! >"$TMP/pid2"; }
+: >"$LOGS/daemon2.log"
+start2
+for _ in $(seq 600); do [ -S "$TMP/vhost.rc" ] && break; sleep 0.05; done
+rm -f "$SHARE"/req-* "$SHARE"/ack-*
+(
+  n=1
+  while :; do
+    if [ -f "$SHARE/req-$n" ]; then
+      rc=0
+      case $(cat "$SHARE/req-$n") in
+        restart)
+          # Killed at an instant when the daemon has requests in flight (it says so).
+          for _ in $(seq 200); do
+            "$FERRITE" rpc -s "$SOCK2" vhost_get_controllers 2>/dev/null |
+              python3 -c 'import json,sys; sys.exit(0 if any(q["in_flight"] > 0 for c in json.load(sys.stdin) for q in c["queues"]) else 1)' && break
+            sleep 0.01
+          done
+          kill -9 "$(cat "$TMP/pid2")"; sleep 0.5; echo "=== killed" >>"$LOGS/daemon2.log"; start2
+          for _ in $(seq 600); do [ -S "$TMP/vhost.rc" ] && "$FERRITE" rpc -s "$SOCK2" vhost_get_controllers >/dev/null 2>&1 && break; sleep 0.05; done ;;
+        *) rc=99 ;;
+      esac
+      echo "$rc" >"$SHARE/.ack" && mv "$SHARE/.ack" "$SHARE/ack-$n"
+      n=$((n + 1))
+    fi
+    sleep 0.05
+  done
+) &
+SERVER2=$!
+rc=0
+bash "$VM/run-guest.sh" -t "${TMO:-300}" -s "$SHARE" -l "$LOGS/console2.log" \
+  -q -chardev -q "socket,id=rc0,path=$TMP/vhost.rc,reconnect=1" -q -device -q "vhost-user-blk-pci,chardev=rc0,num-queues=2" \
+  "$ROOT/tests/vm/guest-vhost-restart.sh" >/dev/null || rc=$?
+kill "$SERVER2" 2>/dev/null
+kill "$(cat "$TMP/pid2")" 2>/dev/null
+grep -E "^(===|FAIL|PASS|fio|daemon)" "$LOGS/console2.log" || true
+if [ "$rc" != 0 ]; then
+  echo "vhost-guest: FAIL in the restart phase (guest exit $rc; console2 and daemon2 logs in $LOGS)"
+  exit 1
+fi
+if ! grep -q "in flight before the restart go again" "$LOGS/daemon2.log"; then
+  echo "vhost-guest: FAIL: the restarted daemon resubmitted nothing (with 20 ms per request, some were in flight)"
+  exit 1
+fi
+grep -h "go again" "$LOGS/daemon2.log" | sed 's/^\[[0-9.]*\] //'
+
 echo "vhost-guest: PASS"

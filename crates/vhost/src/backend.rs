@@ -9,6 +9,7 @@
 //! flight complete, and answers where the driver's available ring was left.
 
 use crate::blk;
+use crate::inflight::InflightArea;
 use crate::memory::Memory;
 use crate::vring::{self, Device, Setup};
 use ferrite_reactor::Engine;
@@ -64,6 +65,8 @@ pub struct Session {
     protocol: u64,
     mem: Option<Arc<Memory>>,
     rings: Vec<Ring>,
+    /// The front end's inflight area (INFLIGHT_SHMFD), once asked for or handed back.
+    inflight: Option<Arc<InflightArea>>,
 }
 
 fn invalid(why: String) -> Error {
@@ -74,7 +77,14 @@ fn invalid(why: String) -> Error {
 impl Session {
     /// A fresh session with controller `ctrlr`.
     pub fn new(ctrlr: Arc<CtrlrInfo>) -> Self {
-        Session { ctrlr, acked: 0, protocol: 0, mem: None, rings: (0..MAX_QUEUES).map(|_| Ring::default()).collect() }
+        Session {
+            ctrlr,
+            acked: 0,
+            protocol: 0,
+            mem: None,
+            rings: (0..MAX_QUEUES).map(|_| Ring::default()).collect(),
+            inflight: None,
+        }
     }
 
     /// The virtio features this device offers.
@@ -172,12 +182,18 @@ impl Session {
             call: r.call.as_ref().and_then(|c| c.try_clone().ok()),
             mem,
             dev: ctrlr.dev.clone(),
+            inflight: self.inflight.as_ref().and_then(|a| a.queue(index as u16, r.size)),
         };
+        let has_inflight = setup.inflight.is_some();
         let mut rx = ctrlr.engine.call(reactor, move || vring::start(setup));
         match rx.wait_for(RING_OP_TIMEOUT) {
             Some(Ok(Ok(()))) => {
                 r.running_on = Some(reactor);
-                log::info!("vhost controller {}: queue {index} runs on reactor {reactor}", ctrlr.dev.ctrlr);
+                log::info!(
+                    "vhost controller {}: queue {index} runs on reactor {reactor}{}",
+                    ctrlr.dev.ctrlr,
+                    if has_inflight { ", its requests in flight kept in the inflight area" } else { "" }
+                );
                 Ok(())
             }
             Some(Ok(Err(e))) => Err(invalid(format!("controller {}: {e}", ctrlr.dev.ctrlr))),
@@ -358,7 +374,8 @@ impl VhostUserBackendReqHandlerMut for Session {
         Ok(VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::BACKEND_REQ)
+            | VhostUserProtocolFeatures::BACKEND_REQ
+            | VhostUserProtocolFeatures::INFLIGHT_SHMFD)
     }
 
     fn set_protocol_features(&mut self, features: u64) -> Result<()> {
@@ -402,12 +419,37 @@ impl VhostUserBackendReqHandlerMut for Session {
         Err(Error::InvalidOperation("shared objects"))
     }
 
-    fn get_inflight_fd(&mut self, _inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
-        Err(Error::InvalidOperation("inflight"))
+    fn get_inflight_fd(&mut self, inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
+        let name = &self.ctrlr.dev.ctrlr;
+        let (area, file) = InflightArea::create(inflight.num_queues, inflight.queue_size)
+            .map_err(|e| invalid(format!("controller {name}: {e}")))?;
+        let size = inflight.num_queues as u64 * crate::inflight::queue_stride(inflight.queue_size) as u64;
+        log::info!(
+            "vhost controller {name}: inflight area for {} queues of {}",
+            inflight.num_queues,
+            inflight.queue_size
+        );
+        self.inflight = Some(area);
+        Ok((VhostUserInflight::new(size, 0, inflight.num_queues, inflight.queue_size), file))
     }
 
-    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> Result<()> {
-        Err(Error::InvalidOperation("inflight"))
+    fn set_inflight_fd(&mut self, inflight: &VhostUserInflight, file: File) -> Result<()> {
+        let name = &self.ctrlr.dev.ctrlr;
+        let area = InflightArea::open(
+            &file,
+            inflight.mmap_offset,
+            inflight.mmap_size,
+            inflight.num_queues,
+            inflight.queue_size,
+        )
+        .map_err(|e| invalid(format!("controller {name}: {e}")))?;
+        log::info!(
+            "vhost controller {name}: inflight area handed over ({} queues of {})",
+            inflight.num_queues,
+            inflight.queue_size
+        );
+        self.inflight = Some(area);
+        Ok(())
     }
 
     fn get_max_mem_slots(&mut self) -> Result<u64> {

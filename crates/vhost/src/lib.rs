@@ -2,11 +2,13 @@
 //! cloud-hypervisor, any vhost-user front end). The front end's messages are handled on one
 //! control thread ([`control`], [`backend`]); each virtqueue is served by a reactor
 //! ([`vring`]) with the guest's memory ([`memory`]) as the payload of the bdev requests that
-//! its chains ([`request`], in virtio-blk's format: [`blk`]) become.
+//! its chains ([`request`], in virtio-blk's format: [`blk`]) become; what is in flight is kept
+//! where a restarted daemon finds it ([`inflight`]).
 
 pub mod backend;
 pub mod blk;
 pub mod control;
+pub mod inflight;
 pub mod memory;
 pub mod request;
 pub mod rpc;

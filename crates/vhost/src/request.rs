@@ -83,6 +83,78 @@ impl ChainError {
     }
 }
 
+/// Why a descriptor chain could not be walked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkError {
+    /// A descriptor (or indirect table) is not in guest memory.
+    Unreadable,
+    /// A `next` index past the table.
+    BadIndex,
+    /// More descriptors than the table has (a loop), or than the caller takes.
+    TooLong,
+    /// An indirect descriptor inside an indirect table, or a table whose length is not a
+    /// multiple of 16 or is empty.
+    BadIndirect,
+}
+
+const F_NEXT: u16 = 1;
+const F_WRITE: u16 = 2;
+const F_INDIRECT: u16 = 4;
+
+/// Walks the chain starting at descriptor `head` of the table at `table` (`size` entries),
+/// following `next` links and one level of indirect table, into `out` (cleared first). At most
+/// `max` descriptors; a chain may not visit more descriptors than its table has (which stops
+/// loops). `read(addr)` reads the 16 bytes of a descriptor at a guest-physical address.
+pub fn walk_chain(
+    mut read: impl FnMut(u64) -> Option<[u8; 16]>,
+    table: u64,
+    size: u16,
+    head: u16,
+    max: usize,
+    out: &mut Vec<Desc>,
+) -> Result<(), WalkError> {
+    out.clear();
+    let (mut table, mut size, mut index) = (table, size as u32, head as u32);
+    let mut ttl = size;
+    let mut indirect = false;
+    loop {
+        if index >= size {
+            return Err(WalkError::BadIndex);
+        }
+        if ttl == 0 {
+            return Err(WalkError::TooLong);
+        }
+        ttl -= 1;
+        let at = table.checked_add(index as u64 * 16).ok_or(WalkError::Unreadable)?;
+        let raw = read(at).ok_or(WalkError::Unreadable)?;
+        let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap());
+        let len = u32::from_le_bytes(raw[8..12].try_into().unwrap());
+        let flags = u16::from_le_bytes(raw[12..14].try_into().unwrap());
+        let next = u16::from_le_bytes(raw[14..16].try_into().unwrap());
+        if flags & F_INDIRECT != 0 {
+            // VIRTIO 1.2 2.7.5.3.1: no indirect inside indirect, and an indirect descriptor
+            // stands alone (no NEXT).
+            if indirect || flags & F_NEXT != 0 || len == 0 || !len.is_multiple_of(16) || len / 16 > u16::MAX as u32 {
+                return Err(WalkError::BadIndirect);
+            }
+            indirect = true;
+            table = addr;
+            size = len / 16;
+            ttl = size;
+            index = 0;
+            continue;
+        }
+        if out.len() == max {
+            return Err(WalkError::TooLong);
+        }
+        out.push(Desc { addr, len, write: flags & F_WRITE != 0 });
+        if flags & F_NEXT == 0 {
+            return Ok(());
+        }
+        index = next as u32;
+    }
+}
+
 /// Lays out the request of `chain` (the chain's descriptors in order). `read(addr, buf)`
 /// reads guest memory (false: not guest memory); `seg_max` bounds the data segments.
 pub fn layout(
@@ -248,6 +320,71 @@ mod tests {
             Ok(u64::MAX),
             "the last byte of the address space is a place like any other; memory says if it is there"
         );
+    }
+
+    /// A descriptor table in a byte array (16 bytes each: addr, len, flags, next).
+    fn table(descs: &[(u64, u32, u16, u16)]) -> Vec<u8> {
+        let mut t = Vec::new();
+        for &(a, l, f, n) in descs {
+            t.extend_from_slice(&a.to_le_bytes());
+            t.extend_from_slice(&l.to_le_bytes());
+            t.extend_from_slice(&f.to_le_bytes());
+            t.extend_from_slice(&n.to_le_bytes());
+        }
+        t
+    }
+
+    fn read16(m: &[u8]) -> impl FnMut(u64) -> Option<[u8; 16]> + '_ {
+        move |a| m.get(a as usize..a as usize + 16).map(|s| s.try_into().unwrap())
+    }
+
+    #[test]
+    fn walks_direct_and_indirect_chains_and_stops_loops_and_bad_links() {
+        // 0 -> 2 -> 1 (end); 3 is indirect to a table at 0x100 of two descriptors.
+        let mut m = table(&[
+            (1000, 16, F_NEXT, 2),
+            (3000, 1, F_WRITE, 0),
+            (2000, 512, F_NEXT | F_WRITE, 1),
+            (0x100, 32, F_INDIRECT, 0),
+        ]);
+        m.resize(0x100, 0);
+        m.extend(table(&[(4000, 16, F_NEXT, 1), (5000, 1, F_WRITE, 0)]));
+        let mut out = Vec::new();
+        walk_chain(read16(&m), 0, 4, 0, 16, &mut out).unwrap();
+        assert_eq!(out, vec![d(1000, 16, false), d(2000, 512, true), d(3000, 1, true)]);
+        walk_chain(read16(&m), 0, 4, 3, 16, &mut out).unwrap();
+        assert_eq!(out, vec![d(4000, 16, false), d(5000, 1, true)]);
+        assert_eq!(walk_chain(read16(&m), 0, 4, 0, 2, &mut out), Err(WalkError::TooLong), "more than the caller takes");
+        assert_eq!(walk_chain(read16(&m), 0, 4, 4, 16, &mut out), Err(WalkError::BadIndex), "head past the table");
+        let looped = table(&[(1000, 16, F_NEXT, 1), (2000, 16, F_NEXT, 0)]);
+        assert_eq!(walk_chain(read16(&looped), 0, 2, 0, 100, &mut out), Err(WalkError::TooLong), "a loop");
+        let bad_next = table(&[(1000, 16, F_NEXT, 7)]);
+        assert_eq!(walk_chain(read16(&bad_next), 0, 1, 0, 100, &mut out), Err(WalkError::BadIndex));
+        let nested = table(&[(0, 16, F_INDIRECT, 0)]);
+        assert_eq!(
+            walk_chain(read16(&nested), 0, 1, 0, 100, &mut out),
+            Err(WalkError::BadIndirect),
+            "indirect inside indirect"
+        );
+        let odd = table(&[(0x100, 20, F_INDIRECT, 0)]);
+        assert_eq!(
+            walk_chain(read16(&odd), 0, 1, 0, 100, &mut out),
+            Err(WalkError::BadIndirect),
+            "table length not a multiple of 16"
+        );
+        let outside = table(&[(1 << 40, 32, F_INDIRECT, 0)]);
+        assert_eq!(walk_chain(read16(&outside), 0, 1, 0, 100, &mut out), Err(WalkError::Unreadable));
+    }
+
+    proptest! {
+        /// Any table, any head: the walk ends, within the table's size plus one indirect
+        /// table's, and never yields more than asked.
+        #[test]
+        fn any_table_walk_terminates_within_bounds(bytes in proptest::collection::vec(any::<u8>(), 0..512), size in 1u16..40, head in 0u16..45) {
+            let mut out = Vec::new();
+            let _ = walk_chain(read16(&bytes), 0, size, head, 64, &mut out);
+            prop_assert!(out.len() <= 64);
+        }
     }
 
     proptest! {

@@ -13,8 +13,9 @@
 //! broken for that guest until the front end resets it; the daemon and every other queue go on.
 
 use crate::blk::{self, Header};
+use crate::inflight::InflightQueue;
 use crate::memory::Memory;
-use crate::request::{layout, ChainError, Desc, Layout};
+use crate::request::{layout, walk_chain, ChainError, Desc, Layout};
 use ferrite_bdev::{BdevDesc, BdevEvent, Completed, IoBufs, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
 use ferrite_reactor::{FdWatch, IoBuf, Lender, PollerId};
 use std::cell::RefCell;
@@ -27,8 +28,9 @@ use vm_memory::{Bytes, GuestAddress};
 
 /// Chains taken from the ring per poll (the rest wait for the next turn).
 const BATCH: usize = 64;
-/// Descriptors of one chain kept (a longer chain is refused; the ring walk bounds it anyway).
-const MAX_CHAIN: usize = 1024;
+/// Descriptors a chain may have beyond its data segments: header, status, and framing that
+/// splits them (a longer chain is refused).
+const MAX_FRAMING: usize = 8;
 
 /// What a queue needs to know about its device.
 #[derive(Debug)]
@@ -71,6 +73,8 @@ pub struct Setup {
     pub mem: Arc<Memory>,
     /// The device.
     pub dev: Arc<Device>,
+    /// This queue's part of the front end's inflight area (INFLIGHT_SHMFD), if it gave one.
+    pub inflight: Option<InflightQueue>,
 }
 
 /// A request with the bdev, by head index.
@@ -112,6 +116,8 @@ struct Vq {
     poller: Option<PollerId>,
     sleep_hook: Option<PollerId>,
     descs: Vec<Desc>,
+    /// Requests in flight, in memory that outlives the daemon.
+    inflight: Option<InflightQueue>,
     /// The reactor sleeps after every idle turn: ask for kicks at once.
     interrupt_mode: bool,
 }
@@ -147,6 +153,19 @@ pub fn start(s: Setup) -> Result<(), String> {
         .used_idx(&s.mem.guest, std::sync::atomic::Ordering::Acquire)
         .map_err(|e| format!("queue {}: used ring: {e}", s.index))?;
     queue.set_next_used(used_idx.0);
+    let mut inflight = s.inflight;
+    // After a restart: what the last daemon took and did not complete goes again, first.
+    let resubmit = inflight.as_mut().map(|f| f.recover(used_idx.0)).unwrap_or_default();
+    if !resubmit.is_empty() {
+        // The front end puts the ring back at its used index; what was taken runs past it.
+        queue.set_next_avail(s.next_avail.wrapping_add(resubmit.len() as u16));
+        log::info!(
+            "vhost queue {} of controller {}: {} request(s) in flight before the restart go again",
+            s.index,
+            s.dev.ctrlr,
+            resubmit.len()
+        );
+    }
     let (ctrlr_id, index) = (s.ctrlr_id, s.index);
     let desc = ferrite_bdev::Bdev::open_ext(&s.dev.bdev, !s.dev.readonly, move |e| on_bdev_event(ctrlr_id, index, e))
         .map_err(|e| format!("queue {}: bdev {}: {e}", s.index, s.dev.bdev))?;
@@ -175,6 +194,7 @@ pub fn start(s: Setup) -> Result<(), String> {
         poller: None,
         sleep_hook: None,
         descs: Vec::with_capacity(16),
+        inflight: None,
         interrupt_mode,
     };
     // Kicks on from the start (the driver's view of avail_event or the flags is written now).
@@ -189,8 +209,18 @@ pub fn start(s: Setup) -> Result<(), String> {
         let mut vq = cell.0.borrow_mut();
         vq.poller = Some(poller);
         vq.sleep_hook = Some(hook);
+        vq.inflight = inflight;
     }
-    QUEUES.with(|q| q.borrow_mut().push((ctrlr_id, index, cell)));
+    QUEUES.with(|q| q.borrow_mut().push((ctrlr_id, index, cell.clone())));
+    {
+        let mut vq = cell.0.borrow_mut();
+        for head in resubmit {
+            // Marked in flight again as it is taken.
+            if !vq.take_head(head) {
+                break;
+            }
+        }
+    }
     log::debug!("vhost queue {index} of controller {ctrlr_id} started on reactor {:?}", ferrite_reactor::current());
     Ok(())
 }
@@ -366,31 +396,55 @@ impl Vq {
             };
             let Some(chain) = chain else { break };
             n += 1;
-            self.requests += 1;
             let head = chain.head_index();
-            self.descs.clear();
-            let mut overlong = false;
-            for d in chain {
-                if self.descs.len() == MAX_CHAIN {
-                    overlong = true;
-                    // Keep the last one: it holds the status byte.
-                    self.descs.pop();
-                }
-                self.descs.push(Desc { addr: d.addr().0, len: d.len(), write: d.is_write_only() });
-            }
-            if (head as usize) >= self.slots.len() || self.slots[head as usize].busy {
-                self.break_queue(&format!("head {head} is already in flight"));
+            if !self.take_head(head) {
                 return n;
-            }
-            let seg_max = if overlong { 0 } else { self.dev.seg_max as usize + 2 };
-            let guest = &mem.guest;
-            let parsed = layout(&self.descs, seg_max, |a, b| guest.read_slice(b, GuestAddress(a)).is_ok());
-            match parsed {
-                Ok(l) => self.submit(head, l),
-                Err(e) => self.refuse_chain(head, e),
             }
         }
         n
+    }
+
+    /// Takes request `head` (from the ring, or again after a restart): walks its chain, lays it
+    /// out and submits or answers it. False if the driver broke the ring (the queue stops).
+    fn take_head(&mut self, head: u16) -> bool {
+        if (head as usize) >= self.slots.len() || self.slots[head as usize].busy {
+            self.break_queue(&format!("head {head} is already in flight"));
+            return false;
+        }
+        self.requests += 1;
+        if let Some(f) = self.inflight.as_mut() {
+            f.begin(head);
+        }
+        let mem = self.mem.clone();
+        let guest = &mem.guest;
+        let read = |a: u64| {
+            let mut b = [0u8; 16];
+            guest.read_slice(&mut b, GuestAddress(a)).ok().map(|()| b)
+        };
+        let (table, size) = (self.queue.desc_table(), self.queue.size());
+        let mut descs = std::mem::take(&mut self.descs);
+        let walked = walk_chain(read, table, size, head, self.dev.seg_max as usize + MAX_FRAMING, &mut descs);
+        match walked {
+            Ok(()) => {
+                let parsed =
+                    layout(&descs, self.dev.seg_max as usize, |a, b| guest.read_slice(b, GuestAddress(a)).is_ok());
+                match parsed {
+                    Ok(l) => self.submit(head, l),
+                    Err(e) => self.refuse_chain(head, e),
+                }
+            }
+            Err(e) => {
+                ferrite_reactor::log_limited!(
+                    log::Level::Warn,
+                    "vhost controller {} queue {}: descriptor chain of head {head} refused: {e:?}",
+                    self.dev.ctrlr,
+                    self.index
+                );
+                self.put_used(head, 0);
+            }
+        }
+        self.descs = descs;
+        true
     }
 
     fn refuse_chain(&mut self, head: u16, e: ChainError) {
@@ -415,9 +469,15 @@ impl Vq {
     }
 
     fn put_used(&mut self, head: u16, len: u32) {
+        if let Some(f) = self.inflight.as_ref() {
+            f.completing(head);
+        }
         if self.queue.add_used(&self.mem.guest, head, len).is_err() {
             self.break_queue("used ring is not in guest memory");
             return;
+        }
+        if let Some(f) = self.inflight.as_ref() {
+            f.completed(head, self.queue.next_used());
         }
         self.to_signal = true;
     }

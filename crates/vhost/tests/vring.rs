@@ -6,6 +6,7 @@
 use ferrite_modules::malloc::{self, MallocOpts};
 use ferrite_reactor::{Engine, EngineConfig, ReactorMode};
 use ferrite_vhost::blk;
+use ferrite_vhost::inflight::{InflightArea, InflightQueue};
 use ferrite_vhost::memory::Memory;
 use ferrite_vhost::vring::{self, Device, Setup};
 use std::fs::File;
@@ -151,6 +152,13 @@ fn setup(mode: ReactorMode, event_idx: bool) -> (Engine, Driver) {
 }
 
 fn setup_dev(mode: ReactorMode, event_idx: bool, readonly: bool) -> (Engine, Driver) {
+    let (e, d) = engine_and_driver(mode);
+    start_queue(&e, &d, event_idx, readonly, 0, None);
+    (e, d)
+}
+
+/// An engine with bdev M0 (4096 blocks of 512 bytes) and a driver with guest memory, no queue.
+fn engine_and_driver(mode: ReactorMode) -> (Engine, Driver) {
     let e = Engine::start(EngineConfig { cores: vec![0], mode, pin: false, ..Default::default() }).expect("engine");
     e.run_async(0, || async {
         malloc::create(MallocOpts { name: Some("M0".into()), num_blocks: 4096, block_size: 512, ..Default::default() })
@@ -161,6 +169,18 @@ fn setup_dev(mode: ReactorMode, event_idx: bool, readonly: bool) -> (Engine, Dri
     let mem =
         Arc::new(Memory::map(&[VhostUserMemoryRegion::new(0, MEM, 0x7f00_0000_0000, 0)], vec![memfd(MEM)]).unwrap());
     let (kick, call) = (eventfd(), eventfd());
+    (e.clone(), Driver { engine: e, mem, kick, call, avail_idx: 0, used_seen: 0 })
+}
+
+/// Starts queue 0 on the engine's reactor, from `next_avail`, with an inflight area part.
+fn start_queue(
+    e: &Engine,
+    d: &Driver,
+    event_idx: bool,
+    readonly: bool,
+    next_avail: u16,
+    inflight: Option<InflightQueue>,
+) {
     let dev = Arc::new(Device { ctrlr: "t".into(), bdev: "M0".into(), readonly, seg_max: 126, serial: [b'x'; 20] });
     let s = Setup {
         ctrlr_id: 1,
@@ -169,15 +189,15 @@ fn setup_dev(mode: ReactorMode, event_idx: bool, readonly: bool) -> (Engine, Dri
         desc: DESC,
         avail: AVAIL,
         used: USED,
-        next_avail: 0,
+        next_avail,
         event_idx,
-        kick: kick.try_clone().unwrap(),
-        call: Some(call.try_clone().unwrap()),
-        mem: mem.clone(),
+        kick: d.kick.try_clone().unwrap(),
+        call: Some(d.call.try_clone().unwrap()),
+        mem: d.mem.clone(),
         dev,
+        inflight,
     };
     e.call(0, move || vring::start(s)).wait().unwrap().expect("queue starts");
-    (e.clone(), Driver { engine: e, mem, kick, call, avail_idx: 0, used_seen: 0 })
 }
 
 /// Rounds of 32 writes then 32 reads of the same blocks, each round waited for through the call
@@ -309,6 +329,59 @@ fn read_only_devices_refuse_writes_and_unknown_types_are_unsupported() {
     d.mem.guest.read_slice(&mut id, GuestAddress(DATA + 4 * 65536)).unwrap();
     assert_eq!(&id, &[b'x'; 20], "GET_ID answers the serial");
     assert_eq!(done.iter().map(|&(_, len)| len).collect::<Vec<_>>(), vec![1, 513, 1, 1, 21], "used lengths");
+    e.stop();
+    e.join();
+}
+
+/// A daemon killed with requests in flight: the next one, handed the same inflight area and
+/// the ring put back at its used index (what QEMU does), submits exactly the requests that were
+/// taken and not completed, in the order they were taken, and goes on from past them; the one
+/// that had completed is not done twice. Every write is read back.
+#[test]
+fn a_restart_resubmits_what_was_in_flight_from_the_inflight_area() {
+    let (e, mut d) = engine_and_driver(ReactorMode::Adaptive);
+    let (area, _file) = InflightArea::create(1, QSIZE).unwrap();
+    let mut old = area.queue(0, QSIZE).unwrap();
+    assert!(old.recover(0).is_empty());
+    // Three writes in the ring (heads 0, 3, 6); the old daemon took all three and completed
+    // only the second (head 3), then died.
+    for slot in 0..3u16 {
+        d.mem.guest.write_slice(&[0x40 + slot as u8; 512], GuestAddress(DATA + slot as u64 * 65536)).unwrap();
+        d.queue(slot, blk::T_OUT, 10 + slot as u64, 512);
+    }
+    for head in [0, 3, 6] {
+        old.begin(head);
+    }
+    old.completing(3);
+    d.mem.guest.write_obj(3u32, GuestAddress(USED + 4)).unwrap();
+    d.mem.guest.write_obj(1u32, GuestAddress(USED + 8)).unwrap();
+    d.mem.guest.write_obj(1u16, GuestAddress(USED + 2)).unwrap();
+    old.completed(3, 1);
+    d.mem.guest.write_obj(blk::S_OK, GuestAddress(STATUS + 1)).unwrap();
+    drop(old);
+    d.used_seen = 1;
+    // The restarted daemon: the ring put back at the used index.
+    start_queue(&e, &d, false, false, 1, area.queue(0, QSIZE));
+    let done = d.reap(2);
+    let heads: Vec<u32> = done.iter().map(|&(h, _)| h).collect();
+    assert_eq!(heads, vec![0, 6], "the two requests in flight, in the order taken, and not the completed one");
+    let st = e.call(0, || vring::stats(1)).wait().unwrap();
+    assert_eq!(st[0].next_avail, 3, "the queue goes on past what was taken");
+    assert_eq!(st[0].requests, 2, "nothing else was taken");
+    // Read the three blocks back: slots 0 and 2 were written by the restarted daemon; slot 1's
+    // block was never written (its completion was faked above), so it reads zeroes.
+    for slot in 0..3u16 {
+        d.mem.guest.write_slice(&[0xffu8; 512], GuestAddress(DATA + slot as u64 * 65536)).unwrap();
+        d.queue(slot, blk::T_IN, 10 + slot as u64, 512);
+    }
+    d.kick();
+    d.reap(3);
+    for slot in 0..3u16 {
+        let mut b = [0u8; 512];
+        d.mem.guest.read_slice(&mut b, GuestAddress(DATA + slot as u64 * 65536)).unwrap();
+        let want = if slot == 1 { 0 } else { 0x40 + slot as u8 };
+        assert!(b.iter().all(|&x| x == want), "slot {slot}: want {want:#x}, got {:#x}", b[0]);
+    }
     e.stop();
     e.join();
 }
