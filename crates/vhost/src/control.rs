@@ -32,8 +32,6 @@ pub struct Controller {
     pub socket: PathBuf,
     /// A front end is connected.
     pub connected: AtomicBool,
-    /// Interrupt coalescing: (delay_base_us, iops_threshold), as set.
-    pub coalescing: Mutex<(u32, u32)>,
     /// The socket file this controller bound.
     file: SocketFile,
     /// The controller's own descriptor of its bdev (as SPDK's controller holds one): its events
@@ -114,7 +112,6 @@ pub fn add(info: Arc<CtrlrInfo>, cpumask: String, desc: ferrite_bdev::BdevDesc) 
         cpumask,
         socket,
         connected: AtomicBool::new(false),
-        coalescing: Mutex::new((0, 0)),
         file: bound.file,
         desc: Mutex::new(Some(desc)),
     });

@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod blk;
+pub mod coalesce;
 pub mod control;
 pub mod inflight;
 pub mod memory;

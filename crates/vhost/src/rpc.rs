@@ -1,5 +1,6 @@
 //! SPDK's vhost-blk methods: vhost_create_blk_controller (ctrlr, dev_name, cpumask, readonly,
-//! packed_ring, transport), vhost_delete_controller, vhost_get_controllers; kept by save_config
+//! packed_ring, transport), vhost_delete_controller, vhost_get_controllers,
+//! vhost_controller_set_coalescing; kept by save_config
 //! as the "vhost_blk" subsystem. The socket of controller `ctrlr` is `DIR/ctrlr`, DIR being
 //! `ferrite serve -S DIR` (default: the working directory, as SPDK's vhost app).
 
@@ -31,6 +32,14 @@ struct Ctrlr {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct SetCoalescing {
+    ctrlr: String,
+    delay_base_us: u32,
+    iops_threshold: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct GetControllers {
     name: Option<String>,
 }
@@ -46,7 +55,7 @@ fn serial(bdev: &str) -> [u8; crate::blk::ID_LEN] {
 
 fn describe(c: &control::Controller) -> Value {
     let dev = &c.info.dev;
-    let (delay, iops) = *c.coalescing.lock().unwrap();
+    let (delay, iops) = dev.coalescing.get();
     json!({
         "ctrlr": dev.ctrlr,
         "cpumask": c.cpumask,
@@ -112,6 +121,7 @@ pub fn register(reg: &mut Registry) {
             readonly,
             seg_max: crate::backend::SEG_MAX,
             serial: serial(bdev.name()),
+            coalescing: Default::default(),
         });
         let id = control::next_id();
         let name = a.ctrlr.clone();
@@ -138,6 +148,13 @@ pub fn register(reg: &mut Registry) {
     reg.method("vhost_delete_controller", |_, p: Params| async move {
         let a: Ctrlr = p.parse()?;
         control::remove(&a.ctrlr, false).await.map_err(|(errno, m)| errno_error(errno, m))?;
+        Ok(json!(true))
+    });
+    reg.method("vhost_controller_set_coalescing", |_, p: Params| async move {
+        let a: SetCoalescing = p.parse()?;
+        let c = control::find(&a.ctrlr)
+            .ok_or_else(|| errno_error(libc::ENODEV, format!("controller {} not found", a.ctrlr)))?;
+        c.info.dev.coalescing.set(a.delay_base_us, a.iops_threshold).map_err(|e| errno_error(libc::EINVAL, e))?;
         Ok(json!(true))
     });
     reg.method("vhost_get_controllers", |ctx, p: Params| async move {
@@ -172,14 +189,21 @@ pub fn register(reg: &mut Registry) {
         name: "vhost_blk",
         depends_on: vec!["bdev"],
         config: Arc::new(|| {
-            control::controllers()
-                .iter()
-                .map(|c| {
-                    let d = &c.info.dev;
+            let mut v = Vec::new();
+            for c in control::controllers() {
+                let d = &c.info.dev;
+                v.push(
                     json!({"method": "vhost_create_blk_controller", "params": {"ctrlr": d.ctrlr, "dev_name": d.bdev,
-                        "cpumask": c.cpumask, "readonly": d.readonly, "transport": "vhost_user_blk"}})
-                })
-                .collect()
+                    "cpumask": c.cpumask, "readonly": d.readonly, "transport": "vhost_user_blk"}}),
+                );
+                // As SPDK: written only when coalescing is on.
+                let (delay, iops) = d.coalescing.get();
+                if delay != 0 {
+                    v.push(json!({"method": "vhost_controller_set_coalescing", "params": {"ctrlr": d.ctrlr,
+                        "delay_base_us": delay, "iops_threshold": iops}}));
+                }
+            }
+            v
         }),
     });
 }

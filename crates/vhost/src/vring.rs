@@ -45,6 +45,8 @@ pub struct Device {
     pub seg_max: u32,
     /// The serial GET_ID returns.
     pub serial: [u8; blk::ID_LEN],
+    /// Interrupt coalescing, as set now.
+    pub coalescing: crate::coalesce::Coalescing,
 }
 
 /// What the control plane hands a reactor to start a queue.
@@ -116,6 +118,7 @@ struct Vq {
     poller: Option<PollerId>,
     sleep_hook: Option<PollerId>,
     descs: Vec<Desc>,
+    coalesce: crate::coalesce::QueueCoalescing,
     /// Requests in flight, in memory that outlives the daemon.
     inflight: Option<InflightQueue>,
     /// The reactor sleeps after every idle turn: ask for kicks at once.
@@ -194,6 +197,7 @@ pub fn start(s: Setup) -> Result<(), String> {
         poller: None,
         sleep_hook: None,
         descs: Vec::with_capacity(16),
+        coalesce: Default::default(),
         inflight: None,
         interrupt_mode,
     };
@@ -363,7 +367,7 @@ impl Vq {
                 }
             }
         }
-        if self.to_signal {
+        if self.to_signal && self.coalesce.may_signal(&self.dev.coalescing) {
             self.to_signal = false;
             self.signal();
             work = true;
@@ -375,6 +379,11 @@ impl Vq {
     /// moving avail_event up to where the queue is, even if kicks were never turned off); true
     /// if requests arrived meanwhile (the reactor then stays up to take them).
     fn before_sleep(&mut self) -> bool {
+        if self.to_signal {
+            // Held back by coalescing: an idle queue holds nothing back.
+            self.to_signal = false;
+            self.signal();
+        }
         if self.stopping.is_some() || self.broken {
             return false;
         }
@@ -412,6 +421,7 @@ impl Vq {
             return false;
         }
         self.requests += 1;
+        self.coalesce.taken();
         if let Some(f) = self.inflight.as_mut() {
             f.begin(head);
         }
