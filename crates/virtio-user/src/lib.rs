@@ -10,5 +10,6 @@
 //! - [`bdev`]: the device as a bdev, its channels and pollers;
 //! - [`rpc`]: `bdev_virtio_attach_controller`, `bdev_virtio_detach_controller`.
 
+pub mod handshake;
 pub mod ring;
 pub mod shm;
