@@ -10,6 +10,11 @@
 //! - [`bdev`]: the device as a bdev, its channels and pollers;
 //! - [`rpc`]: `bdev_virtio_attach_controller`, `bdev_virtio_detach_controller`.
 
+pub mod bdev;
 pub mod handshake;
+pub mod queue;
 pub mod ring;
+pub mod rpc;
 pub mod shm;
+
+pub use bdev::{attach, AttachOpts, Device};
