@@ -86,7 +86,7 @@ impl Device {
         if opts.vq_count == 0 {
             return Err(BdevError::Invalid("vq_count must be at least 1".into()));
         }
-        let (mut fe, config) = handshake::connect(&opts.socket, opts.vq_count)?;
+        let (mut fe, config, deadline) = handshake::connect(&opts.socket, opts.vq_count)?;
         let queue_count = opts.vq_count.min(config.num_queues);
         if queue_count < opts.vq_count {
             log::warn!(
@@ -121,8 +121,9 @@ impl Device {
                 call: q.call_fd(),
             })
             .collect();
-        handshake::start_queues(&mut fe, &opts.socket, &shm, &setups)?;
+        handshake::start_queues(&mut fe, &opts.socket, &shm, &setups).map_err(|e| deadline.explain(e))?;
         drop(setups);
+        drop(deadline);
         // SAFETY: dup of the frontend's open socket; the result is a new descriptor we own.
         let dup = unsafe { libc::fcntl(fe.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
         if dup < 0 {

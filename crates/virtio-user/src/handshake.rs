@@ -2,12 +2,16 @@
 //! [`Frontend`]: connect, negotiate virtio and protocol features, read the device's
 //! configuration space, send the memory table, then describe and start each virtqueue.
 //!
-//! Everything here blocks on the socket (bounded by [`SOCKET_TIMEOUT`]): callers run it off the
-//! reactors.
+//! Everything here blocks on the socket: callers run it off the reactors. The whole setup is
+//! bounded by a [`Deadline`] ([`SOCKET_TIMEOUT`]), which shuts the socket down when it passes:
+//! the vhost crate retries a receive that times out (`SO_RCVTIMEO`) forever, so a socket
+//! timeout would not end a wait on a peer that never answers.
 
 use crate::shm::SharedMem;
 use ferrite_bdev::BdevError;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserHeaderFlag};
 use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures, VhostUserVirtioFeatures};
@@ -17,9 +21,53 @@ use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
 use vmm_sys_util::eventfd::EventFd;
 
-/// How long one message to the device may take: a socket that is not a vhost-user device (or a
-/// stuck one) fails the attach instead of hanging it.
+/// How long the whole setup may take: a socket that is not a vhost-user device (or a stuck
+/// one) fails the attach instead of hanging it.
 pub const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Shuts a socket down if the setup has not finished (the deadline dropped) in time.
+pub struct Deadline {
+    disarm: Option<std::sync::mpsc::Sender<()>>,
+    fired: Arc<AtomicBool>,
+}
+
+impl Deadline {
+    /// Arms the deadline on (a duplicate of) `sock`, with a thread that waits for it.
+    pub fn arm(sock: &UnixStream, timeout: Duration) -> std::io::Result<Deadline> {
+        let watched = sock.try_clone()?;
+        let (disarm, disarmed) = std::sync::mpsc::channel::<()>();
+        let fired = Arc::new(AtomicBool::new(false));
+        let f = fired.clone();
+        std::thread::Builder::new().name("virtio-user-deadline".into()).spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = disarmed.recv_timeout(timeout) {
+                f.store(true, Ordering::Release);
+                let _ = watched.shutdown(std::net::Shutdown::Both);
+            }
+        })?;
+        Ok(Deadline { disarm: Some(disarm), fired })
+    }
+
+    /// True if the deadline passed (and the socket was shut down).
+    pub fn fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
+    /// Explains `e` by the deadline if it passed.
+    pub fn explain(&self, e: BdevError) -> BdevError {
+        if !self.fired() {
+            return e;
+        }
+        BdevError::Errno(libc::ETIMEDOUT, format!("{e} (no answer within {SOCKET_TIMEOUT:?})"))
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        if let Some(d) = self.disarm.take() {
+            let _ = d.send(());
+        }
+    }
+}
 
 /// The virtio features this driver uses, when the device offers them (SPDK's set, with
 /// VERSION_1 and WRITE_ZEROES; no indirect descriptors).
@@ -88,14 +136,20 @@ fn proto<'a>(path: &'a str, step: &'a str) -> impl Fn(vhost::Error) -> BdevError
 }
 
 /// Connects to the device's socket and sets the frontend up: owner, features, protocol
-/// features, configuration. Returns the frontend and what the device is.
-pub fn connect(path: &str, vq_count: u16) -> Result<(Frontend, DeviceConfig), BdevError> {
+/// features, configuration. Returns the frontend, what the device is, and the deadline of the
+/// setup (armed; the caller drops it once the queues are started too).
+pub fn connect(path: &str, vq_count: u16) -> Result<(Frontend, DeviceConfig, Deadline), BdevError> {
     let sock = UnixStream::connect(path)
         .map_err(|e| fail(e.raw_os_error().unwrap_or(libc::EIO), path, format_args!("cannot connect: {e}")))?;
-    sock.set_read_timeout(Some(SOCKET_TIMEOUT))
-        .and_then(|()| sock.set_write_timeout(Some(SOCKET_TIMEOUT)))
-        .map_err(|e| fail(libc::EIO, path, format_args!("cannot set a timeout: {e}")))?;
-    let mut fe = Frontend::from_stream(sock, u64::from(vq_count));
+    let deadline = Deadline::arm(&sock, SOCKET_TIMEOUT)
+        .map_err(|e| fail(libc::EIO, path, format_args!("cannot arm the setup deadline: {e}")))?;
+    match negotiate(Frontend::from_stream(sock, u64::from(vq_count)), path) {
+        Ok((fe, config)) => Ok((fe, config, deadline)),
+        Err(e) => Err(deadline.explain(e)),
+    }
+}
+
+fn negotiate(mut fe: Frontend, path: &str) -> Result<(Frontend, DeviceConfig), BdevError> {
     fe.set_owner().map_err(proto(path, "SET_OWNER"))?;
     let offered = fe.get_features().map_err(proto(path, "GET_FEATURES"))?;
     let protocol_bit = VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
