@@ -209,3 +209,43 @@ fn a_vanished_device_fails_its_requests_and_the_bdev_stays() {
     assert_eq!(side.rpc("bdev_virtio_detach_controller", json!({"name": "gone0"})).unwrap(), json!(true));
     side.shutdown();
 }
+
+#[test]
+fn a_reactor_beyond_vq_count_gets_no_channel_until_one_is_free() {
+    let dir = TempDir::new("busy");
+    let (image, initial) = image_with_pattern(&dir.0, IMAGE_BYTES, 3);
+    let Some(qsd) = Qsd::start(&dir.0, &image, 2) else { return };
+    let side = Side::start(2, ReactorMode::Interrupt);
+    // One queue only, although the device has two.
+    side.rpc("bdev_virtio_attach_controller", attach_params("busy0", &qsd.socket_str(), 1)).unwrap();
+    let b = &side.rpc("bdev_get_bdevs", json!({"name": "busy0"})).unwrap()[0];
+    assert_eq!(b["driver_specific"]["virtio"]["vq_count"], 1);
+    // Reactor 0 holds the queue until told to let it go.
+    let (release, released) = ferrite_reactor::oneshot::channel::<()>();
+    let (holding, held) = std::sync::mpsc::channel::<()>();
+    let holder = side.engine.run_async(0, move || async move {
+        let desc = Bdev::open("busy0", false, || {}).unwrap();
+        let ch = desc.channel().unwrap();
+        holding.send(()).unwrap();
+        let _ = released.await;
+        drop(ch);
+    });
+    held.recv_timeout(TIMEOUT).unwrap();
+    let refused = side.run(1, || async {
+        let desc = Bdev::open("busy0", false, || {}).unwrap();
+        desc.channel().err().map(|e| e.to_string())
+    });
+    let why = refused.expect("a second reactor gets no channel while the only queue is taken");
+    assert!(why.contains("all 1 virtqueues are in use"), "{why}");
+    release.send(());
+    wait(holder);
+    // The queue went back with the channel: reactor 1 now reads through it.
+    side.run(1, move || async move {
+        let desc = Bdev::open("busy0", false, || {}).unwrap();
+        let ch = desc.channel().unwrap();
+        let got = io_ok(&ch, IoRequest::read(16, 8, alloc_buf(4096))).await;
+        assert_bytes_eq(&got, &initial[16 * BS..24 * BS], "read after the queue moved");
+    });
+    side.rpc("bdev_virtio_detach_controller", json!({"name": "busy0"})).unwrap();
+    side.shutdown();
+}
