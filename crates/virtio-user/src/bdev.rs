@@ -108,7 +108,8 @@ impl Device {
         let event_idx = config.has(VIRTIO_RING_F_EVENT_IDX);
         let mut queues = Vec::with_capacity(queue_count as usize);
         for i in 0..queue_count as usize {
-            let q = BlkQueue::new(&shm, i * layout.bytes, opts.vq_size, layout, event_idx)
+            let flush_after_fua = config.has(VIRTIO_BLK_F_FLUSH);
+            let q = BlkQueue::new(&shm, i * layout.bytes, opts.vq_size, layout, event_idx, flush_after_fua)
                 .map_err(|e| BdevError::Os(format!("cannot make the queue's eventfds: {e}")))?;
             queues.push(q);
         }
@@ -169,6 +170,11 @@ impl Device {
     /// Bytes copied through the bounce buffers so far, over every queue.
     pub fn copied_bytes(&self) -> u64 {
         self.stats.iter().map(|s| s.copied_bytes.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Flushes sent after FUA writes so far, over every queue.
+    pub fn fua_flushes(&self) -> u64 {
+        self.stats.iter().map(|s| s.fua_flushes.load(Ordering::Relaxed)).sum()
     }
 
     /// Kicks sent so far, over every queue.
@@ -312,7 +318,8 @@ impl BdevBackend for VirtioBackend {
         let d = &self.dev;
         json!({"virtio": {"vq_count": d.queues.len(), "vq_size": d.opts.vq_size, "type": "user",
             "socket": d.opts.socket, "features": d.config.features, "connected": !d.is_dead(),
-            "shared_bytes": d.shm.len(), "bounce_copied_bytes": d.copied_bytes(), "kicks": d.kicks()}})
+            "shared_bytes": d.shm.len(), "bounce_copied_bytes": d.copied_bytes(), "kicks": d.kicks(),
+            "fua_flushes": d.fua_flushes()}})
     }
 
     fn config_entry(&self, bdev: &Bdev) -> Option<Value> {
@@ -427,10 +434,13 @@ fn poll(dev: &Device, st: &mut ChannelState, done: &mut Vec<(BdevIo, IoStatus)>)
             return true;
         }
     }
-    // Arms the watch (or takes a signal already there); its completion wakes the reactor.
-    if st.call.take_ready().unwrap_or(false) {
+    // Arms the watch; its completion wakes the reactor. A signal already there (from an earlier
+    // wish) is drained, and the watch armed again, so that none is lost.
+    while st.call.take_ready().unwrap_or(false) {
         let _ = st.call.drain();
-        return q.ring().has_used();
+        if q.ring().has_used() {
+            return true;
+        }
     }
     false
 }

@@ -7,12 +7,15 @@
 //! be in the shared region): on submit for writes, on completion for reads. That copy is
 //! counted ([`QueueStats::copied_bytes`]).
 //!
+//! virtio-blk has no FUA: a FUA write to a device with a volatile cache (FLUSH) is followed by
+//! a flush in the same slot, and completes when the flush does.
+//!
 //! A queue is used by one core at a time (the channel that holds it); nothing here locks,
 //! allocates or makes a syscall per request apart from the kick the device asks for.
 
 use crate::ring::{Desc, RingLayout, SplitRing};
 use crate::shm::SharedMem;
-use ferrite_bdev::{BdevIo, IoStatus, IoType};
+use ferrite_bdev::{BdevIo, IoFlags, IoStatus, IoType};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use virtio_bindings::virtio_blk::*;
@@ -40,6 +43,8 @@ pub struct QueueStats {
     pub kicks: AtomicU64,
     /// Requests completed by the device.
     pub completed: AtomicU64,
+    /// Flushes sent after FUA writes.
+    pub fua_flushes: AtomicU64,
 }
 
 impl QueueStats {
@@ -88,6 +93,11 @@ pub struct BlkQueue {
     slot_bytes: usize,
     /// The request each slot carries.
     held: Box<[Option<BdevIo>]>,
+    /// The slot's FUA write is done and its flush is with the device.
+    flushing: Box<[bool]>,
+    /// FUA writes are followed by a flush (the device has a volatile cache: FLUSH offered;
+    /// virtio-blk has no FUA of its own).
+    flush_after_fua: bool,
     /// Free slots (a stack; its capacity is the slot count, so pushes never allocate).
     free: Vec<u16>,
     kick: EventFd,
@@ -103,7 +113,16 @@ unsafe impl Send for BlkQueue {}
 impl BlkQueue {
     /// A queue of `size` entries at offset `at` of `shm`, laid out as `layout` (from
     /// [`QueueLayout::of`]) says, in zeroed memory nothing else uses.
-    pub fn new(shm: &SharedMem, at: usize, size: u16, layout: QueueLayout, event_idx: bool) -> std::io::Result<Self> {
+    /// `flush_after_fua`: the device has a volatile write cache (FLUSH), so a FUA write is
+    /// followed by a flush before it completes.
+    pub fn new(
+        shm: &SharedMem,
+        at: usize,
+        size: u16,
+        layout: QueueLayout,
+        event_idx: bool,
+        flush_after_fua: bool,
+    ) -> std::io::Result<Self> {
         assert!(at + layout.bytes <= shm.len(), "the queue lies inside the shared region");
         assert!(layout.slots > 0 && layout.slots * 3 <= size as usize, "each slot has three descriptors");
         // SAFETY: offsets inside the region (checked above), page-aligned base.
@@ -118,6 +137,8 @@ impl BlkQueue {
             data: unsafe { base.add(layout.data) },
             slot_bytes: layout.slot_bytes,
             held: (0..layout.slots).map(|_| None).collect(),
+            flushing: vec![false; layout.slots].into_boxed_slice(),
+            flush_after_fua,
             free: (0..layout.slots as u16).rev().collect(),
             kick: EventFd::new(libc::EFD_NONBLOCK)?,
             call: EventFd::new(libc::EFD_NONBLOCK)?,
@@ -257,6 +278,12 @@ impl BlkQueue {
         }
         debug_assert!(self.held[slot as usize].is_none(), "a free slot holds no request");
         self.held[slot as usize] = Some(io);
+        self.publish(head);
+        Ok(())
+    }
+
+    /// Publishes the chain at `head`, kicking the device if it asked.
+    fn publish(&mut self, head: u16) {
         if self.ring.publish(head) {
             // The one syscall of a request, when the device waits for it (one that polls its
             // rings never asks).
@@ -265,7 +292,21 @@ impl BlkQueue {
             }
             QueueStats::add(&self.stats.kicks, 1);
         }
-        Ok(())
+    }
+
+    /// Sends a flush in `slot` (whose FUA write just completed): header and status only.
+    fn flush_in(&mut self, slot: u16) {
+        let meta = self.meta_of(slot);
+        // SAFETY: the slot's metadata; the device finished with it (its chain completed).
+        unsafe {
+            meta.cast::<u32>().write(VIRTIO_BLK_T_FLUSH.to_le());
+            meta.add(8).cast::<u64>().write(0);
+            meta.add(STATUS_AT).write(NO_STATUS);
+        }
+        let head = 3 * slot;
+        self.ring.set_desc(head, Desc { addr: meta as u64, len: 16, flags: VRING_DESC_F_NEXT as u16, next: head + 2 });
+        QueueStats::add(&self.stats.fua_flushes, 1);
+        self.publish(head);
     }
 
     /// Takes the requests the device completed into `done`, with their statuses (reads'
@@ -290,6 +331,19 @@ impl BlkQueue {
                     IoStatus::Failed(libc::EIO)
                 }
             };
+            let flushed = std::mem::take(&mut self.flushing[slot as usize]);
+            if status.is_ok()
+                && !flushed
+                && self.flush_after_fua
+                && io.req.io_type == IoType::Write
+                && io.req.flags.contains(IoFlags::FUA)
+            {
+                // Durable when it completes: the slot carries a flush first.
+                self.flushing[slot as usize] = true;
+                self.held[slot as usize] = Some(io);
+                self.flush_in(slot);
+                continue;
+            }
             if status.is_ok() && io.req.io_type == IoType::Read {
                 let buf = self.data_of(slot);
                 let mut at = 0;

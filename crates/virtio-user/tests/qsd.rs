@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use ferrite_bdev::{Bdev, IoRequest, IoStatus, IoType};
+use ferrite_bdev::{Bdev, IoFlags, IoRequest, IoStatus, IoType};
 use ferrite_reactor::{alloc_buf, ReactorMode};
 use serde_json::{json, Value};
 
@@ -134,13 +134,26 @@ fn data_reaches_the_file_through_two_queues() {
         }
         read_all("vu0", model, "whole device after discard and write zeroes").await
     });
+    // A FUA write is followed by a flush (virtio-blk has no FUA) and reads back.
+    let model = side.run(0, move || async move {
+        let mut model = model;
+        let desc = Bdev::open("vu0", true, || {}).unwrap();
+        let ch = desc.channel().unwrap();
+        let data = pattern(77, 4096);
+        io_ok(&ch, IoRequest::write(7000, 8, buf_from(&data)).with_flags(IoFlags::FUA)).await;
+        put(&mut model, 7000, &data);
+        let got = io_ok(&ch, IoRequest::read(7000, 8, alloc_buf(4096))).await;
+        assert_bytes_eq(&got, &data, "FUA write read back");
+        model
+    });
     let specific = &side.rpc("bdev_get_bdevs", json!({"name": "vu0"})).unwrap()[0]["driver_specific"]["virtio"];
+    assert_eq!(specific["fua_flushes"], 1, "one FUA write, one flush after it");
     let copied = specific["bounce_copied_bytes"].as_u64().unwrap();
     // Every payload byte crosses the bounce buffers once: the writes of reactor 0 and their
     // read-backs, 32 writes and 32 reads of 4 KiB, two whole-device reads, reactor 1's write,
-    // the zeroes read back.
+    // the zeroes read back, the FUA write and its read-back.
     let shapes = 4096 + 4096 + (128 << 10) + (300 << 10) + 512;
-    let expected = 2 * shapes + 64 * 4096 + 2 * IMAGE_BYTES + (64 << 10) + (256 + 72) * BS;
+    let expected = 2 * shapes + 64 * 4096 + 2 * IMAGE_BYTES + (64 << 10) + (256 + 72) * BS + 2 * 4096;
     assert_eq!(copied, expected as u64, "bytes bounced");
 
     // save_config keeps the attach; replaying it after a detach attaches again.
