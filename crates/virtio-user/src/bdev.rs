@@ -177,6 +177,11 @@ impl Device {
         self.stats.iter().map(|s| s.fua_flushes.load(Ordering::Relaxed)).sum()
     }
 
+    /// Times a channel asked the device to signal completions and let its reactor sleep.
+    pub fn waits(&self) -> u64 {
+        self.stats.iter().map(|s| s.waits.load(Ordering::Relaxed)).sum()
+    }
+
     /// Kicks sent so far, over every queue.
     pub fn kicks(&self) -> u64 {
         self.stats.iter().map(|s| s.kicks.load(Ordering::Relaxed)).sum()
@@ -319,7 +324,7 @@ impl BdevBackend for VirtioBackend {
         json!({"virtio": {"vq_count": d.queues.len(), "vq_size": d.opts.vq_size, "type": "user",
             "socket": d.opts.socket, "features": d.config.features, "connected": !d.is_dead(),
             "shared_bytes": d.shm.len(), "bounce_copied_bytes": d.copied_bytes(), "kicks": d.kicks(),
-            "fua_flushes": d.fua_flushes()}})
+            "fua_flushes": d.fua_flushes(), "waits": d.waits()}})
     }
 
     fn config_entry(&self, bdev: &Bdev) -> Option<Value> {
@@ -427,12 +432,12 @@ fn poll(dev: &Device, st: &mut ChannelState, done: &mut Vec<(BdevIo, IoStatus)>)
         st.idle_turns += 1;
         return true;
     }
-    if !q.ring().notify_on() {
-        q.ring_mut().set_notify(true);
-        // A completion that arrived before the wish was visible is taken on the next turn.
-        if q.ring().has_used() {
-            return true;
-        }
+    // The wish names the completions taken so far (they move while it is on: a request that
+    // went back to the device, a FUA write's flush, is taken without ending the wait).
+    q.wait_for_signal();
+    // A completion that arrived before the wish was visible is taken on the next turn.
+    if q.ring().has_used() {
+        return true;
     }
     // Arms the watch; its completion wakes the reactor. A signal already there (from an earlier
     // wish) is drained, and the watch armed again, so that none is lost.

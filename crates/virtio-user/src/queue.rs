@@ -45,6 +45,8 @@ pub struct QueueStats {
     pub completed: AtomicU64,
     /// Flushes sent after FUA writes.
     pub fua_flushes: AtomicU64,
+    /// Times the device was asked to signal completions (the reactor could then sleep).
+    pub waits: AtomicU64,
 }
 
 impl QueueStats {
@@ -174,6 +176,15 @@ impl BlkQueue {
     /// The ring, to change its notification wish.
     pub fn ring_mut(&mut self) -> &mut SplitRing {
         &mut self.ring
+    }
+
+    /// Asks the device to signal the next completion (the channel is about to let its reactor
+    /// sleep); asked again before each sleep, as the completions taken move.
+    pub fn wait_for_signal(&mut self) {
+        if !self.ring.notify_on() {
+            QueueStats::add(&self.stats.waits, 1);
+        }
+        self.ring.set_notify(true);
     }
 
     /// The eventfd this driver kicks the device with.
@@ -310,10 +321,13 @@ impl BlkQueue {
     }
 
     /// Takes the requests the device completed into `done`, with their statuses (reads'
-    /// payloads copied out). Returns how many.
+    /// payloads copied out). Returns how many completions it took from the ring (a FUA write
+    /// whose flush was just sent counts, though it is not done yet).
     pub fn reap(&mut self, done: &mut Vec<(BdevIo, IoStatus)>) -> usize {
         let before = done.len();
+        let mut taken = 0;
         while let Some((head, _written)) = self.ring.pop_used() {
+            taken += 1;
             let slot = head / 3;
             let Some(mut io) = self.held.get_mut(slot as usize).and_then(Option::take) else {
                 log::error!("virtio-user: the device completed descriptor {head}, which carries no request");
@@ -359,9 +373,8 @@ impl BlkQueue {
             self.free.push(slot);
             done.push((io, status));
         }
-        let n = done.len() - before;
-        QueueStats::add(&self.stats.completed, n as u64);
-        n
+        QueueStats::add(&self.stats.completed, (done.len() - before) as u64);
+        taken
     }
 
     /// Fails every request in flight (the device is gone): they go to `done` with an I/O

@@ -197,9 +197,26 @@ fn a_vanished_device_fails_its_requests_and_the_bdev_stays() {
         assert_bytes_eq(&got, &initial[..4096], "read before the device goes");
         desc
     });
-    // Requests handed to a frozen device stay in flight; killing it must fail them.
+    // A request to a device that answers late: the reactor (interrupt mode) stops polling,
+    // asks for a signal and sleeps; the completion's signal wakes it.
     qsd.freeze();
     let pid = qsd.pid();
+    let thaw = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // SAFETY: kill(2) of the test's own child.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    });
+    let desc = side.run(0, move || async move {
+        let ch = desc.channel().unwrap();
+        let c = io(&ch, IoRequest::read(8, 8, alloc_buf(4096))).await;
+        assert_eq!(c.status, IoStatus::Success, "a late completion");
+        desc
+    });
+    thaw.join().unwrap();
+    let waits = &side.rpc("bdev_get_bdevs", json!({"name": "gone0"})).unwrap()[0]["driver_specific"]["virtio"]["waits"];
+    assert!(waits.as_u64().unwrap() >= 1, "the channel asked for a signal: {waits}");
+    // Requests handed to a frozen device stay in flight; killing it must fail them.
+    qsd.freeze();
     let statuses = side.run(0, move || async move {
         let ch = desc.channel().unwrap();
         let pending: Vec<_> = (0..4u64).map(|i| start_io(&ch, IoRequest::read(8 * i, 8, alloc_buf(4096)))).collect();
