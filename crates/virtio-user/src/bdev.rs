@@ -21,7 +21,7 @@ use crate::shm::SharedMem;
 use ferrite_bdev::{
     register, BackendChannel, Bdev, BdevBackend, BdevError, BdevIo, BdevProps, IoStatus, IoType, IoTypes, Limits,
 };
-use ferrite_reactor::{FdWatch, PollerId};
+use ferrite_reactor::{FdWatch, Lender, PollerId};
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -182,6 +182,11 @@ impl Device {
         self.stats.iter().map(|s| s.waits.load(Ordering::Relaxed)).sum()
     }
 
+    /// Bytes lent to zero-copy readers so far, over every queue.
+    pub fn lent_bytes(&self) -> u64 {
+        self.stats.iter().map(|s| s.lent_bytes.load(Ordering::Relaxed)).sum()
+    }
+
     /// Kicks sent so far, over every queue.
     pub fn kicks(&self) -> u64 {
         self.stats.iter().map(|s| s.kicks.load(Ordering::Relaxed)).sum()
@@ -319,12 +324,16 @@ impl BdevBackend for VirtioBackend {
         Some(self)
     }
 
+    fn zcopy(&self) -> bool {
+        true
+    }
+
     fn driver_specific(&self) -> Value {
         let d = &self.dev;
         json!({"virtio": {"vq_count": d.queues.len(), "vq_size": d.opts.vq_size, "type": "user",
             "socket": d.opts.socket, "features": d.config.features, "connected": !d.is_dead(),
             "shared_bytes": d.shm.len(), "bounce_copied_bytes": d.copied_bytes(), "kicks": d.kicks(),
-            "fua_flushes": d.fua_flushes(), "waits": d.waits()}})
+            "fua_flushes": d.fua_flushes(), "waits": d.waits(), "lent_bytes": d.lent_bytes()}})
     }
 
     fn config_entry(&self, bdev: &Bdev) -> Option<Value> {
@@ -355,6 +364,9 @@ struct ChannelState {
     idle_turns: u32,
     /// The requests in flight were failed because the device died.
     failed: bool,
+    /// One lender per slot, for zero-copy reads: a slot is free again once the channel holds
+    /// its lender alone.
+    lenders: Box<[Rc<Lender>]>,
 }
 
 /// One reactor's channel: one virtqueue, polled.
@@ -386,7 +398,9 @@ impl VirtioChannel {
             }
         };
         let slots = queue.slots();
-        let state = Rc::new(RefCell::new(ChannelState { queue: Some(queue), call, idle_turns: 0, failed: false }));
+        let lenders = (0..slots).map(|_| Rc::new(Lender::new(dev.clone()))).collect();
+        let state =
+            Rc::new(RefCell::new(ChannelState { queue: Some(queue), call, idle_turns: 0, failed: false, lenders }));
         let poller = {
             let state = state.clone();
             let dev = dev.clone();
@@ -416,7 +430,10 @@ fn poll(dev: &Device, st: &mut ChannelState, done: &mut Vec<(BdevIo, IoStatus)>)
         }
         return false;
     }
-    if q.reap(done) > 0 {
+    if q.lent() > 0 {
+        q.reclaim(&st.lenders);
+    }
+    if q.reap(done, &st.lenders) > 0 {
         st.idle_turns = 0;
         if q.ring().notify_on() {
             q.ring_mut().set_notify(false);
@@ -451,6 +468,10 @@ fn poll(dev: &Device, st: &mut ChannelState, done: &mut Vec<(BdevIo, IoStatus)>)
 }
 
 impl BackendChannel for VirtioChannel {
+    fn lends_reads(&self) -> bool {
+        true
+    }
+
     fn submit(&mut self, io: BdevIo) {
         if io.req.io_type == IoType::Reset {
             // Reaches the module once earlier requests completed: nothing more to do.
@@ -481,7 +502,17 @@ impl Drop for VirtioChannel {
         }
         let mut st = self.state.borrow_mut();
         st.call.close();
-        if let Some(q) = st.queue.take() {
+        if let Some(mut q) = st.queue.take() {
+            q.reclaim(&st.lenders);
+            if q.lent() > 0 {
+                // Views still held by their readers: those slots stay out of use for good (the
+                // next channel has lenders of its own and cannot tell when they go).
+                log::warn!(
+                    "{}: {} lent read buffer(s) outlive their channel; their slots are retired",
+                    self.dev.opts.name.escape_debug(),
+                    q.lent()
+                );
+            }
             debug_assert!(
                 q.in_flight() == 0 || self.dev.is_dead(),
                 "a channel goes away only once its requests completed"

@@ -5,7 +5,9 @@
 //! so a completion's head index names its slot and no descriptor free list is kept. Payloads
 //! are copied between the request's buffers and the slot's bounce buffer (device memory must
 //! be in the shared region): on submit for writes, on completion for reads. That copy is
-//! counted ([`QueueStats::copied_bytes`]).
+//! counted ([`QueueStats::copied_bytes`]). Zero-copy reads (a caller that takes the module's
+//! memory, such as the NBD and NVMe-oF targets) get the bounce buffer itself, lent until they
+//! drop it ([`QueueStats::lent_bytes`]).
 //!
 //! virtio-blk has no FUA: a FUA write to a device with a volatile cache (FLUSH) is followed by
 //! a flush in the same slot, and completes when the flush does.
@@ -16,6 +18,8 @@
 use crate::ring::{Desc, RingLayout, SplitRing};
 use crate::shm::SharedMem;
 use ferrite_bdev::{BdevIo, IoFlags, IoStatus, IoType};
+use ferrite_reactor::{IoBuf, Lender};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use virtio_bindings::virtio_blk::*;
@@ -47,6 +51,8 @@ pub struct QueueStats {
     pub fua_flushes: AtomicU64,
     /// Times the device was asked to signal completions (the reactor could then sleep).
     pub waits: AtomicU64,
+    /// Bytes lent to zero-copy readers (read without a copy).
+    pub lent_bytes: AtomicU64,
 }
 
 impl QueueStats {
@@ -102,6 +108,10 @@ pub struct BlkQueue {
     flush_after_fua: bool,
     /// Free slots (a stack; its capacity is the slot count, so pushes never allocate).
     free: Vec<u16>,
+    /// Slots lent to zero-copy readers (capacity: the slot count).
+    lent: Vec<u16>,
+    /// Requests with the device.
+    with_device: usize,
     kick: EventFd,
     call: EventFd,
     stats: Arc<QueueStats>,
@@ -142,6 +152,8 @@ impl BlkQueue {
             flushing: vec![false; layout.slots].into_boxed_slice(),
             flush_after_fua,
             free: (0..layout.slots as u16).rev().collect(),
+            lent: Vec::with_capacity(layout.slots),
+            with_device: 0,
             kick: EventFd::new(libc::EFD_NONBLOCK)?,
             call: EventFd::new(libc::EFD_NONBLOCK)?,
             stats: Arc::default(),
@@ -202,9 +214,32 @@ impl BlkQueue {
         &self.stats
     }
 
-    /// Requests in flight.
+    /// Requests with the device.
     pub fn in_flight(&self) -> usize {
-        self.held.len() - self.free.len()
+        self.with_device
+    }
+
+    /// Slots whose bounce buffer is lent to a zero-copy reader.
+    pub fn lent(&self) -> usize {
+        self.lent.len()
+    }
+
+    /// Takes back the slots whose lent buffers are all gone (their lender is held by the
+    /// channel alone again). Returns how many.
+    pub fn reclaim(&mut self, lenders: &[Rc<Lender>]) -> usize {
+        let mut back = 0;
+        let mut i = 0;
+        while i < self.lent.len() {
+            let slot = self.lent[i];
+            if Rc::strong_count(&lenders[slot as usize]) == 1 {
+                self.lent.swap_remove(i);
+                self.free.push(slot);
+                back += 1;
+            } else {
+                i += 1;
+            }
+        }
+        back
     }
 
     /// Bytes one read or write may move.
@@ -289,6 +324,7 @@ impl BlkQueue {
         }
         debug_assert!(self.held[slot as usize].is_none(), "a free slot holds no request");
         self.held[slot as usize] = Some(io);
+        self.with_device += 1;
         self.publish(head);
         Ok(())
     }
@@ -320,10 +356,12 @@ impl BlkQueue {
         self.publish(head);
     }
 
-    /// Takes the requests the device completed into `done`, with their statuses (reads'
-    /// payloads copied out). Returns how many completions it took from the ring (a FUA write
-    /// whose flush was just sent counts, though it is not done yet).
-    pub fn reap(&mut self, done: &mut Vec<(BdevIo, IoStatus)>) -> usize {
+    /// Takes the requests the device completed into `done`, with their statuses: reads'
+    /// payloads copied out, or for zero-copy reads (no buffers) the slot's bounce buffer lent
+    /// through the slot's lender in `lenders` (the slot stays out of use until
+    /// [`BlkQueue::reclaim`] sees the lent view gone). Returns how many completions it took
+    /// from the ring (a FUA write whose flush was just sent counts, though it is not done).
+    pub fn reap(&mut self, done: &mut Vec<(BdevIo, IoStatus)>, lenders: &[Rc<Lender>]) -> usize {
         let before = done.len();
         let mut taken = 0;
         while let Some((head, _written)) = self.ring.pop_used() {
@@ -358,6 +396,21 @@ impl BlkQueue {
                 self.flush_in(slot);
                 continue;
             }
+            self.with_device -= 1;
+            if status.is_ok() && io.req.is_zcopy_read() {
+                debug_assert_eq!(lenders.len(), self.held.len(), "a lender per slot");
+                let len = io.len_bytes() as usize;
+                let ptr = std::ptr::NonNull::new(self.data_of(slot)).expect("inside the mapping");
+                // SAFETY: the slot's bounce buffer, which the device filled and no longer
+                // touches; the slot is not reused while the view's lender is held by it, and
+                // the lender keeps the device (and so the mapping) alive.
+                let view = unsafe { IoBuf::lent(ptr, len, lenders[slot as usize].clone()) };
+                io.req.bufs.push(view);
+                self.lent.push(slot);
+                QueueStats::add(&self.stats.lent_bytes, len as u64);
+                done.push((io, status));
+                continue;
+            }
             if status.is_ok() && io.req.io_type == IoType::Read {
                 let buf = self.data_of(slot);
                 let mut at = 0;
@@ -387,6 +440,7 @@ impl BlkQueue {
             }
         }
         self.free.clear();
+        self.with_device = 0;
         done.len() - before
     }
 

@@ -279,3 +279,56 @@ fn a_reactor_beyond_vq_count_gets_no_channel_until_one_is_free() {
     side.rpc("bdev_virtio_detach_controller", json!({"name": "busy0"})).unwrap();
     side.shutdown();
 }
+
+#[test]
+fn zero_copy_reads_lend_the_bounce_buffer_until_dropped() {
+    let dir = TempDir::new("zcopy");
+    let (image, initial) = image_with_pattern(&dir.0, IMAGE_BYTES, 5);
+    let Some(qsd) = Qsd::start(&dir.0, &image, 1) else { return };
+    let side = Side::start(1, ReactorMode::Interrupt);
+    // 16 entries: 5 slots of three descriptors.
+    let mut params = attach_params("zc0", &qsd.socket_str(), 1);
+    params["vq_size"] = json!(16);
+    side.rpc("bdev_virtio_attach_controller", params).unwrap();
+    let b = &side.rpc("bdev_get_bdevs", json!({"name": "zc0"})).unwrap()[0];
+    assert_eq!(b["supported_io_types"]["zcopy"], true);
+    let image_data = initial.clone();
+    side.run(0, move || async move {
+        let initial = image_data;
+        let desc = Bdev::open("zc0", false, || {}).unwrap();
+        let ch = desc.channel().unwrap();
+        let want = |block: u64, blocks: u64| &initial[block as usize * BS..(block + blocks) as usize * BS];
+        // Four times the slots, each view dropped before the next read: slots come back.
+        for i in 0..20u64 {
+            let got = io_ok(&ch, IoRequest::read_zcopy(8 * i, 8)).await;
+            assert_bytes_eq(&got, want(8 * i, 8), "zero-copy read");
+        }
+        // Five views held: a sixth read waits for a slot until one is dropped.
+        let mut held = Vec::new();
+        for i in 0..5u64 {
+            let c = io(&ch, IoRequest::read_zcopy(100 + 8 * i, 8)).await;
+            assert_eq!(c.status, IoStatus::Success);
+            assert!(c.req.bufs[0].is_lent(), "the bounce buffer itself is lent");
+            held.push(c);
+        }
+        let sixth = start_io(&ch, IoRequest::read_zcopy(200, 8));
+        ferrite_reactor::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!sixth.is_done(), "no slot is free while every view is held");
+        drop(held.pop());
+        let c = sixth.await;
+        assert_eq!(c.status, IoStatus::Success);
+        assert_bytes_eq(&c.req.bufs[0], want(200, 8), "the read that waited for a slot");
+        for (i, c) in held.iter().enumerate() {
+            assert_bytes_eq(&c.req.bufs[0], want(100 + 8 * i as u64, 8), "a held view is unchanged");
+        }
+        drop(held);
+        // Longer than a slot: served as a plain read into a pool buffer (copied).
+        let got = io_ok(&ch, IoRequest::read_zcopy(1000, 512)).await;
+        assert_bytes_eq(&got, want(1000, 512), "a zero-copy read longer than a slot");
+    });
+    let v = &side.rpc("bdev_get_bdevs", json!({"name": "zc0"})).unwrap()[0]["driver_specific"]["virtio"];
+    assert_eq!(v["lent_bytes"], (20 + 5 + 1) * 4096, "{v}");
+    assert_eq!(v["bounce_copied_bytes"], 512 * BS, "{v}");
+    side.rpc("bdev_virtio_detach_controller", json!({"name": "zc0"})).unwrap();
+    side.shutdown();
+}

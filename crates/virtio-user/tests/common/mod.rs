@@ -278,6 +278,13 @@ impl Future for IoFuture {
     }
 }
 
+impl IoFuture {
+    /// True once the request completed.
+    pub fn is_done(&self) -> bool {
+        self.0 .0.borrow().calls > 0
+    }
+}
+
 /// Submits `req` on `ch` and returns the future of its completion (checking that it is not
 /// completed inside `submit`).
 pub fn start_io(ch: &IoChannel, req: IoRequest) -> IoFuture {
