@@ -1,0 +1,100 @@
+//! SPDK's `bdev_virtio_attach_controller` (trtype "user", dev_type "blk") and
+//! `bdev_virtio_detach_controller`. Errors are answered as SPDK answers them: an attach that
+//! fails is -32602 (invalid parameters) with the reason, a detach of an unknown name -ENODEV.
+
+use crate::bdev::{attach, AttachOpts, MODULE};
+use ferrite_bdev::BdevError;
+use ferrite_rpc::{errno_error, Params, Registry, RpcError};
+use serde::Deserialize;
+use serde_json::json;
+
+/// SPDK's defaults for a virtio-user device.
+const DEFAULT_VQ_COUNT: u32 = 1;
+const DEFAULT_VQ_SIZE: u32 = 512;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Attach {
+    name: String,
+    trtype: String,
+    traddr: String,
+    dev_type: String,
+    vq_count: Option<u32>,
+    vq_size: Option<u32>,
+}
+
+fn invalid(msg: impl Into<String>) -> RpcError {
+    RpcError::invalid_params(msg.into())
+}
+
+impl Attach {
+    /// The attach's options; refuses what this module does not serve (PCI and vfio-user
+    /// transports, virtio-scsi).
+    fn opts(self) -> Result<AttachOpts, RpcError> {
+        match self.trtype.to_ascii_lowercase().as_str() {
+            "user" => {}
+            "pci" | "vfio-user" => {
+                return Err(invalid(format!(
+                    "Invalid parameters: trtype {} is not supported (only \"user\": a vhost-user socket)",
+                    self.trtype
+                )))
+            }
+            _ => return Err(invalid(format!("Invalid parameters: unknown trtype {}", self.trtype))),
+        }
+        match self.dev_type.to_ascii_lowercase().as_str() {
+            "blk" => {}
+            "scsi" => return Err(invalid("Invalid parameters: dev_type scsi is not supported (only \"blk\")")),
+            _ => return Err(invalid(format!("Invalid parameters: unknown dev_type {}", self.dev_type))),
+        }
+        if self.name.is_empty() {
+            return Err(invalid("Invalid parameters: name must not be empty"));
+        }
+        // SPDK: 0 (or absent) takes the default.
+        let vq_count = match self.vq_count.unwrap_or(0) {
+            0 => DEFAULT_VQ_COUNT,
+            n => n,
+        };
+        let vq_size = match self.vq_size.unwrap_or(0) {
+            0 => DEFAULT_VQ_SIZE,
+            n => n,
+        };
+        let vq_count = u16::try_from(vq_count)
+            .ok()
+            .filter(|&n| n <= 256)
+            .ok_or_else(|| invalid(format!("Invalid parameters: vq_count {vq_count} is out of range (1 to 256)")))?;
+        let vq_size =
+            u16::try_from(vq_size).ok().filter(|n| n.is_power_of_two() && (4..=1024).contains(n)).ok_or_else(|| {
+                invalid(format!("Invalid parameters: vq_size {vq_size} must be a power of two from 4 to 1024"))
+            })?;
+        Ok(AttachOpts { name: self.name, socket: self.traddr, vq_count, vq_size })
+    }
+}
+
+/// An attach failure as SPDK answers it: invalid parameters, with the reason.
+fn attach_error(e: BdevError) -> RpcError {
+    invalid(format!("{e} ({})", std::io::Error::from_raw_os_error(e.errno())))
+}
+
+/// Registers the methods.
+pub fn register(reg: &mut Registry) {
+    reg.method("bdev_virtio_attach_controller", |_, p: Params| async move {
+        let a: Attach = p.parse()?;
+        let bdev = attach(a.opts()?).await.map_err(attach_error)?;
+        // SPDK names a blk device's bdev after the controller and answers the list of bdevs.
+        Ok(json!([bdev.name()]))
+    });
+    reg.method("bdev_virtio_detach_controller", |_, p: Params| async move {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Detach {
+            name: String,
+        }
+        let d: Detach = p.parse()?;
+        let done = ferrite_bdev::unregister(&d.name, Some(MODULE)).map_err(|e| match e {
+            BdevError::NotFound(_) => errno_error(libc::ENODEV, format!("No such device: {}", d.name)),
+            e => ferrite_bdev::rpc::bdev_err(e),
+        })?;
+        done.await.map_err(|e| RpcError::internal(e.to_string()))?;
+        Ok(json!(true))
+    });
+}
