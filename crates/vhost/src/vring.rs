@@ -26,6 +26,8 @@ use std::sync::Arc;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestAddress};
 
+/// The available ring's flag by which a driver says it needs no signal (VIRTIO 1.2, 2.7.7).
+const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
 /// Chains taken from the ring per poll (the rest wait for the next turn).
 const BATCH: usize = 64;
 /// Descriptors a chain may have beyond its data segments: header, status, and framing that
@@ -592,9 +594,23 @@ impl Vq {
         self.finish_if_drained();
     }
 
+    /// Whether the driver wants a signal for what was just put on the used ring: EVENT_IDX's
+    /// used_event, else the available ring's NO_INTERRUPT flag (a polling driver, such as SPDK's
+    /// virtio-user, sets it; `virtio-queue` does not look at it).
+    fn driver_wants_signal(&mut self) -> bool {
+        if self.queue.event_idx_enabled() {
+            return self.queue.needs_notification(&self.mem.guest).unwrap_or(true);
+        }
+        let flags: u16 = self.mem.guest.read_obj(GuestAddress(self.queue.avail_ring())).unwrap_or(0);
+        u16::from_le(flags) & VRING_AVAIL_F_NO_INTERRUPT == 0
+    }
+
     fn signal(&mut self) {
-        let Some(call) = self.call.as_ref() else { return };
-        if self.queue.needs_notification(&self.mem.guest).unwrap_or(true) {
+        if self.call.is_none() {
+            return;
+        }
+        if self.driver_wants_signal() {
+            let Some(call) = self.call.as_ref() else { return };
             self.signals += 1;
             if let Err(e) = ferrite_reactor::eventfd::signal(call.as_fd()) {
                 ferrite_reactor::log_limited!(

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Ferrite's vhost-user-blk target vs SPDK v26.05's vhost app, in this run, driven by the same
+# client: SPDK's bdevperf with a virtio-user bdev (bdev_virtio_attach_controller, trtype user,
+# two virtqueues), 4 KiB, on core 1; the target on core 0, one reactor, polling; a 256 MiB malloc
+# bdev written whole before the cells (reads of never-written memory would hit the zero page).
+# Cells: randread and randwrite at QD 1 and QD 128: IOPS and mean latency per target, and
+# Ferrite's ratio. The targets run one after the other (both poll core 0), in the order
+# ORDER (default "ferrite spdk spdk ferrite": drift hits both alike); medians are reported.
+# Needs SPDK (../shared/anchors) and 2 MiB hugepages for SPDK's virtio-user (root: reserved here
+# and given back); prints SKIP otherwise.
+# Usage: bench/vhost_vs_spdk.sh [SECONDS]
+source "$(dirname "$0")/common.sh"
+T=${1:-5}
+ORDER=${ORDER:-ferrite spdk spdk ferrite}
+need_spdk bin/vhost examples/bdevperf
+[ "$(id -u)" = 0 ] || { echo "SKIP: SPDK's virtio-user needs hugepages, which only root can reserve here"; exit 0; }
+HUGE_BEFORE=$(cat /proc/sys/vm/nr_hugepages)
+trap 'echo "$HUGE_BEFORE" >/proc/sys/vm/nr_hugepages; stop_pids ${TPID:-}' EXIT
+[ "$HUGE_BEFORE" -ge 1100 ] || echo 1100 >/proc/sys/vm/nr_hugepages
+mountpoint -q /dev/hugepages || { mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages; }
+[ "$(awk '/^HugePages_Free/ {print $2}' /proc/meminfo)" -ge 600 ] || { echo "SKIP: not enough free hugepages"; exit 0; }
+export LD_LIBRARY_PATH=$SPDK_DIR/build/lib
+RPCPY() { PYTHONPATH=$SPDK_DIR/python python3 "$SPDK_DIR/scripts/rpc.py" "$@"; }
+BLOCKS=65536
+CELLS="randread:1 randread:128 randwrite:1 randwrite:128"
+: >"$TMP/records"
+
+# start_target NAME: starts it on core 0 with M0 exported as controller vhost.0 in $TMP/NAME.
+start_target() {
+  mkdir -p "$TMP/$1"
+  rm -f "$TMP/$1/vhost.0" "$TMP/$1.sock"
+  case $1 in
+    ferrite)
+      "$FERRITE" serve -m 0x1 --reactor-mode poll -S "$TMP/$1" -r "$TMP/$1.sock" --log-level warn >"$TMP/$1.log" 2>&1 &
+      TPID=$!
+      for _ in $(seq 200); do [ -S "$TMP/$1.sock" ] && break; sleep 0.05; done
+      "$FERRITE" rpc -s "$TMP/$1.sock" bdev_malloc_create --name M0 --num-blocks $BLOCKS --block-size 4096 >/dev/null
+      "$FERRITE" rpc -s "$TMP/$1.sock" vhost_create_blk_controller '{"ctrlr":"vhost.0","dev_name":"M0"}' >/dev/null ;;
+    spdk)
+      "$SPDK_DIR/build/bin/vhost" -m 0x1 -s 512 --disable-cpumask-locks -S "$TMP/$1" -r "$TMP/$1.sock" >"$TMP/$1.log" 2>&1 &
+      TPID=$!
+      for _ in $(seq 200); do [ -S "$TMP/$1.sock" ] && break; sleep 0.05; done
+      RPCPY -s "$TMP/$1.sock" bdev_malloc_create -b M0 $((BLOCKS * 4096 / 1048576)) 4096 >/dev/null
+      RPCPY -s "$TMP/$1.sock" vhost_create_blk_controller vhost.0 M0 >/dev/null ;;
+  esac
+  [ -S "$TMP/$1/vhost.0" ] || fail "$1: no vhost socket ($(tail -3 "$TMP/$1.log"))"
+}
+
+# bdevperf NAME WORKLOAD QD SIZE SECONDS: one client run against NAME; prints "IOPS AVG_US".
+bdevperf() {
+  cat >"$TMP/bp.json" <<J
+{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_virtio_attach_controller","params":{"name":"V","trtype":"user","traddr":"$TMP/$1/vhost.0","dev_type":"blk","vq_count":2,"vq_size":512}}]}]}
+J
+  "$SPDK_DIR/build/examples/bdevperf" --json "$TMP/bp.json" -w "$2" -q "$3" -o "$4" -t "$5" -m 0x2 -g -s 512 \
+    --no-pci --disable-cpumask-locks -r "$TMP/bp.sock" >"$TMP/bp.out" 2>&1 || fail "bdevperf $*: $(tail -3 "$TMP/bp.out")"
+  tr '\r' '\n' <"$TMP/bp.out" | awk '$1 == "Total" {print $3, $7}'
+}
+
+for who in $ORDER; do
+  start_target "$who"
+  bdevperf "$who" write 32 131072 3 >/dev/null   # every block written once
+  for c in $CELLS; do
+    r=$(bdevperf "$who" "${c%%:*}" "${c##*:}" 4096 "$T")
+    echo "$who $c $r" >>"$TMP/records"
+    echo "  $who ${c%%:*} QD ${c##*:}: $r (IOPS, mean us)"
+  done
+  stop_pids "$TPID"
+  TPID=
+done
+
+echo
+echo "vhost-user-blk, malloc 4 KiB, target on core 0 (polling), SPDK bdevperf virtio-user on core 1, ${T}s per cell, medians:"
+printf '%-10s %4s %12s %12s %10s %10s %8s %8s\n' workload QD ferrite spdk "f_lat_us" "s_lat_us" "IOPS x" "lat x"
+for c in $CELLS; do
+  python3 - "$TMP/records" "$c" <<'P'
+import sys, statistics
+rows = [l.split() for l in open(sys.argv[1])]
+c = sys.argv[2]
+def med(who, i):
+    v = [float(r[2 + i]) for r in rows if r[0] == who and r[1] == c]
+    return statistics.median(v) if v else float("nan")
+fi, si, fl, sl = med("ferrite", 0), med("spdk", 0), med("ferrite", 1), med("spdk", 1)
+w, qd = c.split(":")
+print(f"{w:<10} {qd:>4} {fi:12.0f} {si:12.0f} {fl:10.2f} {sl:10.2f} {fi / si:8.2f} {sl / fl:8.2f}")
+P
+done
+echo "(IOPS x = Ferrite / SPDK; lat x = SPDK's mean latency / Ferrite's: above 1, Ferrite is better)"
