@@ -22,6 +22,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::Arc;
+use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestAddress};
 
@@ -71,6 +72,32 @@ pub struct Setup {
     pub mem: Arc<Memory>,
     /// The device.
     pub dev: Arc<Device>,
+}
+
+/// How the walk of a descriptor chain ended (see [`collect_chain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// Every descriptor was collected.
+    Whole,
+    /// More than the bound: the first ones and the last (it holds the status byte) were kept.
+    Overlong,
+}
+
+/// Collects the descriptors of a chain, as `virtio-queue` walks it (through an indirect table,
+/// at most the queue's size), into `out` for [`crate::request::layout`]: at most `max` of them
+/// (at least 1), the last always kept. Pure: the walk reads guest memory, this only collects.
+pub fn collect_chain(chain: impl IntoIterator<Item = Descriptor>, max: usize, out: &mut Vec<Desc>) -> Walk {
+    out.clear();
+    let mut walk = Walk::Whole;
+    for d in chain {
+        if out.len() >= max.max(1) {
+            walk = Walk::Overlong;
+            // Keep the last one: it holds the status byte.
+            out.pop();
+        }
+        out.push(Desc { addr: d.addr().0, len: d.len(), write: d.is_write_only() });
+    }
+    walk
 }
 
 /// A request with the bdev, by head index.
@@ -368,16 +395,7 @@ impl Vq {
             n += 1;
             self.requests += 1;
             let head = chain.head_index();
-            self.descs.clear();
-            let mut overlong = false;
-            for d in chain {
-                if self.descs.len() == MAX_CHAIN {
-                    overlong = true;
-                    // Keep the last one: it holds the status byte.
-                    self.descs.pop();
-                }
-                self.descs.push(Desc { addr: d.addr().0, len: d.len(), write: d.is_write_only() });
-            }
+            let overlong = collect_chain(chain, MAX_CHAIN, &mut self.descs) == Walk::Overlong;
             if (head as usize) >= self.slots.len() || self.slots[head as usize].busy {
                 self.break_queue(&format!("head {head} is already in flight"));
                 return n;
@@ -604,4 +622,21 @@ impl IoCompleter for VqCell {
 /// For tests: whether this reactor has queue `index` of controller `ctrlr_id`.
 pub fn is_running(ctrlr_id: u64, index: u16) -> bool {
     find(ctrlr_id, index).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_past_the_bound_keeps_its_first_descriptors_and_its_last() {
+        let chain: Vec<Descriptor> = (0..10u64).map(|i| Descriptor::new(i * 16, 16, 0, 0)).collect();
+        let mut out = vec![Desc { addr: 99, len: 1, write: true }];
+        assert_eq!(collect_chain(chain.clone(), 10, &mut out), Walk::Whole);
+        assert_eq!(out.len(), 10, "the previous contents are cleared");
+        assert_eq!(collect_chain(chain.clone(), 4, &mut out), Walk::Overlong);
+        assert_eq!(out.iter().map(|d| d.addr).collect::<Vec<_>>(), vec![0, 16, 32, 144]);
+        assert_eq!(collect_chain(chain, 0, &mut out), Walk::Overlong);
+        assert_eq!(out.iter().map(|d| d.addr).collect::<Vec<_>>(), vec![144], "a bound of 0 keeps the last");
+    }
 }
