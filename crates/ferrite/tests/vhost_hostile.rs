@@ -777,10 +777,27 @@ const QSIZE: u16 = 16;
 fn chain_cases() -> Vec<ChainCase> {
     use Outcome::*;
     vec![
+        ("the status descriptor's next points at itself", Unanswered, |f| {
+            f.desc(0, HDR, 16, NEXT, 1);
+            f.desc(1, DATA, BLOCK as u32, NEXT, 2);
+            f.desc(2, STATUS, 1, WRITE | NEXT, 2);
+        }),
         ("the chain loops back to its head", Unanswered, |f| {
             f.desc(0, HDR, 16, NEXT, 1);
             f.desc(1, DATA, BLOCK as u32, NEXT, 2);
             f.desc(2, STATUS, 1, WRITE | NEXT, 0);
+        }),
+        ("the status descriptor's next index is past the table", Unanswered, |f| {
+            f.desc(0, HDR, 16, NEXT, 1);
+            f.desc(1, DATA, BLOCK as u32, NEXT, 2);
+            f.desc(2, STATUS, 1, WRITE | NEXT, 200);
+        }),
+        ("a chain through every descriptor of the queue and on", Unanswered, |f| {
+            f.desc(0, HDR, 16, NEXT, 1);
+            for i in 1..QSIZE - 1 {
+                f.desc(i, DATA + (i as u64 - 1) * 512, 512, NEXT, i + 1);
+            }
+            f.desc(QSIZE - 1, STATUS, 1, WRITE | NEXT, 0);
         }),
         ("the header's next index is the table's size", Unanswered, |f| {
             f.desc(0, HDR, 16, NEXT, QSIZE);

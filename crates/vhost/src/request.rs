@@ -48,6 +48,11 @@ pub enum ChainError {
     /// No device-writable byte at the end: there is nowhere to put a status. The request can
     /// only be returned unanswered.
     NoStatus,
+    /// The walk of the chain stopped at a descriptor that says more follow (a loop, a next
+    /// index past the table, more descriptors than the queue holds, an indirect table that
+    /// cannot be used): nothing says where its status byte is. The request can only be
+    /// returned unanswered.
+    Cut,
     /// Fewer than 16 device-readable bytes: no header. IOERR into `status`.
     ShortHeader {
         /// The status byte's address.
@@ -74,7 +79,7 @@ impl ChainError {
     /// Where to report IOERR, if anywhere.
     pub fn status(self) -> Option<u64> {
         match self {
-            ChainError::NoStatus => None,
+            ChainError::NoStatus | ChainError::Cut => None,
             ChainError::ShortHeader { status }
             | ChainError::Order { status }
             | ChainError::TooManySegments { status }

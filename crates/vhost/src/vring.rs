@@ -81,6 +81,10 @@ pub enum Walk {
     Whole,
     /// More than the bound: the first ones and the last (it holds the status byte) were kept.
     Overlong,
+    /// The walk stopped at a descriptor that says more follow: the chain loops, names a next
+    /// index past its table, is longer than the queue, goes into an indirect table that cannot
+    /// be used, or is not all in guest memory. What was collected is not the request.
+    Cut,
 }
 
 /// Collects the descriptors of a chain, as `virtio-queue` walks it (through an indirect table,
@@ -89,6 +93,7 @@ pub enum Walk {
 pub fn collect_chain(chain: impl IntoIterator<Item = Descriptor>, max: usize, out: &mut Vec<Desc>) -> Walk {
     out.clear();
     let mut walk = Walk::Whole;
+    let mut more = false;
     for d in chain {
         if out.len() >= max.max(1) {
             walk = Walk::Overlong;
@@ -96,6 +101,11 @@ pub fn collect_chain(chain: impl IntoIterator<Item = Descriptor>, max: usize, ou
             out.pop();
         }
         out.push(Desc { addr: d.addr().0, len: d.len(), write: d.is_write_only() });
+        more = d.has_next();
+    }
+    if more {
+        // The walk ends a chain there only when it cannot go on.
+        return Walk::Cut;
     }
     walk
 }
@@ -395,14 +405,17 @@ impl Vq {
             n += 1;
             self.requests += 1;
             let head = chain.head_index();
-            let overlong = collect_chain(chain, MAX_CHAIN, &mut self.descs) == Walk::Overlong;
+            let walk = collect_chain(chain, MAX_CHAIN, &mut self.descs);
             if (head as usize) >= self.slots.len() || self.slots[head as usize].busy {
                 self.break_queue(&format!("head {head} is already in flight"));
                 return n;
             }
-            let seg_max = if overlong { 0 } else { self.dev.seg_max as usize + 2 };
+            let seg_max = if walk == Walk::Overlong { 0 } else { self.dev.seg_max as usize + 2 };
             let guest = &mem.guest;
-            let parsed = layout(&self.descs, seg_max, |a, b| guest.read_slice(b, GuestAddress(a)).is_ok());
+            let parsed = match walk {
+                Walk::Cut => Err(ChainError::Cut),
+                _ => layout(&self.descs, seg_max, |a, b| guest.read_slice(b, GuestAddress(a)).is_ok()),
+            };
             match parsed {
                 Ok(l) => self.submit(head, l),
                 Err(e) => self.refuse_chain(head, e),
@@ -638,5 +651,18 @@ mod tests {
         assert_eq!(out.iter().map(|d| d.addr).collect::<Vec<_>>(), vec![0, 16, 32, 144]);
         assert_eq!(collect_chain(chain, 0, &mut out), Walk::Overlong);
         assert_eq!(out.iter().map(|d| d.addr).collect::<Vec<_>>(), vec![144], "a bound of 0 keeps the last");
+    }
+
+    #[test]
+    fn a_walk_that_stops_at_a_descriptor_that_says_more_follow_is_cut() {
+        let mut out = Vec::new();
+        let chain = [Descriptor::new(0, 16, 1, 1), Descriptor::new(16, 1, 2, 0)];
+        assert_eq!(collect_chain(chain, 8, &mut out), Walk::Whole);
+        let cut = [Descriptor::new(0, 16, 1, 1), Descriptor::new(16, 1, 2 | 1, 300)];
+        assert_eq!(collect_chain(cut, 8, &mut out), Walk::Cut);
+        assert_eq!(out.len(), 2);
+        let cut_and_long: Vec<Descriptor> = (0..10u16).map(|i| Descriptor::new(0, 16, 1, i + 1)).collect();
+        assert_eq!(collect_chain(cut_and_long, 4, &mut out), Walk::Cut);
+        assert_eq!(collect_chain([], 4, &mut out), Walk::Whole, "an empty chain has no status: layout says so");
     }
 }
