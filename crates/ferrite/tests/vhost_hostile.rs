@@ -850,6 +850,11 @@ fn chain_cases() -> Vec<ChainCase> {
             f.desc(1, u64::MAX - (BLOCK as u64 - 1), BLOCK as u32, NEXT, 2);
             f.desc(2, STATUS, 1, WRITE, 0);
         }),
+        ("a status byte outside guest memory", Unanswered, |f| {
+            f.desc(0, HDR, 16, NEXT, 1);
+            f.desc(1, DATA, BLOCK as u32, NEXT, 2);
+            f.desc(2, 1 << 40, 1, WRITE, 0);
+        }),
         ("a status descriptor of length 0", Unanswered, |f| {
             f.desc(0, HDR, 16, NEXT, 1);
             f.desc(1, DATA, BLOCK as u32, NEXT, 2);
