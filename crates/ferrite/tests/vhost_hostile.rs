@@ -1034,3 +1034,24 @@ fn a_thousand_sessions_leave_no_descriptor_or_thread_behind() {
     t.settles_to(before, "after 1000 sessions");
     t.both_work("1000 sessions");
 }
+
+#[test]
+fn a_header_cut_short_holds_up_no_other_controller_for_long() {
+    let mut t = Target::start("vhcut");
+    t.both_work("start");
+    let from = t.log_len();
+    let mut r = Raw::connect(&t.sock(0));
+    assert!(r.send(&message(FrontendReq::GET_FEATURES as u32, 0x1, &[])[..5]));
+    // Meanwhile a session on the other controller; the daemon waits for the rest of the header
+    // at most MSG_TIMEOUT.
+    let sock1 = t.sock(1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(Fe::open(&sock1, 64).and_then(|mut f| f.write_read_back(3, 9)));
+    });
+    let other = rx.recv_timeout(IO);
+    assert!(r.closed_within(CLOSE), "a connection with half a header is kept");
+    assert_eq!(other, Ok(Ok(())), "vhost.1 while vhost.0 had half a header");
+    t.logged(from, "cut short", "half a header");
+    t.both_work("half a header");
+}

@@ -11,12 +11,12 @@
 use crate::backend::{CtrlrInfo, Session};
 use ferrite_rpc::sockfile::{self, SocketFile};
 use std::collections::VecDeque;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use vhost::vhost_user::{BackendReqHandler, Error};
 
 /// Longest a front end may take to send the rest of a message it started.
@@ -197,6 +197,10 @@ impl Live {
         // Bdev lookups go to the engine's registry.
         let _in = self.ctrl.info.engine.enter();
         let Some((handler, _)) = self.conn.as_mut() else { return };
+        if let Err(why) = ready_for_message(handler.as_raw_fd()) {
+            log::warn!("vhost controller {}: {why}; disconnecting", self.ctrl.info.dev.ctrlr);
+            return self.disconnect(why);
+        }
         match handler.handle_request() {
             Ok(()) => {}
             Err(Error::Disconnected) | Err(Error::PartialMessage) => self.disconnect("disconnected"),
@@ -206,6 +210,33 @@ impl Live {
                 self.disconnect(&why);
             }
         }
+    }
+}
+
+/// Bytes of a vhost-user message header.
+const HEADER_LEN: usize = 12;
+
+/// Whether the front end's next message can be handled without holding this thread for good:
+/// its header is all there (or the connection ended, which the handler sees), after waiting up
+/// to [`MSG_TIMEOUT`] for the rest of a header that came cut. The `vhost` crate reads a header
+/// until it has all of it, retrying on the socket's read timeout: a front end that stopped
+/// inside one would hold this thread, and every controller's messages, for as long as it kept
+/// the connection open.
+fn ready_for_message(fd: RawFd) -> Result<(), &'static str> {
+    let deadline = Instant::now() + MSG_TIMEOUT;
+    loop {
+        let mut b = [0u8; HEADER_LEN];
+        // SAFETY: peeks at most `b.len()` bytes into `b`.
+        let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), b.len(), libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+        let waiting =
+            n >= 0 || matches!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EAGAIN | libc::EINTR));
+        if n == 0 || n as usize == HEADER_LEN || !waiting {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err("a message header cut short");
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
