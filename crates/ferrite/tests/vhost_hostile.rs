@@ -1055,3 +1055,43 @@ fn a_header_cut_short_holds_up_no_other_controller_for_long() {
     t.logged(from, "cut short", "half a header");
     t.both_work("half a header");
 }
+
+#[test]
+fn a_front_end_that_reads_no_reply_holds_up_no_other_controller_for_long() {
+    let mut t = Target::start("vhnoread");
+    t.both_work("start");
+    let from = t.log_len();
+    let r = Raw::connect(&t.sock(0));
+    r.s.set_nonblocking(true).unwrap();
+    // GET_FEATURES after GET_FEATURES, no reply read, until the daemon takes no more.
+    let one = message(FrontendReq::GET_FEATURES as u32, 0x1, &[]);
+    let mut idle_since = Instant::now();
+    let mut sent = 0usize;
+    while idle_since.elapsed() < Duration::from_millis(300) {
+        // SAFETY: sends the bytes of `one`, which outlives the call.
+        let n = unsafe { libc::send(r.s.as_raw_fd(), one.as_ptr().cast(), one.len(), libc::MSG_NOSIGNAL) };
+        if n == one.len() as isize {
+            sent += 1;
+            idle_since = Instant::now();
+        } else {
+            assert!(n < 0, "a message sent in part");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert!(sent > 100, "only {sent} messages sent");
+    let sock1 = t.sock(1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(Fe::open(&sock1, 64).and_then(|mut f| f.write_read_back(3, 9)));
+    });
+    let other = rx.recv_timeout(IO);
+    assert_eq!(other, Ok(Ok(())), "vhost.1 while vhost.0's front end reads no reply");
+    // Dropped, which shows as a hang-up (its replies are not read here).
+    let mut p = libc::pollfd { fd: r.s.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one pollfd.
+    unsafe { libc::poll(&mut p, 1, CLOSE.as_millis() as i32) };
+    assert_ne!(p.revents & (libc::POLLHUP | libc::POLLRDHUP), 0, "the front end that reads nothing is kept");
+    t.logged(from, "reads no reply", "a front end that reads no reply");
+    drop(r);
+    t.both_work("a front end that reads no reply");
+}

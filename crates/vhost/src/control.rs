@@ -218,11 +218,20 @@ const HEADER_LEN: usize = 12;
 
 /// Whether the front end's next message can be handled without holding this thread for good:
 /// its header is all there (or the connection ended, which the handler sees), after waiting up
-/// to [`MSG_TIMEOUT`] for the rest of a header that came cut. The `vhost` crate reads a header
-/// until it has all of it, retrying on the socket's read timeout: a front end that stopped
-/// inside one would hold this thread, and every controller's messages, for as long as it kept
-/// the connection open.
+/// to [`MSG_TIMEOUT`] for the rest of a header that came cut, and a reply will fit in the
+/// socket (the front end reads its replies), after waiting up to [`MSG_TIMEOUT`] for room. The
+/// `vhost` crate reads a header, and writes a reply, until all of it is through, retrying on
+/// the socket's timeouts: a front end that stopped inside a header, or never read its replies,
+/// would hold this thread, and every controller's messages, for as long as it kept the
+/// connection open.
 fn ready_for_message(fd: RawFd) -> Result<(), &'static str> {
+    // Writable: at least three quarters of the send buffer free, room for any reply (4 KiB at
+    // most).
+    let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one pollfd.
+    if unsafe { libc::poll(&mut p, 1, MSG_TIMEOUT.as_millis() as i32) } == 0 {
+        return Err("the front end reads no reply");
+    }
     let deadline = Instant::now() + MSG_TIMEOUT;
     loop {
         let mut b = [0u8; HEADER_LEN];
