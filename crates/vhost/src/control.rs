@@ -169,6 +169,11 @@ impl Live {
     }
 
     fn accept(&mut self) {
+        if self.conn.as_ref().is_some_and(|(h, _)| hung_up(h.as_raw_fd())) {
+            // A front end that closed and connected again at once: the old connection's end
+            // may not have been seen yet (what it left unread is for a session that is gone).
+            self.disconnect("hang-up");
+        }
         let name = &self.ctrl.info.dev.ctrlr;
         let stream = match self.listener.accept() {
             Ok((s, _)) => s,
@@ -211,6 +216,14 @@ impl Live {
             }
         }
     }
+}
+
+/// Whether the front end on `fd` has closed its end (whatever it sent before is still readable).
+fn hung_up(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one pollfd, no wait.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
 }
 
 /// Bytes of a vhost-user message header.
@@ -295,14 +308,15 @@ fn run() {
             let _ = ferrite_reactor::eventfd::drain(c.wake.as_fd());
         }
         for (i, l) in lives.iter_mut().enumerate() {
-            if fds[1 + 2 * i].revents != 0 {
-                l.accept();
-            }
+            // The connection first: these events are its, and `accept` may replace it.
             let r = fds[2 + 2 * i].revents;
             if r & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 && r & libc::POLLIN == 0 {
                 l.disconnect("hang-up");
             } else if r != 0 {
                 l.serve();
+            }
+            if fds[1 + 2 * i].revents != 0 {
+                l.accept();
             }
         }
     }
