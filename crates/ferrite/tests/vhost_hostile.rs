@@ -296,6 +296,20 @@ impl Fe {
     }
 }
 
+impl Drop for Fe {
+    fn drop(&mut self) {
+        shut(self._conn.as_raw_fd());
+    }
+}
+
+/// Shuts a front end's connection down, so that the daemon sees it end even if a process this
+/// test process forks meanwhile (another test's daemon) holds a copy of the descriptor until it
+/// execs.
+fn shut(fd: RawFd) {
+    // SAFETY: shutdown of a socket this process owns.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}
+
 /// A daemon with two controllers: vhost.0 on bdev M0 and vhost.1 on M1.
 struct Target {
     dir: TempDir,
@@ -496,6 +510,12 @@ impl Raw {
     /// SET_MEM_TABLE of `g` as one region.
     fn mem_table(&mut self, g: &Guest) -> bool {
         self.msg(FrontendReq::SET_MEM_TABLE, &mem_body(&[(0, MEM_LEN, g.va(0), 0)]), &[g.file.as_raw_fd()])
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        shut(self.s.as_raw_fd());
     }
 }
 
@@ -1024,14 +1044,24 @@ fn a_thousand_sessions_leave_no_descriptor_or_thread_behind() {
             f.write_read_back(1, i as u8).unwrap_or_else(|e| panic!("cycle {i}: {e}"));
             continue;
         }
-        let mut r = Raw::connect(&t.sock(c));
-        r.handshake();
-        if i % 10 == 1 {
-            // Memory mapped by the daemon, then the front end goes.
-            assert!(r.mem_table(&g));
+        let session = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut r = Raw::connect(&t.sock(c));
+            r.handshake();
+            if i % 10 == 1 {
+                // Memory mapped by the daemon, then the front end goes.
+                assert!(r.mem_table(&g));
+            }
+            assert!(r.msg(FrontendReq::GET_FEATURES, &[], &[]));
+            r.reply(FrontendReq::GET_FEATURES);
+        }));
+        if let Err(e) = session {
+            let log = t.d.proc.stderr();
+            eprintln!(
+                "cycle {i} on vhost.{c}; the daemon's last log lines:\n{}",
+                &log[log.len().saturating_sub(2000)..]
+            );
+            std::panic::resume_unwind(e);
         }
-        assert!(r.msg(FrontendReq::GET_FEATURES, &[], &[]));
-        r.reply(FrontendReq::GET_FEATURES);
     }
     t.settles_to(before, "after 1000 sessions");
     t.both_work("1000 sessions");
