@@ -4,9 +4,9 @@
 //! (`backend::Session`); the rings themselves run on the reactors.
 //!
 //! Messages are small and come whole in one send (QEMU writes header and body together); a
-//! front end that stalls inside a message holds the thread for at most [`MSG_TIMEOUT`] before its
-//! connection is dropped. A ring's start or stop waits for its reactor, at most
-//! `backend::RING_OP_TIMEOUT`.
+//! front end that stalls inside a message, or does not read its replies, holds the thread for
+//! at most [`MSG_TIMEOUT`] before its connection is dropped. A ring's start or stop waits for its
+//! reactor, at most `backend::RING_OP_TIMEOUT`.
 
 use crate::backend::{CtrlrInfo, Session};
 use ferrite_rpc::sockfile::{self, SocketFile};
