@@ -29,6 +29,8 @@ const BLOCKS: u64 = 1024;
 
 const T_IN: u32 = 0;
 const T_OUT: u32 = 1;
+const T_DISCARD: u32 = 11;
+const T_WRITE_ZEROES: u32 = 13;
 const S_OK: u8 = 0;
 const S_IOERR: u8 = 1;
 const F_VERSION_1: u64 = 1 << 32;
@@ -791,6 +793,18 @@ enum Outcome {
 /// header at HDR asks to write block 10 with the 0xee bytes at DATA).
 type ChainCase = (&'static str, Outcome, fn(&Fe));
 
+/// A discard or write zeroes request of one segment at head 0.
+fn discard(f: &Fe, kind: u32, sector: u64, sectors: u32) {
+    f.g.header(HDR, kind, 0);
+    let mut seg = [0u8; 16];
+    seg[0..8].copy_from_slice(&sector.to_le_bytes());
+    seg[8..12].copy_from_slice(&sectors.to_le_bytes());
+    f.g.write(DATA + 0x10000, &seg);
+    f.desc(0, HDR, 16, NEXT, 1);
+    f.desc(1, DATA + 0x10000, 16, NEXT, 2);
+    f.desc(2, STATUS, 1, WRITE, 0);
+}
+
 /// The queue size the chain cases use.
 const QSIZE: u16 = 16;
 
@@ -903,6 +917,21 @@ fn chain_cases() -> Vec<ChainCase> {
             f.desc(0, HDR, 16, NEXT, 1);
             f.desc(1, DATA, 1000, NEXT, 2);
             f.desc(2, STATUS, 1, WRITE, 0);
+        }),
+        ("a read at sector 2^64 - 8", IoErr, |f| {
+            f.g.header(HDR, T_IN, u64::MAX - 7);
+            f.desc(0, HDR, 16, NEXT, 1);
+            f.desc(1, DATA, BLOCK as u32, NEXT | WRITE, 2);
+            f.desc(2, STATUS, 1, WRITE, 0);
+        }),
+        ("a discard past the end of the disk", IoErr, |f| {
+            discard(f, T_DISCARD, BLOCKS * (BLOCK as u64 / 512), 8);
+        }),
+        ("a discard at the last block the sector space holds", IoErr, |f| {
+            discard(f, T_DISCARD, u64::MAX / BLOCK as u64 * (BLOCK as u64 / 512), 8);
+        }),
+        ("a write zeroes of 2^32 - 8 sectors", IoErr, |f| {
+            discard(f, T_WRITE_ZEROES, 0, u32::MAX - 7);
         }),
         ("a write past the end of the disk", IoErr, |f| {
             f.g.header(HDR, T_OUT, BLOCKS * (BLOCK as u64 / 512));
