@@ -155,7 +155,9 @@ fn memfd(len: u64) -> File {
 /// of its own, and the driver's side of that split ring.
 struct Fe {
     /// The connection: the session ends when it is dropped.
-    _conn: Frontend,
+    conn: Frontend,
+    /// Memory given to the daemon in place of `g` (see the ring cases), kept while it may map it.
+    other: Option<Guest>,
     g: Guest,
     kick: EventFd,
     call: EventFd,
@@ -208,7 +210,7 @@ impl Fe {
         fe.set_vring_call(0, &call).map_err(e("SET_VRING_CALL"))?;
         fe.set_vring_kick(0, &kick).map_err(e("SET_VRING_KICK"))?;
         fe.set_vring_enable(0, true).map_err(e("SET_VRING_ENABLE"))?;
-        Ok(Fe { _conn: fe, g, kick, call, size, avail: 0, used_seen: 0 })
+        Ok(Fe { conn: fe, other: None, g, kick, call, size, avail: 0, used_seen: 0 })
     }
 
     fn desc(&self, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
@@ -300,7 +302,7 @@ impl Fe {
 
 impl Drop for Fe {
     fn drop(&mut self) {
-        shut(self._conn.as_raw_fd());
+        shut(self.conn.as_raw_fd());
     }
 }
 
@@ -730,7 +732,7 @@ fn message_cases() -> Vec<Case> {
 }
 
 #[test]
-fn refused_messages_drop_the_connection_and_nothing_else() {
+fn refused_messages_drop_theconnection_and_nothing_else() {
     let mut t = Target::start("vhmsg");
     t.both_work("start");
     let before = t.fds_and_threads();
@@ -1000,6 +1002,22 @@ fn a_driver_that_breaks_the_ring_stops_its_queue_and_nothing_else() {
             fence(Ordering::SeqCst);
             f.g.w16(AVAIL + 2, f.avail.wrapping_add(2));
         }),
+        ("a memory table without the rings' region while the ring runs", "broke the ring", |f| {
+            let other = Guest::new();
+            let region = VhostUserMemoryRegionInfo {
+                guest_phys_addr: 1 << 30,
+                memory_size: MEM_LEN,
+                userspace_addr: other.va(0),
+                mmap_offset: 0,
+                mmap_handle: other.file.as_raw_fd(),
+            };
+            f.conn.set_mem_table(&[region]).expect("a second memory table");
+            f.other = Some(other);
+            f.g.header(HDR, T_OUT, 0);
+            f.g.w16(AVAIL + 4 + (f.avail % QSIZE) as u64 * 2, 0);
+            fence(Ordering::SeqCst);
+            f.g.w16(AVAIL + 2, f.avail.wrapping_add(1));
+        }),
         ("a head past the descriptor table", "broke the ring", |f| {
             f.g.w16(AVAIL + 4 + (f.avail % QSIZE) as u64 * 2, 300);
             fence(Ordering::SeqCst);
@@ -1034,7 +1052,7 @@ fn a_driver_that_breaks_the_ring_stops_its_queue_and_nothing_else() {
 }
 
 #[test]
-fn a_second_front_end_is_closed_and_a_connected_controller_is_not_deleted() {
+fn a_second_front_end_is_closed_and_aconnected_controller_is_not_deleted() {
     let mut t = Target::start("vhsecond");
     let mut f = Fe::open(&t.sock(0), 64).expect("a correct session");
     f.write_read_back(1, 1).unwrap();
