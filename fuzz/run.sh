@@ -9,6 +9,9 @@
 #                  offline checker on whole images
 #   blob_load    - the runtime blobstore load on valid images with metadata pages (super block,
 #                  masks, md region) overwritten: no panic, no hang, nothing written on failure
+#   vhost_chain  - the vhost-user-blk request path short of the bdev: split rings in guest memory
+#                  walked as a queue does, chains laid out as virtio-blk requests, headers,
+#                  discard segments and configuration reads decoded
 #
 # Usage: fuzz/run.sh [SECONDS]    (default 30; each target runs that long)
 #
@@ -18,7 +21,7 @@
 # earlier one failed; each prints an OK or FAIL line, and any FAIL makes this exit non-zero.
 set -euo pipefail
 
-TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md blob_load)
+TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md blob_load vhost_chain)
 
 SECONDS_TO_RUN="${1:-30}"
 if ! [[ "$SECONDS_TO_RUN" =~ ^[0-9]+$ ]] || [ "$SECONDS_TO_RUN" -eq 0 ]; then

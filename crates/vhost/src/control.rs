@@ -4,19 +4,19 @@
 //! (`backend::Session`); the rings themselves run on the reactors.
 //!
 //! Messages are small and come whole in one send (QEMU writes header and body together); a
-//! front end that stalls inside a message holds the thread for at most [`MSG_TIMEOUT`] before its
-//! connection is dropped. A ring's start or stop waits for its reactor, at most
-//! `backend::RING_OP_TIMEOUT`.
+//! front end that stalls inside a message, or does not read its replies, holds the thread for
+//! at most [`MSG_TIMEOUT`] before its connection is dropped. A ring's start or stop waits for its
+//! reactor, at most `backend::RING_OP_TIMEOUT`.
 
 use crate::backend::{CtrlrInfo, Session};
 use ferrite_rpc::sockfile::{self, SocketFile};
 use std::collections::VecDeque;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use vhost::vhost_user::{BackendReqHandler, Error};
 
 /// Longest a front end may take to send the rest of a message it started.
@@ -208,6 +208,11 @@ impl Live {
     }
 
     fn accept(&mut self) {
+        if self.conn.as_ref().is_some_and(|(h, _)| hung_up(h.as_raw_fd())) {
+            // A front end that closed and connected again at once: the old connection's end
+            // may not have been seen yet (what it left unread is for a session that is gone).
+            self.disconnect("hang-up");
+        }
         let name = &self.ctrl.info.dev.ctrlr;
         let stream = match self.listener.accept() {
             Ok((s, _)) => s,
@@ -236,6 +241,10 @@ impl Live {
         // Bdev lookups go to the engine's registry.
         let _in = self.ctrl.info.engine.enter();
         let Some((handler, _)) = self.conn.as_mut() else { return };
+        if let Err(why) = ready_for_message(handler.as_raw_fd()) {
+            log::warn!("vhost controller {}: {why}; disconnecting", self.ctrl.info.dev.ctrlr);
+            return self.disconnect(why);
+        }
         if let Some(fd) = peek_backend_channel(handler.as_raw_fd()) {
             self.back = Some(fd);
         }
@@ -309,6 +318,50 @@ fn peek_backend_channel(sock: std::os::fd::RawFd) -> Option<OwnedFd> {
     found
 }
 
+/// Whether the front end on `fd` has closed its end (whatever it sent before is still readable).
+fn hung_up(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one pollfd, no wait.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
+}
+
+/// Bytes of a vhost-user message header.
+const HEADER_LEN: usize = 12;
+
+/// Whether the front end's next message can be handled without holding this thread for good:
+/// its header is all there (or the connection ended, which the handler sees), after waiting up
+/// to [`MSG_TIMEOUT`] for the rest of a header that came cut, and a reply will fit in the
+/// socket (the front end reads its replies), after waiting up to [`MSG_TIMEOUT`] for room. The
+/// `vhost` crate reads a header, and writes a reply, until all of it is through, retrying on
+/// the socket's timeouts: a front end that stopped inside a header, or never read its replies,
+/// would hold this thread, and every controller's messages, for as long as it kept the
+/// connection open.
+fn ready_for_message(fd: RawFd) -> Result<(), &'static str> {
+    // Writable: at least three quarters of the send buffer free, room for any reply (4 KiB at
+    // most).
+    let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one pollfd.
+    if unsafe { libc::poll(&mut p, 1, MSG_TIMEOUT.as_millis() as i32) } == 0 {
+        return Err("the front end reads no reply");
+    }
+    let deadline = Instant::now() + MSG_TIMEOUT;
+    loop {
+        let mut b = [0u8; HEADER_LEN];
+        // SAFETY: peeks at most `b.len()` bytes into `b`.
+        let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), b.len(), libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+        let waiting =
+            n >= 0 || matches!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EAGAIN | libc::EINTR));
+        if n == 0 || n as usize == HEADER_LEN || !waiting {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err("a message header cut short");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn run() {
     let c = loop {
         match CONTROL.get() {
@@ -360,14 +413,15 @@ fn run() {
             let _ = ferrite_reactor::eventfd::drain(c.wake.as_fd());
         }
         for (i, l) in lives.iter_mut().enumerate() {
-            if fds[1 + 2 * i].revents != 0 {
-                l.accept();
-            }
+            // The connection first: these events are its, and `accept` may replace it.
             let r = fds[2 + 2 * i].revents;
             if r & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 && r & libc::POLLIN == 0 {
                 l.disconnect("hang-up");
             } else if r != 0 {
                 l.serve();
+            }
+            if fds[1 + 2 * i].revents != 0 {
+                l.accept();
             }
         }
     }

@@ -441,6 +441,8 @@ impl Vq {
                 let parsed =
                     layout(&descs, self.dev.seg_max as usize, |a, b| guest.read_slice(b, GuestAddress(a)).is_ok());
                 match parsed {
+                    // A request whose completion cannot be reported is not executed.
+                    Ok(l) if !mem.covers(l.status, 1) => self.refuse_chain(head, ChainError::NoStatus),
                     Ok(l) => self.submit(head, l),
                     Err(e) => self.refuse_chain(head, e),
                 }
