@@ -23,7 +23,7 @@
 
 use ferrite_vhost::blk::{Config, Header, Segment, HEADER_LEN, SEGMENT_LEN, T_DISCARD, T_IN};
 use ferrite_vhost::memory::Memory;
-use ferrite_vhost::request::{layout, walk_chain, Desc};
+use ferrite_vhost::request::{layout, walk_chain, Desc, Walked};
 use libfuzzer_sys::fuzz_target;
 use std::fs::File;
 use std::os::fd::FromRawFd;
@@ -148,13 +148,14 @@ fn run(data: &[u8]) {
                 g.read_slice(&mut b, GuestAddress(a)).ok().map(|()| b)
             };
             let walked = walk_chain(read, desc, size, head, max, &mut descs);
-            assert!(descs.len() <= max);
-            let Ok(()) = walked else {
+            assert!(descs.len() <= max.max(1));
+            let Ok(w) = walked else {
                 // A chain the walker refuses goes back unanswered.
                 let _ = q.add_used(g, head, 0);
                 continue;
             };
-            let bound = seg_max;
+            // As vring: an overlong chain lays out as too many segments.
+            let bound = if w == Walked::Overlong { 0 } else { seg_max };
             let parsed = layout(&descs, bound, |a, b| g.read_slice(b, GuestAddress(a)).is_ok());
             match parsed {
                 Ok(l) => {

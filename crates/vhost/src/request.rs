@@ -90,7 +90,7 @@ pub enum WalkError {
     Unreadable,
     /// A `next` index past the table.
     BadIndex,
-    /// More descriptors than the table has (a loop), or than the caller takes.
+    /// More descriptors than the table has: a loop.
     TooLong,
     /// An indirect descriptor inside an indirect table, or a table whose length is not a
     /// multiple of 16 or is empty.
@@ -101,10 +101,21 @@ const F_NEXT: u16 = 1;
 const F_WRITE: u16 = 2;
 const F_INDIRECT: u16 = 4;
 
+/// How a walk ended well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walked {
+    /// Every descriptor is in `out`.
+    Whole,
+    /// More than the caller takes: `out` holds the first ones and the last (which holds the
+    /// status byte, so that the request can be failed rather than left unanswered).
+    Overlong,
+}
+
 /// Walks the chain starting at descriptor `head` of the table at `table` (`size` entries),
 /// following `next` links and one level of indirect table, into `out` (cleared first). At most
-/// `max` descriptors; a chain may not visit more descriptors than its table has (which stops
-/// loops). `read(addr)` reads the 16 bytes of a descriptor at a guest-physical address.
+/// `max` descriptors are kept (see [`Walked::Overlong`]); a chain may not visit more
+/// descriptors than its table has (which stops loops). `read(addr)` reads the 16 bytes of a
+/// descriptor at a guest-physical address.
 pub fn walk_chain(
     mut read: impl FnMut(u64) -> Option<[u8; 16]>,
     table: u64,
@@ -112,8 +123,9 @@ pub fn walk_chain(
     head: u16,
     max: usize,
     out: &mut Vec<Desc>,
-) -> Result<(), WalkError> {
+) -> Result<Walked, WalkError> {
     out.clear();
+    let mut walked = Walked::Whole;
     let (mut table, mut size, mut index) = (table, size as u32, head as u32);
     let mut ttl = size;
     let mut indirect = false;
@@ -144,12 +156,19 @@ pub fn walk_chain(
             index = 0;
             continue;
         }
-        if out.len() == max {
-            return Err(WalkError::TooLong);
+        let d = Desc { addr, len, write: flags & F_WRITE != 0 };
+        if out.len() < max {
+            out.push(d);
+        } else {
+            // Past the bound: keep walking (the table's size bounds it) for the last one.
+            walked = Walked::Overlong;
+            match out.last_mut() {
+                Some(last) => *last = d,
+                None => out.push(d),
+            }
         }
-        out.push(Desc { addr, len, write: flags & F_WRITE != 0 });
         if flags & F_NEXT == 0 {
-            return Ok(());
+            return Ok(walked);
         }
         index = next as u32;
     }
@@ -350,11 +369,12 @@ mod tests {
         m.resize(0x100, 0);
         m.extend(table(&[(4000, 16, F_NEXT, 1), (5000, 1, F_WRITE, 0)]));
         let mut out = Vec::new();
-        walk_chain(read16(&m), 0, 4, 0, 16, &mut out).unwrap();
+        assert_eq!(walk_chain(read16(&m), 0, 4, 0, 16, &mut out), Ok(Walked::Whole));
         assert_eq!(out, vec![d(1000, 16, false), d(2000, 512, true), d(3000, 1, true)]);
-        walk_chain(read16(&m), 0, 4, 3, 16, &mut out).unwrap();
+        assert_eq!(walk_chain(read16(&m), 0, 4, 3, 16, &mut out), Ok(Walked::Whole));
         assert_eq!(out, vec![d(4000, 16, false), d(5000, 1, true)]);
-        assert_eq!(walk_chain(read16(&m), 0, 4, 0, 2, &mut out), Err(WalkError::TooLong), "more than the caller takes");
+        assert_eq!(walk_chain(read16(&m), 0, 4, 0, 2, &mut out), Ok(Walked::Overlong), "more than the caller takes");
+        assert_eq!(out, vec![d(1000, 16, false), d(3000, 1, true)], "the first, and the last in place of the rest");
         assert_eq!(walk_chain(read16(&m), 0, 4, 4, 16, &mut out), Err(WalkError::BadIndex), "head past the table");
         let looped = table(&[(1000, 16, F_NEXT, 1), (2000, 16, F_NEXT, 0)]);
         assert_eq!(walk_chain(read16(&looped), 0, 2, 0, 100, &mut out), Err(WalkError::TooLong), "a loop");

@@ -15,7 +15,7 @@
 use crate::blk::{self, Header};
 use crate::inflight::InflightQueue;
 use crate::memory::Memory;
-use crate::request::{layout, walk_chain, ChainError, Desc, Layout};
+use crate::request::{layout, walk_chain, ChainError, Desc, Layout, Walked};
 use ferrite_bdev::{BdevDesc, BdevEvent, Completed, IoBufs, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
 use ferrite_reactor::{FdWatch, IoBuf, Lender, PollerId};
 use std::cell::RefCell;
@@ -437,9 +437,10 @@ impl Vq {
         let mut descs = std::mem::take(&mut self.descs);
         let walked = walk_chain(read, table, size, head, self.dev.seg_max as usize + MAX_FRAMING, &mut descs);
         match walked {
-            Ok(()) => {
-                let parsed =
-                    layout(&descs, self.dev.seg_max as usize, |a, b| guest.read_slice(b, GuestAddress(a)).is_ok());
+            Ok(w) => {
+                // An overlong chain lays out as too many segments: IOERR into its status byte.
+                let seg_max = if w == Walked::Overlong { 0 } else { self.dev.seg_max as usize };
+                let parsed = layout(&descs, seg_max, |a, b| guest.read_slice(b, GuestAddress(a)).is_ok());
                 match parsed {
                     // A request whose completion cannot be reported is not executed.
                     Ok(l) if !mem.covers(l.status, 1) => self.refuse_chain(head, ChainError::NoStatus),
