@@ -719,7 +719,7 @@ fn message_cases() -> Vec<Case> {
             r.msg(R::SET_VRING_NUM, &state(0, 64), &[]);
             r.msg(R::SET_VRING_ADDR, &addr(0, g.va(DESC), g.va(MEM_LEN + 0x2000), g.va(AVAIL)), &[]);
         }),
-        ("rings that run past the end of the regions", "not all in guest memory", |r, g| {
+        ("rings that run past the end of the regions", "not in guest memory", |r, g| {
             r.handshake();
             r.mem_table(g);
             r.msg(R::SET_VRING_NUM, &state(0, 256), &[]);

@@ -13,4 +13,5 @@ pub mod inflight;
 pub mod memory;
 pub mod request;
 pub mod rpc;
+pub mod split;
 pub mod vring;

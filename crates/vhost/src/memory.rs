@@ -96,6 +96,34 @@ impl Memory {
         self.maps.iter().find(|m| va >= m.user_addr && va - m.user_addr < m.size).map(|m| va - m.user_addr + m.gpa)
     }
 
+    /// Copies guest memory at `gpa` into `buf` (a descriptor, a request header): the hot path's
+    /// reads, without vm-memory's per-access iterator. False if part of it is not guest memory.
+    #[inline]
+    pub fn read(&self, gpa: u64, buf: &mut [u8]) -> bool {
+        let mut at = 0usize;
+        self.host_pieces(gpa, buf.len() as u64, |p, n| {
+            // SAFETY: `p` is valid for `n` bytes of the mapping; the guest may write them
+            // meanwhile, as it may under any device (the copy is what the device saw).
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), buf.as_mut_ptr().add(at), n) };
+            at += n;
+        }) && at == buf.len()
+    }
+
+    /// Copies `buf` into guest memory at `gpa` (a status byte). False if part of it is not
+    /// guest memory (nothing is written then).
+    #[inline]
+    pub fn write(&self, gpa: u64, buf: &[u8]) -> bool {
+        if !self.covers(gpa, buf.len() as u64) {
+            return false;
+        }
+        let mut at = 0usize;
+        self.host_pieces(gpa, buf.len() as u64, |p, n| {
+            // SAFETY: `p` is valid for `n` bytes of the mapping.
+            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr().add(at), p.as_ptr(), n) };
+            at += n;
+        })
+    }
+
     /// Calls `f(host pointer, len)` for each piece of `[gpa, gpa + len)` that lies in one
     /// region, in order. False (and maybe some calls made) if part of it is not guest memory.
     pub fn host_pieces(&self, gpa: u64, len: u64, mut f: impl FnMut(NonNull<u8>, usize)) -> bool {

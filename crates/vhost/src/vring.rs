@@ -16,6 +16,7 @@ use crate::blk::{self, Header};
 use crate::inflight::InflightQueue;
 use crate::memory::Memory;
 use crate::request::{layout, walk_chain, ChainError, Desc, Layout, Walked};
+use crate::split::SplitRing;
 use ferrite_bdev::{BdevDesc, BdevEvent, Completed, IoBufs, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
 use ferrite_reactor::{FdWatch, IoBuf, Lender, PollerId};
 use std::cell::RefCell;
@@ -23,11 +24,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::Arc;
-use virtio_queue::{Queue, QueueOwnedT, QueueT};
-use vm_memory::{Bytes, GuestAddress};
 
-/// The available ring's flag by which a driver says it needs no signal (VIRTIO 1.2, 2.7.7).
-const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
 /// Chains taken from the ring per poll (the rest wait for the next turn).
 const BATCH: usize = 64;
 /// Descriptors a chain may have beyond its data segments: header, status, and framing that
@@ -95,7 +92,10 @@ struct Slot {
 struct Vq {
     ctrlr_id: u64,
     index: u16,
-    queue: Queue,
+    ring: SplitRing,
+    /// Guest-physical addresses of the descriptor table, available and used rings.
+    addrs: (u64, u64, u64),
+    event_idx: bool,
     mem: Arc<Memory>,
     /// Lends the guest's memory to requests (one per queue and memory table).
     keep: Rc<Lender>,
@@ -119,6 +119,8 @@ struct Vq {
     removed: bool,
     poller: Option<PollerId>,
     sleep_hook: Option<PollerId>,
+    /// This queue as its requests' completer.
+    me: std::rc::Weak<VqCell>,
     descs: Vec<Desc>,
     coalesce: crate::coalesce::QueueCoalescing,
     /// Requests in flight, in memory that outlives the daemon.
@@ -142,28 +144,23 @@ fn lender(mem: &Arc<Memory>) -> Rc<Lender> {
 /// Starts a queue on this reactor (a message from the control plane). Errors say why the
 /// queue cannot run (the rings are not in guest memory, the bdev cannot be opened).
 pub fn start(s: Setup) -> Result<(), String> {
-    let mut queue = Queue::new(s.size).map_err(|e| format!("queue {}: size {}: {e}", s.index, s.size))?;
-    queue.set_size(s.size);
-    queue.set_desc_table_address(Some(s.desc as u32), Some((s.desc >> 32) as u32));
-    queue.set_avail_ring_address(Some(s.avail as u32), Some((s.avail >> 32) as u32));
-    queue.set_used_ring_address(Some(s.used as u32), Some((s.used >> 32) as u32));
-    queue.set_event_idx(s.event_idx);
-    queue.set_next_avail(s.next_avail);
-    queue.set_ready(true);
-    if !queue.is_valid(&s.mem.guest) {
-        return Err(format!("queue {}: rings of size {} are not all in guest memory", s.index, s.size));
+    if !s.mem.covers(s.desc, 16 * s.size as u64) {
+        return Err(format!("queue {}: the descriptor table of {} entries is not in guest memory", s.index, s.size));
     }
     // The used ring's index, as the driver last saw it: where completions go on from.
-    let used_idx = queue
-        .used_idx(&s.mem.guest, std::sync::atomic::Ordering::Acquire)
-        .map_err(|e| format!("queue {}: used ring: {e}", s.index))?;
-    queue.set_next_used(used_idx.0);
+    let mut raw = [0u8; 2];
+    if !s.mem.read(s.used.wrapping_add(2), &mut raw) {
+        return Err(format!("queue {}: the used ring is not in guest memory", s.index));
+    }
+    let used_idx = u16::from_le_bytes(raw);
     let mut inflight = s.inflight;
     // After a restart: what the last daemon took and did not complete goes again, first.
-    let resubmit = inflight.as_mut().map(|f| f.recover(used_idx.0)).unwrap_or_default();
+    let resubmit = inflight.as_mut().map(|f| f.recover(used_idx)).unwrap_or_default();
+    // The front end puts the ring back at its used index; what was taken runs past it.
+    let next_avail = s.next_avail.wrapping_add(resubmit.len() as u16);
+    let ring = SplitRing::new(s.mem.clone(), s.size, s.avail, s.used, next_avail, used_idx, s.event_idx)
+        .map_err(|e| format!("queue {}: {e}", s.index))?;
     if !resubmit.is_empty() {
-        // The front end puts the ring back at its used index; what was taken runs past it.
-        queue.set_next_avail(s.next_avail.wrapping_add(resubmit.len() as u16));
         log::info!(
             "vhost queue {} of controller {}: {} request(s) in flight before the restart go again",
             s.index,
@@ -180,7 +177,9 @@ pub fn start(s: Setup) -> Result<(), String> {
     let mut vq = Vq {
         ctrlr_id,
         index,
-        queue,
+        ring,
+        addrs: (s.desc, s.avail, s.used),
+        event_idx: s.event_idx,
         keep: lender(&s.mem),
         mem: s.mem,
         dev: s.dev,
@@ -198,13 +197,14 @@ pub fn start(s: Setup) -> Result<(), String> {
         removed: false,
         poller: None,
         sleep_hook: None,
+        me: std::rc::Weak::new(),
         descs: Vec::with_capacity(16),
         coalesce: Default::default(),
         inflight: None,
         interrupt_mode,
     };
     // Kicks on from the start (the driver's view of avail_event or the flags is written now).
-    let _ = vq.queue.enable_notification(&vq.mem.guest);
+    vq.ring.enable_kicks();
     let cell = Rc::new(VqCell(RefCell::new(vq)));
     let weak = Rc::downgrade(&cell);
     let poller = ferrite_reactor::register_poller(move || weak.upgrade().is_some_and(|c| c.poll()));
@@ -215,6 +215,7 @@ pub fn start(s: Setup) -> Result<(), String> {
         let mut vq = cell.0.borrow_mut();
         vq.poller = Some(poller);
         vq.sleep_hook = Some(hook);
+        vq.me = Rc::downgrade(&cell);
         vq.inflight = inflight;
     }
     QUEUES.with(|q| q.borrow_mut().push((ctrlr_id, index, cell.clone())));
@@ -252,6 +253,13 @@ pub fn set_memory(ctrlr_id: u64, mem: Arc<Memory>) {
             let mut vq = c.0.borrow_mut();
             vq.keep = lender(&mem);
             vq.mem = mem.clone();
+            // The rings' addresses are guest-physical: the new table maps them anew.
+            let (_, avail, used) = vq.addrs;
+            let (size, next_avail, next_used) = (vq.ring.size(), vq.ring.next_avail(), vq.ring.next_used());
+            match SplitRing::new(mem.clone(), size, avail, used, next_avail, next_used, vq.event_idx) {
+                Ok(r) => vq.ring = r,
+                Err(e) => vq.break_queue(&format!("new memory table: {e}")),
+            }
         }
     });
 }
@@ -277,9 +285,9 @@ pub fn stats(ctrlr_id: u64) -> Vec<QueueStats> {
                 QueueStats {
                     index: *i,
                     reactor,
-                    size: vq.queue.size(),
-                    next_avail: vq.queue.next_avail(),
-                    next_used: vq.queue.next_used(),
+                    size: vq.ring.size(),
+                    next_avail: vq.ring.next_avail(),
+                    next_used: vq.ring.next_used(),
                     in_flight: vq.in_flight,
                     kicks_on: vq.kicks_on,
                     broken: vq.broken,
@@ -364,7 +372,7 @@ impl Vq {
                 work = true;
                 if self.kicks_on && !self.interrupt_mode {
                     // Polled from now on: kicks would only cost the driver.
-                    let _ = self.queue.disable_notification(&self.mem.guest);
+                    self.ring.disable_kicks();
                     self.kicks_on = false;
                 }
             }
@@ -390,24 +398,22 @@ impl Vq {
             return false;
         }
         self.kicks_on = true;
-        self.queue.enable_notification(&self.mem.guest).unwrap_or(false)
+        self.ring.enable_kicks()
     }
 
     /// Takes up to a batch of requests from the available ring; returns how many.
     fn take_requests(&mut self) -> usize {
-        let mem = self.mem.clone();
         let mut n = 0;
         while n < BATCH {
-            let chain = match self.queue.iter(&mem.guest) {
-                Ok(mut it) => it.next(),
+            let head = match self.ring.pop() {
+                Ok(Some(h)) => h,
+                Ok(None) => break,
                 Err(e) => {
                     self.break_queue(&format!("available ring: {e}"));
                     return n;
                 }
             };
-            let Some(chain) = chain else { break };
             n += 1;
-            let head = chain.head_index();
             if !self.take_head(head) {
                 return n;
             }
@@ -428,19 +434,18 @@ impl Vq {
             f.begin(head);
         }
         let mem = self.mem.clone();
-        let guest = &mem.guest;
         let read = |a: u64| {
             let mut b = [0u8; 16];
-            guest.read_slice(&mut b, GuestAddress(a)).ok().map(|()| b)
+            mem.read(a, &mut b).then_some(b)
         };
-        let (table, size) = (self.queue.desc_table(), self.queue.size());
+        let (table, size) = (self.addrs.0, self.ring.size());
         let mut descs = std::mem::take(&mut self.descs);
         let walked = walk_chain(read, table, size, head, self.dev.seg_max as usize + MAX_FRAMING, &mut descs);
         match walked {
             Ok(w) => {
                 // An overlong chain lays out as too many segments: IOERR into its status byte.
                 let seg_max = if w == Walked::Overlong { 0 } else { self.dev.seg_max as usize };
-                let parsed = layout(&descs, seg_max, |a, b| guest.read_slice(b, GuestAddress(a)).is_ok());
+                let parsed = layout(&descs, seg_max, |a, b| mem.read(a, b));
                 match parsed {
                     // A request whose completion cannot be reported is not executed.
                     Ok(l) if !mem.covers(l.status, 1) => self.refuse_chain(head, ChainError::NoStatus),
@@ -477,7 +482,7 @@ impl Vq {
 
     /// Completes a request that never reached the bdev.
     fn answer(&mut self, head: u16, status: u64, code: u8, used_len: u32) {
-        if self.mem.guest.write_obj(code, GuestAddress(status)).is_err() {
+        if !self.mem.write(status, &[code]) {
             return self.put_used(head, 0);
         }
         self.put_used(head, used_len);
@@ -487,12 +492,9 @@ impl Vq {
         if let Some(f) = self.inflight.as_ref() {
             f.completing(head);
         }
-        if self.queue.add_used(&self.mem.guest, head, len).is_err() {
-            self.break_queue("used ring is not in guest memory");
-            return;
-        }
+        self.ring.push_used(head, len);
         if let Some(f) = self.inflight.as_ref() {
-            f.completed(head, self.queue.next_used());
+            f.completed(head, self.ring.next_used());
         }
         self.to_signal = true;
     }
@@ -540,7 +542,7 @@ impl Vq {
                 for &(a, len) in &l.data {
                     let take = (len as usize).min(blk::ID_LEN - written as usize);
                     let src = &self.dev.serial[written as usize..written as usize + take];
-                    if take > 0 && self.mem.guest.write_slice(src, GuestAddress(a)).is_err() {
+                    if take > 0 && !self.mem.write(a, src) {
                         return self.answer(head, l.status, blk::S_IOERR, 1);
                     }
                     written += take as u32;
@@ -558,7 +560,7 @@ impl Vq {
                 }
                 let mut at = 0usize;
                 for &(a, len) in &l.data {
-                    if self.mem.guest.read_slice(&mut raw[at..at + len as usize], GuestAddress(a)).is_err() {
+                    if !self.mem.read(a, &mut raw[at..at + len as usize]) {
                         return self.answer(head, l.status, blk::S_IOERR, 1);
                     }
                     at += len as usize;
@@ -597,22 +599,11 @@ impl Vq {
         self.finish_if_drained();
     }
 
-    /// Whether the driver wants a signal for what was just put on the used ring: EVENT_IDX's
-    /// used_event, else the available ring's NO_INTERRUPT flag (a polling driver, such as SPDK's
-    /// virtio-user, sets it; `virtio-queue` does not look at it).
-    fn driver_wants_signal(&mut self) -> bool {
-        if self.queue.event_idx_enabled() {
-            return self.queue.needs_notification(&self.mem.guest).unwrap_or(true);
-        }
-        let flags: u16 = self.mem.guest.read_obj(GuestAddress(self.queue.avail_ring())).unwrap_or(0);
-        u16::from_le(flags) & VRING_AVAIL_F_NO_INTERRUPT == 0
-    }
-
     fn signal(&mut self) {
         if self.call.is_none() {
             return;
         }
-        if self.driver_wants_signal() {
+        if self.ring.needs_signal() {
             let Some(call) = self.call.as_ref() else { return };
             self.signals += 1;
             if let Err(e) = ferrite_reactor::eventfd::signal(call.as_fd()) {
@@ -656,7 +647,7 @@ impl Vq {
             self.to_signal = false;
             self.signal();
         }
-        let next = self.queue.next_avail();
+        let next = self.ring.next_avail();
         log::info!(
             "vhost controller {}: queue {} stopped after {} requests ({} signals)",
             self.dev.ctrlr,
