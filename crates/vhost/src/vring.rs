@@ -363,7 +363,9 @@ impl Vq {
     fn poll(&mut self) -> bool {
         let mut work = false;
         if self.stopping.is_none() && !self.broken {
-            if self.kick.take_ready().unwrap_or(false) {
+            // While kicks are off the ring is polled; the watch is looked at only while they
+            // are on (a stray kick waits in the eventfd until then).
+            if self.kicks_on && self.kick.take_ready().unwrap_or(false) {
                 let _ = self.kick.drain();
                 work = true;
             }
@@ -398,7 +400,13 @@ impl Vq {
             return false;
         }
         self.kicks_on = true;
-        self.ring.enable_kicks()
+        // The watch armed (it wakes the sleep) and emptied; anything already kicked or made
+        // available keeps the reactor up.
+        let kicked = self.kick.take_ready().unwrap_or(false);
+        if kicked {
+            let _ = self.kick.drain();
+        }
+        self.ring.enable_kicks() | kicked
     }
 
     /// Takes up to a batch of requests from the available ring; returns how many.
