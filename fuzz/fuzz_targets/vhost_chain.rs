@@ -1,5 +1,5 @@
 //! Fuzzes the vhost-user-blk target's request path short of the bdev: a split ring in guest
-//! memory walked as a queue's reactor walks it (virtio-queue's `Queue::iter` for the heads, then
+//! memory walked as a queue's reactor walks it (`split::SplitRing` for the heads, then
 //! `request::walk_chain`), each chain laid out as a virtio-blk request (`request::layout`), its
 //! data segments turned into host pieces (`Memory::host_pieces`), the request header and a
 //! discard segment decoded, and the configuration space read at a fuzzed offset and length.
@@ -28,7 +28,8 @@ use libfuzzer_sys::fuzz_target;
 use std::fs::File;
 use std::os::fd::FromRawFd;
 use vhost::vhost_user::message::VhostUserMemoryRegion;
-use virtio_queue::{Queue, QueueOwnedT, QueueT};
+use ferrite_vhost::split::SplitRing;
+use std::sync::Arc;
 use vm_memory::{Bytes, GuestAddress};
 
 /// The first region: the input's image.
@@ -40,7 +41,7 @@ const HIGH: u64 = 4 << 10;
 const BATCH: usize = 8;
 
 thread_local! {
-    static MEM: Memory = {
+    static MEM: Arc<Memory> = {
         // SAFETY: a fresh memfd, owned by the File.
         let fd = unsafe { libc::memfd_create(c"fuzz-vhost".as_ptr(), libc::MFD_CLOEXEC) };
         assert!(fd >= 0);
@@ -50,7 +51,7 @@ thread_local! {
             VhostUserMemoryRegion::new(0, LOW, 0x7000_0000, 0),
             VhostUserMemoryRegion::new(HIGH_AT, HIGH, 0x9000_0000, LOW),
         ];
-        Memory::map(&regions, vec![file.try_clone().unwrap(), file]).expect("guest memory")
+        Arc::new(Memory::map(&regions, vec![file.try_clone().unwrap(), file]).expect("guest memory"))
     };
 }
 
@@ -124,39 +125,32 @@ fn run(data: &[u8]) {
         let used = (avail + 6 + 2 * size as u64 + 3) & !3;
         let max = if c[1] & 2 != 0 { (c[1] >> 2) as usize } else { 1024 };
         let seg_max = if c[1] >> 4 != 0 { (c[1] >> 4) as usize } else { 128 };
-        let mut q = Queue::new(size).unwrap();
-        q.set_size(size);
-        q.set_desc_table_address(Some(desc as u32), Some(0));
-        q.set_avail_ring_address(Some(avail as u32), Some(0));
-        q.set_used_ring_address(Some(used as u32), Some(0));
-        q.set_event_idx(c[1] & 1 != 0);
-        q.set_next_avail(u16_at(&c, 2));
-        q.set_ready(true);
-        assert!(q.is_valid(g), "rings of {size} entries fit in the first region");
-        let _ = q.enable_notification(g);
+        let used_idx = u16::from_le_bytes([image.get(used as usize + 2).copied().unwrap_or(0), image.get(used as usize + 3).copied().unwrap_or(0)]);
+        let mut q = SplitRing::new(mem.clone(), size, avail, used, u16_at(&c, 2), used_idx, c[1] & 1 != 0)
+            .expect("rings of up to 64 entries fit in the first region, aligned");
+        q.enable_kicks();
         let mut descs = Vec::new();
         for _ in 0..BATCH {
-            let chain = match q.iter(g) {
-                Ok(mut it) => it.next(),
+            let head = match q.pop() {
+                Ok(Some(h)) => h,
+                Ok(None) => break,
                 // The available index ran ahead of the ring: vring breaks the queue.
                 Err(_) => break,
             };
-            let Some(chain) = chain else { break };
-            let head = chain.head_index();
             let read = |a: u64| {
                 let mut b = [0u8; 16];
-                g.read_slice(&mut b, GuestAddress(a)).ok().map(|()| b)
+                mem.read(a, &mut b).then_some(b)
             };
             let walked = walk_chain(read, desc, size, head, max, &mut descs);
             assert!(descs.len() <= max.max(1));
             let Ok(w) = walked else {
                 // A chain the walker refuses goes back unanswered.
-                let _ = q.add_used(g, head, 0);
+                q.push_used(head, 0);
                 continue;
             };
             // As vring: an overlong chain lays out as too many segments.
             let bound = if w == Walked::Overlong { 0 } else { seg_max };
-            let parsed = layout(&descs, bound, |a, b| g.read_slice(b, GuestAddress(a)).is_ok());
+            let parsed = layout(&descs, bound, |a, b| mem.read(a, b));
             match parsed {
                 Ok(l) => {
                     check_layout(&descs, &l, bound);
@@ -181,15 +175,16 @@ fn run(data: &[u8]) {
                         }
                     }
                     let status_there = mem.covers(l.status, 1);
-                    let _ = q.add_used(g, head, if status_there { 1 } else { 0 });
+                    q.push_used(head, if status_there { 1 } else { 0 });
                 }
                 Err(_) => {
-                    let _ = q.add_used(g, head, 0);
+                    q.push_used(head, 0);
                 }
             }
         }
-        let _ = q.needs_notification(g);
-        let _ = q.disable_notification(g);
+        let _ = q.needs_signal();
+        q.disable_kicks();
+        let _ = q.enable_kicks();
     });
 }
 
