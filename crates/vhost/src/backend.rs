@@ -62,7 +62,6 @@ struct Ring {
 pub struct Session {
     ctrlr: Arc<CtrlrInfo>,
     acked: u64,
-    protocol: u64,
     mem: Option<Arc<Memory>>,
     rings: Vec<Ring>,
     /// The front end's inflight area (INFLIGHT_SHMFD), once asked for or handed back.
@@ -80,7 +79,6 @@ impl Session {
         Session {
             ctrlr,
             acked: 0,
-            protocol: 0,
             mem: None,
             rings: (0..MAX_QUEUES).map(|_| Ring::default()).collect(),
             inflight: None,
@@ -378,8 +376,8 @@ impl VhostUserBackendReqHandlerMut for Session {
             | VhostUserProtocolFeatures::INFLIGHT_SHMFD)
     }
 
-    fn set_protocol_features(&mut self, features: u64) -> Result<()> {
-        self.protocol = features;
+    fn set_protocol_features(&mut self, _features: u64) -> Result<()> {
+        // The vhost crate keeps what was acked and checks each message against it.
         Ok(())
     }
 

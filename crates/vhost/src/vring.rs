@@ -327,11 +327,6 @@ pub struct QueueStats {
     pub bdev_queue_depth: u64,
 }
 
-/// Queues of this reactor (all controllers).
-pub fn count_here() -> usize {
-    QUEUES.with(|q| q.borrow().len())
-}
-
 fn find(ctrlr_id: u64, index: u16) -> Option<Rc<VqCell>> {
     QUEUES.with(|q| q.borrow().iter().find(|(c, i, _)| *c == ctrlr_id && *i == index).map(|(_, _, v)| v.clone()))
 }
@@ -687,9 +682,4 @@ impl IoCompleter for VqCell {
         drop(io);
         self.0.borrow_mut().completed(tag as u16, status);
     }
-}
-
-/// For tests: whether this reactor has queue `index` of controller `ctrlr_id`.
-pub fn is_running(ctrlr_id: u64, index: u16) -> bool {
-    find(ctrlr_id, index).is_some()
 }
