@@ -9,6 +9,7 @@
 //! flight complete, and answers where the driver's available ring was left.
 
 use crate::blk;
+use crate::dirty::DirtyLog;
 use crate::inflight::InflightArea;
 use crate::memory::Memory;
 use crate::vring::{self, Device, Setup};
@@ -66,6 +67,8 @@ pub struct Session {
     rings: Vec<Ring>,
     /// The front end's inflight area (INFLIGHT_SHMFD), once asked for or handed back.
     inflight: Option<Arc<InflightArea>>,
+    /// The dirty log (VHOST_USER_SET_LOG_BASE); written while VHOST_F_LOG_ALL is acked.
+    log: Option<Arc<DirtyLog>>,
 }
 
 fn invalid(why: String) -> Error {
@@ -82,6 +85,7 @@ impl Session {
             mem: None,
             rings: (0..MAX_QUEUES).map(|_| Ring::default()).collect(),
             inflight: None,
+            log: None,
         }
     }
 
@@ -96,7 +100,8 @@ impl Session {
             | blk::F_TOPOLOGY
             | blk::F_MQ
             | blk::F_INDIRECT_DESC
-            | blk::F_EVENT_IDX;
+            | blk::F_EVENT_IDX
+            | blk::F_LOG_ALL;
         let bdev = ferrite_bdev::lookup(&dev.bdev);
         let supports = |t| bdev.as_ref().is_some_and(|b| b.supports(t));
         if supports(ferrite_bdev::IoType::Flush) {
@@ -161,6 +166,7 @@ impl Session {
         let event_idx = self.acked & blk::F_EVENT_IDX != 0;
         let Some(mem) = self.mem.clone() else { return Ok(()) };
         let ctrlr = self.ctrlr.clone();
+        let log = self.logging();
         let r = &mut self.rings[index];
         let Some((desc, avail, used)) = r.addrs else { return Ok(()) };
         if r.running_on.is_some() || r.kick.is_none() || r.size == 0 || (protocol_acked && !r.enabled) {
@@ -181,6 +187,7 @@ impl Session {
             mem,
             dev: ctrlr.dev.clone(),
             inflight: self.inflight.as_ref().and_then(|a| a.queue(index as u16, r.size)),
+            log,
         };
         let has_inflight = setup.inflight.is_some();
         let mut rx = ctrlr.engine.call(reactor, move || vring::start(setup));
@@ -226,6 +233,26 @@ impl Session {
         }
     }
 
+    /// The dirty log the rings write, if a migration asks for one now.
+    fn logging(&self) -> Option<Arc<DirtyLog>> {
+        self.log.clone().filter(|_| self.acked & blk::F_LOG_ALL != 0)
+    }
+
+    /// Tells every running ring whether to log, and where (after SET_FEATURES or SET_LOG_BASE).
+    fn push_log(&mut self) {
+        let log = self.logging();
+        let mut reactors: Vec<usize> = self.rings.iter().filter_map(|r| r.running_on).collect();
+        reactors.sort_unstable();
+        reactors.dedup();
+        for reactor in reactors {
+            let (id, l) = (self.ctrlr.id, log.clone());
+            let mut rx = self.ctrlr.engine.call(reactor, move || vring::set_log(id, l));
+            if rx.wait_for(RING_OP_TIMEOUT).is_none() {
+                log::error!("vhost controller {}: reactor {reactor} did not take the dirty log", self.ctrlr.dev.ctrlr);
+            }
+        }
+    }
+
     /// Rings running now.
     pub fn running(&self) -> usize {
         self.rings.iter().filter(|r| r.running_on.is_some()).count()
@@ -260,7 +287,16 @@ impl VhostUserBackendReqHandlerMut for Session {
                 features & !self.offered()
             )));
         }
+        let was = self.acked & blk::F_LOG_ALL;
         self.acked = features;
+        if features & blk::F_LOG_ALL != was {
+            log::info!(
+                "vhost controller {}: dirty page logging {}",
+                self.ctrlr.dev.ctrlr,
+                if was == 0 { "starts (a migration)" } else { "stops" }
+            );
+            self.push_log();
+        }
         Ok(())
     }
 
@@ -373,7 +409,8 @@ impl VhostUserBackendReqHandlerMut for Session {
             | VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::BACKEND_REQ
-            | VhostUserProtocolFeatures::INFLIGHT_SHMFD)
+            | VhostUserProtocolFeatures::INFLIGHT_SHMFD
+            | VhostUserProtocolFeatures::LOG_SHMFD)
     }
 
     fn set_protocol_features(&mut self, _features: u64) -> Result<()> {
@@ -484,7 +521,13 @@ impl VhostUserBackendReqHandlerMut for Session {
         Err(Error::InvalidOperation("shared memory"))
     }
 
-    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> Result<()> {
-        Err(Error::InvalidOperation("dirty log"))
+    fn set_log_base(&mut self, log: &VhostUserLog, file: File) -> Result<()> {
+        let name = self.ctrlr.dev.ctrlr.clone();
+        let map = DirtyLog::map(&file, log.mmap_size, log.mmap_offset)
+            .map_err(|e| invalid(format!("controller {name}: {e}")))?;
+        log::info!("vhost controller {name}: dirty log of {} bytes", log.mmap_size);
+        self.log = Some(Arc::new(map));
+        self.push_log();
+        Ok(())
     }
 }

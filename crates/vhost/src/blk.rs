@@ -27,6 +27,8 @@ pub const F_INDIRECT_DESC: u64 = 1 << 28;
 pub const F_EVENT_IDX: u64 = 1 << 29;
 /// vhost-user: the protocol feature messages are understood.
 pub const F_PROTOCOL_FEATURES: u64 = 1 << 30;
+/// vhost's feature: the device marks what it writes in the dirty log (live migration).
+pub const F_LOG_ALL: u64 = 1 << 26;
 /// VIRTIO 1.0 or later.
 pub const F_VERSION_1: u64 = 1 << 32;
 

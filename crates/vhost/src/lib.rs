@@ -3,15 +3,18 @@
 //! control thread ([`control`], [`backend`]); each virtqueue is served by a reactor
 //! ([`vring`]) with the guest's memory ([`memory`]) as the payload of the bdev requests that
 //! its chains ([`request`], in virtio-blk's format: [`blk`]) become; what is in flight is kept
-//! where a restarted daemon finds it ([`inflight`]).
+//! where a restarted daemon finds it ([`inflight`]); during a live migration, what the device
+//! writes to guest memory is marked in the front end's dirty log ([`dirty`]).
 
 pub mod backend;
 pub mod blk;
 pub mod coalesce;
 pub mod control;
+pub mod dirty;
 pub mod inflight;
 pub mod memory;
 pub mod request;
 pub mod rpc;
+pub mod shared;
 pub mod split;
 pub mod vring;

@@ -13,6 +13,7 @@
 //! broken for that guest until the front end resets it; the daemon and every other queue go on.
 
 use crate::blk::{self, Header};
+use crate::dirty::DirtyLog;
 use crate::inflight::InflightQueue;
 use crate::memory::Memory;
 use crate::request::{layout, walk_chain, ChainError, Desc, Layout, Walked};
@@ -76,6 +77,8 @@ pub struct Setup {
     pub dev: Arc<Device>,
     /// This queue's part of the front end's inflight area (INFLIGHT_SHMFD), if it gave one.
     pub inflight: Option<InflightQueue>,
+    /// The dirty log, while a migration wants one (VHOST_F_LOG_ALL).
+    pub log: Option<Arc<DirtyLog>>,
 }
 
 /// A request with the bdev, by head index.
@@ -127,6 +130,8 @@ struct Vq {
     inflight: Option<InflightQueue>,
     /// The reactor sleeps after every idle turn: ask for kicks at once.
     interrupt_mode: bool,
+    /// Where guest memory written by the device is marked, while a migration runs.
+    log: Option<Arc<DirtyLog>>,
 }
 
 /// A queue as its bdev requests' completer.
@@ -202,6 +207,7 @@ pub fn start(s: Setup) -> Result<(), String> {
         coalesce: Default::default(),
         inflight: None,
         interrupt_mode,
+        log: s.log,
     };
     // Kicks on from the start (the driver's view of avail_event or the flags is written now).
     vq.ring.enable_kicks();
@@ -260,6 +266,19 @@ pub fn set_memory(ctrlr_id: u64, mem: Arc<Memory>) {
                 Ok(r) => vq.ring = r,
                 Err(e) => vq.break_queue(&format!("new memory table: {e}")),
             }
+        }
+    });
+}
+
+/// Starts (Some) or stops (None) marking what this reactor's queues of controller `ctrlr_id`
+/// write to guest memory in a dirty log.
+pub fn set_log(ctrlr_id: u64, log: Option<Arc<DirtyLog>>) {
+    QUEUES.with(|q| {
+        for (_, _, c) in q.borrow().iter().filter(|(id, _, _)| *id == ctrlr_id) {
+            let mut vq = c.0.borrow_mut();
+            vq.log = log.clone();
+            // Kick flags and avail_event may have changed since the last log.
+            vq.log_used_ring();
         }
     });
 }
@@ -370,6 +389,7 @@ impl Vq {
                 if self.kicks_on && !self.interrupt_mode {
                     // Polled from now on: kicks would only cost the driver.
                     self.ring.disable_kicks();
+                    self.log_used_ring();
                     self.kicks_on = false;
                 }
             }
@@ -401,7 +421,9 @@ impl Vq {
         if kicked {
             let _ = self.kick.drain();
         }
-        self.ring.enable_kicks() | kicked
+        let more = self.ring.enable_kicks();
+        self.log_used_ring();
+        more | kicked
     }
 
     /// Takes up to a batch of requests from the available ring; returns how many.
@@ -492,6 +514,9 @@ impl Vq {
     }
 
     fn put_used(&mut self, head: u16, len: u32) {
+        if self.log.is_some() {
+            self.log_chain(head);
+        }
         if let Some(f) = self.inflight.as_ref() {
             f.completing(head);
         }
@@ -499,7 +524,36 @@ impl Vq {
         if let Some(f) = self.inflight.as_ref() {
             f.completed(head, self.ring.next_used());
         }
+        self.log_used_ring();
         self.to_signal = true;
+    }
+
+    /// Marks, in the dirty log, the device-writable buffers of chain `head` (read data, IDs,
+    /// status), which the device has written by the time it completes the chain. The chain is
+    /// walked again: the driver may not change it while it is in flight, and a driver that does
+    /// only loses its own data to the migration.
+    fn log_chain(&mut self, head: u16) {
+        let Some(log) = self.log.clone() else { return };
+        let mem = self.mem.clone();
+        let read = |a: u64| {
+            let mut b = [0u8; 16];
+            mem.read(a, &mut b).then_some(b)
+        };
+        let mut descs = std::mem::take(&mut self.descs);
+        let limit = self.dev.seg_max as usize + MAX_FRAMING;
+        if walk_chain(read, self.addrs.0, self.ring.size(), head, limit, &mut descs).is_ok() {
+            for d in descs.iter().filter(|d| d.write) {
+                log.mark(d.addr, d.len as u64);
+            }
+        }
+        self.descs = descs;
+    }
+
+    /// Marks the used ring (entries, index, flags, avail_event) in the dirty log.
+    fn log_used_ring(&self) {
+        if let Some(log) = self.log.as_ref() {
+            log.mark(self.addrs.2, 6 + 8 * self.ring.size() as u64);
+        }
     }
 
     fn submit(&mut self, head: u16, l: Layout) {

@@ -248,6 +248,7 @@ fn start_queue_with(
         mem: d.mem.clone(),
         dev,
         inflight,
+        log: None,
     };
     e.call(0, move || vring::start(s)).wait().unwrap().expect("queue starts");
 }
@@ -434,6 +435,67 @@ fn a_restart_resubmits_what_was_in_flight_from_the_inflight_area() {
         let want = if slot == 1 { 0 } else { 0x40 + slot as u8 };
         assert!(b.iter().all(|&x| x == want), "slot {slot}: want {want:#x}, got {:#x}", b[0]);
     }
+    e.stop();
+    e.join();
+}
+
+/// The bits of a dirty log (one per 4 KiB page) that are set.
+fn dirty_pages(log: &File) -> Vec<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut b = vec![0u8; 512];
+    log.read_exact_at(&mut b, 0).unwrap();
+    (0..b.len() as u64 * 8).filter(|&p| b[p as usize / 8] & (1 << (p % 8)) != 0).collect()
+}
+
+#[test]
+fn a_migration_s_dirty_log_gets_every_page_the_device_writes_and_no_other() {
+    use ferrite_vhost::dirty::DirtyLog;
+    let (e, mut d) = setup(ReactorMode::Adaptive, true);
+    // 16 MiB of guest memory: 4096 pages, 512 bytes of log.
+    let file = memfd(512);
+    let log = Arc::new(DirtyLog::map(&file, 512, 0).unwrap());
+    let l = log.clone();
+    e.call(0, move || vring::set_log(1, Some(l))).wait().unwrap();
+    let page = |gpa: u64| gpa / 4096;
+    assert_eq!(dirty_pages(&file), vec![page(USED)], "logging starts with the used ring");
+    // Slots 0..4 write 8 KiB each (the device only reads their data)...
+    for slot in 0..4u16 {
+        d.mem.guest.write_slice(&[slot as u8; 8192], GuestAddress(DATA + slot as u64 * 65536)).unwrap();
+        d.queue(slot, blk::T_OUT, slot as u64 * 16, 8192);
+    }
+    d.kick();
+    d.want_signal_after(4);
+    d.reap(4);
+    assert_eq!(dirty_pages(&file), vec![page(USED), page(STATUS)], "status bytes and the used ring");
+    // ... then slots 4..8 read it back.
+    for slot in 4..8u16 {
+        d.mem.guest.write_slice(&[0xee; 8192], GuestAddress(DATA + slot as u64 * 65536)).unwrap();
+        d.queue(slot, blk::T_IN, (slot as u64 - 4) * 16, 8192);
+    }
+    d.kick();
+    d.want_signal_after(4);
+    d.reap(4);
+    let mut want = vec![page(STATUS), page(USED)];
+    for slot in 4..8u64 {
+        want.extend([page(DATA + slot * 65536), page(DATA + slot * 65536) + 1]);
+    }
+    want.sort_unstable();
+    assert_eq!(dirty_pages(&file), want, "read data, status bytes, the used ring; not the written data or headers");
+    for slot in 4..8u16 {
+        let mut b = [0u8; 8192];
+        d.mem.guest.read_slice(&mut b, GuestAddress(DATA + slot as u64 * 65536)).unwrap();
+        assert!(b.iter().all(|&x| x == slot as u8 - 4), "slot {slot} reads what slot {} wrote", slot - 4);
+    }
+    // The migration ends: nothing more is marked.
+    e.call(0, || vring::set_log(1, None)).wait().unwrap();
+    file.set_len(0).unwrap();
+    file.set_len(512).unwrap();
+    d.queue(4, blk::T_IN, 0, 8192);
+    d.kick();
+    d.want_signal_after(1);
+    d.reap(1);
+    assert_eq!(dirty_pages(&file), Vec::<u64>::new(), "no log without a migration");
+    assert_eq!(log.missed(), 0);
     e.stop();
     e.join();
 }
