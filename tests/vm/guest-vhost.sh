@@ -5,13 +5,15 @@
 # queues; discard and write zeroes read back as zeroes; the read-only disk refuses a write and
 # reads what the writable one wrote (the device's own refusal of writes, which the kernel's
 # read-only flag keeps from reaching it, is tested host-side: crates/vhost/tests/vring.rs); the
-# null bdev grown by bdev_null_resize shows its new size in the guest.
+# null bdev grown by bdev_null_resize, an lvol grown by bdev_lvol_resize (/dev/vdd) and a file
+# grown under a uring bdev and rescanned (/dev/vde) show their new sizes in the guest; the
+# cache turned to writethrough (CONFIG_WCE) makes the device flush every write.
 set -u
 export LC_ALL=C
 fail() { echo "FAIL: $*"; exit 1; }
 step() { echo "=== $*"; }
 modprobe crc32c_generic; modprobe ext4
-for d in vda vdb vdc; do [ -b /dev/$d ] || fail "no /dev/$d"; done
+for d in vda vdb vdc vdd vde; do [ -b /dev/$d ] || fail "no /dev/$d"; done
 # host RPC ARGS...: asks the host to run an RPC (through the shared folder); fails on an error.
 REQ=0
 host() {
@@ -20,6 +22,16 @@ host() {
   for _ in $(seq 300); do [ -f /host/ack-$REQ ] && break; sleep 0.1; done
   [ -f /host/ack-$REQ ] || fail "host did not answer request $REQ ($*) within 30 s"
   [ "$(cat /host/ack-$REQ)" = 0 ] || fail "host request $REQ ($*) failed"
+}
+# grows DISK REQUEST...: asks the host to grow the bdev behind DISK and waits for the new size.
+grows() {
+  local disk=$1 before after
+  shift
+  before=$(cat /sys/block/$disk/size)
+  host "$@"
+  for _ in $(seq 100); do [ "$(cat /sys/block/$disk/size)" != "$before" ] && break; sleep 0.1; done
+  after=$(cat /sys/block/$disk/size)
+  echo "$disk: $before -> $after sectors"
 }
 
 step "1 disks"
@@ -73,11 +85,34 @@ B=$(dd if=/dev/vdb bs=1M count=16 iflag=direct status=none | md5sum | cut -d' ' 
 [ "$A" = "$B" ] || fail "the read-only disk reads other data than the writable one"
 echo "vdb reads what vda wrote ($A)"
 step "6 live resize"
-before=$(cat /sys/block/vdc/size)
-host bdev_null_resize Null0 128
-for _ in $(seq 100); do [ "$(cat /sys/block/vdc/size)" != "$before" ] && break; sleep 0.1; done
-after=$(cat /sys/block/vdc/size)
-echo "vdc: $before -> $after sectors"
-[ "$after" = 262144 ] || fail "the guest did not see the null bdev grow from 64 to 128 MiB"
+grows vdc bdev_null_resize Null0 128
+[ "$(cat /sys/block/vdc/size)" = 262144 ] || fail "the guest did not see the null bdev grow from 64 to 128 MiB"
 dd if=/dev/vdc of=/dev/null bs=1M skip=100 count=8 iflag=direct status=none || fail "read past the old end"
+dd if=/dev/urandom of=/tmp/lv bs=1M count=16 status=none
+dd if=/tmp/lv of=/dev/vdd bs=1M oflag=direct status=none || fail "write to the lvol"
+grows vdd bdev_lvol_resize lvs0/lv0 32
+[ "$(cat /sys/block/vdd/size)" = 65536 ] || fail "the guest did not see the lvol grow from 16 to 32 MiB"
+dd if=/tmp/lv of=/dev/vdd bs=1M seek=16 oflag=direct status=none || fail "write past the lvol's old end"
+A=$(cat /tmp/lv /tmp/lv | md5sum | cut -d' ' -f1)
+B=$(dd if=/dev/vdd bs=1M count=32 iflag=direct status=none | md5sum | cut -d' ' -f1)
+[ "$A" = "$B" ] || fail "the grown lvol reads back other data"
+echo "vdd: 32 MiB read back after the resize ($B)"
+grows vde grow_file Grow0 64
+[ "$(cat /sys/block/vde/size)" = 131072 ] || fail "the guest did not see the file grow from 32 to 64 MiB"
+dd if=/tmp/lv of=/dev/vde bs=1M seek=48 oflag=direct status=none || fail "write past the file's old end"
+B=$(dd if=/dev/vde bs=1M skip=48 count=16 iflag=direct status=none | md5sum | cut -d' ' -f1)
+[ "$(md5sum </tmp/lv | cut -d' ' -f1)" = "$B" ] || fail "the grown file reads back other data"
+echo "vde: written past the old end and read back ($B)"
+
+step "7 writethrough cache (CONFIG_WCE)"
+echo "cache: $(cat /sys/block/vda/cache_type)"
+[ "$(cat /sys/block/vda/cache_type)" = "write back" ] || fail "vda's cache is not writeback at first"
+echo "write through" >/sys/block/vda/cache_type || fail "the cache mode cannot be set"
+[ "$(cat /sys/block/vda/cache_type)" = "write through" ] || fail "the device kept its writeback cache"
+host flushes Guest0; f0=$(cat /host/out-$REQ)
+dd if=/dev/urandom of=/dev/vda bs=4k count=32 seek=20000 oflag=direct status=none || fail "writes in writethrough mode"
+host flushes Guest0; f1=$(cat /host/out-$REQ)
+echo "flushes for 32 writes in writethrough mode: $((f1 - f0))"
+[ $((f1 - f0)) -ge 32 ] || fail "the device did not flush each write in writethrough mode"
+echo "write back" >/sys/block/vda/cache_type
 echo "PASS: vhost guest"

@@ -3,8 +3,9 @@
 # against Ferrite's vhost-user-blk target: two controllers on one 256 MiB malloc bdev, one
 # read-only, on two reactors; the guest checks sizes, queues, serial and read-only flags, an
 # ext4 round trip, fio verify on two queues, discard and write zeroes, and that the read-only
-# disk refuses writes, and a null bdev grown by bdev_null_resize shows its new size in the guest
-# (tests/vm/guest-vhost.sh); then a second daemon on a file-backed bdev is killed with -9 and
+# disk refuses writes, a null bdev grown by bdev_null_resize, an lvol grown by bdev_lvol_resize
+# and a grown file rescanned by bdev_uring_rescan show their new sizes in the guest, and the
+# cache turned to writethrough flushes every write (tests/vm/guest-vhost.sh); then a second daemon on a file-backed bdev is killed with -9 and
 # started again while the guest runs fio verify on it, and fio finishes without an error
 # (tests/vm/guest-vhost-restart.sh). Prints SKIP with the reason when the guest
 # cannot run. The console and the daemon's log are kept in target/vhost-guest/.
@@ -19,6 +20,7 @@ SHARE=$TMP/share
 mkdir -p "$SHARE"
 LOGS=$ROOT/target/vhost-guest
 mkdir -p "$LOGS"
+rm -f "$LOGS"/*.log
 SOCK=$TMP/ferrite.sock
 "$FERRITE" serve -m 0x3 -r "$SOCK" -S "$TMP" --log-level info >"$LOGS/daemon.log" 2>&1 &
 PID=$!
@@ -31,6 +33,13 @@ rpc vhost_create_blk_controller '{"ctrlr":"vhost.0","dev_name":"Guest0"}'
 rpc vhost_create_blk_controller '{"ctrlr":"vhost.ro","dev_name":"Guest0","readonly":true,"cpumask":"0x2"}'
 rpc bdev_null_create --name Null0 --num-blocks 16384 --block-size 4096
 rpc vhost_create_blk_controller '{"ctrlr":"vhost.null","dev_name":"Null0"}'
+rpc bdev_malloc_create --name LvsBase --num-blocks 16384 --block-size 4096
+rpc bdev_lvol_create_lvstore '{"bdev_name":"LvsBase","lvs_name":"lvs0"}'
+rpc bdev_lvol_create '{"lvol_name":"lv0","size_in_mib":16,"lvs_name":"lvs0"}'
+rpc vhost_create_blk_controller '{"ctrlr":"vhost.lvol","dev_name":"lvs0/lv0"}'
+truncate -s 32M "$TMP/grow.img"
+rpc bdev_uring_create '{"name":"Grow0","filename":"'"$TMP/grow.img"'","block_size":4096}'
+rpc vhost_create_blk_controller '{"ctrlr":"vhost.file","dev_name":"Grow0"}'
 # The guest's requests for RPCs: req-N holds "METHOD ARGS", ack-N gets the exit code.
 (
   n=1
@@ -40,6 +49,10 @@ rpc vhost_create_blk_controller '{"ctrlr":"vhost.null","dev_name":"Null0"}'
       rc=0
       case $m in
         bdev_null_resize) "$FERRITE" rpc -s "$SOCK" bdev_null_resize "{\"name\":\"$a\",\"new_size\":$b}" >>"$LOGS/rpc.log" 2>&1 || rc=$? ;;
+        bdev_lvol_resize) "$FERRITE" rpc -s "$SOCK" bdev_lvol_resize "{\"name\":\"$a\",\"size_in_mib\":$b}" >>"$LOGS/rpc.log" 2>&1 || rc=$? ;;
+        grow_file) { truncate -s "${b}M" "$TMP/grow.img" && "$FERRITE" rpc -s "$SOCK" bdev_uring_rescan "{\"name\":\"$a\"}"; } >>"$LOGS/rpc.log" 2>&1 || rc=$? ;;
+        flushes) "$FERRITE" rpc -s "$SOCK" bdev_get_iostat "{\"name\":\"$a\"}" 2>>"$LOGS/rpc.log" |
+          python3 -c 'import json,sys; print(json.load(sys.stdin)["bdevs"][0]["num_flush_ops"])' >"$SHARE/out-$n" || rc=$? ;;
         *) rc=99 ;;
       esac
       echo "$rc" >"$SHARE/.ack" && mv "$SHARE/.ack" "$SHARE/ack-$n"
@@ -50,9 +63,10 @@ rpc vhost_create_blk_controller '{"ctrlr":"vhost.null","dev_name":"Null0"}'
 ) &
 SERVER=$!
 rc=0
-bash "$VM/run-guest.sh" -t "${TMO:-300}" -b "$TMP/vhost.0" -b "$TMP/vhost.ro" -b "$TMP/vhost.null" -s "$SHARE" -l "$LOGS/console.log" \
+bash "$VM/run-guest.sh" -t "${TMO:-300}" -b "$TMP/vhost.0" -b "$TMP/vhost.ro" -b "$TMP/vhost.null" -b "$TMP/vhost.lvol" -b "$TMP/vhost.file" \
+  -s "$SHARE" -l "$LOGS/console.log" \
   "$ROOT/tests/vm/guest-vhost.sh" >/dev/null || rc=$?
-grep -E "^(===|FAIL|PASS|vd[abc]:|md5|fio|queue|discard|write to|vdb reads)" "$LOGS/console.log" || true
+grep -E "^(===|FAIL|PASS|vd[a-e]:|md5|fio|queue|discard|write to|vdb reads|cache|flushes)" "$LOGS/console.log" || true
 # The daemon saw both front ends and served the writable disk's queues on both reactors.
 "$FERRITE" rpc -s "$SOCK" vhost_get_controllers >"$LOGS/controllers.json"
 if [ "$rc" != 0 ]; then

@@ -105,7 +105,8 @@ impl Session {
         let bdev = ferrite_bdev::lookup(&dev.bdev);
         let supports = |t| bdev.as_ref().is_some_and(|b| b.supports(t));
         if supports(ferrite_bdev::IoType::Flush) {
-            f |= blk::F_FLUSH;
+            // The driver may turn the cache to writethrough (each write then flushed here).
+            f |= blk::F_FLUSH | blk::F_CONFIG_WCE;
         }
         if dev.readonly {
             f |= blk::F_RO;
@@ -139,7 +140,7 @@ impl Session {
             physical_block_exp: (pbs / bs).trailing_zeros() as u8,
             min_io_size: 1,
             opt_io_size: l.optimal_io_boundary,
-            writeback: 0,
+            writeback: dev.writeback.load(std::sync::atomic::Ordering::Relaxed) as u8,
             num_queues: MAX_QUEUES as u16,
             ..Default::default()
         };
@@ -436,9 +437,23 @@ impl VhostUserBackendReqHandlerMut for Session {
         c.read(offset, size).ok_or_else(|| invalid(format!("config bytes {offset}+{size}")))
     }
 
-    fn set_config(&mut self, _offset: u32, _buf: &[u8], _flags: VhostUserConfigFlags) -> Result<()> {
-        // Writable fields (writeback) are not offered.
-        Err(Error::InvalidOperation("set_config"))
+    fn set_config(&mut self, offset: u32, buf: &[u8], _flags: VhostUserConfigFlags) -> Result<()> {
+        // The one writable field: the cache mode (CONFIG_WCE).
+        let name = &self.ctrlr.dev.ctrlr;
+        match (offset as usize, buf) {
+            (blk::WRITEBACK_OFFSET, &[mode @ (0 | 1)]) if self.acked & blk::F_CONFIG_WCE != 0 => {
+                log::info!(
+                    "vhost controller {name}: the driver sets the cache to {}",
+                    ["writethrough", "writeback"][mode as usize]
+                );
+                self.ctrlr.dev.writeback.store(mode == 1, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
+            _ => Err(invalid(format!(
+                "controller {name}: config bytes {offset}+{} are not writable ({buf:?})",
+                buf.len()
+            ))),
+        }
     }
 
     fn set_backend_req_fd(&mut self, _backend: Backend) {

@@ -32,6 +32,9 @@ pub const F_LOG_ALL: u64 = 1 << 26;
 /// VIRTIO 1.0 or later.
 pub const F_VERSION_1: u64 = 1 << 32;
 
+/// Offset of the config space's `writeback` field, the one the driver writes (CONFIG_WCE).
+pub const WRITEBACK_OFFSET: usize = 32;
+
 /// Read (device writes the guest's buffers).
 pub const T_IN: u32 = 0;
 /// Write.
@@ -119,7 +122,7 @@ pub struct Config {
     pub min_io_size: u16,
     /// Optimal I/O size (boundary), in logical blocks.
     pub opt_io_size: u32,
-    /// 1: writeback cache.
+    /// 1: writeback cache (at [`WRITEBACK_OFFSET`]).
     pub writeback: u8,
     /// Request queues.
     pub num_queues: u16,
@@ -156,7 +159,7 @@ impl Config {
         // 25: alignment offset (0).
         b[26..28].copy_from_slice(&self.min_io_size.to_le_bytes());
         b[28..32].copy_from_slice(&self.opt_io_size.to_le_bytes());
-        b[32] = self.writeback;
+        b[WRITEBACK_OFFSET] = self.writeback;
         b[34..36].copy_from_slice(&self.num_queues.to_le_bytes());
         b[36..40].copy_from_slice(&self.max_discard_sectors.to_le_bytes());
         b[40..44].copy_from_slice(&self.max_discard_seg.to_le_bytes());

@@ -122,6 +122,7 @@ pub fn register(reg: &mut Registry) {
             seg_max: crate::backend::SEG_MAX,
             serial: serial(bdev.name()),
             coalescing: Default::default(),
+            writeback: true.into(),
         });
         let id = control::next_id();
         let name = a.ctrlr.clone();

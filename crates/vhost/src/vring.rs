@@ -47,6 +47,9 @@ pub struct Device {
     pub serial: [u8; blk::ID_LEN],
     /// Interrupt coalescing, as set now.
     pub coalescing: crate::coalesce::Coalescing,
+    /// The driver's cache mode (CONFIG_WCE): false is writethrough, where each write is
+    /// flushed before it completes.
+    pub writeback: std::sync::atomic::AtomicBool,
 }
 
 /// What the control plane hands a reactor to start a queue.
@@ -89,6 +92,8 @@ struct Slot {
     status: u64,
     /// Bytes written to the guest, status byte included, on success.
     used_len: u32,
+    /// A write in writethrough mode: a flush goes to the bdev before it completes.
+    flush_after: bool,
 }
 
 /// A queue's state on its reactor.
@@ -132,6 +137,8 @@ struct Vq {
     interrupt_mode: bool,
     /// Where guest memory written by the device is marked, while a migration runs.
     log: Option<Arc<DirtyLog>>,
+    /// The bdev takes flushes (writethrough mode needs them).
+    can_flush: bool,
 }
 
 /// A queue as its bdev requests' completer.
@@ -177,6 +184,7 @@ pub fn start(s: Setup) -> Result<(), String> {
     let desc = ferrite_bdev::Bdev::open_ext(&s.dev.bdev, !s.dev.readonly, move |e| on_bdev_event(ctrlr_id, index, e))
         .map_err(|e| format!("queue {}: bdev {}: {e}", s.index, s.dev.bdev))?;
     let ch = desc.channel().map_err(|e| format!("queue {}: bdev {}: {e}", s.index, s.dev.bdev))?;
+    let can_flush = desc.bdev().supports(IoType::Flush);
     let kick = FdWatch::new(OwnedFd::from(s.kick)).map_err(|e| format!("queue {}: kick eventfd: {e}", s.index))?;
     let interrupt_mode = ferrite_reactor::engine().mode() == ferrite_reactor::ReactorMode::Interrupt;
     let mut vq = Vq {
@@ -208,6 +216,7 @@ pub fn start(s: Setup) -> Result<(), String> {
         inflight: None,
         interrupt_mode,
         log: s.log,
+        can_flush,
     };
     // Kicks on from the start (the driver's view of avail_event or the flags is written now).
     vq.ring.enable_kicks();
@@ -634,7 +643,9 @@ impl Vq {
             }
         };
         let used_len = if kind == blk::T_IN { l.data_len as u32 + 1 } else { 1 };
-        self.slots[head as usize] = Slot { busy: true, status: l.status, used_len };
+        let flush_after =
+            kind == blk::T_OUT && !self.dev.writeback.load(std::sync::atomic::Ordering::Relaxed) && self.can_flush;
+        self.slots[head as usize] = Slot { busy: true, status: l.status, used_len, flush_after };
         self.in_flight += 1;
         let me: Rc<dyn IoCompleter> =
             find(self.ctrlr_id, self.index).expect("a running queue is in its reactor's table");
@@ -642,6 +653,16 @@ impl Vq {
     }
 
     fn completed(&mut self, head: u16, status: IoStatus) {
+        if status == IoStatus::Success && self.slots[head as usize].flush_after {
+            // Writethrough: the write is done once the bdev's cache is flushed.
+            if let Some((_, ch)) = self.io.as_ref() {
+                self.slots[head as usize].flush_after = false;
+                let me: Rc<dyn IoCompleter> =
+                    find(self.ctrlr_id, self.index).expect("a running queue is in its reactor's table");
+                ch.submit(IoRequest::no_payload(IoType::Flush, 0, 0), me, head as u64);
+                return;
+            }
+        }
         let slot = std::mem::take(&mut self.slots[head as usize]);
         debug_assert!(slot.busy, "a completion for head {head}, which is not in flight");
         debug_assert!(self.in_flight > 0, "completions outnumber submissions");

@@ -210,8 +210,8 @@ fn start_queue(
     readonly: bool,
     next_avail: u16,
     inflight: Option<InflightQueue>,
-) {
-    start_queue_with(e, d, event_idx, readonly, next_avail, inflight, (0, 60_000));
+) -> Arc<Device> {
+    start_queue_with(e, d, event_idx, readonly, next_avail, inflight, (0, 60_000))
 }
 
 /// `start_queue` with coalescing set to (delay_base_us, iops_threshold).
@@ -223,7 +223,7 @@ fn start_queue_with(
     next_avail: u16,
     inflight: Option<InflightQueue>,
     coalescing: (u32, u32),
-) {
+) -> Arc<Device> {
     let dev = Device {
         ctrlr: "t".into(),
         bdev: "M0".into(),
@@ -231,6 +231,7 @@ fn start_queue_with(
         seg_max: 126,
         serial: [b'x'; 20],
         coalescing: Default::default(),
+        writeback: true.into(),
     };
     dev.coalescing.set(coalescing.0, coalescing.1).unwrap();
     let dev = Arc::new(dev);
@@ -246,11 +247,12 @@ fn start_queue_with(
         kick: d.kick.try_clone().unwrap(),
         call: Some(d.call.try_clone().unwrap()),
         mem: d.mem.clone(),
-        dev,
+        dev: dev.clone(),
         inflight,
         log: None,
     };
     e.call(0, move || vring::start(s)).wait().unwrap().expect("queue starts");
+    dev
 }
 
 /// Rounds of 32 writes then 32 reads of the same blocks, each round waited for through the call
@@ -434,6 +436,45 @@ fn a_restart_resubmits_what_was_in_flight_from_the_inflight_area() {
         d.mem.guest.read_slice(&mut b, GuestAddress(DATA + slot as u64 * 65536)).unwrap();
         let want = if slot == 1 { 0 } else { 0x40 + slot as u8 };
         assert!(b.iter().all(|&x| x == want), "slot {slot}: want {want:#x}, got {:#x}", b[0]);
+    }
+    e.stop();
+    e.join();
+}
+
+#[test]
+fn writes_in_writethrough_mode_are_flushed_before_they_complete() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (e, mut d) = engine_and_driver(ReactorMode::Adaptive);
+    let dev = start_queue(&e, &d, true, false, 0, None);
+    let flushes = |e: &Engine| {
+        e.call(0, || ferrite_bdev::channel::local_iostat(ferrite_bdev::lookup("M0").unwrap().id()).num_flush_ops)
+            .wait()
+            .unwrap()
+    };
+    let mut round = |d: &mut Driver, kind: u32, first: u16| {
+        for slot in first..first + 8 {
+            d.mem.guest.write_slice(&[slot as u8 ^ 0x5a; 4096], GuestAddress(DATA + slot as u64 * 65536)).unwrap();
+            d.queue(slot, kind, slot as u64 * 8, 4096);
+        }
+        d.kick();
+        d.want_signal_after(8);
+        d.reap(8);
+    };
+    // Writeback (the default): writes go as they are; the driver flushes when it wants.
+    round(&mut d, blk::T_OUT, 0);
+    assert_eq!(flushes(&e), 0);
+    // The driver turns the cache to writethrough: each write is followed by a flush, and only
+    // writes are.
+    dev.writeback.store(false, Relaxed);
+    round(&mut d, blk::T_OUT, 8);
+    assert_eq!(flushes(&e), 8, "one flush per write");
+    round(&mut d, blk::T_IN, 0);
+    assert_eq!(flushes(&e), 8, "reads are not flushed");
+    for slot in 0..8u16 {
+        assert_eq!(d.mem.guest.read_obj::<u8>(GuestAddress(STATUS + slot as u64)).unwrap(), blk::S_OK);
+        let mut b = [0u8; 4096];
+        d.mem.guest.read_slice(&mut b, GuestAddress(DATA + slot as u64 * 65536)).unwrap();
+        assert!(b.iter().all(|&x| x == slot as u8 ^ 0x5a), "slot {slot} reads back");
     }
     e.stop();
     e.join();
