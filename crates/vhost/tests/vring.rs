@@ -451,7 +451,7 @@ fn writes_in_writethrough_mode_are_flushed_before_they_complete() {
             .wait()
             .unwrap()
     };
-    let mut round = |d: &mut Driver, kind: u32, first: u16| {
+    let round = |d: &mut Driver, kind: u32, first: u16| {
         for slot in first..first + 8 {
             d.mem.guest.write_slice(&[slot as u8 ^ 0x5a; 4096], GuestAddress(DATA + slot as u64 * 65536)).unwrap();
             d.queue(slot, kind, slot as u64 * 8, 4096);
