@@ -31,12 +31,30 @@ struct Mapping {
     gpa: u64,
 }
 
+/// Where a region is mapped in this process.
+#[derive(Debug, Clone, Copy)]
+struct Host {
+    gpa: u64,
+    len: u64,
+    base: NonNull<u8>,
+}
+
 /// A memory table, mapped.
 pub struct Memory {
-    /// The regions, for the rings (`virtio-queue`) and for reads and writes of guest memory.
+    /// The regions as vm-memory maps them (they own the mappings; tests read and write
+    /// through them).
     pub guest: GuestMem,
     maps: Vec<Mapping>,
+    /// The same regions as (guest-physical range, host address), searched by the hot path
+    /// (vm-memory's lookup and checks cost a request several times over).
+    hosts: Vec<Host>,
 }
+
+// SAFETY: `hosts` points into the mappings `guest` owns, which live as long as the value;
+// the memory is shared with the guest and touched only through copies and the rings' rules.
+unsafe impl Send for Memory {}
+// SAFETY: as above.
+unsafe impl Sync for Memory {}
 
 impl std::fmt::Debug for Memory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,7 +106,15 @@ impl Memory {
             maps.push(Mapping { user_addr: ua, size, gpa });
         }
         let guest = GuestMemoryMmap::from_regions(mapped).map_err(|e| format!("memory regions: {e}"))?;
-        Ok(Memory { guest, maps })
+        let mut hosts = Vec::with_capacity(maps.len());
+        for r in guest.iter() {
+            let base =
+                r.get_host_address(MemoryRegionAddress(0)).ok().and_then(NonNull::new).ok_or_else(|| {
+                    format!("memory region gpa {:#x} has no host address", r.start_addr().raw_value())
+                })?;
+            hosts.push(Host { gpa: r.start_addr().raw_value(), len: r.len(), base });
+        }
+        Ok(Memory { guest, maps, hosts })
     }
 
     /// The guest-physical address of the front end's virtual address `va`.
@@ -126,15 +152,15 @@ impl Memory {
 
     /// Calls `f(host pointer, len)` for each piece of `[gpa, gpa + len)` that lies in one
     /// region, in order. False (and maybe some calls made) if part of it is not guest memory.
+    #[inline]
     pub fn host_pieces(&self, gpa: u64, len: u64, mut f: impl FnMut(NonNull<u8>, usize)) -> bool {
         let (mut at, mut left) = (gpa, len);
         while left > 0 {
-            let Some(region) = self.guest.find_region(GuestAddress(at)) else { return false };
-            let off = at - region.start_addr().raw_value();
-            let here = (region.len() - off).min(left);
-            let Ok(ptr) = region.get_host_address(MemoryRegionAddress(off)) else { return false };
-            let Some(ptr) = NonNull::new(ptr) else { return false };
-            f(ptr, here as usize);
+            let Some(h) = self.hosts.iter().find(|h| at.wrapping_sub(h.gpa) < h.len) else { return false };
+            let off = at - h.gpa;
+            let here = (h.len - off).min(left);
+            // SAFETY: `off` < the region's length: inside its mapping.
+            f(unsafe { NonNull::new_unchecked(h.base.as_ptr().add(off as usize)) }, here as usize);
             at += here;
             left -= here;
         }

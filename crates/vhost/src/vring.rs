@@ -647,8 +647,7 @@ impl Vq {
             kind == blk::T_OUT && !self.dev.writeback.load(std::sync::atomic::Ordering::Relaxed) && self.can_flush;
         self.slots[head as usize] = Slot { busy: true, status: l.status, used_len, flush_after };
         self.in_flight += 1;
-        let me: Rc<dyn IoCompleter> =
-            find(self.ctrlr_id, self.index).expect("a running queue is in its reactor's table");
+        let me: Rc<dyn IoCompleter> = self.me.upgrade().expect("a running queue is alive");
         ch.submit(req, me, head as u64);
     }
 
@@ -657,8 +656,7 @@ impl Vq {
             // Writethrough: the write is done once the bdev's cache is flushed.
             if let Some((_, ch)) = self.io.as_ref() {
                 self.slots[head as usize].flush_after = false;
-                let me: Rc<dyn IoCompleter> =
-                    find(self.ctrlr_id, self.index).expect("a running queue is in its reactor's table");
+                let me: Rc<dyn IoCompleter> = self.me.upgrade().expect("a running queue is alive");
                 ch.submit(IoRequest::no_payload(IoType::Flush, 0, 0), me, head as u64);
                 return;
             }
