@@ -27,3 +27,29 @@ guest_setup() {
     exit 0
   fi
 }
+
+# serve_guest_requests SHARE HANDLER: answers the guest's requests in the background and sets
+# SERVER to the server's pid. The guest (tests/vm/guest-lib.sh's `host`) leaves SHARE/req-N
+# holding words; the server runs `HANDLER N WORDS...` (N, for answers with data: SHARE/out-N)
+# and writes its exit code to SHARE/ack-N. It also copies guest-lib.sh into SHARE for the guest
+# script to source.
+serve_guest_requests() {
+  local share=$1 handler=$2
+  cp "$ROOT/tests/vm/guest-lib.sh" "$share/guest-lib.sh"
+  rm -f "$share"/req-* "$share"/ack-* "$share"/out-*
+  (
+    set +e # a failed request is answered, not fatal
+    n=1
+    while :; do
+      if [ -f "$share/req-$n" ]; then
+        read -r -a words <"$share/req-$n"
+        "$handler" "$n" "${words[@]}"
+        echo "$?" >"$share/.ack" && mv "$share/.ack" "$share/ack-$n"
+        n=$((n + 1))
+      else
+        sleep 0.05
+      fi
+    done
+  ) &
+  SERVER=$!
+}

@@ -13,8 +13,10 @@
 #   count is back to zero after each removal, and I/O works after each reconnect, 12 two hosts
 #   (host NQN and ID each) on NQN3: register, Write Exclusive, report, the other host's O_DIRECT
 #   write refused while its reads work, release, then its write goes through (data compared).
-# Asks the host for RPCs through the shared folder (/host/req-N -> /host/ack-N).
+# Asks the host for RPCs through the shared folder (tests/vm/guest-lib.sh's `host`).
 set -u
+# shellcheck source=guest-lib.sh
+. /host/guest-lib.sh
 export LC_ALL=C
 T0=$(cut -d' ' -f1 /proc/uptime)
 step() { echo "=== [+$(awk -v t0="$T0" '{printf "%.1f", $1 - t0}' /proc/uptime)s] $*"; }
@@ -33,16 +35,6 @@ fail() {
 # Which steps run (space-separated list; the host may narrow it for debugging).
 runs() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 
-REQ=0
-# host_do WORDS...: the host runs the RPC named by WORDS; fails unless it answers 0 within 30 s.
-host_do() {
-  REQ=$((REQ + 1))
-  echo "$*" >/host/.req-$REQ && mv /host/.req-$REQ /host/req-$REQ
-  for _ in $(seq 300); do [ -f /host/ack-$REQ ] && break; sleep 0.1; done
-  [ -f /host/ack-$REQ ] || fail "host did not answer request $REQ ($*) within 30 s"
-  local rc; rc=$(cat /host/ack-$REQ)
-  [ "$rc" = 0 ] || fail "host request $REQ ($*) failed (rc $rc)"
-}
 
 # ns_dev NSID: the block device (multipath head) of namespace NSID, empty if none.
 ns_dev() {
@@ -180,7 +172,7 @@ if runs 4; then
     grep -q ' err= 0' /tmp/fio.out || { cat /tmp/fio.out; fail "fio bs=$bs reported errors"; }
     ok "fio bs=$bs: no verify errors"
   done
-  host_do qpairs
+  host qpairs
 fi
 
 # ------------------------------------------------------------------ 5. digests, SQ flow control
@@ -212,7 +204,7 @@ fi
 if runs 6; then
   step "6a. host adds namespace 3 (nvmf_subsystem_add_ns) while connected"
   scans=$(dmesg | grep -c 'rescanning namespaces')
-  host_do add_ns
+  host add_ns
   D3=$(wait_ns 3 20) || { nvme list; fail "namespace 3 did not appear within 20 s (AEN / changed-ns log)"; }
   nvme list
   # The kernel rescans on the Namespace Attribute Changed event and logs it.
@@ -222,7 +214,7 @@ if runs 6; then
   roundtrip "$D3" 2
   ok "namespace 3 appeared as $D3 and works"
   step "6b. host removes namespace 3 (nvmf_subsystem_remove_ns)"
-  host_do remove_ns
+  host remove_ns
   for _ in $(seq 200); do [ -z "$(ns_dev 3)" ] && break; sleep 0.1; done
   [ -z "$(ns_dev 3)" ] || { nvme list; fail "namespace 3 still present 20 s after removal"; }
   nvme list
@@ -264,7 +256,7 @@ if runs 7; then
   RL=$!
   # flip P STATE CTRL: the host sets listener P's ANA state; wait until the guest's path sees it.
   flip() {
-    host_do ana "$1" "$2"
+    host ana "$1" "$2"
     local s
     for _ in $(seq 100); do s=$(path_state "$3"); [ "$s" = "$2" ] && break; sleep 0.1; done
     [ "$s" = "$2" ] || fail "path $3 (port $1) shows ANA state '$s' 10 s after the host set '$2'"
@@ -302,7 +294,7 @@ if runs 8; then
   D1=$(wait_ns 1) || fail "namespace 1 did not appear (restart step)"
   dd if=/dev/urandom of=/tmp/src bs=1M count=4 status=none
   dd if=/tmp/src of="$D1" bs=1M oflag=direct status=none || fail "dd write before the restart"
-  host_do restart
+  host restart
   # The daemon came back empty (malloc): this write waits in the kernel until the controller
   # is back, then goes through; the read must return it.
   dd if=/dev/urandom of=/tmp/src2 bs=1M count=4 status=none
@@ -320,11 +312,11 @@ fi
 if runs 9; then
   step "9. a thin lvol and its snapshot: the snapshot's disk is read-only, a full lvstore is ENOSPC"
   nvme connect $A -s "$PORT" -n "$NQN" || fail "nvme connect (lvol step)"
-  host_do lvol
+  host lvol
   D4=$(wait_ns 4 20) || fail "the thin lvol's namespace 4 did not appear"
   dd if=/dev/urandom of=/tmp/src bs=64k count=1 status=none
   dd if=/tmp/src of="$D4" bs=64k oflag=direct status=none || fail "dd write to the thin lvol $D4"
-  host_do snap
+  host snap
   D5=$(wait_ns 5 20) || fail "the snapshot's namespace 5 did not appear"
   ro=$(cat "/sys/block/${D5#/dev/}/ro")
   [ "$ro" = 1 ] || bad "the snapshot's disk $D5 is not read-only (ro=$ro): NSATTR write-protected not honoured"
@@ -349,7 +341,7 @@ if runs 9; then
   # The lvol made read-only while connected: a namespace attribute notice, the kernel rescans
   # and makes the disk read-only; what it held reads back.
   dd if="$D4" of=/tmp/before bs=64k count=1 iflag=direct status=none || fail "dd read of $D4"
-  host_do ro
+  host ro
   ro=0
   for _ in $(seq 100); do
     ro=$(cat "/sys/block/${D4#/dev/}/ro")
@@ -393,7 +385,7 @@ if runs 10; then
   [ "$(dmesg | grep -c 'resetting controller')" -gt "$resets" ] || bad "no 'resetting controller' in dmesg"
   [ "$(cat /sys/class/nvme/$C/state)" = live ] || fail "controller $C is $(cat /sys/class/nvme/$C/state) after the reset"
   [ "$(ls -d /sys/class/nvme/$C/nvme*c*n* 2>/dev/null | wc -l)" -ge 2 ] || bad "namespaces missing after the reset"
-  host_do qpairs
+  host qpairs
   roundtrip "$D1" 4
   [ "$(dmesg | grep -cE 'I/O error|blk_update_request|Buffer I/O')" = "$ioerrs" ] ||
     bad "the kernel reported I/O errors across the reset: $(dmesg | grep -E 'I/O error|blk_update_request|Buffer I/O' | tail -n 3)"
@@ -405,7 +397,7 @@ fi
 if runs 11; then
   HN=$(cat /etc/nvme/hostnqn)
   step "11. $HN removed from $NQN2 and added back, $RMHOST_ROUNDS times, while the kernel reconnects"
-  host_do add_host "$HN"
+  host add_host "$HN"
   nvme connect $A -s "$PORT" -n "$NQN2" --reconnect-delay=1 --ctrl-loss-tmo=600 || fail "nvme connect $NQN2"
   D=$(wait_ns 1) || fail "the namespace of $NQN2 did not appear"
   C2=
@@ -415,8 +407,8 @@ if runs 11; then
   dd if=/tmp/src of="$D" bs=4k oflag=direct status=none || fail "dd write to $D"
   for round in $(seq "$RMHOST_ROUNDS"); do
     # The host waits until the target lists no controller of NQN2 (fails the request if not).
-    host_do remove_host "$HN"
-    host_do add_host "$HN"
+    host remove_host "$HN"
+    host add_host "$HN"
     for _ in $(seq 300); do [ "$(cat /sys/class/nvme/$C2/state)" = live ] && break; sleep 0.1; done
     st=$(cat /sys/class/nvme/$C2/state)
     [ "$st" = live ] || fail "round $round: $C2 is $st 30 s after the host was added back"

@@ -5,15 +5,8 @@
 # error.
 set -u
 export LC_ALL=C
-fail() { echo "FAIL: $*"; exit 1; }
-REQ=0
-host() {
-  REQ=$((REQ + 1))
-  echo "$*" >/host/.req-$REQ && mv /host/.req-$REQ /host/req-$REQ
-  for _ in $(seq 300); do [ -f /host/ack-$REQ ] && break; sleep 0.1; done
-  [ -f /host/ack-$REQ ] || fail "host did not answer request $REQ ($*) within 30 s"
-  [ "$(cat /host/ack-$REQ)" = 0 ] || fail "host request $REQ ($*) failed"
-}
+# shellcheck source=guest-lib.sh
+. /host/guest-lib.sh
 DEV=
 for s in /sys/block/vd*; do [ "$(cat "$s/serial" 2>/dev/null)" = Guest1 ] && DEV=/dev/$(basename "$s"); done
 [ -n "$DEV" ] || fail "no disk with serial Guest1"

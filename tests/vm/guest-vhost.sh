@@ -10,19 +10,11 @@
 # cache turned to writethrough (CONFIG_WCE) makes the device flush every write.
 set -u
 export LC_ALL=C
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=guest-lib.sh
+. /host/guest-lib.sh
 step() { echo "=== $*"; }
 modprobe crc32c_generic; modprobe ext4
 for d in vda vdb vdc vdd vde; do [ -b /dev/$d ] || fail "no /dev/$d"; done
-# host RPC ARGS...: asks the host to run an RPC (through the shared folder); fails on an error.
-REQ=0
-host() {
-  REQ=$((REQ + 1))
-  echo "$*" >/host/.req-$REQ && mv /host/.req-$REQ /host/req-$REQ
-  for _ in $(seq 300); do [ -f /host/ack-$REQ ] && break; sleep 0.1; done
-  [ -f /host/ack-$REQ ] || fail "host did not answer request $REQ ($*) within 30 s"
-  [ "$(cat /host/ack-$REQ)" = 0 ] || fail "host request $REQ ($*) failed"
-}
 # grows DISK REQUEST...: asks the host to grow the bdev behind DISK and waits for the new size.
 grows() {
   local disk=$1 before after

@@ -85,91 +85,81 @@ listener() { echo "{\"trtype\":\"tcp\",\"adrfam\":\"ipv4\",\"traddr\":\"127.0.0.
 } >/dev/null
 echo "nvmf-guest: $NQN on 127.0.0.1:$PORT and :$PORT2 (daemon pid $PID, log $LOGS/daemon.log)"
 
-# The guest's requests (see host_do in guest-nvmf.sh).
-serve_requests() {
-  set +e # a failed RPC is answered, not fatal
-  local n=1 cmd a b rc
-  while :; do
-    if [ -f "$SHARE/req-$n" ]; then
-      read -r cmd a b <"$SHARE/req-$n" || true
-      echo "host: request $n: $cmd $a $b"
-      case $cmd in
-        qpairs)
-          rpc nvmf_subsystem_get_qpairs --nqn "$NQN" | python3 -c 'import json, sys
+# The guest's requests (tests/vm/guest-lib.sh's `host`).
+on_request() {
+  local n=$1 cmd=$2 a=${3:-} b=${4:-} rc
+  echo "host: request $n: $cmd $a $b"
+  case $cmd in
+    qpairs)
+      rpc nvmf_subsystem_get_qpairs --nqn "$NQN" | python3 -c 'import json, sys
 q = json.load(sys.stdin)
 print("host: qpairs (cntlid, qid, poll group):", sorted((x["cntlid"], x["qid"], x["thread"][-1]) for x in q))'
-          rc=$?;;
-        add_ns)
-          rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"NvmfHot\",\"nsid\":3}}" >/dev/null
-          rc=$?;;
-        remove_ns)
-          rpc nvmf_subsystem_remove_ns "{\"nqn\":\"$NQN\",\"nsid\":3}" >/dev/null
-          rc=$?;;
-        lvol)
-          # A thin lvol of 8 MiB on an lvstore of fewer clusters (an 8 MiB malloc), as nsid 4.
-          {
-            rpc bdev_malloc_create --name LvBase --num-blocks 2048 --block-size 4096 &&
-              rpc bdev_lvol_create_lvstore --bdev-name LvBase --lvs-name lvs0 --cluster-sz 1048576 &&
-              rpc bdev_lvol_create --lvs-name lvs0 --lvol-name thin --size-in-mib 8 --thin-provision true &&
-              rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"lvs0/thin\",\"nsid\":4}}"
-          } >/dev/null
-          rc=$?;;
-        snap)
-          # Its snapshot, as nsid 5.
-          {
-            rpc bdev_lvol_snapshot --lvol-name lvs0/thin --snapshot-name snap &&
-              rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"lvs0/snap\",\"nsid\":5}}"
-          } >/dev/null
-          rc=$?;;
-        ro)
-          # The thin lvol made read-only while the guest has it.
-          rpc bdev_lvol_set_read_only --name lvs0/thin >/dev/null
-          rc=$?;;
-        add_host)
-          rpc nvmf_subsystem_add_host "{\"nqn\":\"$NQN2\",\"host\":\"$a\"}" >/dev/null
-          rc=$?;;
-        remove_host)
-          # The host goes, and with it its controllers: none may be left (within 10 s).
-          rpc nvmf_subsystem_remove_host "{\"nqn\":\"$NQN2\",\"host\":\"$a\"}" >/dev/null
-          rc=$?
-          if [ $rc = 0 ]; then
-            rc=1
-            for _ in $(seq 100); do
-              left=$(rpc nvmf_subsystem_get_controllers --nqn "$NQN2" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)))')
-              [ "$left" = 0 ] && { rc=0; break; }
-              sleep 0.1
-            done
-            [ $rc = 0 ] || echo "host: $left controllers of $NQN2 left 10 s after nvmf_subsystem_remove_host"
-          fi;;
-        ana)
-          rpc nvmf_subsystem_listener_set_ana_state \
-            "{\"nqn\":\"$NQN\",\"listen_address\":$(listener "$a"),\"ana_state\":\"$b\"}" >/dev/null
-          rc=$?;;
-        restart)
-          # A crash and a restart from the saved config while the guest is connected.
-          rpc save_config >"$TMP/saved.json"
-          old=$(cat "$TMP/pid")
-          kill -KILL "$old"
-          for _ in $(seq 100); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
-          rm -f "$SOCK"
-          "$FERRITE" serve -m 0x3 -r "$SOCK" --log-level "${NVMF_GUEST_LOG_LEVEL:-debug}" \
-            --json "$TMP/saved.json" >>"$LOGS/daemon.log" 2>&1 &
-          echo $! >"$TMP/pid"
-          for _ in $(seq 600); do [ -S "$SOCK" ] && break; sleep 0.05; done
-          [ -S "$SOCK" ]
-          rc=$?
-          echo "host: daemon restarted (pid $(cat "$TMP/pid"))";;
-        *) echo "host: unknown request '$cmd'"; rc=99;;
-      esac
-      echo "$rc" >"$SHARE/.ack" && mv "$SHARE/.ack" "$SHARE/ack-$n"
-      n=$((n + 1))
-    else
-      sleep 0.1
-    fi
-  done
+      rc=$?;;
+    add_ns)
+      rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"NvmfHot\",\"nsid\":3}}" >/dev/null
+      rc=$?;;
+    remove_ns)
+      rpc nvmf_subsystem_remove_ns "{\"nqn\":\"$NQN\",\"nsid\":3}" >/dev/null
+      rc=$?;;
+    lvol)
+      # A thin lvol of 8 MiB on an lvstore of fewer clusters (an 8 MiB malloc), as nsid 4.
+      {
+        rpc bdev_malloc_create --name LvBase --num-blocks 2048 --block-size 4096 &&
+          rpc bdev_lvol_create_lvstore --bdev-name LvBase --lvs-name lvs0 --cluster-sz 1048576 &&
+          rpc bdev_lvol_create --lvs-name lvs0 --lvol-name thin --size-in-mib 8 --thin-provision true &&
+          rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"lvs0/thin\",\"nsid\":4}}"
+      } >/dev/null
+      rc=$?;;
+    snap)
+      # Its snapshot, as nsid 5.
+      {
+        rpc bdev_lvol_snapshot --lvol-name lvs0/thin --snapshot-name snap &&
+          rpc nvmf_subsystem_add_ns "{\"nqn\":\"$NQN\",\"namespace\":{\"bdev_name\":\"lvs0/snap\",\"nsid\":5}}"
+      } >/dev/null
+      rc=$?;;
+    ro)
+      # The thin lvol made read-only while the guest has it.
+      rpc bdev_lvol_set_read_only --name lvs0/thin >/dev/null
+      rc=$?;;
+    add_host)
+      rpc nvmf_subsystem_add_host "{\"nqn\":\"$NQN2\",\"host\":\"$a\"}" >/dev/null
+      rc=$?;;
+    remove_host)
+      # The host goes, and with it its controllers: none may be left (within 10 s).
+      rpc nvmf_subsystem_remove_host "{\"nqn\":\"$NQN2\",\"host\":\"$a\"}" >/dev/null
+      rc=$?
+      if [ $rc = 0 ]; then
+        rc=1
+        for _ in $(seq 100); do
+          left=$(rpc nvmf_subsystem_get_controllers --nqn "$NQN2" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)))')
+          [ "$left" = 0 ] && { rc=0; break; }
+          sleep 0.1
+        done
+        [ $rc = 0 ] || echo "host: $left controllers of $NQN2 left 10 s after nvmf_subsystem_remove_host"
+      fi;;
+    ana)
+      rpc nvmf_subsystem_listener_set_ana_state \
+        "{\"nqn\":\"$NQN\",\"listen_address\":$(listener "$a"),\"ana_state\":\"$b\"}" >/dev/null
+      rc=$?;;
+    restart)
+      # A crash and a restart from the saved config while the guest is connected.
+      rpc save_config >"$TMP/saved.json"
+      old=$(cat "$TMP/pid")
+      kill -KILL "$old"
+      for _ in $(seq 100); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
+      rm -f "$SOCK"
+      "$FERRITE" serve -m 0x3 -r "$SOCK" --log-level "${NVMF_GUEST_LOG_LEVEL:-debug}" \
+        --json "$TMP/saved.json" >>"$LOGS/daemon.log" 2>&1 &
+      echo $! >"$TMP/pid"
+      for _ in $(seq 600); do [ -S "$SOCK" ] && break; sleep 0.05; done
+      [ -S "$SOCK" ]
+      rc=$?
+      echo "host: daemon restarted (pid $(cat "$TMP/pid"))";;
+    *) echo "host: unknown request '$cmd'"; rc=99;;
+  esac
+  return $rc
 }
-serve_requests &
-SERVER=$!
+serve_guest_requests "$SHARE" on_request
 
 GUEST=$TMP/guest.sh
 {

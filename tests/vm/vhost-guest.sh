@@ -40,28 +40,19 @@ rpc vhost_create_blk_controller '{"ctrlr":"vhost.lvol","dev_name":"lvs0/lv0"}'
 truncate -s 32M "$TMP/grow.img"
 rpc bdev_uring_create '{"name":"Grow0","filename":"'"$TMP/grow.img"'","block_size":4096}'
 rpc vhost_create_blk_controller '{"ctrlr":"vhost.file","dev_name":"Grow0"}'
-# The guest's requests for RPCs: req-N holds "METHOD ARGS", ack-N gets the exit code.
-(
-  n=1
-  while :; do
-    if [ -f "$SHARE/req-$n" ]; then
-      read -r m a b <"$SHARE/req-$n" || true
-      rc=0
-      case $m in
-        bdev_null_resize) "$FERRITE" rpc -s "$SOCK" bdev_null_resize "{\"name\":\"$a\",\"new_size\":$b}" >>"$LOGS/rpc.log" 2>&1 || rc=$? ;;
-        bdev_lvol_resize) "$FERRITE" rpc -s "$SOCK" bdev_lvol_resize "{\"name\":\"$a\",\"size_in_mib\":$b}" >>"$LOGS/rpc.log" 2>&1 || rc=$? ;;
-        grow_file) { truncate -s "${b}M" "$TMP/grow.img" && "$FERRITE" rpc -s "$SOCK" bdev_uring_rescan "{\"name\":\"$a\"}"; } >>"$LOGS/rpc.log" 2>&1 || rc=$? ;;
-        flushes) "$FERRITE" rpc -s "$SOCK" bdev_get_iostat "{\"name\":\"$a\"}" 2>>"$LOGS/rpc.log" |
-          python3 -c 'import json,sys; print(json.load(sys.stdin)["bdevs"][0]["num_flush_ops"])' >"$SHARE/out-$n" || rc=$? ;;
-        *) rc=99 ;;
-      esac
-      echo "$rc" >"$SHARE/.ack" && mv "$SHARE/.ack" "$SHARE/ack-$n"
-      n=$((n + 1))
-    fi
-    sleep 0.05
-  done
-) &
-SERVER=$!
+# The guest's requests (tests/vm/guest-lib.sh's `host`).
+on_request() {
+  local n=$1 m=$2 a=${3:-} b=${4:-}
+  case $m in
+    bdev_null_resize) "$FERRITE" rpc -s "$SOCK" bdev_null_resize "{\"name\":\"$a\",\"new_size\":$b}" >>"$LOGS/rpc.log" 2>&1 ;;
+    bdev_lvol_resize) "$FERRITE" rpc -s "$SOCK" bdev_lvol_resize "{\"name\":\"$a\",\"size_in_mib\":$b}" >>"$LOGS/rpc.log" 2>&1 ;;
+    grow_file) { truncate -s "${b}M" "$TMP/grow.img" && "$FERRITE" rpc -s "$SOCK" bdev_uring_rescan "{\"name\":\"$a\"}"; } >>"$LOGS/rpc.log" 2>&1 ;;
+    flushes) "$FERRITE" rpc -s "$SOCK" bdev_get_iostat "{\"name\":\"$a\"}" 2>>"$LOGS/rpc.log" |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["bdevs"][0]["num_flush_ops"])' >"$SHARE/out-$n" ;;
+    *) return 99 ;;
+  esac
+}
+serve_guest_requests "$SHARE" on_request
 rc=0
 bash "$VM/run-guest.sh" -t "${TMO:-300}" -b "$TMP/vhost.0" -b "$TMP/vhost.ro" -b "$TMP/vhost.null" -b "$TMP/vhost.lvol" -b "$TMP/vhost.file" \
   -s "$SHARE" -l "$LOGS/console.log" \
@@ -97,36 +88,27 @@ start2() { "$FERRITE" serve -m 0x3 -r "$SOCK2" -S "$TMP" -c "$TMP/restart.json" 
 : >"$LOGS/daemon2.log"
 start2
 for _ in $(seq 600); do [ -S "$TMP/vhost.rc" ] && break; sleep 0.05; done
-rm -f "$SHARE"/req-* "$SHARE"/ack-*
-(
-  n=1
-  while :; do
-    if [ -f "$SHARE/req-$n" ]; then
-      rc=0
-      case $(cat "$SHARE/req-$n") in
-        restart)
-          # Killed at an instant when the daemon has requests in flight (it says so).
-          for _ in $(seq 200); do
-            "$FERRITE" rpc -s "$SOCK2" vhost_get_controllers 2>/dev/null |
-              python3 -c 'import json,sys; sys.exit(0 if any(q["in_flight"] > 0 for c in json.load(sys.stdin) for q in c["queues"]) else 1)' && break
-            sleep 0.01
-          done
-          kill -9 "$(cat "$TMP/pid2")"; sleep 0.5; echo "=== killed" >>"$LOGS/daemon2.log"; start2
-          for _ in $(seq 600); do [ -S "$TMP/vhost.rc" ] && "$FERRITE" rpc -s "$SOCK2" vhost_get_controllers >/dev/null 2>&1 && break; sleep 0.05; done ;;
-        *) rc=99 ;;
-      esac
-      echo "$rc" >"$SHARE/.ack" && mv "$SHARE/.ack" "$SHARE/ack-$n"
-      n=$((n + 1))
-    fi
-    sleep 0.05
-  done
-) &
-SERVER2=$!
+kill "$SERVER" 2>/dev/null
+on_restart() {
+  case $2 in
+    restart)
+      # Killed at an instant when the daemon has requests in flight (it says so).
+      for _ in $(seq 200); do
+        "$FERRITE" rpc -s "$SOCK2" vhost_get_controllers 2>/dev/null |
+          python3 -c 'import json,sys; sys.exit(0 if any(q["in_flight"] > 0 for c in json.load(sys.stdin) for q in c["queues"]) else 1)' && break
+        sleep 0.01
+      done
+      kill -9 "$(cat "$TMP/pid2")"; sleep 0.5; echo "=== killed" >>"$LOGS/daemon2.log"; start2
+      for _ in $(seq 600); do [ -S "$TMP/vhost.rc" ] && "$FERRITE" rpc -s "$SOCK2" vhost_get_controllers >/dev/null 2>&1 && break; sleep 0.05; done ;;
+    *) return 99 ;;
+  esac
+}
+serve_guest_requests "$SHARE" on_restart
 rc=0
 bash "$VM/run-guest.sh" -t "${TMO:-300}" -s "$SHARE" -l "$LOGS/console2.log" \
   -q -chardev -q "socket,id=rc0,path=$TMP/vhost.rc,reconnect=1" -q -device -q "vhost-user-blk-pci,chardev=rc0,num-queues=2" \
   "$ROOT/tests/vm/guest-vhost-restart.sh" >/dev/null || rc=$?
-kill "$SERVER2" 2>/dev/null
+kill "$SERVER" 2>/dev/null
 kill "$(cat "$TMP/pid2")" 2>/dev/null
 grep -E "^(===|FAIL|PASS|fio|daemon)" "$LOGS/console2.log" || true
 if [ "$rc" != 0 ]; then
