@@ -90,7 +90,6 @@ struct Slot {
 
 /// A queue's state on its reactor.
 struct Vq {
-    ctrlr_id: u64,
     index: u16,
     ring: SplitRing,
     /// Guest-physical addresses of the descriptor table, available and used rings.
@@ -175,7 +174,6 @@ pub fn start(s: Setup) -> Result<(), String> {
     let kick = FdWatch::new(OwnedFd::from(s.kick)).map_err(|e| format!("queue {}: kick eventfd: {e}", s.index))?;
     let interrupt_mode = ferrite_reactor::engine().mode() == ferrite_reactor::ReactorMode::Interrupt;
     let mut vq = Vq {
-        ctrlr_id,
         index,
         ring,
         addrs: (s.desc, s.avail, s.used),
@@ -327,8 +325,10 @@ pub struct QueueStats {
     pub bdev_queue_depth: u64,
 }
 
+/// The queue `index` of controller `ctrlr_id` here: the newest one (a stopped queue leaves the
+/// table a moment after it finished, maybe after its successor started).
 fn find(ctrlr_id: u64, index: u16) -> Option<Rc<VqCell>> {
-    QUEUES.with(|q| q.borrow().iter().find(|(c, i, _)| *c == ctrlr_id && *i == index).map(|(_, _, v)| v.clone()))
+    QUEUES.with(|q| q.borrow().iter().rev().find(|(c, i, _)| *c == ctrlr_id && *i == index).map(|(_, _, v)| v.clone()))
 }
 
 fn on_bdev_event(ctrlr_id: u64, index: u16, e: BdevEvent) {
@@ -582,8 +582,8 @@ impl Vq {
         let used_len = if kind == blk::T_IN { l.data_len as u32 + 1 } else { 1 };
         self.slots[head as usize] = Slot { busy: true, status: l.status, used_len };
         self.in_flight += 1;
-        let me: Rc<dyn IoCompleter> =
-            find(self.ctrlr_id, self.index).expect("a running queue is in its reactor's table");
+        // This queue itself (not a successor with the same index).
+        let me: Rc<dyn IoCompleter> = self.me.upgrade().expect("a running queue is alive");
         ch.submit(req, me, head as u64);
     }
 
@@ -667,10 +667,11 @@ impl Vq {
         if let Some(h) = self.sleep_hook.take() {
             ferrite_reactor::unregister_sleep_hook(h);
         }
-        let (ctrlr_id, index) = (self.ctrlr_id, self.index);
-        // Leaves the table after this borrow ends (the table's entry may be the last owner).
+        // Leaves the table after this borrow ends (the table's entry may be the last owner);
+        // this entry only: a successor with the same index may be there by then.
+        let me = self.me.clone();
         ferrite_reactor::spawn_local(async move {
-            QUEUES.with(|q| q.borrow_mut().retain(|(c, i, _)| !(*c == ctrlr_id && *i == index)));
+            QUEUES.with(|q| q.borrow_mut().retain(|(_, _, c)| !std::ptr::eq(Rc::as_ptr(c), me.as_ptr())));
         })
         .detach();
     }
