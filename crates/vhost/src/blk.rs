@@ -29,6 +29,8 @@ pub const F_EVENT_IDX: u64 = 1 << 29;
 pub const F_PROTOCOL_FEATURES: u64 = 1 << 30;
 /// VIRTIO 1.0 or later.
 pub const F_VERSION_1: u64 = 1 << 32;
+/// The packed virtqueue layout (VIRTIO 1.2, 2.8).
+pub const F_RING_PACKED: u64 = 1 << 34;
 
 /// Read (device writes the guest's buffers).
 pub const T_IN: u32 = 0;
