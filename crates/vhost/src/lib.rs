@@ -2,8 +2,8 @@
 //! cloud-hypervisor, any vhost-user front end). The front end's messages are handled on one
 //! control thread ([`control`], [`backend`]); each virtqueue is served by a reactor
 //! ([`vring`]) with the guest's memory ([`memory`]) as the payload of the bdev requests that
-//! its chains ([`request`], in virtio-blk's format: [`blk`]) become; its ring is split ([`split`])
-//! or packed ([`packed`]); what is in flight is kept where a restarted daemon finds
+//! its chains ([`request`], in virtio-blk's format: [`blk`]) become; its ring ([`ring`]) is split
+//! ([`split`]) or packed ([`packed`]); what is in flight is kept where a restarted daemon finds
 //! it ([`inflight`]).
 
 pub mod backend;
@@ -14,6 +14,7 @@ pub mod inflight;
 pub mod memory;
 pub mod packed;
 pub mod request;
+pub mod ring;
 pub mod rpc;
 pub mod split;
 pub mod vring;
