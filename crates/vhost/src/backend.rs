@@ -7,6 +7,13 @@
 //! enabled (at once when the protocol features were not negotiated, else by
 //! VHOST_USER_SET_VRING_ENABLE); VHOST_USER_GET_VRING_BASE stops it after its requests in
 //! flight complete, and answers where the driver's available ring was left.
+//!
+//! Packed rings (VIRTIO_F_RING_PACKED) are offered by controllers made with `packed_ring`; a
+//! packed ring's addresses are its descriptor ring, driver area and device area, its base the
+//! slot and wrap counter of the available position in bits 0-15 (SET_VRING_BASE; the used
+//! position is the same, as the ring was left with nothing in flight, so bits 16-31 are not
+//! read, as DPDK does not) and of both positions (GET_VRING_BASE, as QEMU reads them), and its
+//! inflight area DPDK's packed layout.
 
 use crate::blk;
 use crate::dirty::DirtyLog;
@@ -24,7 +31,7 @@ use vhost::VhostUserMemoryRegionBase;
 
 /// Most queues a controller serves (SPDK's SPDK_VHOST_MAX_VQUEUES).
 pub const MAX_QUEUES: usize = 256;
-/// Largest ring (virtio's limit for split rings).
+/// Largest ring (virtio's limit for split and packed rings).
 pub const MAX_RING: u32 = 32768;
 /// How long the control thread waits for a reactor to start or stop a ring.
 pub const RING_OP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -51,7 +58,8 @@ struct Ring {
     size: u16,
     /// Descriptor table, available and used ring, as guest-physical addresses.
     addrs: Option<(u64, u64, u64)>,
-    base: u16,
+    /// VHOST_USER_SET_VRING_BASE's value, then what the ring answered when it stopped.
+    base: u32,
     kick: Option<File>,
     call: Option<File>,
     enabled: bool,
@@ -100,8 +108,15 @@ impl Session {
             | blk::F_TOPOLOGY
             | blk::F_MQ
             | blk::F_INDIRECT_DESC
-            | blk::F_EVENT_IDX
-            | blk::F_LOG_ALL;
+            | blk::F_EVENT_IDX;
+        if dev.packed_ring {
+            // Live migration is split rings only: a packed ring's used descriptors overwrite
+            // the chains a dirty log would need at completion. Without LOG_ALL, QEMU refuses to
+            // migrate the guest rather than lose its data.
+            f |= blk::F_RING_PACKED;
+        } else {
+            f |= blk::F_LOG_ALL;
+        }
         let bdev = ferrite_bdev::lookup(&dev.bdev);
         let supports = |t| bdev.as_ref().is_some_and(|b| b.supports(t));
         if supports(ferrite_bdev::IoType::Flush) {
@@ -165,6 +180,7 @@ impl Session {
     fn maybe_start(&mut self, index: usize) -> Result<()> {
         let protocol_acked = self.acked & blk::F_PROTOCOL_FEATURES != 0;
         let event_idx = self.acked & blk::F_EVENT_IDX != 0;
+        let packed = self.acked & blk::F_RING_PACKED != 0;
         let Some(mem) = self.mem.clone() else { return Ok(()) };
         let ctrlr = self.ctrlr.clone();
         let log = self.logging();
@@ -181,7 +197,8 @@ impl Session {
             desc,
             avail,
             used,
-            next_avail: r.base,
+            next_avail: r.base as u16,
+            packed,
             event_idx,
             kick: r.kick.take().expect("checked"),
             call: r.call.as_ref().and_then(|c| c.try_clone().ok()),
@@ -207,8 +224,8 @@ impl Session {
         }
     }
 
-    /// Stops ring `index` if it runs; returns where its available ring was left.
-    fn stop(&mut self, index: usize) -> u16 {
+    /// Stops ring `index` if it runs; returns where it was left (GET_VRING_BASE's value).
+    fn stop(&mut self, index: usize) -> u32 {
         let ctrlr = self.ctrlr.clone();
         let r = &mut self.rings[index];
         let Some(reactor) = r.running_on.take() else { return r.base };
@@ -328,7 +345,9 @@ impl VhostUserBackendReqHandlerMut for Session {
     }
 
     fn set_vring_num(&mut self, index: u32, num: u32) -> Result<()> {
-        if num == 0 || num > MAX_RING || !num.is_power_of_two() {
+        // A packed ring's size need not be a power of two.
+        let packed = self.acked & blk::F_RING_PACKED != 0;
+        if num == 0 || num > MAX_RING || !(packed || num.is_power_of_two()) {
             return Err(invalid(format!("controller {}: ring size {num}", self.ctrlr.dev.ctrlr)));
         }
         self.ring(index)?.size = num as u16;
@@ -358,7 +377,7 @@ impl VhostUserBackendReqHandlerMut for Session {
     }
 
     fn set_vring_base(&mut self, index: u32, base: u32) -> Result<()> {
-        self.ring(index)?.base = base as u16;
+        self.ring(index)?.base = base;
         Ok(())
     }
 
@@ -367,7 +386,7 @@ impl VhostUserBackendReqHandlerMut for Session {
         let next = self.stop(index as usize);
         let r = &mut self.rings[index as usize];
         r.kick = None;
-        Ok(VhostUserVringState::new(index, next as u32))
+        Ok(VhostUserVringState::new(index, next))
     }
 
     fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> Result<()> {
@@ -471,12 +490,16 @@ impl VhostUserBackendReqHandlerMut for Session {
 
     fn get_inflight_fd(&mut self, inflight: &VhostUserInflight) -> Result<(VhostUserInflight, File)> {
         let name = &self.ctrlr.dev.ctrlr;
-        let (area, file) = InflightArea::create(inflight.num_queues, inflight.queue_size)
-            .map_err(|e| invalid(format!("controller {name}: {e}")))?;
-        let size = inflight.num_queues as u64 * crate::inflight::queue_stride(inflight.queue_size) as u64;
+        // The layout follows the ring kind (the front end sets the features first).
+        let packed = self.acked & blk::F_RING_PACKED != 0;
+        let create = if packed { InflightArea::create_packed } else { InflightArea::create };
+        let (area, file) =
+            create(inflight.num_queues, inflight.queue_size).map_err(|e| invalid(format!("controller {name}: {e}")))?;
+        let size = area.size();
         log::info!(
-            "vhost controller {name}: inflight area for {} queues of {}",
+            "vhost controller {name}: inflight area for {} {} queues of {}",
             inflight.num_queues,
+            if packed { "packed" } else { "split" },
             inflight.queue_size
         );
         self.inflight = Some(area);
@@ -485,17 +508,14 @@ impl VhostUserBackendReqHandlerMut for Session {
 
     fn set_inflight_fd(&mut self, inflight: &VhostUserInflight, file: File) -> Result<()> {
         let name = &self.ctrlr.dev.ctrlr;
-        let area = InflightArea::open(
-            &file,
-            inflight.mmap_offset,
-            inflight.mmap_size,
-            inflight.num_queues,
-            inflight.queue_size,
-        )
-        .map_err(|e| invalid(format!("controller {name}: {e}")))?;
+        let packed = self.acked & blk::F_RING_PACKED != 0;
+        let open = if packed { InflightArea::open_packed } else { InflightArea::open };
+        let area = open(&file, inflight.mmap_offset, inflight.mmap_size, inflight.num_queues, inflight.queue_size)
+            .map_err(|e| invalid(format!("controller {name}: {e}")))?;
         log::info!(
-            "vhost controller {name}: inflight area handed over ({} queues of {})",
+            "vhost controller {name}: inflight area handed over ({} {} queues of {})",
             inflight.num_queues,
+            if packed { "packed" } else { "split" },
             inflight.queue_size
         );
         self.inflight = Some(area);

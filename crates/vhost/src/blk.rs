@@ -31,6 +31,8 @@ pub const F_PROTOCOL_FEATURES: u64 = 1 << 30;
 pub const F_LOG_ALL: u64 = 1 << 26;
 /// VIRTIO 1.0 or later.
 pub const F_VERSION_1: u64 = 1 << 32;
+/// The packed virtqueue layout (VIRTIO 1.2, 2.8).
+pub const F_RING_PACKED: u64 = 1 << 34;
 
 /// Offset of the config space's `writeback` field, the one the driver writes (CONFIG_WCE).
 pub const WRITEBACK_OFFSET: usize = 32;

@@ -174,6 +174,60 @@ pub fn walk_chain(
     }
 }
 
+/// Keeps `d` in `out`, at most `max` of them: past the bound the last one kept is replaced (it
+/// holds the status byte). True once past the bound.
+fn keep_bounded(out: &mut Vec<Desc>, max: usize, d: Desc) -> bool {
+    if out.len() < max {
+        out.push(d);
+        return false;
+    }
+    match out.last_mut() {
+        Some(last) => *last = d,
+        None => out.push(d),
+    }
+    true
+}
+
+/// Walks a packed ring's chain (VIRTIO 1.2, 2.8.6 and 2.8.7) into `out` (cleared first): the
+/// `count` descriptors the ring holds for it, in ring order, `ring(i)` giving the i-th one's 16
+/// bytes in the packed format (u64 addr, u32 len, u16 id, u16 flags), or the indirect table its
+/// one descriptor names, whose descriptors `read(addr)` reads from guest memory. In a table
+/// only the WRITE flag counts (the others and the buffer id are reserved); an indirect
+/// descriptor must stand alone (a list holds descriptors of one type); no table inside a table.
+/// At most `max` descriptors are kept, as [`walk_chain`] does ([`Walked::Overlong`]).
+pub fn walk_packed(
+    mut ring: impl FnMut(u16) -> [u8; 16],
+    count: u16,
+    mut read: impl FnMut(u64) -> Option<[u8; 16]>,
+    max: usize,
+    out: &mut Vec<Desc>,
+) -> Result<Walked, WalkError> {
+    out.clear();
+    let mut over = false;
+    let fields = |raw: &[u8; 16]| {
+        let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap());
+        let len = u32::from_le_bytes(raw[8..12].try_into().unwrap());
+        let flags = u16::from_le_bytes(raw[14..16].try_into().unwrap());
+        (addr, len, flags)
+    };
+    for i in 0..count {
+        let (addr, len, flags) = fields(&ring(i));
+        if flags & F_INDIRECT != 0 {
+            if count != 1 || flags & F_NEXT != 0 || len == 0 || !len.is_multiple_of(16) || len / 16 > u16::MAX as u32 {
+                return Err(WalkError::BadIndirect);
+            }
+            for j in 0..(len / 16) as u64 {
+                let at = addr.checked_add(16 * j).ok_or(WalkError::Unreadable)?;
+                let (a, l, f) = fields(&read(at).ok_or(WalkError::Unreadable)?);
+                over |= keep_bounded(out, max, Desc { addr: a, len: l, write: f & F_WRITE != 0 });
+            }
+            break;
+        }
+        over |= keep_bounded(out, max, Desc { addr, len, write: flags & F_WRITE != 0 });
+    }
+    Ok(if over { Walked::Overlong } else { Walked::Whole })
+}
+
 /// Lays out the request of `chain` (the chain's descriptors in order). `read(addr, buf)`
 /// reads guest memory (false: not guest memory); `seg_max` bounds the data segments.
 pub fn layout(
@@ -394,6 +448,69 @@ mod tests {
         );
         let outside = table(&[(1 << 40, 32, F_INDIRECT, 0)]);
         assert_eq!(walk_chain(read16(&outside), 0, 1, 0, 100, &mut out), Err(WalkError::Unreadable));
+    }
+
+    /// Packed descriptors (16 bytes each: addr, len, id, flags).
+    fn packed(descs: &[(u64, u32, u16, u16)]) -> Vec<[u8; 16]> {
+        descs
+            .iter()
+            .map(|&(a, l, id, f)| {
+                let mut d = [0u8; 16];
+                d[0..8].copy_from_slice(&a.to_le_bytes());
+                d[8..12].copy_from_slice(&l.to_le_bytes());
+                d[12..14].copy_from_slice(&id.to_le_bytes());
+                d[14..16].copy_from_slice(&f.to_le_bytes());
+                d
+            })
+            .collect()
+    }
+
+    #[test]
+    fn walks_packed_chains_and_indirect_tables_and_refuses_mixed_ones() {
+        let ring = packed(&[(1000, 16, 0, F_NEXT), (2000, 512, 0, F_NEXT | F_WRITE), (3000, 1, 5, F_WRITE)]);
+        let none = |_: u64| None;
+        let mut out = Vec::new();
+        assert_eq!(walk_packed(|i| ring[i as usize], 3, none, 16, &mut out), Ok(Walked::Whole));
+        assert_eq!(out, vec![d(1000, 16, false), d(2000, 512, true), d(3000, 1, true)]);
+        assert_eq!(walk_packed(|i| ring[i as usize], 3, none, 2, &mut out), Ok(Walked::Overlong));
+        assert_eq!(out, vec![d(1000, 16, false), d(3000, 1, true)], "the first, and the last in place of the rest");
+        // An indirect table at 0x100: only WRITE counts there (NEXT, INDIRECT and ids ignored).
+        let mut m = vec![0u8; 0x100];
+        for t in packed(&[(4000, 16, 9, F_NEXT | F_INDIRECT), (5000, 1, 9, F_WRITE)]) {
+            m.extend_from_slice(&t);
+        }
+        let ind = packed(&[(0x100, 32, 3, F_INDIRECT | F_WRITE)]);
+        assert_eq!(walk_packed(|i| ind[i as usize], 1, read16(&m), 16, &mut out), Ok(Walked::Whole));
+        assert_eq!(out, vec![d(4000, 16, false), d(5000, 1, true)]);
+        let odd = packed(&[(0x100, 24, 3, F_INDIRECT)]);
+        assert_eq!(walk_packed(|i| odd[i as usize], 1, read16(&m), 16, &mut out), Err(WalkError::BadIndirect));
+        let empty = packed(&[(0x100, 0, 3, F_INDIRECT)]);
+        assert_eq!(walk_packed(|i| empty[i as usize], 1, read16(&m), 16, &mut out), Err(WalkError::BadIndirect));
+        let mixed = packed(&[(1000, 16, 0, F_NEXT), (0x100, 32, 3, F_INDIRECT)]);
+        assert_eq!(
+            walk_packed(|i| mixed[i as usize], 2, read16(&m), 16, &mut out),
+            Err(WalkError::BadIndirect),
+            "a list holds descriptors of one type"
+        );
+        let outside = packed(&[(1 << 40, 32, 3, F_INDIRECT)]);
+        assert_eq!(walk_packed(|i| outside[i as usize], 1, read16(&m), 16, &mut out), Err(WalkError::Unreadable));
+        let wraps = packed(&[(u64::MAX - 8, 32, 3, F_INDIRECT)]);
+        assert_eq!(walk_packed(|i| wraps[i as usize], 1, |_| Some([0; 16]), 16, &mut out), Err(WalkError::Unreadable));
+    }
+
+    proptest! {
+        /// Any packed ring bytes, any count, any indirect table: the walk ends and never keeps
+        /// more than asked.
+        #[test]
+        fn any_packed_walk_terminates_within_bounds(bytes in proptest::collection::vec(any::<u8>(), 16..512), count in 1u16..40, max in 1usize..20) {
+            let mut out = Vec::new();
+            let ring = |i: u16| {
+                let at = (16 * i as usize) % (bytes.len() - 15);
+                bytes[at..at + 16].try_into().unwrap()
+            };
+            let _ = walk_packed(ring, count, read16(&bytes), max, &mut out);
+            prop_assert!(out.len() <= max);
+        }
     }
 
     proptest! {

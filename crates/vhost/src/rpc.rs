@@ -81,9 +81,6 @@ pub fn register(reg: &mut Registry) {
         if let Some(t) = a.transport.as_deref().filter(|t| *t != "vhost_user_blk") {
             return Err(invalid(format!("transport {t} is not available (vhost_user_blk is)")));
         }
-        if a.packed_ring == Some(true) {
-            return Err(invalid("packed rings are not supported yet".into()));
-        }
         let Some(bdev) = ferrite_bdev::lookup(&a.dev_name) else {
             return Err(errno_error(libc::ENODEV, format!("No such device: bdev {} not found", a.dev_name)));
         };
@@ -119,6 +116,7 @@ pub fn register(reg: &mut Registry) {
             ctrlr: a.ctrlr.clone(),
             bdev: bdev.name().to_string(),
             readonly,
+            packed_ring: a.packed_ring.unwrap_or(false),
             seg_max: crate::backend::SEG_MAX,
             serial: serial(bdev.name()),
             coalescing: Default::default(),
@@ -193,10 +191,14 @@ pub fn register(reg: &mut Registry) {
             let mut v = Vec::new();
             for c in control::controllers() {
                 let d = &c.info.dev;
-                v.push(
-                    json!({"method": "vhost_create_blk_controller", "params": {"ctrlr": d.ctrlr, "dev_name": d.bdev,
-                    "cpumask": c.cpumask, "readonly": d.readonly, "transport": "vhost_user_blk"}}),
-                );
+                let mut create = json!({"method": "vhost_create_blk_controller", "params": {"ctrlr": d.ctrlr,
+                    "dev_name": d.bdev, "cpumask": c.cpumask, "readonly": d.readonly, "transport": "vhost_user_blk"}});
+                // SPDK v26.05 does not write it (a packed controller comes back split there);
+                // written only when set, split controllers' entries stay SPDK's.
+                if d.packed_ring {
+                    create["params"]["packed_ring"] = json!(true);
+                }
+                v.push(create);
                 // As SPDK: written only when coalescing is on.
                 let (delay, iops) = d.coalescing.get();
                 if delay != 0 {

@@ -8,6 +8,10 @@
 //! again and looks at the ring once more, so that a sleeping reactor is woken by the kick
 //! eventfd's poll on its io_uring and nothing that arrived in between waits.
 //!
+//! The ring is split or packed ([`crate::ring::Ring`]); for a packed ring the slots below are
+//! kept by buffer id, and each request remembers how many ring slots its chain took (the used
+//! position moves on by that) and its entry in the packed inflight layout.
+//!
 //! A driver that breaks the ring's rules (an available index that runs ahead of the ring, a
 //! head that is already in flight) gets its queue stopped, with a log line: the device is
 //! broken for that guest until the front end resets it; the daemon and every other queue go on.
@@ -16,7 +20,9 @@ use crate::blk::{self, Header};
 use crate::dirty::DirtyLog;
 use crate::inflight::InflightQueue;
 use crate::memory::Memory;
-use crate::request::{layout, walk_chain, ChainError, Desc, Layout, Walked};
+use crate::packed::{PackedRing, Pos};
+use crate::request::{layout, walk_chain, walk_packed, ChainError, Desc, Layout, Walked};
+use crate::ring::{Avail, Ring};
 use crate::split::SplitRing;
 use ferrite_bdev::{BdevDesc, BdevEvent, Completed, IoBufs, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
 use ferrite_reactor::{FdWatch, IoBuf, Lender, PollerId};
@@ -41,6 +47,8 @@ pub struct Device {
     pub bdev: String,
     /// Writes, discards and write zeroes are refused.
     pub readonly: bool,
+    /// VIRTIO_F_RING_PACKED is offered (`packed_ring`).
+    pub packed_ring: bool,
     /// Most data segments per request (`seg_max`).
     pub seg_max: u32,
     /// The serial GET_ID returns.
@@ -60,14 +68,18 @@ pub struct Setup {
     pub index: u16,
     /// Ring size.
     pub size: u16,
-    /// Guest-physical addresses of the descriptor table, available and used rings.
+    /// Guest-physical addresses of the descriptor table, available and used rings (packed: the
+    /// descriptor ring, driver area and device area).
     pub desc: u64,
     /// See `desc`.
     pub avail: u64,
     /// See `desc`.
     pub used: u64,
-    /// Where to start in the available ring (VHOST_USER_SET_VRING_BASE).
+    /// Where to start in the available ring (VHOST_USER_SET_VRING_BASE; packed: the slot, with
+    /// the wrap counter in bit 15, for both positions: the ring was left with nothing in flight).
     pub next_avail: u16,
+    /// The ring is packed (VIRTIO_F_RING_PACKED).
+    pub packed: bool,
     /// EVENT_IDX negotiated.
     pub event_idx: bool,
     /// The driver's kick.
@@ -84,7 +96,7 @@ pub struct Setup {
     pub log: Option<Arc<DirtyLog>>,
 }
 
-/// A request with the bdev, by head index.
+/// A request taken, by head index (packed: by buffer id): `busy` while with the bdev.
 #[derive(Clone, Copy, Default)]
 struct Slot {
     busy: bool,
@@ -94,13 +106,20 @@ struct Slot {
     used_len: u32,
     /// A write in writethrough mode: a flush goes to the bdev before it completes.
     flush_after: bool,
+    /// Ring slots its chain took (packed; 1 for split), from when it was taken until its used
+    /// entry is written.
+    count: u16,
+    /// Its entry in the packed inflight layout ([`NO_ENTRY`]: not kept), as long.
+    entry: u16,
 }
+
+/// A packed request the inflight area does not keep.
+const NO_ENTRY: u16 = u16::MAX;
 
 /// A queue's state on its reactor.
 struct Vq {
-    ctrlr_id: u64,
     index: u16,
-    ring: SplitRing,
+    ring: Ring,
     /// Guest-physical addresses of the descriptor table, available and used rings.
     addrs: (u64, u64, u64),
     event_idx: bool,
@@ -118,7 +137,7 @@ struct Vq {
     /// Kicks asked for (notifications on).
     kicks_on: bool,
     /// Stopped for good: by the control plane (with who to tell once drained) or broken.
-    stopping: Option<Vec<ferrite_reactor::oneshot::Sender<u16>>>,
+    stopping: Option<Vec<ferrite_reactor::oneshot::Sender<u32>>>,
     broken: bool,
     /// Requests taken, signals sent (for vhost_get_controllers).
     requests: u64,
@@ -155,23 +174,37 @@ fn lender(mem: &Arc<Memory>) -> Rc<Lender> {
 
 /// Starts a queue on this reactor (a message from the control plane). Errors say why the
 /// queue cannot run (the rings are not in guest memory, the bdev cannot be opened).
-pub fn start(s: Setup) -> Result<(), String> {
+pub fn start(mut s: Setup) -> Result<(), String> {
     if !s.mem.covers(s.desc, 16 * s.size as u64) {
         return Err(format!("queue {}: the descriptor table of {} entries is not in guest memory", s.index, s.size));
     }
-    // The used ring's index, as the driver last saw it: where completions go on from.
-    let mut raw = [0u8; 2];
-    if !s.mem.read(s.used.wrapping_add(2), &mut raw) {
-        return Err(format!("queue {}: the used ring is not in guest memory", s.index));
+    let mut inflight = s.inflight.take();
+    if inflight.as_ref().is_some_and(|f| f.is_packed() != s.packed) {
+        log::warn!(
+            "vhost queue {} of controller {}: the inflight area's layout is not the ring's; its requests in flight are not kept",
+            s.index,
+            s.dev.ctrlr
+        );
+        inflight = None;
     }
-    let used_idx = u16::from_le_bytes(raw);
-    let mut inflight = s.inflight;
-    // After a restart: what the last daemon took and did not complete goes again, first.
-    let resubmit = inflight.as_mut().map(|f| f.recover(used_idx)).unwrap_or_default();
-    // The front end puts the ring back at its used index; what was taken runs past it.
-    let next_avail = s.next_avail.wrapping_add(resubmit.len() as u16);
-    let ring = SplitRing::new(s.mem.clone(), s.size, s.avail, s.used, next_avail, used_idx, s.event_idx)
-        .map_err(|e| format!("queue {}: {e}", s.index))?;
+    // After a restart: what the last daemon took and did not complete goes again, first
+    // (split: heads; packed: inflight entries).
+    let (ring, resubmit) = if s.packed {
+        start_packed(&s, inflight.as_mut())?
+    } else {
+        // The used ring's index, as the driver last saw it: where completions go on from.
+        let mut raw = [0u8; 2];
+        if !s.mem.read(s.used.wrapping_add(2), &mut raw) {
+            return Err(format!("queue {}: the used ring is not in guest memory", s.index));
+        }
+        let used_idx = u16::from_le_bytes(raw);
+        let resubmit = inflight.as_mut().map(|f| f.recover(used_idx)).unwrap_or_default();
+        // The front end puts the ring back at its used index; what was taken runs past it.
+        let next_avail = s.next_avail.wrapping_add(resubmit.len() as u16);
+        let ring = SplitRing::new(s.mem.clone(), s.size, s.avail, s.used, next_avail, used_idx, s.event_idx)
+            .map_err(|e| format!("queue {}: {e}", s.index))?;
+        (Ring::Split(ring), resubmit)
+    };
     if !resubmit.is_empty() {
         log::info!(
             "vhost queue {} of controller {}: {} request(s) in flight before the restart go again",
@@ -188,7 +221,6 @@ pub fn start(s: Setup) -> Result<(), String> {
     let kick = FdWatch::new(OwnedFd::from(s.kick)).map_err(|e| format!("queue {}: kick eventfd: {e}", s.index))?;
     let interrupt_mode = ferrite_reactor::engine().mode() == ferrite_reactor::ReactorMode::Interrupt;
     let mut vq = Vq {
-        ctrlr_id,
         index,
         ring,
         addrs: (s.desc, s.avail, s.used),
@@ -237,8 +269,13 @@ pub fn start(s: Setup) -> Result<(), String> {
     {
         let mut vq = cell.0.borrow_mut();
         for head in resubmit {
-            // Marked in flight again as it is taken.
-            if !vq.take_head(head) {
+            // Split: marked in flight again as it is taken; packed: from the entry's copies.
+            let more = if vq.ring.is_packed() {
+                vq.take_inflight(head)
+            } else {
+                vq.take(Avail { id: head, slot: head, count: 1 })
+            };
+            if !more {
                 break;
             }
         }
@@ -247,10 +284,50 @@ pub fn start(s: Setup) -> Result<(), String> {
     Ok(())
 }
 
+/// Starts a packed ring: its positions from SET_VRING_BASE, or, when the inflight area knows
+/// them (a restart: the front end's value is stale then, as it cannot read a packed ring's
+/// positions), from there, past what was in flight; and the entries to resubmit.
+fn start_packed(s: &Setup, inflight: Option<&mut InflightQueue>) -> Result<(Ring, Vec<u16>), String> {
+    let start = Pos::decode(s.next_avail);
+    if start.index >= s.size {
+        return Err(format!(
+            "queue {}: packed ring position {:#x} is past its {} slots",
+            s.index, s.next_avail, s.size
+        ));
+    }
+    let (mem, desc) = (&s.mem, s.desc);
+    let used_flags = |slot: u16| {
+        let mut b = [0u8; 2];
+        mem.read(desc + 16 * slot as u64 + 14, &mut b).then(|| u16::from_le_bytes(b))
+    };
+    let (used, entries, in_flight) = match inflight {
+        Some(f) => {
+            let r = f.recover_packed(start, used_flags);
+            (r.used, r.entries, r.in_flight)
+        }
+        None => (start, Vec::new(), 0),
+    };
+    if used != start {
+        log::info!(
+            "vhost queue {} of controller {}: the packed ring goes on at slot {} (wrap {}) as the inflight area says, not at {:#x}",
+            s.index,
+            s.dev.ctrlr,
+            used.index,
+            used.wrap as u8,
+            s.next_avail
+        );
+    }
+    // What was taken and not completed lies between the used position and the available one.
+    let avail = used.advance(in_flight, s.size);
+    let ring = PackedRing::new(s.mem.clone(), s.size, s.desc, s.avail, s.used, avail, used, s.event_idx)
+        .map_err(|e| format!("queue {}: {e}", s.index))?;
+    Ok((Ring::Packed(ring), entries))
+}
+
 /// Stops queue `index` of controller `ctrlr_id` on this reactor: no new request is taken;
-/// `done` gets the index of the next available entry once every request in flight has
-/// completed (at once if none, or if the queue is not here).
-pub fn stop(ctrlr_id: u64, index: u16, done: ferrite_reactor::oneshot::Sender<u16>) {
+/// `done` gets the ring's base for VHOST_USER_GET_VRING_BASE ([`Ring::base`]) once every
+/// request in flight has completed (at once, 0, if the queue is not here).
+pub fn stop(ctrlr_id: u64, index: u16, done: ferrite_reactor::oneshot::Sender<u32>) {
     let Some(cell) = find(ctrlr_id, index) else {
         return done.send(0);
     };
@@ -269,9 +346,7 @@ pub fn set_memory(ctrlr_id: u64, mem: Arc<Memory>) {
             vq.keep = lender(&mem);
             vq.mem = mem.clone();
             // The rings' addresses are guest-physical: the new table maps them anew.
-            let (_, avail, used) = vq.addrs;
-            let (size, next_avail, next_used) = (vq.ring.size(), vq.ring.next_avail(), vq.ring.next_used());
-            match SplitRing::new(mem.clone(), size, avail, used, next_avail, next_used, vq.event_idx) {
+            match vq.ring.remap(mem.clone(), vq.addrs, vq.event_idx) {
                 Ok(r) => vq.ring = r,
                 Err(e) => vq.break_queue(&format!("new memory table: {e}")),
             }
@@ -300,8 +375,8 @@ pub fn set_call(ctrlr_id: u64, index: u16, call: Option<OwnedFd>) {
 }
 
 /// The state of this reactor's queues of controller `ctrlr_id`, for vhost_get_controllers:
-/// (index, reactor, size, next available, next used, requests in flight, kicks asked for,
-/// broken, signals sent).
+/// (index, reactor, size, packed, next available, next used, requests in flight, kicks asked
+/// for, broken, signals sent).
 pub fn stats(ctrlr_id: u64) -> Vec<QueueStats> {
     let reactor = ferrite_reactor::current().unwrap_or(usize::MAX);
     QUEUES.with(|q| {
@@ -314,6 +389,7 @@ pub fn stats(ctrlr_id: u64) -> Vec<QueueStats> {
                     index: *i,
                     reactor,
                     size: vq.ring.size(),
+                    packed: vq.ring.is_packed(),
                     next_avail: vq.ring.next_avail(),
                     next_used: vq.ring.next_used(),
                     in_flight: vq.in_flight,
@@ -337,9 +413,11 @@ pub struct QueueStats {
     pub reactor: usize,
     /// Ring size.
     pub size: u16,
-    /// Next available entry it takes.
+    /// The ring is packed.
+    pub packed: bool,
+    /// Next available entry it takes (packed: the slot, with the wrap counter in bit 15).
     pub next_avail: u16,
-    /// Next used entry it fills.
+    /// Next used entry it fills (as `next_avail`).
     pub next_used: u16,
     /// Requests with the bdev.
     pub in_flight: usize,
@@ -355,8 +433,10 @@ pub struct QueueStats {
     pub bdev_queue_depth: u64,
 }
 
+/// The queue `index` of controller `ctrlr_id` here: the newest one (a stopped queue leaves the
+/// table a moment after it finished, maybe after its successor started).
 fn find(ctrlr_id: u64, index: u16) -> Option<Rc<VqCell>> {
-    QUEUES.with(|q| q.borrow().iter().find(|(c, i, _)| *c == ctrlr_id && *i == index).map(|(_, _, v)| v.clone()))
+    QUEUES.with(|q| q.borrow().iter().rev().find(|(c, i, _)| *c == ctrlr_id && *i == index).map(|(_, _, v)| v.clone()))
 }
 
 fn on_bdev_event(ctrlr_id: u64, index: u16, e: BdevEvent) {
@@ -439,47 +519,104 @@ impl Vq {
     fn take_requests(&mut self) -> usize {
         let mut n = 0;
         while n < BATCH {
-            let head = match self.ring.pop() {
-                Ok(Some(h)) => h,
+            let a = match self.ring.pop() {
+                Ok(Some(a)) => a,
                 Ok(None) => break,
                 Err(e) => {
-                    self.break_queue(&format!("available ring: {e}"));
+                    self.break_queue(&e.to_string());
                     return n;
                 }
             };
             n += 1;
-            if !self.take_head(head) {
+            if !self.take(a) {
                 return n;
             }
         }
         n
     }
 
-    /// Takes request `head` (from the ring, or again after a restart): walks its chain, lays it
-    /// out and submits or answers it. False if the driver broke the ring (the queue stops).
-    fn take_head(&mut self, head: u16) -> bool {
-        if (head as usize) >= self.slots.len() || self.slots[head as usize].busy {
-            self.break_queue(&format!("head {head} is already in flight"));
+    /// Notes request `id` as taken (a chain of `count` ring slots); false, with the queue
+    /// broken, if the id is not one the ring can have or is already in flight.
+    fn claim(&mut self, id: u16, count: u16) -> bool {
+        if (id as usize) >= self.slots.len() || self.slots[id as usize].busy {
+            let what = if self.ring.is_packed() { "buffer id" } else { "head" };
+            self.break_queue(&format!("{what} {id} is already in flight"));
             return false;
         }
+        let slot = &mut self.slots[id as usize];
+        (slot.count, slot.entry) = (count, NO_ENTRY);
         self.requests += 1;
         self.coalesce.taken();
-        if let Some(f) = self.inflight.as_mut() {
-            f.begin(head);
+        true
+    }
+
+    /// Takes request `a` (from the ring, or, split, again after a restart): marks it in the
+    /// inflight area, walks its chain, lays it out and submits or answers it. False if the
+    /// driver broke the ring (the queue stops).
+    fn take(&mut self, a: Avail) -> bool {
+        if !self.claim(a.id, a.count) {
+            return false;
         }
-        let mem = self.mem.clone();
-        let read = |a: u64| {
-            let mut b = [0u8; 16];
-            mem.read(a, &mut b).then_some(b)
+        let entry = match (self.inflight.as_mut(), &self.ring) {
+            (Some(f), Ring::Packed(r)) => {
+                let size = r.size() as u32;
+                f.begin_packed(a.count, |i| r.desc_at(((a.slot as u32 + i as u32) % size) as u16)).unwrap_or(NO_ENTRY)
+            }
+            (Some(f), Ring::Split(_)) => {
+                f.begin(a.id);
+                a.id
+            }
+            (None, _) => NO_ENTRY,
         };
-        let (table, size) = (self.addrs.0, self.ring.size());
+        self.slots[a.id as usize].entry = entry;
+        let mem = self.mem.clone();
         let mut descs = std::mem::take(&mut self.descs);
-        let walked = walk_chain(read, table, size, head, self.dev.seg_max as usize + MAX_FRAMING, &mut descs);
+        let max = self.dev.seg_max as usize + MAX_FRAMING;
+        let walked = self.ring.walk(&a, &mem, self.addrs.0, max, &mut descs);
+        self.start_request(a.id, walked, &descs, &mem);
+        self.descs = descs;
+        true
+    }
+
+    /// Packed, after a restart: takes the request of inflight `entry` again, from the ring
+    /// descriptors the area kept for it (the ring's slots may hold used descriptors by now).
+    fn take_inflight(&mut self, entry: u16) -> bool {
+        let Some((chain, id)) = self.inflight.as_ref().and_then(|f| f.packed_chain(entry)) else {
+            self.break_queue(&format!("inflight entry {entry} changed under the queue"));
+            return false;
+        };
+        let count = chain.len() as u16;
+        if !self.claim(id, count) {
+            return false;
+        }
+        self.slots[id as usize].entry = entry;
+        let mem = self.mem.clone();
+        let read = |at: u64| {
+            let mut b = [0u8; 16];
+            mem.read(at, &mut b).then_some(b)
+        };
+        let mut descs = std::mem::take(&mut self.descs);
+        let max = self.dev.seg_max as usize + MAX_FRAMING;
+        let walked = walk_packed(|i| chain[i as usize], count, read, max, &mut descs);
+        self.start_request(id, walked, &descs, &mem);
+        self.descs = descs;
+        true
+    }
+
+    /// Lays out the walked chain of request `head` and submits or answers it (`mem`: the
+    /// queue's guest memory).
+    fn start_request(
+        &mut self,
+        head: u16,
+        walked: Result<Walked, crate::request::WalkError>,
+        descs: &[Desc],
+        mem: &Memory,
+    ) {
         match walked {
             Ok(w) => {
                 // An overlong chain lays out as too many segments: IOERR into its status byte.
                 let seg_max = if w == Walked::Overlong { 0 } else { self.dev.seg_max as usize };
-                let parsed = layout(&descs, seg_max, |a, b| mem.read(a, b));
+                let parsed = layout(descs, seg_max, |a, b| mem.read(a, b));
                 match parsed {
                     // A request whose completion cannot be reported is not executed.
                     Ok(l) if !mem.covers(l.status, 1) => self.refuse_chain(head, ChainError::NoStatus),
@@ -497,8 +634,6 @@ impl Vq {
                 self.put_used(head, 0);
             }
         }
-        self.descs = descs;
-        true
     }
 
     fn refuse_chain(&mut self, head: u16, e: ChainError) {
@@ -526,12 +661,19 @@ impl Vq {
         if self.log.is_some() {
             self.log_chain(head);
         }
-        if let Some(f) = self.inflight.as_ref() {
-            f.completing(head);
+        // Packed: the ring slots the chain took and its inflight entry (noted when taken).
+        let Slot { count, entry, .. } = self.slots[head as usize];
+        match self.inflight.as_mut() {
+            Some(f) if f.is_packed() => f.completing_packed(entry, count),
+            Some(f) => f.completing(head),
+            None => {}
         }
-        self.ring.push_used(head, len);
-        if let Some(f) = self.inflight.as_ref() {
-            f.completed(head, self.ring.next_used());
+        // Packed: the used descriptor's guest-physical range (for a dirty log).
+        let _written = self.ring.push_used(head, len, count);
+        match self.inflight.as_ref() {
+            Some(f) if f.is_packed() => f.completed_packed(entry),
+            Some(f) => f.completed(head, self.ring.next_used()),
+            None => {}
         }
         self.log_used_ring();
         self.to_signal = true;
@@ -543,6 +685,9 @@ impl Vq {
     /// only loses its own data to the migration.
     fn log_chain(&mut self, head: u16) {
         let Some(log) = self.log.clone() else { return };
+        // Packed rings offer no LOG_ALL (`backend::Session::offered`): their chains may be
+        // overwritten by used descriptors before they complete.
+        debug_assert!(!self.ring.is_packed(), "a dirty log on a packed ring");
         let mem = self.mem.clone();
         let read = |a: u64| {
             let mut b = [0u8; 16];
@@ -645,8 +790,10 @@ impl Vq {
         let used_len = if kind == blk::T_IN { l.data_len as u32 + 1 } else { 1 };
         let flush_after =
             kind == blk::T_OUT && !self.dev.writeback.load(std::sync::atomic::Ordering::Relaxed) && self.can_flush;
-        self.slots[head as usize] = Slot { busy: true, status: l.status, used_len, flush_after };
+        let slot = &mut self.slots[head as usize];
+        (slot.busy, slot.status, slot.used_len, slot.flush_after) = (true, l.status, used_len, flush_after);
         self.in_flight += 1;
+        // This queue itself (not a successor with the same index).
         let me: Rc<dyn IoCompleter> = self.me.upgrade().expect("a running queue is alive");
         ch.submit(req, me, head as u64);
     }
@@ -661,7 +808,9 @@ impl Vq {
                 return;
             }
         }
-        let slot = std::mem::take(&mut self.slots[head as usize]);
+        // Not busy from now on; the chain's slot count and entry stay for `put_used`.
+        let slot = self.slots[head as usize];
+        self.slots[head as usize].busy = false;
         debug_assert!(slot.busy, "a completion for head {head}, which is not in flight");
         debug_assert!(self.in_flight > 0, "completions outnumber submissions");
         self.in_flight -= 1;
@@ -723,7 +872,7 @@ impl Vq {
             self.to_signal = false;
             self.signal();
         }
-        let next = self.ring.next_avail();
+        let next = self.ring.base();
         log::info!(
             "vhost controller {}: queue {} stopped after {} requests ({} signals)",
             self.dev.ctrlr,
@@ -740,10 +889,11 @@ impl Vq {
         if let Some(h) = self.sleep_hook.take() {
             ferrite_reactor::unregister_sleep_hook(h);
         }
-        let (ctrlr_id, index) = (self.ctrlr_id, self.index);
-        // Leaves the table after this borrow ends (the table's entry may be the last owner).
+        // Leaves the table after this borrow ends (the table's entry may be the last owner);
+        // this entry only: a successor with the same index may be there by then.
+        let me = self.me.clone();
         ferrite_reactor::spawn_local(async move {
-            QUEUES.with(|q| q.borrow_mut().retain(|(c, i, _)| !(*c == ctrlr_id && *i == index)));
+            QUEUES.with(|q| q.borrow_mut().retain(|(_, _, c)| !std::ptr::eq(Rc::as_ptr(c), me.as_ptr())));
         })
         .detach();
     }
