@@ -12,6 +12,8 @@
 #   vhost_chain  - the vhost-user-blk request path short of the bdev: split rings in guest memory
 #                  walked as a queue does, chains laid out as virtio-blk requests, headers,
 #                  discard segments and configuration reads decoded
+#   scsi_cdb     - the SCSI CDB decoder: any bytes decode to a command within its opcode's usage
+#                  data or to a fault whose sense data encodes in both formats
 #
 # Usage: fuzz/run.sh [SECONDS]    (default 30; each target runs that long)
 #
@@ -21,7 +23,7 @@
 # earlier one failed; each prints an OK or FAIL line, and any FAIL makes this exit non-zero.
 set -euo pipefail
 
-TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md blob_load vhost_chain)
+TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md blob_load vhost_chain scsi_cdb)
 
 SECONDS_TO_RUN="${1:-30}"
 if ! [[ "$SECONDS_TO_RUN" =~ ^[0-9]+$ ]] || [ "$SECONDS_TO_RUN" -eq 0 ]; then

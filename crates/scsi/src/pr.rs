@@ -352,7 +352,11 @@ async fn basic(
             if !(all && sa_key == 0) && !before.registrants.iter().any(|r| r.key == sa_key) {
                 return Err(Fault::reservation_conflict());
             }
-            let notices = reg.preempt(who, key, sa_key, t).map_err(resv_fault)?;
+            let mut notices = reg.preempt(who, key, sa_key, t).map_err(resv_fault)?;
+            // Those still registered hear RESERVATIONS RELEASED only if the type changed.
+            if before.rtype == Some(t) {
+                notices.retain(|(_, n)| *n != Notice::ReservationReleased);
+            }
             notify(lun, &notices, false);
             if sa == 5 {
                 let gone: Vec<Initiator> = notices
