@@ -399,8 +399,8 @@ pub fn decode(cdb: &[u8]) -> Result<Command, Fault> {
         return Err(Fault::invalid_cdb(cdb.len() as u16, None));
     }
     let c = &cdb[..len];
-    for i in 1..len {
-        let extra = c[i] & !info.usage[i];
+    for (i, (&b, &m)) in c.iter().zip(info.usage).enumerate().skip(1) {
+        let extra = b & !m;
         if extra != 0 {
             return Err(Fault::invalid_cdb(i as u16, Some(top_bit(extra))));
         }

@@ -128,7 +128,7 @@ fn designator(out: &mut Vec<u8>, protocol: Option<u8>, code_set: u8, assoc: u8, 
 fn scsi_name(s: &str) -> Vec<u8> {
     let mut v: Vec<u8> = s.bytes().take(251).collect();
     v.push(0);
-    while v.len() % 4 != 0 {
+    while !v.len().is_multiple_of(4) {
         v.push(0);
     }
     v

@@ -277,8 +277,8 @@ impl ModePages {
                 return Err(Fault::param_list_length());
             }
             let h = if spf { 4 } else { 2 };
-            for i in h..plen {
-                let diff = (rest[i] ^ p.current[i]) & !p.changeable[i];
+            for (i, (&new, (&cur, &ch))) in rest.iter().zip(p.current.iter().zip(&p.changeable)).enumerate().skip(h) {
+                let diff = (new ^ cur) & !ch;
                 if diff != 0 {
                     return Err(Fault::invalid_param((at + i) as u16, Some(7 - diff.leading_zeros() as u8)));
                 }

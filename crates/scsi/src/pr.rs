@@ -135,7 +135,7 @@ pub fn transport_id(who: &Initiator) -> Option<Vec<u8>> {
     let mut v = vec![0x40 | 0x05, 0, 0, 0];
     v.extend_from_slice(s.as_bytes());
     v.push(0);
-    while v.len() % 4 != 0 || v.len() < 24 {
+    while !v.len().is_multiple_of(4) || v.len() < 24 {
         v.push(0);
     }
     let n = (v.len() - 4) as u16;
@@ -349,7 +349,8 @@ async fn basic(
             if sa_key == 0 && !all {
                 return Err(Fault::invalid_param(8, None));
             }
-            if !(all && sa_key == 0) && !before.registrants.iter().any(|r| r.key == sa_key) {
+            let everyone = all && sa_key == 0;
+            if !everyone && !before.registrants.iter().any(|r| r.key == sa_key) {
                 return Err(Fault::reservation_conflict());
             }
             let mut notices = reg.preempt(who, key, sa_key, t).map_err(resv_fault)?;

@@ -223,16 +223,10 @@ impl Fault {
 
 /// Sense data, inline: at most 28 bytes are ever built (descriptor format with both
 /// descriptors).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct SenseBuf {
     bytes: [u8; 32],
     len: u8,
-}
-
-impl Default for SenseBuf {
-    fn default() -> Self {
-        SenseBuf { bytes: [0; 32], len: 0 }
-    }
 }
 
 impl SenseBuf {

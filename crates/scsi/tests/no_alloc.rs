@@ -69,7 +69,7 @@ impl Driver {
     /// the same blocks (slot `n / 2 % DEPTH`).
     fn issue(&self, n: u64) {
         let lba = (n / 2 % DEPTH) * 8;
-        let task = if n % 2 == 0 {
+        let task = if n.is_multiple_of(2) {
             let mut b = ferrite_reactor::alloc_buf(8 * BS as usize);
             b.fill((n / 2 % 251) as u8);
             let mut c = [0u8; 16];
@@ -101,7 +101,7 @@ impl TaskDone for Driver {
         }
         drop(r);
         // Each slot's write is followed by its read; the read starts the next write.
-        let next = if tag % 2 == 0 { tag + 1 } else { tag + 2 * DEPTH - 1 };
+        let next = if tag.is_multiple_of(2) { tag + 1 } else { tag + 2 * DEPTH - 1 };
         self.left.set(self.left.get() - 1);
         if self.issued.get() > 0 {
             self.issued.set(self.issued.get() - 1);

@@ -139,7 +139,7 @@ fn preempt_clear_full_status_and_move() {
             let holder = fs[at + 12] & 1 != 0;
             let n = u32::from_be_bytes(fs[at + 20..at + 24].try_into().unwrap()) as usize;
             let tid = &fs[at + 24..at + 24 + n];
-            assert_eq!(ferrite_scsi::pr::parse_transport_id(tid).is_some(), true);
+            assert!(ferrite_scsi::pr::parse_transport_id(tid).is_some());
             seen.push((key, holder, fs[at + 13] & 0x0f));
             at += 24 + n;
         }
