@@ -424,7 +424,11 @@ async fn write_same(
     let zero = pattern.iter().all(|&b| b == 0);
     let n = u64::from(rw.blocks);
     let facts = ls.lun.block_facts();
-    if unmap && zero && facts.unmap && !anchor {
+    if unmap && !facts.unmap {
+        // LBPWS and LBPWS10 are 0: WRITE SAME does not unmap here (SBC-3 5.43).
+        return Err(Fault::invalid_cdb(1, Some(3)));
+    }
+    if unmap && zero && !anchor {
         io(s, ch, IoRequest::no_payload(IoType::Unmap, rw.lba, n)).await?;
         return Ok(Reply::Good);
     }

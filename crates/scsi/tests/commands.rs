@@ -365,3 +365,43 @@ fn cache_prefetch_unit_state_and_reports() {
     e.stop();
     e.join();
 }
+
+#[test]
+fn a_bdev_without_unmap_is_fully_provisioned() {
+    use ferrite_modules::null::{self, NullOpts};
+    let e = engine(1);
+    null::create(NullOpts {
+        name: "cmd_null".into(),
+        num_blocks: BLOCKS,
+        block_size: 4096,
+        physical_block_size: None,
+        uuid: None,
+        preferred_unmap_granularity: 0,
+        preferred_unmap_alignment: 0,
+    })
+    .unwrap();
+    let t = ferrite_scsi::Target::new("iqn.2026-01.io.ferrite:null");
+    t.add_port(ferrite_scsi::PortInfo { rel_id: 1, group: 1, name: "p1".into(), protocol: None }).unwrap();
+    t.add_lun(0, ferrite_scsi::Lun::new(ferrite_scsi::LunConfig::new("cmd_null")).unwrap()).unwrap();
+    run(&e, 0, move || async move {
+        let s = session(&t, 1);
+        let pages = data(&cmd(&s, &[op::INQUIRY, 1, 0, 0, 255, 0], 255, None).await);
+        assert_eq!(&pages[4..], &[0x00, 0x80, 0x83, 0xb0, 0xb1], "no provisioning page");
+        assert_eq!(outcome(&cmd(&s, &[op::INQUIRY, 1, 0xb2, 0, 255, 0], 255, None).await), check(5, 0x24, 0));
+        let rc16 = [op::SERVICE_ACTION_IN_16, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0];
+        let d = data(&cmd(&s, &rc16, 32, None).await);
+        assert_eq!((d[14], u32::from_be_bytes(d[8..12].try_into().unwrap())), (0, 4096), "LBPME 0");
+        let bl = data(&cmd(&s, &[op::INQUIRY, 1, 0xb0, 0, 255, 0], 255, None).await);
+        assert_eq!(&bl[20..28], &[0; 8], "no unmap counts without UNMAP");
+        let un = [op::UNMAP, 0, 0, 0, 0, 0, 0, 0, 24, 0];
+        assert_eq!(outcome(&cmd(&s, &un, 24, Some(&[0; 24])).await), check(5, 0x20, 0));
+        let rsoc = [op::MAINTENANCE_IN, 0x0c, 0x01, op::UNMAP, 0, 0, 0, 0, 0xff, 0xff, 0, 0];
+        assert_eq!(data(&cmd(&s, &rsoc, 0xffff, None).await)[1] & 7, 1, "UNMAP reported as not supported");
+        let ws = cdb16(op::WRITE_SAME_16, 0x08, 0, 4);
+        assert_eq!(outcome(&cmd(&s, &ws, 4096, Some(&[0; 4096])).await), check(5, 0x24, 0));
+        // Without UNMAP it writes (zeroes, here: the null bdev's write zeroes).
+        assert_eq!(outcome(&cmd(&s, &cdb16(op::WRITE_SAME_16, 0, 0, 4), 4096, Some(&[0; 4096])).await), GOOD);
+    });
+    e.stop();
+    e.join();
+}
