@@ -15,6 +15,8 @@
 #   vhost_packed - the same for packed rings: chains taken and walked (indirect tables too),
 #                  laid out, used in a fuzzed order, kept in a packed inflight area that a
 #                  restart's view must agree with
+#   scsi_cdb     - the SCSI CDB decoder: any bytes decode to a command within its opcode's usage
+#                  data or to a fault whose sense data encodes in both formats
 #
 # Usage: fuzz/run.sh [SECONDS]    (default 30; each target runs that long)
 #
@@ -24,7 +26,7 @@
 # earlier one failed; each prints an OK or FAIL line, and any FAIL makes this exit non-zero.
 set -euo pipefail
 
-TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md blob_load vhost_chain vhost_packed)
+TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md blob_load vhost_chain vhost_packed scsi_cdb)
 
 SECONDS_TO_RUN="${1:-30}"
 if ! [[ "$SECONDS_TO_RUN" =~ ^[0-9]+$ ]] || [ "$SECONDS_TO_RUN" -eq 0 ]; then

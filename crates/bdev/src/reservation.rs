@@ -15,6 +15,7 @@ use std::sync::Mutex;
 
 mod intern;
 pub use intern::{interned, InitiatorId, InitiatorRef, REUSE_AFTER};
+pub mod persist;
 
 /// Most registrants of one bdev (SPDK's `SPDK_NVMF_MAX_NUM_REGISTRANTS`).
 pub const MAX_REGISTRANTS: usize = 16;
@@ -535,6 +536,56 @@ impl Reservations {
         s.bump();
         self.publish(&s);
         Ok(others.into_iter().map(|w| (w, Notice::RegistrationPreempted)).collect())
+    }
+
+    /// SCSI REGISTER AND MOVE (SPC-4 5.12.11.6): the holder `who` (registered with `crkey`)
+    /// registers `to` with `sa_key` (replacing its key if it is registered) and hands it the
+    /// reservation, keeping the type; with `unreg`, `who` is unregistered afterwards. NVMe has
+    /// no such operation. Conflict unless `who` holds a reservation of a type that is not
+    /// all-registrants; invalid if `sa_key` is zero or `to` is `who`. The generation does not
+    /// move (SPC-4 6.16.2).
+    pub fn register_and_move(
+        &self,
+        who: &Initiator,
+        crkey: u64,
+        to: &Initiator,
+        sa_key: u64,
+        unreg: bool,
+    ) -> Result<(), ResvError> {
+        let mut s = self.locked();
+        let me = s.find(who).filter(|&i| s.regs[i].key == crkey).ok_or(ResvError::Conflict)?;
+        match s.rtype {
+            Some(t) if !t.all_registrants() && s.holder == Some(me) => {}
+            _ => return Err(ResvError::Conflict),
+        }
+        if sa_key == 0 {
+            return Err(ResvError::Invalid("a zero reservation key cannot be registered"));
+        }
+        if to == who {
+            return Err(ResvError::Invalid("a reservation cannot be moved to its holder"));
+        }
+        let dest = match s.find(to) {
+            Some(i) => {
+                s.regs[i].key = sa_key;
+                i
+            }
+            None if s.regs.len() >= MAX_REGISTRANTS => return Err(ResvError::Full),
+            None => {
+                s.regs.push(Reg::new(to, sa_key));
+                s.regs.len() - 1
+            }
+        };
+        s.holder = Some(dest);
+        if unreg {
+            let me = s.find(who).expect("still registered");
+            s.regs.remove(me);
+            if dest > me {
+                s.holder = Some(dest - 1);
+            }
+        }
+        debug_assert!(s.holder.is_some_and(|h| s.regs[h].who == *to), "the reservation moved to its new holder");
+        self.publish(&s);
+        Ok(())
     }
 
     /// Persist Through Power Loss on or off (the caller keeps a persistent copy).

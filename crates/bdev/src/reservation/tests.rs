@@ -312,3 +312,37 @@ fn request_types_map_to_the_access_the_nvme_opcodes_have() {
         assert_eq!(Access::of(t), None, "{t:?}");
     }
 }
+
+fn port(n: u8) -> Initiator {
+    Initiator::Scsi { name: format!("iqn.2026-01.test:i{n}"), isid: [0, 0, 0, 0, 0, n] }
+}
+
+/// SCSI's REGISTER AND MOVE: only the holder of a reservation that is not all-registrants
+/// moves it, to a registrant made or re-keyed, with the type kept.
+#[test]
+fn register_and_move_rules() {
+    let r = Reservations::default();
+    r.register(&port(1), A).unwrap();
+    r.register(&port(2), B).unwrap();
+    assert_eq!(r.register_and_move(&port(1), A, &port(3), C, false), Err(ResvError::Conflict), "nothing held");
+    r.acquire(&port(1), A, ResvType::ExclusiveAccess).unwrap();
+    assert_eq!(r.register_and_move(&port(2), B, &port(3), C, false), Err(ResvError::Conflict), "not the holder");
+    assert_eq!(r.register_and_move(&port(1), B, &port(3), C, false), Err(ResvError::Conflict), "wrong key");
+    assert!(matches!(r.register_and_move(&port(1), A, &port(3), 0, false), Err(ResvError::Invalid(_))));
+    assert!(matches!(r.register_and_move(&port(1), A, &port(1), C, false), Err(ResvError::Invalid(_))));
+    let g = r.report().generation;
+    r.register_and_move(&port(1), A, &port(3), C, true).unwrap();
+    let rep = r.report();
+    assert_eq!((rep.rtype, rep.holder_key, rep.generation), (Some(ResvType::ExclusiveAccess), C, g));
+    assert_eq!(rep.registrants.iter().map(|x| x.key).collect::<Vec<_>>(), vec![B, C], "the mover unregistered");
+    assert_eq!(r.check(&port(3), Access::Write), Ok(()));
+    assert_eq!(r.check(&port(1), Access::Read), Err(ResvError::Conflict));
+    // Moving to a registrant replaces its key.
+    r.register_and_move(&port(3), C, &port(2), 0x77, false).unwrap();
+    let rep = r.report();
+    assert_eq!(rep.holder_key, 0x77);
+    assert_eq!(rep.registrants.len(), 2);
+    r.release(&port(2), 0x77, ResvType::ExclusiveAccess.code()).unwrap();
+    r.acquire(&port(2), 0x77, ResvType::WriteExclusiveAllRegs).unwrap();
+    assert_eq!(r.register_and_move(&port(2), 0x77, &port(4), 9, false), Err(ResvError::Conflict), "all registrants");
+}
