@@ -4,8 +4,6 @@
 //! - [`spec`]: the wire format of NVMe itself: commands, completions, identify data, log pages,
 //!   features, fabrics commands (what SPDK keeps in include/spdk/nvme_spec.h and nvmf_spec.h).
 //! - [`tcp`]: the NVMe/TCP transport's framing: PDUs, digests, the decoder and encoder.
-//! - [`rx`]: a connection's receive side on a reactor socket.
 
-pub mod rx;
 pub mod spec;
 pub mod tcp;

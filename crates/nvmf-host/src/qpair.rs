@@ -12,7 +12,6 @@
 //! first, and a forced one that fails each of them exactly once.
 
 use ferrite_bdev::{BdevIo, IoStatus};
-use ferrite_nvme::rx::Rx;
 use ferrite_nvme::spec::cqe::Cqe;
 use ferrite_nvme::spec::fabrics::{cattr, ConnectCommand, ConnectData, ConnectSuccess};
 use ferrite_nvme::spec::nqn::NqnField;
@@ -23,6 +22,7 @@ use ferrite_nvme::tcp::encoder::MAX_HEAD_LEN;
 use ferrite_nvme::tcp::{encode, host_accept, Decoder, Event, IcReq, Negotiated, Pdu, Role, Want};
 use ferrite_reactor::net::{SendCache, Socket};
 use ferrite_reactor::{oneshot, IoBuf};
+use ferrite_target::rx::Rx;
 use ferrite_target::{transition, ConnCore, SlotTable};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};

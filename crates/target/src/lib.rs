@@ -11,6 +11,9 @@
 //!   allocation, and the end of a session (every bdev request of the connection aborted).
 //! - [`close`]: the two ends of a connection: graceful (no new work, outstanding commands
 //!   drained, then closed) and forced (every outstanding command ended exactly once).
+//! - [`rx`]: a connection's receive side: bytes in chunks from the reactor's provided buffer
+//!   ring, and payloads placed into command buffers (copied when small, received straight into
+//!   the buffer when large).
 //! - [`phase`]: every phase change of a command through one function that checks the
 //!   transition is legal and can trace it.
 
@@ -18,6 +21,7 @@ pub mod accept;
 pub mod close;
 pub mod conn;
 pub mod phase;
+pub mod rx;
 pub mod slots;
 pub mod table;
 

@@ -1,4 +1,4 @@
-//! A queue pair's receive side (target and host): bytes in chunks from the reactor's provided buffer ring (an
+//! A connection's receive side (targets and hosts: NVMe/TCP, iSCSI): bytes in chunks from the reactor's provided buffer ring (an
 //! idle connection holds no buffer), and data placed into command buffers, copied from chunks
 //! when it is small or already here, received straight into the buffer when it is large.
 
@@ -26,7 +26,6 @@ const SINGLE_CHUNKS: u8 = 8;
 const POLL_TURNS: u32 = 256;
 
 /// A connection's received bytes not yet used, and how to receive more.
-/// The receive side of one NVMe/TCP connection.
 pub struct Rx<'a> {
     sock: &'a Socket,
     stream: RecvStream<'a>,
