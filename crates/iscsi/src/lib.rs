@@ -1,0 +1,5 @@
+//! iSCSI without I/O (RFC 7143).
+#![warn(missing_docs)]
+
+pub mod digest;
+pub mod pdu;
