@@ -2,4 +2,6 @@
 #![warn(missing_docs)]
 
 pub mod digest;
+pub mod keys;
+pub mod negotiate;
 pub mod pdu;
