@@ -1,6 +1,7 @@
 //! iSCSI without I/O (RFC 7143).
 #![warn(missing_docs)]
 
+pub mod chap;
 pub mod digest;
 pub mod keys;
 pub mod negotiate;
