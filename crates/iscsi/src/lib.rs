@@ -15,6 +15,8 @@
 //! - [`chap`]: CHAP with MD5, one-way and mutual, both sides.
 //! - [`login`]: the login phase as a state machine: [`login::TargetLogin`] (asking the
 //!   target's tables through [`login::LoginContext`]) and [`login::InitiatorLogin`].
+//! - [`text`]: full feature phase Text Request/Response exchanges at a target.
+//! - [`discovery`]: SendTargets answers.
 //!
 //! SCSI itself (CDBs, sense data, the task set) is another crate's.
 //!
@@ -33,8 +35,9 @@
 //!    [`negotiate::ConnectionParams::tx`] from then on.
 //! 3. In the full feature phase, headers come as [`pdu::Event::Header`]: a SCSI Command's
 //!    CDB is [`pdu::AhsInfo::cdb`] over [`pdu::Decoder::ahs`]; immediate data and Data-Out
-//!    data go straight to the command's buffers ([`pdu::Want::Data`]); Text Requests are
-//!    answered by a [`negotiate::TargetNegotiator`] in the full feature phase. An
+//!    data go straight to the command's buffers ([`pdu::Want::Data`]); Text Requests go to a
+//!    [`text::TargetText`] whose answer function runs a [`negotiate::TargetNegotiator`] in
+//!    the full feature phase and [`discovery::send_targets`]. An
 //!    [`pdu::Event::Invalid`] is answered with a Reject carrying its BHS; a fatal
 //!    [`pdu::PduError`] closes the connection. Sequence numbers, tags, R2Ts and Data-In
 //!    sequences are the engine's.
@@ -84,7 +87,9 @@
 
 pub mod chap;
 pub mod digest;
+pub mod discovery;
 pub mod keys;
 pub mod login;
 pub mod negotiate;
 pub mod pdu;
+pub mod text;
