@@ -12,6 +12,10 @@
 #   vhost_chain  - the vhost-user-blk request path short of the bdev: split rings in guest memory
 #                  walked as a queue does, chains laid out as virtio-blk requests, headers,
 #                  discard segments and configuration reads decoded
+#   iscsi_pdu    - the iSCSI PDU decoder in random chunkings, the framing helper, the one-shot
+#                  decoder (and, through re-encoding, the encoder)
+#   iscsi_login_keys - the iSCSI text key parser (whole and continued), the key negotiation,
+#                  and a target's login fed the input as successive Login Requests
 #
 # Usage: fuzz/run.sh [SECONDS]    (default 30; each target runs that long)
 #
@@ -21,7 +25,7 @@
 # earlier one failed; each prints an OK or FAIL line, and any FAIL makes this exit non-zero.
 set -euo pipefail
 
-TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md blob_load vhost_chain)
+TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md blob_load vhost_chain iscsi_pdu iscsi_login_keys)
 
 SECONDS_TO_RUN="${1:-30}"
 if ! [[ "$SECONDS_TO_RUN" =~ ^[0-9]+$ ]] || [ "$SECONDS_TO_RUN" -eq 0 ]; then
