@@ -327,7 +327,7 @@ impl TargetLogin {
             itt: req.itt,
             stat_sn: self.stat_sn,
             exp_cmd_sn: req.cmd_sn,
-            max_cmd_sn: req.cmd_sn.wrapping_add(self.cfg.cmd_window - 1),
+            max_cmd_sn: req.cmd_sn.wrapping_add(self.cfg.cmd_window.saturating_sub(1)),
             status_class: 0,
             status_detail: 0,
         };

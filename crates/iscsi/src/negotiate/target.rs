@@ -9,6 +9,8 @@
 //! T=0 and the initiator answers in its next request); at the transit,
 //! [`TargetNegotiator::finish`] checks the outcome and yields the parameters.
 
+use std::collections::HashSet;
+
 use super::table::{self, idx, Found, Kind, Sender, Usage, NEGOTIABLE};
 use super::{
     accept, acceptable, check_answer, is_refusal, offer_value, ConnectionParams, DigestPolicy, KeyState, Negotiated,
@@ -224,8 +226,9 @@ impl TargetNegotiator {
         pairs: &[KeyValue],
         out: &mut TextWriter,
     ) -> Result<Special, NegotiationError> {
-        for (i, kv) in pairs.iter().enumerate() {
-            if pairs[..i].iter().any(|p| p.key == kv.key) {
+        let mut seen = HashSet::with_capacity(pairs.len());
+        for kv in pairs {
+            if !seen.insert(kv.key.as_str()) {
                 return Err(NegotiationError::Duplicate(kv.key.clone()));
             }
         }

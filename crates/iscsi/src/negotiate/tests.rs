@@ -288,6 +288,19 @@ fn unknown_irrelevant_and_misplaced_keys() {
 }
 
 #[test]
+fn many_keys_stay_cheap() {
+    // 64 KiB of continued text makes some 20000 pairs: duplicates are found by hashing, not
+    // by comparing every pair with every other.
+    let pairs: Vec<KeyValue> = (0..20_000).map(|i| KeyValue::new(&format!("X-k{i}"), "1")).collect();
+    let mut t = TargetNegotiator::new(TargetOptions::default(), true);
+    let mut out = TextWriter::new();
+    let start = std::time::Instant::now();
+    t.respond(Phase::FullFeature, &pairs, &mut out).unwrap();
+    assert!(start.elapsed() < std::time::Duration::from_secs(2), "{:?}", start.elapsed());
+    assert_eq!(out.as_bytes().iter().filter(|b| **b == 0).count(), 20_000);
+}
+
+#[test]
 fn security_keys_go_to_the_caller() {
     let mut t = TargetNegotiator::new(TargetOptions::default(), true);
     let mut out = TextWriter::new();
