@@ -426,6 +426,10 @@ impl TargetLogin {
         }
         let negotiator = self.negotiator.as_mut().expect("identify creates the negotiator");
         let special = negotiator.respond(Phase::Login(csg), &pairs, out).map_err(|_| LoginStatus::INITIATOR_ERROR)?;
+        if negotiator.session_type() != self.identity.as_ref().expect("identified above").session_type {
+            // SessionType belongs in the first request; a later one may not change it.
+            return Err(LoginStatus::INITIATOR_ERROR);
+        }
         let policy = self.identity.as_ref().expect("identified above").policy;
         match csg {
             Stage::Security => self.security(ctx, &special.security, out)?,

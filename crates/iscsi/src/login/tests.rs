@@ -385,6 +385,24 @@ fn request_fields_must_not_change() {
 }
 
 #[test]
+fn session_type_is_settled_by_the_first_request() {
+    let mut ctx = Ctx::new(AuthPolicy::default());
+    let mut t = TargetLogin::new(TargetLoginConfig::default());
+    let req = request(1, None, 0);
+    let r = t.on_request(&mut ctx, &req, &text(&[("InitiatorName", INITIATOR), ("TargetName", TARGET)]));
+    assert_eq!(r.outcome, Outcome::Continue);
+    let r = t.on_request(&mut ctx, &req, &text(&[("SessionType", "Discovery")]));
+    assert_eq!(r.outcome, Outcome::Failed(LoginStatus::INITIATOR_ERROR));
+    // Names may be repeated, not changed.
+    let mut t = TargetLogin::new(TargetLoginConfig::default());
+    t.on_request(&mut ctx, &req, &text(&[("InitiatorName", INITIATOR), ("TargetName", TARGET)]));
+    let r = t.on_request(&mut ctx, &req, &text(&[("InitiatorName", INITIATOR), ("TargetName", TARGET)]));
+    assert_eq!(r.outcome, Outcome::Continue);
+    let r = t.on_request(&mut ctx, &req, &text(&[("TargetName", "iqn.other")]));
+    assert_eq!(r.outcome, Outcome::Failed(LoginStatus::INITIATOR_ERROR));
+}
+
+#[test]
 fn chap_out_of_sequence() {
     let mut ctx = Ctx::new(AuthPolicy { mode: AuthMode::Chap, mutual: false });
     let mut t = TargetLogin::new(TargetLoginConfig::default());
