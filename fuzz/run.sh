@@ -17,6 +17,10 @@
 #                  restart's view must agree with
 #   scsi_cdb     - the SCSI CDB decoder: any bytes decode to a command within its opcode's usage
 #                  data or to a fault whose sense data encodes in both formats
+#   iscsi_pdu    - the iSCSI PDU decoder in random chunkings, the framing helper, the one-shot
+#                  decoder (and, through re-encoding, the encoder)
+#   iscsi_login_keys - the iSCSI text key parser (whole and continued), the key negotiation,
+#                  and a target's login fed the input as successive Login Requests
 #
 # Usage: fuzz/run.sh [SECONDS]    (default 30; each target runs that long)
 #
@@ -26,7 +30,7 @@
 # earlier one failed; each prints an OK or FAIL line, and any FAIL makes this exit non-zero.
 set -euo pipefail
 
-TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md blob_load vhost_chain vhost_packed scsi_cdb)
+TARGETS=(rpc_request nbd_parsers nvmf_tcp_pdu nvmf_target blob_md blob_load vhost_chain vhost_packed scsi_cdb iscsi_pdu iscsi_login_keys)
 
 SECONDS_TO_RUN="${1:-30}"
 if ! [[ "$SECONDS_TO_RUN" =~ ^[0-9]+$ ]] || [ "$SECONDS_TO_RUN" -eq 0 ]; then
