@@ -74,7 +74,13 @@ pub fn config() -> Vec<Value> {
         let entry = |method: &str, params: Value| json!({"method": method, "params": params});
         v.extend(s.portal_groups.iter().map(|pg| entry("iscsi_create_portal_group", portal_group(pg))));
         v.extend(s.initiator_groups.iter().map(|ig| entry("iscsi_create_initiator_group", initiator_group(ig))));
-        v.extend(s.targets.iter().map(|t| entry("iscsi_create_target_node", target_node(t))));
+        // SPDK leaves `alias_name` out of a node without alias, and then cannot load the entry
+        // (its decoder requires the member): Ferrite writes it empty, which both load.
+        v.extend(s.targets.iter().map(|t| {
+            let mut p = target_node(t);
+            p.as_object_mut().expect("an object").entry("alias_name").or_insert(json!(""));
+            entry("iscsi_create_target_node", p)
+        }));
         v.extend(s.auth_groups.iter().map(|g| entry("iscsi_create_auth_group", auth_group(g))));
         v
     })

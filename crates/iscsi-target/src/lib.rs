@@ -39,6 +39,9 @@
 //!   Portal hosts must be numeric; without an engine no socket is bound, so a port in use is
 //!   found only when the engine opens the group.
 //! - `iscsi_set_options` values SPDK's start-up would refuse are refused by the call.
+//! - `iscsi_create_target_node` takes a node without `alias_name`: SPDK requires it but its
+//!   own `save_config` leaves it out of a node without alias (so SPDK cannot load that entry).
+//!   Ferrite's `save_config` writes it empty, which SPDK loads.
 //! - SendTargets checks addresses too ([`access`]).
 
 pub mod access;

@@ -37,6 +37,9 @@ struct LunParams {
 #[serde(deny_unknown_fields)]
 struct Create {
     name: String,
+    /// Required by SPDK's decoder, yet SPDK's save_config leaves it out for a node without an
+    /// alias (so SPDK cannot load such a config of its own): optional here.
+    #[serde(default)]
     alias_name: String,
     pg_ig_maps: Vec<MapParams>,
     luns: Vec<LunParams>,
