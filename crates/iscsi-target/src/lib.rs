@@ -44,6 +44,8 @@
 //!   Ferrite's `save_config` writes it empty, which SPDK loads.
 //! - SendTargets checks addresses too ([`access`]).
 
+#![warn(missing_docs)]
+
 pub mod access;
 mod auth;
 mod chap;
