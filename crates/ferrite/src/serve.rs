@@ -151,6 +151,8 @@ pub fn shutdown(engine: &Engine) {
             ferrite_nbd::rpc::shutdown(&ferrite_reactor::engine()).await;
             ferrite_vhost::rpc::shutdown().await;
             ferrite_nvmf::target::rpc::shutdown(&ferrite_reactor::engine()).await;
+            // iSCSI portal groups stop listening; target nodes close their LUNs' bdevs.
+            ferrite_iscsi_target::shutdown();
             // Lvol bdevs go and their lvstores are unloaded cleanly while their bases remain.
             ferrite_lvol::rpc::shutdown().await;
             let mut waits = Vec::new();

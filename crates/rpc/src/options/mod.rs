@@ -8,7 +8,7 @@
 //! them does) and registered with [`Registry::option_method`]; this module is the machinery
 //! (decoding, [`policy`], settings, order) and defines the framework's own methods
 //! (scheduler, sock, iobuf, keyring, fsdev, accel) and, until their modules exist, those of
-//! RAID and iSCSI ([`absent`]).
+//! RAID and the iSCSI initiator ([`absent`]).
 //!
 //! Each member is honoured (its crate acts on it and says so), inert (it tunes SPDK machinery
 //! without a counterpart here, and any value changes nothing observable), or held to SPDK's
@@ -166,6 +166,24 @@ mod tests {
         assert_eq!(sock[1]["params"], json!({"impl_name": "ssl", "send_buf_size": 8192}), "kept per impl, merged");
         assert_eq!(sock[2]["params"], json!({"impl_name": "posix", "recv_buf_size": 4096}));
         assert_eq!(sock.len(), 3);
+    }
+
+    #[test]
+    fn a_method_its_owner_saves_is_kept_but_not_written_by_the_registry() {
+        static M: OptionMethod = OptionMethod {
+            owner_saves: true,
+            ..OptionMethod::new(
+                Spec::new("iscsi_set_options", "iscsi", STARTUP, INVALID_PARAMS, true),
+                r#"{"methods": {"iscsi_set_options": {"max_sessions": {"type": "uint32"}}}}"#,
+                r#"{"defaults": {"iscsi_set_options": {"max_sessions": 128}}}"#,
+            )
+        };
+        let mut reg = Registry::default();
+        reg.option_method(&M);
+        let m = reg.settings().defined("iscsi_set_options").unwrap();
+        set(&reg, &m, Params(Some(json!({"max_sessions": 128})))).unwrap();
+        assert_eq!(reg.settings().get("iscsi_set_options", None), Some(json!({"max_sessions": 128})));
+        assert!(reg.settings().entries("iscsi").is_empty(), "the owner writes it");
     }
 
     #[test]

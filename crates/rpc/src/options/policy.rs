@@ -95,9 +95,6 @@ mod tests {
         let iscsi = defined("bdev_iscsi_set_options");
         assert!(check(&iscsi, &json!({"timeout_sec": 30})).is_ok());
         assert!(check(&iscsi, &json!({"timeout_sec": 5})).unwrap_err().message.contains("timeout_sec"));
-        let target = defined("iscsi_set_options");
-        assert!(check(&target, &json!({"max_sessions": 4})).unwrap_err().message.contains("max_sessions"));
-        assert!(check(&target, &json!({"pdu_pool_size": 4})).is_ok(), "inert");
     }
 
     #[test]

@@ -81,12 +81,17 @@ impl Settings {
         e.iter().find(|(m, k, _)| *m == method && k.as_deref() == key).map(|(_, _, v)| Value::Object(v.clone()))
     }
 
-    /// Config entries of `subsystem`, in [`SPDK_ORDER`], then first-set order.
+    /// Config entries of `subsystem`, in [`SPDK_ORDER`], then first-set order (but for methods
+    /// whose owner writes their entry itself: [`OptionMethod::owner_saves`]).
     pub fn entries(&self, subsystem: &str) -> Vec<Value> {
         let e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         SPDK_ORDER
             .iter()
-            .filter(|name| self.methods.iter().any(|d| d.spec().method == **name && d.spec().subsystem == subsystem))
+            .filter(|name| {
+                self.methods
+                    .iter()
+                    .any(|d| d.spec().method == **name && d.spec().subsystem == subsystem && !d.def.owner_saves)
+            })
             .flat_map(|name| e.iter().filter(move |(m, _, _)| m == name))
             .map(
                 |(m, _, params)| {

@@ -66,12 +66,16 @@ pub struct OptionMethod {
     /// Acts on what the method has set (all its members so far, merged), after each accepted
     /// call.
     pub apply: Option<fn(&Value)>,
+    /// The owner writes the method's config entry itself, first in its subsystem's entries (as
+    /// SPDK writes `iscsi_set_options`: every member, with what runtime methods changed since),
+    /// so the registry does not write what the calls set.
+    pub owner_saves: bool,
 }
 
 impl OptionMethod {
     /// A method none of whose members is honoured or inert, without guard or action.
     pub const fn new(spec: Spec, schema: &'static str, defaults: &'static str) -> OptionMethod {
-        OptionMethod { spec, schema, defaults, honoured: &[], inert: &[], guard: None, apply: None }
+        OptionMethod { spec, schema, defaults, honoured: &[], inert: &[], guard: None, apply: None, owner_saves: false }
     }
 
     /// Checks the definition as registration would take it: the schema fragment and defaults

@@ -1,0 +1,83 @@
+//! Initiator groups: `iscsi_create_initiator_group`, `iscsi_initiator_group_add_initiators`,
+//! `iscsi_initiator_group_remove_initiators`, `iscsi_delete_initiator_group`,
+//! `iscsi_get_initiator_groups`.
+
+use super::{at_most, invalid, no_params, parse, refused};
+use crate::initiator::{added, new_group, removed};
+use crate::limits::{MAX_INITIATORS, MAX_NETMASKS};
+use crate::state::{with_read, with_write};
+use ferrite_rpc::{Params, Registry, RpcError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Create {
+    tag: i32,
+    initiators: Vec<String>,
+    netmasks: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Change {
+    tag: i32,
+    #[serde(default)]
+    initiators: Vec<String>,
+    #[serde(default)]
+    netmasks: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Tag {
+    tag: i32,
+}
+
+fn counts(initiators: &[String], netmasks: &[String]) -> Result<(), RpcError> {
+    at_most(initiators, MAX_INITIATORS, "initiators")?;
+    at_most(netmasks, MAX_NETMASKS, "netmasks")
+}
+
+fn create(p: Params) -> Result<Value, RpcError> {
+    let a: Create = parse(p)?;
+    counts(&a.initiators, &a.netmasks)?;
+    let g = new_group(a.tag, &a.initiators, &a.netmasks).map_err(refused)?;
+    with_write(|s| s.insert_initiator_group(g)).map_err(refused)?;
+    log::info!("iscsi: initiator group {} created", a.tag);
+    Ok(json!(true))
+}
+
+fn change(p: Params, add: bool) -> Result<Value, RpcError> {
+    let a: Change = parse(p)?;
+    counts(&a.initiators, &a.netmasks)?;
+    with_write(|s| {
+        s.change_initiator_group(a.tag, |g| {
+            if add {
+                added(g, &a.initiators, &a.netmasks)
+            } else {
+                removed(g, &a.initiators, &a.netmasks)
+            }
+        })
+    })
+    .map_err(refused)?;
+    Ok(json!(true))
+}
+
+/// Registers the methods.
+pub(super) fn register(reg: &mut Registry) {
+    reg.method("iscsi_create_initiator_group", |_, p| async move { create(p) });
+    reg.method("iscsi_initiator_group_add_initiators", |_, p| async move { change(p, true) });
+    reg.method("iscsi_initiator_group_remove_initiators", |_, p| async move { change(p, false) });
+    reg.method("iscsi_delete_initiator_group", |_, p| async move {
+        let a: Tag = parse(p)?;
+        with_write(|s| s.remove_initiator_group(a.tag))
+            .ok_or_else(|| invalid(format!("initiator group {} not found", a.tag)))?;
+        log::info!("iscsi: initiator group {} deleted (and unmapped from every target node)", a.tag);
+        Ok(json!(true))
+    });
+    reg.method("iscsi_get_initiator_groups", |_, p| async move {
+        no_params(&p, "iscsi_get_initiator_groups")?;
+        Ok(Value::Array(with_read(|s| s.initiator_groups.iter().map(|g| crate::json::initiator_group(g)).collect())))
+    });
+}

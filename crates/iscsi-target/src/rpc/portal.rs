@@ -1,0 +1,132 @@
+//! Portal groups: `iscsi_create_portal_group`, `iscsi_start_portal_group`,
+//! `iscsi_delete_portal_group`, `iscsi_get_portal_groups`, `iscsi_portal_group_set_auth`.
+//! Listening is the engine's ([`crate::PortalListener`]); without one, groups are recorded and
+//! nothing listens.
+
+use super::{at_most, invalid, no_params, parse, refused};
+use crate::hooks::listener;
+use crate::limits::MAX_PORTALS;
+use crate::model::PortalGroup;
+use crate::state::{chap, with_read, with_write};
+use ferrite_rpc::jsonrpc::INVALID_PARAMS;
+use ferrite_rpc::{Params, Registry, RpcError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PortalParams {
+    host: String,
+    port: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Create {
+    tag: i32,
+    portals: Vec<PortalParams>,
+    #[serde(default)]
+    private: bool,
+    #[serde(default)]
+    wait: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Tag {
+    tag: i32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetAuth {
+    tag: i32,
+    disable_chap: Option<bool>,
+    require_chap: Option<bool>,
+    mutual_chap: Option<bool>,
+    chap_group: Option<i32>,
+}
+
+fn create(p: Params) -> Result<Value, RpcError> {
+    let a: Create = parse(p)?;
+    at_most(&a.portals, MAX_PORTALS, "portals")?;
+    let portals = a
+        .portals
+        .iter()
+        .map(|p| crate::portal::portal(&p.host, &p.port))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(refused)?;
+    let pg = with_read(|s| {
+        let pg = PortalGroup { tag: a.tag, portals, private: a.private, chap: s.options.discovery, started: !a.wait };
+        s.check_new_portal_group(&pg).map(|_| pg)
+    })
+    .map_err(refused)?;
+    let l = listener();
+    match &l {
+        Some(l) => l.open(&pg, a.wait).map_err(|e| invalid(format!("portal group {}: {e}", a.tag)))?,
+        None => log::info!(
+            "iscsi: portal group {} recorded; no iSCSI engine is registered, so nothing listens on {}",
+            a.tag,
+            pg.portals.iter().map(|p| format!("{}:{}", p.host, p.port)).collect::<Vec<_>>().join(", ")
+        ),
+    }
+    if let Err(r) = with_write(|s| s.insert_portal_group(pg)) {
+        if let Some(l) = &l {
+            l.close(a.tag);
+        }
+        return Err(refused(r));
+    }
+    log::info!(
+        "iscsi: portal group {} created{}",
+        a.tag,
+        if a.wait { " (waiting for iscsi_start_portal_group)" } else { "" }
+    );
+    Ok(json!(true))
+}
+
+fn start(p: Params) -> Result<Value, RpcError> {
+    let a: Tag = parse(p)?;
+    if !with_write(|s| s.change_portal_group(a.tag, |pg| pg.started = true)) {
+        return Err(invalid(format!("portal group {} not found", a.tag)));
+    }
+    if let Some(l) = listener() {
+        l.resume(a.tag);
+    }
+    Ok(json!(true))
+}
+
+fn delete(p: Params) -> Result<Value, RpcError> {
+    let a: Tag = parse(p)?;
+    let pg = with_write(|s| s.remove_portal_group(a.tag))
+        .ok_or_else(|| invalid(format!("portal group {} not found", a.tag)))?;
+    if let Some(l) = listener() {
+        l.close(pg.tag);
+    }
+    log::info!("iscsi: portal group {} deleted", a.tag);
+    Ok(json!(true))
+}
+
+fn set_auth(p: Params) -> Result<Value, RpcError> {
+    let a: SetAuth = parse(p)?;
+    if with_read(|s| s.portal_group(a.tag).is_none()) {
+        return Err(RpcError::new(INVALID_PARAMS, format!("Could not find portal group {}", a.tag)));
+    }
+    let c = chap(a.disable_chap, a.require_chap, a.mutual_chap, a.chap_group).map_err(|e| {
+        log::warn!("iscsi: portal group {}: {e}", a.tag);
+        RpcError::new(INVALID_PARAMS, "Invalid combination of auth params")
+    })?;
+    with_write(|s| s.change_portal_group(a.tag, |pg| pg.chap = c));
+    Ok(json!(true))
+}
+
+/// Registers the methods.
+pub(super) fn register(reg: &mut Registry) {
+    reg.method("iscsi_create_portal_group", |_, p| async move { create(p) });
+    reg.method("iscsi_start_portal_group", |_, p| async move { start(p) });
+    reg.method("iscsi_delete_portal_group", |_, p| async move { delete(p) });
+    reg.method("iscsi_portal_group_set_auth", |_, p| async move { set_auth(p) });
+    reg.method("iscsi_get_portal_groups", |_, p| async move {
+        no_params(&p, "iscsi_get_portal_groups")?;
+        Ok(Value::Array(with_read(|s| s.portal_groups.iter().map(|g| crate::json::portal_group(g)).collect())))
+    });
+}
