@@ -287,9 +287,10 @@ impl Conn {
             if now.saturating_sub(x.since) <= limit {
                 continue;
             }
-            match x.phase {
-                Phase::Receiving => late = Some((x.itt, x.recv, x.need)),
-                _ => busy.push(i),
+            if x.queued {
+                busy.push(i);
+            } else {
+                late = Some((x.itt, x.recv, x.need));
             }
         }
         if let Some((itt, got, need)) = late {

@@ -1,34 +1,42 @@
-//! A command's data-out: immediate data, unsolicited Data-Out (InitialR2T=No, up to
-//! FirstBurstLength) and Data-Out solicited by R2Ts (at most MaxOutstandingR2T at a time, each
-//! at most MaxBurstLength, R2TSN counting from 0), placed straight into the command's buffer
-//! at its offset by the reader (`ferrite_target::rx::Rx::fill`). Only the bytes the SCSI
-//! layer takes are kept; what an initiator sends beyond them (an expected length above the
-//! command's transfer) is received and dropped.
+//! A command's data-out: immediate data, then Data-Out solicited by R2Ts (at most
+//! MaxOutstandingR2T at a time, each at most MaxBurstLength, R2TSN counting from 0), placed
+//! straight into the command's buffers at their offset by the reader
+//! (`ferrite_target::rx::Rx::fill`). Only the bytes the SCSI layer takes are kept; what an
+//! initiator sends beyond them (an expected length above the command's transfer) is received
+//! and dropped. The target negotiates InitialR2T=Yes, so there is no unsolicited Data-Out.
 //!
 //! Sequences must come in order (DataSequenceInOrder and DataPDUInOrder are Yes): each
 //! Data-Out continues exactly where the last ended, with the DataSN its sequence expects, and
-//! ends its sequence (F) exactly at its R2T's end. Anything else is a protocol error that ends
-//! the connection (ErrorRecoveryLevel 0); a Data-Out for no command is rejected.
+//! ends its sequence (F) exactly at its R2T's end. A Data-Out that does not is rejected
+//! (protocol error, as SPDK answers); libiscsi and Linux then take the command as failed, so
+//! the target drops the rest of its data and ends it without an answer. A Data-Out for no
+//! command is rejected (invalid PDU field) and its data skipped.
 //!
-//! Buffers: a command whose data comes with it (immediate or unsolicited) takes its buffer at
-//! once; one that waits for an R2T takes it in arrival order while the connection holds less
-//! than [`super::R2T_BUDGET`] of data it solicited and fewer than `max_r2t_per_connection`
-//! commands are soliciting, so that an initiator cannot take the pool by never sending.
+//! Buffers: the immediate data's buffer is taken when the command comes (at most
+//! FirstBurstLength); the rest's is taken, in arrival order, before its R2Ts, while the
+//! connection holds less than [`super::R2T_BUDGET`] of buffers for data it solicited and fewer
+//! than `max_r2t_per_connection` commands are soliciting: an initiator cannot take the pool by
+//! never sending (the watchdog answers a command that waited too long BUSY).
 
 use super::conn::Conn;
 use super::reader::{DataKind, Dest};
 use super::task::{set_phase, Phase};
 use super::R2T_BUDGET;
 use ferrite_iscsi::negotiate::SessionType;
-use ferrite_iscsi::pdu::{DataOut, Pdu, R2t, RejectReason, BHS_LEN, RESERVED_TAG};
+use ferrite_iscsi::pdu::{DataOut, Pdu, R2t, RejectReason, BHS_LEN};
 use std::rc::Rc;
 
-/// The command in `slot` needs data-out and has none yet: it waits for a buffer, then its R2T.
-pub(crate) fn wait_for_buffer(c: &Rc<Conn>, slot: u32) {
+/// The command in `slot` needs buffers for the data-out still to come: it waits for them in
+/// the connection's queue, then gets its R2Ts.
+pub(crate) fn wait_for_buffer(c: &Conn, slot: u32) {
     {
         let mut cmds = c.cmds.borrow_mut();
         let x = &mut cmds[slot as usize];
-        set_phase(x, Phase::Waiting, c.id, slot);
+        if x.phase == Phase::Free {
+            set_phase(x, Phase::Waiting, c.id, slot);
+        }
+        debug_assert!(!x.queued, "connection {}: command {slot} queued twice", c.id);
+        x.queued = true;
         x.since = super::conn::now();
     }
     c.buf_wait.borrow_mut().push_back(slot);
@@ -44,41 +52,48 @@ pub(crate) fn grant_buffers(c: &Conn) {
             return;
         }
         let Some(slot) = c.buf_wait.borrow().front().copied() else { return };
-        let need = c.cmds.borrow()[slot as usize].need as usize;
+        let rest = {
+            let cmds = c.cmds.borrow();
+            let x = &cmds[slot as usize];
+            (x.need - x.first) as usize
+        };
         let held = c.r2t_held.get();
-        if c.r2t_active.get() >= max_active || (held > 0 && held + need > R2T_BUDGET) {
+        if c.r2t_active.get() >= max_active || (held > 0 && held + rest > R2T_BUDGET) {
             return;
         }
-        let Some(mut buf) = ferrite_reactor::try_alloc_buf(need) else {
+        let Some(mut buf) = ferrite_reactor::try_alloc_buf(rest) else {
             ferrite_reactor::log_limited!(
                 log::Level::Warn,
-                "iscsi connection {}: no memory for {need} bytes of write data; the command waits",
+                "iscsi connection {}: no memory for {rest} bytes of write data; the command waits",
                 c.id
             );
             return;
         };
-        buf.set_len(need);
+        buf.set_len(rest);
         c.buf_wait.borrow_mut().pop_front();
         {
             let mut cmds = c.cmds.borrow_mut();
             let x = &mut cmds[slot as usize];
-            x.buf = Some(buf);
-            x.budgeted = true;
-            set_phase(x, Phase::Receiving, c.id, slot);
+            x.bufs.push(buf);
+            x.budget = rest as u32;
+            x.queued = false;
+            debug_assert!(x.has_buffers());
+            if x.phase == Phase::Waiting {
+                set_phase(x, Phase::Receiving, c.id, slot);
+            }
         }
-        c.r2t_held.set(held + need);
+        c.r2t_held.set(held + rest);
         send_r2ts(c, slot);
     }
 }
 
-/// The buffer of the command in `slot` no longer counts against the budget (its data is all
+/// The buffers of the command in `slot` no longer count against the budget (its data is all
 /// in, or it ended), nor does it solicit; waiting commands may go on.
 pub(crate) fn release_budget(c: &Conn, slot: u32) {
     let (budget, soliciting) = {
         let mut cmds = c.cmds.borrow_mut();
         let x = &mut cmds[slot as usize];
-        let b = if std::mem::take(&mut x.budgeted) { x.need as usize } else { 0 };
-        (b, std::mem::take(&mut x.soliciting))
+        (std::mem::take(&mut x.budget) as usize, std::mem::take(&mut x.soliciting))
     };
     if budget > 0 {
         c.r2t_held.set(c.r2t_held.get() - budget);
@@ -131,58 +146,46 @@ fn send_r2ts(c: &Conn, slot: u32) {
     }
 }
 
-/// A Data-Out header arrived: returns where its data goes, or Err for a sequence error.
+/// A Data-Out header arrived: returns where its data goes.
 pub(crate) fn on_data_out(c: &Rc<Conn>, d: &DataOut, len: u32, bhs: &[u8; BHS_LEN]) -> Result<Dest, String> {
     let sess = c.session().ok_or("a Data-Out before login")?;
     if sess.kind == SessionType::Discovery {
         c.reject(RejectReason::ProtocolError, bhs, "a Data-Out in a discovery session");
         return Ok(Dest::Skip);
     }
-    let found = {
-        let cmds = c.cmds.borrow();
-        if d.ttt == RESERVED_TAG {
-            cmds.iter()
-                .find(|(_, x)| x.phase == Phase::Receiving && x.itt == d.itt && x.unsolicited.is_some())
-                .map(|(i, _)| i)
-        } else {
-            let slot = d.ttt & 0xffff;
-            cmds.get(slot)
-                .filter(|x| {
-                    x.phase == Phase::Receiving
-                        && u32::from(x.gen) == d.ttt >> 16
-                        && x.itt == d.itt
-                        && !x.r2t_ends.is_empty()
-                })
-                .map(|_| slot)
-        }
-    };
-    let Some(slot) = found else {
+    let slot = d.ttt & 0xffff;
+    let live = c.cmds.borrow().get(slot).is_some_and(|x| {
+        x.phase == Phase::Receiving && u32::from(x.gen) == d.ttt >> 16 && x.itt == d.itt && !x.r2t_ends.is_empty()
+    });
+    if !live {
         c.reject(RejectReason::InvalidPduField, bhs, "a Data-Out for no command waiting for data");
         return Ok(Dest::Skip);
-    };
+    }
     let mut cmds = c.cmds.borrow_mut();
     let x = &mut cmds[slot as usize];
-    let end = match (d.ttt == RESERVED_TAG, x.unsolicited, x.r2t_ends.first()) {
-        (true, Some(end), _) => end,
-        (false, _, Some(&end)) => end,
-        _ => return Err(format!("Data-Out (ITT {:#x}, TTT {:#x}) for no sequence", d.itt, d.ttt)),
-    };
-    if d.buffer_offset != x.recv || d.data_sn != x.data_sn {
-        return Err(format!(
-            "Data-Out (ITT {:#x}) at offset {} with DataSN {}, expected offset {} and DataSN {}",
-            d.itt, d.buffer_offset, d.data_sn, x.recv, x.data_sn
-        ));
-    }
+    let kind = DataKind::DataOut { final_: d.final_ };
+    let end = x.r2t_ends[0];
     let to = u64::from(x.recv) + u64::from(len);
-    let solicited = d.ttt != RESERVED_TAG;
-    if to > u64::from(end) || (solicited && d.final_ != (to == u64::from(end))) {
-        return Err(format!(
-            "Data-Out (ITT {:#x}) of {len} bytes at {} (F {}) does not end its sequence at {end}",
-            d.itt, x.recv, d.final_
-        ));
+    let wrong = if x.failed {
+        None
+    } else if d.buffer_offset != x.recv {
+        Some(format!("a Data-Out at offset {}, expected {}", d.buffer_offset, x.recv))
+    } else if d.data_sn != x.data_sn {
+        Some(format!("a Data-Out with DataSN {}, expected {}", d.data_sn, x.data_sn))
+    } else if to > u64::from(end) || d.final_ != (to == u64::from(end)) {
+        Some(format!("a Data-Out of {len} bytes at {} (F {}) past or short of its R2T's end {end}", x.recv, d.final_))
+    } else {
+        None
+    };
+    let gen = x.gen;
+    if let Some(why) = wrong {
+        x.failed = true;
+        drop(cmds);
+        c.reject(RejectReason::ProtocolError, bhs, &format!("{why} (ITT {:#x})", d.itt));
+        return Ok(Dest::Cmd { slot, gen, at: 0, keep: 0, len, kind });
     }
-    let keep = x.need.saturating_sub(x.recv).min(len);
-    Ok(Dest::Cmd { slot, gen: x.gen, at: x.recv, keep, len, kind: DataKind::DataOut { final_: d.final_, solicited } })
+    let keep = if x.failed { 0 } else { x.need.saturating_sub(x.recv).min(len) };
+    Ok(Dest::Cmd { slot, gen, at: x.recv, keep, len, kind })
 }
 
 /// A command's data PDU ended (its data all placed, `digest_ok` if its digest matched).
@@ -214,42 +217,42 @@ pub(crate) fn data_end(
         let mut cmds = c.cmds.borrow_mut();
         let x = &mut cmds[slot as usize];
         x.crc_error |= !digest_ok;
-        x.recv += len;
+        x.recv = x.recv.saturating_add(len);
         x.since = super::conn::now();
-        match kind {
-            DataKind::Immediate => {}
-            DataKind::DataOut { final_, solicited } => {
-                x.data_sn = x.data_sn.wrapping_add(1);
-                if final_ {
-                    x.data_sn = 0;
-                    if solicited {
-                        x.r2t_ends.remove(0);
-                    } else {
-                        x.unsolicited = None;
-                    }
-                } else if !solicited && x.unsolicited == Some(x.recv) {
-                    // The unsolicited burst is whole (its F is missing: the limit ends it).
-                    x.unsolicited = None;
-                    x.data_sn = 0;
-                }
+        if let DataKind::DataOut { final_ } = kind {
+            x.data_sn = x.data_sn.wrapping_add(1);
+            if final_ && !x.r2t_ends.is_empty() {
+                x.r2t_ends.remove(0);
+                x.data_sn = 0;
             }
         }
     }
     progress(c, slot);
 }
 
-/// Moves the command in `slot` on once data came: more R2Ts, or the SCSI layer once all is in.
-pub(crate) fn progress(c: &Rc<Conn>, slot: u32) {
-    let (unsolicited, missing, outstanding) = {
+/// Moves the command in `slot` on once data came: a buffer and R2Ts for the rest, or the SCSI
+/// layer once all is in (a failed command ends silently once its R2Ts are answered).
+fn progress(c: &Rc<Conn>, slot: u32) {
+    let (failed, missing, buffered, queued, outstanding, immediate) = {
         let cmds = c.cmds.borrow();
         let x = &cmds[slot as usize];
-        (x.unsolicited.is_some(), x.recv < x.need, !x.r2t_ends.is_empty())
+        (x.failed, x.recv < x.need, x.has_buffers(), x.queued, !x.r2t_ends.is_empty(), x.immediate)
     };
-    if unsolicited {
+    if failed {
+        if !outstanding {
+            super::task::release(c, slot);
+            c.finished(immediate);
+        }
         return;
     }
     if missing {
-        send_r2ts(c, slot);
+        if !buffered {
+            if !queued {
+                wait_for_buffer(c, slot);
+            }
+        } else {
+            send_r2ts(c, slot);
+        }
         return;
     }
     if outstanding {

@@ -11,7 +11,9 @@
 
 use super::conn::{Conn, Stage};
 use super::seq::CmdSnVerdict;
+use super::task::Phase;
 use ferrite_iscsi::pdu::{Decoder, Event, Header, Pdu, RejectReason, Role, Want, BHS_LEN};
+use ferrite_reactor::IoBuf;
 use ferrite_target::rx::Rx;
 use std::future::poll_fn;
 use std::rc::Rc;
@@ -23,12 +25,10 @@ use std::time::Duration;
 pub(crate) enum DataKind {
     /// Immediate data in the SCSI Command PDU.
     Immediate,
-    /// A Data-Out PDU (F; solicited by an R2T or not).
+    /// A Data-Out PDU answering an R2T.
     DataOut {
         /// F: the last of its sequence.
         final_: bool,
-        /// Answers an R2T (else unsolicited).
-        solicited: bool,
     },
 }
 
@@ -142,33 +142,42 @@ pub(crate) async fn run(c: &Rc<Conn>) -> Result<(), String> {
                 let left = left as usize;
                 match dest {
                     Dest::Cmd { slot, gen, at, keep, len, kind } if keep > 0 => {
-                        let n = left.min(keep as usize);
-                        let buf = {
+                        // The buffer that holds offset `at` (immediate data's, or the rest's),
+                        // taken out while the data is received into it.
+                        let taken = {
                             let mut cmds = c.cmds.borrow_mut();
-                            cmds.get_mut(slot)
-                                .filter(|x| x.gen == gen && x.phase == super::task::Phase::Receiving)
-                                .and_then(|x| x.buf.take())
+                            cmds.get_mut(slot).filter(|x| x.gen == gen && x.phase == Phase::Receiving).and_then(|x| {
+                                let (i, local, room) = x.segment(at);
+                                let b = x.bufs.get_mut(i)?;
+                                Some((i, local, room, std::mem::replace(b, IoBuf::empty())))
+                            })
                         };
-                        let Some(buf) = buf else {
+                        let Some((i, local, room, buf)) = taken else {
                             // The command ended meanwhile: the rest of its data is skipped.
                             dest = Dest::Cmd { slot, gen, at, keep: 0, len, kind };
                             continue;
                         };
+                        debug_assert!(keep <= room, "a data PDU across two buffers");
+                        let n = left.min(keep.min(room) as usize);
                         let allowance = Some(super::DATA_BASE_TIME + Duration::from_secs((n >> 20) as u64));
                         c.receiving.begin(n);
-                        let (res, buf) = rx.fill(buf, at as usize, n, allowance).await;
+                        let (res, buf) = rx.fill(buf, local, n, allowance).await;
                         c.receiving.end();
-                        let fed = dec.data(&buf[at as usize..at as usize + n]);
+                        let fed = dec.data(&buf[local..local + n]);
                         {
                             let mut cmds = c.cmds.borrow_mut();
-                            if let Some(x) =
-                                cmds.get_mut(slot).filter(|x| x.gen == gen && x.phase == super::task::Phase::Receiving)
+                            if let Some(b) = cmds
+                                .get_mut(slot)
+                                .filter(|x| x.gen == gen && x.phase == Phase::Receiving)
+                                .and_then(|x| x.bufs.get_mut(i))
                             {
-                                x.buf = Some(buf);
+                                *b = buf;
                             }
                         }
                         res?;
-                        dest = Dest::Cmd { slot, gen, at: at + n as u32, keep: keep - n as u32, len, kind };
+                        let n = n as u32;
+                        let keep = if n < keep.min(room) { keep - n } else { 0 };
+                        dest = Dest::Cmd { slot, gen, at: at + n, keep, len, kind };
                         if let Some(ev) = fed.event {
                             let ok = matches!(ev, Event::DataEnd);
                             if !data_end(c, &dec, &mut dest, &mut pending, &stage, ok).await? {

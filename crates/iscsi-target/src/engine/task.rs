@@ -21,7 +21,6 @@ use super::IMMEDIATE_SLOTS;
 use ferrite_bdev::IoBufs;
 use ferrite_iscsi::negotiate::SessionType;
 use ferrite_iscsi::pdu::{Header, RejectReason, ScsiCommand, TaskAttr, BHS_LEN};
-use ferrite_reactor::IoBuf;
 use ferrite_scsi::{Response, Task, TaskDone};
 use smallvec::SmallVec;
 use std::rc::{Rc, Weak};
@@ -71,28 +70,34 @@ pub(crate) struct Cmd {
     pub(crate) attr: ferrite_scsi::TaskAttr,
     /// Data-out bytes the SCSI layer takes (the rest of what comes is dropped).
     pub(crate) need: u32,
-    /// Their buffer (`need` bytes).
-    pub(crate) buf: Option<IoBuf>,
+    /// Their buffers, in offset order: the immediate data's (`first` bytes, taken when the
+    /// command came), then the rest's (taken under the budget before its R2Ts).
+    pub(crate) bufs: IoBufs,
+    /// Bytes of the first buffer when it holds immediate data (else 0).
+    pub(crate) first: u32,
     /// Data-out bytes received so far: the offset the next Data-Out must start at.
     pub(crate) recv: u32,
-    /// Bytes solicited (or sent unsolicited) so far: where the next R2T starts.
+    /// Bytes solicited so far: where the next R2T starts.
     pub(crate) solicit: u32,
-    /// The end of the unsolicited data still expected (F=0 in the command), if any.
-    pub(crate) unsolicited: Option<u32>,
     /// The end offsets of the R2Ts outstanding, oldest first.
     pub(crate) r2t_ends: SmallVec<[u32; 4]>,
     /// The DataSN the next Data-Out of the current sequence must carry.
     pub(crate) data_sn: u32,
     /// R2TSN and Data-In DataSN: PDUs of the command sent so far (ExpDataSN).
     pub(crate) sn: u32,
-    /// Tick it began to wait on the initiator (0: it does not).
+    /// Tick it began to wait on the initiator or for a buffer (0: it does not).
     pub(crate) since: u64,
     /// A data digest error was seen on its data-out: it ends with CHECK CONDITION.
     pub(crate) crc_error: bool,
-    /// Its buffer counts against the connection's R2T budget.
-    pub(crate) budgeted: bool,
+    /// A Data-Out of it broke its sequence and was rejected: the rest of its data is dropped
+    /// and it ends without an answer (the initiator took the Reject as its end).
+    pub(crate) failed: bool,
+    /// Bytes of its buffers counted against the connection's R2T budget.
+    pub(crate) budget: u32,
     /// It counts among the connection's commands soliciting data.
     pub(crate) soliciting: bool,
+    /// It waits in the connection's queue for its buffer.
+    pub(crate) queued: bool,
 }
 
 impl Cmd {
@@ -109,18 +114,35 @@ impl Cmd {
             cdb: ferrite_scsi::Cdb::new(&[]),
             attr: ferrite_scsi::TaskAttr::Simple,
             need: 0,
-            buf: None,
+            bufs: IoBufs::new(),
+            first: 0,
             recv: 0,
             solicit: 0,
-            unsolicited: None,
             r2t_ends: SmallVec::new(),
             data_sn: 0,
             sn: 0,
             since: 0,
             crc_error: false,
-            budgeted: false,
+            failed: false,
+            budget: 0,
             soliciting: false,
+            queued: false,
         }
+    }
+
+    /// The buffer that holds data-out byte `at`: its index in `bufs`, the offset in it, and the
+    /// room left in it from there.
+    pub(crate) fn segment(&self, at: u32) -> (usize, usize, u32) {
+        if self.first > 0 && at < self.first {
+            (0, at as usize, self.first - at)
+        } else {
+            (usize::from(self.first > 0), (at - self.first) as usize, self.need.saturating_sub(at))
+        }
+    }
+
+    /// True once buffers cover all of `need`.
+    pub(crate) fn has_buffers(&self) -> bool {
+        self.bufs.iter().map(|b| b.len() as u64).sum::<u64>() == u64::from(self.need)
     }
 
     /// The TTT of its R2Ts.
@@ -215,7 +237,8 @@ pub(crate) fn on_command(
         Some("immediate data, negotiated off")
     } else if imm > p.first_burst_length || imm > edtl {
         Some("more immediate data than FirstBurstLength or the expected length")
-    } else if !cmd.final_ && p.initial_r2t {
+    } else if !cmd.final_ {
+        // InitialR2T=Yes is what the target negotiates: data comes immediate or solicited.
         Some("unsolicited Data-Out announced under InitialR2T=Yes")
     } else {
         None
@@ -243,8 +266,6 @@ pub(crate) fn on_command(
         (true, Some(n)) => n.data_out_len(lun, cdb.as_slice(), edtl),
         _ => 0,
     };
-    let unsolicited = (!cmd.final_).then(|| p.first_burst_length.min(edtl));
-    let receiving = imm > 0 || unsolicited.is_some();
     let gen = {
         let mut cmds = c.cmds.borrow_mut();
         let x = &mut cmds[slot as usize];
@@ -259,39 +280,36 @@ pub(crate) fn on_command(
         x.cdb = cdb;
         x.attr = task_attr(cmd.attr);
         x.need = need;
-        x.buf = None;
+        x.bufs.clear();
+        x.first = 0;
         x.recv = 0;
         x.solicit = 0;
-        x.unsolicited = unsolicited;
         x.r2t_ends.clear();
         x.data_sn = 0;
         x.sn = 0;
         x.since = 0;
         x.crc_error = false;
-        x.budgeted = false;
+        x.failed = false;
+        x.budget = 0;
         x.soliciting = false;
-        if receiving {
-            // Data comes now: its buffer is taken now (it counts against the budget, which
-            // holds back commands that would wait for an R2T).
-            if need > 0 {
-                let mut b = ferrite_reactor::alloc_buf(need as usize);
-                b.set_len(need as usize);
-                x.buf = Some(b);
-                x.budgeted = true;
-                c.r2t_held.set(c.r2t_held.get() + need as usize);
+        x.queued = false;
+        if imm > 0 {
+            // The immediate data comes now: its buffer is taken now (bounded by
+            // FirstBurstLength per command); the rest's waits for the budget.
+            let first = imm.min(need);
+            if first > 0 {
+                let mut b = ferrite_reactor::alloc_buf(first as usize);
+                b.set_len(first as usize);
+                x.bufs.push(b);
+                x.first = first;
             }
             x.since = super::conn::now();
             set_phase(x, Phase::Receiving, c.id, slot);
         }
         x.gen
     };
-    if receiving {
-        let dest = if imm > 0 {
-            Dest::Cmd { slot, gen, at: 0, keep: imm.min(need), len: imm, kind: DataKind::Immediate }
-        } else {
-            Dest::Skip
-        };
-        return Ok(dest);
+    if imm > 0 {
+        return Ok(Dest::Cmd { slot, gen, at: 0, keep: imm.min(need), len: imm, kind: DataKind::Immediate });
     }
     if need > 0 {
         super::r2t::wait_for_buffer(c, slot);
@@ -308,10 +326,8 @@ pub(crate) fn submit(c: &Rc<Conn>, slot: u32) {
         let x = &mut cmds[slot as usize];
         set_phase(x, Phase::Running, c.id, slot);
         x.since = 0;
-        let mut data_out = IoBufs::new();
-        if let Some(b) = x.buf.take() {
-            data_out.push(b);
-        }
+        debug_assert!(x.has_buffers(), "connection {}: command {slot} submitted without its data-out", c.id);
+        let data_out = std::mem::take(&mut x.bufs);
         (Task { lun: x.lun, cdb: x.cdb, attr: x.attr, expected_len: x.edtl, data_out }, x.crc_error)
     };
     if crc {
@@ -333,17 +349,16 @@ pub(crate) fn submit(c: &Rc<Conn>, slot: u32) {
 /// Frees slot `slot` (its command ended, answered or not): its buffer and budget go back,
 /// waiting commands may get theirs.
 pub(crate) fn release(c: &Conn, slot: u32) {
-    let was_waiting = {
+    let queued = {
         let mut cmds = c.cmds.borrow_mut();
         let x = &mut cmds[slot as usize];
-        let was_waiting = x.phase == Phase::Waiting;
         set_phase(x, Phase::Free, c.id, slot);
-        x.buf = None;
+        x.bufs.clear();
         x.r2t_ends.clear();
         x.since = 0;
-        was_waiting
+        std::mem::take(&mut x.queued)
     };
-    if was_waiting {
+    if queued {
         c.buf_wait.borrow_mut().retain(|&s| s != slot);
     }
     super::r2t::release_budget(c, slot);
