@@ -42,6 +42,18 @@ pub(crate) struct NopState {
     pub(crate) last: u64,
 }
 
+/// The options a connection reads while it runs, taken from `iscsi_set_options` when it
+/// comes (so that no command takes the registry's lock).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnOptions {
+    /// Commands soliciting data at once.
+    pub(crate) max_r2t: u32,
+    /// Seconds between NOP-Ins (0: none).
+    pub(crate) nop_in_interval: i32,
+    /// Seconds a NOP-In may go unanswered.
+    pub(crate) nop_timeout: i32,
+}
+
 /// One connection.
 pub(crate) struct Conn {
     core: ConnCore,
@@ -90,6 +102,7 @@ pub(crate) struct Conn {
     pub(crate) logout_by: Cell<u64>,
     /// The queue depth and the commands' window size (set at login).
     pub(crate) queue_depth: Cell<u32>,
+    pub(crate) opts: ConnOptions,
 }
 
 impl std::ops::Deref for Conn {
@@ -244,7 +257,7 @@ impl Conn {
     /// Sends a NOP-In every `nop_in_interval` seconds and closes the connection when one goes
     /// unanswered for `nop_timeout` seconds (SPDK's options). False if it closed.
     fn nop_due(&self, now: u64) -> bool {
-        let o = crate::options();
+        let o = self.opts;
         if o.nop_in_interval <= 0 {
             return true;
         }
@@ -342,6 +355,12 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, pg_tag: u16, _permit: G
     let id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
     let local = ferrite_reactor::net::local_name(sock.raw_fd()).unwrap_or_default();
     let peer_ip = peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip());
+    let o = crate::options();
+    let opts = ConnOptions {
+        max_r2t: o.max_r2t_per_connection.max(1),
+        nop_in_interval: o.nop_in_interval,
+        nop_timeout: o.nop_timeout,
+    };
     let c = Rc::new(Conn {
         core: ConnCore::new("iscsi", id, sock, peer.clone()),
         reactor,
@@ -367,6 +386,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, pg_tag: u16, _permit: G
         next_ttt: Cell::new(1),
         logout_by: Cell::new(0),
         queue_depth: Cell::new(1),
+        opts,
     });
     *c.login.borrow_mut() = Some(Box::new(super::login::LoginState::new(&c)));
     // The login must end in time (the kit's watchdog closes the connection otherwise).

@@ -46,7 +46,7 @@ pub(crate) fn wait_for_buffer(c: &Conn, slot: u32) {
 /// Gives waiting commands their buffers and R2Ts, oldest first, while the budget, the
 /// soliciting limit and the pool allow (one command may exceed the budget alone).
 pub(crate) fn grant_buffers(c: &Conn) {
-    let max_active = crate::options().max_r2t_per_connection.max(1);
+    let max_active = c.opts.max_r2t;
     loop {
         if c.is_closing() {
             return;
