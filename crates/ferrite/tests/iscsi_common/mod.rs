@@ -89,7 +89,21 @@ pub struct IscsiDaemon {
 impl IscsiDaemon {
     /// Starts `ferrite serve -m <cpumask> --no-pin` with the groups made.
     pub fn start(dir: &TempDir, cpumask: &str) -> IscsiDaemon {
-        let d = Daemon::start_with(dir, "rpc.sock", cpumask, &["--no-pin"]);
+        IscsiDaemon::start_with_options(dir, cpumask, None)
+    }
+
+    /// As [`IscsiDaemon::start`], with `iscsi_set_options` called with `options` first (at
+    /// startup, as SPDK takes it).
+    pub fn start_with_options(dir: &TempDir, cpumask: &str, options: Option<Value>) -> IscsiDaemon {
+        let d = match options {
+            None => Daemon::start_with(dir, "rpc.sock", cpumask, &["--no-pin"]),
+            Some(o) => {
+                let d = Daemon::start_with(dir, "rpc.sock", cpumask, &["--no-pin", "--wait-for-rpc"]);
+                d.call("iscsi_set_options", Some(o));
+                d.call("framework_start_init", None);
+                d
+            }
+        };
         let port = free_port();
         d.call(
             "iscsi_create_portal_group",
@@ -374,10 +388,23 @@ impl Ini {
                         overflow: r.overflow,
                     };
                 }
-                Pdu::NopIn(n) if n.itt == RESERVED_TAG => {}
+                Pdu::NopIn(n) if n.itt == RESERVED_TAG => self.answer_nop(&n),
                 other => panic!("unexpected {other:?} for a SCSI command"),
             }
         }
+    }
+
+    /// Answers the target's NOP-In (its TTT back, ITT 0xffffffff, immediate).
+    pub fn answer_nop(&mut self, n: &ferrite_iscsi::pdu::NopIn) {
+        let out = ferrite_iscsi::pdu::NopOut {
+            immediate: true,
+            lun: n.lun,
+            itt: RESERVED_TAG,
+            ttt: n.ttt,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+        };
+        self.send(&Pdu::NopOut(out), &[]);
     }
 
     /// TEST UNIT READY; its status.

@@ -1,0 +1,103 @@
+//! The management plane's view of the iSCSI engine and its requests, with the tests' own
+//! initiator: `iscsi_get_connections` and `iscsi_get_stats` list logged-in connections as SPDK
+//! does; NOP-Ins go out every `nop_in_interval` seconds and an initiator that does not answer
+//! within `nop_timeout` is dropped (one that answers stays); `iscsi_target_node_request_logout`
+//! and `iscsi_delete_target_node` ask the initiator to log out with an Asynchronous Message,
+//! and the delete returns once it has.
+
+mod common;
+mod iscsi_common;
+
+use common::TempDir;
+use ferrite_iscsi::negotiate::InitiatorOptions;
+use ferrite_iscsi::pdu::{LogoutReason, LogoutRequest, Pdu, RESERVED_TAG};
+use iscsi_common::{closed_within, Ini, IscsiDaemon};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// Waits for the Asynchronous Message asking for a logout (answering NOP-Ins meanwhile), then
+/// logs out; the target answers and closes.
+fn log_out_when_asked(ini: &mut Ini) {
+    loop {
+        let g = ini.recv();
+        match g.pdu {
+            Pdu::AsyncMessage(a) => {
+                assert_eq!(a.async_event, 1, "a logout request");
+                break;
+            }
+            Pdu::NopIn(n) if n.itt == RESERVED_TAG => ini.answer_nop(&n),
+            other => panic!("expected an Asynchronous Message, got {other:?}"),
+        }
+    }
+    let itt = ini.itt();
+    let l = LogoutRequest {
+        immediate: true,
+        reason: LogoutReason::CloseSession,
+        itt,
+        cid: 0,
+        cmd_sn: ini.cmd_sn,
+        exp_stat_sn: ini.exp_stat_sn,
+    };
+    ini.send(&Pdu::LogoutRequest(l), &[]);
+    let Pdu::LogoutResponse(r) = ini.recv().pdu else { panic!("expected a Logout Response") };
+    assert_eq!((r.itt, r.response), (itt, 0));
+    assert!(closed_within(&mut ini.s, Duration::from_secs(5)), "the connection stays after the logout");
+}
+
+#[test]
+fn connections_nop_ins_and_logout_requests() {
+    let dir = TempDir::new("iscsi-mgmt");
+    let d = IscsiDaemon::start_with_options(&dir, "0x3", Some(json!({"nop_in_interval": 1, "nop_timeout": 2})));
+    d.malloc("Malloc0", 2048, 512);
+    d.malloc("Malloc1", 2048, 512);
+    let one = d.target("disk1", "Malloc0", json!({}));
+    let two = d.target("disk2", "Malloc1", json!({}));
+    let mut a = Ini::login(d.port, Some(&one), InitiatorOptions::default()).unwrap();
+    let conns = d.connections();
+    assert_eq!(conns.len(), 1, "{conns:?}");
+    let c = &conns[0];
+    assert_eq!(c["target_node_name"], "disk1");
+    assert_eq!(c["login_phase"], "full_feature_phase");
+    assert_eq!(c["initiator_addr"], "127.0.0.1");
+    assert_eq!(c["state"], "running");
+    assert!(c["tsih"].as_u64().is_some_and(|t| t > 0), "{c}");
+    let stats = d.d.call("iscsi_get_stats", None);
+    assert_eq!(stats["running"], 1, "{stats}");
+    // An initiator that does not answer NOP-Ins is dropped; one that does stays (its commands
+    // in between answer them).
+    let mut silent = iscsi_common::Ini::login_with(d.port, Some(&two), |c| {
+        c.isid = ferrite_iscsi::pdu::Isid([0x80, 0, 0, 9, 0, 0]);
+    })
+    .unwrap();
+    let t0 = Instant::now();
+    let mut saw_nop = false;
+    while t0.elapsed() < Duration::from_secs(5) {
+        assert_eq!(a.tur(), 0);
+        std::thread::sleep(Duration::from_millis(200));
+        saw_nop = true;
+    }
+    assert!(saw_nop);
+    let g = silent.recv();
+    let Pdu::NopIn(n) = g.pdu else { panic!("expected a NOP-In, got {:?}", g.pdu) };
+    assert!(n.itt == RESERVED_TAG && n.ttt != RESERVED_TAG);
+    assert!(closed_within(&mut silent.s, Duration::from_secs(5)), "an initiator that does not answer NOP-Ins stays");
+    assert_eq!(a.tur(), 0, "the answering initiator stays");
+    // The management plane asks for a logout.
+    d.d.call("iscsi_target_node_request_logout", Some(json!({"name": one})));
+    log_out_when_asked(&mut a);
+    d.wait_connections(0, Duration::from_secs(5));
+    // Deleting a node with a session: the initiator is asked to log out; the delete returns
+    // once it has.
+    let mut b = Ini::login(d.port, Some(&two), InitiatorOptions::default()).unwrap();
+    assert_eq!(b.tur(), 0);
+    let sock = d.d.sock.clone();
+    let two_name = two.clone();
+    let deleter = std::thread::spawn(move || {
+        let mut c = ferrite_rpc::client::RpcClient::connect(&sock, Duration::from_secs(60)).unwrap();
+        c.call("iscsi_delete_target_node", Some(json!({"name": two_name}))).map_err(|e| e.to_string())
+    });
+    log_out_when_asked(&mut b);
+    assert_eq!(deleter.join().unwrap(), Ok(json!(true)));
+    assert!(Ini::login(d.port, Some(&two), InitiatorOptions::default()).is_err(), "the deleted node still logs in");
+    d.d.assert_serving();
+}
