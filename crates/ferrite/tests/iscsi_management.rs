@@ -101,3 +101,63 @@ fn connections_nop_ins_and_logout_requests() {
     assert!(Ini::login(d.port, Some(&two), InitiatorOptions::default()).is_err(), "the deleted node still logs in");
     d.d.assert_serving();
 }
+
+#[test]
+fn portal_groups_wait_start_and_delete() {
+    let dir = TempDir::new("iscsi-pg");
+    let d = IscsiDaemon::start(&dir, "0x1");
+    d.malloc("Malloc0", 2048, 512);
+    let iqn = d.target("disk1", "Malloc0", json!({}));
+    // A second portal group made with `wait`: bound (its port taken) but not accepting.
+    let port = iscsi_common::free_port();
+    d.d.call(
+        "iscsi_create_portal_group",
+        Some(json!({"tag": 2, "portals": [{"host": "127.0.0.1", "port": port.to_string()}], "wait": true})),
+    );
+    d.d.call(
+        "iscsi_target_node_add_pg_ig_maps",
+        Some(json!({"name": iqn, "pg_ig_maps": [{"pg_tag": 2, "ig_tag": 1}]})),
+    );
+    assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_err(), "the paused portal is not bound");
+    let waiting = std::thread::spawn(move || {
+        Ini::login(port, Some(&format!("{}:disk1", iscsi_common::BASE)), InitiatorOptions::default())
+            .map(|mut i| i.tur())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!waiting.is_finished(), "a paused portal group answered a login");
+    d.d.call("iscsi_start_portal_group", Some(json!({"tag": 2})));
+    assert_eq!(waiting.join().unwrap().expect("login once started"), 0);
+    // Deleting the group stops its listener.
+    d.d.call("iscsi_delete_portal_group", Some(json!({"tag": 2})));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "a deleted portal group still listens");
+    d.d.assert_serving();
+}
+
+#[test]
+fn a_removed_lun_leaves_its_sessions() {
+    let dir = TempDir::new("iscsi-lun");
+    let d = IscsiDaemon::start(&dir, "0x3");
+    d.malloc("Malloc0", 2048, 512);
+    d.malloc("Malloc1", 2048, 512);
+    let iqn = d.target(
+        "disk1",
+        "Malloc0",
+        json!({"luns": [{"bdev_name": "Malloc0", "lun_id": 0}, {"bdev_name": "Malloc1", "lun_id": 1}]}),
+    );
+    let mut ini = Ini::login(d.port, Some(&iqn), InitiatorOptions::default()).unwrap();
+    assert_eq!(ini.scsi_lun(1, &[0; 6], 0, &[]).status, 0);
+    d.d.call("bdev_malloc_delete", Some(json!({"name": "Malloc1"})));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while d.d.bdev_names().contains(&"Malloc1".to_string()) {
+        assert!(Instant::now() < deadline, "the bdev of a LUN with a session was not deleted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = ini.scsi_lun(1, &[0; 6], 0, &[]);
+    assert_eq!(r.status, 2);
+    assert_eq!((r.sense[2] & 0x0f, r.sense[12]), (0x05, 0x25), "LOGICAL UNIT NOT SUPPORTED: {:02x?}", r.sense);
+    // LUN 0's nexus hears of it.
+    let r = ini.scsi(&[0; 6], 0, &[]);
+    assert_eq!((r.status, r.sense[12], r.sense[13]), (2, 0x3f, 0x0e), "REPORTED LUNS DATA HAS CHANGED");
+    assert_eq!(ini.tur(), 0);
+}

@@ -313,6 +313,12 @@ impl Ini {
     /// Sends a SCSI command (immediate data as the session allows, the rest by R2T) and returns
     /// what it ended with.
     pub fn scsi(&mut self, cdb: &[u8], read: u32, write: &[u8]) -> ScsiResult {
+        self.scsi_lun(0, cdb, read, write)
+    }
+
+    /// As [`Ini::scsi`], to LUN `lun` (below 256: peripheral addressing).
+    pub fn scsi_lun(&mut self, lun: u8, cdb: &[u8], read: u32, write: &[u8]) -> ScsiResult {
+        let lun_field = u64::from(lun) << 48;
         let itt = self.itt();
         let imm_max = if self.negotiated.session.immediate_data {
             self.negotiated.session.first_burst_length.min(self.tx.max_data_segment) as usize
@@ -328,7 +334,7 @@ impl Ini {
             read: read > 0,
             write: !write.is_empty(),
             attr: TaskAttr::Simple,
-            lun: 0,
+            lun: lun_field,
             itt,
             expected_data_transfer_length: if write.is_empty() { read } else { write.len() as u32 },
             cmd_sn: self.cmd_sn,
@@ -349,7 +355,7 @@ impl Ini {
                         let n = (end - off).min(self.tx.max_data_segment);
                         let d = DataOut {
                             final_: off + n == end,
-                            lun: 0,
+                            lun: lun_field,
                             itt,
                             ttt: r.ttt,
                             exp_stat_sn: self.exp_stat_sn,
