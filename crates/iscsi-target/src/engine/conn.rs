@@ -102,6 +102,8 @@ pub(crate) struct Conn {
     pub(crate) logout_by: Cell<u64>,
     /// The queue depth and the commands' window size (set at login).
     pub(crate) queue_depth: Cell<u32>,
+    /// Task management functions running (at most [`super::MAX_TMFS`]).
+    pub(crate) tmfs: Cell<u32>,
     pub(crate) opts: ConnOptions,
 }
 
@@ -386,6 +388,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, pg_tag: u16, _permit: G
         next_ttt: Cell::new(1),
         logout_by: Cell::new(0),
         queue_depth: Cell::new(1),
+        tmfs: Cell::new(0),
         opts,
     });
     *c.login.borrow_mut() = Some(Box::new(super::login::LoginState::new(&c)));

@@ -60,6 +60,9 @@ pub const MAX_UNSENT: usize = 8 << 20;
 pub const MAX_CONNECTIONS: usize = 16_384;
 /// Command slots beyond the queue depth, for immediate commands (outside the CmdSN window).
 pub const IMMEDIATE_SLOTS: usize = 16;
+/// Task management functions a connection may have running at once (they are immediate, so
+/// outside the command window); more are answered "function rejected".
+pub const MAX_TMFS: u32 = 16;
 /// How long a logout waits for the connection's commands to end before it answers.
 pub const LOGOUT_DRAIN: Duration = Duration::from_secs(10);
 /// Seconds an initiator asked to log out (an Asynchronous Message) has before it is dropped.

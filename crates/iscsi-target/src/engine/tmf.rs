@@ -94,6 +94,15 @@ pub(crate) fn on_request(c: &Rc<Conn>, t: &TaskMgmtRequest, bhs: &[u8; BHS_LEN])
             | TmfFunction::QueryAsyncEvent,
         ) => return respond(c, t, tmf_response::NOT_SUPPORTED),
     };
+    if c.tmfs.get() >= super::MAX_TMFS {
+        ferrite_reactor::log_limited!(
+            log::Level::Warn,
+            "iscsi connection {}: {} task management functions running; one more rejected",
+            c.id,
+            super::MAX_TMFS
+        );
+        return respond(c, t, tmf_response::REJECTED);
+    }
     match run {
         Run::AbortTask(..) => {}
         Run::AbortTaskSet(l) | Run::ClearTaskSet(l) | Run::LunReset(l) => {
@@ -104,6 +113,7 @@ pub(crate) fn on_request(c: &Rc<Conn>, t: &TaskMgmtRequest, bhs: &[u8; BHS_LEN])
         }
     }
     let Some(nexus) = c.nexus() else { return respond(c, t, tmf_response::REJECTED) };
+    c.tmfs.set(c.tmfs.get() + 1);
     let luns = sess.target.as_ref().map(|x| x.scsi.lun_ids()).unwrap_or_default();
     let target = sess.target.as_ref().map(|x| x.name.clone());
     let (c, t) = (c.clone(), *t);
@@ -122,6 +132,7 @@ pub(crate) fn on_request(c: &Rc<Conn>, t: &TaskMgmtRequest, bhs: &[u8; BHS_LEN])
             }
         };
         drop(nexus);
+        c.tmfs.set(c.tmfs.get() - 1);
         c.unhold();
         respond(&c, &t, code(r));
         if let (Run::TargetReset { cold: true }, Some(name)) = (run, target) {
