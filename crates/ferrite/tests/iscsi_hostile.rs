@@ -372,3 +372,105 @@ fn raise_nofile() -> u64 {
         r.rlim_cur
     }
 }
+
+#[test]
+fn data_in_and_r2t_sequences_follow_the_negotiated_bursts() {
+    let dir = TempDir::new("iscsi-bursts");
+    let (d, iqn) = setup(&dir, "0x1");
+    let opts = InitiatorOptions {
+        max_burst_length: 65536,
+        first_burst_length: 8192,
+        max_recv_data_segment_length: 16384,
+        ..InitiatorOptions::default()
+    };
+    let mut ini = Ini::login(d.port, Some(&iqn), opts).unwrap();
+    assert_eq!(ini.negotiated.session.max_burst_length, 65536);
+    // A 256 KiB write: 8 KiB immediate, then one R2T at a time (MaxOutstandingR2T=1) of at
+    // most MaxBurstLength, R2TSN counting up.
+    let data = pattern(21, 256 << 10);
+    let itt = ini.itt();
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x2a;
+    cdb[7..9].copy_from_slice(&512u16.to_be_bytes());
+    let cmd = ScsiCommand {
+        immediate: false,
+        final_: true,
+        read: false,
+        write: true,
+        attr: TaskAttr::Simple,
+        lun: 0,
+        itt,
+        expected_data_transfer_length: 256 << 10,
+        cmd_sn: ini.cmd_sn,
+        exp_stat_sn: ini.exp_stat_sn,
+        cdb,
+    };
+    ini.cmd_sn += 1;
+    ini.send(&Pdu::ScsiCommand(cmd), &data[..8192]);
+    let mut r2ts = Vec::new();
+    loop {
+        let g = ini.recv();
+        match g.pdu {
+            Pdu::R2t(r) => {
+                assert_eq!(r.r2t_sn as usize, r2ts.len(), "R2TSN");
+                assert!(r.desired_data_transfer_length <= 65536);
+                r2ts.push((r.buffer_offset, r.desired_data_transfer_length));
+                let (mut off, end) = (r.buffer_offset, r.buffer_offset + r.desired_data_transfer_length);
+                let mut sn = 0;
+                while off < end {
+                    let n = (end - off).min(16384);
+                    let d_out = DataOut {
+                        final_: off + n == end,
+                        lun: 0,
+                        itt,
+                        ttt: r.ttt,
+                        exp_stat_sn: ini.exp_stat_sn,
+                        data_sn: sn,
+                        buffer_offset: off,
+                    };
+                    ini.send(&Pdu::DataOut(d_out), &data[off as usize..(off + n) as usize]);
+                    off += n;
+                    sn += 1;
+                }
+            }
+            Pdu::ScsiResponse(r) => {
+                assert_eq!((r.itt, r.status), (itt, 0));
+                assert_eq!(r.exp_data_sn as usize, r2ts.len(), "ExpDataSN counts the R2Ts");
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let mut expect = 8192u32;
+    for (off, len) in &r2ts {
+        assert_eq!(*off, expect, "R2Ts continue where the data is");
+        expect += len;
+    }
+    assert_eq!(expect, 256 << 10);
+    // A 256 KiB read: Data-In of at most 16 KiB, F at each 64 KiB, DataSN from 0, the status
+    // in the last one.
+    let itt = ini.itt();
+    cdb[0] = 0x28;
+    let cmd =
+        ScsiCommand { read: true, write: false, itt, cmd_sn: ini.cmd_sn, exp_stat_sn: ini.exp_stat_sn, cdb, ..cmd };
+    ini.cmd_sn += 1;
+    ini.send(&Pdu::ScsiCommand(cmd), &[]);
+    let mut got = Vec::new();
+    let mut sn = 0;
+    loop {
+        let g = ini.recv();
+        let Pdu::DataIn(din) = g.pdu else { panic!("expected Data-In, got {:?}", g.pdu) };
+        assert_eq!((din.itt, din.data_sn, din.buffer_offset as usize), (itt, sn, got.len()));
+        assert!(g.data.len() <= 16384);
+        got.extend_from_slice(&g.data);
+        let burst_end = got.len() % 65536 == 0;
+        assert_eq!(din.final_, burst_end, "F at each MaxBurstLength (at {})", got.len());
+        sn += 1;
+        if din.status_present {
+            assert_eq!(got.len(), 256 << 10);
+            assert_eq!((din.status, din.residual_count), (0, 0));
+            break;
+        }
+    }
+    assert!(got == data, "read back differs");
+}
