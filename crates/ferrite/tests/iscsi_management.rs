@@ -161,3 +161,57 @@ fn a_removed_lun_leaves_its_sessions() {
     assert_eq!((r.status, r.sense[12], r.sense[13]), (2, 0x3f, 0x0e), "REPORTED LUNS DATA HAS CHANGED");
     assert_eq!(ini.tur(), 0);
 }
+
+#[test]
+fn logins_follow_the_access_rules() {
+    use ferrite_iscsi::login::{InitiatorLoginError, LoginStatus};
+    let dir = TempDir::new("iscsi-access");
+    let d = IscsiDaemon::start(&dir, "0x1");
+    for b in ["M0", "M1", "M2"] {
+        d.malloc(b, 1024, 512);
+    }
+    let open = d.target("open", "M0", json!({}));
+    d.d.call(
+        "iscsi_create_initiator_group",
+        Some(json!({"tag": 2, "initiators": ["iqn.2026-01.io.ferrite:someone-else"], "netmasks": ["ANY"]})),
+    );
+    let only = d.target("only", "M1", json!({"pg_ig_maps": [{"pg_tag": 1, "ig_tag": 2}]}));
+    let moved = d.target("moved", "M2", json!({}));
+    d.d.call(
+        "iscsi_target_node_set_redirect",
+        Some(json!({"name": moved, "pg_tag": 1, "redirect_host": "127.0.0.1", "redirect_port": "3999"})),
+    );
+    let status = |r: Result<Ini, InitiatorLoginError>| match r {
+        Ok(_) => panic!("the login succeeded"),
+        Err(InitiatorLoginError::Status(s)) => s,
+        Err(e) => panic!("login failed otherwise: {e}"),
+    };
+    assert_eq!(
+        status(Ini::login(d.port, Some(&only), InitiatorOptions::default())),
+        LoginStatus::AUTHORIZATION_FAILURE
+    );
+    let nowhere = format!("{}:nowhere", iscsi_common::BASE);
+    assert_eq!(status(Ini::login(d.port, Some(&nowhere), InitiatorOptions::default())), LoginStatus::NOT_FOUND);
+    match Ini::login(d.port, Some(&moved), InitiatorOptions::default()) {
+        Err(InitiatorLoginError::Redirect { status, address }) => {
+            assert_eq!(status, LoginStatus::TARGET_MOVED_TEMPORARILY);
+            assert_eq!(address.as_deref(), Some("127.0.0.1:3999"));
+        }
+        Err(e) => panic!("expected a redirection, got {e}"),
+        Ok(_) => panic!("expected a redirection, got a session"),
+    }
+    // One connection per session: joining a session is refused.
+    let mut a = Ini::login(d.port, Some(&open), InitiatorOptions::default()).unwrap();
+    let tsih = d.connections()[0]["tsih"].as_u64().unwrap() as u16;
+    let join = Ini::login_with(d.port, Some(&open), |c| {
+        c.tsih = tsih;
+        c.cid = 1;
+    });
+    assert_eq!(status(join), LoginStatus::TOO_MANY_CONNECTIONS);
+    let join = Ini::login_with(d.port, Some(&open), |c| {
+        c.tsih = tsih.wrapping_add(100);
+        c.cid = 1;
+    });
+    assert_eq!(status(join), LoginStatus::SESSION_DOES_NOT_EXIST);
+    assert_eq!(a.tur(), 0);
+}
