@@ -18,11 +18,14 @@ if ! command -v python3 >/dev/null && command -v apt-get >/dev/null; then
   apt-get install -y -qq python3 >/dev/null
 fi
 
-# Real clients of the targets (NBD: nbdinfo/nbdcopy, qemu-img/qemu-io, fio's nbd engine).
+# Real clients of the targets (NBD: nbdinfo/nbdcopy, qemu-img/qemu-io, fio's nbd engine; iSCSI).
 need_pkgs=()
 command -v nbdinfo >/dev/null || need_pkgs+=(libnbd-bin)
 command -v qemu-io >/dev/null || need_pkgs+=(qemu-utils)
 command -v fio >/dev/null || need_pkgs+=(fio)
+# iSCSI: libiscsi's tools and conformance suite, qemu-img's libiscsi driver.
+command -v iscsi-test-cu >/dev/null || need_pkgs+=(libiscsi-bin)
+compgen -G "/usr/lib/*/qemu/block-iscsi.so" >/dev/null || need_pkgs+=(qemu-block-extra)
 if [ ${#need_pkgs[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   echo "== installing ${need_pkgs[*]}"
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null 2>&1 ||

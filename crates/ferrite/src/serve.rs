@@ -75,6 +75,9 @@ pub fn start_engine(
     let bufs = ferrite_reactor::BufPoolConfig { heap_budget, ..Default::default() };
     let engine =
         Engine::start(EngineConfig { cores, mode, pin, bufs, ..Default::default() }).map_err(|e| e.to_string())?;
+    // The iSCSI target's engine listens on the portal groups the configuration creates
+    // (this thread is entered into the engine: the hooks are the engine's).
+    ferrite_iscsi_target::engine::install();
     let mut registry = crate::registry();
     add_test_panic_method(&mut registry);
     let ctx = Ctx { engine: engine.clone(), registry: Arc::new(registry) };
@@ -151,8 +154,10 @@ pub fn shutdown(engine: &Engine) {
             ferrite_nbd::rpc::shutdown(&ferrite_reactor::engine()).await;
             ferrite_vhost::rpc::shutdown().await;
             ferrite_nvmf::target::rpc::shutdown(&ferrite_reactor::engine()).await;
-            // iSCSI portal groups stop listening; target nodes close their LUNs' bdevs.
+            // iSCSI portal groups stop listening; target nodes close their LUNs' bdevs; the
+            // connections close with their SCSI devices.
             ferrite_iscsi_target::shutdown();
+            ferrite_iscsi_target::engine::shutdown().await;
             // Lvol bdevs go and their lvstores are unloaded cleanly while their bases remain.
             ferrite_lvol::rpc::shutdown().await;
             let mut waits = Vec::new();

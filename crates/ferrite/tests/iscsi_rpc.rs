@@ -593,6 +593,8 @@ fn every_method_answers_as_spdk_does() {
     let maps: Vec<Value> = nodes.as_array().unwrap().iter().map(|t| t["pg_ig_maps"].clone()).collect();
     assert_eq!(maps, [json!([{"pg_tag": 1, "ig_tag": 1}]), json!([{"pg_tag": 1, "ig_tag": 1}])], "{nodes}");
     d.assert_serving();
+    // Ferrite's portals listen on `ports`: they go with the daemon, for SPDK's to bind them.
+    drop(d);
     match common::spdk_dir() {
         Err(why) => eprintln!("SKIP the same script against SPDK's iscsi_tgt: {why}"),
         Ok(spdk) => {
@@ -644,7 +646,10 @@ fn options_at_startup_are_honoured_once_and_saved_with_the_discovery_auth() {
         "{got}"
     );
     d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 64, "block_size": 512})));
-    d.call("iscsi_create_portal_group", Some(json!({"tag": 1, "portals": [{"host": "127.0.0.1", "port": "3260"}]})));
+    d.call(
+        "iscsi_create_portal_group",
+        Some(json!({"tag": 1, "portals": [{"host": "127.0.0.1", "port": free_ports(1)[0].to_string()}]})),
+    );
     d.call("iscsi_create_initiator_group", Some(json!({"tag": 1, "initiators": ["ANY"], "netmasks": ["ANY"]})));
     d.call(
         "iscsi_create_target_node",
@@ -661,8 +666,10 @@ fn options_at_startup_are_honoured_once_and_saved_with_the_discovery_auth() {
     assert_eq!((&set["params"]["require_chap"], &set["params"]["chap_group"]), (&json!(true), &json!(3)), "{set}");
     assert_eq!(set["params"]["pdu_pool_size"], 1000);
     assert_eq!(common::saved_entries(&saved, "iscsi_set_options").len(), 1, "written once: {saved}");
-    // The saved config restarts into the same state.
+    // The saved config restarts into the same state (the first daemon gone: the iSCSI engine
+    // binds the portal again).
     let file = dir.write_json("saved.json", &saved);
+    drop(d);
     let d2 = Daemon::start_with(&dir, "again.sock", "0x1", &["--json", file.to_str().unwrap()]);
     assert_eq!(d2.call("save_config", None), saved);
 }
@@ -674,7 +681,10 @@ fn a_deleted_bdev_takes_its_luns_and_the_node_stays() {
     for b in ["B0", "B1"] {
         d.call("bdev_malloc_create", Some(json!({"name": b, "num_blocks": 64, "block_size": 512})));
     }
-    d.call("iscsi_create_portal_group", Some(json!({"tag": 1, "portals": [{"host": "127.0.0.1", "port": "3260"}]})));
+    d.call(
+        "iscsi_create_portal_group",
+        Some(json!({"tag": 1, "portals": [{"host": "127.0.0.1", "port": free_ports(1)[0].to_string()}]})),
+    );
     d.call("iscsi_create_initiator_group", Some(json!({"tag": 1, "initiators": ["ANY"], "netmasks": ["ANY"]})));
     d.call(
         "iscsi_create_target_node",
@@ -714,11 +724,14 @@ fn ferrites_own_rules_where_it_differs_from_spdk() {
     for tag in [-5, 65536] {
         let e = d.call_err(
             "iscsi_create_portal_group",
-            Some(json!({"tag": tag, "portals": [{"host": "127.0.0.1", "port": "3260"}]})),
+            Some(json!({"tag": tag, "portals": [{"host": "127.0.0.1", "port": free_ports(1)[0].to_string()}]})),
         );
         assert!(e.code == -32602 && e.message.contains("tag"), "{e:?}");
     }
-    d.call("iscsi_create_portal_group", Some(json!({"tag": 0, "portals": [{"host": "127.0.0.1", "port": "3260"}]})));
+    d.call(
+        "iscsi_create_portal_group",
+        Some(json!({"tag": 0, "portals": [{"host": "127.0.0.1", "port": free_ports(1)[0].to_string()}]})),
+    );
     d.call("iscsi_create_initiator_group", Some(json!({"tag": 1, "initiators": ["ANY"], "netmasks": ["ANY"]})));
     // SPDK's save_config omits alias_name for a node without alias; such a node loads here.
     d.call(

@@ -49,6 +49,7 @@
 pub mod access;
 mod auth;
 mod chap;
+pub mod engine;
 pub mod hooks;
 mod initiator;
 mod json;

@@ -173,6 +173,13 @@ impl Session {
         }
     }
 
+    /// Follows the target's logical units now (attaches new ones; lets removed ones go, with
+    /// their channels) instead of at the next command: a transport calls it when it learns
+    /// that a logical unit was removed, so that an idle nexus does not keep it.
+    pub fn refresh(&self) {
+        self.inner.refresh()
+    }
+
     /// Runs `task`; its response goes to the session's [`TaskDone`] with `tag`.
     pub fn submit(&self, task: Task, tag: u64) {
         self.inner.submit(task, tag, None)

@@ -1,0 +1,236 @@
+//! The login phase of a connection: each Login Request goes to its
+//! `ferrite_iscsi::login::TargetLogin`, which asks the model through [`Ctx`] (the
+//! `LoginContext`): target nodes (SPDK's order of checks: not found, redirected, access
+//! denied), CHAP secrets from auth groups (the node's `chap_group`, or the discovery auth's),
+//! and sessions (created with a TSIH, reinstated, or refused when a connection tries to join
+//! one: one connection per session). The final response starts the session
+//! ([`super::session::start`]) and switches the connection to the negotiated framing.
+
+use super::conn::Conn;
+use super::registry;
+use crate::chap::{AuthMode as Mode, ChapParams};
+use crate::model::TargetNode;
+use crate::IscsiOptions;
+use ferrite_iscsi::chap::{ChapSecrets, Credentials};
+use ferrite_iscsi::login::{
+    AuthMode, AuthPolicy, LoginContext, LoginStatus, Outcome, SessionRef, TargetInfo, TargetLogin, TargetLoginConfig,
+    TargetLookup,
+};
+use ferrite_iscsi::negotiate::{DigestPolicy, Negotiated, SessionType, TargetOptions};
+use ferrite_iscsi::pdu::{LoginRequest, Pdu, PduParams, Stage};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// A connection's login under way.
+pub(crate) struct LoginState {
+    login: TargetLogin,
+    /// The target node the login named (taken at its lookup; dropped at the login's end, so
+    /// that the connection does not hold the node's LUNs open).
+    node: Option<Arc<TargetNode>>,
+    options: IscsiOptions,
+}
+
+impl LoginState {
+    /// A login on connection `c`.
+    pub(crate) fn new(c: &Conn) -> LoginState {
+        let options = crate::options();
+        let cfg = TargetLoginConfig {
+            options: target_options(&options, false, false),
+            portal_group_tag: c.pg_tag,
+            initial_stat_sn: 0,
+            cmd_window: options.max_queue_depth.max(1),
+            ..TargetLoginConfig::default()
+        };
+        LoginState { login: TargetLogin::new(cfg), node: None, options }
+    }
+}
+
+/// The login keys the target offers and accepts, from SPDK's options: MaxConnections=1 and
+/// ErrorRecoveryLevel=0 (what the engine serves), InitialR2T=Yes, data in order, digests as
+/// the node requires.
+pub(crate) fn target_options(o: &IscsiOptions, header_digest: bool, data_digest: bool) -> TargetOptions {
+    let digest = |required| if required { DigestPolicy::Required } else { DigestPolicy::Allowed };
+    TargetOptions {
+        first_burst_length: o.first_burst_length.min(crate::limits::MAX_BURST_LENGTH),
+        max_burst_length: crate::limits::MAX_BURST_LENGTH,
+        immediate_data: o.immediate_data,
+        initial_r2t: true,
+        error_recovery_level: 0,
+        max_connections: 1,
+        max_outstanding_r2t: 1,
+        default_time2wait: o.default_time2wait.min(3600) as u16,
+        default_time2retain: o.default_time2retain.min(3600) as u16,
+        data_pdu_in_order: true,
+        data_sequence_in_order: true,
+        header_digest: digest(header_digest),
+        data_digest: digest(data_digest),
+        ..TargetOptions::default()
+    }
+}
+
+/// A node's or the discovery service's CHAP settings as the login applies them.
+fn policy(c: ChapParams) -> AuthPolicy {
+    match c.mode() {
+        Some(Mode::None) => AuthPolicy { mode: AuthMode::None, mutual: false },
+        Some(Mode::Chap) => AuthPolicy { mode: AuthMode::Chap, mutual: false },
+        Some(Mode::Mutual) => AuthPolicy { mode: AuthMode::Chap, mutual: true },
+        Some(Mode::Auto) | None => AuthPolicy { mode: AuthMode::Optional, mutual: false },
+    }
+}
+
+/// What SPDK's `iscsi_get_connections` calls a stage.
+fn phase_of(s: Stage) -> crate::LoginPhase {
+    match s {
+        Stage::Security => crate::LoginPhase::Security,
+        Stage::Operational => crate::LoginPhase::Operational,
+        Stage::FullFeature => crate::LoginPhase::FullFeature,
+    }
+}
+
+/// The login's view of the target's tables.
+struct Ctx<'a> {
+    c: &'a Conn,
+    node: &'a mut Option<Arc<TargetNode>>,
+    options: &'a IscsiOptions,
+}
+
+impl LoginContext for Ctx<'_> {
+    fn lookup_target(&mut self, target_name: &str, initiator_name: &str) -> TargetLookup {
+        let Some(node) = crate::target(target_name) else {
+            log::warn!("iscsi connection {} from {}: target {target_name} not found", self.c.id, self.c.peer);
+            return TargetLookup::NotFound;
+        };
+        let tag = i32::from(self.c.pg_tag);
+        if let Some(r) = crate::redirect(&node, tag) {
+            return TargetLookup::Moved { address: format!("{}:{}", r.host, r.port), permanent: false };
+        }
+        let allowed = self.c.peer_ip.is_some_and(|ip| crate::allowed(&node, initiator_name, ip, tag));
+        if !allowed {
+            log::warn!(
+                "iscsi connection {} from {}: {initiator_name} may not log in to {} through portal group {tag}",
+                self.c.id,
+                self.c.peer,
+                node.name
+            );
+            return TargetLookup::NotAuthorized;
+        }
+        let info = TargetInfo {
+            name: node.name.clone(),
+            alias: node.alias.clone().filter(|a| !a.is_empty()),
+            auth: policy(node.chap),
+            options: Some(target_options(self.options, node.header_digest, node.data_digest)),
+        };
+        *self.node = Some(node);
+        TargetLookup::Found(info)
+    }
+
+    fn discovery_auth(&mut self, _initiator_name: &str) -> Option<AuthPolicy> {
+        Some(policy(crate::discovery_auth()))
+    }
+
+    fn chap_secrets(&mut self, target: Option<&str>, name: &str) -> Option<ChapSecrets> {
+        let group = match (target, self.node.as_ref()) {
+            (Some(_), Some(n)) => n.chap.group,
+            (Some(t), None) => crate::target(t)?.chap.group,
+            (None, _) => crate::discovery_auth().group,
+        };
+        let s = crate::auth_secret(group, name)?;
+        let mutual = match (s.muser, s.msecret) {
+            (Some(name), Some(secret)) => Some(Credentials { name, secret: secret.into_bytes() }),
+            _ => None,
+        };
+        Some(ChapSecrets { secret: s.secret.into_bytes(), mutual })
+    }
+
+    fn join_session(&mut self, s: &SessionRef<'_>) -> Result<(), LoginStatus> {
+        if registry::session_exists(s.tsih, s.initiator_name, s.isid) {
+            // One connection per session (MaxConnections=1 is what the target offers).
+            Err(LoginStatus::TOO_MANY_CONNECTIONS)
+        } else {
+            Err(LoginStatus::SESSION_DOES_NOT_EXIST)
+        }
+    }
+
+    fn create_session(&mut self, s: &SessionRef<'_>, _negotiated: &Negotiated) -> Result<u16, LoginStatus> {
+        let target = match s.session_type {
+            SessionType::Normal => s.target_name,
+            SessionType::Discovery => None,
+        };
+        registry::create_session(self.c, s.initiator_name, s.isid, target, self.options.max_sessions)
+    }
+
+    fn random(&mut self, buf: &mut [u8]) {
+        ferrite_iscsi::chap::system_random(buf)
+    }
+}
+
+/// Answers a Login Request (`data`: its whole data segment). Ok(false) once the login has
+/// failed (its response is queued; the connection ends after sending it); Err for a request
+/// that cannot be answered at all.
+pub(crate) fn on_request(c: &Rc<Conn>, req: &LoginRequest, data: &[u8]) -> Result<bool, String> {
+    let mut guard = c.login.borrow_mut();
+    let Some(st) = guard.as_mut() else { return Err("a Login Request in the full feature phase".into()) };
+    let st = &mut **st;
+    let options = st.options.clone();
+    let mut ctx = Ctx { c, node: &mut st.node, options: &options };
+    let mut reply = st.login.on_request(&mut ctx, req, data);
+    registry::login_phase(c.id, phase_of(st.login.stage()), req.cid);
+    match &reply.outcome {
+        Outcome::Continue => {
+            send(c, &reply.response, &reply.data);
+            Ok(true)
+        }
+        Outcome::Failed(status) => {
+            log::info!(
+                "iscsi connection {} from {}: login failed: {status} (status {:#06x})",
+                c.id,
+                c.peer,
+                status.to_u16()
+            );
+            send(c, &reply.response, &reply.data);
+            c.stop_taking();
+            Ok(false)
+        }
+        Outcome::FullFeature(res) => {
+            let res = res.clone();
+            let node = st.node.take();
+            let node_options = node.as_ref().map(|n| target_options(&options, n.header_digest, n.data_digest));
+            drop(guard);
+            let ffp_options = node_options.unwrap_or_else(|| target_options(&options, false, false));
+            match super::session::start(c, &res, node, ffp_options) {
+                Ok(window) => {
+                    reply.response.exp_cmd_sn = res.exp_cmd_sn;
+                    reply.response.max_cmd_sn = res.exp_cmd_sn.wrapping_add(window - 1);
+                    send(c, &reply.response, &reply.data);
+                    // From the next PDU on, both ways: the negotiated digests and data limits.
+                    c.tx.set(res.negotiated.connection.tx());
+                    c.rx_params.set(Some(res.negotiated.connection.rx()));
+                    *c.login.borrow_mut() = None;
+                    Ok(true)
+                }
+                Err(status) => {
+                    if res.leading {
+                        registry::drop_session(res.tsih);
+                    }
+                    log::warn!("iscsi connection {} from {}: session not started: {status}", c.id, c.peer);
+                    let r = &mut reply.response;
+                    r.transit = false;
+                    r.csg = 0;
+                    r.nsg = 0;
+                    r.tsih = req.tsih;
+                    r.status_class = status.class;
+                    r.status_detail = status.detail;
+                    send(c, r, &[]);
+                    c.stop_taking();
+                    Ok(false)
+                }
+            }
+        }
+    }
+}
+
+/// Queues a Login Response (framed as during login: no digests).
+fn send(c: &Conn, r: &ferrite_iscsi::pdu::LoginResponse, data: &[u8]) {
+    let pdu = Pdu::LoginResponse(*r);
+    c.queue(|q, _| q.single(&PduParams::LOGIN, &pdu, data));
+}
