@@ -22,19 +22,24 @@
 //!   around it: `spdk_mem_register(FLOOR_2MB(mmap_addr), CEIL_2MB(mmap_addr + mmap_size) -
 //!   FLOOR_2MB(mmap_addr))`. Its vtophys map (`vtophys_map_pagemap` in lib/env_dpdk/memory.c)
 //!   then reads the first byte of each 2 MiB page of that range, looks up its physical address
-//!   in /proc/self/pagemap, and refuses one that is not 2 MiB-aligned.
+//!   in /proc/self/pagemap, and refuses one that is not 2 MiB-aligned (a debug message only:
+//!   the registration still succeeds, and vhost-blk over a malloc bdev never needs a physical
+//!   address; a bdev that DMAs into guest memory would).
 //!
-//! So a region of 4 KiB pages, mapped at an address that is not 2 MiB-aligned, makes SPDK read
-//! the unmapped memory below its mapping: the vhost app dies of SIGSEGV while handling
-//! `SET_MEM_TABLE` (seen with v26.05: "mmap align: 0x1000", then the crash). Even a 4 KiB-page
-//! region that happened to be mapped 2 MiB-aligned would fail its translation (physical
-//! addresses of 4 KiB pages are not 2 MiB-aligned). What SPDK needs, then: the region's file on
-//! hugetlbfs with 2 MiB pages (so that its `st_blksize` is 2 MiB and the kernel aligns its
-//! mapping), and `mmap_offset + memory_size` a multiple of 2 MiB (so that the registered range is
-//! exactly the mapping). A region of 1 GiB pages would do too; 2 MiB ones are what is asked for
-//! here. The memory must be reserved (`/proc/sys/vm/nr_hugepages`): a shared hugetlb mapping
-//! reserves its pages when mapped, so a shortage is seen here (and the 4 KiB fallback taken),
-//! not as a SIGBUS on first touch.
+//! So a region of 4 KiB pages mapped at an address that is not 2 MiB-aligned makes SPDK read the
+//! unmapped memory below its mapping: the vhost app dies of SIGSEGV while handling
+//! `SET_MEM_TABLE` (seen with v26.05 and a 21.3 MiB region: "mmap align: 0x1000", then the
+//! crash). What SPDK needs, then: the region's file on hugetlbfs with 2 MiB pages (its
+//! `st_blksize` is then 2 MiB and the kernel aligns the mapping), and `mmap_offset +
+//! memory_size` a multiple of 2 MiB (so that the registered range is exactly the mapping).
+//! 1 GiB pages would do too; 2 MiB ones are what is asked for here. The pages must be reserved
+//! (`/proc/sys/vm/nr_hugepages`): a shared hugetlb mapping reserves its pages when mapped, so a
+//! shortage is seen here (and the 4 KiB fallback taken), not as a SIGBUS on first touch.
+//!
+//! A 4 KiB-page region whose size is a multiple of 2 MiB is no better: rte_vhost mapped one of
+//! 22 MiB at 0x..3f6000 and SPDK died the same way. (A QEMU guest's 1 GiB memfd was mapped
+//! 2 MiB-aligned in SPDK's process once, by the chance of where the kernel put it; SPDK then
+//! only failed to translate its 4 KiB pages, silently.)
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -51,7 +56,7 @@ pub enum Backing {
     /// 2 MiB hugepages (hugetlbfs memfd): what SPDK's vhost target needs (see the module doc).
     Huge2M,
     /// 4 KiB pages (plain memfd): Ferrite's vhost target and qemu-storage-daemon take it,
-    /// SPDK's vhost target does not.
+    /// SPDK's vhost target does not (module doc).
     Small,
 }
 
@@ -82,15 +87,15 @@ unsafe impl Sync for SharedMem {}
 impl SharedMem {
     /// Makes a memfd of at least `len` bytes and maps it; its pages are zero. 2 MiB hugepages
     /// when the kernel can give them (the size is then rounded up to 2 MiB), else 4 KiB pages
-    /// (rounded up to 4 KiB), with a warning: SPDK's vhost target cannot use those.
+    /// (rounded up to 4 KiB), with a warning: SPDK's vhost target needs hugepages.
     pub fn new(name: &str, len: usize) -> io::Result<SharedMem> {
         match SharedMem::with_backing(name, len, Backing::Huge2M) {
             Ok(m) => Ok(m),
             Err(e) => {
                 log::warn!(
                     "virtio-user {}: no 2 MiB hugepages for the {} KiB of shared memory ({e}); using 4 KiB \
-                     pages: Ferrite's vhost and qemu-storage-daemon take them, SPDK's vhost target does not \
-                     (reserve hugepages in /proc/sys/vm/nr_hugepages for it)",
+                     pages: Ferrite's vhost and qemu-storage-daemon take them, SPDK's vhost target needs \
+                     hugepages (reserve some in /proc/sys/vm/nr_hugepages)",
                     name.escape_debug(),
                     len.div_ceil(1024)
                 );
@@ -220,7 +225,8 @@ mod tests {
         let m = SharedMem::with_backing("t", 5000, Backing::Small).unwrap();
         assert_eq!((m.len(), m.backing()), (8192, Backing::Small), "rounded up to pages");
         shared_through_the_file(&m, 4100);
-        assert!(m.contains(unsafe { m.base().add(8191) }) && !m.contains(unsafe { m.base().add(8192) }));
+        let end = 8192;
+        assert!(m.contains(unsafe { m.base().add(end - 1) }) && !m.contains(unsafe { m.base().add(end) }));
         assert_eq!(blksize(&m), 4096);
     }
 
