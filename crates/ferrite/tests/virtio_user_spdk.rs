@@ -103,6 +103,8 @@ impl Drop for SpdkVhost {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The trace file SPDK keeps in /dev/shm, which a killed app leaves behind.
+        let _ = std::fs::remove_file(format!("/dev/shm/vhost_trace.pid{}", self.child.id()));
     }
 }
 
