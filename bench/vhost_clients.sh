@@ -87,10 +87,17 @@ start_target() {
   wait_socket "$TMP/$1/vhost.0" "$1"
 }
 
+# run_delay_ms PID: how long PID's threads were runnable but waited for a CPU (other work on
+# their core), in ms, from /proc/PID/task/*/schedstat (second field, ns); 0 once it is gone.
+run_delay_ms() {
+  { cat /proc/"${1:-none}"/task/*/schedstat 2>/dev/null || true; } | awk '{ns += $2} END {printf "%d", ns / 1e6}'
+}
+
 # client NAME WORKLOAD QD SECONDS [ARGS...]: one `ferrite perf` run on core 1 against NAME's
-# socket; prints "IOPS AVG_US".
+# socket; prints "IOPS AVG_US WAITED_MS" (WAITED_MS: how long the client was kept off its core,
+# sampled every 0.2 s while it runs).
 client() {
-  local who=$1 w=$2 qd=$3 t=$4
+  local who=$1 w=$2 qd=$3 t=$4 pid waited=0 d rc=0
   shift 4
   cat >"$TMP/client.json" <<J
 {"subsystems":[{"subsystem":"bdev","config":[
@@ -98,9 +105,16 @@ client() {
  {"method":"bdev_wait_for_examine"}]}]}
 J
   timeout $((t + 60)) "$FERRITE" perf --json "$TMP/client.json" -T V -w "$w" -q "$qd" -o 4096 -t "$t" -m 0x2 \
-    --reactor-mode poll --results-json "$TMP/client-res.json" "$@" >"$TMP/client.out" 2>&1 ||
-    fail "ferrite perf against $who ($w QD $qd): $(tail -3 "$TMP/client.out")"
-  json_get "$TMP/client-res.json" '"%.0f %.2f" % (d["total"]["iops"], d["total"]["avg_latency_us"])'
+    --reactor-mode poll --results-json "$TMP/client-res.json" "$@" >"$TMP/client.out" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    d=$(run_delay_ms "$(pgrep -P "$pid" || true)")
+    [ "${d:-0}" -gt "$waited" ] && waited=$d
+    sleep 0.2
+  done
+  wait "$pid" || rc=$?
+  [ "$rc" = 0 ] || fail "ferrite perf against $who ($w QD $qd): $(tail -3 "$TMP/client.out")"
+  echo "$(json_get "$TMP/client-res.json" '"%.0f %.2f" % (d["total"]["iops"], d["total"]["avg_latency_us"])') $waited"
 }
 
 echo "vhost-user-blk clients: ferrite perf (virtio-user, 1 queue, core 1) against three targets (core 0), ${T}s per cell"
@@ -109,9 +123,12 @@ for who in $ORDER; do
   start_target "$who"
   client "$who" write 32 1 --fill >/dev/null   # every block written once
   for c in $CELLS; do
+    before=$(run_delay_ms "$TPID")
     r=$(client "$who" "${c%%:*}" "${c##*:}" "$T")
-    echo "$who $c $r" >>"$TMP/records"
-    echo "  $who ${c%%:*} QD ${c##*:}: $r (IOPS, mean us)"
+    twait=$(($(run_delay_ms "$TPID") - before))
+    echo "$who $c $r $twait" >>"$TMP/records"
+    read -r iops lat cwait <<<"$r"
+    echo "  $who ${c%%:*} QD ${c##*:}: $iops IOPS, mean $lat us; off-CPU while runnable: target ${twait} ms, client ${cwait} ms"
   done
   kill -0 "$TPID" 2>/dev/null || fail "$who exited during the run: $(tail -5 "$TMP/$who.log")"
   stop_target
@@ -136,3 +153,11 @@ for c in sys.argv[2].split():
 P
 echo "(F/qsd, F/SPDK: Ferrite's vhost IOPS over the other's, goals >= 2 and >= 1; lat x/F: the other's mean latency over Ferrite's)"
 echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$TMP/records" "$T" <<'P'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+worst = max(rows, key=lambda r: max(int(r[4]), int(r[5])))
+ms = max(int(worst[4]), int(worst[5]))
+print(f"noise: the most a target or client waited for its core in one cell: {ms} ms of {float(sys.argv[2]) * 1000:.0f}"
+      f" ({worst[0]} {worst[1]}); cells above 1% are disturbed by other work")
+P
