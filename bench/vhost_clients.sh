@@ -12,7 +12,10 @@
 # (goal >= 2) and Ferrite-vhost/SPDK-vhost (goal >= 1), in IOPS and in mean latency (the
 # other's mean latency over Ferrite's: above 1, Ferrite is better).
 # The targets run one after the other (each polls core 0) in the order ORDER (default
-# "ferrite spdk qsd qsd spdk ferrite": drift hits all alike).
+# "ferrite spdk qsd qsd spdk ferrite": drift hits all alike). The machine may be shared: each
+# cell reports how long the target's and the client's threads were runnable but kept off their
+# core (schedstat); a cell above 2% of its time is run again (TRIES, default 3) and the least
+# disturbed try counts.
 # SPDK's vhost maps the client's memory only when it is of 2 MiB hugepages (the client then
 # takes them, see crates/virtio-user/src/shm.rs): needs root (hugepages reserved here and
 # given back), SPDK (../shared/anchors) and qemu-storage-daemon; prints SKIP otherwise.
@@ -20,6 +23,8 @@
 source "$(dirname "$0")/common.sh"
 T=${1:-5}
 ORDER=${ORDER:-ferrite spdk qsd qsd spdk ferrite}
+TRIES=${TRIES:-3}
+WAIT_MAX=$((T * 1000 / 50)) # 2% of a cell
 need_spdk bin/vhost
 [ "$(id -u)" = 0 ] || { echo "SKIP: SPDK's vhost needs hugepage-backed client memory, which only root can reserve here"; exit 0; }
 command -v qemu-storage-daemon >/dev/null || need qemu-storage-daemon qemu-system-common
@@ -123,12 +128,20 @@ for who in $ORDER; do
   start_target "$who"
   client "$who" write 32 1 --fill >/dev/null   # every block written once
   for c in $CELLS; do
-    before=$(run_delay_ms "$TPID")
-    r=$(client "$who" "${c%%:*}" "${c##*:}" "$T")
-    twait=$(($(run_delay_ms "$TPID") - before))
-    echo "$who $c $r $twait" >>"$TMP/records"
-    read -r iops lat cwait <<<"$r"
-    echo "  $who ${c%%:*} QD ${c##*:}: $iops IOPS, mean $lat us; off-CPU while runnable: target ${twait} ms, client ${cwait} ms"
+    # A cell in which the target or the client waited for its core more than WAIT_MAX ms (other
+    # work on the machine) is run again, up to TRIES times; the least disturbed try counts.
+    best=
+    for try in $(seq "$TRIES"); do
+      before=$(run_delay_ms "$TPID")
+      r=$(client "$who" "${c%%:*}" "${c##*:}" "$T")
+      twait=$(($(run_delay_ms "$TPID") - before))
+      read -r iops lat cwait <<<"$r"
+      waited=$((twait > cwait ? twait : cwait))
+      echo "  $who ${c%%:*} QD ${c##*:} (try $try): $iops IOPS, mean $lat us; off-CPU while runnable: target ${twait} ms, client ${cwait} ms"
+      if [ -z "$best" ] || [ "$waited" -lt "${best##* }" ]; then best="$who $c $iops $lat $waited"; fi
+      [ "$waited" -gt "$WAIT_MAX" ] || break
+    done
+    echo "$best" >>"$TMP/records"
   done
   kill -0 "$TPID" 2>/dev/null || fail "$who exited during the run: $(tail -5 "$TMP/$who.log")"
   stop_target
@@ -156,8 +169,8 @@ echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$TMP/records" "$T" <<'P'
 import sys
 rows = [l.split() for l in open(sys.argv[1])]
-worst = max(rows, key=lambda r: max(int(r[4]), int(r[5])))
-ms = max(int(worst[4]), int(worst[5]))
-print(f"noise: the most a target or client waited for its core in one cell: {ms} ms of {float(sys.argv[2]) * 1000:.0f}"
-      f" ({worst[0]} {worst[1]}); cells above 1% are disturbed by other work")
+worst = max(rows, key=lambda r: int(r[4]))
+bad = sum(1 for r in rows if int(r[4]) > float(sys.argv[2]) * 20)
+print(f"noise: of the counted cells, the most a target or client waited for its core: {worst[4]} ms of"
+      f" {float(sys.argv[2]) * 1000:.0f} ({worst[0]} {worst[1]}); {bad} of {len(rows)} above 2%")
 P

@@ -9,10 +9,13 @@
 # hugepage-backed guest memory (crates/virtio-user/src/shm.rs says why), and both get the same.
 # Needs root (hugepages, reserved here and given back), SPDK (../shared/anchors), QEMU and the
 # guest image (../shared/vm/build-guest.sh, built here if missing); prints SKIP otherwise.
-# Usage: bench/vhost_guest_vs_spdk.sh [SECONDS]   (default 20; ORDER="ferrite spdk")
+# The targets run in the order ORDER (default "ferrite spdk spdk ferrite": drift hits both
+# alike); medians are reported. The machine may be shared: each run reports how long the target
+# and QEMU were runnable but kept off their cores (schedstat), which other work causes.
+# Usage: bench/vhost_guest_vs_spdk.sh [SECONDS]   (default 20)
 source "$(dirname "$0")/common.sh"
 T=${1:-20}
-ORDER=${ORDER:-ferrite spdk}
+ORDER=${ORDER:-ferrite spdk spdk ferrite}
 need_spdk bin/vhost
 [ "$(id -u)" = 0 ] || { echo "SKIP: the guest's hugepage memory and SPDK's need root to reserve"; exit 0; }
 VM=$(cd "$ROOT/../shared/vm" 2>/dev/null && pwd) || { echo "SKIP: ../shared/vm not found"; exit 0; }
@@ -78,17 +81,47 @@ start_target() {
   [ -S "$TMP/$1/vhost.0" ] || fail "$1: no vhost socket ($(tail -3 "$TMP/$1.log"))"
 }
 
+# run_delay_ms PID...: how long the threads of PIDs were runnable but waited for a CPU, in ms
+# (second field of /proc/PID/task/*/schedstat, ns).
+run_delay_ms() {
+  local p
+  for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null || true; done | awk '{ns += $2} END {printf "%d", ns / 1e6}'
+}
+
+# tree PID: PID and its descendants.
+tree() {
+  local c
+  echo "$1"
+  for c in $(pgrep -P "$1" || true); do tree "$c"; done
+}
+
 echo "guest fio 4 KiB randread QD 1, ${T}s, TCG guest (1 vCPU, core 1), target polling on core 0, malloc"
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$TMP/records"
 for who in $ORDER; do
   start_target "$who"
   rc=0
+  before=$(run_delay_ms "$TPID")
   # The guest's memory: a hugetlbfs memfd in place of run-guest.sh's plain one (the machine
   # option given last wins; the plain one stays unused).
   taskset -c 1 bash "$VM/run-guest.sh" -c 1 -m ${GUEST_MB}M -t $((T + 120)) -b "$TMP/$who/vhost.0" -l "$TMP/$who.console" \
     -q -object -q "memory-backend-memfd,id=hmem,size=${GUEST_MB}M,share=on,hugetlb=on,hugetlbsize=2M" \
-    -q -machine -q memory-backend=hmem "$TMP/guest.sh" >/dev/null 2>&1 || rc=$?
+    -q -machine -q memory-backend=hmem "$TMP/guest.sh" >/dev/null 2>&1 &
+  gpid=$!
+  # QEMU's wait, sampled every 0.5 s while it runs (the last sample of each process counts).
+  declare -A qwait=()
+  while kill -0 "$gpid" 2>/dev/null; do
+    for p in $(tree "$gpid"); do
+      d=$(run_delay_ms "$p")
+      [ "${d:-0}" -gt "${qwait[$p]:-0}" ] && qwait[$p]=$d
+    done
+    sleep 0.5
+  done
+  wait "$gpid" || rc=$?
+  twait=$(($(run_delay_ms "$TPID") - before))
+  gwait=0
+  for p in "${!qwait[@]}"; do gwait=$((gwait + qwait[$p])); done
+  unset qwait
   kill -0 "$TPID" 2>/dev/null || fail "$who exited during the guest's run: $(tail -5 "$TMP/$who.log")"
   stop_target
   line=$(grep -a "^FIO " "$TMP/$who.console" || true)
@@ -97,7 +130,8 @@ for who in $ORDER; do
   iops=$(sed -n 's/.*iops=\([0-9]*\).*/\1/p' <<<"$line")
   lat=$(sed -n 's/.*lat_mean_us=\([0-9.]*\).*/\1/p' <<<"$line")
   echo "$who $iops $lat" >>"$TMP/records"
-  echo "  $who: $iops IOPS, mean latency ${lat} us ($(grep -a '^disk:' "$TMP/$who.console"))"
+  echo "  $who: $iops IOPS, mean latency ${lat} us ($(grep -a '^disk:' "$TMP/$who.console"));" \
+    "off-CPU while runnable over the guest's life: target ${twait} ms, QEMU ${gwait} ms"
 done
 python3 - "$TMP/records" <<'P'
 import sys, statistics
