@@ -64,6 +64,7 @@ EOF
 # start_target NAME: starts it on core 0 with a 256 MiB malloc bdev exported at $TMP/NAME/vhost.0.
 start_target() {
   mkdir -p "$TMP/$1"
+  rm -f "$TMP/$1/vhost.0" "$TMP/$1.sock" # a killed target's sockets stay behind
   case $1 in
     ferrite)
       "$FERRITE" serve -m 0x1 --reactor-mode poll -S "$TMP/$1" -r "$TMP/$1.sock" --log-level warn >"$TMP/$1.log" 2>&1 &
