@@ -9,57 +9,11 @@
 
 mod common;
 
-use common::{Daemon, TempDir};
+use common::{Daemon, Hugepages, TempDir};
 use serde_json::json;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-
-/// Hugepages reserved for the run, given back when dropped.
-struct Hugepages {
-    before: u64,
-}
-
-impl Hugepages {
-    fn reserve(pages: u64) -> Result<Hugepages, String> {
-        let path = "/proc/sys/vm/nr_hugepages";
-        let before: u64 =
-            std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?.trim().parse().unwrap_or(0);
-        if !Path::new("/dev/hugepages").exists() {
-            std::fs::create_dir_all("/dev/hugepages").map_err(|e| format!("/dev/hugepages: {e}"))?;
-        }
-        let mounted = std::fs::read_to_string("/proc/mounts").unwrap_or_default().contains("hugetlbfs");
-        if !mounted {
-            let ok = Command::new("mount")
-                .args(["-t", "hugetlbfs", "nodev", "/dev/hugepages"])
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                return Err("cannot mount hugetlbfs at /dev/hugepages (not root?)".into());
-            }
-        }
-        if before < pages {
-            std::fs::write(path, pages.to_string())
-                .map_err(|e| format!("cannot reserve hugepages: {e} (not root?)"))?;
-        }
-        let free: u64 = std::fs::read_to_string("/proc/meminfo")
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("HugePages_Free:").map(|v| v.trim().parse().unwrap_or(0)))
-            .unwrap_or(0);
-        let h = Hugepages { before };
-        if free < pages / 2 {
-            return Err(format!("only {free} hugepages free after asking for {pages}"));
-        }
-        Ok(h)
-    }
-}
-
-impl Drop for Hugepages {
-    fn drop(&mut self) {
-        let _ = std::fs::write("/proc/sys/vm/nr_hugepages", self.before.to_string());
-    }
-}
 
 /// Runs SPDK's bdevperf on core 1 against vhost-user socket `sock`: `-w verify` with `job`
 /// arguments; returns its output with carriage returns made newlines.

@@ -133,14 +133,16 @@ impl Device {
         // SAFETY: `dup` is a fresh descriptor nobody else owns.
         let socket = unsafe { OwnedFd::from_raw_fd(dup) };
         log::info!(
-            "{}: vhost-user-blk device at {}: {} x {} B, {} queue(s) of {}, features {:#x}",
+            "{}: vhost-user-blk device at {}: {} x {} B, {} queue(s) of {}, features {:#x}, {} MiB shared in {} KiB pages",
             opts.name.escape_debug(),
             opts.socket.escape_debug(),
             config.capacity_sectors * 512 / config.block_size as u64,
             config.block_size,
             queue_count,
             opts.vq_size,
-            config.features
+            config.features,
+            shm.len() >> 20,
+            shm.backing().page_size() >> 10
         );
         Ok(Device {
             stats: queues.iter().map(|q| q.stats().clone()).collect(),
@@ -332,7 +334,7 @@ impl BdevBackend for VirtioBackend {
         let d = &self.dev;
         json!({"virtio": {"vq_count": d.queues.len(), "vq_size": d.opts.vq_size, "type": "user",
             "socket": d.opts.socket, "features": d.config.features, "connected": !d.is_dead(),
-            "shared_bytes": d.shm.len(), "bounce_copied_bytes": d.copied_bytes(), "kicks": d.kicks(),
+            "shared_bytes": d.shm.len(), "shared_page_size": d.shm.backing().page_size(), "bounce_copied_bytes": d.copied_bytes(), "kicks": d.kicks(),
             "fua_flushes": d.fua_flushes(), "waits": d.waits(), "lent_bytes": d.lent_bytes()}})
     }
 

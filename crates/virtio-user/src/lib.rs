@@ -3,7 +3,8 @@
 //! SPDK's `vhost` app, qemu-storage-daemon's export), shares a memfd with the device as its
 //! guest memory, and drives its virtqueues from reactor pollers.
 //!
-//! - [`shm`]: the shared region (memfd);
+//! - [`shm`]: the shared region (memfd; 2 MiB hugepages when the kernel has them, which SPDK's
+//!   vhost target needs, else 4 KiB pages);
 //! - [`ring`]: the driver side of a split virtqueue;
 //! - [`handshake`]: the vhost-user setup (features, configuration, memory table, rings);
 //! - [`queue`]: virtio-blk requests on a queue, with bounce buffers in the shared region;

@@ -348,3 +348,53 @@ pub fn saved_entries<'a>(saved: &'a Value, method: &str) -> Vec<&'a Value> {
         .filter(|e| e["method"] == method)
         .collect()
 }
+
+/// Hugepages reserved for a test, given back when dropped (`nr_hugepages` is set back to what
+/// it was).
+pub struct Hugepages {
+    before: u64,
+}
+
+impl Hugepages {
+    /// Raises `/proc/sys/vm/nr_hugepages` to `pages` (2 MiB each) if it is lower, mounting
+    /// hugetlbfs at /dev/hugepages if none is mounted; fails (with the reason, for a SKIP) when
+    /// it cannot (not root) or when fewer than half of them are free afterwards.
+    pub fn reserve(pages: u64) -> Result<Hugepages, String> {
+        let path = "/proc/sys/vm/nr_hugepages";
+        let before: u64 =
+            std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?.trim().parse().unwrap_or(0);
+        if !Path::new("/dev/hugepages").exists() {
+            std::fs::create_dir_all("/dev/hugepages").map_err(|e| format!("/dev/hugepages: {e}"))?;
+        }
+        let mounted = std::fs::read_to_string("/proc/mounts").unwrap_or_default().contains("hugetlbfs");
+        if !mounted {
+            let ok = Command::new("mount")
+                .args(["-t", "hugetlbfs", "nodev", "/dev/hugepages"])
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                return Err("cannot mount hugetlbfs at /dev/hugepages (not root?)".into());
+            }
+        }
+        if before < pages {
+            std::fs::write(path, pages.to_string())
+                .map_err(|e| format!("cannot reserve hugepages: {e} (not root?)"))?;
+        }
+        let free: u64 = std::fs::read_to_string("/proc/meminfo")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("HugePages_Free:").map(|v| v.trim().parse().unwrap_or(0)))
+            .unwrap_or(0);
+        let h = Hugepages { before };
+        if free < pages / 2 {
+            return Err(format!("only {free} hugepages free after asking for {pages}"));
+        }
+        Ok(h)
+    }
+}
+
+impl Drop for Hugepages {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/vm/nr_hugepages", self.before.to_string());
+    }
+}
