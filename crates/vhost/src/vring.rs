@@ -605,20 +605,20 @@ impl Vq {
     }
 
     /// Lays out the walked chain of request `head` and submits or answers it.
-    fn start_request(
-        &mut self,
-        head: u16,
-        walked: Result<Walked, crate::request::WalkError>,
-        descs: &[Desc],
-    ) {
+    fn start_request(&mut self, head: u16, walked: Result<Walked, crate::request::WalkError>, descs: &[Desc]) {
         match walked {
             Ok(w) => {
                 // An overlong chain lays out as too many segments: IOERR into its status byte.
                 let seg_max = if w == Walked::Overlong { 0 } else { self.dev.seg_max as usize };
                 let mem = &self.mem;
                 // A request whose completion cannot be reported is not executed.
-                let parsed = layout(descs, seg_max, |a, b| mem.read(a, b))
-                    .and_then(|l| if mem.covers(l.status, 1) { Ok(l) } else { Err(ChainError::NoStatus) });
+                let parsed = layout(descs, seg_max, |a, b| mem.read(a, b)).and_then(|l| {
+                    if mem.covers(l.status, 1) {
+                        Ok(l)
+                    } else {
+                        Err(ChainError::NoStatus)
+                    }
+                });
                 match parsed {
                     Ok(l) => self.submit(head, l),
                     Err(e) => self.refuse_chain(head, e),
