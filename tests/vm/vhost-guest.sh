@@ -25,7 +25,9 @@ SOCK=$TMP/ferrite.sock
 "$FERRITE" serve -m 0x3 -r "$SOCK" -S "$TMP" --log-level info >"$LOGS/daemon.log" 2>&1 &
 PID=$!
 SERVER=
-trap '[ -n "$SERVER" ] && kill $SERVER 2>/dev/null; kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$TMP"' EXIT
+# Under set -e a failing command in the trap sets the exit status: every step may fail (the
+# request server may be gone already).
+trap '{ [ -z "$SERVER" ] || kill $SERVER; kill $PID; wait $PID; } 2>/dev/null || true; rm -rf "$TMP"' EXIT
 for _ in $(seq 600); do [ -S "$SOCK" ] && break; sleep 0.05; done
 rpc() { "$FERRITE" rpc -s "$SOCK" "$@" >/dev/null; }
 rpc bdev_malloc_create --name Guest0 --num-blocks 65536 --block-size 4096

@@ -25,8 +25,7 @@ SRC= DST=
 cleanup() {
   for p in $SRC $DST; do kill "$p" 2>/dev/null || true; done
   pkill -f "qemu-system-x86_64.*$TMP" 2>/dev/null || true
-  kill $PID 2>/dev/null
-  wait $PID 2>/dev/null
+  { kill $PID; wait $PID; } 2>/dev/null || true
   rm -rf "$TMP"
 }
 trap cleanup EXIT

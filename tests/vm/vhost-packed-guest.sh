@@ -32,7 +32,8 @@ J
 : >"$LOGS/stats.log"
 start() { "$FERRITE" serve -m 0x3 -r "$SOCK" -S "$TMP" -c "$TMP/config.json" --log-level info >>"$LOGS/daemon.log" 2>&1 & echo $! >"$TMP/pid"; }
 SERVER=
-trap '[ -n "$SERVER" ] && kill $SERVER 2>/dev/null; kill "$(cat "$TMP/pid" 2>/dev/null)" 2>/dev/null; rm -rf "$TMP"' EXIT
+# Under set -e a failing command in the trap sets the exit status: every step may fail.
+trap '{ [ -z "$SERVER" ] || kill $SERVER; kill "$(cat "$TMP/pid")"; } 2>/dev/null || true; rm -rf "$TMP"' EXIT
 start
 for _ in $(seq 600); do [ -S "$TMP/vhost.packed" ] && break; sleep 0.05; done
 rpc() { "$FERRITE" rpc -s "$SOCK" "$@"; }
