@@ -155,22 +155,6 @@ pub struct PackedRing {
     _mem: Arc<Memory>,
 }
 
-fn host(mem: &Memory, gpa: u64, len: u64, align: u64, what: &'static str) -> Result<NonNull<u8>, RingError> {
-    if !gpa.is_multiple_of(align) {
-        return Err(RingError::Placement(what));
-    }
-    let mut first = None;
-    let mut pieces = 0;
-    let whole = mem.host_pieces(gpa, len, |p, _| {
-        pieces += 1;
-        first.get_or_insert(p);
-    });
-    match (whole, pieces, first) {
-        (true, 1, Some(p)) => Ok(p),
-        _ => Err(RingError::Placement(what)),
-    }
-}
-
 impl PackedRing {
     /// The ring of `size` descriptors at guest-physical `desc`, with its driver and device
     /// event suppression areas at `driver` and `device`, the device taking chains from `avail`
@@ -194,9 +178,9 @@ impl PackedRing {
             return Err(RingError::AvailIndex { avail: avail.encode(), next: used.encode() });
         }
         Ok(PackedRing {
-            desc: host(&mem, desc, 16 * size as u64, 16, "descriptor ring")?,
-            driver: host(&mem, driver, 4, 4, "driver area")?,
-            device: host(&mem, device, 4, 4, "device area")?,
+            desc: crate::split::host(&mem, desc, 16 * size as u64, 16, "descriptor ring")?,
+            driver: crate::split::host(&mem, driver, 4, 4, "driver area")?,
+            device: crate::split::host(&mem, device, 4, 4, "device area")?,
             desc_gpa: desc,
             size,
             avail,

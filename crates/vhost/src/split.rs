@@ -63,7 +63,9 @@ pub struct SplitRing {
     _mem: Arc<Memory>,
 }
 
-fn host(mem: &Memory, gpa: u64, len: u64, align: u64, what: &'static str) -> Result<NonNull<u8>, RingError> {
+/// The host address of guest-physical `[gpa, gpa + len)`, which must be `align`-aligned and lie
+/// in one memory region (a ring's placement rule; packed rings use it too).
+pub(crate) fn host(mem: &Memory, gpa: u64, len: u64, align: u64, what: &'static str) -> Result<NonNull<u8>, RingError> {
     if !gpa.is_multiple_of(align) {
         return Err(RingError::Placement(what));
     }
