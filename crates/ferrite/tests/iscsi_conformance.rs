@@ -1,8 +1,8 @@
 //! libiscsi's conformance suite against the iSCSI target: `iscsi-test-cu` runs family ALL (every
-//! test once, about 30 s) on a malloc LUN with data-loss tests allowed and a second path for the
-//! multipath suites. Every test must pass but those docs/ISCSI_CONFORMANCE.md names (with the
-//! reason for each), and each of those must still fail: the list is read from the document, so
-//! the document and the test cannot disagree. Prints SKIP without iscsi-test-cu (libiscsi-bin).
+//! test once, about 30 s) with data-loss tests allowed and a second path for the multipath
+//! suites, on a malloc LUN and on a uring LUN over a file. Every test must pass; the tests that
+//! skip themselves are named, with the reason, in docs/ISCSI_CONFORMANCE.md. Prints SKIP without
+//! iscsi-test-cu (libiscsi-bin).
 
 mod common;
 mod iscsi_common;
@@ -13,30 +13,18 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// The tests docs/ISCSI_CONFORMANCE.md lists as failing, as `Suite.Test`.
-fn expected_failures() -> BTreeSet<String> {
-    let doc = include_str!("../../../docs/ISCSI_CONFORMANCE.md");
-    doc.lines()
-        .filter_map(|l| l.strip_prefix("| `ALL."))
-        .filter_map(|l| l.split('`').next())
-        .map(str::to_string)
-        .collect()
-}
-
-#[test]
-fn iscsi_test_cu_passes_all_but_the_documented_tests() {
-    let Some(t) = tools("iscsi_test_cu_passes_all_but_the_documented_tests", &["iscsi-test-cu"]) else { return };
-    let expected = expected_failures();
-    assert!(expected.len() >= 5, "the failing tests' table was not found in the document: {expected:?}");
-    let dir = TempDir::new("iscsi-cu");
+/// Runs family ALL against LUN 0 of target `disk1` over `bdev`, made by `make`, and asserts
+/// that no test fails.
+fn suite_passes(test: &str, make: impl FnOnce(&IscsiDaemon, &TempDir) -> &'static str) {
+    let Some(t) = tools(test, &["iscsi-test-cu"]) else { return };
+    let dir = TempDir::new(test);
     let d = IscsiDaemon::start(&dir, "0x3");
-    d.malloc("Malloc0", 131072, 512);
-    let iqn = d.target("disk1", "Malloc0", json!({"queue_depth": 64}));
+    let bdev = make(&d, &dir);
+    let iqn = d.target("disk1", bdev, json!({"queue_depth": 64}));
     let url = d.url(&iqn, None);
     let out = run(&t[0], &["-d", "-n", "--test=ALL", &url, &url], &[], Duration::from_secs(300));
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let log = dir.join("iscsi-test-cu.log");
-    std::fs::write(&log, &text).unwrap();
+    std::fs::write(dir.join("iscsi-test-cu.log"), &text).unwrap();
     // "Suite iSCSIResiduals, Test Write10Residuals had failures:"
     let failed: BTreeSet<String> = text
         .lines()
@@ -44,13 +32,31 @@ fn iscsi_test_cu_passes_all_but_the_documented_tests() {
         .filter_map(|l| l.strip_suffix(" had failures:"))
         .filter_map(|l| l.split_once(", Test ").map(|(s, t)| format!("{s}.{t}")))
         .collect();
+    // "tests    230    230    230      0        0": total, ran, passed, failed, inactive.
     let summary = text.lines().find(|l| l.trim_start().starts_with("tests")).unwrap_or("no summary").to_string();
-    println!("iscsi-test-cu --test=ALL: {summary}");
-    let unexpected: Vec<_> = failed.difference(&expected).collect();
-    assert!(unexpected.is_empty(), "tests that fail and are not documented: {unexpected:?}\n{summary}\nlog: {text}");
-    let fixed: Vec<_> = expected.difference(&failed).collect();
-    assert!(fixed.is_empty(), "documented failures that pass now (update docs/ISCSI_CONFORMANCE.md): {fixed:?}");
-    let ran: Vec<u64> = summary.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-    assert!(ran.first().is_some_and(|n| *n >= 200), "iscsi-test-cu ran too few tests: {summary}");
+    println!("{test}: iscsi-test-cu --test=ALL: {summary}");
+    assert!(failed.is_empty(), "{test}: tests that fail: {failed:?}\n{summary}\nlog: {text}");
+    let n: Vec<u64> = summary.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert!(n.len() == 5 && n[1] >= 230 && n[2] == n[1] && n[3] == 0, "{test}: {summary}\nlog: {text}");
     d.d.assert_serving();
+}
+
+#[test]
+fn iscsi_test_cu_passes_on_a_malloc_lun() {
+    suite_passes("iscsi_cu_malloc", |d, _| {
+        d.malloc("Malloc0", 131072, 512);
+        "Malloc0"
+    });
+}
+
+#[test]
+fn iscsi_test_cu_passes_on_a_uring_lun() {
+    suite_passes("iscsi_cu_uring", |d, dir| {
+        let file = dir.file_filled("lun.img", 64 << 20, 0);
+        d.d.call(
+            "bdev_uring_create",
+            Some(json!({"name": "Uring0", "filename": file.to_str().unwrap(), "block_size": 512})),
+        );
+        "Uring0"
+    });
 }

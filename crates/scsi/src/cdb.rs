@@ -575,6 +575,38 @@ impl Command {
         matches!(self, Command::CompareAndWrite(_) | Command::WriteSame { ndob: false, .. })
     }
 
+    /// How the command's data-out fits the transport's expected length `expected`
+    /// (iSCSI EDTL), as SAM-5 5.4.3 and FCP-4 9.4.2 let a device server choose: the command
+    /// to run, or None when it must be refused whatever data comes.
+    ///
+    /// - A data-out that fits is transferred as it is (an expected length beyond it is an
+    ///   underflow, which the response reports).
+    /// - WRITE and WRITE AND VERIFY with more blocks than `expected` holds (FCP-4's choice
+    ///   (a), which libiscsi's residual tests require): only the whole blocks `expected`
+    ///   holds are transferred and written, and the response reports the rest as overflow.
+    ///   An `expected` that is not a whole number of blocks is refused (choice (b)).
+    /// - Any other command with more data-out than `expected`, and a command of
+    ///   [`Command::exact_data_out`] with another length, is refused.
+    pub fn fit_data_out(self, expected: u32, block_size: u32) -> Option<Command> {
+        let need = self.data_out_len(block_size);
+        let e = u64::from(expected);
+        if self.exact_data_out() {
+            return (need == e).then_some(self);
+        }
+        if need <= e {
+            return Some(self);
+        }
+        if !expected.is_multiple_of(block_size) {
+            return None;
+        }
+        let clip = |rw: Rw| Rw { blocks: expected / block_size, ..rw };
+        match self {
+            Command::Write(rw) => Some(Command::Write(clip(rw))),
+            Command::WriteVerify { rw, bytchk } => Some(Command::WriteVerify { rw: clip(rw), bytchk }),
+            _ => None,
+        }
+    }
+
     /// True for commands that move blocks in (reads): their data-in is `blocks` blocks, not
     /// bounded by an allocation length.
     pub fn is_read(&self) -> bool {

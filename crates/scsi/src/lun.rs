@@ -53,8 +53,9 @@ impl LunConfig {
 pub const MAX_COMPARE_WRITE_BLOCKS: u8 = 255;
 /// Most UNMAP block descriptors (what a 16-bit parameter list length holds).
 pub const MAX_UNMAP_DESCRIPTORS: u32 = 4095;
-/// Most blocks per WRITE SAME.
-pub const MAX_WRITE_SAME_BLOCKS: u64 = 1 << 22;
+/// Most blocks per WRITE SAME: LIO's limit (DA_MAX_WRITE_SAME_LEN), which a 16-bit count
+/// holds; an initiator splits longer ranges (Linux sends UNMAP where the LUN takes it).
+pub const MAX_WRITE_SAME_BLOCKS: u64 = 0xffff;
 
 /// One I_T nexus that uses the logical unit: its session (on reactor `core`), who, and its unit
 /// attention conditions here.

@@ -162,12 +162,8 @@ impl Session {
         let Some(ls) = luns.iter().find(|l| l.id == lun) else { return 0 };
         match cdb::decode(cdb) {
             Ok(c) => {
-                let need = c.data_out_len(ls.lun.bdev().block_size());
-                if need > u64::from(expected) || (c.exact_data_out() && need != u64::from(expected)) {
-                    0
-                } else {
-                    need as u32
-                }
+                let bs = ls.lun.bdev().block_size();
+                c.fit_data_out(expected, bs).map_or(0, |run| run.data_out_len(bs) as u32)
             }
             Err(_) => 0,
         }
@@ -381,7 +377,7 @@ impl Inner {
         let luns = self.luns.borrow();
         let Some(ls) = luns.iter().find(|l| l.id == task.lun) else {
             drop(luns);
-            return self.start_slow(task, tag, None, once);
+            return self.start_slow(task, tag, None, once, None);
         };
         let cdb = task.cdb.as_slice();
         let opcode = cdb.first().copied().unwrap_or(0xff);
@@ -401,42 +397,54 @@ impl Inner {
                 return self.reply(tag, once, fault_response(f, d, expected, 0));
             }
         };
+        // The data-out the command has (`need`) and the command that runs on what the
+        // expected length lets through (`run`: a WRITE may be cut to it).
         let need = cmd.data_out_len(ls.lun.bdev().block_size());
-        if need > u64::from(expected) || (cmd.exact_data_out() && need != u64::from(expected)) {
-            // SPC-4/FCP-4: data-out beyond the expected length is neither asked for nor
-            // written; the command fails whole, with the overflow as its residual.
+        let Some(run) = cmd.fit_data_out(expected, ls.lun.bdev().block_size()) else {
+            // Neither asked for nor written: the command fails whole, with the length the
+            // expected one disagrees with as the residual. COMPARE AND WRITE's length is its
+            // NUMBER OF LOGICAL BLOCKS field, so that field is invalid (as LIO answers; the
+            // 8-bit field holds 256 blocks as 0); otherwise the command IU's length is.
             drop(luns);
-            let f = Fault::check(SENSE_ILLEGAL_REQUEST, asc::INVALID_FIELD_IN_CMD_IU);
+            let f = if matches!(cmd, Command::CompareAndWrite(_)) {
+                Fault::invalid_cdb(13, None)
+            } else {
+                Fault::check(SENSE_ILLEGAL_REQUEST, asc::INVALID_FIELD_IN_CMD_IU)
+            };
             return self.reply(tag, once, fault_response(f, d, expected, need));
-        }
+        };
         if let Err(f) = crate::pr::conflict(&ls.lun, self.nexus_key(), self.who_id(), &cmd) {
             drop(luns);
             return self.reply(tag, once, fault_response(f, d, expected, 0));
         }
-        let (rw, write) = match cmd {
-            Command::Read(rw) => (rw, false),
-            Command::Write(rw) => (rw, true),
-            cmd => {
+        let (rw, blocks, write) = match (cmd, run) {
+            (Command::Read(rw), _) => (rw, rw.blocks, false),
+            (Command::Write(rw), Command::Write(cut)) => (rw, cut.blocks, true),
+            (_, run) => {
                 drop(luns);
-                return self.start_slow(task, tag, Some(cmd), once);
+                return self.start_slow(task, tag, Some(run), once, (run != cmd).then_some(need));
             }
         };
-        let checked = self.check_rw(ls, rw, cdb.len(), &task, write);
+        let checked = self.check_rw(ls, rw, blocks, cdb.len(), &task, write);
         drop(luns);
         let ch = match checked {
             Ok(Some(ch)) => ch,
             Ok(None) => {
-                return self.reply(tag, once, Response { residual: Residual::of(expected, 0), ..Default::default() })
+                return self.reply(tag, once, Response { residual: Residual::of(expected, need), ..Default::default() })
             }
-            Err(f) => return self.reply(tag, once, fault_response(f, d, expected, if write { need } else { 0 })),
+            Err(f) => return self.reply(tag, once, fault_response(f, d, expected, need)),
         };
-        let len = u64::from(rw.blocks) * u64::from(ch.block_size());
-        let kind = if write { Kind::Write { len } } else { Kind::Read { len } };
+        // A write's residual counts against the CDB's length, not the part written.
+        let kind = if write {
+            Kind::Write { len: need }
+        } else {
+            Kind::Read { len: u64::from(rw.blocks) * u64::from(ch.block_size()) }
+        };
         let Some(idx) = self.take_slot(task.lun, tag, expected, kind, once) else {
             return self.task_set_full(tag, expected);
         };
         let mut req = if write {
-            let mut r = IoRequest::new(IoType::Write, rw.lba, u64::from(rw.blocks));
+            let mut r = IoRequest::new(IoType::Write, rw.lba, u64::from(blocks));
             r.bufs = task.data_out;
             if rw.fua || self.fua_writes(task.lun) {
                 r.flags = IoFlags::FUA;
@@ -453,12 +461,14 @@ impl Inner {
         self.luns.borrow().iter().find(|l| l.id == lun).is_some_and(|l| l.lun.fua_writes())
     }
 
-    /// The checks of a READ or WRITE; its channel, or None for a transfer of no blocks (GOOD
+    /// The checks of a READ or WRITE `rw` that moves `blocks` of its blocks (fewer when the
+    /// expected length cut a write); its channel, or None for a transfer of no blocks (GOOD
     /// once checked).
     fn check_rw(
         &self,
         ls: &LunSlot,
         rw: Rw,
+        blocks: u32,
         cdb_len: usize,
         task: &Task,
         write: bool,
@@ -477,10 +487,10 @@ impl Inner {
         if rw.blocks > lun.max_transfer_blocks() {
             return Err(Fault::invalid_cdb(length_field(cdb_len), None));
         }
-        if rw.blocks == 0 {
+        if blocks == 0 {
             return Ok(None);
         }
-        let len = u64::from(rw.blocks) * u64::from(ch.block_size());
+        let len = u64::from(blocks) * u64::from(ch.block_size());
         if write && task.data_out.iter().map(|b| b.len() as u64).sum::<u64>() != len {
             return Err(Fault::check(SENSE_ILLEGAL_REQUEST, asc::INVALID_FIELD_IN_CMD_IU));
         }
@@ -526,14 +536,19 @@ impl Inner {
         Some(idx)
     }
 
-    fn start_slow(&self, task: Task, tag: u64, cmd: Option<Command>, once: Option<Once>) {
+    /// Runs `cmd` as a local task. `would`: the data-out length of the CDB when `cmd` is
+    /// the CDB's command cut to the expected length; the residual counts against it.
+    fn start_slow(&self, task: Task, tag: u64, cmd: Option<Command>, once: Option<Once>, would: Option<u64>) {
         let expected = task.expected_len;
         let Some(idx) = self.take_slot(task.lun, tag, expected, Kind::Slow, once) else {
             return self.task_set_full(tag, expected);
         };
         let me = self.rc();
         ferrite_reactor::spawn_local(async move {
-            let resp = exec::run(&me, task, cmd).await;
+            let mut resp = exec::run(&me, task, cmd).await;
+            if let Some(w) = would {
+                resp.residual = Residual::of(expected, w);
+            }
             me.finish(idx, resp);
         })
         .detach();

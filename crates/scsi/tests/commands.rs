@@ -101,12 +101,26 @@ fn residuals_follow_the_expected_length() {
         assert_eq!((r.data_len, r.residual), (BS, Residual::Under(10000 - BS)));
         let r = cmd(&s, &cdb10(op::READ_10, 0, 0, 1), 200, None).await;
         assert_eq!((r.data_len, r.residual), (200, Residual::Over(BS - 200)));
-        // Writes: an expected length short of the transfer writes nothing and fails.
+        // Writes: an expected length of whole blocks short of the transfer writes those
+        // blocks, GOOD with the rest as overflow (FCP-4's choice (a)).
         let b = vec![b'b'; 2 * BS as usize];
+        assert_eq!(s.data_out_len(0, &cdb10(op::WRITE_10, 0, 0, 2), BS), BS, "the transport gathers one block");
         let r = cmd(&s, &cdb10(op::WRITE_10, 0, 0, 2), BS, Some(&b)).await;
-        assert_eq!((outcome(&r), r.residual), (check(5, 0x0e, 0x03), Residual::Over(BS)));
+        assert_eq!((outcome(&r), r.residual), (GOOD, Residual::Over(BS)));
         let r = cmd(&s, &cdb10(op::READ_10, 0, 0, 2), 2 * BS, None).await;
-        assert_eq!(data(&r), a, "nothing written");
+        let mut want = b[..BS as usize].to_vec();
+        want.extend_from_slice(&a[BS as usize..]);
+        assert_eq!(data(&r), want, "the first block written, the second not");
+        // None expected: nothing written, GOOD, all of it overflow.
+        let c = vec![b'c'; BS as usize];
+        let r = cmd(&s, &cdb10(op::WRITE_10, 0, 0, 1), 0, Some(&c)).await;
+        assert_eq!((outcome(&r), r.residual), (GOOD, Residual::Over(BS)));
+        // Part of a block expected: refused whole (choice (b)), nothing written.
+        assert_eq!(s.data_out_len(0, &cdb10(op::WRITE_10, 0, 0, 1), 200), 0, "nothing gathered");
+        let r = cmd(&s, &cdb10(op::WRITE_10, 0, 0, 1), 200, Some(&c)).await;
+        assert_eq!((outcome(&r), r.residual), (check(5, 0x0e, 0x03), Residual::Over(BS - 200)));
+        let r = cmd(&s, &cdb10(op::READ_10, 0, 0, 2), 2 * BS, None).await;
+        assert_eq!(data(&r), want, "nothing written by either");
         // More expected than the transfer: written, underflow.
         let mut t = ferrite_scsi::Task::new(0, &cdb10(op::WRITE_10, 0, 0, 1), 10000);
         let n = s.data_out_len(0, &cdb10(op::WRITE_10, 0, 0, 1), 10000);
@@ -213,7 +227,15 @@ fn verify_compare_and_write_and_write_and_verify() {
         assert_eq!(u32::from_be_bytes(r.sense.as_slice()[3..7].try_into().unwrap()), first_diff);
         // The data-out of a COMPARE AND WRITE must be exactly twice the blocks.
         let r = cmd(&s, &cw, 5 * BS, Some(&[both.clone(), vec![0; 512]].concat())).await;
-        assert_eq!(outcome(&r).1, 5);
+        assert_eq!(outcome(&r), check(5, 0x24, 0), "its NUMBER OF LOGICAL BLOCKS is the invalid field");
+        assert_eq!(r.sense.as_slice()[15..18], [0xc0, 0, 13], "field pointer: byte 13");
+        // 256 blocks do not fit the 8-bit field: 0 blocks with data is refused, not run.
+        let mut zero = cw.clone();
+        zero[13] = 0;
+        let r = cmd(&s, &zero, 4 * BS, Some(&both)).await;
+        assert_eq!(outcome(&r), check(5, 0x24, 0));
+        let r = cmd(&s, &cdb10(op::READ_10, 0, 10, 2), 2 * BS, None).await;
+        assert_eq!(data(&r), new, "nothing written");
         // WRITE AND VERIFY, with and without BYTCHK.
         let w = pattern(5, 2 * BS as usize);
         assert_eq!(outcome(&cmd(&s, &cdb10(op::WRITE_AND_VERIFY_10, 0x02, 30, 2), 2 * BS, Some(&w)).await), GOOD);
