@@ -72,6 +72,7 @@ if [ "${VM_TESTS:-1}" != 0 ]; then
   bash tests/vm/vhost-guest.sh
   bash tests/vm/vhost-migrate.sh
   bash tests/vm/vhost-packed-guest.sh
+  bash tests/vm/pr-guest.sh
 fi
 if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
   echo "== fuzz"
