@@ -1,6 +1,7 @@
 //! libiscsi's conformance suite against the iSCSI target: `iscsi-test-cu` runs family ALL (every
 //! test once, about 30 s) with data-loss tests allowed and a second path for the multipath
-//! suites, on a malloc LUN and on a uring LUN over a file. Every test must pass; the tests that
+//! suites, on a malloc LUN and on a uring LUN over a file, and once more with the first burst
+//! of each write sent as unsolicited Data-Out. Every test must pass; the tests that
 //! skip themselves are named, with the reason, in docs/ISCSI_CONFORMANCE.md. Prints SKIP without
 //! iscsi-test-cu (libiscsi-bin).
 
@@ -9,16 +10,16 @@ mod iscsi_common;
 
 use common::TempDir;
 use iscsi_common::{run, tools, IscsiDaemon};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Runs family ALL against LUN 0 of target `disk1` over `bdev`, made by `make`, and asserts
 /// that no test fails.
-fn suite_passes(test: &str, make: impl FnOnce(&IscsiDaemon, &TempDir) -> &'static str) {
+fn suite_passes(test: &str, options: Option<Value>, make: impl FnOnce(&IscsiDaemon, &TempDir) -> &'static str) {
     let Some(t) = tools(test, &["iscsi-test-cu"]) else { return };
     let dir = TempDir::new(test);
-    let d = IscsiDaemon::start(&dir, "0x3");
+    let d = IscsiDaemon::start_with_options(&dir, "0x3", options);
     let bdev = make(&d, &dir);
     let iqn = d.target("disk1", bdev, json!({"queue_depth": 64}));
     let url = d.url(&iqn, None);
@@ -43,7 +44,7 @@ fn suite_passes(test: &str, make: impl FnOnce(&IscsiDaemon, &TempDir) -> &'stati
 
 #[test]
 fn iscsi_test_cu_passes_on_a_malloc_lun() {
-    suite_passes("iscsi_cu_malloc", |d, _| {
+    suite_passes("iscsi_cu_malloc", None, |d, _| {
         d.malloc("Malloc0", 131072, 512);
         "Malloc0"
     });
@@ -51,12 +52,24 @@ fn iscsi_test_cu_passes_on_a_malloc_lun() {
 
 #[test]
 fn iscsi_test_cu_passes_on_a_uring_lun() {
-    suite_passes("iscsi_cu_uring", |d, dir| {
+    suite_passes("iscsi_cu_uring", None, |d, dir| {
         let file = dir.file_filled("lun.img", 64 << 20, 0);
         d.d.call(
             "bdev_uring_create",
             Some(json!({"name": "Uring0", "filename": file.to_str().unwrap(), "block_size": 512})),
         );
         "Uring0"
+    });
+}
+
+/// With a FirstBurstLength (64 KiB) above the target's MaxRecvDataSegmentLength (8 KiB),
+/// libiscsi (which asks for InitialR2T=No) sends 8 KiB of a write as immediate data, the rest
+/// of its first burst as unsolicited Data-Out, and R2Ts fetch what is left. (Without immediate
+/// data, AbortTaskSimpleAsync fails in the client: it counts one PDU queued per write.)
+#[test]
+fn iscsi_test_cu_passes_with_unsolicited_data_out() {
+    suite_passes("iscsi_cu_unsolicited", Some(json!({"first_burst_length": 65536})), |d, _| {
+        d.malloc("Malloc0", 131072, 512);
+        "Malloc0"
     });
 }

@@ -415,23 +415,8 @@ fn data_in_and_r2t_sequences_follow_the_negotiated_bursts() {
                 assert_eq!(r.r2t_sn as usize, r2ts.len(), "R2TSN");
                 assert!(r.desired_data_transfer_length <= 65536);
                 r2ts.push((r.buffer_offset, r.desired_data_transfer_length));
-                let (mut off, end) = (r.buffer_offset, r.buffer_offset + r.desired_data_transfer_length);
-                let mut sn = 0;
-                while off < end {
-                    let n = (end - off).min(16384);
-                    let d_out = DataOut {
-                        final_: off + n == end,
-                        lun: 0,
-                        itt,
-                        ttt: r.ttt,
-                        exp_stat_sn: ini.exp_stat_sn,
-                        data_sn: sn,
-                        buffer_offset: off,
-                    };
-                    ini.send(&Pdu::DataOut(d_out), &data[off as usize..(off + n) as usize]);
-                    off += n;
-                    sn += 1;
-                }
+                let end = r.buffer_offset + r.desired_data_transfer_length;
+                send_sequence(&mut ini, itt, r.ttt, &data, r.buffer_offset as usize, end as usize, 16384);
             }
             Pdu::ScsiResponse(r) => {
                 assert_eq!((r.itt, r.status), (itt, 0));
@@ -473,4 +458,122 @@ fn data_in_and_r2t_sequences_follow_the_negotiated_bursts() {
         }
     }
     assert!(got == data, "read back differs");
+}
+
+/// A WRITE(10) of `blocks` 512-byte blocks at LBA 0 with F as `final_`.
+fn write_cmd(ini: &mut Ini, itt: u32, blocks: u16, final_: bool) -> ScsiCommand {
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x2a;
+    cdb[7..9].copy_from_slice(&blocks.to_be_bytes());
+    let cmd = ScsiCommand {
+        immediate: false,
+        final_,
+        read: false,
+        write: true,
+        attr: TaskAttr::Simple,
+        lun: 0,
+        itt,
+        expected_data_transfer_length: u32::from(blocks) * 512,
+        cmd_sn: ini.cmd_sn,
+        exp_stat_sn: ini.exp_stat_sn,
+        cdb,
+    };
+    ini.cmd_sn += 1;
+    cmd
+}
+
+/// One Data-Out sequence of `data[from..to]` in PDUs of `pdu` bytes, with `ttt` (an R2T's, or
+/// RESERVED_TAG: unsolicited).
+fn send_sequence(ini: &mut Ini, itt: u32, ttt: u32, data: &[u8], from: usize, to: usize, pdu: usize) {
+    let (mut off, mut sn) = (from, 0);
+    while off < to {
+        let n = (to - off).min(pdu);
+        let d_out = DataOut {
+            final_: off + n == to,
+            lun: 0,
+            itt,
+            ttt,
+            exp_stat_sn: ini.exp_stat_sn,
+            data_sn: sn,
+            buffer_offset: off as u32,
+        };
+        ini.send(&Pdu::DataOut(d_out), &data[off..off + n]);
+        off += n;
+        sn += 1;
+    }
+}
+
+#[test]
+fn unsolicited_data_out_under_initial_r2t_no() {
+    let dir = TempDir::new("iscsi-unsol");
+    let d = IscsiDaemon::start_with_options(&dir, "0x1", Some(json!({"first_burst_length": 32768})));
+    d.malloc("Malloc0", 32768, 512);
+    let iqn = d.target("disk1", "Malloc0", json!({}));
+    let mut ini = Ini::login(d.port, Some(&iqn), InitiatorOptions::default()).unwrap();
+    let p = &ini.negotiated.session;
+    assert!(!p.initial_r2t, "the target takes InitialR2T=No when the initiator asks");
+    assert_eq!(p.first_burst_length, 32768);
+    // A 128 KiB write: 8 KiB immediate (F 0), 24 KiB unsolicited in 8 KiB Data-Outs, then the
+    // rest through R2Ts that start after the first burst.
+    let data = pattern(31, 128 << 10);
+    let itt = ini.itt();
+    let cmd = write_cmd(&mut ini, itt, 256, false);
+    ini.send(&Pdu::ScsiCommand(cmd), &data[..8192]);
+    send_sequence(&mut ini, itt, RESERVED_TAG, &data, 8192, 32768, 8192);
+    let mut expect = 32768u32;
+    loop {
+        let g = ini.recv();
+        match g.pdu {
+            Pdu::R2t(r) => {
+                assert_eq!(r.buffer_offset, expect, "R2Ts continue after the first burst");
+                let end = r.buffer_offset + r.desired_data_transfer_length;
+                send_sequence(&mut ini, itt, r.ttt, &data, r.buffer_offset as usize, end as usize, 8192);
+                expect = end;
+            }
+            Pdu::ScsiResponse(r) => {
+                assert_eq!((r.itt, r.status), (itt, 0));
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(expect, 128 << 10);
+    for half in 0..2 {
+        let r = ini.read10(half * 128, 128);
+        let want = &data[half as usize * (64 << 10)..(half as usize + 1) * (64 << 10)];
+        assert!(r.status == 0 && r.data == want, "read back differs");
+    }
+    // No immediate data at all: a 16 KiB write whose whole first burst is unsolicited.
+    let small = pattern(32, 16 << 10);
+    let itt = ini.itt();
+    let cmd = write_cmd(&mut ini, itt, 32, false);
+    ini.send(&Pdu::ScsiCommand(cmd), &[]);
+    send_sequence(&mut ini, itt, RESERVED_TAG, &small, 0, small.len(), 4096);
+    let Pdu::ScsiResponse(r) = ini.recv().pdu else { panic!("expected the write's response") };
+    assert_eq!((r.itt, r.status), (itt, 0));
+    let r = ini.read10(0, 32);
+    assert!(r.status == 0 && r.data == small, "read back differs");
+    // Unsolicited Data-Out for no command: Reject (invalid PDU field), the session goes on.
+    send_sequence(&mut ini, 0x5555, RESERVED_TAG, &small, 0, 512, 512);
+    let Pdu::Reject(j) = ini.recv().pdu else { panic!("expected a Reject") };
+    assert_eq!(j.reason, 0x09);
+    // F 0 after a whole first burst of immediate data: no unsolicited data may follow.
+    let itt = ini.itt();
+    let cmd = write_cmd(&mut ini, itt, 16, false);
+    ini.send(&Pdu::ScsiCommand(cmd), &data[..8192]);
+    let Pdu::Reject(j) = ini.recv().pdu else { panic!("expected a Reject") };
+    assert_eq!(j.reason, 0x04, "protocol error");
+    assert_eq!(ini.tur(), 0);
+    // Under InitialR2T=Yes (the initiator's choice), F 0 on a write is a protocol error.
+    let opts = InitiatorOptions { initial_r2t: true, ..InitiatorOptions::default() };
+    let mut strict = Ini::login(d.port, Some(&iqn), opts).unwrap();
+    assert!(strict.negotiated.session.initial_r2t);
+    let itt = strict.itt();
+    let cmd = write_cmd(&mut strict, itt, 16, false);
+    strict.send(&Pdu::ScsiCommand(cmd), &data[..4096]);
+    let Pdu::Reject(j) = strict.recv().pdu else { panic!("expected a Reject") };
+    assert_eq!(j.reason, 0x04, "protocol error");
+    assert_eq!(strict.tur(), 0);
+    still_serves(d.port, &iqn, 3);
+    d.d.assert_serving();
 }

@@ -46,15 +46,16 @@ impl LoginState {
 }
 
 /// The login keys the target offers and accepts, from SPDK's options: MaxConnections=1 and
-/// ErrorRecoveryLevel=0 (what the engine serves), InitialR2T=Yes, data in order, digests as
-/// the node requires.
+/// ErrorRecoveryLevel=0 (what the engine serves), InitialR2T=No (unsolicited data taken; an
+/// initiator that wants R2Ts for all of it gets Yes, the OR of both), data in order, digests
+/// as the node requires.
 pub(crate) fn target_options(o: &IscsiOptions, header_digest: bool, data_digest: bool) -> TargetOptions {
     let digest = |required| if required { DigestPolicy::Required } else { DigestPolicy::Allowed };
     TargetOptions {
         first_burst_length: o.first_burst_length.min(crate::limits::MAX_BURST_LENGTH),
         max_burst_length: crate::limits::MAX_BURST_LENGTH,
         immediate_data: o.immediate_data,
-        initial_r2t: true,
+        initial_r2t: false,
         error_recovery_level: 0,
         max_connections: 1,
         max_outstanding_r2t: 1,

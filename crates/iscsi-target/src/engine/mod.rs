@@ -21,8 +21,7 @@
 //!
 //! Limits: ErrorRecoveryLevel 0 (SNACKs are rejected; a sequence error ends the connection),
 //! one connection per session (MaxConnections=1; a login that joins a session is refused with
-//! "too many connections"), InitialR2T=Yes (immediate data only), in-order data PDUs and
-//! sequences.
+//! "too many connections"), in-order data PDUs and sequences.
 
 mod conn;
 mod datain;

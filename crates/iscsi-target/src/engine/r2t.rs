@@ -1,9 +1,10 @@
-//! A command's data-out: immediate data, then Data-Out solicited by R2Ts (at most
-//! MaxOutstandingR2T at a time, each at most MaxBurstLength, R2TSN counting from 0), placed
-//! straight into the command's buffers at their offset by the reader
-//! (`ferrite_target::rx::Rx::fill`). Only the bytes the SCSI layer takes are kept; what an
-//! initiator sends beyond them (an expected length above the command's transfer) is received
-//! and dropped. The target negotiates InitialR2T=Yes, so there is no unsolicited Data-Out.
+//! A command's data-out: its first burst (immediate data, then with InitialR2T=No the
+//! unsolicited Data-Out sequence, TTT 0xffffffff, up to FirstBurstLength or the expected
+//! length), then Data-Out solicited by R2Ts (at most MaxOutstandingR2T at a time, each at most
+//! MaxBurstLength, R2TSN counting from 0), placed straight into the command's buffers at their
+//! offset by the reader (`ferrite_target::rx::Rx::fill`). Only the bytes the SCSI layer takes
+//! are kept; what an initiator sends beyond them (an expected length above the command's
+//! transfer) is received and dropped.
 //!
 //! Sequences must come in order (DataSequenceInOrder and DataPDUInOrder are Yes): each
 //! Data-Out continues exactly where the last ended, with the DataSN its sequence expects, and
@@ -146,6 +147,22 @@ fn send_r2ts(c: &Conn, slot: u32) {
     }
 }
 
+/// The Target Transfer Tag of unsolicited Data-Out.
+const UNSOLICITED_TTT: u32 = 0xffff_ffff;
+
+/// The slot of the command a Data-Out is for: one receiving the sequence the Data-Out belongs
+/// to, its unsolicited one (TTT 0xffffffff; the command is found by its ITT) or one an R2T
+/// solicited (the TTT names the slot and its generation).
+fn data_out_slot(c: &Conn, d: &DataOut) -> Option<u32> {
+    let cmds = c.cmds.borrow();
+    let ours = |x: &super::task::Cmd| x.phase == Phase::Receiving && x.itt == d.itt && !x.r2t_ends.is_empty();
+    if d.ttt == UNSOLICITED_TTT {
+        return cmds.iter().find(|(_, x)| ours(x) && x.unsolicited).map(|(i, _)| i);
+    }
+    let slot = d.ttt & 0xffff;
+    cmds.get(slot).filter(|x| ours(x) && !x.unsolicited && u32::from(x.gen) == d.ttt >> 16).map(|_| slot)
+}
+
 /// A Data-Out header arrived: returns where its data goes.
 pub(crate) fn on_data_out(c: &Rc<Conn>, d: &DataOut, len: u32, bhs: &[u8; BHS_LEN]) -> Result<Dest, String> {
     let sess = c.session().ok_or("a Data-Out before login")?;
@@ -153,14 +170,10 @@ pub(crate) fn on_data_out(c: &Rc<Conn>, d: &DataOut, len: u32, bhs: &[u8; BHS_LE
         c.reject(RejectReason::ProtocolError, bhs, "a Data-Out in a discovery session");
         return Ok(Dest::Skip);
     }
-    let slot = d.ttt & 0xffff;
-    let live = c.cmds.borrow().get(slot).is_some_and(|x| {
-        x.phase == Phase::Receiving && u32::from(x.gen) == d.ttt >> 16 && x.itt == d.itt && !x.r2t_ends.is_empty()
-    });
-    if !live {
+    let Some(slot) = data_out_slot(c, d) else {
         c.reject(RejectReason::InvalidPduField, bhs, "a Data-Out for no command waiting for data");
         return Ok(Dest::Skip);
-    }
+    };
     let mut cmds = c.cmds.borrow_mut();
     let x = &mut cmds[slot as usize];
     let kind = DataKind::DataOut { final_: d.final_ };
@@ -223,6 +236,7 @@ pub(crate) fn data_end(
             x.data_sn = x.data_sn.wrapping_add(1);
             if final_ && !x.r2t_ends.is_empty() {
                 x.r2t_ends.remove(0);
+                x.unsolicited = false;
                 x.data_sn = 0;
             }
         }

@@ -70,17 +70,22 @@ pub(crate) struct Cmd {
     pub(crate) attr: ferrite_scsi::TaskAttr,
     /// Data-out bytes the SCSI layer takes (the rest of what comes is dropped).
     pub(crate) need: u32,
-    /// Their buffers, in offset order: the immediate data's (`first` bytes, taken when the
-    /// command came), then the rest's (taken under the budget before its R2Ts).
+    /// Their buffers, in offset order: the first burst's (`first` bytes: immediate data and
+    /// unsolicited Data-Out, taken when the command came), then the rest's (taken under the
+    /// budget before its R2Ts).
     pub(crate) bufs: IoBufs,
-    /// Bytes of the first buffer when it holds immediate data (else 0).
+    /// Bytes of the first buffer when it holds the first burst (else 0).
     pub(crate) first: u32,
     /// Data-out bytes received so far: the offset the next Data-Out must start at.
     pub(crate) recv: u32,
     /// Bytes solicited so far: where the next R2T starts.
     pub(crate) solicit: u32,
-    /// The end offsets of the R2Ts outstanding, oldest first.
+    /// The end offsets of the sequences outstanding, oldest first: the unsolicited one (when
+    /// `unsolicited`), then the R2Ts'.
     pub(crate) r2t_ends: SmallVec<[u32; 4]>,
+    /// Its unsolicited Data-Out sequence (TTT 0xffffffff, InitialR2T=No) is outstanding, as
+    /// `r2t_ends[0]`.
+    pub(crate) unsolicited: bool,
     /// The DataSN the next Data-Out of the current sequence must carry.
     pub(crate) data_sn: u32,
     /// R2TSN and Data-In DataSN: PDUs of the command sent so far (ExpDataSN).
@@ -119,6 +124,7 @@ impl Cmd {
             recv: 0,
             solicit: 0,
             r2t_ends: SmallVec::new(),
+            unsolicited: false,
             data_sn: 0,
             sn: 0,
             since: 0,
@@ -237,9 +243,10 @@ pub(crate) fn on_command(
         Some("immediate data, negotiated off")
     } else if imm > p.first_burst_length || imm > edtl {
         Some("more immediate data than FirstBurstLength or the expected length")
-    } else if !cmd.final_ {
-        // InitialR2T=Yes is what the target negotiates: data comes immediate or solicited.
-        Some("unsolicited Data-Out announced under InitialR2T=Yes")
+    } else if !cmd.final_ && (p.initial_r2t || !cmd.write) {
+        Some("unsolicited Data-Out announced under InitialR2T=Yes or for a command that does not write")
+    } else if !cmd.final_ && imm >= p.first_burst_length.min(edtl) {
+        Some("unsolicited Data-Out announced after a whole first burst of immediate data")
     } else {
         None
     };
@@ -285,6 +292,7 @@ pub(crate) fn on_command(
         x.recv = 0;
         x.solicit = 0;
         x.r2t_ends.clear();
+        x.unsolicited = false;
         x.data_sn = 0;
         x.sn = 0;
         x.since = 0;
@@ -293,15 +301,23 @@ pub(crate) fn on_command(
         x.budget = 0;
         x.soliciting = false;
         x.queued = false;
-        if imm > 0 {
-            // The immediate data comes now: its buffer is taken now (bounded by
-            // FirstBurstLength per command); the rest's waits for the budget.
-            let first = imm.min(need);
+        // The first burst: the immediate data, and with F 0 the unsolicited Data-Out that
+        // follows up to FirstBurstLength or the expected length (RFC 7143 section 4.2.5.2).
+        let burst = if cmd.final_ { imm } else { p.first_burst_length.min(edtl) };
+        if burst > 0 {
+            // It comes now: its buffer is taken now (bounded by FirstBurstLength per
+            // command); the rest's waits for the budget, and R2Ts start after it.
+            let first = burst.min(need);
             if first > 0 {
                 let mut b = ferrite_reactor::alloc_buf(first as usize);
                 b.set_len(first as usize);
                 x.bufs.push(b);
                 x.first = first;
+            }
+            x.solicit = burst;
+            if !cmd.final_ {
+                x.r2t_ends.push(burst);
+                x.unsolicited = true;
             }
             x.since = super::conn::now();
             set_phase(x, Phase::Receiving, c.id, slot);
@@ -310,6 +326,10 @@ pub(crate) fn on_command(
     };
     if imm > 0 {
         return Ok(Dest::Cmd { slot, gen, at: 0, keep: imm.min(need), len: imm, kind: DataKind::Immediate });
+    }
+    if !cmd.final_ {
+        // Its unsolicited Data-Out comes next.
+        return Ok(Dest::Skip);
     }
     if need > 0 {
         super::r2t::wait_for_buffer(c, slot);
@@ -355,6 +375,7 @@ pub(crate) fn release(c: &Conn, slot: u32) {
         set_phase(x, Phase::Free, c.id, slot);
         x.bufs.clear();
         x.r2t_ends.clear();
+        x.unsolicited = false;
         x.since = 0;
         std::mem::take(&mut x.queued)
     };
