@@ -18,62 +18,11 @@ use ferrite_reactor::{Engine, EngineConfig, ReactorMode};
 use ferrite_rpc::{Ctx, Params, Registry};
 use iscsi_common::{pattern, Ini};
 use serde_json::{json, Value};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Instant;
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-    static TRACE_LEFT: Cell<u32> = const { Cell::new(0) };
-    static IN_TRACE: Cell<bool> = const { Cell::new(false) };
-}
-
-fn count(size: usize) {
-    let _ = IN_TRACE.try_with(|busy| {
-        if busy.get() {
-            return;
-        }
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        let _ = TRACE_LEFT.try_with(|left| {
-            if left.get() > 0 {
-                left.set(left.get() - 1);
-                busy.set(true);
-                let bt = std::backtrace::Backtrace::force_capture();
-                eprintln!("allocation of {size} bytes on {:?}:\n{bt}", std::thread::current().name());
-                busy.set(false);
-            }
-        });
-    });
-}
-
-// SAFETY: forwards to the system allocator; counting touches only const thread-local cells.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count(l.size());
-        // SAFETY: forwarded.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        count(l.size());
-        // SAFETY: forwarded.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        count(n);
-        // SAFETY: forwarded.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: ferrite_alloc_count::Counting = ferrite_alloc_count::Counting;
 
 /// Allocations a run may make besides `SLACK_PER_S` per second of it: timers that fire by the
 /// clock, not by I/O (the connection watchdog collects the reactor's connections into a `Vec`
@@ -84,7 +33,7 @@ const SLACK_PER_S: u64 = 2;
 const RUN: usize = 400;
 
 fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
+    ferrite_alloc_count::allocs()
 }
 
 struct Target {
@@ -107,7 +56,7 @@ impl Target {
     }
 
     fn trace(&self, n: u32) {
-        self.engine.call(0, move || TRACE_LEFT.with(|t| t.set(n))).wait().expect("reactor answers");
+        self.engine.call(0, move || ferrite_alloc_count::trace_next(n)).wait().expect("reactor answers");
     }
 }
 
@@ -141,7 +90,7 @@ fn iscsi_io_allocates_nothing_per_command_on_the_target() {
     );
     let opts = InitiatorOptions { max_recv_data_segment_length: 16384, ..InitiatorOptions::default() };
     let mut ini = Ini::login(port, Some("iqn.2016-06.io.spdk:noalloc"), opts).expect("login");
-    let trace: u32 = std::env::var("FERRITE_ALLOC_TRACE").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let trace = ferrite_alloc_count::trace_from_env();
     let small = pattern(1, 4096);
     let large = pattern(2, 64 << 10);
     let mut report = Vec::new();

@@ -24,69 +24,14 @@ use ferrite_bdev::{Bdev, BdevDesc, Completed, IoChannel, IoCompleter, IoRequest,
 use ferrite_reactor::{Engine, EngineConfig, IoBuf, ReactorMode};
 use ferrite_rpc::{Ctx, Params, Registry};
 use serde_json::{json, Value};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-    /// Backtraces still to print for this thread's allocations (`FERRITE_ALLOC_TRACE`).
-    static TRACE_LEFT: Cell<u32> = const { Cell::new(0) };
-    /// Set while a backtrace is taken: its own allocations are neither counted nor traced.
-    static IN_TRACE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Counts an allocation of `size` bytes on this thread (and prints where it came from while
-/// this thread traces).
-fn count(size: usize) {
-    let _ = IN_TRACE.try_with(|busy| {
-        if busy.get() {
-            return;
-        }
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        let _ = TRACE_LEFT.try_with(|left| {
-            if left.get() > 0 {
-                left.set(left.get() - 1);
-                busy.set(true);
-                let bt = std::backtrace::Backtrace::force_capture();
-                eprintln!("allocation of {size} bytes on {:?}:\n{bt}", std::thread::current().name());
-                busy.set(false);
-            }
-        });
-    });
-}
-
-// SAFETY: forwards to the system allocator; counting touches only const thread-local cells
-// (tracing, a test-only diagnostic, allocates with counting turned off).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count(l.size());
-        // SAFETY: forwarded.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        count(l.size());
-        // SAFETY: forwarded.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        count(n);
-        // SAFETY: forwarded.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: ferrite_alloc_count::Counting = ferrite_alloc_count::Counting;
 
 const NQN: &str = "nqn.2016-06.io.ferrite:no-alloc";
 /// Block size of both bdevs.
@@ -321,7 +266,7 @@ impl IoCompleter for DriverCell {
 
 /// This thread's allocations so far.
 fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
+    ferrite_alloc_count::allocs()
 }
 
 /// One side: an engine of one reactor and the RPC context its methods run with.
@@ -368,7 +313,7 @@ impl Side {
 
     /// Makes the reactor print the backtraces of its next `n` allocations.
     fn trace(&self, n: u32) {
-        self.engine.call(0, move || TRACE_LEFT.with(|t| t.set(n))).wait().expect("reactor answers");
+        self.engine.call(0, move || ferrite_alloc_count::trace_next(n)).wait().expect("reactor answers");
     }
 
     fn stop(self) {
@@ -502,7 +447,7 @@ const CASES: [Case; 5] = [
 fn cases(t: &Side, h: &Side, bdev: &'static str, stores: bool) -> Vec<String> {
     let progress = Arc::new(Progress::default());
     open_driver(h, bdev, stores, progress.clone());
-    let trace = std::env::var("FERRITE_ALLOC_TRACE").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(0);
+    let trace = ferrite_alloc_count::trace_from_env();
     let mut failures = Vec::new();
     // Known contents before the first read.
     drive(h, &progress, Run { pattern: Pattern::FillAll, blocks: CHUNK, ios: CHUNKS });

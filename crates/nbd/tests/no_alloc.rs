@@ -12,44 +12,18 @@ use ferrite_nbd::export::{self, Export};
 use ferrite_nbd::proto::*;
 use ferrite_nbd::transmission::REQUEST_LEN;
 use ferrite_reactor::{Engine, EngineConfig, ReactorMode, RecvBufConfig};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; counting touches only a const thread-local cell.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: ferrite_alloc_count::Counting = ferrite_alloc_count::Counting;
 
 const BS: u64 = 4096;
 const BLOCKS: u64 = 1024;
 
 fn reactor_allocs(e: &Engine) -> u64 {
-    e.run_async(0, || async { ALLOCS.with(|c| c.get()) }).wait().expect("reactor answers")
+    e.run_async(0, || async { ferrite_alloc_count::allocs() }).wait().expect("reactor answers")
 }
 
 /// Fixed newstyle handshake with NBD_OPT_GO on export `name`, no structured replies.

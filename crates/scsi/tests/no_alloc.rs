@@ -8,49 +8,11 @@ mod common;
 use common::*;
 use ferrite_scsi::cdb::op;
 use ferrite_scsi::{Response, Session, Task, TaskDone};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-    static TRACE: Cell<u32> = const { Cell::new(0) };
-}
-
-fn count() {
-    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-    let _ = TRACE.try_with(|t| {
-        if t.get() > 0 {
-            let n = t.get();
-            t.set(0);
-            eprintln!("{}", std::backtrace::Backtrace::force_capture());
-            t.set(n - 1);
-        }
-    });
-}
-
-// SAFETY: every call is passed to the system allocator unchanged; only a counter moves.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        count();
-        // SAFETY: as above.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static GLOBAL: ferrite_alloc_count::Counting = ferrite_alloc_count::Counting;
 
 const BS: u32 = 512;
 const BLOCKS: u64 = 2048;
@@ -146,12 +108,12 @@ fn reads_and_writes_allocate_nothing_per_command() {
         *d.session.borrow_mut() = Some(Session::new(&t, initiator(1), 1, d.clone()).unwrap());
         drive(&d, 0, 1000).await;
         // FERRITE_ALLOC_TRACE=N prints where the first N allocations of the measured run come from.
-        let trace = std::env::var("FERRITE_ALLOC_TRACE").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        let before = ALLOCS.with(Cell::get);
-        TRACE.with(|t| t.set(trace));
+        let trace = ferrite_alloc_count::trace_from_env();
+        let before = ferrite_alloc_count::allocs();
+        ferrite_alloc_count::trace_next(trace);
         drive(&d, 2000, 4000).await;
-        let allocs = ALLOCS.with(Cell::get) - before;
-        TRACE.with(|t| t.set(0));
+        let allocs = ferrite_alloc_count::allocs() - before;
+        ferrite_alloc_count::trace_next(0);
         let bad = d.bad.get();
         d.session.borrow_mut().take();
         (allocs, bad)

@@ -11,44 +11,14 @@ use common::*;
 use ferrite_bdev::{Bdev, BdevDesc, Completed, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
 use ferrite_reactor::ReactorMode;
 use serde_json::json;
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; counting touches only a const thread-local cell.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: ferrite_alloc_count::Counting = ferrite_alloc_count::Counting;
 
 const DEPTH: u64 = 16;
 /// Blocks (of 512 B) each slot owns.
@@ -138,7 +108,7 @@ fn start_run(name: &'static str, io_type: IoType, total: u64, progress: Arc<Prog
 }
 
 fn allocs(side: &Side) -> u64 {
-    wait(side.engine.call(0, || ALLOCS.with(Cell::get)))
+    wait(side.engine.call(0, ferrite_alloc_count::allocs))
 }
 
 /// Runs `total` requests of `io_type`; returns the reactor's allocations during the run.
