@@ -274,8 +274,8 @@ impl Ini {
                     let c = done.negotiated.connection;
                     return Ok(Ini {
                         s,
-                        rx: c.tx(),
-                        tx: c.rx(),
+                        rx: c.rx(),
+                        tx: c.tx(),
                         cmd_sn: done.exp_cmd_sn,
                         exp_stat_sn: done.exp_stat_sn,
                         next_itt: 1,
