@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The watchdog's period.
-pub const TICK: Duration = Duration::from_millis(250);
+pub const TICK: Duration = Duration::from_secs(1);
 /// Requests that may wait for the connection (or the window) per session.
 pub const MAX_WAITING: usize = 256;
 /// Times a command is sent again after a unit attention.
