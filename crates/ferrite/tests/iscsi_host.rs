@@ -7,10 +7,14 @@
 //! and on R2Ts; digests), and qemu-io patterns through an NBD export of the iSCSI bdev
 //! (writes read back, flush, discard reaching the target as UNMAP). Also: CHAP (one-way,
 //! mutual, wrong secrets), save_config round trips, bdev_iscsi_delete logging out, the RPCs'
-//! errors, reconnection after the target is killed and restarted under I/O (nothing
-//! acknowledged lost, no failed I/O), I/O failing within `timeout_sec` when the target stays
-//! away, and a target that breaks the protocol (through a proxy that corrupts what it sends):
-//! the connection is dropped with a log line and the I/O goes on after a new login.
+//! errors, NOP-Ins answered (a target that drops silent initiators keeps the session), a
+//! target's CHECK CONDITION reaching the bdev user as an error, reconnection after the target
+//! is killed and restarted under I/O (nothing acknowledged lost, no failed I/O), I/O failing
+//! within `timeout_sec` when the target stays away, and a target that breaks the protocol
+//! (through a proxy that corrupts what it sends): the connection is dropped with a log line
+//! and the I/O goes on after a new login. Against tgt also with its keys changed
+//! (InitialR2T=No: unsolicited Data-Out; ImmediateData=No; 4 KiB data segments) and thin
+//! provisioning (UNMAP).
 
 mod common;
 mod iscsi_common;
@@ -308,6 +312,51 @@ fn rpc_errors_and_delete() {
     h.assert_serving();
 }
 
+#[test]
+fn nop_ins_are_answered_and_target_errors_reach_the_bdev() {
+    if !have("nop_ins_are_answered_and_target_errors_reach_the_bdev", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("iscsi-host-nop");
+    // A NOP-In every second, to be answered within 2 s.
+    let t = iscsi_common::IscsiDaemon::start_with_options(
+        &dir,
+        "0x1",
+        Some(json!({"nop_in_interval": 1, "nop_timeout": 2})),
+    );
+    t.malloc("M0", 8192, 512);
+    // An error bdev under the LUN: its failures come back as CHECK CONDITION.
+    t.d.call("bdev_error_create", Some(json!({"base_name": "M0"})));
+    let iqn = t.target("disk0", "EE_M0", json!({}));
+    let (h, uri) = host_with_nbd(&dir, "iSCSI0", &t.url(&iqn, None), None);
+    // A client that stays connected (and so keeps the session) while it sleeps 6 s: several
+    // NOP-In rounds, every one answered, no connection dropped.
+    let ids = |c: Vec<Value>| -> Vec<Value> { c.iter().map(|c| c["id"].clone()).collect() };
+    let client = Tool::spawn(
+        &dir,
+        "qemu-io",
+        &["-f", "raw", "-c", "write -P 0x61 0 64k", "-c", "sleep 6000", "-c", "read -P 0x61 0 64k", &uri],
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let before = ids(t.connections());
+    assert!(!before.is_empty(), "no session while the client is connected");
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(ids(t.connections()), before, "a session was dropped:\n{}", t.d.proc.stderr());
+    let out = client.wait(Duration::from_secs(30));
+    out.assert_ok("qemu-io across NOP-Ins");
+    assert!(!out.stdout.contains("fail"), "{}", out.stdout);
+    assert_eq!(bdev(&h, "iSCSI0")["driver_specific"]["iscsi"]["reconnects"], 0);
+    t.d.call(
+        "bdev_error_inject_error",
+        Some(json!({"name": "EE_M0", "io_type": "write", "error_type": "failure", "num": 1})),
+    );
+    let (ok, out) = try_qemu_io(&dir, &uri, "write -P 0x62 0 4k");
+    assert!(!ok, "a write the target failed succeeded: {out}");
+    qemu_io(&dir, &uri, &["write -P 0x63 0 4k".to_string(), "read -P 0x63 0 4k".to_string()]);
+    assert_eq!(bdev(&h, "iSCSI0")["driver_specific"]["iscsi"]["reconnects"], 0, "an error status dropped a connection");
+    h.assert_serving();
+}
+
 /// A target over a file (the data outlives the process) on `port`.
 fn file_target(dir: &TempDir, port: u16, img: &Path) -> (Daemon, String) {
     let img = img.to_str().unwrap().to_string();
@@ -581,7 +630,7 @@ fn against_tgt() {
     let port = iscsi_common::free_port();
     let img: PathBuf = dir.file_filled("lun1.raw", 64 << 20, 0);
     let iqn = "iqn.2024-01.io.ferrite:tgt1";
-    let _tgt = match start_tgtd(&dir, port, iqn, &img) {
+    let tgt = match start_tgtd(&dir, port, iqn, &img) {
         Ok(t) => t,
         Err(why) => {
             println!("SKIP against_tgt: {why}");
@@ -596,13 +645,41 @@ fn against_tgt() {
     for (qd, size) in [(1, 4096), (32, 4096), (16, 65536), (4, 1 << 20)] {
         perf_verify(&dir, &url(port, iqn, 1), qd, size, None);
     }
+    // tgt's keys changed (each perf run logs in anew): immediate data, then unsolicited
+    // Data-Out in 4 KiB PDUs (InitialR2T=No), then R2Ts; then no immediate data at all.
+    let ctl = tgt.ctl.clone();
+    let set = |k: &str, v: &str| {
+        tgtadm(&ctl, &["--op", "update", "--mode", "target", "--tid", "1", "--name", k, "--value", v])
+    };
+    set("InitialR2T", "No").unwrap();
+    set("MaxRecvDataSegmentLength", "4096").unwrap();
+    perf_verify(&dir, &url(port, iqn, 1), 8, 131072, None);
+    set("InitialR2T", "Yes").unwrap();
+    set("ImmediateData", "No").unwrap();
+    set("MaxRecvDataSegmentLength", "8192").unwrap();
+    perf_verify(&dir, &url(port, iqn, 1), 8, 65536, None);
     if !have("against_tgt", &["qemu-io"]) {
         return;
     }
+    // Thin provisioning: tgt reports LBPME and LBPU, and punches holes for UNMAP.
+    tgtadm(
+        &ctl,
+        &["--op", "update", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "--params", "thin_provisioning=1"],
+    )
+    .unwrap();
     let (h, uri) = host_with_nbd(&dir, "Tgt1", &url(port, iqn, 1), None);
-    qemu_io(&dir, &uri, &["write -P 0x9c 3M 1M".to_string(), "flush".to_string(), "read -P 0x9c 3M 1M".to_string()]);
+    let cmds = [
+        "write -P 0x9c 3M 1M",
+        "flush",
+        "read -P 0x9c 3M 1M",
+        "write -P 0x9d 8M 1M",
+        "discard 8M 1M",
+        "read -P 0 8M 1M",
+    ];
+    qemu_io(&dir, &uri, &cmds.map(String::from));
     let b = bdev(&h, "Tgt1");
     assert_eq!(b["driver_specific"]["iscsi"]["vendor"], "IET", "{b}");
+    assert_eq!(b["supported_io_types"]["unmap"], true, "{b}");
     h.assert_serving();
     drop(h);
     // The data is in tgt's file.
