@@ -202,7 +202,11 @@ fn patterns_flush_unmap_and_save_config_through_nbd() {
     assert_eq!(creates[0]["params"], create_params("iSCSI0", &u), "{saved}");
     let opts = common::saved_entries(&saved, "bdev_iscsi_set_options");
     assert_eq!(opts[0]["params"]["timeout_sec"], 20, "{saved}");
-    drop(h);
+    // A clean stop: the sessions log out, the daemon exits 0.
+    let mut h = h;
+    h.proc.sigterm();
+    let st = h.proc.expect_exit(Duration::from_secs(15), "host daemon after SIGTERM");
+    assert!(st.success(), "{st}: {}", h.proc.stderr());
     // The bdev subsystem alone (the NBD export is made again below).
     let bdevs = |cfg: &Value| cfg["subsystems"].as_array().unwrap().iter().find(|s| s["subsystem"] == "bdev").cloned();
     let cfg = dir.write_json("saved.json", &json!({"subsystems": [bdevs(&saved).unwrap()]}));

@@ -16,6 +16,8 @@ use std::time::Duration;
 
 /// The ISID qualifier of the probe's session (reactors number theirs from 0).
 const PROBE_QUALIFIER: u16 = 0xffff;
+/// Time the target has to answer the probe's commands, all together.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What `bdev_iscsi_create` asks for.
 #[derive(Debug, Clone)]
@@ -168,7 +170,10 @@ pub async fn attach(o: AttachOpts) -> Result<Bdev, AttachError> {
     let conn = Conn::connect(&lun.connect_params(PROBE_QUALIFIER))
         .await
         .map_err(|e| AttachError::Failed(format!("iSCSI login to {addr} failed: {e}")))?;
-    let info = probe(&conn, lun.parsed.lun).await;
+    let deadline = std::time::Instant::now() + PROBE_TIMEOUT;
+    let info = crate::conn::with_deadline(probe(&conn, lun.parsed.lun), deadline)
+        .await
+        .unwrap_or_else(|| Err(AttachError::Failed(format!("the target did not answer within {PROBE_TIMEOUT:?}"))));
     conn.logout(Duration::from_secs(2)).await;
     let info = info?;
     lun.unmap = unmap_limits(&info.limits);
