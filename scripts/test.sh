@@ -26,6 +26,8 @@ command -v fio >/dev/null || need_pkgs+=(fio)
 # iSCSI: libiscsi's tools and conformance suite, qemu-img's libiscsi driver.
 command -v iscsi-test-cu >/dev/null || need_pkgs+=(libiscsi-bin)
 compgen -G "/usr/lib/*/qemu/block-iscsi.so" >/dev/null || need_pkgs+=(qemu-block-extra)
+# tgt's target daemon, the iSCSI initiator bdev's second peer (crates/ferrite/tests/iscsi_host.rs).
+command -v tgtd >/dev/null || need_pkgs+=(tgt)
 if [ ${#need_pkgs[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   echo "== installing ${need_pkgs[*]}"
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null 2>&1 ||

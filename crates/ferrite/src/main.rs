@@ -58,6 +58,7 @@ pub(crate) fn registry() -> ferrite_rpc::Registry {
         ferrite_vhost::rpc::register(reg);
         ferrite_nvmf::target::rpc::register(reg);
         ferrite_nvmf_host::rpc::register(reg);
+        ferrite_iscsi_host::rpc::register(reg);
         ferrite_virtio_user::rpc::register(reg);
         ferrite_fuse::rpc::register(reg);
         ferrite_iscsi_target::register(reg);

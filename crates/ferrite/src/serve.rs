@@ -151,6 +151,7 @@ pub fn shutdown(engine: &Engine) {
             // Remote controllers first (their keep-alives stop; no reconnection to a target
             // that is going away, ours included).
             ferrite_nvmf_host::rpc::shutdown().await;
+            ferrite_iscsi_host::rpc::shutdown();
             ferrite_nbd::rpc::shutdown(&ferrite_reactor::engine()).await;
             ferrite_vhost::rpc::shutdown().await;
             ferrite_nvmf::target::rpc::shutdown(&ferrite_reactor::engine()).await;

@@ -198,7 +198,6 @@ fn spdk_option_methods_are_real_rpcs_with_spdk_schemas() {
     // default of the same member is taken.
     for (m, bad, good) in [
         ("bdev_raid_set_options", json!({"process_window_size_kb": 4096}), json!({"process_window_size_kb": 1024})),
-        ("bdev_iscsi_set_options", json!({"timeout_sec": 5}), json!({"timeout_sec": 30})),
         ("bdev_nvme_set_options", json!({"generate_uuids": true}), json!({"generate_uuids": false})),
         ("bdev_nvme_set_hotplug", json!({"enable": true}), json!({"enable": false})),
     ] {

@@ -7,8 +7,8 @@
 //! is called, SPDK's schema fragment and defaults, the members it acts on and what acting on
 //! them does) and registered with [`Registry::option_method`]; this module is the machinery
 //! (decoding, [`policy`], settings, order) and defines the framework's own methods
-//! (scheduler, sock, iobuf, keyring, fsdev, accel) and, until their modules exist, those of
-//! RAID and the iSCSI initiator ([`absent`]).
+//! (scheduler, sock, iobuf, keyring, fsdev, accel) and, until its module exists, RAID's
+//! ([`absent`]).
 //!
 //! Each member is honoured (its crate acts on it and says so), inert (it tunes SPDK machinery
 //! without a counterpart here, and any value changes nothing observable), or held to SPDK's
@@ -151,7 +151,6 @@ mod tests {
         let names: Vec<&str> = reg.settings().methods().iter().map(|m| m.spec.method).collect();
         assert_eq!(names.len(), framework::METHODS.len() + absent::METHODS.len());
         let call = |name: &str, p: Value| set(&reg, &reg.settings().defined(name).unwrap(), Params(Some(p))).unwrap();
-        call("bdev_iscsi_set_options", json!({"timeout_sec": 30}));
         call("bdev_raid_set_options", json!({}));
         call("sock_impl_set_options", json!({"impl_name": "ssl"}));
         call("sock_set_default_impl", json!({"impl_name": "posix"}));
@@ -159,7 +158,7 @@ mod tests {
         call("sock_impl_set_options", json!({"impl_name": "ssl", "send_buf_size": 8192}));
         let methods =
             |s: &str| -> Vec<Value> { reg.settings().entries(s).iter().map(|e| e["method"].clone()).collect() };
-        assert_eq!(methods("bdev"), [json!("bdev_raid_set_options"), json!("bdev_iscsi_set_options")]);
+        assert_eq!(methods("bdev"), [json!("bdev_raid_set_options")]);
         assert_eq!(reg.settings().entries("bdev")[0], json!({"method": "bdev_raid_set_options"}));
         let sock = reg.settings().entries("sock");
         assert_eq!(sock[0], json!({"method": "sock_set_default_impl", "params": {"impl_name": "posix"}}));

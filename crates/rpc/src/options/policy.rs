@@ -92,9 +92,6 @@ mod tests {
         let e = check(&raid, &json!({"process_window_size_kb": 2048})).unwrap_err();
         assert_eq!(e.code, INVALID_PARAMS);
         assert!(e.message.contains("process_window_size_kb"), "{}", e.message);
-        let iscsi = defined("bdev_iscsi_set_options");
-        assert!(check(&iscsi, &json!({"timeout_sec": 30})).is_ok());
-        assert!(check(&iscsi, &json!({"timeout_sec": 5})).unwrap_err().message.contains("timeout_sec"));
     }
 
     #[test]
