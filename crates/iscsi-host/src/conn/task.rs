@@ -1,5 +1,5 @@
 //! A connection's tasks: one slot per outstanding command, its Initiator Task Tag made of the
-//! slot and the slot's generation, and its phases.
+//! slot and the slot's generation, and its phases (the kit's `Flight`, as the NVMe/TCP host's).
 //!
 //! The ITT is the slot in the low 16 bits and the slot's generation (how many commands it
 //! started) above, so that a PDU naming a command that has ended (a repeated or late
@@ -10,26 +10,7 @@ use crate::plan::ReadProgress;
 use crate::scsi::Sense;
 use ferrite_bdev::BdevIo;
 use ferrite_reactor::{oneshot, IoBuf};
-
-/// Where a task stands (changed only through the kit's `transition`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub(crate) enum Phase {
-    /// The slot is free.
-    #[default]
-    Free,
-    /// Sent (or queued to be): waiting for its status.
-    Sent,
-    /// Its status came while PDUs carrying its data were still being sent: it ends when that
-    /// send is done (its buffers are the kernel's until then).
-    Answered,
-}
-
-impl ferrite_target::Phase for Phase {
-    fn may_become(self, to: Phase) -> bool {
-        use Phase::*;
-        matches!((self, to), (Free, Sent) | (Sent, Answered | Free) | (Answered, Free))
-    }
-}
+use ferrite_target::host::{Flight, Reads};
 
 /// The answer to a command sent for the connection's own use (at attach: INQUIRY, READ
 /// CAPACITY...).
@@ -75,8 +56,9 @@ pub(crate) enum Ended {
 /// One slot.
 #[derive(Default)]
 pub(crate) struct Task {
-    /// Where it stands.
-    pub(crate) phase: Phase,
+    /// Where it stands, the PDUs carrying its data not yet sent, and how it ended while it
+    /// waits for them (the kit's).
+    pub(crate) flight: Flight<Ended>,
     /// Who waits for it.
     pub(crate) owner: Option<Owner>,
     /// How many commands the slot started (wrapping): the ITT's high half.
@@ -89,10 +71,6 @@ pub(crate) struct Task {
     pub(crate) progress: ReadProgress,
     /// The R2TSN the next R2T must carry.
     pub(crate) r2t_sn: u32,
-    /// PDUs carrying its data not yet sent.
-    pub(crate) in_send: u16,
-    /// How it ended, while [`Phase::Answered`].
-    pub(crate) done: Option<Ended>,
     /// Data it sends other than the request's buffers (an UNMAP parameter list).
     pub(crate) extra: Option<IoBuf>,
     /// Its CmdSN (a lost connection's commands are sent again in this order).
@@ -104,14 +82,13 @@ pub(crate) struct Task {
 impl Task {
     /// Starts the slot's next command: everything a command leaves behind is reset here.
     pub(crate) fn begin(&mut self, owner: Owner, len: u32, read: bool, extra: Option<IoBuf>, cmd_sn: u32, tick: u32) {
-        debug_assert!(self.owner.is_none() && self.in_send == 0, "a free slot holds nothing");
+        debug_assert!(self.owner.is_none(), "a free slot holds nothing");
         self.owner = Some(owner);
         self.gen = self.gen.wrapping_add(1);
         self.len = len;
         self.read = read;
         self.progress = ReadProgress::default();
         self.r2t_sn = 0;
-        self.done = None;
         self.extra = extra;
         self.cmd_sn = cmd_sn;
         self.tick = tick;
@@ -136,6 +113,20 @@ impl Task {
     }
 }
 
+impl Reads for Task {
+    fn read_bufs(&mut self) -> Option<&mut [IoBuf]> {
+        match self.owner.as_mut() {
+            Some(Owner::Bdev(io)) => Some(&mut io.req.bufs[..]),
+            Some(Owner::Wait { inb: Some(b), .. }) => Some(std::slice::from_mut(b)),
+            _ => None,
+        }
+    }
+
+    fn received(&mut self, n: u32) {
+        self.progress.got = self.progress.got.saturating_add(n);
+    }
+}
+
 /// The ITT of a slot's command of generation `gen`.
 pub(crate) fn itt(slot: u16, gen: u16) -> u32 {
     u32::from(gen) << 16 | u32::from(slot)
@@ -157,16 +148,6 @@ pub(crate) const LOGOUT_ITT: u32 = 0xffff_fffe;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferrite_target::Phase as _;
-
-    #[test]
-    fn phases_follow_their_table() {
-        use Phase::*;
-        assert!(Free.may_become(Sent));
-        assert!(Sent.may_become(Free) && Sent.may_become(Answered));
-        assert!(Answered.may_become(Free));
-        assert!(!Free.may_become(Answered) && !Answered.may_become(Sent) && !Free.may_become(Free));
-    }
 
     #[test]
     fn itts_name_slot_and_generation() {
