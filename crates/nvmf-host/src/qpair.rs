@@ -83,20 +83,9 @@ pub struct Reply {
     pub closed: Option<String>,
 }
 
-/// Who waits for a command.
-pub enum Owner {
-    /// A bdev request: data goes to or from its buffers; it completes with the status.
-    Bdev(BdevIo),
-    /// A caller waiting on a channel (admin and Fabrics commands), with the data to send.
-    Wait {
-        /// Where the reply goes.
-        tx: oneshot::Sender<Result<Reply, String>>,
-        /// Data to send (host to controller).
-        out: Option<IoBuf>,
-        /// Data received (controller to host).
-        inb: Option<IoBuf>,
-    },
-}
+/// Who waits for a command: a bdev request, or a caller of an admin or Fabrics command (the
+/// kit's).
+pub type Owner = ferrite_target::host::Owner<Reply>;
 
 #[derive(Default)]
 struct Cmd {
@@ -148,11 +137,7 @@ impl Cmd {
 
 impl Reads for Cmd {
     fn read_bufs(&mut self) -> Option<&mut [IoBuf]> {
-        match self.owner.as_mut() {
-            Some(Owner::Bdev(io)) => Some(&mut io.req.bufs[..]),
-            Some(Owner::Wait { inb: Some(b), .. }) => Some(std::slice::from_mut(b)),
-            _ => None,
-        }
+        self.owner.as_mut().and_then(Owner::read_bufs)
     }
 
     fn received(&mut self, n: u32) {

@@ -1,15 +1,16 @@
-//! What initiators share (the NVMe/TCP host, the iSCSI initiator) around their commands: a
-//! command's phase with the rule that it ends only once the PDUs carrying its data have been
-//! sent ([`Flight`]), the writer task that sends what is queued ([`write_loop`]), a read's data
-//! received straight into the command's buffers ([`place`]), and why a reader stopped
-//! ([`Stop`]).
+//! What initiators share (the NVMe/TCP host, the iSCSI initiator) around their commands: who
+//! waits for a command ([`Owner`]), its phase with the rule that it ends only once the PDUs
+//! carrying its data have been sent ([`Flight`]), the writer task that sends what is queued
+//! ([`write_loop`]), a read's data received straight into the command's buffers ([`place`]),
+//! and why a reader stopped ([`Stop`]).
 
 use crate::conn::ConnCore;
 use crate::phase::{transition, Phase};
 use crate::rx::Rx;
 use crate::slots::SlotTable;
+use ferrite_bdev::BdevIo;
 use ferrite_reactor::net::SendCache;
-use ferrite_reactor::IoBuf;
+use ferrite_reactor::{oneshot, IoBuf};
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::task::Poll;
@@ -32,6 +33,34 @@ impl Phase for HostPhase {
     fn may_become(self, to: HostPhase) -> bool {
         use HostPhase::*;
         matches!((self, to), (Free, Sent) | (Sent, Answered | Free) | (Answered, Free))
+    }
+}
+
+/// Who waits for a host's command (`R`: the reply a caller of the connection's own gets).
+pub enum Owner<R> {
+    /// A bdev request: data goes to or from its buffers; it completes with the command.
+    Bdev(BdevIo),
+    /// A caller of the connection's own (admin and Fabrics commands, the attach's SCSI
+    /// commands), with the data the command sends or the buffer it reads into.
+    Wait {
+        /// Where the reply goes.
+        tx: oneshot::Sender<Result<R, String>>,
+        /// Data to send (host to peer).
+        out: Option<IoBuf>,
+        /// Data received (peer to host).
+        inb: Option<IoBuf>,
+    },
+}
+
+impl<R> Owner<R> {
+    /// The buffers a read's data goes to, a scatter list (None: a caller's command without a
+    /// buffer to read into).
+    pub fn read_bufs(&mut self) -> Option<&mut [IoBuf]> {
+        match self {
+            Owner::Bdev(io) => Some(&mut io.req.bufs[..]),
+            Owner::Wait { inb: Some(b), .. } => Some(std::slice::from_mut(b)),
+            Owner::Wait { inb: None, .. } => None,
+        }
     }
 }
 
@@ -359,6 +388,16 @@ mod tests {
         f.queued();
         f.sent();
         f.sent();
+    }
+
+    #[test]
+    fn a_callers_command_reads_into_its_own_buffer_if_it_has_one() {
+        let (tx, _rx) = oneshot::channel::<Result<(), String>>();
+        let mut o = Owner::Wait { tx, out: None, inb: Some(IoBuf::heap(8)) };
+        assert_eq!(o.read_bufs().map(|b| (b.len(), b[0].len())), Some((1, 8)));
+        let (tx, _rx) = oneshot::channel::<Result<(), String>>();
+        let mut o = Owner::Wait { tx, out: Some(IoBuf::heap(8)), inb: None };
+        assert!(o.read_bufs().is_none(), "data to send is not a read's destination");
     }
 
     /// A read command of the tests: its scatter list and the bytes it received.

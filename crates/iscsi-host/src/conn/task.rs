@@ -8,8 +8,7 @@
 
 use crate::plan::ReadProgress;
 use crate::scsi::Sense;
-use ferrite_bdev::BdevIo;
-use ferrite_reactor::{oneshot, IoBuf};
+use ferrite_reactor::IoBuf;
 use ferrite_target::host::{Flight, Reads};
 
 /// The answer to a command sent for the connection's own use (at attach: INQUIRY, READ
@@ -24,20 +23,8 @@ pub struct Reply {
     pub data: Vec<u8>,
 }
 
-/// Who waits for a task.
-pub(crate) enum Owner {
-    /// A bdev request: data goes to or from its buffers.
-    Bdev(BdevIo),
-    /// A command of the connection's own, with the data it sends or the buffer it reads into.
-    Wait {
-        /// Where the reply goes.
-        tx: oneshot::Sender<Result<Reply, String>>,
-        /// Data to send.
-        out: Option<IoBuf>,
-        /// Buffer to read into.
-        inb: Option<IoBuf>,
-    },
-}
+/// Who waits for a task: a bdev request, or a command of the connection's own (the kit's).
+pub(crate) type Owner = ferrite_target::host::Owner<Reply>;
 
 /// How a task ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,11 +102,7 @@ impl Task {
 
 impl Reads for Task {
     fn read_bufs(&mut self) -> Option<&mut [IoBuf]> {
-        match self.owner.as_mut() {
-            Some(Owner::Bdev(io)) => Some(&mut io.req.bufs[..]),
-            Some(Owner::Wait { inb: Some(b), .. }) => Some(std::slice::from_mut(b)),
-            _ => None,
-        }
+        self.owner.as_mut().and_then(Owner::read_bufs)
     }
 
     fn received(&mut self, n: u32) {
@@ -148,6 +131,7 @@ pub(crate) const LOGOUT_ITT: u32 = 0xffff_fffe;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrite_reactor::oneshot;
 
     #[test]
     fn itts_name_slot_and_generation() {
