@@ -18,7 +18,7 @@
 mod verify_driver;
 
 use serde_json::json;
-use verify_driver::{cases, check_counting, Side, BS, CHUNK, CHUNKS};
+use verify_driver::{cases, check_counting, host_side, listen_on_free_port, target_side, Side};
 
 #[global_allocator]
 static GLOBAL: ferrite_alloc_count::Counting = ferrite_alloc_count::Counting;
@@ -28,42 +28,27 @@ const IQN: &str = "iqn.2016-06.io.spdk:noalloc";
 /// The target: a malloc bdev (LUN 0) and a null bdev (LUN 1) of one node, listening on
 /// 127.0.0.1; returns it and its port.
 fn target() -> (Side, u16) {
-    let t = Side::start(0, |reg| {
-        ferrite_modules::register_builtin();
-        ferrite_bdev::rpc::register(reg);
-        ferrite_iscsi_target::register(reg);
-    });
+    let t = target_side(ferrite_iscsi_target::register);
     // The target's engine listens on its portal groups (this thread is entered into it).
     ferrite_iscsi_target::engine::install();
-    let blocks = CHUNKS * CHUNK;
-    t.rpc("bdev_malloc_create", json!({"name": "Malloc0", "num_blocks": blocks, "block_size": BS})).unwrap();
-    t.rpc("bdev_null_create", json!({"name": "Null0", "num_blocks": blocks, "block_size": BS})).unwrap();
     t.rpc("iscsi_create_initiator_group", json!({"tag": 1, "initiators": ["ANY"], "netmasks": ["ANY"]})).unwrap();
-    // A free port, found by binding port 0; another may take it before the target does.
-    for _ in 0..20 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = listen_on_free_port(|port| {
         let pg = json!({"tag": 1, "portals": [{"host": "127.0.0.1", "port": port.to_string()}]});
-        if t.rpc("iscsi_create_portal_group", pg).is_ok() {
-            t.rpc(
-                "iscsi_create_target_node",
-                json!({"name": "noalloc", "alias_name": "", "luns": [{"bdev_name": "Malloc0", "lun_id": 0},
-                    {"bdev_name": "Null0", "lun_id": 1}], "pg_ig_maps": [{"pg_tag": 1, "ig_tag": 1}], "queue_depth": 8}),
-            )
-            .unwrap();
-            return (t, port);
-        }
-    }
-    panic!("no free port on 127.0.0.1 for the target");
+        t.rpc("iscsi_create_portal_group", pg).is_ok()
+    });
+    t.rpc(
+        "iscsi_create_target_node",
+        json!({"name": "noalloc", "alias_name": "", "luns": [{"bdev_name": "Malloc0", "lun_id": 0},
+            {"bdev_name": "Null0", "lun_id": 1}], "pg_ig_maps": [{"pg_tag": 1, "ig_tag": 1}], "queue_depth": 8}),
+    )
+    .unwrap();
+    (t, port)
 }
 
 /// The host, with the target's LUNs on `port` as bdevs iSCSI0 (the malloc) and iSCSI1 (the
 /// null).
 fn host(port: u16) -> Side {
-    let h = Side::start(1, |reg| {
-        ferrite_modules::register_builtin();
-        ferrite_bdev::rpc::register(reg);
-        ferrite_iscsi_host::rpc::register(reg);
-    });
+    let h = host_side(ferrite_iscsi_host::rpc::register);
     for lun in 0..2 {
         let name = format!("iSCSI{lun}");
         let url = format!("iscsi://127.0.0.1:{port}/{IQN}/{lun}");

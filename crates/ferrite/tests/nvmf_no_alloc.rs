@@ -17,7 +17,7 @@
 mod verify_driver;
 
 use serde_json::json;
-use verify_driver::{cases, check_counting, Side, BS, CHUNK, CHUNKS};
+use verify_driver::{cases, check_counting, host_side, listen_on_free_port, target_side, Side};
 
 #[global_allocator]
 static GLOBAL: ferrite_alloc_count::Counting = ferrite_alloc_count::Counting;
@@ -27,39 +27,24 @@ const NQN: &str = "nqn.2016-06.io.ferrite:no-alloc";
 /// The target: a malloc bdev (namespace 1) and a null bdev (namespace 2) of one subsystem,
 /// listening on 127.0.0.1; returns it and its port.
 fn target() -> (Side, u16) {
-    let t = Side::start(0, |reg| {
-        ferrite_modules::register_builtin();
-        ferrite_bdev::rpc::register(reg);
-        ferrite_nvmf::target::rpc::register(reg);
-    });
-    let blocks = CHUNKS * CHUNK;
-    t.rpc("bdev_malloc_create", json!({"name": "Malloc0", "num_blocks": blocks, "block_size": BS})).unwrap();
-    t.rpc("bdev_null_create", json!({"name": "Null0", "num_blocks": blocks, "block_size": BS})).unwrap();
+    let t = target_side(ferrite_nvmf::target::rpc::register);
     t.rpc("nvmf_create_transport", json!({"trtype": "TCP"})).unwrap();
     t.rpc("nvmf_create_subsystem", json!({"nqn": NQN, "allow_any_host": true, "serial_number": "NOALLOC01"})).unwrap();
     for b in ["Malloc0", "Null0"] {
         t.rpc("nvmf_subsystem_add_ns", json!({"nqn": NQN, "namespace": {"bdev_name": b}})).unwrap();
     }
-    // A free port, found by binding port 0; another may take it before the target does.
-    for _ in 0..20 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = listen_on_free_port(|port| {
         let listen = json!({"nqn": NQN, "listen_address":
             {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": port.to_string()}});
-        if t.rpc("nvmf_subsystem_add_listener", listen).is_ok() {
-            return (t, port);
-        }
-    }
-    panic!("no free port on 127.0.0.1 for the target");
+        t.rpc("nvmf_subsystem_add_listener", listen).is_ok()
+    });
+    (t, port)
 }
 
 /// The host, attached to the target on `port`: bdevs Nvme0n1 (the malloc) and Nvme0n2 (the
 /// null).
 fn host(port: u16) -> Side {
-    let h = Side::start(1, |reg| {
-        ferrite_modules::register_builtin();
-        ferrite_bdev::rpc::register(reg);
-        ferrite_nvmf_host::rpc::register(reg);
-    });
+    let h = host_side(ferrite_nvmf_host::rpc::register);
     let names = h
         .rpc(
             "bdev_nvme_attach_controller",

@@ -17,7 +17,7 @@
 use ferrite_bdev::{Bdev, BdevDesc, Completed, IoChannel, IoCompleter, IoRequest, IoStatus, IoType};
 use ferrite_reactor::{Engine, EngineConfig, IoBuf, ReactorMode};
 use ferrite_rpc::{Ctx, Params, Registry};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,11 +25,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Block size of both bdevs.
-pub const BS: u64 = 4096;
+const BS: u64 = 4096;
 /// Blocks of a 128 KiB I/O; the bdev is split into chunks of this size.
-pub const CHUNK: u64 = 32;
+const CHUNK: u64 = 32;
 /// Chunks of each bdev (32 MiB).
-pub const CHUNKS: u64 = 256;
+const CHUNKS: u64 = 256;
 /// Requests the driver keeps outstanding.
 const QD: usize = 16;
 /// Allocations a side may make in one measured run, besides `SLACK_PER_S` per second of it:
@@ -312,6 +312,41 @@ impl Side {
         self.engine.stop();
         self.engine.join();
     }
+}
+
+/// The target side (core 0): the bdev methods and those `register` adds, and a malloc bdev
+/// Malloc0 and a null bdev Null0 of the driver's geometry.
+pub fn target_side(register: impl FnOnce(&mut Registry)) -> Side {
+    let t = Side::start(0, |reg| {
+        ferrite_modules::register_builtin();
+        ferrite_bdev::rpc::register(reg);
+        register(reg);
+    });
+    let blocks = CHUNKS * CHUNK;
+    t.rpc("bdev_malloc_create", json!({"name": "Malloc0", "num_blocks": blocks, "block_size": BS})).unwrap();
+    t.rpc("bdev_null_create", json!({"name": "Null0", "num_blocks": blocks, "block_size": BS})).unwrap();
+    t
+}
+
+/// The host side (core 1): the bdev methods and those `register` adds.
+pub fn host_side(register: impl FnOnce(&mut Registry)) -> Side {
+    Side::start(1, |reg| {
+        ferrite_modules::register_builtin();
+        ferrite_bdev::rpc::register(reg);
+        register(reg);
+    })
+}
+
+/// A free port of 127.0.0.1 that `listen` took (true), found by binding port 0; another may
+/// take it before the target does, so up to 20 are tried.
+pub fn listen_on_free_port(mut listen: impl FnMut(u16) -> bool) -> u16 {
+    for _ in 0..20 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if listen(port) {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 for the target");
 }
 
 /// Opens `bdev` on the host's reactor and sets up the driver there (with its buffers).
