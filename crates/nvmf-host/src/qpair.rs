@@ -9,7 +9,9 @@
 //! The connection is built on the target kit (`ferrite_target`), as the targets' are: its
 //! core (socket, closing and dead flags, the writer's waker), its command slots, its
 //! commands' phases, and its two ends: a graceful close that drains the outstanding commands
-//! first, and a forced one that fails each of them exactly once.
+//! first, and a forced one that fails each of them exactly once. What it shares with the
+//! iSCSI initiator is the kit's `host` module: a command's phase that waits for the send of
+//! its data (`Flight`), the writer loop, and C2HData placed into the request's buffers.
 
 use ferrite_bdev::{BdevIo, IoStatus};
 use ferrite_nvme::spec::cqe::Cqe;
@@ -20,17 +22,18 @@ use ferrite_nvme::spec::sqe::Sqe;
 use ferrite_nvme::spec::status::Status;
 use ferrite_nvme::tcp::encoder::MAX_HEAD_LEN;
 use ferrite_nvme::tcp::{encode, host_accept, Decoder, Event, IcReq, Negotiated, Pdu, Role, Want};
-use ferrite_reactor::net::{SendCache, Socket};
+use ferrite_reactor::net::Socket;
 use ferrite_reactor::{oneshot, IoBuf};
+use ferrite_target::host::{place, write_loop, Flight, HostPhase, Outgoing, Reads, Stop};
 use ferrite_target::rx::Rx;
-use ferrite_target::{transition, ConnCore, SlotTable};
+use ferrite_target::{ConnCore, SlotTable};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
-use std::future::{poll_fn, Future};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::Poll;
 use std::time::{Duration, Instant};
+
+pub(crate) use ferrite_target::host::with_deadline;
 
 /// Queue pair IDs (the kit's connection IDs), unique in the process.
 static NEXT_QPAIR: AtomicU64 = AtomicU64::new(1);
@@ -80,54 +83,20 @@ pub struct Reply {
     pub closed: Option<String>,
 }
 
-/// Who waits for a command.
-pub enum Owner {
-    /// A bdev request: data goes to or from its buffers; it completes with the status.
-    Bdev(BdevIo),
-    /// A caller waiting on a channel (admin and Fabrics commands), with the data to send.
-    Wait {
-        /// Where the reply goes.
-        tx: oneshot::Sender<Result<Reply, String>>,
-        /// Data to send (host to controller).
-        out: Option<IoBuf>,
-        /// Data received (controller to host).
-        inb: Option<IoBuf>,
-    },
-}
-
-/// Where a command stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-enum Phase {
-    /// The slot is free.
-    #[default]
-    Free,
-    /// Sent (or queued to be): waiting for the controller's completion.
-    Sent,
-    /// Its completion came while PDUs carrying its data were still being sent: it completes
-    /// when that send is done (its buffers are the kernel's until then).
-    Answered,
-}
-
-impl ferrite_target::Phase for Phase {
-    fn may_become(self, to: Phase) -> bool {
-        use Phase::*;
-        matches!((self, to), (Free, Sent) | (Sent, Answered | Free) | (Answered, Free))
-    }
-}
+/// Who waits for a command: a bdev request, or a caller of an admin or Fabrics command (the
+/// kit's).
+pub type Owner = ferrite_target::host::Owner<Reply>;
 
 #[derive(Default)]
 struct Cmd {
-    /// Where it stands (changed only through the kit's `transition`).
-    phase: Phase,
+    /// Where it stands, the PDUs carrying its data not yet sent, and the completion that
+    /// arrived meanwhile (the kit's).
+    flight: Flight<Cqe>,
     owner: Option<Owner>,
     /// Bytes of data the command moves.
     len: u32,
     /// Controller-to-host.
     read: bool,
-    /// PDUs carrying its data not yet sent.
-    in_send: u16,
-    /// The completion that arrived while data was still being sent ([`Phase::Answered`]).
-    done: Option<Cqe>,
     /// Extra data the command sends (a DSM range list), kept until it completes.
     extra: Option<IoBuf>,
     /// Bytes of a read's data received (a read that completes without all of them fails:
@@ -152,18 +121,27 @@ impl Cmd {
     /// Starts the slot's next command, sent in watchdog tick `tick`: everything a command
     /// leaves behind is reset here.
     fn begin(&mut self, owner: Owner, len: u32, read: bool, extra: Option<IoBuf>, tick: u32) {
-        debug_assert!(self.owner.is_none() && self.in_send == 0, "a free slot holds nothing");
+        debug_assert!(self.owner.is_none(), "a free slot holds nothing");
         self.owner = Some(owner);
         self.tick = tick;
         self.watched = true;
         self.timed_out = false;
         self.len = len;
         self.read = read;
-        self.done = None;
         self.extra = extra;
         self.got = 0;
         self.failed = None;
         self.gen = self.gen.wrapping_add(1);
+    }
+}
+
+impl Reads for Cmd {
+    fn read_bufs(&mut self) -> Option<&mut [IoBuf]> {
+        self.owner.as_mut().and_then(Owner::read_bufs)
+    }
+
+    fn received(&mut self, n: u32) {
+        self.got = self.got.saturating_add(n);
     }
 }
 
@@ -209,20 +187,6 @@ pub struct HostQpair {
     tick: Cell<u32>,
     /// What the controller did wrong, if its protocol error ended the connection.
     fault: RefCell<Option<String>>,
-}
-
-/// Why a queue pair's reader stopped.
-enum Stop {
-    /// The connection closed or failed under it (nothing the controller sent was wrong).
-    Closed(String),
-    /// The controller broke the protocol: what it did wrong.
-    Violation(String),
-}
-
-impl From<String> for Stop {
-    fn from(e: String) -> Stop {
-        Stop::Closed(e)
-    }
 }
 
 /// A decoder error in words that say what the controller sent wrong.
@@ -378,7 +342,7 @@ impl HostQpair {
         let cmds = self.cmds.borrow();
         let found = cmds
             .iter()
-            .find(|(_, c)| c.phase == Phase::Sent && matches!(&c.owner, Some(Owner::Bdev(io)) if named(io)))
+            .find(|(_, c)| c.flight.is_sent() && matches!(&c.owner, Some(Owner::Bdev(io)) if named(io)))
             .map(|(i, c)| self.cid_of(i as u16, c.gen));
         found
     }
@@ -387,7 +351,7 @@ impl HostQpair {
     pub(crate) fn find_commands(&self, named: &dyn Fn(&BdevIo) -> bool) -> Vec<u16> {
         let cmds = self.cmds.borrow();
         cmds.iter()
-            .filter(|(_, c)| c.phase == Phase::Sent && matches!(&c.owner, Some(Owner::Bdev(io)) if named(io)))
+            .filter(|(_, c)| c.flight.is_sent() && matches!(&c.owner, Some(Owner::Bdev(io)) if named(io)))
             .map(|(i, c)| self.cid_of(i as u16, c.gen))
             .collect()
     }
@@ -413,7 +377,7 @@ impl HostQpair {
         let slot = (u32::from(cid) & ((1u32 << self.slot_bits) - 1)) as u16;
         let cmds = self.cmds.borrow();
         let c = cmds.get(u32::from(slot))?;
-        (c.phase == Phase::Sent && self.cid_of(slot, c.gen) == cid).then_some(slot)
+        (c.flight.is_sent() && self.cid_of(slot, c.gen) == cid).then_some(slot)
     }
 
     /// Starts the queue pair's watchdog: each command outstanding for `limit` (a little more:
@@ -440,7 +404,7 @@ impl HostQpair {
                     let mut cmds = qp.cmds.borrow_mut();
                     cmds.iter_mut()
                         .filter(|(_, c)| {
-                            c.phase == Phase::Sent && c.watched && !c.timed_out && now.wrapping_sub(c.tick) >= ticks
+                            c.flight.is_sent() && c.watched && !c.timed_out && now.wrapping_sub(c.tick) >= ticks
                         })
                         .map(|(slot, c)| {
                             c.timed_out = true;
@@ -479,7 +443,7 @@ impl HostQpair {
     /// True when no command it waits for is outstanding (Asynchronous Event Requests aside).
     fn drained(&self) -> bool {
         let cmds = self.cmds.borrow();
-        cmds.live() == 0 || cmds.iter().all(|(_, c)| c.phase == Phase::Free || !c.watched)
+        cmds.live() == 0 || cmds.iter().all(|(_, c)| c.flight.phase() == HostPhase::Free || !c.watched)
     }
 
     fn push(&self, o: Out) {
@@ -507,7 +471,7 @@ impl HostQpair {
         {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
-            transition(&mut c.phase, Phase::Sent, self.core.id, u32::from(slot));
+            c.flight.start(self.core.id, u32::from(slot));
             c.begin(Owner::Wait { tx, out, inb }, len, read, None, self.tick.get());
             c.watched = sqe.opcode != ferrite_nvme::spec::opcode::admin::ASYNC_EVENT_REQUEST || self.qid != 0;
             sqe.cid = self.cid_of(slot, c.gen);
@@ -535,7 +499,7 @@ impl HostQpair {
         {
             let mut cmds = self.cmds.borrow_mut();
             let c = &mut cmds[usize::from(slot)];
-            transition(&mut c.phase, Phase::Sent, self.core.id, u32::from(slot));
+            c.flight.start(self.core.id, u32::from(slot));
             c.begin(Owner::Bdev(io), len, read, extra, self.tick.get());
             sqe.cid = self.cid_of(slot, c.gen);
         }
@@ -579,7 +543,7 @@ impl HostQpair {
         if in_capsule {
             o.pieces = pieces.iter().copied().collect();
             o.slot = Some(slot);
-            self.cmds.borrow_mut()[usize::from(slot)].in_send += 1;
+            self.cmds.borrow_mut()[usize::from(slot)].flight.queued();
         }
         self.push(o);
     }
@@ -662,7 +626,7 @@ impl HostQpair {
                 o.has_ddgst = true;
             }
             o.slot = Some(slot);
-            self.cmds.borrow_mut()[usize::from(slot)].in_send += 1;
+            self.cmds.borrow_mut()[usize::from(slot)].flight.queued();
             self.push(o);
             off += n;
         }
@@ -674,7 +638,7 @@ impl HostQpair {
         let owner = {
             let mut cmds = self.cmds.borrow_mut();
             let Some(c) = cmds.get_mut(u32::from(slot)) else { return };
-            if c.phase == Phase::Free {
+            if c.flight.phase() == HostPhase::Free {
                 return;
             }
             if let Some(st) = c.failed {
@@ -689,15 +653,10 @@ impl HostQpair {
                 );
                 cqe.status = Status::generic(ferrite_nvme::spec::status::generic::DATA_TRANSFER_ERROR);
             }
-            if c.in_send > 0 {
-                // Its data is still with the kernel: complete when the send is done.
-                transition(&mut c.phase, Phase::Answered, self.core.id, u32::from(slot));
-                c.done = Some(cqe);
-                return;
-            }
-            transition(&mut c.phase, Phase::Free, self.core.id, u32::from(slot));
+            // Its data may still be with the kernel: then it completes when the send is done.
+            let Some(answer) = c.flight.answer(cqe, self.core.id, u32::from(slot)) else { return };
+            cqe = answer;
             c.extra = None;
-            c.done = None;
             let owner = c.owner.take();
             cmds.release(u32::from(slot));
             owner
@@ -723,6 +682,15 @@ impl HostQpair {
         }
     }
 
+    /// A PDU carrying command `slot`'s data has been sent: the command completes now if its
+    /// completion came meanwhile.
+    fn sent(&self, slot: u16) {
+        let done = self.cmds.borrow_mut()[usize::from(slot)].flight.sent();
+        if let Some(cqe) = done {
+            self.finish(slot, cqe);
+        }
+    }
+
     /// Data of command `slot` failed its digest: the command fails with Transient Transport
     /// Error, but keeps its slot (its CID) until the controller's completion for it, which is
     /// the response capsule, or this PDU itself if it carried SUCCESS. Completing it at once
@@ -731,7 +699,7 @@ impl HostQpair {
     fn data_digest_failed(&self, slot: u16, success: bool) {
         let status = Status::generic(ferrite_nvme::spec::status::generic::TRANSIENT_TRANSPORT_ERROR);
         if let Some(c) = self.cmds.borrow_mut().get_mut(u32::from(slot)) {
-            if c.phase == Phase::Sent {
+            if c.flight.is_sent() {
                 c.failed = Some(status);
             }
         }
@@ -747,7 +715,7 @@ impl HostQpair {
             let slot = slot as u16;
             let mut cqe = Cqe::new(slot, Status::path(ferrite_nvme::spec::status::path::HOST_PATH_ERROR));
             cqe.dw0 = u32::MAX;
-            self.cmds.borrow_mut()[usize::from(slot)].in_send = 0;
+            self.cmds.borrow_mut()[usize::from(slot)].flight.sends_lost();
             self.finish(slot, cqe);
         });
     }
@@ -771,6 +739,20 @@ impl HostQpair {
                 f();
             }
         }
+    }
+}
+
+impl Outgoing for Out {
+    fn parts(&self, parts: &mut Vec<(*const u8, usize)>) {
+        parts.push((self.head.as_ptr(), self.head_len as usize));
+        parts.extend(self.pieces.iter().copied());
+        if self.has_ddgst {
+            parts.push((self.ddgst.as_ptr(), 4));
+        }
+    }
+
+    fn slot(&self) -> Option<u16> {
+        self.slot
     }
 }
 
@@ -853,73 +835,13 @@ pub(crate) async fn sleep_while(period: Duration, alive: impl Fn() -> bool) -> b
     true
 }
 
-/// Waits for `rx` until `deadline`.
-pub(crate) async fn with_deadline<T>(rx: impl std::future::Future<Output = T>, deadline: Instant) -> Option<T> {
-    let mut rx = std::pin::pin!(rx);
-    let mut sleep = std::pin::pin!(ferrite_reactor::sleep(deadline.saturating_duration_since(Instant::now())));
-    poll_fn(|cx| {
-        if let Poll::Ready(v) = rx.as_mut().poll(cx) {
-            return Poll::Ready(Some(v));
-        }
-        sleep.as_mut().poll(cx).map(|_| None)
-    })
-    .await
-}
-
 async fn writer(qp: Rc<HostQpair>) {
-    let mut batch: Vec<Out> = Vec::new();
-    let mut parts: Vec<(*const u8, usize)> = Vec::new();
-    let cache = SendCache::default();
-    loop {
-        let closed = poll_fn(|cx| {
-            if qp.core.is_dead() {
-                return Poll::Ready(true);
-            }
-            if !qp.out.borrow().is_empty() {
-                return Poll::Ready(false);
-            }
-            qp.core.park_writer(cx);
-            Poll::Pending
-        })
-        .await;
-        if closed {
-            break;
-        }
-        std::mem::swap(&mut *qp.out.borrow_mut(), &mut batch);
-        parts.clear();
-        for o in &batch {
-            parts.push((o.head.as_ptr(), o.head_len as usize));
-            parts.extend(o.pieces.iter().copied());
-            if o.has_ddgst {
-                parts.push((o.ddgst.as_ptr(), 4));
-            }
-        }
-        // SAFETY: heads and digests are inside `batch`, which the send keeps; data pieces point
-        // into buffers their commands' slots keep until `in_send` drops to zero below.
-        let (res, b) = unsafe { qp.core.sock.send_parts(&cache, &parts, batch).await };
-        batch = b;
-        for o in batch.drain(..) {
-            if let Some(slot) = o.slot {
-                let done = {
-                    let mut cmds = qp.cmds.borrow_mut();
-                    let c = &mut cmds[usize::from(slot)];
-                    c.in_send = c.in_send.saturating_sub(1);
-                    if c.in_send == 0 && c.phase == Phase::Answered {
-                        c.done.take()
-                    } else {
-                        None
-                    }
-                };
-                if let Some(cqe) = done {
-                    qp.finish(slot, cqe);
-                }
-            }
-        }
-        if let Err(e) = res {
-            log::info!("nvme host qpair {}: send failed: {e}", qp.qid);
-            qp.close();
-            break;
-        }
+    // SAFETY: heads and digests are inside the entries; data pieces point into buffers their
+    // commands' slots keep until the kit's `Flight` has counted their sends (`sent`).
+    let res = unsafe { write_loop(&qp.core, &qp.out, |slot| qp.sent(slot)) }.await;
+    if let Err(e) = res {
+        log::info!("nvme host qpair {}: send failed: {e}", qp.qid);
+        qp.close();
     }
     qp.out.borrow_mut().clear();
     qp.task_done();
@@ -1050,7 +972,8 @@ async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), Stop> {
                         chunk.consume(fed.consumed);
                     }
                     Dest::Cmd { slot, at, success } => {
-                        let fed = place(qp, &mut rx, &mut dec, slot, at, left).await?;
+                        let fed = place(&qp.cmds, u32::from(slot), &mut rx, at, left, "C2HData", |d| dec.data(d).event)
+                            .await?;
                         dest = Dest::Cmd { slot, at: at + left as u32, success };
                         match fed {
                             Some(Event::DataEnd) => {
@@ -1069,73 +992,6 @@ async fn read_loop(qp: &Rc<HostQpair>) -> Result<(), Stop> {
                 }
             }
         }
-    }
-}
-
-/// Receives `len` data bytes of command `slot` at byte `at` of its buffers (a scatter list),
-/// showing them to the decoder.
-async fn place(
-    qp: &HostQpair,
-    rx: &mut Rx<'_>,
-    dec: &mut Decoder,
-    slot: u16,
-    at: u32,
-    len: usize,
-) -> Result<Option<Event>, Stop> {
-    let deadline = Some(Duration::from_secs(10 + (len >> 20) as u64));
-    let mut off = at as usize;
-    let end = off + len;
-    let mut event = None;
-    let mut seg_start = 0usize;
-    let mut i = 0usize;
-    while off < end {
-        // Take the segment holding `off` out of the command.
-        let buf = {
-            let mut cmds = qp.cmds.borrow_mut();
-            let c = &mut cmds[usize::from(slot)];
-            match c.owner.as_mut() {
-                Some(Owner::Bdev(io)) => {
-                    if i >= io.req.bufs.len() {
-                        return Err(Stop::Violation("C2HData beyond the read's buffers".into()));
-                    }
-                    std::mem::replace(&mut io.req.bufs[i], IoBuf::empty())
-                }
-                Some(Owner::Wait { inb: Some(b), .. }) if i == 0 => std::mem::replace(b, IoBuf::empty()),
-                _ => return Err(Stop::Violation("C2HData for a command without buffers".into())),
-            }
-        };
-        let seg_len = buf.len();
-        if off >= seg_start + seg_len {
-            put_back(qp, slot, i, buf);
-            seg_start += seg_len;
-            i += 1;
-            continue;
-        }
-        let from = off - seg_start;
-        let n = (seg_len - from).min(end - off);
-        let (res, buf) = rx.fill(buf, from, n, deadline).await;
-        let fed = dec.data(&buf[from..from + n]);
-        put_back(qp, slot, i, buf);
-        res.map_err(Stop::Closed)?;
-        if let Some(c) = qp.cmds.borrow_mut().get_mut(u32::from(slot)) {
-            c.got = c.got.saturating_add(n as u32);
-        }
-        if fed.event.is_some() {
-            event = fed.event;
-        }
-        off += n;
-        seg_start += seg_len;
-        i += 1;
-    }
-    Ok(event)
-}
-
-fn put_back(qp: &HostQpair, slot: u16, i: usize, buf: IoBuf) {
-    let mut cmds = qp.cmds.borrow_mut();
-    match cmds[usize::from(slot)].owner.as_mut() {
-        Some(Owner::Bdev(io)) => io.req.bufs[i] = buf,
-        Some(Owner::Wait { inb: Some(b), .. }) => *b = buf,
-        _ => {}
     }
 }
 

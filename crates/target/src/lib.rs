@@ -1,5 +1,5 @@
 //! The target kit: what every target (NBD, NVMe/TCP, and the iSCSI and vhost targets to come)
-//! and the NVMe/TCP host need around their protocol engine, written once.
+//! and the initiators (NVMe/TCP, iSCSI) need around their protocol engine, written once.
 //!
 //! - [`accept`]: a listener's accept loop, with a bound on its connections and the
 //!   connections placed on the reactors in turn.
@@ -16,10 +16,14 @@
 //!   the buffer when large).
 //! - [`phase`]: every phase change of a command through one function that checks the
 //!   transition is legal and can trace it.
+//! - [`host`]: what initiators (the NVMe/TCP host, the iSCSI initiator) share: a command's
+//!   phase that waits for the send of its data, the writer task, and a read's data received
+//!   straight into the command's buffers.
 
 pub mod accept;
 pub mod close;
 pub mod conn;
+pub mod host;
 pub mod phase;
 pub mod rx;
 pub mod slots;

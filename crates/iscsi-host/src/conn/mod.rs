@@ -3,10 +3,11 @@
 //!
 //! As the NVMe/TCP host's queue pair, it stands on the target kit: a `ConnCore` (socket,
 //! closing and dead flags, the writer's waker), a `SlotTable` of tasks bounded by the queue
-//! depth (the slot is in the ITT), each task's phase changed through `transition`, a reader
-//! task ([`reader`]: the login, then every PDU the target sends) and a writer task ([`out`]:
-//! all that is queued in one `sendmsg`). A task whose data is still being sent is not ended
-//! before that send is done, whatever the target answers (its buffers must outlive the send).
+//! depth (the slot is in the ITT), each task's phase (the kit's host `Flight`), a reader task
+//! ([`reader`]: the login, then every PDU the target sends, Data-In placed by the kit's
+//! `place`) and a writer task ([`out`]: the kit's `write_loop`, all that is queued in one
+//! `sendmsg`). A task whose data is still being sent is not ended before that send is done,
+//! whatever the target answers (its buffers must outlive the send).
 //!
 //! Commands are sent only inside the CmdSN window ([`crate::seq`]); a command that does not
 //! fit (no slot, the window shut) is refused and waits with the connection's owner. When the
@@ -28,7 +29,8 @@ use ferrite_iscsi::login::InitiatorLoginConfig;
 use ferrite_iscsi::pdu::{DataOut, LogoutReason, LogoutRequest, Pdu, PduParams, ScsiCommand, TaskAttr, RESERVED_TAG};
 use ferrite_reactor::net::Socket;
 use ferrite_reactor::{oneshot, IoBuf};
-use ferrite_target::{transition, ConnCore, SlotTable};
+use ferrite_target::host::HostPhase;
+use ferrite_target::{ConnCore, SlotTable};
 use out::{pieces_in, Out};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
@@ -38,7 +40,9 @@ use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
-use task::{Ended, Owner, Phase, Task};
+use task::{Ended, Owner, Task};
+
+pub(crate) use ferrite_target::host::with_deadline;
 
 pub use task::Reply;
 
@@ -169,7 +173,7 @@ impl Conn {
     /// True if a task sent at least `limit` ticks before `now` is still outstanding.
     pub(crate) fn stuck(&self, now: u32, limit: u32) -> bool {
         let tasks = self.tasks.borrow();
-        let stuck = tasks.iter().any(|(_, t)| t.phase == Phase::Sent && now.wrapping_sub(t.tick) >= limit);
+        let stuck = tasks.iter().any(|(_, t)| t.flight.is_sent() && now.wrapping_sub(t.tick) >= limit);
         stuck
     }
 
@@ -318,7 +322,7 @@ impl Conn {
         let itt = {
             let mut tasks = self.tasks.borrow_mut();
             let t = &mut tasks[usize::from(slot)];
-            transition(&mut t.phase, Phase::Sent, self.core.id, u32::from(slot));
+            t.flight.start(self.core.id, u32::from(slot));
             t.begin(owner, cmd.len, cmd.read, cmd.extra, cmd_sn, self.tick.get());
             if write {
                 t.data_pieces(&mut list);
@@ -370,7 +374,7 @@ impl Conn {
             Ok(mut o) => {
                 if data {
                     o.slot = Some(slot);
-                    self.tasks.borrow_mut()[usize::from(slot)].in_send += 1;
+                    self.tasks.borrow_mut()[usize::from(slot)].flight.queued();
                 }
                 self.push(o);
                 true
@@ -385,16 +389,7 @@ impl Conn {
 
     /// A PDU carrying task `slot`'s data has been sent.
     pub(crate) fn sent(&self, slot: u16) {
-        let done = {
-            let mut tasks = self.tasks.borrow_mut();
-            let t = &mut tasks[usize::from(slot)];
-            t.in_send = t.in_send.saturating_sub(1);
-            if t.in_send == 0 && t.phase == Phase::Answered {
-                t.done.take()
-            } else {
-                None
-            }
-        };
+        let done = self.tasks.borrow_mut()[usize::from(slot)].flight.sent();
         if let Some(e) = done {
             self.finish(slot, e);
         }
@@ -405,18 +400,14 @@ impl Conn {
         let (owner, len, got) = {
             let mut tasks = self.tasks.borrow_mut();
             let Some(t) = tasks.get_mut(u32::from(slot)) else { return };
-            if t.phase == Phase::Free {
+            if t.flight.phase() == HostPhase::Free {
                 return;
             }
-            if t.in_send > 0 {
-                // Its data is still with the kernel: it ends when the send is done.
-                transition(&mut t.phase, Phase::Answered, self.core.id, u32::from(slot));
-                t.done = Some(e);
+            // Its data may still be with the kernel: then it ends when the send is done.
+            if t.flight.answer(e, self.core.id, u32::from(slot)).is_none() {
                 return;
             }
-            transition(&mut t.phase, Phase::Free, self.core.id, u32::from(slot));
             t.extra = None;
-            t.done = None;
             let owner = t.owner.take();
             let (len, got) = (if t.read { t.len } else { 0 }, t.progress.got);
             tasks.release(u32::from(slot));
@@ -502,9 +493,7 @@ impl Conn {
             let owner = {
                 let mut tasks = self.tasks.borrow_mut();
                 let t = &mut tasks[slot as usize];
-                transition(&mut t.phase, Phase::Free, self.core.id, slot);
-                t.in_send = 0;
-                t.done = None;
+                t.flight.end(self.core.id, slot);
                 t.extra = None;
                 let owner = t.owner.take().map(|o| (t.cmd_sn, o));
                 tasks.release(slot);
@@ -525,17 +514,4 @@ impl Conn {
             None => ios.into_iter().for_each(|io| io.complete(ferrite_bdev::IoStatus::Failed(libc::EIO))),
         }
     }
-}
-
-/// Waits for `rx` until `deadline`.
-pub(crate) async fn with_deadline<T>(rx: impl Future<Output = T>, deadline: Instant) -> Option<T> {
-    let mut rx = std::pin::pin!(rx);
-    let mut sleep = std::pin::pin!(ferrite_reactor::sleep(deadline.saturating_duration_since(Instant::now())));
-    poll_fn(|cx| {
-        if let Poll::Ready(v) = rx.as_mut().poll(cx) {
-            return Poll::Ready(Some(v));
-        }
-        sleep.as_mut().poll(cx).map(|_| None)
-    })
-    .await
 }

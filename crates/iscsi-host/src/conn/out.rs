@@ -4,11 +4,9 @@
 
 use super::Conn;
 use ferrite_iscsi::pdu::{encode, EncodeError, Pdu, PduParams, BHS_LEN, DIGEST_LEN};
-use ferrite_reactor::net::SendCache;
+use ferrite_target::host::{write_loop, Outgoing};
 use smallvec::SmallVec;
-use std::future::poll_fn;
 use std::rc::Rc;
-use std::task::Poll;
 
 /// The longest header sent: a BHS and a header digest (no AHS: CDBs are 16 bytes at most).
 pub(crate) const HEAD: usize = BHS_LEN + DIGEST_LEN;
@@ -70,7 +68,9 @@ impl Out {
         o.owned = Some(data);
         Ok(o)
     }
+}
 
+impl Outgoing for Out {
     fn parts(&self, parts: &mut Vec<(*const u8, usize)>) {
         parts.push((self.head.as_ptr(), usize::from(self.head_len)));
         parts.extend(self.pieces.iter().copied());
@@ -80,6 +80,10 @@ impl Out {
         if let Some(d) = &self.ddgst {
             parts.push((d.as_ptr(), DIGEST_LEN));
         }
+    }
+
+    fn slot(&self) -> Option<u16> {
+        self.slot
     }
 }
 
@@ -102,48 +106,17 @@ pub(crate) fn pieces_in(list: &[(*const u8, usize)], off: u32, n: u32, out: &mut
     }
 }
 
-/// The writer task: sends what is queued until the connection closes.
+/// The writer task: sends what is queued until the connection closes (the kit's
+/// `write_loop`).
 pub(crate) async fn writer(c: Rc<Conn>) {
-    let mut batch: Vec<Out> = Vec::new();
-    let mut parts: Vec<(*const u8, usize)> = Vec::new();
-    let cache = SendCache::default();
-    loop {
-        let closed = poll_fn(|cx| {
-            if c.core.is_dead() {
-                return Poll::Ready(true);
-            }
-            if !c.out.borrow().is_empty() {
-                return Poll::Ready(false);
-            }
-            c.core.park_writer(cx);
-            Poll::Pending
-        })
-        .await;
-        if closed {
-            break;
+    // SAFETY: heads, tails and owned data are inside the entries; task data points into
+    // buffers their tasks keep until `sent` has counted the PDU; the padding is static.
+    let res = unsafe { write_loop(&c.core, &c.out, |slot| c.sent(slot)) }.await;
+    if let Err(e) = res {
+        if !c.core.is_dead() {
+            log::info!("iscsi host connection {} to {}: send failed: {e}", c.core.id, c.core.peer);
         }
-        std::mem::swap(&mut *c.out.borrow_mut(), &mut batch);
-        parts.clear();
-        for o in &batch {
-            o.parts(&mut parts);
-        }
-        // SAFETY: heads, tails and owned data are inside `batch`, which the send keeps (its
-        // heap memory does not move); task data points into buffers their tasks keep until
-        // `sent` below; the padding is static.
-        let (res, b) = unsafe { c.core.sock.send_parts(&cache, &parts, batch).await };
-        batch = b;
-        for o in batch.drain(..) {
-            if let Some(slot) = o.slot {
-                c.sent(slot);
-            }
-        }
-        if let Err(e) = res {
-            if !c.core.is_dead() {
-                log::info!("iscsi host connection {} to {}: send failed: {e}", c.core.id, c.core.peer);
-            }
-            c.close();
-            break;
-        }
+        c.close();
     }
     c.out.borrow_mut().clear();
     c.task_done();

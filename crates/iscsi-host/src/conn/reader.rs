@@ -10,7 +10,7 @@
 //! initiator did not ask for. Its outstanding commands are then sent again on a new
 //! connection.
 
-use super::task::{gen_of, slot_of, Ended, Owner, Phase};
+use super::task::{gen_of, slot_of, Ended};
 use super::{login, out::pieces_in, Conn};
 use crate::plan::{r2t_wrong, segments};
 use crate::scsi::{response_sense, status};
@@ -18,19 +18,14 @@ use ferrite_iscsi::login::InitiatorLoginConfig;
 use ferrite_iscsi::pdu::{
     async_event, DataOut, Decoder, Event, Header, NopIn, NopOut, Pdu, R2t, Role, Want, BHS_LEN, RESERVED_TAG,
 };
-use ferrite_reactor::IoBuf;
+use ferrite_target::host::place;
 use ferrite_target::rx::Rx;
 use smallvec::SmallVec;
 use std::rc::Rc;
-use std::time::Duration;
 
-/// Why a reader stopped.
-pub(super) enum Stop {
-    /// The connection closed or failed under it, or the login failed.
-    Closed(String),
-    /// The target broke the protocol: what it did wrong.
-    Violation(String),
-}
+/// Why a reader stopped (the kit's): the connection closed or failed under it, or the login
+/// failed; or the target broke the protocol.
+pub(super) use ferrite_target::host::Stop;
 
 /// Where the current PDU's data goes.
 #[derive(Debug, Clone, Copy)]
@@ -114,7 +109,8 @@ async fn run(c: &Rc<Conn>, cfg: InitiatorLoginConfig) -> Result<(), Stop> {
                 let left = left as usize;
                 let ended = match dest {
                     Dest::Task { slot, at } => {
-                        let ev = place(c, &mut rx, &mut dec, slot, at, left).await?;
+                        let ev = place(&c.tasks, u32::from(slot), &mut rx, at, left, "Data-In", |d| dec.data(d).event)
+                            .await?;
                         dest = Dest::Task { slot, at: at + left as u32 };
                         ev
                     }
@@ -212,7 +208,7 @@ impl Conn {
         let slot = slot_of(itt);
         let tasks = self.tasks.borrow();
         let t = tasks.get(u32::from(slot))?;
-        (t.phase == Phase::Sent && t.gen == gen_of(itt)).then_some(slot)
+        (t.flight.is_sent() && t.gen == gen_of(itt)).then_some(slot)
     }
 
     fn no_task(&self, what: &str, itt: u32) -> Stop {
@@ -389,69 +385,4 @@ fn on_end(c: &Conn, pdu: &Pdu, staged: &[u8]) -> Result<(), Stop> {
         _ => {}
     }
     Ok(())
-}
-
-/// Receives `len` data bytes of task `slot`'s read at byte `at` of its buffers (a scatter
-/// list), showing them to the decoder.
-async fn place(
-    c: &Conn,
-    rx: &mut Rx<'_>,
-    dec: &mut Decoder,
-    slot: u16,
-    at: u32,
-    len: usize,
-) -> Result<Option<Event>, Stop> {
-    let allowance = Some(Duration::from_secs(10 + (len >> 20) as u64));
-    let mut off = at as usize;
-    let end = off + len;
-    let mut event = None;
-    let mut seg_start = 0usize;
-    let mut i = 0usize;
-    while off < end {
-        // Take the segment holding `off` out of the task while data is received into it.
-        let buf = {
-            let mut tasks = c.tasks.borrow_mut();
-            let t = &mut tasks[usize::from(slot)];
-            match t.owner.as_mut() {
-                Some(Owner::Bdev(io)) => match io.req.bufs.get_mut(i) {
-                    Some(b) => std::mem::replace(b, IoBuf::empty()),
-                    None => return Err(Stop::Violation("Data-In beyond the read's buffers".into())),
-                },
-                Some(Owner::Wait { inb: Some(b), .. }) if i == 0 => std::mem::replace(b, IoBuf::empty()),
-                _ => return Err(Stop::Violation("Data-In for a command without buffers".into())),
-            }
-        };
-        let seg_len = buf.len();
-        if off >= seg_start + seg_len {
-            put_back(c, slot, i, buf);
-            seg_start += seg_len;
-            i += 1;
-            continue;
-        }
-        let from = off - seg_start;
-        let n = (seg_len - from).min(end - off);
-        let (res, buf) = rx.fill(buf, from, n, allowance).await;
-        let fed = dec.data(&buf[from..from + n]);
-        put_back(c, slot, i, buf);
-        res.map_err(Stop::Closed)?;
-        if let Some(t) = c.tasks.borrow_mut().get_mut(u32::from(slot)) {
-            t.progress.got = t.progress.got.saturating_add(n as u32);
-        }
-        if fed.event.is_some() {
-            event = fed.event;
-        }
-        off += n;
-        seg_start += seg_len;
-        i += 1;
-    }
-    Ok(event)
-}
-
-fn put_back(c: &Conn, slot: u16, i: usize, buf: IoBuf) {
-    let mut tasks = c.tasks.borrow_mut();
-    match tasks[usize::from(slot)].owner.as_mut() {
-        Some(Owner::Bdev(io)) => io.req.bufs[i] = buf,
-        Some(Owner::Wait { inb: Some(b), .. }) => *b = buf,
-        _ => {}
-    }
 }

@@ -1,5 +1,5 @@
 //! A connection's tasks: one slot per outstanding command, its Initiator Task Tag made of the
-//! slot and the slot's generation, and its phases.
+//! slot and the slot's generation, and its phases (the kit's `Flight`, as the NVMe/TCP host's).
 //!
 //! The ITT is the slot in the low 16 bits and the slot's generation (how many commands it
 //! started) above, so that a PDU naming a command that has ended (a repeated or late
@@ -8,28 +8,8 @@
 
 use crate::plan::ReadProgress;
 use crate::scsi::Sense;
-use ferrite_bdev::BdevIo;
-use ferrite_reactor::{oneshot, IoBuf};
-
-/// Where a task stands (changed only through the kit's `transition`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub(crate) enum Phase {
-    /// The slot is free.
-    #[default]
-    Free,
-    /// Sent (or queued to be): waiting for its status.
-    Sent,
-    /// Its status came while PDUs carrying its data were still being sent: it ends when that
-    /// send is done (its buffers are the kernel's until then).
-    Answered,
-}
-
-impl ferrite_target::Phase for Phase {
-    fn may_become(self, to: Phase) -> bool {
-        use Phase::*;
-        matches!((self, to), (Free, Sent) | (Sent, Answered | Free) | (Answered, Free))
-    }
-}
+use ferrite_reactor::IoBuf;
+use ferrite_target::host::{Flight, Reads};
 
 /// The answer to a command sent for the connection's own use (at attach: INQUIRY, READ
 /// CAPACITY...).
@@ -43,20 +23,8 @@ pub struct Reply {
     pub data: Vec<u8>,
 }
 
-/// Who waits for a task.
-pub(crate) enum Owner {
-    /// A bdev request: data goes to or from its buffers.
-    Bdev(BdevIo),
-    /// A command of the connection's own, with the data it sends or the buffer it reads into.
-    Wait {
-        /// Where the reply goes.
-        tx: oneshot::Sender<Result<Reply, String>>,
-        /// Data to send.
-        out: Option<IoBuf>,
-        /// Buffer to read into.
-        inb: Option<IoBuf>,
-    },
-}
+/// Who waits for a task: a bdev request, or a command of the connection's own (the kit's).
+pub(crate) type Owner = ferrite_target::host::Owner<Reply>;
 
 /// How a task ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,8 +43,9 @@ pub(crate) enum Ended {
 /// One slot.
 #[derive(Default)]
 pub(crate) struct Task {
-    /// Where it stands.
-    pub(crate) phase: Phase,
+    /// Where it stands, the PDUs carrying its data not yet sent, and how it ended while it
+    /// waits for them (the kit's).
+    pub(crate) flight: Flight<Ended>,
     /// Who waits for it.
     pub(crate) owner: Option<Owner>,
     /// How many commands the slot started (wrapping): the ITT's high half.
@@ -89,10 +58,6 @@ pub(crate) struct Task {
     pub(crate) progress: ReadProgress,
     /// The R2TSN the next R2T must carry.
     pub(crate) r2t_sn: u32,
-    /// PDUs carrying its data not yet sent.
-    pub(crate) in_send: u16,
-    /// How it ended, while [`Phase::Answered`].
-    pub(crate) done: Option<Ended>,
     /// Data it sends other than the request's buffers (an UNMAP parameter list).
     pub(crate) extra: Option<IoBuf>,
     /// Its CmdSN (a lost connection's commands are sent again in this order).
@@ -104,14 +69,13 @@ pub(crate) struct Task {
 impl Task {
     /// Starts the slot's next command: everything a command leaves behind is reset here.
     pub(crate) fn begin(&mut self, owner: Owner, len: u32, read: bool, extra: Option<IoBuf>, cmd_sn: u32, tick: u32) {
-        debug_assert!(self.owner.is_none() && self.in_send == 0, "a free slot holds nothing");
+        debug_assert!(self.owner.is_none(), "a free slot holds nothing");
         self.owner = Some(owner);
         self.gen = self.gen.wrapping_add(1);
         self.len = len;
         self.read = read;
         self.progress = ReadProgress::default();
         self.r2t_sn = 0;
-        self.done = None;
         self.extra = extra;
         self.cmd_sn = cmd_sn;
         self.tick = tick;
@@ -136,6 +100,16 @@ impl Task {
     }
 }
 
+impl Reads for Task {
+    fn read_bufs(&mut self) -> Option<&mut [IoBuf]> {
+        self.owner.as_mut().and_then(Owner::read_bufs)
+    }
+
+    fn received(&mut self, n: u32) {
+        self.progress.got = self.progress.got.saturating_add(n);
+    }
+}
+
 /// The ITT of a slot's command of generation `gen`.
 pub(crate) fn itt(slot: u16, gen: u16) -> u32 {
     u32::from(gen) << 16 | u32::from(slot)
@@ -157,16 +131,7 @@ pub(crate) const LOGOUT_ITT: u32 = 0xffff_fffe;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferrite_target::Phase as _;
-
-    #[test]
-    fn phases_follow_their_table() {
-        use Phase::*;
-        assert!(Free.may_become(Sent));
-        assert!(Sent.may_become(Free) && Sent.may_become(Answered));
-        assert!(Answered.may_become(Free));
-        assert!(!Free.may_become(Answered) && !Answered.may_become(Sent) && !Free.may_become(Free));
-    }
+    use ferrite_reactor::oneshot;
 
     #[test]
     fn itts_name_slot_and_generation() {
