@@ -406,7 +406,8 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, pg_tag: u16, _permit: G
                 // Initiators often just close (iscsi-ls, a normal session without logout).
                 log::debug!("iscsi connection {id} from {}: {e}", c.peer);
             } else {
-                log::info!("iscsi connection {id} from {}: {e}", c.peer);
+                // What ends a connection, as fast as peers connect: rate-limited.
+                ferrite_reactor::log_limited!(log::Level::Info, "iscsi connection {id} from {}: {e}", c.peer);
             }
             c.close();
         }

@@ -98,7 +98,12 @@ struct Ctx<'a> {
 impl LoginContext for Ctx<'_> {
     fn lookup_target(&mut self, target_name: &str, initiator_name: &str) -> TargetLookup {
         let Some(node) = crate::target(target_name) else {
-            log::warn!("iscsi connection {} from {}: target {target_name} not found", self.c.id, self.c.peer);
+            ferrite_reactor::log_limited!(
+                log::Level::Warn,
+                "iscsi connection {} from {}: target {target_name} not found",
+                self.c.id,
+                self.c.peer
+            );
             return TargetLookup::NotFound;
         };
         let tag = i32::from(self.c.pg_tag);
@@ -107,7 +112,8 @@ impl LoginContext for Ctx<'_> {
         }
         let allowed = self.c.peer_ip.is_some_and(|ip| crate::allowed(&node, initiator_name, ip, tag));
         if !allowed {
-            log::warn!(
+            ferrite_reactor::log_limited!(
+                log::Level::Warn,
                 "iscsi connection {} from {}: {initiator_name} may not log in to {} through portal group {tag}",
                 self.c.id,
                 self.c.peer,
@@ -182,7 +188,10 @@ pub(crate) fn on_request(c: &Rc<Conn>, req: &LoginRequest, data: &[u8]) -> Resul
             Ok(true)
         }
         Outcome::Failed(status) => {
-            log::info!(
+            // Unauthenticated peers can fail logins as fast as they connect: at most one
+            // line a second, with a count of those dropped.
+            ferrite_reactor::log_limited!(
+                log::Level::Info,
                 "iscsi connection {} from {}: login failed: {status} (status {:#06x})",
                 c.id,
                 c.peer,

@@ -513,6 +513,9 @@ impl TargetLogin {
     ) -> Result<(), LoginStatus> {
         let get = |k: &str| pairs.iter().find(|kv| kv.key == k).map(|kv| kv.value.as_str());
         let initiator_name = get("InitiatorName").filter(|n| !n.is_empty()).ok_or(LoginStatus::MISSING_PARAMETER)?;
+        if !plausible_name(initiator_name) {
+            return Err(LoginStatus::INITIATOR_ERROR);
+        }
         let session_type = match get("SessionType") {
             None => SessionType::Normal,
             Some(v) => SessionType::parse(v).ok_or(LoginStatus::SESSION_TYPE_NOT_SUPPORTED)?,
@@ -520,6 +523,10 @@ impl TargetLogin {
         let (target, policy) = match session_type {
             SessionType::Normal => {
                 let name = get("TargetName").filter(|n| !n.is_empty()).ok_or(LoginStatus::MISSING_PARAMETER)?;
+                if !plausible_name(name) {
+                    // No target has such a name (and it is not for the logs).
+                    return Err(LoginStatus::NOT_FOUND);
+                }
                 match ctx.lookup_target(name, initiator_name) {
                     TargetLookup::Found(t) => {
                         let policy = t.auth;
@@ -623,6 +630,17 @@ impl TargetLogin {
             Err(_) => Err(LoginStatus::AUTHENTICATION_FAILURE),
         }
     }
+}
+
+/// Most bytes of an iSCSI name (RFC 7143 section 4.2.7.1).
+pub const MAX_NAME_LEN: usize = 223;
+
+/// Whether `name` can be an iSCSI name at all: at most [`MAX_NAME_LEN`] bytes, no whitespace
+/// and no control characters (RFC 7143 section 4.2.7.2 allows neither). A login naming an
+/// initiator otherwise fails before the name reaches a table or a log line (where a newline
+/// or an escape sequence would forge or garble lines).
+pub fn plausible_name(name: &str) -> bool {
+    name.len() <= MAX_NAME_LEN && !name.chars().any(|c| c.is_control() || c.is_whitespace())
 }
 
 #[cfg(test)]

@@ -310,6 +310,7 @@ fn failures_and_their_status() {
     let op = request(1, Some(3), 0);
     let fail = |s| Outcome::Failed(s);
     type Case<'a> = (LoginRequest, Vec<(&'a str, &'a str)>, LoginStatus);
+    let long = format!("iqn.2024-01.x:{}", "i".repeat(224));
     let cases: Vec<Case> = vec![
         (op, vec![("TargetName", TARGET)], LoginStatus::MISSING_PARAMETER),
         (op, vec![("InitiatorName", INITIATOR)], LoginStatus::MISSING_PARAMETER),
@@ -317,6 +318,19 @@ fn failures_and_their_status() {
         (op, vec![("InitiatorName", INITIATOR), ("TargetName", "iqn.gone")], LoginStatus::TARGET_REMOVED),
         (op, vec![("InitiatorName", INITIATOR), ("TargetName", "iqn.secret")], LoginStatus::AUTHORIZATION_FAILURE),
         (op, vec![("InitiatorName", INITIATOR), ("SessionType", "Boot")], LoginStatus::SESSION_TYPE_NOT_SUPPORTED),
+        // Names that cannot be iSCSI names (a forged log line, an escape sequence, too long).
+        (
+            op,
+            vec![("InitiatorName", "iqn.2024-01.y\n[x] ERROR forged"), ("TargetName", TARGET)],
+            LoginStatus::INITIATOR_ERROR,
+        ),
+        (
+            op,
+            vec![("InitiatorName", "iqn.2024-01.y\u{1b}[31m"), ("SessionType", "Discovery")],
+            LoginStatus::INITIATOR_ERROR,
+        ),
+        (op, vec![("InitiatorName", long.as_str()), ("TargetName", TARGET)], LoginStatus::INITIATOR_ERROR),
+        (op, vec![("InitiatorName", INITIATOR), ("TargetName", "iqn.a b")], LoginStatus::NOT_FOUND),
         (LoginRequest { version_min: 1, version_max: 2, ..op }, vec![], LoginStatus::UNSUPPORTED_VERSION),
         (LoginRequest { continue_: true, ..op }, vec![], LoginStatus::INITIATOR_ERROR),
         (request(2, Some(3), 0), vec![], LoginStatus::INITIATOR_ERROR),
