@@ -126,6 +126,7 @@ impl Conn {
                 first_burst: 0,
                 max_burst: 0,
                 max_send_segment: 8192,
+                max_r2t: 1,
             }),
             tx: Cell::new(PduParams::LOGIN),
             win: Cell::new(Window::new(1, 0, 0)),
@@ -324,6 +325,7 @@ impl Conn {
             let t = &mut tasks[usize::from(slot)];
             t.flight.start(self.core.id, u32::from(slot));
             t.begin(owner, cmd.len, cmd.read, cmd.extra, cmd_sn, self.tick.get());
+            t.r2ts = crate::plan::R2ts::after(plan.unsolicited_end);
             if write {
                 t.data_pieces(&mut list);
             }
@@ -344,7 +346,7 @@ impl Conn {
         });
         let mut piece: SmallVec<[(*const u8, usize); 4]> = SmallVec::new();
         pieces_in(&list, 0, plan.immediate, &mut piece);
-        if !self.queue(slot, &params, &pdu, &piece, plan.immediate > 0) {
+        if !self.queue(slot, &params, &pdu, &piece, plan.immediate > 0, false) {
             return;
         }
         for (off, n, last) in segments(plan.immediate, plan.unsolicited_end, x.max_send_segment) {
@@ -358,23 +360,41 @@ impl Conn {
                 buffer_offset: off,
             });
             pieces_in(&list, off, n, &mut piece);
-            if !self.queue(slot, &params, &pdu, &piece, true) {
+            if !self.queue(slot, &params, &pdu, &piece, true, false) {
                 return;
             }
         }
     }
 
     /// Frames and queues one PDU of task `slot` (counted in its sends if it carries its
-    /// data). False if it could not be framed (the connection is then dropped: a PDU this
-    /// end cannot frame is a bug, not the target's fault, but nothing else is safe).
-    fn queue(&self, slot: u16, params: &PduParams, pdu: &Pdu, pieces: &[(*const u8, usize)], data: bool) -> bool {
+    /// data; `r2t_last`: the last Data-Out answering an R2T). False if it could not be framed
+    /// or counted (the connection is then dropped: a PDU this end cannot frame is a bug, not
+    /// the target's fault, but nothing else is safe).
+    fn queue(
+        &self,
+        slot: u16,
+        params: &PduParams,
+        pdu: &Pdu,
+        pieces: &[(*const u8, usize)],
+        data: bool,
+        r2t_last: bool,
+    ) -> bool {
         // SAFETY: the pieces point into the task's buffers (its request's, its extra data, its
         // own command's), which stay with the task until `sent` has counted this PDU.
         match unsafe { Out::frame(params, pdu, pieces) } {
             Ok(mut o) => {
                 if data {
+                    if !self.tasks.borrow_mut()[usize::from(slot)].flight.queued() {
+                        log::error!(
+                            "iscsi host connection {}: too many PDUs queued for one command; closing",
+                            self.core.id
+                        );
+                        *self.fault.borrow_mut() = Some("too many Data-Out PDUs asked for one command".into());
+                        self.close();
+                        return false;
+                    }
                     o.slot = Some(slot);
-                    self.tasks.borrow_mut()[usize::from(slot)].flight.queued();
+                    o.r2t_last = r2t_last;
                 }
                 self.push(o);
                 true
@@ -387,9 +407,18 @@ impl Conn {
         }
     }
 
-    /// A PDU carrying task `slot`'s data has been sent.
-    pub(crate) fn sent(&self, slot: u16) {
-        let done = self.tasks.borrow_mut()[usize::from(slot)].flight.sent();
+    /// A PDU carrying a task's data has been sent (`tag`: its slot, with
+    /// [`out::R2T_LAST`] if it was the last Data-Out answering an R2T).
+    pub(crate) fn sent(&self, tag: u16) {
+        let slot = tag & !out::R2T_LAST;
+        let done = {
+            let mut tasks = self.tasks.borrow_mut();
+            let t = &mut tasks[usize::from(slot)];
+            if tag & out::R2T_LAST != 0 {
+                t.r2ts.answered();
+            }
+            t.flight.sent()
+        };
         if let Some(e) = done {
             self.finish(slot, e);
         }

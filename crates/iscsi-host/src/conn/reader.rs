@@ -226,10 +226,10 @@ impl Conn {
             if t.read {
                 return Err(Stop::Violation(format!("an R2T for ITT {:#010x}, a read", r.itt)));
             }
-            if let Some(e) = r2t_wrong(t.len, &x, t.r2t_sn, r.r2t_sn, r.buffer_offset, r.desired_data_transfer_length) {
+            if let Some(e) = r2t_wrong(t.len, &x, &t.r2ts, r.r2t_sn, r.buffer_offset, r.desired_data_transfer_length) {
                 return Err(Stop::Violation(e));
             }
-            t.r2t_sn = t.r2t_sn.wrapping_add(1);
+            t.r2ts.take(r.buffer_offset, r.desired_data_transfer_length);
             t.data_pieces(&mut list);
         }
         let params = self.tx.get();
@@ -247,8 +247,8 @@ impl Conn {
                 buffer_offset: off,
             });
             pieces_in(&list, off, n, &mut piece);
-            if !self.queue(slot, &params, &pdu, &piece, true) {
-                return Err(Stop::Closed("cannot frame a Data-Out".into()));
+            if !self.queue(slot, &params, &pdu, &piece, true, last) {
+                return Err(Stop::Violation("cannot queue a Data-Out".into()));
             }
         }
         Ok(())
