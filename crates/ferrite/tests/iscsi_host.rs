@@ -469,6 +469,16 @@ const INJECT_WRONG_ITT: u8 = 1;
 const INJECT_OVERSIZE: u8 = 2;
 /// A header with an undefined opcode.
 const INJECT_BAD_OPCODE: u8 = 3;
+/// After a SCSI Response, a flood of NOP-Ins asking for an answer (TTT [`FLOOD_TTT`]) with
+/// ping data.
+const INJECT_NOP_FLOOD: u8 = 4;
+/// NOP-Ins in a flood.
+const FLOOD_PINGS: u64 = 20_000;
+/// The TTT of the flood's NOP-Ins: the NOP-Outs answering them are counted and not forwarded.
+const FLOOD_TTT: u32 = 0x5eed_5eed;
+/// NOP-Outs answering the flood, and the data bytes they carried.
+static FLOOD_ANSWERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FLOOD_ANSWER_DATA: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Reads one PDU (no digests) from `s`; None at end of stream.
 fn read_pdu(s: &mut TcpStream) -> Option<Vec<u8>> {
@@ -493,13 +503,43 @@ fn spawn_proxy(target_port: u16, inject: Arc<AtomicU8>) -> u16 {
             let Ok(mut target) = TcpStream::connect(("127.0.0.1", target_port)) else { continue };
             let (mut c2, mut t2) = (client.try_clone().unwrap(), target.try_clone().unwrap());
             std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c2, &mut t2);
+                while let Some(pdu) = read_pdu(&mut c2) {
+                    if pdu[0] & 0x3f == 0x00 && pdu[20..24] == FLOOD_TTT.to_be_bytes() {
+                        FLOOD_ANSWERS.fetch_add(1, Ordering::SeqCst);
+                        let data = u32::from_be_bytes([0, pdu[5], pdu[6], pdu[7]]);
+                        FLOOD_ANSWER_DATA.fetch_add(u64::from(data), Ordering::SeqCst);
+                        continue;
+                    }
+                    if t2.write_all(&pdu).is_err() {
+                        break;
+                    }
+                }
                 let _ = t2.shutdown(std::net::Shutdown::Both);
             });
             let inject = inject.clone();
             std::thread::spawn(move || {
                 while let Some(mut pdu) = read_pdu(&mut target) {
                     let opcode = pdu[0] & 0x3f;
+                    if opcode == 0x21 && inject.load(Ordering::SeqCst) == INJECT_NOP_FLOOD {
+                        inject.store(INJECT_NONE, Ordering::SeqCst);
+                        // The response first, then the pings (with its ExpCmdSN and MaxCmdSN).
+                        if client.write_all(&pdu).is_err() {
+                            break;
+                        }
+                        let mut nop = vec![0u8; 48 + 512];
+                        nop[0] = 0x20;
+                        nop[1] = 0x80;
+                        nop[5..8].copy_from_slice(&[0, 2, 0]);
+                        nop[16..20].copy_from_slice(&[0xff; 4]);
+                        nop[20..24].copy_from_slice(&FLOOD_TTT.to_be_bytes());
+                        nop[24..36].copy_from_slice(&pdu[24..36]);
+                        nop[48..].fill(0xab);
+                        let flood: Vec<u8> = (0..FLOOD_PINGS).flat_map(|_| nop.iter().copied()).collect();
+                        if client.write_all(&flood).is_err() {
+                            break;
+                        }
+                        continue;
+                    }
                     if opcode == 0x21 || opcode == 0x25 {
                         match inject.swap(INJECT_NONE, Ordering::SeqCst) {
                             INJECT_WRONG_ITT => pdu[16..20].copy_from_slice(&0x7777_7777u32.to_be_bytes()),
@@ -560,6 +600,46 @@ fn a_target_that_breaks_the_protocol_is_dropped_and_io_goes_on() {
     assert!(bdev(&h, "iSCSI0")["driver_specific"]["iscsi"]["reconnects"].as_u64() >= Some(3));
     h.assert_serving();
     t.assert_serving();
+}
+
+#[test]
+fn a_nop_in_flood_is_answered_without_data_and_not_once_per_ping() {
+    if !have("a_nop_in_flood_is_answered_without_data_and_not_once_per_ping", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("iscsi-host-nop-flood");
+    let port = iscsi_common::free_port();
+    let t = ferrite_target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 16384, "block_size": 512})));
+    });
+    let iqn = node(&t, "disk0", "M0", json!({}));
+    let inject = Arc::new(AtomicU8::new(INJECT_NONE));
+    let proxy = spawn_proxy(port, inject.clone());
+    let (h, uri) = host_with_nbd(&dir, "iSCSI0", &url(proxy, &iqn, 0), None);
+    // A client that keeps the session while the flood comes (after its write's response).
+    inject.store(INJECT_NOP_FLOOD, Ordering::SeqCst);
+    let client = Tool::spawn(
+        &dir,
+        "qemu-io",
+        &["-f", "raw", "-c", "write -P 0x42 0 64k", "-c", "sleep 3000", "-c", "read -P 0x42 0 64k", &uri],
+    );
+    // The pings arrive faster than the answers go: a NOP-Out waiting to be sent answers them
+    // all (one answer queued at most, none echoing the 10 MB of ping data).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while FLOOD_ANSWERS.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the pings were not answered:\n{}", h.proc.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(inject.load(Ordering::SeqCst), INJECT_NONE, "no flood sent");
+    let out = client.wait(Duration::from_secs(30));
+    out.assert_ok("qemu-io across a NOP-In flood");
+    assert!(!out.stdout.contains("fail"), "{}", out.stdout);
+    let answers = FLOOD_ANSWERS.load(Ordering::SeqCst);
+    assert_eq!(FLOOD_ANSWER_DATA.load(Ordering::SeqCst), 0, "ping data echoed");
+    assert!(answers < FLOOD_PINGS / 4, "{answers} NOP-Outs for {FLOOD_PINGS} pings");
+    qemu_io(&dir, &uri, &["read -P 0x42 0 64k".to_string()]);
+    assert_eq!(bdev(&h, "iSCSI0")["driver_specific"]["iscsi"]["reconnects"], 0, "the flood dropped a connection");
+    h.assert_serving();
 }
 
 /// A private tgtd (tgt's target daemon) with one file LUN.

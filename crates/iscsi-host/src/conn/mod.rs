@@ -100,6 +100,8 @@ pub struct Conn {
     fault: RefCell<Option<String>>,
     /// A caller waiting for room or for the connection to drain ([`Conn::wait_until`]).
     waiter: RefCell<Option<Waker>>,
+    /// A NOP-Out answering a target's ping waits to be sent (no second one is queued).
+    nop_waits: Cell<bool>,
 }
 
 impl Conn {
@@ -139,6 +141,7 @@ impl Conn {
             tick: Cell::new(0),
             fault: RefCell::new(None),
             waiter: RefCell::new(None),
+            nop_waits: Cell::new(false),
         });
         let (tx, rx) = oneshot::channel();
         *c.login_wait.borrow_mut() = Some(tx);
@@ -410,6 +413,10 @@ impl Conn {
     /// A PDU carrying a task's data has been sent (`tag`: its slot, with
     /// [`out::R2T_LAST`] if it was the last Data-Out answering an R2T).
     pub(crate) fn sent(&self, tag: u16) {
+        if tag == out::NOP_ANSWER {
+            self.nop_waits.set(false);
+            return;
+        }
         let slot = tag & !out::R2T_LAST;
         let done = {
             let mut tasks = self.tasks.borrow_mut();

@@ -94,6 +94,9 @@ impl Outgoing for Out {
 /// last Data-Out of an R2T's answer.
 pub(crate) const R2T_LAST: u16 = 0x8000;
 
+/// The tag of the NOP-Out answering a target's ping (no slot: slots are below 4096).
+pub(crate) const NOP_ANSWER: u16 = 0x7fff;
+
 /// The pieces of bytes `[off, off + n)` of the scatter list `list`, into `out`.
 pub(crate) fn pieces_in(list: &[(*const u8, usize)], off: u32, n: u32, out: &mut SmallVec<[(*const u8, usize); 4]>) {
     out.clear();

@@ -254,8 +254,14 @@ impl Conn {
         Ok(())
     }
 
-    /// Answers a NOP-In that asks for it (a TTT), echoing its ping data.
-    fn answer_nop(&self, n: &NopIn, data: &[u8]) {
+    /// Answers a NOP-In that asks for it (a TTT) with a NOP-Out without data: a target's ping
+    /// carries no data to echo (RFC 7143 section 11.19: its data segment is empty; libiscsi
+    /// does not echo either). At most one answer waits to be sent: a target pinging faster
+    /// than this end sends is answered once (the TTT of the first ping waiting).
+    fn answer_nop(&self, n: &NopIn) {
+        if self.nop_waits.get() {
+            return;
+        }
         let w = self.win.get();
         let pdu = Pdu::NopOut(NopOut {
             immediate: true,
@@ -265,10 +271,12 @@ impl Conn {
             cmd_sn: w.next(),
             exp_stat_sn: w.exp_stat_sn(),
         });
-        let params = self.tx.get();
-        let keep = data.len().min(params.max_data_segment as usize);
-        match super::out::Out::owned(&params, &pdu, data[..keep].to_vec()) {
-            Ok(o) => self.push(o),
+        match super::out::Out::owned(&self.tx.get(), &pdu, Vec::new()) {
+            Ok(mut o) => {
+                o.slot = Some(super::out::NOP_ANSWER);
+                self.nop_waits.set(true);
+                self.push(o);
+            }
             Err(e) => log::warn!("iscsi host connection {}: cannot answer a NOP-In: {e}", self.core.id),
         }
     }
@@ -302,7 +310,8 @@ fn on_header(c: &Conn, h: &Header) -> Result<Dest, Stop> {
         }
         Pdu::NopIn(n) => {
             c.seen(n.exp_cmd_sn, n.max_cmd_sn, (n.itt != RESERVED_TAG).then_some(n.stat_sn))?;
-            Ok(Dest::Stage)
+            // Its data (none from a conforming target) is not kept.
+            Ok(Dest::Skip)
         }
         Pdu::Reject(r) => {
             c.seen(r.exp_cmd_sn, r.max_cmd_sn, Some(r.stat_sn))?;
@@ -347,7 +356,7 @@ fn on_end(c: &Conn, pdu: &Pdu, staged: &[u8]) -> Result<(), Stop> {
                 c.finish(slot, Ended::Status { status: r.status, sense });
             }
         }
-        Pdu::NopIn(n) if n.ttt != RESERVED_TAG => c.answer_nop(n, staged),
+        Pdu::NopIn(n) if n.ttt != RESERVED_TAG => c.answer_nop(n),
         Pdu::Reject(r) => {
             let Some(bhs) = staged.get(..BHS_LEN) else {
                 return Err(Stop::Violation(format!("a Reject without the rejected header ({} bytes)", staged.len())));
