@@ -154,6 +154,22 @@ fn verify_through_ferrite_target() {
 }
 
 #[test]
+fn unsolicited_data_outs_count_their_data_sn() {
+    // FirstBurstLength 256 KiB (Ferrite's target: InitialR2T=No) with 64 KiB data segments:
+    // a 200 KiB write goes as 64 KiB of immediate data and unsolicited Data-Outs of DataSN 0,
+    // 1, 2 (all numbered 0 before: the target refused the second and the write failed).
+    let dir = TempDir::new("iscsi-host-unsolicited");
+    let t = iscsi_common::IscsiDaemon::start_with_options(&dir, "0x1", Some(json!({"first_burst_length": 262144})));
+    t.malloc("M0", 65536, 512);
+    let iqn = t.target("disk0", "M0", json!({}));
+    for qd in [1, 8] {
+        perf_verify(&dir, &t.url(&iqn, None), qd, 200 << 10, None);
+    }
+    assert!(!t.d.proc.stderr().contains("DataSN"), "{}", t.d.proc.stderr());
+    t.d.assert_serving();
+}
+
+#[test]
 fn patterns_flush_unmap_and_save_config_through_nbd() {
     if !have("patterns_flush_unmap_and_save_config_through_nbd", &["qemu-io"]) {
         return;

@@ -352,14 +352,16 @@ impl Conn {
         if !self.queue(slot, &params, &pdu, &piece, plan.immediate > 0, false) {
             return;
         }
-        for (off, n, last) in segments(plan.immediate, plan.unsolicited_end, x.max_send_segment) {
+        // The unsolicited Data-Outs are one sequence: DataSN 0, 1, 2... (RFC 7143 11.7.5).
+        for (data_sn, (off, n, last)) in segments(plan.immediate, plan.unsolicited_end, x.max_send_segment).enumerate()
+        {
             let pdu = Pdu::DataOut(DataOut {
                 final_: last,
                 lun: self.lun,
                 itt,
                 ttt: RESERVED_TAG,
                 exp_stat_sn: w.exp_stat_sn(),
-                data_sn: 0,
+                data_sn: data_sn as u32,
                 buffer_offset: off,
             });
             pieces_in(&list, off, n, &mut piece);
