@@ -632,13 +632,27 @@ fn a_nop_in_flood_is_answered_without_data_and_not_once_per_ping() {
     let inject = Arc::new(AtomicU8::new(INJECT_NONE));
     let proxy = spawn_proxy(port, inject.clone());
     let (h, uri) = host_with_nbd(&dir, "iSCSI0", &url(proxy, &iqn, 0), None);
-    // A client that keeps the session while the flood comes (after its write's response).
-    inject.store(INJECT_NOP_FLOOD, Ordering::SeqCst);
+    // A client that keeps the session while the flood comes (after its write's response; armed
+    // once the attach's own commands are over, their connections closing).
     let client = Tool::spawn(
         &dir,
         "qemu-io",
-        &["-f", "raw", "-c", "write -P 0x42 0 64k", "-c", "sleep 3000", "-c", "read -P 0x42 0 64k", &uri],
+        &[
+            "-f",
+            "raw",
+            "-c",
+            "sleep 1500",
+            "-c",
+            "write -P 0x42 0 64k",
+            "-c",
+            "sleep 3000",
+            "-c",
+            "read -P 0x42 0 64k",
+            &uri,
+        ],
     );
+    std::thread::sleep(Duration::from_millis(700));
+    inject.store(INJECT_NOP_FLOOD, Ordering::SeqCst);
     // The pings arrive faster than the answers go: a NOP-Out waiting to be sent answers them
     // all (one answer queued at most, none echoing the 10 MB of ping data).
     let deadline = Instant::now() + Duration::from_secs(10);
