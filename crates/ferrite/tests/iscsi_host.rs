@@ -488,6 +488,8 @@ const INJECT_BAD_OPCODE: u8 = 3;
 /// After a SCSI Response, a flood of NOP-Ins asking for an answer (TTT [`FLOOD_TTT`]) with
 /// ping data.
 const INJECT_NOP_FLOOD: u8 = 4;
+/// Every Data-In and SCSI Response with its ITT changed (not disarmed).
+const INJECT_WRONG_ITT_ALWAYS: u8 = 5;
 /// NOP-Ins in a flood.
 const FLOOD_PINGS: u64 = 20_000;
 /// The TTT of the flood's NOP-Ins: the NOP-Outs answering them are counted and not forwarded.
@@ -509,13 +511,17 @@ fn read_pdu(s: &mut TcpStream) -> Option<Vec<u8>> {
 }
 
 /// A TCP proxy to the target on `target_port` that corrupts the target's next SCSI Response or
-/// Data-In as `inject` says (armed by storing a mode; it disarms itself).
-fn spawn_proxy(target_port: u16, inject: Arc<AtomicU8>) -> u16 {
+/// Data-In as `inject` says (armed by storing a mode; it disarms itself). Returns its port and
+/// the count of connections it took.
+fn spawn_proxy(target_port: u16, inject: Arc<AtomicU8>) -> (u16, Arc<std::sync::atomic::AtomicU64>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
+    let conns = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = conns.clone();
     std::thread::spawn(move || {
         for client in l.incoming() {
             let Ok(mut client) = client else { return };
+            counted.fetch_add(1, Ordering::SeqCst);
             let Ok(mut target) = TcpStream::connect(("127.0.0.1", target_port)) else { continue };
             let (mut c2, mut t2) = (client.try_clone().unwrap(), target.try_clone().unwrap());
             std::thread::spawn(move || {
@@ -556,7 +562,9 @@ fn spawn_proxy(target_port: u16, inject: Arc<AtomicU8>) -> u16 {
                         }
                         continue;
                     }
-                    if opcode == 0x21 || opcode == 0x25 {
+                    if (opcode == 0x21 || opcode == 0x25) && inject.load(Ordering::SeqCst) == INJECT_WRONG_ITT_ALWAYS {
+                        pdu[16..20].copy_from_slice(&0x7777_7777u32.to_be_bytes());
+                    } else if opcode == 0x21 || opcode == 0x25 {
                         match inject.swap(INJECT_NONE, Ordering::SeqCst) {
                             INJECT_WRONG_ITT => pdu[16..20].copy_from_slice(&0x7777_7777u32.to_be_bytes()),
                             INJECT_OVERSIZE => {
@@ -581,7 +589,7 @@ fn spawn_proxy(target_port: u16, inject: Arc<AtomicU8>) -> u16 {
             });
         }
     });
-    port
+    (port, conns)
 }
 
 #[test]
@@ -596,7 +604,7 @@ fn a_target_that_breaks_the_protocol_is_dropped_and_io_goes_on() {
     });
     let iqn = node(&t, "disk0", "M0", json!({}));
     let inject = Arc::new(AtomicU8::new(INJECT_NONE));
-    let proxy = spawn_proxy(port, inject.clone());
+    let (proxy, _) = spawn_proxy(port, inject.clone());
     let (h, uri) = host_with_nbd(&dir, "iSCSI0", &url(proxy, &iqn, 0), None);
     qemu_io(&dir, &uri, &["write -P 0x42 0 256k".to_string()]);
     for (mode, what) in [
@@ -604,6 +612,8 @@ fn a_target_that_breaks_the_protocol_is_dropped_and_io_goes_on() {
         (INJECT_OVERSIZE, "MaxRecvDataSegmentLength"),
         (INJECT_BAD_OPCODE, "opcode"),
     ] {
+        // The protocol error's log line is rate-limited to one a second.
+        std::thread::sleep(Duration::from_millis(1100));
         inject.store(mode, Ordering::SeqCst);
         // The corrupted answer drops the connection; the command is sent again after a new
         // login, and the read sees the data.
@@ -630,7 +640,7 @@ fn a_nop_in_flood_is_answered_without_data_and_not_once_per_ping() {
     });
     let iqn = node(&t, "disk0", "M0", json!({}));
     let inject = Arc::new(AtomicU8::new(INJECT_NONE));
-    let proxy = spawn_proxy(port, inject.clone());
+    let (proxy, _) = spawn_proxy(port, inject.clone());
     let (h, uri) = host_with_nbd(&dir, "iSCSI0", &url(proxy, &iqn, 0), None);
     // A client that keeps the session while the flood comes (after its write's response; armed
     // once the attach's own commands are over, their connections closing).
@@ -670,6 +680,43 @@ fn a_nop_in_flood_is_answered_without_data_and_not_once_per_ping() {
     qemu_io(&dir, &uri, &["read -P 0x42 0 64k".to_string()]);
     assert_eq!(bdev(&h, "iSCSI0")["driver_specific"]["iscsi"]["reconnects"], 0, "the flood dropped a connection");
     h.assert_serving();
+}
+
+#[test]
+fn a_target_that_breaks_each_connection_at_once_is_logged_in_to_with_a_back_off() {
+    if !have("a_target_that_breaks_each_connection_at_once_is_logged_in_to_with_a_back_off", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("iscsi-host-storm");
+    let port = iscsi_common::free_port();
+    let t = ferrite_target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 16384, "block_size": 512})));
+    });
+    let iqn = node(&t, "disk0", "M0", json!({}));
+    let inject = Arc::new(AtomicU8::new(INJECT_NONE));
+    let (proxy, conns) = spawn_proxy(port, inject.clone());
+    let (h, uri) = host_with_nbd(&dir, "iSCSI0", &url(proxy, &iqn, 0), Some(json!({"timeout_sec": 4})));
+    qemu_io(&dir, &uri, &["write -P 0x42 0 4k".to_string()]);
+    // Every connection now logs in, then breaks on the first answer: the read is sent again
+    // on new connections until it fails, 4 s on.
+    inject.store(INJECT_WRONG_ITT_ALWAYS, Ordering::SeqCst);
+    let before = conns.load(Ordering::SeqCst);
+    let started = Instant::now();
+    let (ok, out) = try_qemu_io(&dir, &uri, "read 0 4k");
+    let took = started.elapsed();
+    let logins = conns.load(Ordering::SeqCst) - before;
+    inject.store(INJECT_NONE, Ordering::SeqCst);
+    assert!(!ok, "a read succeeded through a broken target: {out}");
+    assert!(took < Duration::from_secs(15), "the failed read took {took:?}");
+    // Back-off 0.1, 0.2, 0.4, 0.8, then 1 s: about 8 logins in 4-5 s (thousands without).
+    assert!(logins <= 20, "{logins} logins in {took:?}");
+    let log = h.proc.stderr();
+    let lines = log.lines().filter(|l| l.contains("logged in again")).count();
+    assert!(lines <= 12, "{lines} 'logged in again' lines");
+    // A useful connection resets the back-off: the I/O goes on at once.
+    qemu_io(&dir, &uri, &["read -P 0x42 0 4k".to_string()]);
+    h.assert_serving();
+    t.assert_serving();
 }
 
 /// A private tgtd (tgt's target daemon) with one file LUN.

@@ -10,8 +10,11 @@
 //! layer gets NoMem and retries), and goes as soon as a command ends or the target opens the
 //! window. When the connection drops (the target went away, broke the protocol, asked for a
 //! logout), its outstanding requests come back to the front of the queue and the session logs
-//! in again (a new session; the target reinstates it if it still knows the ISID), after 0.1 s,
-//! then up to every second. A request that has waited `timeout_sec` since it was submitted
+//! in again (a new session; the target reinstates it if it still knows the ISID): at once if
+//! the connection was of use (a command ended with a status on it, or it lived a second),
+//! else after a back-off of 0.1 s doubling up to 1 s per login in a row that gave nothing (a
+//! target that logs in and breaks the connection at once is not logged in to in a loop). A
+//! request that has waited `timeout_sec` since it was submitted
 //! (30 s when that is 0) fails with EIO; a command the target has not answered within
 //! `timeout_sec` drops the connection, its requests to be sent again. The bdev stays.
 
@@ -35,6 +38,15 @@ pub const MAX_WAITING: usize = 256;
 pub const MAX_UA_RETRIES: u8 = 8;
 /// How long a request waits for a connection when `timeout_sec` is 0.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+
+/// How long the `attempt`th login in a row that gave no useful connection waits: 0.1 s, then
+/// doubling up to 1 s.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    if attempt == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(100u64 << (attempt - 1).min(4)).min(Duration::from_secs(1))
+}
 
 /// A request's context in this module.
 #[derive(Debug, Clone, Copy, Default)]
@@ -60,6 +72,9 @@ pub(crate) struct Session {
     closed: Cell<bool>,
     /// A connection was up before (the next one is a reconnection).
     was_up: Cell<bool>,
+    /// Logins in a row that did not give a useful connection (failed, or the connection
+    /// dropped at once): the next login waits for the back-off first.
+    attempt: Cell<u32>,
     me: Weak<Session>,
 }
 
@@ -76,6 +91,7 @@ impl Session {
             tick: Cell::new(0),
             closed: Cell::new(false),
             was_up: Cell::new(false),
+            attempt: Cell::new(0),
             me: me.clone(),
         })
     }
@@ -151,8 +167,13 @@ impl Session {
         }
         let me = self.me.clone();
         ferrite_reactor::spawn_local(async move {
-            let mut attempt = 0u32;
             loop {
+                let Some(s) = me.upgrade() else { return };
+                let attempt = s.attempt.get();
+                drop(s);
+                if attempt > 0 {
+                    ferrite_reactor::sleep(backoff(attempt)).await;
+                }
                 let Some(s) = me.upgrade() else { return };
                 if s.gone() {
                     s.fail_waiting(IoStatus::Removed);
@@ -167,6 +188,8 @@ impl Session {
                 drop(s);
                 let res = Conn::connect_owned(&params, Some(owner)).await;
                 let Some(s) = me.upgrade() else { return };
+                // Counted until the connection proves useful ([`ConnOwner::lost`] resets it).
+                s.attempt.set(attempt.saturating_add(1));
                 match res {
                     Ok(c) if s.gone() => {
                         ferrite_reactor::spawn_local(async move { c.logout(Duration::from_secs(2)).await }).detach();
@@ -175,7 +198,8 @@ impl Session {
                         c.set_tick(s.tick.get());
                         if s.was_up.replace(true) || attempt > 0 {
                             s.lun.reconnects.fetch_add(1, Ordering::Relaxed);
-                            log::info!(
+                            ferrite_reactor::log_limited!(
+                                log::Level::Info,
                                 "iscsi bdev {}: reactor {} logged in again to {} (connection {})",
                                 s.lun.name,
                                 s.qualifier,
@@ -190,19 +214,15 @@ impl Session {
                         return;
                     }
                     Err(e) => {
-                        attempt += 1;
-                        if attempt == 1 || attempt.is_multiple_of(10) {
+                        let n = attempt + 1;
+                        if n == 1 || n.is_multiple_of(10) {
                             log::warn!(
-                                "iscsi bdev {}: reactor {}: login to {} failed (attempt {attempt}): {e}",
+                                "iscsi bdev {}: reactor {}: login to {} failed (attempt {n}): {e}",
                                 s.lun.name,
                                 s.qualifier,
                                 s.lun.addr
                             );
                         }
-                        drop(s);
-                        let delay = Duration::from_millis(100u64 << attempt.min(4).saturating_sub(1))
-                            .min(Duration::from_secs(1));
-                        ferrite_reactor::sleep(delay).await;
                     }
                 }
             }
@@ -330,6 +350,11 @@ impl ConnOwner for Session {
     }
 
     fn lost(&self, conn: u64, ios: Vec<BdevIo>) {
+        if let Some(c) = self.conn.borrow().as_ref().filter(|c| c.id() == conn) {
+            if c.was_useful() {
+                self.attempt.set(0);
+            }
+        }
         let had = {
             let mut cur = self.conn.borrow_mut();
             // Only the session's current connection (a newer one may be up already).
@@ -356,5 +381,17 @@ impl ConnOwner for Session {
             self.connect();
             self.watch();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logins_back_off_up_to_a_second() {
+        let d: Vec<u64> = (0..7).map(|a| backoff(a).as_millis() as u64).collect();
+        assert_eq!(d, [0, 100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(1));
     }
 }

@@ -102,6 +102,10 @@ pub struct Conn {
     waiter: RefCell<Option<Waker>>,
     /// A NOP-Out answering a target's ping waits to be sent (no second one is queued).
     nop_waits: Cell<bool>,
+    /// When the login completed.
+    since: Cell<Instant>,
+    /// A command ended with a SCSI status on it.
+    answered: Cell<bool>,
 }
 
 impl Conn {
@@ -142,13 +146,18 @@ impl Conn {
             fault: RefCell::new(None),
             waiter: RefCell::new(None),
             nop_waits: Cell::new(false),
+            since: Cell::new(Instant::now()),
+            answered: Cell::new(false),
         });
         let (tx, rx) = oneshot::channel();
         *c.login_wait.borrow_mut() = Some(tx);
         ferrite_reactor::spawn_local(reader::reader(c.clone(), p.login.clone())).detach();
         ferrite_reactor::spawn_local(out::writer(c.clone())).detach();
         match with_deadline(rx, deadline).await {
-            Some(Ok(Ok(()))) => Ok(c),
+            Some(Ok(Ok(()))) => {
+                c.since.set(Instant::now());
+                Ok(c)
+            }
             Some(Ok(Err(e))) => {
                 c.close();
                 Err(e)
@@ -167,6 +176,13 @@ impl Conn {
     /// The connection's id (the kit's), for the log.
     pub fn id(&self) -> u64 {
         self.core.id
+    }
+
+    /// True if the connection was of use: a command ended with a status on it, or it lived a
+    /// second or more after its login (a target that logs in and drops the connection at
+    /// once is logged in to again only after a back-off).
+    pub(crate) fn was_useful(&self) -> bool {
+        self.answered.get() || self.since.get().elapsed() >= Duration::from_secs(1)
     }
 
     /// Sets the owner's clock: tasks sent from now on carry `tick`.
@@ -451,6 +467,9 @@ impl Conn {
             tasks.release(u32::from(slot));
             (owner, len, got)
         };
+        if matches!(e, Ended::Status { .. }) {
+            self.answered.set(true);
+        }
         // A logout waiting for the connection to drain, a command waiting for room.
         self.notify();
         match owner {

@@ -43,7 +43,9 @@ pub(super) async fn reader(c: Rc<Conn>, login: InitiatorLoginConfig) {
     match run(&c, login).await {
         Ok(()) => {}
         Err(Stop::Violation(e)) => {
-            log::warn!(
+            // Rate-limited: a target may break every connection right after its login.
+            ferrite_reactor::log_limited!(
+                log::Level::Warn,
                 "iscsi host connection {} to {}: protocol error by the target: {e}; closing the connection",
                 c.core.id,
                 c.core.peer
@@ -52,7 +54,12 @@ pub(super) async fn reader(c: Rc<Conn>, login: InitiatorLoginConfig) {
         }
         Err(Stop::Closed(e)) => {
             if !c.is_closed() {
-                log::info!("iscsi host connection {} to {}: {e}", c.core.id, c.core.peer);
+                ferrite_reactor::log_limited!(
+                    log::Level::Info,
+                    "iscsi host connection {} to {}: {e}",
+                    c.core.id,
+                    c.core.peer
+                );
             }
         }
     }
