@@ -490,6 +490,12 @@ const INJECT_BAD_OPCODE: u8 = 3;
 const INJECT_NOP_FLOOD: u8 = 4;
 /// Every Data-In and SCSI Response with its ITT changed (not disarmed).
 const INJECT_WRONG_ITT_ALWAYS: u8 = 5;
+/// Every SCSI Response's status made BUSY (not disarmed).
+const INJECT_BUSY_ALWAYS: u8 = 6;
+/// Every Data-In and SCSI Response dropped: a silent target (not disarmed).
+const INJECT_SILENT: u8 = 7;
+/// SCSI Responses the proxy made BUSY.
+static BUSY_ANSWERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// NOP-Ins in a flood.
 const FLOOD_PINGS: u64 = 20_000;
 /// The TTT of the flood's NOP-Ins: the NOP-Outs answering them are counted and not forwarded.
@@ -562,7 +568,15 @@ fn spawn_proxy(target_port: u16, inject: Arc<AtomicU8>) -> (u16, Arc<std::sync::
                         }
                         continue;
                     }
-                    if (opcode == 0x21 || opcode == 0x25) && inject.load(Ordering::SeqCst) == INJECT_WRONG_ITT_ALWAYS {
+                    if (opcode == 0x21 || opcode == 0x25) && inject.load(Ordering::SeqCst) == INJECT_SILENT {
+                        continue;
+                    }
+                    if opcode == 0x21 && inject.load(Ordering::SeqCst) == INJECT_BUSY_ALWAYS {
+                        pdu[3] = 0x08;
+                        BUSY_ANSWERS.fetch_add(1, Ordering::SeqCst);
+                    } else if (opcode == 0x21 || opcode == 0x25)
+                        && inject.load(Ordering::SeqCst) == INJECT_WRONG_ITT_ALWAYS
+                    {
                         pdu[16..20].copy_from_slice(&0x7777_7777u32.to_be_bytes());
                     } else if opcode == 0x21 || opcode == 0x25 {
                         match inject.swap(INJECT_NONE, Ordering::SeqCst) {
@@ -715,6 +729,47 @@ fn a_target_that_breaks_each_connection_at_once_is_logged_in_to_with_a_back_off(
     assert!(lines <= 12, "{lines} 'logged in again' lines");
     // A useful connection resets the back-off: the I/O goes on at once.
     qemu_io(&dir, &uri, &["read -P 0x42 0 4k".to_string()]);
+    h.assert_serving();
+    t.assert_serving();
+}
+
+#[test]
+fn requests_fail_within_timeout_sec_against_a_silent_or_busy_target() {
+    if !have("requests_fail_within_timeout_sec_against_a_silent_or_busy_target", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("iscsi-host-busy");
+    let port = iscsi_common::free_port();
+    let t = ferrite_target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 16384, "block_size": 512})));
+    });
+    let iqn = node(&t, "disk0", "M0", json!({}));
+    let inject = Arc::new(AtomicU8::new(INJECT_NONE));
+    let (proxy, _) = spawn_proxy(port, inject.clone());
+    let (h, uri) = host_with_nbd(&dir, "iSCSI0", &url(proxy, &iqn, 0), Some(json!({"timeout_sec": 3})));
+    qemu_io(&dir, &uri, &["write -P 0x42 0 4k".to_string()]);
+    // A silent target: the command is unanswered, its connection dropped, the command sent
+    // again, unanswered again... until 3 s after its submission: then it fails.
+    inject.store(INJECT_SILENT, Ordering::SeqCst);
+    let started = Instant::now();
+    let (ok, out) = try_qemu_io(&dir, &uri, "read 0 4k");
+    let took = started.elapsed();
+    assert!(!ok, "a read succeeded through a silent target: {out}");
+    assert!(took < Duration::from_secs(10), "the read failed after {took:?}");
+    // A target answering BUSY forever: sent again after 1-10 ms (not at once), until 3 s after
+    // its submission.
+    inject.store(INJECT_BUSY_ALWAYS, Ordering::SeqCst);
+    let started = Instant::now();
+    let (ok, out) = try_qemu_io(&dir, &uri, "write -P 0x43 0 4k");
+    let took = started.elapsed();
+    let busy = BUSY_ANSWERS.load(Ordering::SeqCst);
+    inject.store(INJECT_NONE, Ordering::SeqCst);
+    assert!(!ok, "a write succeeded through a BUSY target: {out}");
+    assert!(took < Duration::from_secs(10), "the write failed after {took:?}");
+    assert!((10..=3000).contains(&busy), "{busy} BUSY answers in {took:?}");
+    // The target answering again, the I/O goes on (the writes answered BUSY by the proxy were
+    // the target's to do: it did them).
+    qemu_io(&dir, &uri, &["read -P 0x43 0 4k".to_string()]);
     h.assert_serving();
     t.assert_serving();
 }

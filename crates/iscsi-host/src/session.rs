@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The watchdog's period.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -48,13 +48,21 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(100u64 << (attempt - 1).min(4)).min(Duration::from_secs(1))
 }
 
+/// How long a request answered BUSY or TASK SET FULL for the `n`th time in a row waits before
+/// it is sent again: 1 ms doubling up to 10 ms.
+pub(crate) fn busy_delay(n: u8) -> Duration {
+    Duration::from_millis((1u64 << n.min(4)).min(10))
+}
+
 /// A request's context in this module.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct HostIo {
-    /// The session's tick when the request came.
-    since: u32,
+    /// When the request came (its first submission: resends keep it).
+    since: Instant,
     /// Times it was sent again after a unit attention.
     retries: u8,
+    /// Times in a row the target answered it BUSY or TASK SET FULL.
+    busy: u8,
 }
 
 /// A reactor's session to a LUN.
@@ -105,7 +113,7 @@ impl Session {
         if self.gone() {
             return io.complete_deferred(IoStatus::Removed);
         }
-        io.set_ctx(HostIo { since: self.tick.get(), retries: 0 });
+        io.set_ctx(HostIo { since: Instant::now(), retries: 0, busy: 0 });
         self.send(io);
     }
 
@@ -233,13 +241,40 @@ impl Session {
         .detach();
     }
 
-    /// How long a request may wait, in ticks.
-    fn wait_limit(&self) -> u32 {
-        let d = match self.lun.timeout_sec {
+    /// How long a request may take from its submission, wherever it is.
+    fn limit(&self) -> Duration {
+        match self.lun.timeout_sec {
             0 => DEFAULT_WAIT,
             s => Duration::from_secs(s),
-        };
-        (d.as_millis() / TICK.as_millis()).clamp(1, u128::from(u32::MAX / 2)) as u32
+        }
+    }
+
+    /// How long a request may wait, in ticks.
+    fn wait_limit(&self) -> u32 {
+        (self.limit().as_millis() / TICK.as_millis()).clamp(1, u128::from(u32::MAX / 2)) as u32
+    }
+
+    /// True if `io` was submitted `limit()` ago or longer.
+    fn expired(&self, io: &BdevIo) -> bool {
+        io.ctx::<HostIo>().is_some_and(|h| h.since.elapsed() >= self.limit())
+    }
+
+    /// Sends `io` again (after a BUSY), unless its time is up or the session went away.
+    fn resend(&self, io: BdevIo) {
+        if self.gone() {
+            return io.complete(IoStatus::Removed);
+        }
+        if self.expired(&io) {
+            ferrite_reactor::log_limited!(
+                log::Level::Warn,
+                "iscsi bdev {}: reactor {}: a request failed after the target answered BUSY for {:?}",
+                self.lun.name,
+                self.qualifier,
+                self.limit()
+            );
+            return io.complete(IoStatus::Failed(libc::EIO));
+        }
+        self.send(io);
     }
 
     /// Starts the watchdog unless it runs: every tick while requests wait or commands are
@@ -280,8 +315,7 @@ impl Session {
             let mut w = self.waiting.borrow_mut();
             for _ in 0..w.len() {
                 let io = w.pop_front().expect("counted");
-                let since = io.ctx::<HostIo>().map_or(now, |h| h.since);
-                if now.wrapping_sub(since) >= limit {
+                if self.expired(&io) {
                     late.push(io);
                 } else {
                     w.push_back(io);
@@ -294,14 +328,25 @@ impl Session {
                 self.lun.name,
                 self.qualifier,
                 late.len(),
-                TICK * limit
+                self.limit()
             );
             for io in late {
                 io.complete(IoStatus::Failed(libc::EIO));
             }
         }
         if let Some(c) = &conn {
-            if self.lun.timeout_sec > 0 && c.stuck(now, limit) {
+            // A request on the wire whose time is up: the connection is dropped (its buffers
+            // are the connection's until both its tasks stop), and the request fails then.
+            if self.lun.timeout_sec > 0 && c.any_request(|io| self.expired(io)) {
+                log::warn!(
+                    "iscsi bdev {}: reactor {}: a request unanswered {} s after its submission; dropping connection {} to fail it",
+                    self.lun.name,
+                    self.qualifier,
+                    self.lun.timeout_sec,
+                    c.id()
+                );
+                c.close();
+            } else if self.lun.timeout_sec > 0 && c.stuck(now, limit) {
                 log::warn!(
                     "iscsi bdev {}: reactor {}: a command unanswered for {} s; dropping connection {} to send it again",
                     self.lun.name,
@@ -336,7 +381,22 @@ impl ConnOwner for Session {
     fn done(&self, mut io: BdevIo, v: Verdict) {
         match v {
             Verdict::Success => io.complete(IoStatus::Success),
-            Verdict::Busy => io.complete(IoStatus::NoMem),
+            Verdict::Busy => {
+                // Sent again after a short delay (not at once: a target answering BUSY forever
+                // is not a busy loop), until the request's time is up.
+                let h = io.ctx_mut::<HostIo>().expect("set at submission");
+                let delay = busy_delay(h.busy);
+                h.busy = h.busy.saturating_add(1);
+                let me = self.me.clone();
+                ferrite_reactor::spawn_local(async move {
+                    ferrite_reactor::sleep(delay).await;
+                    match me.upgrade() {
+                        Some(s) => s.resend(io),
+                        None => io.complete(IoStatus::Removed),
+                    }
+                })
+                .detach();
+            }
             Verdict::Fail(st) => io.complete(st),
             Verdict::Retry => {
                 let h = io.ctx_mut::<HostIo>().expect("set at submission");
@@ -371,6 +431,19 @@ impl ConnOwner for Session {
             ios.into_iter().for_each(|io| io.complete(IoStatus::Removed));
             return;
         }
+        // Those whose time is up fail; the others are sent again.
+        let (late, ios): (Vec<BdevIo>, Vec<BdevIo>) = ios.into_iter().partition(|io| self.expired(io));
+        if !late.is_empty() {
+            ferrite_reactor::log_limited!(
+                log::Level::Warn,
+                "iscsi bdev {}: reactor {}: {} request(s) failed, unanswered {:?} after their submission",
+                self.lun.name,
+                self.qualifier,
+                late.len(),
+                self.limit()
+            );
+            late.into_iter().for_each(|io| io.complete(IoStatus::Failed(libc::EIO)));
+        }
         {
             let mut w = self.waiting.borrow_mut();
             for io in ios.into_iter().rev() {
@@ -393,5 +466,12 @@ mod tests {
         let d: Vec<u64> = (0..7).map(|a| backoff(a).as_millis() as u64).collect();
         assert_eq!(d, [0, 100, 200, 400, 800, 1000, 1000]);
         assert_eq!(backoff(u32::MAX), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn busy_is_retried_after_1_to_10_ms() {
+        let d: Vec<u64> = (0..6).map(|n| busy_delay(n).as_millis() as u64).collect();
+        assert_eq!(d, [1, 2, 4, 8, 10, 10]);
+        assert_eq!(busy_delay(u8::MAX), Duration::from_millis(10));
     }
 }

@@ -197,6 +197,13 @@ impl Conn {
         stuck
     }
 
+    /// True if a bdev request on the connection (sent, not yet answered) satisfies `f`.
+    pub(crate) fn any_request(&self, f: impl Fn(&BdevIo) -> bool) -> bool {
+        let tasks = self.tasks.borrow();
+        let any = tasks.iter().any(|(_, t)| t.flight.is_sent() && matches!(&t.owner, Some(Owner::Bdev(io)) if f(io)));
+        any
+    }
+
     /// True once closed for good.
     pub fn is_closed(&self) -> bool {
         self.core.is_dead()
