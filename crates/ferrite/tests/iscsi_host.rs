@@ -154,6 +154,22 @@ fn verify_through_ferrite_target() {
 }
 
 #[test]
+fn unsolicited_data_outs_count_their_data_sn() {
+    // FirstBurstLength 256 KiB (Ferrite's target: InitialR2T=No) with 64 KiB data segments:
+    // a 200 KiB write goes as 64 KiB of immediate data and unsolicited Data-Outs of DataSN 0,
+    // 1, 2 (all numbered 0 before: the target refused the second and the write failed).
+    let dir = TempDir::new("iscsi-host-unsolicited");
+    let t = iscsi_common::IscsiDaemon::start_with_options(&dir, "0x1", Some(json!({"first_burst_length": 262144})));
+    t.malloc("M0", 65536, 512);
+    let iqn = t.target("disk0", "M0", json!({}));
+    for qd in [1, 8] {
+        perf_verify(&dir, &t.url(&iqn, None), qd, 200 << 10, None);
+    }
+    assert!(!t.d.proc.stderr().contains("DataSN"), "{}", t.d.proc.stderr());
+    t.d.assert_serving();
+}
+
+#[test]
 fn patterns_flush_unmap_and_save_config_through_nbd() {
     if !have("patterns_flush_unmap_and_save_config_through_nbd", &["qemu-io"]) {
         return;
@@ -469,6 +485,24 @@ const INJECT_WRONG_ITT: u8 = 1;
 const INJECT_OVERSIZE: u8 = 2;
 /// A header with an undefined opcode.
 const INJECT_BAD_OPCODE: u8 = 3;
+/// After a SCSI Response, a flood of NOP-Ins asking for an answer (TTT [`FLOOD_TTT`]) with
+/// ping data.
+const INJECT_NOP_FLOOD: u8 = 4;
+/// Every Data-In and SCSI Response with its ITT changed (not disarmed).
+const INJECT_WRONG_ITT_ALWAYS: u8 = 5;
+/// Every SCSI Response's status made BUSY (not disarmed).
+const INJECT_BUSY_ALWAYS: u8 = 6;
+/// Every Data-In and SCSI Response dropped: a silent target (not disarmed).
+const INJECT_SILENT: u8 = 7;
+/// SCSI Responses the proxy made BUSY.
+static BUSY_ANSWERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// NOP-Ins in a flood.
+const FLOOD_PINGS: u64 = 20_000;
+/// The TTT of the flood's NOP-Ins: the NOP-Outs answering them are counted and not forwarded.
+const FLOOD_TTT: u32 = 0x5eed_5eed;
+/// NOP-Outs answering the flood, and the data bytes they carried.
+static FLOOD_ANSWERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FLOOD_ANSWER_DATA: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Reads one PDU (no digests) from `s`; None at end of stream.
 fn read_pdu(s: &mut TcpStream) -> Option<Vec<u8>> {
@@ -483,24 +517,68 @@ fn read_pdu(s: &mut TcpStream) -> Option<Vec<u8>> {
 }
 
 /// A TCP proxy to the target on `target_port` that corrupts the target's next SCSI Response or
-/// Data-In as `inject` says (armed by storing a mode; it disarms itself).
-fn spawn_proxy(target_port: u16, inject: Arc<AtomicU8>) -> u16 {
+/// Data-In as `inject` says (armed by storing a mode; it disarms itself). Returns its port and
+/// the count of connections it took.
+fn spawn_proxy(target_port: u16, inject: Arc<AtomicU8>) -> (u16, Arc<std::sync::atomic::AtomicU64>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
+    let conns = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = conns.clone();
     std::thread::spawn(move || {
         for client in l.incoming() {
             let Ok(mut client) = client else { return };
+            counted.fetch_add(1, Ordering::SeqCst);
             let Ok(mut target) = TcpStream::connect(("127.0.0.1", target_port)) else { continue };
             let (mut c2, mut t2) = (client.try_clone().unwrap(), target.try_clone().unwrap());
             std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c2, &mut t2);
+                while let Some(pdu) = read_pdu(&mut c2) {
+                    if pdu[0] & 0x3f == 0x00 && pdu[20..24] == FLOOD_TTT.to_be_bytes() {
+                        FLOOD_ANSWERS.fetch_add(1, Ordering::SeqCst);
+                        let data = u32::from_be_bytes([0, pdu[5], pdu[6], pdu[7]]);
+                        FLOOD_ANSWER_DATA.fetch_add(u64::from(data), Ordering::SeqCst);
+                        continue;
+                    }
+                    if t2.write_all(&pdu).is_err() {
+                        break;
+                    }
+                }
                 let _ = t2.shutdown(std::net::Shutdown::Both);
             });
             let inject = inject.clone();
             std::thread::spawn(move || {
                 while let Some(mut pdu) = read_pdu(&mut target) {
                     let opcode = pdu[0] & 0x3f;
-                    if opcode == 0x21 || opcode == 0x25 {
+                    if opcode == 0x21 && inject.load(Ordering::SeqCst) == INJECT_NOP_FLOOD {
+                        inject.store(INJECT_NONE, Ordering::SeqCst);
+                        // The response first, then the pings (with its ExpCmdSN and MaxCmdSN).
+                        if client.write_all(&pdu).is_err() {
+                            break;
+                        }
+                        let mut nop = vec![0u8; 48 + 512];
+                        nop[0] = 0x20;
+                        nop[1] = 0x80;
+                        nop[5..8].copy_from_slice(&[0, 2, 0]);
+                        nop[16..20].copy_from_slice(&[0xff; 4]);
+                        nop[20..24].copy_from_slice(&FLOOD_TTT.to_be_bytes());
+                        nop[24..36].copy_from_slice(&pdu[24..36]);
+                        nop[48..].fill(0xab);
+                        let flood: Vec<u8> = (0..FLOOD_PINGS).flat_map(|_| nop.iter().copied()).collect();
+                        if client.write_all(&flood).is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    if (opcode == 0x21 || opcode == 0x25) && inject.load(Ordering::SeqCst) == INJECT_SILENT {
+                        continue;
+                    }
+                    if opcode == 0x21 && inject.load(Ordering::SeqCst) == INJECT_BUSY_ALWAYS {
+                        pdu[3] = 0x08;
+                        BUSY_ANSWERS.fetch_add(1, Ordering::SeqCst);
+                    } else if (opcode == 0x21 || opcode == 0x25)
+                        && inject.load(Ordering::SeqCst) == INJECT_WRONG_ITT_ALWAYS
+                    {
+                        pdu[16..20].copy_from_slice(&0x7777_7777u32.to_be_bytes());
+                    } else if opcode == 0x21 || opcode == 0x25 {
                         match inject.swap(INJECT_NONE, Ordering::SeqCst) {
                             INJECT_WRONG_ITT => pdu[16..20].copy_from_slice(&0x7777_7777u32.to_be_bytes()),
                             INJECT_OVERSIZE => {
@@ -525,7 +603,7 @@ fn spawn_proxy(target_port: u16, inject: Arc<AtomicU8>) -> u16 {
             });
         }
     });
-    port
+    (port, conns)
 }
 
 #[test]
@@ -540,7 +618,7 @@ fn a_target_that_breaks_the_protocol_is_dropped_and_io_goes_on() {
     });
     let iqn = node(&t, "disk0", "M0", json!({}));
     let inject = Arc::new(AtomicU8::new(INJECT_NONE));
-    let proxy = spawn_proxy(port, inject.clone());
+    let (proxy, _) = spawn_proxy(port, inject.clone());
     let (h, uri) = host_with_nbd(&dir, "iSCSI0", &url(proxy, &iqn, 0), None);
     qemu_io(&dir, &uri, &["write -P 0x42 0 256k".to_string()]);
     for (mode, what) in [
@@ -548,6 +626,8 @@ fn a_target_that_breaks_the_protocol_is_dropped_and_io_goes_on() {
         (INJECT_OVERSIZE, "MaxRecvDataSegmentLength"),
         (INJECT_BAD_OPCODE, "opcode"),
     ] {
+        // The protocol error's log line is rate-limited to one a second.
+        std::thread::sleep(Duration::from_millis(1100));
         inject.store(mode, Ordering::SeqCst);
         // The corrupted answer drops the connection; the command is sent again after a new
         // login, and the read sees the data.
@@ -558,6 +638,138 @@ fn a_target_that_breaks_the_protocol_is_dropped_and_io_goes_on() {
     }
     qemu_io(&dir, &uri, &["write -P 0x43 64k 64k".to_string(), "read -P 0x43 64k 64k".to_string()]);
     assert!(bdev(&h, "iSCSI0")["driver_specific"]["iscsi"]["reconnects"].as_u64() >= Some(3));
+    h.assert_serving();
+    t.assert_serving();
+}
+
+#[test]
+fn a_nop_in_flood_is_answered_without_data_and_not_once_per_ping() {
+    if !have("a_nop_in_flood_is_answered_without_data_and_not_once_per_ping", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("iscsi-host-nop-flood");
+    let port = iscsi_common::free_port();
+    let t = ferrite_target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 16384, "block_size": 512})));
+    });
+    let iqn = node(&t, "disk0", "M0", json!({}));
+    let inject = Arc::new(AtomicU8::new(INJECT_NONE));
+    let (proxy, _) = spawn_proxy(port, inject.clone());
+    let (h, uri) = host_with_nbd(&dir, "iSCSI0", &url(proxy, &iqn, 0), None);
+    // A client that keeps the session while the flood comes (after its write's response; armed
+    // once the attach's own commands are over, their connections closing).
+    let client = Tool::spawn(
+        &dir,
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            "-c",
+            "sleep 1500",
+            "-c",
+            "write -P 0x42 0 64k",
+            "-c",
+            "sleep 3000",
+            "-c",
+            "read -P 0x42 0 64k",
+            &uri,
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    inject.store(INJECT_NOP_FLOOD, Ordering::SeqCst);
+    // The pings arrive faster than the answers go: a NOP-Out waiting to be sent answers them
+    // all (one answer queued at most, none echoing the 10 MB of ping data).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while FLOOD_ANSWERS.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the pings were not answered:\n{}", h.proc.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(inject.load(Ordering::SeqCst), INJECT_NONE, "no flood sent");
+    let out = client.wait(Duration::from_secs(30));
+    out.assert_ok("qemu-io across a NOP-In flood");
+    assert!(!out.stdout.contains("fail"), "{}", out.stdout);
+    let answers = FLOOD_ANSWERS.load(Ordering::SeqCst);
+    assert_eq!(FLOOD_ANSWER_DATA.load(Ordering::SeqCst), 0, "ping data echoed");
+    assert!(answers < FLOOD_PINGS / 4, "{answers} NOP-Outs for {FLOOD_PINGS} pings");
+    qemu_io(&dir, &uri, &["read -P 0x42 0 64k".to_string()]);
+    assert_eq!(bdev(&h, "iSCSI0")["driver_specific"]["iscsi"]["reconnects"], 0, "the flood dropped a connection");
+    h.assert_serving();
+}
+
+#[test]
+fn a_target_that_breaks_each_connection_at_once_is_logged_in_to_with_a_back_off() {
+    if !have("a_target_that_breaks_each_connection_at_once_is_logged_in_to_with_a_back_off", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("iscsi-host-storm");
+    let port = iscsi_common::free_port();
+    let t = ferrite_target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 16384, "block_size": 512})));
+    });
+    let iqn = node(&t, "disk0", "M0", json!({}));
+    let inject = Arc::new(AtomicU8::new(INJECT_NONE));
+    let (proxy, conns) = spawn_proxy(port, inject.clone());
+    let (h, uri) = host_with_nbd(&dir, "iSCSI0", &url(proxy, &iqn, 0), Some(json!({"timeout_sec": 4})));
+    qemu_io(&dir, &uri, &["write -P 0x42 0 4k".to_string()]);
+    // Every connection now logs in, then breaks on the first answer: the read is sent again
+    // on new connections until it fails, 4 s on.
+    inject.store(INJECT_WRONG_ITT_ALWAYS, Ordering::SeqCst);
+    let before = conns.load(Ordering::SeqCst);
+    let started = Instant::now();
+    let (ok, out) = try_qemu_io(&dir, &uri, "read 0 4k");
+    let took = started.elapsed();
+    let logins = conns.load(Ordering::SeqCst) - before;
+    inject.store(INJECT_NONE, Ordering::SeqCst);
+    assert!(!ok, "a read succeeded through a broken target: {out}");
+    assert!(took < Duration::from_secs(15), "the failed read took {took:?}");
+    // Back-off 0.1, 0.2, 0.4, 0.8, then 1 s: about 8 logins in 4-5 s (thousands without).
+    assert!(logins <= 20, "{logins} logins in {took:?}");
+    let log = h.proc.stderr();
+    let lines = log.lines().filter(|l| l.contains("logged in again")).count();
+    assert!(lines <= 12, "{lines} 'logged in again' lines");
+    // A useful connection resets the back-off: the I/O goes on at once.
+    qemu_io(&dir, &uri, &["read -P 0x42 0 4k".to_string()]);
+    h.assert_serving();
+    t.assert_serving();
+}
+
+#[test]
+fn requests_fail_within_timeout_sec_against_a_silent_or_busy_target() {
+    if !have("requests_fail_within_timeout_sec_against_a_silent_or_busy_target", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("iscsi-host-busy");
+    let port = iscsi_common::free_port();
+    let t = ferrite_target(&dir, "tgt.sock", port, |d| {
+        d.call("bdev_malloc_create", Some(json!({"name": "M0", "num_blocks": 16384, "block_size": 512})));
+    });
+    let iqn = node(&t, "disk0", "M0", json!({}));
+    let inject = Arc::new(AtomicU8::new(INJECT_NONE));
+    let (proxy, _) = spawn_proxy(port, inject.clone());
+    let (h, uri) = host_with_nbd(&dir, "iSCSI0", &url(proxy, &iqn, 0), Some(json!({"timeout_sec": 3})));
+    qemu_io(&dir, &uri, &["write -P 0x42 0 4k".to_string()]);
+    // A silent target: the command is unanswered, its connection dropped, the command sent
+    // again, unanswered again... until 3 s after its submission: then it fails.
+    inject.store(INJECT_SILENT, Ordering::SeqCst);
+    let started = Instant::now();
+    let (ok, out) = try_qemu_io(&dir, &uri, "read 0 4k");
+    let took = started.elapsed();
+    assert!(!ok, "a read succeeded through a silent target: {out}");
+    assert!(took < Duration::from_secs(10), "the read failed after {took:?}");
+    // A target answering BUSY forever: sent again after 1-10 ms (not at once), until 3 s after
+    // its submission.
+    inject.store(INJECT_BUSY_ALWAYS, Ordering::SeqCst);
+    let started = Instant::now();
+    let (ok, out) = try_qemu_io(&dir, &uri, "write -P 0x43 0 4k");
+    let took = started.elapsed();
+    let busy = BUSY_ANSWERS.load(Ordering::SeqCst);
+    inject.store(INJECT_NONE, Ordering::SeqCst);
+    assert!(!ok, "a write succeeded through a BUSY target: {out}");
+    assert!(took < Duration::from_secs(10), "the write failed after {took:?}");
+    assert!((10..=3000).contains(&busy), "{busy} BUSY answers in {took:?}");
+    // The target answering again, the I/O goes on (the writes answered BUSY by the proxy were
+    // the target's to do: it did them).
+    qemu_io(&dir, &uri, &["read -P 0x43 0 4k".to_string()]);
     h.assert_serving();
     t.assert_serving();
 }

@@ -24,6 +24,8 @@ pub struct Xfer {
     pub max_burst: u32,
     /// The target's MaxRecvDataSegmentLength: the most data in one PDU this end sends.
     pub max_send_segment: u32,
+    /// MaxOutstandingR2T: R2Ts of one command whose data is not all sent yet.
+    pub max_r2t: u32,
 }
 
 impl Xfer {
@@ -35,6 +37,7 @@ impl Xfer {
             first_burst: n.session.first_burst_length,
             max_burst: n.session.max_burst_length,
             max_send_segment: n.connection.max_send_data_segment_length.max(512),
+            max_r2t: u32::from(n.session.max_outstanding_r2t).max(1),
         }
     }
 }
@@ -79,9 +82,44 @@ pub fn segments(start: u32, end: u32, max: u32) -> impl Iterator<Item = (u32, u3
     })
 }
 
-/// What an R2T asks of a write of `len` bytes, checked: None if it is fine, else what is
-/// wrong. `want_sn` is the R2TSN the command's next R2T must carry.
-pub fn r2t_wrong(len: u32, x: &Xfer, want_sn: u32, r2t_sn: u32, offset: u32, desired: u32) -> Option<String> {
+/// A write's R2Ts so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct R2ts {
+    /// The R2TSN the command's next R2T must carry.
+    pub want_sn: u32,
+    /// Where the data sent or solicited so far ends (immediate, unsolicited, earlier R2Ts):
+    /// with DataSequenceInOrder=Yes the next R2T starts there or later.
+    pub end: u32,
+    /// R2Ts whose Data-Out PDUs are not all sent yet.
+    pub outstanding: u32,
+}
+
+impl R2ts {
+    /// A write whose unsolicited data (immediate and unsolicited Data-Out) ends at `end`.
+    pub fn after(end: u32) -> R2ts {
+        R2ts { want_sn: 0, end, outstanding: 0 }
+    }
+
+    /// An R2T for `desired` bytes at `offset`, checked by [`r2t_wrong`], is answered.
+    pub fn take(&mut self, offset: u32, desired: u32) {
+        self.want_sn = self.want_sn.wrapping_add(1);
+        self.end = offset.saturating_add(desired);
+        self.outstanding += 1;
+    }
+
+    /// The last Data-Out of an R2T's answer has been sent.
+    pub fn answered(&mut self) {
+        debug_assert!(self.outstanding > 0, "an R2T answered twice");
+        self.outstanding = self.outstanding.saturating_sub(1);
+    }
+}
+
+/// What an R2T asks of a write of `len` bytes, checked against the command's R2Ts so far `r`:
+/// None if it is fine, else what is wrong. Each answered R2T's data is queued at once, so an
+/// R2T past MaxOutstandingR2T, or one asking again for data already solicited or sent, would
+/// make this end queue data without bound.
+pub fn r2t_wrong(len: u32, x: &Xfer, r: &R2ts, r2t_sn: u32, offset: u32, desired: u32) -> Option<String> {
+    let want_sn = r.want_sn;
     if desired == 0 {
         Some("an R2T for no data".into())
     } else if u64::from(offset) + u64::from(desired) > u64::from(len) {
@@ -90,6 +128,10 @@ pub fn r2t_wrong(len: u32, x: &Xfer, want_sn: u32, r2t_sn: u32, offset: u32, des
         Some(format!("an R2T for {desired} bytes, over MaxBurstLength {}", x.max_burst))
     } else if r2t_sn != want_sn {
         Some(format!("R2TSN {r2t_sn}, expected {want_sn}"))
+    } else if offset < r.end {
+        Some(format!("an R2T for offset {offset}, before the end ({}) of the data already sent or solicited", r.end))
+    } else if r.outstanding >= x.max_r2t {
+        Some(format!("an R2T beyond MaxOutstandingR2T {} for the command", x.max_r2t))
     } else {
         None
     }
@@ -130,7 +172,7 @@ mod tests {
     use super::*;
 
     fn x(immediate_data: bool, initial_r2t: bool) -> Xfer {
-        Xfer { immediate_data, initial_r2t, first_burst: 65536, max_burst: 262144, max_send_segment: 8192 }
+        Xfer { immediate_data, initial_r2t, first_burst: 65536, max_burst: 262144, max_send_segment: 8192, max_r2t: 1 }
     }
 
     #[test]
@@ -164,11 +206,52 @@ mod tests {
     #[test]
     fn r2ts_are_checked() {
         let x = x(true, true);
-        assert_eq!(r2t_wrong(1 << 20, &x, 0, 0, 8192, 262144), None);
-        assert!(r2t_wrong(1 << 20, &x, 0, 0, 0, 0).is_some());
-        assert!(r2t_wrong(1 << 20, &x, 0, 0, (1 << 20) - 4096, 8192).unwrap().contains("past"));
-        assert!(r2t_wrong(1 << 20, &x, 0, 0, 0, 262145).unwrap().contains("MaxBurstLength"));
-        assert!(r2t_wrong(1 << 20, &x, 1, 0, 0, 4096).unwrap().contains("R2TSN"));
+        let r = R2ts::after(0);
+        assert_eq!(r2t_wrong(1 << 20, &x, &r, 0, 8192, 262144), None);
+        assert!(r2t_wrong(1 << 20, &x, &r, 0, 0, 0).is_some());
+        assert!(r2t_wrong(1 << 20, &x, &r, 0, (1 << 20) - 4096, 8192).unwrap().contains("past"));
+        assert!(r2t_wrong(1 << 20, &x, &r, 0, 0, 262145).unwrap().contains("MaxBurstLength"));
+        let r1 = R2ts { want_sn: 1, ..r };
+        assert!(r2t_wrong(1 << 20, &x, &r1, 0, 0, 4096).unwrap().contains("R2TSN"));
+    }
+
+    #[test]
+    fn r2ts_ask_each_byte_once_within_max_outstanding_r2t() {
+        // The attack: 128 R2Ts for the same 256 KiB, each answered with 512 Data-Outs of 512
+        // bytes (65,536 PDUs queued for one command).
+        let x = Xfer { max_send_segment: 512, max_r2t: 4, ..x(true, true) };
+        let len = 256 << 10;
+        let mut r = R2ts::after(512);
+        assert_eq!(r2t_wrong(len, &x, &r, 0, 512, len - 512), None);
+        r.take(512, len - 512);
+        let again = r2t_wrong(len, &x, &r, 1, 512, len - 512).expect("the same range twice");
+        assert!(again.contains("already sent"), "{again}");
+        // Data sent unsolicited is not asked for again.
+        let r0 = R2ts::after(65536);
+        assert!(r2t_wrong(len, &x, &r0, 0, 0, 4096).unwrap().contains("already sent"));
+        assert_eq!(r2t_wrong(len, &x, &r0, 0, 65536, 4096), None);
+        // In order, within MaxOutstandingR2T while earlier answers are still being sent.
+        let mut r = R2ts::after(0);
+        for i in 0..4 {
+            assert_eq!(r2t_wrong(len, &x, &r, i, i * 4096, 4096), None, "R2T {i}");
+            r.take(i * 4096, 4096);
+        }
+        let over = r2t_wrong(len, &x, &r, 4, 4 * 4096, 4096).expect("a fifth outstanding");
+        assert!(over.contains("MaxOutstandingR2T"), "{over}");
+        r.answered();
+        assert_eq!(r2t_wrong(len, &x, &r, 4, 4 * 4096, 4096), None, "one answered: room for one more");
+        // However they come, the R2Ts of a command ask for at most its length.
+        let mut r = R2ts::after(0);
+        let mut asked = 0u64;
+        for i in 0..1000u32 {
+            let off = (i * 8192) % len;
+            if r2t_wrong(len, &x, &r, r.want_sn, off, 8192).is_none() {
+                r.take(off, 8192);
+                r.answered();
+                asked += 8192;
+            }
+        }
+        assert_eq!(asked, u64::from(len));
     }
 
     #[test]

@@ -10,8 +10,11 @@
 //! layer gets NoMem and retries), and goes as soon as a command ends or the target opens the
 //! window. When the connection drops (the target went away, broke the protocol, asked for a
 //! logout), its outstanding requests come back to the front of the queue and the session logs
-//! in again (a new session; the target reinstates it if it still knows the ISID), after 0.1 s,
-//! then up to every second. A request that has waited `timeout_sec` since it was submitted
+//! in again (a new session; the target reinstates it if it still knows the ISID): at once if
+//! the connection was of use (a command ended with a status on it, or it lived a second),
+//! else after a back-off of 0.1 s doubling up to 1 s per login in a row that gave nothing (a
+//! target that logs in and breaks the connection at once is not logged in to in a loop). A
+//! request that has waited `timeout_sec` since it was submitted
 //! (30 s when that is 0) fails with EIO; a command the target has not answered within
 //! `timeout_sec` drops the connection, its requests to be sent again. The bdev stays.
 
@@ -25,7 +28,7 @@ use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The watchdog's period.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -36,13 +39,30 @@ pub const MAX_UA_RETRIES: u8 = 8;
 /// How long a request waits for a connection when `timeout_sec` is 0.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
+/// How long the `attempt`th login in a row that gave no useful connection waits: 0.1 s, then
+/// doubling up to 1 s.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    if attempt == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(100u64 << (attempt - 1).min(4)).min(Duration::from_secs(1))
+}
+
+/// How long a request answered BUSY or TASK SET FULL for the `n`th time in a row waits before
+/// it is sent again: 1 ms doubling up to 10 ms.
+pub(crate) fn busy_delay(n: u8) -> Duration {
+    Duration::from_millis((1u64 << n.min(4)).min(10))
+}
+
 /// A request's context in this module.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct HostIo {
-    /// The session's tick when the request came.
-    since: u32,
+    /// When the request came (its first submission: resends keep it).
+    since: Instant,
     /// Times it was sent again after a unit attention.
     retries: u8,
+    /// Times in a row the target answered it BUSY or TASK SET FULL.
+    busy: u8,
 }
 
 /// A reactor's session to a LUN.
@@ -60,6 +80,9 @@ pub(crate) struct Session {
     closed: Cell<bool>,
     /// A connection was up before (the next one is a reconnection).
     was_up: Cell<bool>,
+    /// Logins in a row that did not give a useful connection (failed, or the connection
+    /// dropped at once): the next login waits for the back-off first.
+    attempt: Cell<u32>,
     me: Weak<Session>,
 }
 
@@ -76,6 +99,7 @@ impl Session {
             tick: Cell::new(0),
             closed: Cell::new(false),
             was_up: Cell::new(false),
+            attempt: Cell::new(0),
             me: me.clone(),
         })
     }
@@ -89,7 +113,7 @@ impl Session {
         if self.gone() {
             return io.complete_deferred(IoStatus::Removed);
         }
-        io.set_ctx(HostIo { since: self.tick.get(), retries: 0 });
+        io.set_ctx(HostIo { since: Instant::now(), retries: 0, busy: 0 });
         self.send(io);
     }
 
@@ -151,8 +175,13 @@ impl Session {
         }
         let me = self.me.clone();
         ferrite_reactor::spawn_local(async move {
-            let mut attempt = 0u32;
             loop {
+                let Some(s) = me.upgrade() else { return };
+                let attempt = s.attempt.get();
+                drop(s);
+                if attempt > 0 {
+                    ferrite_reactor::sleep(backoff(attempt)).await;
+                }
                 let Some(s) = me.upgrade() else { return };
                 if s.gone() {
                     s.fail_waiting(IoStatus::Removed);
@@ -167,6 +196,8 @@ impl Session {
                 drop(s);
                 let res = Conn::connect_owned(&params, Some(owner)).await;
                 let Some(s) = me.upgrade() else { return };
+                // Counted until the connection proves useful ([`ConnOwner::lost`] resets it).
+                s.attempt.set(attempt.saturating_add(1));
                 match res {
                     Ok(c) if s.gone() => {
                         ferrite_reactor::spawn_local(async move { c.logout(Duration::from_secs(2)).await }).detach();
@@ -175,7 +206,8 @@ impl Session {
                         c.set_tick(s.tick.get());
                         if s.was_up.replace(true) || attempt > 0 {
                             s.lun.reconnects.fetch_add(1, Ordering::Relaxed);
-                            log::info!(
+                            ferrite_reactor::log_limited!(
+                                log::Level::Info,
                                 "iscsi bdev {}: reactor {} logged in again to {} (connection {})",
                                 s.lun.name,
                                 s.qualifier,
@@ -190,19 +222,15 @@ impl Session {
                         return;
                     }
                     Err(e) => {
-                        attempt += 1;
-                        if attempt == 1 || attempt.is_multiple_of(10) {
+                        let n = attempt + 1;
+                        if n == 1 || n.is_multiple_of(10) {
                             log::warn!(
-                                "iscsi bdev {}: reactor {}: login to {} failed (attempt {attempt}): {e}",
+                                "iscsi bdev {}: reactor {}: login to {} failed (attempt {n}): {e}",
                                 s.lun.name,
                                 s.qualifier,
                                 s.lun.addr
                             );
                         }
-                        drop(s);
-                        let delay = Duration::from_millis(100u64 << attempt.min(4).saturating_sub(1))
-                            .min(Duration::from_secs(1));
-                        ferrite_reactor::sleep(delay).await;
                     }
                 }
             }
@@ -213,13 +241,40 @@ impl Session {
         .detach();
     }
 
-    /// How long a request may wait, in ticks.
-    fn wait_limit(&self) -> u32 {
-        let d = match self.lun.timeout_sec {
+    /// How long a request may take from its submission, wherever it is.
+    fn limit(&self) -> Duration {
+        match self.lun.timeout_sec {
             0 => DEFAULT_WAIT,
             s => Duration::from_secs(s),
-        };
-        (d.as_millis() / TICK.as_millis()).clamp(1, u128::from(u32::MAX / 2)) as u32
+        }
+    }
+
+    /// How long a request may wait, in ticks.
+    fn wait_limit(&self) -> u32 {
+        (self.limit().as_millis() / TICK.as_millis()).clamp(1, u128::from(u32::MAX / 2)) as u32
+    }
+
+    /// True if `io` was submitted `limit()` ago or longer.
+    fn expired(&self, io: &BdevIo) -> bool {
+        io.ctx::<HostIo>().is_some_and(|h| h.since.elapsed() >= self.limit())
+    }
+
+    /// Sends `io` again (after a BUSY), unless its time is up or the session went away.
+    fn resend(&self, io: BdevIo) {
+        if self.gone() {
+            return io.complete(IoStatus::Removed);
+        }
+        if self.expired(&io) {
+            ferrite_reactor::log_limited!(
+                log::Level::Warn,
+                "iscsi bdev {}: reactor {}: a request failed after the target answered BUSY for {:?}",
+                self.lun.name,
+                self.qualifier,
+                self.limit()
+            );
+            return io.complete(IoStatus::Failed(libc::EIO));
+        }
+        self.send(io);
     }
 
     /// Starts the watchdog unless it runs: every tick while requests wait or commands are
@@ -260,8 +315,7 @@ impl Session {
             let mut w = self.waiting.borrow_mut();
             for _ in 0..w.len() {
                 let io = w.pop_front().expect("counted");
-                let since = io.ctx::<HostIo>().map_or(now, |h| h.since);
-                if now.wrapping_sub(since) >= limit {
+                if self.expired(&io) {
                     late.push(io);
                 } else {
                     w.push_back(io);
@@ -274,14 +328,25 @@ impl Session {
                 self.lun.name,
                 self.qualifier,
                 late.len(),
-                TICK * limit
+                self.limit()
             );
             for io in late {
                 io.complete(IoStatus::Failed(libc::EIO));
             }
         }
         if let Some(c) = &conn {
-            if self.lun.timeout_sec > 0 && c.stuck(now, limit) {
+            // A request on the wire whose time is up: the connection is dropped (its buffers
+            // are the connection's until both its tasks stop), and the request fails then.
+            if self.lun.timeout_sec > 0 && c.any_request(|io| self.expired(io)) {
+                log::warn!(
+                    "iscsi bdev {}: reactor {}: a request unanswered {} s after its submission; dropping connection {} to fail it",
+                    self.lun.name,
+                    self.qualifier,
+                    self.lun.timeout_sec,
+                    c.id()
+                );
+                c.close();
+            } else if self.lun.timeout_sec > 0 && c.stuck(now, limit) {
                 log::warn!(
                     "iscsi bdev {}: reactor {}: a command unanswered for {} s; dropping connection {} to send it again",
                     self.lun.name,
@@ -316,7 +381,22 @@ impl ConnOwner for Session {
     fn done(&self, mut io: BdevIo, v: Verdict) {
         match v {
             Verdict::Success => io.complete(IoStatus::Success),
-            Verdict::Busy => io.complete(IoStatus::NoMem),
+            Verdict::Busy => {
+                // Sent again after a short delay (not at once: a target answering BUSY forever
+                // is not a busy loop), until the request's time is up.
+                let h = io.ctx_mut::<HostIo>().expect("set at submission");
+                let delay = busy_delay(h.busy);
+                h.busy = h.busy.saturating_add(1);
+                let me = self.me.clone();
+                ferrite_reactor::spawn_local(async move {
+                    ferrite_reactor::sleep(delay).await;
+                    match me.upgrade() {
+                        Some(s) => s.resend(io),
+                        None => io.complete(IoStatus::Removed),
+                    }
+                })
+                .detach();
+            }
             Verdict::Fail(st) => io.complete(st),
             Verdict::Retry => {
                 let h = io.ctx_mut::<HostIo>().expect("set at submission");
@@ -330,6 +410,11 @@ impl ConnOwner for Session {
     }
 
     fn lost(&self, conn: u64, ios: Vec<BdevIo>) {
+        if let Some(c) = self.conn.borrow().as_ref().filter(|c| c.id() == conn) {
+            if c.was_useful() {
+                self.attempt.set(0);
+            }
+        }
         let had = {
             let mut cur = self.conn.borrow_mut();
             // Only the session's current connection (a newer one may be up already).
@@ -346,6 +431,19 @@ impl ConnOwner for Session {
             ios.into_iter().for_each(|io| io.complete(IoStatus::Removed));
             return;
         }
+        // Those whose time is up fail; the others are sent again.
+        let (late, ios): (Vec<BdevIo>, Vec<BdevIo>) = ios.into_iter().partition(|io| self.expired(io));
+        if !late.is_empty() {
+            ferrite_reactor::log_limited!(
+                log::Level::Warn,
+                "iscsi bdev {}: reactor {}: {} request(s) failed, unanswered {:?} after their submission",
+                self.lun.name,
+                self.qualifier,
+                late.len(),
+                self.limit()
+            );
+            late.into_iter().for_each(|io| io.complete(IoStatus::Failed(libc::EIO)));
+        }
         {
             let mut w = self.waiting.borrow_mut();
             for io in ios.into_iter().rev() {
@@ -356,5 +454,24 @@ impl ConnOwner for Session {
             self.connect();
             self.watch();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logins_back_off_up_to_a_second() {
+        let d: Vec<u64> = (0..7).map(|a| backoff(a).as_millis() as u64).collect();
+        assert_eq!(d, [0, 100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn busy_is_retried_after_1_to_10_ms() {
+        let d: Vec<u64> = (0..6).map(|n| busy_delay(n).as_millis() as u64).collect();
+        assert_eq!(d, [1, 2, 4, 8, 10, 10]);
+        assert_eq!(busy_delay(u8::MAX), Duration::from_millis(10));
     }
 }

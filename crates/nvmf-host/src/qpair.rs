@@ -543,7 +543,9 @@ impl HostQpair {
         if in_capsule {
             o.pieces = pieces.iter().copied().collect();
             o.slot = Some(slot);
-            self.cmds.borrow_mut()[usize::from(slot)].flight.queued();
+            // The command's first PDU: the count is 0.
+            let counted = self.cmds.borrow_mut()[usize::from(slot)].flight.queued();
+            debug_assert!(counted);
         }
         self.push(o);
     }
@@ -626,7 +628,9 @@ impl HostQpair {
                 o.has_ddgst = true;
             }
             o.slot = Some(slot);
-            self.cmds.borrow_mut()[usize::from(slot)].flight.queued();
+            if !self.cmds.borrow_mut()[usize::from(slot)].flight.queued() {
+                return Err("too many H2CData PDUs queued for one command".into());
+            }
             self.push(o);
             off += n;
         }

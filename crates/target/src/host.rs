@@ -69,7 +69,9 @@ impl<R> Owner<R> {
 /// change goes through the kit's [`transition`].
 pub struct Flight<E> {
     phase: HostPhase,
-    in_send: u16,
+    /// PDUs carrying its data queued or being sent (u32 and checked: were it to wrap, the
+    /// command would end while the kernel still reads its buffers).
+    in_send: u32,
     done: Option<E>,
 }
 
@@ -100,11 +102,28 @@ impl<E> Flight<E> {
     }
 
     /// A PDU carrying its data was queued: the command does not end before the writer has sent
-    /// it ([`Flight::sent`]).
+    /// it ([`Flight::sent`]). False if the count is full (the PDU must not be queued: the
+    /// caller drops the connection, the peer asked for far more data than the command has).
     #[inline]
-    pub fn queued(&mut self) {
+    #[must_use]
+    pub fn queued(&mut self) -> bool {
         debug_assert!(self.phase == HostPhase::Sent, "data queued for a command that is not outstanding");
-        self.in_send += 1;
+        match self.in_send.checked_add(1) {
+            Some(n) => {
+                self.in_send = n;
+                true
+            }
+            None => {
+                debug_assert!(false, "a command's in-send count overflows");
+                false
+            }
+        }
+    }
+
+    /// PDUs carrying its data queued or being sent.
+    #[inline]
+    pub fn in_send(&self) -> u32 {
+        self.in_send
     }
 
     /// A PDU carrying its data has been sent. Returns its answer if that was the last one and
@@ -344,10 +363,10 @@ mod tests {
     fn an_answer_during_the_send_of_its_data_waits_for_that_send() {
         let mut f: Flight<u8> = Flight::default();
         f.start(1, 3);
-        f.queued();
-        f.queued();
+        assert!(f.queued());
+        assert!(f.queued());
         assert_eq!(f.sent(), None, "no answer yet");
-        f.queued();
+        assert!(f.queued());
         assert_eq!(f.answer(9, 1, 3), None, "data still with the kernel");
         assert_eq!(f.phase(), HostPhase::Answered);
         assert!(!f.is_sent(), "a PDU of the peer names it no more");
@@ -361,12 +380,12 @@ mod tests {
     fn a_forced_end_drops_the_sends_and_the_kept_answer() {
         let mut f: Flight<u8> = Flight::default();
         f.start(1, 0);
-        f.queued();
+        assert!(f.queued());
         assert_eq!(f.answer(1, 1, 0), None);
         f.end(1, 0);
         assert_eq!(f.phase(), HostPhase::Free);
         f.start(1, 0);
-        f.queued();
+        assert!(f.queued());
         f.sends_lost();
         assert_eq!(f.answer(2, 1, 0), Some(2), "no send left to wait for");
     }
@@ -385,9 +404,37 @@ mod tests {
     fn a_send_counted_twice_is_caught() {
         let mut f: Flight<u8> = Flight::default();
         f.start(1, 0);
-        f.queued();
+        assert!(f.queued());
         f.sent();
         f.sent();
+    }
+
+    #[test]
+    fn the_in_send_count_does_not_wrap() {
+        // 65,536 PDUs for one command (a u16 count wrapped to 0 here and ended the command with
+        // its data still queued).
+        let mut f: Flight<u8> = Flight::default();
+        f.start(1, 0);
+        for _ in 0..65_536 {
+            assert!(f.queued());
+        }
+        assert_eq!(f.in_send(), 65_536);
+        assert_eq!(f.answer(1, 1, 0), None, "its data is still queued");
+        for _ in 0..65_535 {
+            assert_eq!(f.sent(), None);
+        }
+        assert_eq!(f.sent(), Some(1), "ends with its last send");
+    }
+
+    #[test]
+    fn a_full_in_send_count_refuses_the_pdu() {
+        let mut f: Flight<u8> = Flight::default();
+        f.start(1, 0);
+        f.in_send = u32::MAX;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.queued()));
+        // Debug builds assert; release builds refuse.
+        assert!(matches!(r, Err(_) | Ok(false)));
+        assert_eq!(f.in_send, u32::MAX, "unchanged");
     }
 
     #[test]

@@ -100,6 +100,12 @@ pub struct Conn {
     fault: RefCell<Option<String>>,
     /// A caller waiting for room or for the connection to drain ([`Conn::wait_until`]).
     waiter: RefCell<Option<Waker>>,
+    /// A NOP-Out answering a target's ping waits to be sent (no second one is queued).
+    nop_waits: Cell<bool>,
+    /// When the login completed.
+    since: Cell<Instant>,
+    /// A command ended with a SCSI status on it.
+    answered: Cell<bool>,
 }
 
 impl Conn {
@@ -126,6 +132,7 @@ impl Conn {
                 first_burst: 0,
                 max_burst: 0,
                 max_send_segment: 8192,
+                max_r2t: 1,
             }),
             tx: Cell::new(PduParams::LOGIN),
             win: Cell::new(Window::new(1, 0, 0)),
@@ -138,13 +145,19 @@ impl Conn {
             tick: Cell::new(0),
             fault: RefCell::new(None),
             waiter: RefCell::new(None),
+            nop_waits: Cell::new(false),
+            since: Cell::new(Instant::now()),
+            answered: Cell::new(false),
         });
         let (tx, rx) = oneshot::channel();
         *c.login_wait.borrow_mut() = Some(tx);
         ferrite_reactor::spawn_local(reader::reader(c.clone(), p.login.clone())).detach();
         ferrite_reactor::spawn_local(out::writer(c.clone())).detach();
         match with_deadline(rx, deadline).await {
-            Some(Ok(Ok(()))) => Ok(c),
+            Some(Ok(Ok(()))) => {
+                c.since.set(Instant::now());
+                Ok(c)
+            }
             Some(Ok(Err(e))) => {
                 c.close();
                 Err(e)
@@ -165,6 +178,13 @@ impl Conn {
         self.core.id
     }
 
+    /// True if the connection was of use: a command ended with a status on it, or it lived a
+    /// second or more after its login (a target that logs in and drops the connection at
+    /// once is logged in to again only after a back-off).
+    pub(crate) fn was_useful(&self) -> bool {
+        self.answered.get() || self.since.get().elapsed() >= Duration::from_secs(1)
+    }
+
     /// Sets the owner's clock: tasks sent from now on carry `tick`.
     pub(crate) fn set_tick(&self, tick: u32) {
         self.tick.set(tick);
@@ -175,6 +195,13 @@ impl Conn {
         let tasks = self.tasks.borrow();
         let stuck = tasks.iter().any(|(_, t)| t.flight.is_sent() && now.wrapping_sub(t.tick) >= limit);
         stuck
+    }
+
+    /// True if a bdev request on the connection (sent, not yet answered) satisfies `f`.
+    pub(crate) fn any_request(&self, f: impl Fn(&BdevIo) -> bool) -> bool {
+        let tasks = self.tasks.borrow();
+        let any = tasks.iter().any(|(_, t)| t.flight.is_sent() && matches!(&t.owner, Some(Owner::Bdev(io)) if f(io)));
+        any
     }
 
     /// True once closed for good.
@@ -324,6 +351,7 @@ impl Conn {
             let t = &mut tasks[usize::from(slot)];
             t.flight.start(self.core.id, u32::from(slot));
             t.begin(owner, cmd.len, cmd.read, cmd.extra, cmd_sn, self.tick.get());
+            t.r2ts = crate::plan::R2ts::after(plan.unsolicited_end);
             if write {
                 t.data_pieces(&mut list);
             }
@@ -344,37 +372,57 @@ impl Conn {
         });
         let mut piece: SmallVec<[(*const u8, usize); 4]> = SmallVec::new();
         pieces_in(&list, 0, plan.immediate, &mut piece);
-        if !self.queue(slot, &params, &pdu, &piece, plan.immediate > 0) {
+        if !self.queue(slot, &params, &pdu, &piece, plan.immediate > 0, false) {
             return;
         }
-        for (off, n, last) in segments(plan.immediate, plan.unsolicited_end, x.max_send_segment) {
+        // The unsolicited Data-Outs are one sequence: DataSN 0, 1, 2... (RFC 7143 11.7.5).
+        for (data_sn, (off, n, last)) in segments(plan.immediate, plan.unsolicited_end, x.max_send_segment).enumerate()
+        {
             let pdu = Pdu::DataOut(DataOut {
                 final_: last,
                 lun: self.lun,
                 itt,
                 ttt: RESERVED_TAG,
                 exp_stat_sn: w.exp_stat_sn(),
-                data_sn: 0,
+                data_sn: data_sn as u32,
                 buffer_offset: off,
             });
             pieces_in(&list, off, n, &mut piece);
-            if !self.queue(slot, &params, &pdu, &piece, true) {
+            if !self.queue(slot, &params, &pdu, &piece, true, false) {
                 return;
             }
         }
     }
 
     /// Frames and queues one PDU of task `slot` (counted in its sends if it carries its
-    /// data). False if it could not be framed (the connection is then dropped: a PDU this
-    /// end cannot frame is a bug, not the target's fault, but nothing else is safe).
-    fn queue(&self, slot: u16, params: &PduParams, pdu: &Pdu, pieces: &[(*const u8, usize)], data: bool) -> bool {
+    /// data; `r2t_last`: the last Data-Out answering an R2T). False if it could not be framed
+    /// or counted (the connection is then dropped: a PDU this end cannot frame is a bug, not
+    /// the target's fault, but nothing else is safe).
+    fn queue(
+        &self,
+        slot: u16,
+        params: &PduParams,
+        pdu: &Pdu,
+        pieces: &[(*const u8, usize)],
+        data: bool,
+        r2t_last: bool,
+    ) -> bool {
         // SAFETY: the pieces point into the task's buffers (its request's, its extra data, its
         // own command's), which stay with the task until `sent` has counted this PDU.
         match unsafe { Out::frame(params, pdu, pieces) } {
             Ok(mut o) => {
                 if data {
+                    if !self.tasks.borrow_mut()[usize::from(slot)].flight.queued() {
+                        log::error!(
+                            "iscsi host connection {}: too many PDUs queued for one command; closing",
+                            self.core.id
+                        );
+                        *self.fault.borrow_mut() = Some("too many Data-Out PDUs asked for one command".into());
+                        self.close();
+                        return false;
+                    }
                     o.slot = Some(slot);
-                    self.tasks.borrow_mut()[usize::from(slot)].flight.queued();
+                    o.r2t_last = r2t_last;
                 }
                 self.push(o);
                 true
@@ -387,9 +435,22 @@ impl Conn {
         }
     }
 
-    /// A PDU carrying task `slot`'s data has been sent.
-    pub(crate) fn sent(&self, slot: u16) {
-        let done = self.tasks.borrow_mut()[usize::from(slot)].flight.sent();
+    /// A PDU carrying a task's data has been sent (`tag`: its slot, with
+    /// [`out::R2T_LAST`] if it was the last Data-Out answering an R2T).
+    pub(crate) fn sent(&self, tag: u16) {
+        if tag == out::NOP_ANSWER {
+            self.nop_waits.set(false);
+            return;
+        }
+        let slot = tag & !out::R2T_LAST;
+        let done = {
+            let mut tasks = self.tasks.borrow_mut();
+            let t = &mut tasks[usize::from(slot)];
+            if tag & out::R2T_LAST != 0 {
+                t.r2ts.answered();
+            }
+            t.flight.sent()
+        };
         if let Some(e) = done {
             self.finish(slot, e);
         }
@@ -413,6 +474,9 @@ impl Conn {
             tasks.release(u32::from(slot));
             (owner, len, got)
         };
+        if matches!(e, Ended::Status { .. }) {
+            self.answered.set(true);
+        }
         // A logout waiting for the connection to drain, a command waiting for room.
         self.notify();
         match owner {

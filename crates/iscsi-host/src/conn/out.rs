@@ -26,6 +26,8 @@ pub(crate) struct Out {
     ddgst: Option<[u8; DIGEST_LEN]>,
     /// The task whose data it carries (its slot), told when the PDU has been sent.
     pub(crate) slot: Option<u16>,
+    /// The last Data-Out answering an R2T: once sent, the R2T is no longer outstanding.
+    pub(crate) r2t_last: bool,
     /// Data this entry owns (login, logout and NOP-Out PDUs).
     owned: Option<Vec<u8>>,
 }
@@ -51,6 +53,7 @@ impl Out {
             pad: 0,
             ddgst: None,
             slot: None,
+            r2t_last: false,
             owned: None,
         };
         let f = encode(&mut o.head, params, pdu, &[], &data)?;
@@ -83,9 +86,16 @@ impl Outgoing for Out {
     }
 
     fn slot(&self) -> Option<u16> {
-        self.slot
+        self.slot.map(|s| if self.r2t_last { s | R2T_LAST } else { s })
     }
 }
+
+/// The bit of the tag the writer gives back for a PDU (its slot, below 4096) that marks the
+/// last Data-Out of an R2T's answer.
+pub(crate) const R2T_LAST: u16 = 0x8000;
+
+/// The tag of the NOP-Out answering a target's ping (no slot: slots are below 4096).
+pub(crate) const NOP_ANSWER: u16 = 0x7fff;
 
 /// The pieces of bytes `[off, off + n)` of the scatter list `list`, into `out`.
 pub(crate) fn pieces_in(list: &[(*const u8, usize)], off: u32, n: u32, out: &mut SmallVec<[(*const u8, usize); 4]>) {
@@ -111,7 +121,7 @@ pub(crate) fn pieces_in(list: &[(*const u8, usize)], off: u32, n: u32, out: &mut
 pub(crate) async fn writer(c: Rc<Conn>) {
     // SAFETY: heads, tails and owned data are inside the entries; task data points into
     // buffers their tasks keep until `sent` has counted the PDU; the padding is static.
-    let res = unsafe { write_loop(&c.core, &c.out, |slot| c.sent(slot)) }.await;
+    let res = unsafe { write_loop(&c.core, &c.out, |tag| c.sent(tag)) }.await;
     if let Err(e) = res {
         if !c.core.is_dead() {
             log::info!("iscsi host connection {} to {}: send failed: {e}", c.core.id, c.core.peer);

@@ -43,7 +43,9 @@ pub(super) async fn reader(c: Rc<Conn>, login: InitiatorLoginConfig) {
     match run(&c, login).await {
         Ok(()) => {}
         Err(Stop::Violation(e)) => {
-            log::warn!(
+            // Rate-limited: a target may break every connection right after its login.
+            ferrite_reactor::log_limited!(
+                log::Level::Warn,
                 "iscsi host connection {} to {}: protocol error by the target: {e}; closing the connection",
                 c.core.id,
                 c.core.peer
@@ -52,7 +54,12 @@ pub(super) async fn reader(c: Rc<Conn>, login: InitiatorLoginConfig) {
         }
         Err(Stop::Closed(e)) => {
             if !c.is_closed() {
-                log::info!("iscsi host connection {} to {}: {e}", c.core.id, c.core.peer);
+                ferrite_reactor::log_limited!(
+                    log::Level::Info,
+                    "iscsi host connection {} to {}: {e}",
+                    c.core.id,
+                    c.core.peer
+                );
             }
         }
     }
@@ -226,10 +233,10 @@ impl Conn {
             if t.read {
                 return Err(Stop::Violation(format!("an R2T for ITT {:#010x}, a read", r.itt)));
             }
-            if let Some(e) = r2t_wrong(t.len, &x, t.r2t_sn, r.r2t_sn, r.buffer_offset, r.desired_data_transfer_length) {
+            if let Some(e) = r2t_wrong(t.len, &x, &t.r2ts, r.r2t_sn, r.buffer_offset, r.desired_data_transfer_length) {
                 return Err(Stop::Violation(e));
             }
-            t.r2t_sn = t.r2t_sn.wrapping_add(1);
+            t.r2ts.take(r.buffer_offset, r.desired_data_transfer_length);
             t.data_pieces(&mut list);
         }
         let params = self.tx.get();
@@ -247,15 +254,21 @@ impl Conn {
                 buffer_offset: off,
             });
             pieces_in(&list, off, n, &mut piece);
-            if !self.queue(slot, &params, &pdu, &piece, true) {
-                return Err(Stop::Closed("cannot frame a Data-Out".into()));
+            if !self.queue(slot, &params, &pdu, &piece, true, last) {
+                return Err(Stop::Violation("cannot queue a Data-Out".into()));
             }
         }
         Ok(())
     }
 
-    /// Answers a NOP-In that asks for it (a TTT), echoing its ping data.
-    fn answer_nop(&self, n: &NopIn, data: &[u8]) {
+    /// Answers a NOP-In that asks for it (a TTT) with a NOP-Out without data: a target's ping
+    /// carries no data to echo (RFC 7143 section 11.19: its data segment is empty; libiscsi
+    /// does not echo either). At most one answer waits to be sent: a target pinging faster
+    /// than this end sends is answered once (the TTT of the first ping waiting).
+    fn answer_nop(&self, n: &NopIn) {
+        if self.nop_waits.get() {
+            return;
+        }
         let w = self.win.get();
         let pdu = Pdu::NopOut(NopOut {
             immediate: true,
@@ -265,10 +278,12 @@ impl Conn {
             cmd_sn: w.next(),
             exp_stat_sn: w.exp_stat_sn(),
         });
-        let params = self.tx.get();
-        let keep = data.len().min(params.max_data_segment as usize);
-        match super::out::Out::owned(&params, &pdu, data[..keep].to_vec()) {
-            Ok(o) => self.push(o),
+        match super::out::Out::owned(&self.tx.get(), &pdu, Vec::new()) {
+            Ok(mut o) => {
+                o.slot = Some(super::out::NOP_ANSWER);
+                self.nop_waits.set(true);
+                self.push(o);
+            }
             Err(e) => log::warn!("iscsi host connection {}: cannot answer a NOP-In: {e}", self.core.id),
         }
     }
@@ -302,7 +317,8 @@ fn on_header(c: &Conn, h: &Header) -> Result<Dest, Stop> {
         }
         Pdu::NopIn(n) => {
             c.seen(n.exp_cmd_sn, n.max_cmd_sn, (n.itt != RESERVED_TAG).then_some(n.stat_sn))?;
-            Ok(Dest::Stage)
+            // Its data (none from a conforming target) is not kept.
+            Ok(Dest::Skip)
         }
         Pdu::Reject(r) => {
             c.seen(r.exp_cmd_sn, r.max_cmd_sn, Some(r.stat_sn))?;
@@ -347,7 +363,7 @@ fn on_end(c: &Conn, pdu: &Pdu, staged: &[u8]) -> Result<(), Stop> {
                 c.finish(slot, Ended::Status { status: r.status, sense });
             }
         }
-        Pdu::NopIn(n) if n.ttt != RESERVED_TAG => c.answer_nop(n, staged),
+        Pdu::NopIn(n) if n.ttt != RESERVED_TAG => c.answer_nop(n),
         Pdu::Reject(r) => {
             let Some(bhs) = staged.get(..BHS_LEN) else {
                 return Err(Stop::Violation(format!("a Reject without the rejected header ({} bytes)", staged.len())));

@@ -6,7 +6,7 @@
 //! response) names no task instead of the slot's next command: it is the target's error and
 //! the connection is dropped.
 
-use crate::plan::ReadProgress;
+use crate::plan::{R2ts, ReadProgress};
 use crate::scsi::Sense;
 use ferrite_reactor::IoBuf;
 use ferrite_target::host::{Flight, Reads};
@@ -56,8 +56,9 @@ pub(crate) struct Task {
     pub(crate) read: bool,
     /// A read's progress.
     pub(crate) progress: ReadProgress,
-    /// The R2TSN the next R2T must carry.
-    pub(crate) r2t_sn: u32,
+    /// A write's R2Ts so far (the next R2TSN, where the data asked for ends, those whose
+    /// answer is still being sent).
+    pub(crate) r2ts: R2ts,
     /// Data it sends other than the request's buffers (an UNMAP parameter list).
     pub(crate) extra: Option<IoBuf>,
     /// Its CmdSN (a lost connection's commands are sent again in this order).
@@ -75,7 +76,7 @@ impl Task {
         self.len = len;
         self.read = read;
         self.progress = ReadProgress::default();
-        self.r2t_sn = 0;
+        self.r2ts = R2ts::default();
         self.extra = extra;
         self.cmd_sn = cmd_sn;
         self.tick = tick;
