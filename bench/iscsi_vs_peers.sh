@@ -38,6 +38,8 @@
 # drift of the machine hits all three alike. The three targets of a round are started (and
 # their LUNs filled) once per core mask; each is stopped with SIGSTOP while the others are
 # measured (SPDK's reactor polls even when idle, and all three share core 0).
+# The machine is shared: before each run the script waits (QUIET_WAIT, 120 s at most) until the
+# rest of the machine uses less than QUIET (25) % of one core over a second.
 # Environment: ROUNDS (3), CELLS (an extended regular expression on the cell names, e.g.
 # 'randread qd32|64s'), SESSIONS (64), SESSION_QD (8), FERRITE_MODE (reactor mode, adaptive),
 # FERRITE_BIN (another build), TARGETS ("ferrite spdk tgt"). Needs root for tgtd's control socket
@@ -49,6 +51,8 @@ ROUNDS=${ROUNDS:-3}
 SESSIONS=${SESSIONS:-64}
 SESSION_QD=${SESSION_QD:-8}
 FERRITE_MODE=${FERRITE_MODE:-adaptive}
+QUIET=${QUIET:-25}
+QUIET_WAIT=${QUIET_WAIT:-120}
 read -r -a TARGETS <<<"${TARGETS:-ferrite spdk tgt}"
 need_spdk bin/iscsi_tgt
 [ "$(id -u)" = 0 ] || fail "needs root (tgtd's control socket, hugepages)"
@@ -65,7 +69,7 @@ HZ=$(getconf CLK_TCK)
 IQN=iqn.2016-06.io.spdk:disk1
 BLOCKS=262144 # 1 GiB of 4 KiB blocks
 LUN_FILE=/dev/shm/ferrite-iscsi-bench-$$.raw
-TGT_CTL=$((20000 + $$ % 20000)) # tgtd's control "port": a unix socket /var/run/tgtd/socket.N
+TGT_CTL=$((1000 + $$ % 20000)) # tgtd's control "port": a unix socket /var/run/tgtd/socket.N
 RW="$TMP/iscsi_rw"
 RECORDS="$TMP/records"
 : >"$RECORDS"
@@ -75,12 +79,21 @@ cc -O2 -o "$RW" "$ROOT/bench/iscsi_rw.c" -liscsi || fail "cannot build bench/isc
 declare -A TPID URL # per target: its pid and libiscsi's URL of its LUN
 CPIDS=()            # running clients
 cleanup() {
-  stop_pids "${CPIDS[@]}"
+  stop_clients
   stop_targets
   rm -rf "$TMP" "$LUN_FILE"
   [ -z "$HUGE_RESTORE" ] || echo "$HUGE_RESTORE" >/proc/sys/vm/nr_hugepages
 }
 trap cleanup EXIT
+
+# stop_clients: the running clients, and /usr/bin/time around each.
+stop_clients() {
+  local p
+  for p in "${CPIDS[@]}"; do
+    stop_pids $(pgrep -P "$p") "$p"
+  done
+  CPIDS=()
+}
 
 spdk_rpc() { PYTHONPATH="$SPDK_DIR/python" python3 "$SPDK_DIR/scripts/rpc.py" -s "$TMP/spdk.sock" "$@"; }
 frpc() { "$FERRITE" rpc -s "$TMP/ferrite.sock" "$@" >/dev/null; }
@@ -170,10 +183,27 @@ stop_targets() {
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     stop_pids "$p"
     unset "TPID[$who]"
+    rm -f "/dev/shm/iscsi_trace.pid$p" # SPDK's trace file
   done
 }
 
 busy_jiffies() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+
+# wait_quiet: before a run (its target still stopped, no client), waits until the rest of the
+# machine uses less than QUIET % of one core over a second, for up to QUIET_WAIT seconds;
+# then the run goes ahead anyway (its other% column tells).
+wait_quiet() {
+  local t0 b0 b1 busy
+  t0=$(date +%s)
+  while :; do
+    b0=$(busy_jiffies)
+    sleep 1
+    b1=$(busy_jiffies)
+    busy=$((100 * (b1 - b0) / HZ))
+    [ "$busy" -lt "$QUIET" ] && return
+    [ $(($(date +%s) - t0)) -lt "$QUIET_WAIT" ] || return 0
+  done
+}
 
 # client N KIND QD OUT URL: starts N clients (KIND randread: iscsi-perf; randwrite, rw-randread:
 # iscsi_rw) on the cores of CLIENT_CORES in the background, each under /usr/bin/time, output in
@@ -184,8 +214,11 @@ client() {
   for k in $(seq "$n"); do
     case $kind in
       randread)
-        taskset -c "$CLIENT_CORES" /usr/bin/time -f '%U %S' -o "$out.$k.time" iscsi-perf \
-          -i "iqn.2026-11.io.ferrite:bench-$k" -r -b 1 -m "$qd" -t "$T" "$url" >"$out.$k" 2>&1 &
+        # iscsi-perf stops when a once-a-second check finds exactly 0 s left; a process that
+        # misses that second (a loaded core) runs on forever: SIGINT ends it (it drains, and
+        # its last line has its average so far).
+        taskset -c "$CLIENT_CORES" /usr/bin/time -f '%U %S' -o "$out.$k.time" timeout -s INT $((T + 3)) \
+          iscsi-perf -i "iqn.2026-11.io.ferrite:bench-$k" -r -b 1 -m "$qd" -t "$T" "$url" >"$out.$k" 2>&1 &
         ;;
       randwrite | rw-randread)
         taskset -c "$CLIENT_CORES" /usr/bin/time -f '%U %S' -o "$out.$k.time" "$RW" \
@@ -200,25 +233,26 @@ client() {
 # alone; appends a record "cell who iops client% target% other%".
 run_cell() {
   local who=$1 n=$2 kind=$3 qd=$4 out="$TMP/client" pid=${TPID[$1]} b0 b1 t0 t1 n0 n1 k iops=0 cu=0 got p u s
+  wait_quiet
   kill -CONT "$pid"
   sleep 0.2
   b0=$(busy_jiffies) t0=$(cpu_ticks "$pid") n0=$(date +%s%N)
   client "$n" "$kind" "$qd" "$out" "${URL[$who]}"
   for p in "${CPIDS[@]}"; do
-    wait "$p" || fail "$who $CELL: a client failed: $(tail -c 300 "$out.1" | tr '\r' '\n' | tail -3)"
+    wait "$p" || [ $? = 124 ] || fail "$who $CELL: a client failed: $(tail -c 300 "$out.1" | tr '\r' '\n' | tail -3)"
   done
   CPIDS=()
   b1=$(busy_jiffies) t1=$(cpu_ticks "$pid") n1=$(date +%s%N)
   kill -STOP "$pid"
   for k in $(seq "$n"); do
     if [ "$kind" = randread ]; then
-      got=$(tr '\r' '\n' <"$out.$k" | awk '/^iops average/ {v = $3} END {print v}')
+      got=$(tr '\r' '\n' <"$out.$k" | grep -ao 'iops average [0-9]*' | tail -1 | awk '{print $3}')
     else
       got=$(awk '/^ios / {print $6}' "$out.$k")
     fi
     [ -n "$got" ] || fail "$who $CELL: no result from client $k: $(tail -c 300 "$out.$k")"
     iops=$((iops + ${got%.*}))
-    read -r u s <"$out.$k.time"
+    read -r u s < <(tail -1 "$out.$k.time") # (after "Command exited with non-zero status 124")
     cu=$(python3 -c "print($cu + $u + $s)")
   done
   python3 - "$CELL" "$who" "$iops" "$cu" "$((t1 - t0))" "$((b1 - b0))" "$((n1 - n0))" "$HZ" >>"$RECORDS" <<'P'
