@@ -159,22 +159,7 @@ fn a_connection_dropped_mid_write_leaves_the_target_serving() {
     let (d, iqn) = setup(&dir, "0x3");
     let mut ini = Ini::login(d.port, Some(&iqn), no_immediate()).unwrap();
     let itt = ini.itt();
-    let mut cdb = [0u8; 16];
-    cdb[0] = 0x2a;
-    cdb[8] = 128; // 64 KiB
-    let cmd = ScsiCommand {
-        immediate: false,
-        final_: true,
-        read: false,
-        write: true,
-        attr: TaskAttr::Simple,
-        lun: 0,
-        itt,
-        expected_data_transfer_length: 64 << 10,
-        cmd_sn: ini.cmd_sn,
-        exp_stat_sn: ini.exp_stat_sn,
-        cdb,
-    };
+    let cmd = write_cmd(&mut ini, itt, 128, true); // 64 KiB
     ini.send(&Pdu::ScsiCommand(cmd), &[]);
     let Pdu::R2t(r) = ini.recv().pdu else { panic!("expected an R2T") };
     assert_eq!((r.itt, r.buffer_offset, r.desired_data_transfer_length), (itt, 0, 64 << 10));
@@ -202,24 +187,8 @@ fn abort_task_of_a_write_waiting_for_its_data() {
     let (d, iqn) = setup(&dir, "0x1");
     let mut ini = Ini::login(d.port, Some(&iqn), no_immediate()).unwrap();
     let itt = ini.itt();
-    let mut cdb = [0u8; 16];
-    cdb[0] = 0x2a;
-    cdb[8] = 16;
     let cmd_sn = ini.cmd_sn;
-    let cmd = ScsiCommand {
-        immediate: false,
-        final_: true,
-        read: false,
-        write: true,
-        attr: TaskAttr::Simple,
-        lun: 0,
-        itt,
-        expected_data_transfer_length: 8192,
-        cmd_sn,
-        exp_stat_sn: ini.exp_stat_sn,
-        cdb,
-    };
-    ini.cmd_sn += 1;
+    let cmd = write_cmd(&mut ini, itt, 16, true);
     ini.send(&Pdu::ScsiCommand(cmd), &[]);
     let Pdu::R2t(r) = ini.recv().pdu else { panic!("expected an R2T") };
     let tmf_itt = ini.itt();
