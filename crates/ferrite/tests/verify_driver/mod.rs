@@ -480,9 +480,19 @@ pub fn cases(t: &Side, h: &Side, bdev: &'static str, stores: bool) -> Vec<String
     failures
 }
 
-/// Checks that the counter sees what `side`'s reactor allocates.
+/// Checks that the counter sees what `side`'s reactor allocates: one allocation made there
+/// counts one. The reactor's own timers (a watchdog, a reconnect) may allocate between the two
+/// reads, so a few tries are allowed; one must count exactly one.
 pub fn check_counting(side: &Side) {
-    let before = side.allocs();
-    side.engine.call(0, || drop(std::hint::black_box(Box::new(7u64)))).wait().expect("reactor answers");
-    assert_eq!(side.allocs() - before, 1, "an allocation on the reactor is counted there");
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let before = side.allocs();
+        side.engine.call(0, || drop(std::hint::black_box(Box::new(7u64)))).wait().expect("reactor answers");
+        let n = side.allocs() - before;
+        if n == 1 {
+            return;
+        }
+        seen.push(n);
+    }
+    panic!("an allocation on the reactor is not counted there as one: {seen:?}");
 }
