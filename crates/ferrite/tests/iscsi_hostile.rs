@@ -159,7 +159,7 @@ fn a_connection_dropped_mid_write_leaves_the_target_serving() {
     let (d, iqn) = setup(&dir, "0x3");
     let mut ini = Ini::login(d.port, Some(&iqn), no_immediate()).unwrap();
     let itt = ini.itt();
-    let cmd = write_cmd(&mut ini, itt, 128, true); // 64 KiB
+    let cmd = ini.write_cmd(itt, 0, 128, true); // 64 KiB
     ini.send(&Pdu::ScsiCommand(cmd), &[]);
     let Pdu::R2t(r) = ini.recv().pdu else { panic!("expected an R2T") };
     assert_eq!((r.itt, r.buffer_offset, r.desired_data_transfer_length), (itt, 0, 64 << 10));
@@ -188,7 +188,7 @@ fn abort_task_of_a_write_waiting_for_its_data() {
     let mut ini = Ini::login(d.port, Some(&iqn), no_immediate()).unwrap();
     let itt = ini.itt();
     let cmd_sn = ini.cmd_sn;
-    let cmd = write_cmd(&mut ini, itt, 16, true);
+    let cmd = ini.write_cmd(itt, 0, 16, true);
     ini.send(&Pdu::ScsiCommand(cmd), &[]);
     let Pdu::R2t(r) = ini.recv().pdu else { panic!("expected an R2T") };
     let tmf_itt = ini.itt();
@@ -429,28 +429,6 @@ fn data_in_and_r2t_sequences_follow_the_negotiated_bursts() {
     assert!(got == data, "read back differs");
 }
 
-/// A WRITE(10) of `blocks` 512-byte blocks at LBA 0 with F as `final_`.
-fn write_cmd(ini: &mut Ini, itt: u32, blocks: u16, final_: bool) -> ScsiCommand {
-    let mut cdb = [0u8; 16];
-    cdb[0] = 0x2a;
-    cdb[7..9].copy_from_slice(&blocks.to_be_bytes());
-    let cmd = ScsiCommand {
-        immediate: false,
-        final_,
-        read: false,
-        write: true,
-        attr: TaskAttr::Simple,
-        lun: 0,
-        itt,
-        expected_data_transfer_length: u32::from(blocks) * 512,
-        cmd_sn: ini.cmd_sn,
-        exp_stat_sn: ini.exp_stat_sn,
-        cdb,
-    };
-    ini.cmd_sn += 1;
-    cmd
-}
-
 /// One Data-Out sequence of `data[from..to]` in PDUs of `pdu` bytes, with `ttt` (an R2T's, or
 /// RESERVED_TAG: unsolicited).
 fn send_sequence(ini: &mut Ini, itt: u32, ttt: u32, data: &[u8], from: usize, to: usize, pdu: usize) {
@@ -486,7 +464,7 @@ fn unsolicited_data_out_under_initial_r2t_no() {
     // rest through R2Ts that start after the first burst.
     let data = pattern(31, 128 << 10);
     let itt = ini.itt();
-    let cmd = write_cmd(&mut ini, itt, 256, false);
+    let cmd = ini.write_cmd(itt, 0, 256, false);
     ini.send(&Pdu::ScsiCommand(cmd), &data[..8192]);
     send_sequence(&mut ini, itt, RESERVED_TAG, &data, 8192, 32768, 8192);
     let mut expect = 32768u32;
@@ -512,7 +490,7 @@ fn unsolicited_data_out_under_initial_r2t_no() {
     // No immediate data at all: a 16 KiB write whose whole first burst is unsolicited.
     let small = pattern(32, 16 << 10);
     let itt = ini.itt();
-    let cmd = write_cmd(&mut ini, itt, 32, false);
+    let cmd = ini.write_cmd(itt, 0, 32, false);
     ini.send(&Pdu::ScsiCommand(cmd), &[]);
     send_sequence(&mut ini, itt, RESERVED_TAG, &small, 0, small.len(), 4096);
     let Pdu::ScsiResponse(r) = ini.recv().pdu else { panic!("expected the write's response") };
@@ -525,7 +503,7 @@ fn unsolicited_data_out_under_initial_r2t_no() {
     assert_eq!(j.reason, 0x09);
     // F 0 after a whole first burst of immediate data: no unsolicited data may follow.
     let itt = ini.itt();
-    let cmd = write_cmd(&mut ini, itt, 16, false);
+    let cmd = ini.write_cmd(itt, 0, 16, false);
     ini.send(&Pdu::ScsiCommand(cmd), &data[..8192]);
     let Pdu::Reject(j) = ini.recv().pdu else { panic!("expected a Reject") };
     assert_eq!(j.reason, 0x04, "protocol error");
@@ -535,7 +513,7 @@ fn unsolicited_data_out_under_initial_r2t_no() {
     let mut strict = Ini::login(d.port, Some(&iqn), opts).unwrap();
     assert!(strict.negotiated.session.initial_r2t);
     let itt = strict.itt();
-    let cmd = write_cmd(&mut strict, itt, 16, false);
+    let cmd = strict.write_cmd(itt, 0, 16, false);
     strict.send(&Pdu::ScsiCommand(cmd), &data[..4096]);
     let Pdu::Reject(j) = strict.recv().pdu else { panic!("expected a Reject") };
     assert_eq!(j.reason, 0x04, "protocol error");

@@ -206,6 +206,13 @@ impl<'a> Rx<'a> {
         (res.map_err(|e| format!("receive data: {e}")), buf)
     }
 
+    /// Stops receiving, waiting until the receive in flight has ended (the socket is then the
+    /// caller's to hand on); true if received bytes are left unparsed.
+    pub async fn stop(&mut self) -> bool {
+        self.stream.stop().await;
+        self.has_buffered()
+    }
+
     /// Pauses receiving (back-pressure): further bytes stay in the socket.
     pub fn pause(&mut self) {
         self.stream.disarm();

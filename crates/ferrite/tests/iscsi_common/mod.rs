@@ -179,6 +179,8 @@ pub struct Ini {
     pub next_itt: u32,
     pub max_cmd_sn: u32,
     pub negotiated: Negotiated,
+    /// The session's TSIH.
+    pub tsih: u16,
 }
 
 /// A TCP connection to the portal with timeouts set.
@@ -281,6 +283,7 @@ impl Ini {
                         next_itt: 1,
                         max_cmd_sn: done.max_cmd_sn,
                         negotiated: done.negotiated.clone(),
+                        tsih: done.tsih,
                     });
                 }
             }
@@ -411,6 +414,30 @@ impl Ini {
             exp_stat_sn: self.exp_stat_sn,
         };
         self.send(&Pdu::NopOut(out), &[]);
+    }
+
+    /// A WRITE(10) of `blocks` 512-byte blocks at `lba` with F as `final_` and the next CmdSN
+    /// (for a test that sends its data itself).
+    pub fn write_cmd(&mut self, itt: u32, lba: u32, blocks: u16, final_: bool) -> ScsiCommand {
+        let mut cdb = [0u8; 16];
+        cdb[0] = 0x2a;
+        cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+        cdb[7..9].copy_from_slice(&blocks.to_be_bytes());
+        let cmd = ScsiCommand {
+            immediate: false,
+            final_,
+            read: false,
+            write: true,
+            attr: TaskAttr::Simple,
+            lun: 0,
+            itt,
+            expected_data_transfer_length: u32::from(blocks) * 512,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            cdb,
+        };
+        self.cmd_sn = self.cmd_sn.wrapping_add(1);
+        cmd
     }
 
     /// TEST UNIT READY; its status.

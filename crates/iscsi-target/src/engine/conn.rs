@@ -1,5 +1,4 @@
-//! One iSCSI connection on its reactor (one connection per session, so the session lives here
-//! too): its core (`ferrite_target::ConnCore`: socket, closing and dead flags, the two tasks'
+//! One iSCSI connection on its reactor (its session's reactor, [`super::session`]): its core (`ferrite_target::ConnCore`: socket, closing and dead flags, the two tasks'
 //! wakers, send and receive progress), its command slots, its send queue, and the reactor's
 //! table of connections whose watchdog bounds the login, the initiator's data, NOP-In answers,
 //! stalled sends and logout requests.
@@ -10,11 +9,11 @@ use super::seq::Seq;
 use super::session::Session;
 use super::task::{Cmd, Phase};
 use super::{DATA_BASE_TIME, LOGIN_TIMEOUT, SEND_BASE_TIME};
-use ferrite_iscsi::pdu::{EncodeError, Pdu, PduParams, RejectReason, BHS_LEN};
+use ferrite_iscsi::pdu::{EncodeError, LoginRequest, Pdu, PduParams, RejectReason, BHS_LEN};
 use ferrite_reactor::net::Socket;
 use ferrite_reactor::tsc::{duration_to_ticks, ticks};
 use ferrite_target::table::{ConnTable, Served, WatchdogOptions};
-use ferrite_target::{ConnCore, SlotTable};
+use ferrite_target::{ConnCore, ConnPermit, SlotTable};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -69,10 +68,16 @@ pub(crate) struct Conn {
     /// The login under way (dropped at its end).
     pub(crate) login: RefCell<Option<Box<super::login::LoginState>>>,
     /// The session, once logged in.
-    pub(crate) sess: OnceCell<Session>,
-    /// The SCSI nexus (normal sessions), dropped when the connection ends.
-    pub(crate) scsi: RefCell<Option<Rc<ferrite_scsi::Session>>>,
-    /// StatSN and the command window.
+    pub(crate) sess: OnceCell<Rc<Session>>,
+    /// Its CID.
+    pub(crate) cid: Cell<u16>,
+    /// Its index and the index's generation in its session (they name it in SCSI tags).
+    pub(crate) member: Cell<(u16, u16)>,
+    /// Its end does not fail the session: it logged out, or was replaced or closed with it.
+    pub(crate) quiet_end: Cell<bool>,
+    /// Where it goes at the end of its reader: the session it joins lives on another reactor.
+    pub(crate) moving: RefCell<Option<super::login::Move>>,
+    /// StatSN and the session's command window.
     pub(crate) seq: Seq,
     /// How PDUs are framed when sent (the peer's MaxRecvDataSegmentLength, digests).
     pub(crate) tx: Cell<PduParams>,
@@ -127,13 +132,18 @@ const WATCHDOG: WatchdogOptions = WatchdogOptions { period: Duration::from_secs(
 
 impl Conn {
     /// The session (in the full feature phase).
-    pub(crate) fn session(&self) -> Option<&Session> {
+    pub(crate) fn session(&self) -> Option<&Rc<Session>> {
         self.sess.get()
     }
 
     /// The SCSI nexus, if the session has one.
     pub(crate) fn nexus(&self) -> Option<Rc<ferrite_scsi::Session>> {
-        self.scsi.borrow().clone()
+        self.sess.get().and_then(|s| s.nexus())
+    }
+
+    /// The SCSI tag of command `slot` of this connection.
+    pub(crate) fn tag(&self, slot: u32, immediate: bool) -> u64 {
+        Session::tag(self.member.get(), slot, immediate)
     }
 
     /// True once nothing is outstanding.
@@ -350,9 +360,16 @@ pub(crate) fn all_local() -> Vec<Rc<Conn>> {
     LIVE.with(|l| l.borrow().all())
 }
 
-/// Serves one accepted connection to its end (a task on the reactor that owns it); `_permit`
-/// (the portal's connection count) is given back when it ends.
-pub(crate) async fn serve<G>(sock: Socket, peer: String, pg_tag: u16, _permit: G) {
+/// Serves one accepted connection to its end (a task on the reactor that owns it); `permit`
+/// (the portal's connection count) is given back when it ends. `first`: the first Login
+/// Request, read on another reactor before the connection moved here (its session lives here).
+pub(crate) async fn serve(
+    sock: Socket,
+    peer: String,
+    pg_tag: u16,
+    permit: ConnPermit,
+    first: Option<(LoginRequest, Vec<u8>)>,
+) {
     let reactor = ferrite_reactor::current().unwrap_or(0);
     let id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
     let local = ferrite_reactor::net::local_name(sock.raw_fd()).unwrap_or_default();
@@ -372,7 +389,10 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, pg_tag: u16, _permit: G
         stage: Cell::new(Stage::Login),
         login: RefCell::new(None),
         sess: OnceCell::new(),
-        scsi: RefCell::new(None),
+        cid: Cell::new(0),
+        member: Cell::new((0, 0)),
+        quiet_end: Cell::new(false),
+        moving: RefCell::new(None),
         seq: Seq::default(),
         tx: Cell::new(PduParams::LOGIN),
         rx_params: Cell::new(None),
@@ -398,7 +418,7 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, pg_tag: u16, _permit: G
     registry::accepted(&c);
     log::debug!("iscsi connection {id} from {peer} (portal group {pg_tag}) on reactor {reactor}");
     let writer = ferrite_reactor::spawn_local(super::out::writer(c.clone()));
-    match super::reader::run(&c).await {
+    match super::reader::run(&c, first).await {
         Ok(()) => {}
         Err(e) => {
             if c.is_closing() {
@@ -418,14 +438,39 @@ pub(crate) async fn serve<G>(sock: Socket, peer: String, pg_tag: u16, _permit: G
     super::task::end_waiting(&c);
     c.wake();
     writer.await;
-    c.sock.shutdown();
-    let nexus = c.scsi.borrow_mut().take();
-    drop(nexus);
+    let moving = c.moving.borrow_mut().take();
+    // A connection that moves keeps its socket open (a copy of its descriptor goes along).
+    let handoff = moving.and_then(|m| {
+        // SAFETY: the descriptor is the socket's, open for as long as `c` holds it.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(c.sock.raw_fd()) };
+        match fd.try_clone_to_owned() {
+            Ok(fd) => Some((m, fd)),
+            Err(e) => {
+                log::warn!("iscsi connection {id}: cannot move it to reactor {}: {e}", m.reactor);
+                None
+            }
+        }
+    });
+    if handoff.is_none() {
+        c.sock.shutdown();
+    }
+    if let Some(s) = c.session() {
+        s.leave(&c, !c.quiet_end.get());
+    }
     *c.text.borrow_mut() = None;
     *c.login.borrow_mut() = None;
     registry::closed(&c);
     ferrite_target::table::unregister(&LIVE, id);
-    log::debug!("iscsi connection {id} closed");
+    match handoff {
+        Some((m, fd)) => {
+            log::info!("iscsi connection {id} from {peer} moves to reactor {}, its session's", m.reactor);
+            let first = Some((m.req, m.data));
+            ferrite_reactor::engine().send(m.reactor, move || {
+                ferrite_reactor::spawn_local(serve(Socket::new(fd), peer, pg_tag, permit, first)).detach();
+            });
+        }
+        None => log::debug!("iscsi connection {id} closed"),
+    }
 }
 
 /// The current tick.

@@ -2,9 +2,11 @@
 //! `ferrite_iscsi::login::TargetLogin`, which asks the model through [`Ctx`] (the
 //! `LoginContext`): target nodes (SPDK's order of checks: not found, redirected, access
 //! denied), CHAP secrets from auth groups (the node's `chap_group`, or the discovery auth's),
-//! and sessions (created with a TSIH, reinstated, or refused when a connection tries to join
-//! one: one connection per session). The final response starts the session
-//! ([`super::session::start`]) and switches the connection to the negotiated framing.
+//! and sessions (created with a TSIH, reinstated, or joined by a connection up to the
+//! negotiated MaxConnections). A connection that joins a session on another reactor moves
+//! there at its first Login Request ([`Move`]), which the new reactor then answers. The final
+//! response starts the session or joins it ([`super::session::start`]) and switches the
+//! connection to the negotiated framing.
 
 use super::conn::Conn;
 use super::registry;
@@ -21,8 +23,21 @@ use ferrite_iscsi::pdu::{LoginRequest, Pdu, PduParams, Stage};
 use std::rc::Rc;
 use std::sync::Arc;
 
+/// A connection on its way to the reactor of the session it joins, with its first Login
+/// Request (not answered yet).
+pub(crate) struct Move {
+    /// The session's reactor.
+    pub(crate) reactor: usize,
+    /// The request.
+    pub(crate) req: LoginRequest,
+    /// Its data segment.
+    pub(crate) data: Vec<u8>,
+}
+
 /// A connection's login under way.
 pub(crate) struct LoginState {
+    /// No request has been answered yet.
+    first: bool,
     login: TargetLogin,
     /// The target node the login named (taken at its lookup; dropped at the login's end, so
     /// that the connection does not hold the node's LUNs open).
@@ -41,12 +56,12 @@ impl LoginState {
             cmd_window: options.max_queue_depth.max(1),
             ..TargetLoginConfig::default()
         };
-        LoginState { login: TargetLogin::new(cfg), node: None, options }
+        LoginState { first: true, login: TargetLogin::new(cfg), node: None, options }
     }
 }
 
-/// The login keys the target offers and accepts, from SPDK's options: MaxConnections=1 and
-/// ErrorRecoveryLevel=0 (what the engine serves), InitialR2T=No (unsolicited data taken; an
+/// The login keys the target offers and accepts, from SPDK's options: MaxConnections
+/// (`max_connections_per_session`), ErrorRecoveryLevel=0 (what the engine serves), InitialR2T=No (unsolicited data taken; an
 /// initiator that wants R2Ts for all of it gets Yes, the OR of both), data in order, digests
 /// as the node requires.
 pub(crate) fn target_options(o: &IscsiOptions, header_digest: bool, data_digest: bool) -> TargetOptions {
@@ -57,7 +72,7 @@ pub(crate) fn target_options(o: &IscsiOptions, header_digest: bool, data_digest:
         immediate_data: o.immediate_data,
         initial_r2t: false,
         error_recovery_level: 0,
-        max_connections: 1,
+        max_connections: o.max_connections_per_session.clamp(1, 65535) as u16,
         max_outstanding_r2t: 1,
         default_time2wait: o.default_time2wait.min(3600) as u16,
         default_time2retain: o.default_time2retain.min(3600) as u16,
@@ -150,20 +165,20 @@ impl LoginContext for Ctx<'_> {
     }
 
     fn join_session(&mut self, s: &SessionRef<'_>) -> Result<(), LoginStatus> {
-        if registry::session_exists(s.tsih, s.initiator_name, s.isid) {
-            // One connection per session (MaxConnections=1 is what the target offers).
-            Err(LoginStatus::TOO_MANY_CONNECTIONS)
-        } else {
-            Err(LoginStatus::SESSION_DOES_NOT_EXIST)
-        }
-    }
-
-    fn create_session(&mut self, s: &SessionRef<'_>, _negotiated: &Negotiated) -> Result<u16, LoginStatus> {
         let target = match s.session_type {
             SessionType::Normal => s.target_name,
             SessionType::Discovery => None,
         };
-        registry::create_session(self.c, s.initiator_name, s.isid, target, self.options.max_sessions)
+        registry::join_session(self.c, s.tsih, s.initiator_name, s.isid, target, s.cid)
+    }
+
+    fn create_session(&mut self, s: &SessionRef<'_>, negotiated: &Negotiated) -> Result<u16, LoginStatus> {
+        let target = match s.session_type {
+            SessionType::Normal => s.target_name,
+            SessionType::Discovery => None,
+        };
+        let max_conns = negotiated.session.max_connections.max(1);
+        registry::create_session(self.c, s.initiator_name, s.isid, target, self.options.max_sessions, max_conns)
     }
 
     fn random(&mut self, buf: &mut [u8]) {
@@ -178,6 +193,14 @@ pub(crate) fn on_request(c: &Rc<Conn>, req: &LoginRequest, data: &[u8]) -> Resul
     let mut guard = c.login.borrow_mut();
     let Some(st) = guard.as_mut() else { return Err("a Login Request in the full feature phase".into()) };
     let st = &mut **st;
+    if std::mem::take(&mut st.first) && req.tsih != 0 {
+        // A connection joins a session: it is served on the session's reactor.
+        if let Some(reactor) = registry::session_reactor(req.tsih).filter(|&r| r != c.reactor) {
+            *c.moving.borrow_mut() = Some(Move { reactor, req: *req, data: data.to_vec() });
+            c.stop_taking();
+            return Ok(false);
+        }
+    }
     let options = st.options.clone();
     let mut ctx = Ctx { c, node: &mut st.node, options: &options };
     let mut reply = st.login.on_request(&mut ctx, req, data);
@@ -208,9 +231,9 @@ pub(crate) fn on_request(c: &Rc<Conn>, req: &LoginRequest, data: &[u8]) -> Resul
             drop(guard);
             let ffp_options = node_options.unwrap_or_else(|| target_options(&options, false, false));
             match super::session::start(c, &res, node, ffp_options) {
-                Ok(window) => {
-                    reply.response.exp_cmd_sn = res.exp_cmd_sn;
-                    reply.response.max_cmd_sn = res.exp_cmd_sn.wrapping_add(window - 1);
+                Ok(_) => {
+                    reply.response.exp_cmd_sn = c.seq.exp_cmd_sn();
+                    reply.response.max_cmd_sn = c.seq.max_cmd_sn();
                     send(c, &reply.response, &reply.data);
                     // From the next PDU on, both ways: the negotiated digests and data limits.
                     c.tx.set(res.negotiated.connection.tx());
@@ -237,6 +260,15 @@ pub(crate) fn on_request(c: &Rc<Conn>, req: &LoginRequest, data: &[u8]) -> Resul
             }
         }
     }
+}
+
+/// Answers the first Login Request of a connection that moved here to join its session
+/// (see [`on_request`]); it does not move again.
+pub(crate) fn on_moved_request(c: &Rc<Conn>, req: &LoginRequest, data: &[u8]) -> Result<bool, String> {
+    if let Some(st) = c.login.borrow_mut().as_mut() {
+        st.first = false;
+    }
+    on_request(c, req, data)
 }
 
 /// Queues a Login Response (framed as during login: no digests).

@@ -1,7 +1,8 @@
-//! Logout (RFC 7143 sections 11.14 and 11.15): closing the session or the connection (one
-//! connection per session: the same here) waits for the connection's commands to end (at most
-//! [`super::LOGOUT_DRAIN`]), answers, and ends the connection once the answer is sent;
-//! removing a connection for recovery is refused (ErrorRecoveryLevel 0). The target asks an
+//! Logout (RFC 7143 sections 11.14 and 11.15): closing the session (all its connections), this
+//! connection, or another connection of the session (by CID) waits for the commands of the
+//! connections that end (at most [`super::LOGOUT_DRAIN`] each), answers, and ends this
+//! connection once the answer is sent if it is one of them; removing a connection for recovery
+//! is refused (ErrorRecoveryLevel 0). The target asks an
 //! initiator to log out with an Asynchronous Message (`iscsi_target_node_request_logout`,
 //! `iscsi_delete_target_node`) and drops it if it has not within
 //! [`super::LOGOUT_REQUEST_WAIT`] seconds.
@@ -18,15 +19,34 @@ use std::time::Duration;
 
 /// A Logout Request (its CmdSN accepted). False once the connection ends after the answer.
 pub(crate) async fn on_request(c: &Rc<Conn>, l: &LogoutRequest) -> Result<bool, String> {
-    let cid = c.session().map_or(0, |s| s.cid);
-    let response = match l.reason {
-        LogoutReason::CloseSession => logout_response::SUCCESS,
-        LogoutReason::CloseConnection if l.cid == cid => logout_response::SUCCESS,
-        LogoutReason::CloseConnection => logout_response::CID_NOT_FOUND,
-        LogoutReason::RemoveForRecovery => logout_response::RECOVERY_NOT_SUPPORTED,
+    let sess = c.session().cloned().ok_or("a Logout Request before login")?;
+    let (response, ending) = match l.reason {
+        LogoutReason::CloseSession => (logout_response::SUCCESS, sess.conns()),
+        LogoutReason::CloseConnection => match sess.conn_by_cid(l.cid) {
+            Some(x) => (logout_response::SUCCESS, vec![x]),
+            None => (logout_response::CID_NOT_FOUND, Vec::new()),
+        },
+        LogoutReason::RemoveForRecovery => (logout_response::RECOVERY_NOT_SUPPORTED, Vec::new()),
     };
-    let ends = response == logout_response::SUCCESS;
-    if ends {
+    let mut ends_self = false;
+    for x in &ending {
+        x.quiet_end.set(true);
+        if Rc::ptr_eq(x, c) {
+            ends_self = true;
+            continue;
+        }
+        // Another connection of the session: it takes nothing new, its commands end, then it
+        // closes.
+        let drained = ferrite_target::close_gracefully(x, || x.drained(), super::LOGOUT_DRAIN).await;
+        log::info!(
+            "iscsi connection {}: connection {} (CID {}) logged out{}",
+            c.id,
+            x.id,
+            x.cid.get(),
+            if drained { "" } else { " with commands still running" }
+        );
+    }
+    if ends_self {
         c.stage.set(Stage::LoggingOut);
         super::task::end_waiting(c);
         // The logout request itself is not counted; what else is in flight ends first.
@@ -63,7 +83,7 @@ pub(crate) async fn on_request(c: &Rc<Conn>, l: &LogoutRequest) -> Result<bool, 
         time2retain: 0,
     });
     c.send_pdu(&pdu, &[]);
-    if ends {
+    if ends_self {
         log::info!("iscsi connection {} from {}: logged out", c.id, c.peer);
         c.stop_taking();
         return Ok(false);

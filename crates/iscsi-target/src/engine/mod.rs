@@ -10,8 +10,9 @@
 //!   ([`out`]), its end.
 //! - [`login`]: the login phase through `ferrite_iscsi::login::TargetLogin` with a
 //!   `LoginContext` over the model (targets, access, CHAP secrets, sessions), and the session
-//!   it leads to ([`session`]).
-//! - [`seq`]: StatSN, ExpCmdSN and MaxCmdSN (the command window).
+//!   it leads to or joins ([`session`]; a joining connection moves to its session's reactor).
+//! - [`seq`]: StatSN, and the session's ExpCmdSN and MaxCmdSN (the command window), in
+//!   CmdSN order across a session's connections.
 //! - [`task`]: SCSI commands in their slots, from the header to the SCSI layer; [`r2t`]: their
 //!   Data-Out (immediate, unsolicited, solicited by R2T) placed straight into their buffers;
 //!   [`datain`]: Data-In and SCSI Response.
@@ -19,9 +20,9 @@
 //! - [`registry`]: every connection and session of the engine (logins, reinstatement, the
 //!   RPCs' view), and the SCSI target of each target node ([`scsi`]).
 //!
-//! Limits: ErrorRecoveryLevel 0 (SNACKs are rejected; a sequence error ends the connection),
-//! one connection per session (MaxConnections=1; a login that joins a session is refused with
-//! "too many connections"), in-order data PDUs and sequences.
+//! Limits: ErrorRecoveryLevel 0 (SNACKs are rejected; a sequence error ends the connection,
+//! a failed connection its session), a session's connections on one reactor (its leading
+//! connection's; see [`session`]), in-order data PDUs and sequences.
 
 mod conn;
 mod datain;

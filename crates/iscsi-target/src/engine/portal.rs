@@ -111,7 +111,7 @@ fn start(l: &mut Listening, tag: u16) {
         max_connections: super::MAX_CONNECTIONS,
     };
     spawn_acceptor(l.listener.clone(), l.stopped.clone(), opts, move |fd, peer, permit| {
-        ferrite_reactor::spawn_local(super::conn::serve(Socket::new(fd), peer, tag, permit)).detach();
+        ferrite_reactor::spawn_local(super::conn::serve(Socket::new(fd), peer, tag, permit, None)).detach();
     });
 }
 

@@ -12,7 +12,7 @@
 use super::conn::{Conn, Stage};
 use super::seq::CmdSnVerdict;
 use super::task::Phase;
-use ferrite_iscsi::pdu::{Decoder, Event, Header, Pdu, RejectReason, Role, Want, BHS_LEN};
+use ferrite_iscsi::pdu::{Decoder, Event, Header, LoginRequest, Pdu, RejectReason, Role, Want, BHS_LEN};
 use ferrite_reactor::IoBuf;
 use ferrite_target::rx::Rx;
 use std::future::poll_fn;
@@ -56,9 +56,39 @@ pub(crate) enum Dest {
     },
 }
 
-/// Reads and serves PDUs until the initiator goes, errs, logs out or the connection closes.
-pub(crate) async fn run(c: &Rc<Conn>) -> Result<(), String> {
+/// Reads and serves PDUs until the initiator goes, errs, logs out or the connection closes, or
+/// it moves to its session's reactor (`c.moving`: the receive is stopped first, and no byte
+/// may follow the Login Request that moves it). `first`: a Login Request read before the
+/// connection moved here.
+pub(crate) async fn run(c: &Rc<Conn>, first: Option<(LoginRequest, Vec<u8>)>) -> Result<(), String> {
+    if let Some((req, data)) = first {
+        if !super::login::on_moved_request(c, &req, &data)? {
+            return Ok(());
+        }
+    }
     let mut rx = Rx::new(&c.sock);
+    let r = serve_pdus(c, &mut rx).await;
+    if r.is_ok() && c.moving.borrow().is_some() && rx.stop().await {
+        c.moving.borrow_mut().take();
+        return Err("bytes after a Login Request, before its response".into());
+    }
+    r
+}
+
+/// The CmdSN of a request that the session serves in CmdSN order (non-immediate ones).
+fn ordered_cmd_sn(pdu: &Pdu) -> Option<u32> {
+    let (sn, imm) = match pdu {
+        Pdu::ScsiCommand(x) => (x.cmd_sn, x.immediate),
+        Pdu::NopOut(x) => (x.cmd_sn, x.immediate),
+        Pdu::TextRequest(x) => (x.cmd_sn, x.immediate),
+        Pdu::TaskMgmtRequest(x) => (x.cmd_sn, x.immediate),
+        Pdu::LogoutRequest(x) => (x.cmd_sn, x.immediate),
+        _ => return None,
+    };
+    (!imm).then_some(sn)
+}
+
+async fn serve_pdus(c: &Rc<Conn>, rx: &mut Rx<'_>) -> Result<(), String> {
     let mut dec = Decoder::new(Role::Target);
     let mut dest = Dest::Skip;
     let mut stage: Vec<u8> = Vec::new();
@@ -93,6 +123,28 @@ pub(crate) async fn run(c: &Rc<Conn>) -> Result<(), String> {
                 match fed.event {
                     None => {}
                     Some(Event::Header(h)) => {
+                        // A request ahead of ExpCmdSN waits for those before it to come on the
+                        // session's other connections.
+                        if let (Some(sn), Some(w)) = (ordered_cmd_sn(&h.pdu), c.seq.window()) {
+                            if w.ahead(sn, false)
+                                && !w
+                                    .reach(sn, |cx| {
+                                        c.is_closing() || {
+                                            c.park_reader(cx);
+                                            false
+                                        }
+                                    })
+                                    .await
+                            {
+                                ferrite_reactor::log_limited!(
+                                    log::Level::Info,
+                                    "iscsi connection {}: CmdSN {sn} waited {:?} for ExpCmdSN {}; the gap is skipped",
+                                    c.id,
+                                    super::seq::GAP_WAIT,
+                                    w.exp_cmd_sn()
+                                );
+                            }
+                        }
                         dest = on_header(c, &dec, h)?;
                         if h.data_len == 0 {
                             // No data follows (and no DataEnd): the PDU is whole now.

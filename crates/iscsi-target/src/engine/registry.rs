@@ -1,5 +1,6 @@
 //! Every connection and session of the engine, for what spans reactors: logins (TSIHs, the
-//! session limit, reinstatement of a session by the same initiator port), the RPCs' view
+//! session limit, reinstatement of a session by the same initiator port, joins up to
+//! MaxConnections and the session's reactor), the RPCs' view
 //! (`iscsi_get_connections`, `iscsi_get_stats`, active connections of a target node), logout
 //! requests and LUN events. One table per engine behind a mutex, touched when a connection
 //! comes, logs in or goes, never per command.
@@ -20,13 +21,16 @@ struct ConnEntry {
     pg_tag: u16,
 }
 
-/// A session: its initiator port, its target, and its one connection.
+/// A session: its initiator port, its target, its reactor and its connections (logged in or
+/// logging in to join it).
 struct SessEntry {
     isid: Isid,
     initiator: String,
     target: Option<String>,
-    conn: u64,
+    conns: Vec<u64>,
     reactor: usize,
+    /// MaxConnections as negotiated.
+    max_conns: u16,
 }
 
 #[derive(Default)]
@@ -95,18 +99,71 @@ pub(crate) fn logged_in(id: u64, tsih: u16, target: Option<&str>) {
     });
 }
 
-/// A connection ended: it leaves the table, and its session with it.
+/// A connection ended: it leaves the table and its session; a session without connections
+/// ends.
 pub(crate) fn closed(c: &Conn) {
     with(|t| {
         t.conns.remove(&c.id);
-        t.sessions.retain(|_, s| s.conn != c.id);
+        for s in t.sessions.values_mut() {
+            s.conns.retain(|&id| id != c.id);
+        }
+        t.sessions.retain(|_, s| !s.conns.is_empty());
     });
 }
 
-/// Whether session `tsih` of initiator port (`initiator`, `isid`) exists (a login that joins
-/// it is then refused for the connection limit, else because it does not exist).
-pub(crate) fn session_exists(tsih: u16, initiator: &str, isid: Isid) -> bool {
-    with(|t| t.sessions.get(&tsih).is_some_and(|s| s.isid == isid && s.initiator.eq_ignore_ascii_case(initiator)))
+/// The reactor of session `tsih`, if it exists.
+pub(crate) fn session_reactor(tsih: u16) -> Option<usize> {
+    with(|t| t.sessions.get(&tsih).map(|s| s.reactor))
+}
+
+/// Connection `conn` (CID `cid`) asks to join session `tsih` of initiator port (`initiator`,
+/// `isid`) to `target`: it counts among the session's connections from now on. A connection
+/// of the session with the same CID is replaced (closed: connection reinstatement, RFC 7143
+/// section 6.3.4). Fails with "session does not exist" (no such session of that initiator
+/// port and target, or not on this reactor) or "too many connections" (MaxConnections).
+pub(crate) fn join_session(
+    conn: &Conn,
+    tsih: u16,
+    initiator: &str,
+    isid: Isid,
+    target: Option<&str>,
+    cid: u16,
+) -> Result<(), LoginStatus> {
+    let replaced = with(|t| {
+        let s = t.sessions.get(&tsih).ok_or(LoginStatus::SESSION_DOES_NOT_EXIST)?;
+        let same_target = match (&s.target, target) {
+            (Some(a), Some(b)) => crate::name::same(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if s.isid != isid || !s.initiator.eq_ignore_ascii_case(initiator) || !same_target || s.reactor != conn.reactor {
+            return Err(LoginStatus::SESSION_DOES_NOT_EXIST);
+        }
+        let replaced: Vec<u64> = s
+            .conns
+            .iter()
+            .copied()
+            .filter(|id| *id != conn.id && t.conns.get(id).is_some_and(|e| e.info.cid == i32::from(cid)))
+            .collect();
+        let others = s.conns.iter().filter(|id| **id != conn.id && !replaced.contains(id)).count();
+        if others >= usize::from(s.max_conns) {
+            return Err(LoginStatus::TOO_MANY_CONNECTIONS);
+        }
+        let s = t.sessions.get_mut(&tsih).expect("looked up above");
+        s.conns.retain(|id| !replaced.contains(id));
+        if !s.conns.contains(&conn.id) {
+            s.conns.push(conn.id);
+        }
+        Ok(replaced)
+    })?;
+    for id in replaced {
+        log::info!("iscsi session {tsih:#x}: connection {} replaces connection {id} (CID {cid})", conn.id);
+        conn::with_local(id, |o| {
+            o.quiet_end.set(true);
+            o.close();
+        });
+    }
+    Ok(())
 }
 
 /// A leading login of connection `conn` reached the full feature phase: a new session of
@@ -119,6 +176,7 @@ pub(crate) fn create_session(
     isid: Isid,
     target: Option<&str>,
     max_sessions: u32,
+    max_conns: u16,
 ) -> Result<u16, LoginStatus> {
     let engine = ferrite_reactor::engine();
     let (tsih, old) = with(|t| {
@@ -131,8 +189,8 @@ pub(crate) fn create_session(
                     _ => false,
                 }
         };
-        let old: Vec<(u16, u64, usize)> =
-            t.sessions.iter().filter(|(_, s)| same(s)).map(|(k, s)| (*k, s.conn, s.reactor)).collect();
+        let old: Vec<(u16, Vec<u64>, usize)> =
+            t.sessions.iter().filter(|(_, s)| same(s)).map(|(k, s)| (*k, s.conns.clone(), s.reactor)).collect();
         for (k, _, _) in &old {
             t.sessions.remove(k);
         }
@@ -153,18 +211,26 @@ pub(crate) fn create_session(
                 isid,
                 initiator: initiator.to_string(),
                 target: target.map(str::to_string),
-                conn: conn.id,
+                conns: vec![conn.id],
                 reactor: conn.reactor,
+                max_conns,
             },
         );
         Ok((tsih, old))
     })?;
-    for (old_tsih, id, reactor) in old {
+    for (old_tsih, ids, reactor) in old {
         log::info!(
-            "iscsi: session {old_tsih:#x} of {initiator} (ISID {:#014x}) reinstated as {tsih:#x}; its connection {id} closes",
+            "iscsi: session {old_tsih:#x} of {initiator} (ISID {:#014x}) reinstated as {tsih:#x}; its connections {ids:?} close",
             isid.to_u64()
         );
-        engine.send(reactor, move || conn::close_local(id));
+        engine.send(reactor, move || {
+            for id in ids {
+                conn::with_local(id, |c| {
+                    c.quiet_end.set(true);
+                    c.close();
+                });
+            }
+        });
     }
     Ok(tsih)
 }

@@ -1,10 +1,23 @@
-//! The sequence numbers of a connection and its session (one connection per session, so they
-//! live together): StatSN, and the command window ExpCmdSN..=MaxCmdSN (RFC 7143 sections
-//! 4.2.2.1 and 4.2.2.2), as SPDK keeps it: MaxCmdSN starts `queue depth - 1` above ExpCmdSN
-//! and moves by one each time a non-immediate command is finished (answered, or ended without
-//! an answer), so at most `queue depth` of them are ever outstanding.
+//! The sequence numbers of a connection and of its session: StatSN (per connection), and the
+//! session's command window ExpCmdSN..=MaxCmdSN (RFC 7143 sections 4.2.2.1 and 4.2.2.2), as
+//! SPDK keeps it: MaxCmdSN starts `queue depth - 1` above ExpCmdSN and moves by one each time a
+//! non-immediate command is finished (answered, or ended without an answer), so at most `queue
+//! depth` of them are ever outstanding in the session, over all its connections.
+//!
+//! Once a session has more than one connection, its non-immediate requests are served in CmdSN
+//! order: a connection whose next request is ahead of ExpCmdSN waits (its reader stops) until
+//! the requests before it have come on the other connections ([`Window::reach`]), at most
+//! [`GAP_WAIT`], after which the gap is skipped as on a single connection.
+use std::cell::{Cell, OnceCell, RefCell};
+use std::future::poll_fn;
+use std::future::Future;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
-use std::cell::Cell;
+/// How long a connection waits for the requests before its next one to come on the session's
+/// other connections.
+pub(crate) const GAP_WAIT: Duration = Duration::from_secs(10);
 
 /// What to do with a request given its CmdSN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,21 +36,30 @@ pub(crate) fn sn_lt(a: u32, b: u32) -> bool {
     a != b && (a.wrapping_sub(b) as i32) < 0
 }
 
-/// StatSN and the command window.
+/// A session's command window, shared by its connections (all on one reactor).
 #[derive(Debug, Default)]
-pub(crate) struct Seq {
-    stat_sn: Cell<u32>,
+pub(crate) struct Window {
     exp_cmd_sn: Cell<u32>,
     max_cmd_sn: Cell<u32>,
+    /// The session has more than one connection: requests are served in CmdSN order.
+    ordered: Cell<bool>,
+    /// Readers waiting for ExpCmdSN to reach their request's CmdSN.
+    waiting: RefCell<Vec<Waker>>,
 }
 
-impl Seq {
-    /// Starts the full feature phase: the next StatSN, the next CmdSN expected and the window.
-    pub(crate) fn start(&self, stat_sn: u32, exp_cmd_sn: u32, window: u32) {
-        debug_assert!(window >= 1);
-        self.stat_sn.set(stat_sn);
-        self.exp_cmd_sn.set(exp_cmd_sn);
-        self.max_cmd_sn.set(exp_cmd_sn.wrapping_add(window - 1));
+impl Window {
+    /// A window of `size` commands from `exp_cmd_sn` on.
+    pub(crate) fn new(exp_cmd_sn: u32, size: u32) -> Window {
+        debug_assert!(size >= 1);
+        let w = Window::default();
+        w.exp_cmd_sn.set(exp_cmd_sn);
+        w.max_cmd_sn.set(exp_cmd_sn.wrapping_add(size - 1));
+        w
+    }
+
+    /// From now on requests are served in CmdSN order (a second connection joined).
+    pub(crate) fn set_ordered(&self) {
+        self.ordered.set(true);
     }
 
     /// Checks a request's CmdSN; a non-immediate one in the window moves ExpCmdSN past it.
@@ -52,7 +74,47 @@ impl Seq {
             return CmdSnVerdict::Drop;
         }
         self.exp_cmd_sn.set(cmd_sn.wrapping_add(1));
+        if self.ordered.get() {
+            for w in self.waiting.borrow_mut().drain(..) {
+                w.wake();
+            }
+        }
         CmdSnVerdict::Accept
+    }
+
+    /// True if a request with `cmd_sn` must wait for others before it: the session serves
+    /// requests in CmdSN order and `cmd_sn` lies in the window past ExpCmdSN.
+    pub(crate) fn ahead(&self, cmd_sn: u32, immediate: bool) -> bool {
+        self.ordered.get() && !immediate && sn_lt(self.exp_cmd_sn.get(), cmd_sn) && self.in_window(cmd_sn)
+    }
+
+    /// Waits until ExpCmdSN reaches `cmd_sn` (the requests before it came on other
+    /// connections), or `GAP_WAIT` has passed, or `stop` says so (it may keep the context's
+    /// waker for its own wake-ups). True if it was reached.
+    pub(crate) async fn reach(&self, cmd_sn: u32, stop: impl Fn(&mut Context<'_>) -> bool) -> bool {
+        let deadline = Instant::now() + GAP_WAIT;
+        let mut timer = std::pin::pin!(ferrite_reactor::sleep(GAP_WAIT));
+        poll_fn(|cx| {
+            if !sn_lt(self.exp_cmd_sn.get(), cmd_sn) {
+                return Poll::Ready(true);
+            }
+            if stop(cx) || Instant::now() >= deadline || timer.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(false);
+            }
+            let mut w = self.waiting.borrow_mut();
+            if !w.iter().any(|x| x.will_wake(cx.waker())) {
+                w.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Wakes every waiting reader (one of them is closing).
+    pub(crate) fn wake_all(&self) {
+        for w in self.waiting.borrow_mut().drain(..) {
+            w.wake();
+        }
     }
 
     /// True if `cmd_sn` lies in the window (for ABORT TASK's RefCmdSN).
@@ -64,6 +126,57 @@ impl Seq {
     pub(crate) fn open(&self) {
         self.max_cmd_sn.set(self.max_cmd_sn.get().wrapping_add(1));
         debug_assert!(!sn_lt(self.max_cmd_sn.get(), self.exp_cmd_sn.get().wrapping_sub(1)));
+    }
+
+    /// ExpCmdSN.
+    pub(crate) fn exp_cmd_sn(&self) -> u32 {
+        self.exp_cmd_sn.get()
+    }
+
+    /// MaxCmdSN.
+    pub(crate) fn max_cmd_sn(&self) -> u32 {
+        self.max_cmd_sn.get()
+    }
+}
+
+/// A connection's StatSN and its session's command window.
+#[derive(Debug, Default)]
+pub(crate) struct Seq {
+    stat_sn: Cell<u32>,
+    window: OnceCell<Rc<Window>>,
+}
+
+impl Seq {
+    /// Starts the full feature phase: the next StatSN and the session's window.
+    pub(crate) fn start(&self, stat_sn: u32, window: Rc<Window>) {
+        self.stat_sn.set(stat_sn);
+        let set = self.window.set(window).is_ok();
+        debug_assert!(set, "a connection starts its full feature phase once");
+    }
+
+    /// The session's window (from the full feature phase on).
+    pub(crate) fn window(&self) -> Option<&Rc<Window>> {
+        self.window.get()
+    }
+
+    /// See [`Window::check`].
+    pub(crate) fn check(&self, cmd_sn: u32, immediate: bool, nop: bool) -> CmdSnVerdict {
+        match self.window.get() {
+            Some(w) => w.check(cmd_sn, immediate, nop),
+            None => CmdSnVerdict::Drop,
+        }
+    }
+
+    /// See [`Window::in_window`].
+    pub(crate) fn in_window(&self, cmd_sn: u32) -> bool {
+        self.window.get().is_some_and(|w| w.in_window(cmd_sn))
+    }
+
+    /// See [`Window::open`].
+    pub(crate) fn open(&self) {
+        if let Some(w) = self.window.get() {
+            w.open();
+        }
     }
 
     /// The StatSN to put in a status PDU; the next one is one more.
@@ -81,12 +194,12 @@ impl Seq {
 
     /// ExpCmdSN.
     pub(crate) fn exp_cmd_sn(&self) -> u32 {
-        self.exp_cmd_sn.get()
+        self.window.get().map_or(0, |w| w.exp_cmd_sn())
     }
 
     /// MaxCmdSN.
     pub(crate) fn max_cmd_sn(&self) -> u32 {
-        self.max_cmd_sn.get()
+        self.window.get().map_or(0, |w| w.max_cmd_sn())
     }
 }
 
@@ -97,7 +210,7 @@ mod tests {
     #[test]
     fn the_window_follows_spdks_rules() {
         let s = Seq::default();
-        s.start(7, 10, 2);
+        s.start(7, Rc::new(Window::new(10, 2)));
         assert_eq!((s.exp_cmd_sn(), s.max_cmd_sn()), (10, 11));
         assert_eq!(s.check(9, false, false), CmdSnVerdict::Drop, "below the window");
         assert_eq!(s.check(12, false, false), CmdSnVerdict::Drop, "above the window");
@@ -117,7 +230,7 @@ mod tests {
     #[test]
     fn serial_numbers_wrap() {
         let s = Seq::default();
-        s.start(0, u32::MAX, 4);
+        s.start(0, Rc::new(Window::new(u32::MAX, 4)));
         assert_eq!(s.max_cmd_sn(), 2);
         assert_eq!(s.check(u32::MAX, false, false), CmdSnVerdict::Accept);
         assert_eq!(s.check(0, false, false), CmdSnVerdict::Accept);

@@ -1,6 +1,6 @@
 //! SCSI commands in their slots: from the SCSI Command PDU (CmdSN window, immediate data and
 //! burst rules, the CDB with its extension, the LUN) to the SCSI layer once the data-out it
-//! asks for is in, and back (`TaskDone`, then [`super::datain`]).
+//! asks for is in, and back (the session's `TaskDone`, then [`super::datain`]).
 //!
 //! A command's phase (changed only through `ferrite_target::transition`):
 //!
@@ -21,9 +21,9 @@ use super::IMMEDIATE_SLOTS;
 use ferrite_bdev::IoBufs;
 use ferrite_iscsi::negotiate::SessionType;
 use ferrite_iscsi::pdu::{Header, RejectReason, ScsiCommand, TaskAttr, BHS_LEN};
-use ferrite_scsi::{Response, Task, TaskDone};
+use ferrite_scsi::{Response, Task};
 use smallvec::SmallVec;
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 
 /// Where a command stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,17 +164,6 @@ pub(crate) fn set_phase(cmd: &mut Cmd, to: Phase, conn: u64, slot: u32) {
     ferrite_target::transition(&mut cmd.phase, to, conn, slot);
 }
 
-/// Where the SCSI layer's responses go: the connection, if it is still there.
-pub(crate) struct Done(pub(crate) Weak<Conn>);
-
-impl TaskDone for Done {
-    fn task_done(&self, tag: u64, resp: Response) {
-        if let Some(c) = self.0.upgrade() {
-            super::datain::respond(&c, tag as u32, resp);
-        }
-    }
-}
-
 /// The length of a CDB of up to 16 bytes from its group code (SAM-5 table 5), or 16 plus the
 /// extension.
 fn cdb_len(opcode: u8, ext: usize) -> usize {
@@ -269,7 +258,7 @@ pub(crate) fn on_command(
     let n = full.copy_to(&mut bytes).min(cdb_len(cmd.cdb[0], full.ext.len()));
     let cdb = ferrite_scsi::Cdb::new(&bytes[..n]);
     let lun = lun_number(cmd.lun);
-    let need = match (cmd.write, c.scsi.borrow().as_ref()) {
+    let need = match (cmd.write, c.nexus()) {
         (true, Some(n)) => n.data_out_len(lun, cdb.as_slice(), edtl),
         _ => 0,
     };
@@ -341,14 +330,14 @@ pub(crate) fn on_command(
 
 /// The command in `slot` has its data-out (or needs none): to the SCSI layer.
 pub(crate) fn submit(c: &Rc<Conn>, slot: u32) {
-    let (task, crc) = {
+    let (task, crc, immediate) = {
         let mut cmds = c.cmds.borrow_mut();
         let x = &mut cmds[slot as usize];
         set_phase(x, Phase::Running, c.id, slot);
         x.since = 0;
         debug_assert!(x.has_buffers(), "connection {}: command {slot} submitted without its data-out", c.id);
         let data_out = std::mem::take(&mut x.bufs);
-        (Task { lun: x.lun, cdb: x.cdb, attr: x.attr, expected_len: x.edtl, data_out }, x.crc_error)
+        (Task { lun: x.lun, cdb: x.cdb, attr: x.attr, expected_len: x.edtl, data_out }, x.crc_error, x.immediate)
     };
     if crc {
         // RFC 7143 section 7.8: the data had a digest error and was not retransmitted.
@@ -356,8 +345,8 @@ pub(crate) fn submit(c: &Rc<Conn>, slot: u32) {
         let resp = Response { status: f.sense.status, sense: f.encode(false), ..Default::default() };
         return super::datain::respond(c, slot, resp);
     }
-    match c.scsi.borrow().as_ref() {
-        Some(n) => n.submit(task, u64::from(slot)),
+    match c.nexus() {
+        Some(n) => n.submit(task, c.tag(slot, immediate)),
         None => {
             drop(task);
             // A normal session always has a nexus; answer rather than leave the slot taken.

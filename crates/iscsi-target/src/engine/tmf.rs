@@ -1,5 +1,5 @@
-//! Task management functions (RFC 7143 sections 11.5 and 11.6) onto the SCSI layer's: ABORT
-//! TASK, ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET, and the target resets (a logical
+//! Task management functions (RFC 7143 sections 11.5 and 11.6) onto the SCSI layer's, over
+//! the tasks of all the session's connections (one I_T nexus): ABORT TASK, ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET, and the target resets (a logical
 //! unit reset of every LUN; a cold reset then drops the target's connections, as RFC 7143
 //! section 11.5.1 asks). Commands still waiting for their data-out are ended here (they never
 //! reached the SCSI layer); those with it are ended by it, and the response goes out once they
@@ -59,16 +59,20 @@ pub(crate) fn on_request(c: &Rc<Conn>, t: &TaskMgmtRequest, bhs: &[u8; BHS_LEN])
     let run = match TmfFunction::from_u8(t.function) {
         None => return respond(c, t, tmf_response::REJECTED),
         Some(TmfFunction::AbortTask) => {
-            let found = c
-                .cmds
-                .borrow()
-                .iter()
-                .find(|(_, x)| x.phase != Phase::Free && x.itt == t.referenced_task_tag && x.lun == lun)
-                .map(|(i, x)| (i, x.phase));
+            // The task may have come on any connection of the session.
+            let found = sess.conns().into_iter().find_map(|o| {
+                let hit = o
+                    .cmds
+                    .borrow()
+                    .iter()
+                    .find(|(_, x)| x.phase != Phase::Free && x.itt == t.referenced_task_tag && x.lun == lun)
+                    .map(|(i, x)| (i, x.phase, x.immediate));
+                hit.map(|h| (o, h))
+            });
             match found {
-                Some((slot, Phase::Running)) => Run::AbortTask(lun, u64::from(slot)),
-                Some(_) => {
-                    end_receiving(c, |x| x.itt == t.referenced_task_tag && x.lun == lun);
+                Some((o, (slot, Phase::Running, immediate))) => Run::AbortTask(lun, o.tag(slot, immediate)),
+                Some((o, _)) => {
+                    end_receiving(&o, |x| x.itt == t.referenced_task_tag && x.lun == lun);
                     return respond(c, t, tmf_response::COMPLETE);
                 }
                 None => {
@@ -103,13 +107,16 @@ pub(crate) fn on_request(c: &Rc<Conn>, t: &TaskMgmtRequest, bhs: &[u8; BHS_LEN])
         );
         return respond(c, t, tmf_response::REJECTED);
     }
-    match run {
-        Run::AbortTask(..) => {}
-        Run::AbortTaskSet(l) | Run::ClearTaskSet(l) | Run::LunReset(l) => {
-            end_receiving(c, |x| x.lun == l);
-        }
-        Run::TargetReset { .. } => {
-            end_receiving(c, |_| true);
+    // Commands of the session's connections still receiving their data end here.
+    for o in sess.conns() {
+        match run {
+            Run::AbortTask(..) => {}
+            Run::AbortTaskSet(l) | Run::ClearTaskSet(l) | Run::LunReset(l) => {
+                end_receiving(&o, |x| x.lun == l);
+            }
+            Run::TargetReset { .. } => {
+                end_receiving(&o, |_| true);
+            }
         }
     }
     let Some(nexus) = c.nexus() else { return respond(c, t, tmf_response::REJECTED) };

@@ -159,7 +159,7 @@ pub struct InitiatorLogin {
 impl InitiatorLogin {
     /// A login with `cfg`.
     pub fn new(cfg: InitiatorLoginConfig) -> InitiatorLogin {
-        let negotiator = InitiatorNegotiator::new(cfg.options, cfg.session_type);
+        let negotiator = InitiatorNegotiator::for_connection(cfg.options, cfg.session_type, cfg.tsih == 0);
         let chap = cfg.chap.clone().map(|c| ChapInitiator::new(c, cfg.mutual.clone()));
         InitiatorLogin {
             stage: if chap.is_some() { Stage::Security } else { Stage::Operational },

@@ -2,7 +2,7 @@
 //! keys, checks the target's answers, answers the target's own offers, and collects the
 //! target's declarations.
 
-use super::table::{self, idx, BoolFunc, Found, Kind, NEGOTIABLE};
+use super::table::{self, idx, BoolFunc, Found, Kind, Usage, NEGOTIABLE};
 use super::{
     accept, acceptable, check_answer, is_refusal, offer_value, ConnectionParams, DigestPolicy, KeyState, Negotiated,
     NegotiationError, Ours, SessionType, Val, Values,
@@ -118,6 +118,8 @@ const DISCOVERY_OFFERS: &[usize] = &[
 pub struct InitiatorNegotiator {
     opts: InitiatorOptions,
     session_type: SessionType,
+    /// The login starts a session (TSIH 0): leading-only keys are negotiated.
+    leading: bool,
     values: Values,
     state: [KeyState; NEGOTIABLE.len()],
     peer_mrdsl: Option<u32>,
@@ -127,11 +129,19 @@ pub struct InitiatorNegotiator {
 }
 
 impl InitiatorNegotiator {
-    /// A negotiator for a session of type `session_type`.
+    /// A negotiator for the leading connection of a session of type `session_type`.
     pub fn new(opts: InitiatorOptions, session_type: SessionType) -> InitiatorNegotiator {
+        InitiatorNegotiator::for_connection(opts, session_type, true)
+    }
+
+    /// A negotiator for a connection's login: `leading` when it starts the session; a
+    /// connection that joins one neither offers nor checks leading-only keys (the session's
+    /// values hold).
+    pub fn for_connection(opts: InitiatorOptions, session_type: SessionType, leading: bool) -> InitiatorNegotiator {
         InitiatorNegotiator {
             opts,
             session_type,
+            leading,
             values: Values::defaults(),
             state: [KeyState::Fresh; NEGOTIABLE.len()],
             peer_mrdsl: None,
@@ -149,7 +159,7 @@ impl InitiatorNegotiator {
             SessionType::Discovery => DISCOVERY_OFFERS,
         };
         for &i in list {
-            if self.state[i] != KeyState::Fresh {
+            if self.state[i] != KeyState::Fresh || (!self.leading && NEGOTIABLE[i].usage == Usage::LeadingOnly) {
                 continue;
             }
             if i == idx::FIRST_BURST_LENGTH && self.opts.initial_r2t && !self.opts.immediate_data {
@@ -259,6 +269,7 @@ impl InitiatorNegotiator {
         for (i, def) in NEGOTIABLE.iter().enumerate() {
             if (def.discovery_irrelevant && self.session_type == SessionType::Discovery)
                 || (i == idx::FIRST_BURST_LENGTH && fb_irrelevant)
+                || (!self.leading && def.usage == Usage::LeadingOnly)
             {
                 continue;
             }
