@@ -438,3 +438,53 @@ fn spdk_reads_a_raid1_ferrite_made() {
     assert!(got[mib..3 * mib].iter().all(|&b| b == 0x5a), "the first write");
     assert!(got[3 * mib..4 * mib].iter().all(|&b| b == 0xa5), "the second write");
 }
+
+#[test]
+fn raid1_drops_a_member_that_fails_writes_and_verifies_on() {
+    let dir = TempDir::new("raid-wfault");
+    let cfg = config(
+        &dir,
+        "wfault.json",
+        vec![
+            malloc("G0", 16384),
+            malloc("G1", 16384),
+            m("bdev_error_create", json!({"base_name": "G1"})),
+            m("bdev_raid_create", json!({"name": "RW", "raid_level": "raid1", "base_bdevs": ["G0", "EE_G1"]})),
+            m(
+                "bdev_error_inject_error",
+                json!({"name": "EE_G1", "io_type": "write", "error_type": "failure", "num": 1}),
+            ),
+        ],
+    );
+    verify_ok(&dir, "wfault", &cfg, "RW");
+}
+
+#[test]
+fn deleting_members_degrades_a_raid1_and_takes_a_raid0_offline() {
+    if !have("deleting_members_degrades_a_raid1_and_takes_a_raid0_offline", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("raid-hotremove");
+    let d = Daemon::start(&dir, &[]);
+    for n in ["H0", "H1", "H2", "H3"] {
+        d.call("bdev_malloc_create", Some(json!({"name": n, "num_blocks": 8192, "block_size": 512})));
+    }
+    d.call("bdev_raid_create", Some(json!({"name": "HM", "raid_level": "raid1", "base_bdevs": ["H0", "H1"]})));
+    d.call(
+        "bdev_raid_create",
+        Some(json!({"name": "HS", "raid_level": "raid0", "strip_size_kb": 8, "base_bdevs": ["H2", "H3"]})),
+    );
+    let u = nbd(&d, "HM", "hm");
+    qemu_io(&dir, &u, "write -P 0x61 0 2M; flush");
+    assert_eq!(d.call("bdev_malloc_delete", Some(json!({"name": "H0"}))), json!(true));
+    let r = raid(&d, "HM");
+    assert_eq!((r["state"].as_str(), r["num_base_bdevs_discovered"].as_u64()), (Some("online"), Some(1)), "{r}");
+    qemu_io(&dir, &u, "read -P 0x61 0 2M; write -P 0x62 1M 64k; read -P 0x62 1M 64k");
+    assert_eq!(d.call("bdev_malloc_delete", Some(json!({"name": "H3"}))), json!(true));
+    assert_eq!(raid(&d, "HS")["state"], "offline");
+    assert!(!d.bdev_names().contains(&"HS".to_string()));
+    assert!(d.call("bdev_get_bdevs", Some(json!({"name": "H2"})))[0]["claimed"] == false, "members released");
+    assert_eq!(d.call("bdev_raid_delete", Some(json!({"name": "HS"}))), json!(true));
+    assert!(raid(&d, "HS").is_null());
+    d.assert_serving();
+}

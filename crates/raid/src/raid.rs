@@ -347,6 +347,10 @@ impl BdevBackend for RaidBackend {
         let deleting = {
             let mut st = raid.lock();
             st.bdev = None;
+            // A rebuild cannot go on without the RAID bdev's range locks.
+            if let Some(p) = &st.process {
+                p.cancel.store(true, std::sync::atomic::Ordering::Release);
+            }
             if st.state == State::Online {
                 st.state = State::Offline;
             }
