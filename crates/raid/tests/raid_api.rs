@@ -266,3 +266,29 @@ fn a_raid_with_a_superblock_assembles_by_examine_and_a_stale_member_is_left_out(
         assert_eq!(read(&ch, 100, data.len()).await, data);
     });
 }
+
+#[test]
+fn a_returning_member_of_an_online_raid1_is_rebuilt_before_it_is_trusted() {
+    run(|| async {
+        ferrite_raid::register_module();
+        mallocs(&["t0", "t1"], 4096);
+        raid::create(opts("tt", Level::Raid1, &["t0", "t1"], 0, true)).await.unwrap();
+        let (_d, ch) = channel("tt");
+        raid::remove_base_bdev("t0").await.unwrap();
+        // Written while t0 was away: t0 does not have it.
+        let data = pattern(7, 64 * 512);
+        write(&ch, 300, &data).await;
+        ferrite_bdev::module::offer(&ferrite_bdev::lookup("t0").unwrap());
+        wait_examine().await;
+        let r = raid::find("tt").unwrap();
+        for _ in 0..200 {
+            if r.info().get("process").is_none() && r.info()["num_base_bdevs_discovered"] == 2 {
+                break;
+            }
+            ferrite_reactor::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(r.info()["num_base_bdevs_discovered"], 2, "re-added: {}", r.info());
+        assert!(r.info().get("process").is_none(), "and rebuilt: {}", r.info());
+        assert_eq!(read_member("t0", 2048 + 300, data.len()).await, data, "the rebuild brought it up to date");
+    });
+}
