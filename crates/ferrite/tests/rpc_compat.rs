@@ -197,7 +197,6 @@ fn spdk_option_methods_are_real_rpcs_with_spdk_schemas() {
     // A value that would turn on behaviour Ferrite does not have is refused, by name; SPDK's
     // default of the same member is taken.
     for (m, bad, good) in [
-        ("bdev_raid_set_options", json!({"process_window_size_kb": 4096}), json!({"process_window_size_kb": 1024})),
         ("bdev_nvme_set_options", json!({"generate_uuids": true}), json!({"generate_uuids": false})),
         ("bdev_nvme_set_hotplug", json!({"enable": true}), json!({"enable": false})),
     ] {
@@ -665,7 +664,7 @@ fn every_shared_method_through_spdk_rpc_py() {
     py.refused(&["keyring_linux_set_options", "--enable"], -32602, "enable");
     py.ok(&["scheduler_set_options", "-s", "0"]);
     py.ok(&["framework_set_scheduler", "static"]);
-    py.refused(&["bdev_raid_set_options", "-w", "2048", "-b", "0"], -32602, "process_window_size_kb");
+    py.ok(&["bdev_raid_set_options", "-w", "2048", "-b", "0"]);
     py.ok(&["bdev_raid_set_options", "-w", "1024", "-b", "0"]);
     py.ok(&["bdev_iscsi_set_options", "-t", "30"]);
     py.ok(&[

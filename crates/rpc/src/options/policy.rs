@@ -87,11 +87,11 @@ mod tests {
 
     #[test]
     fn spdks_defaults_pass_and_other_values_are_refused_by_name() {
-        let raid = defined("bdev_raid_set_options");
-        assert!(check(&raid, &json!({"process_window_size_kb": 1024, "process_max_bandwidth_mb_sec": 0})).is_ok());
-        let e = check(&raid, &json!({"process_window_size_kb": 2048})).unwrap_err();
+        let keyring = defined("keyring_linux_set_options");
+        assert!(check(&keyring, &json!({"enable": false})).is_ok());
+        let e = check(&keyring, &json!({"enable": true})).unwrap_err();
         assert_eq!(e.code, INVALID_PARAMS);
-        assert!(e.message.contains("process_window_size_kb"), "{}", e.message);
+        assert!(e.message.contains("enable"), "{}", e.message);
     }
 
     #[test]

@@ -1,0 +1,490 @@
+//! RAID bdevs through the daemon with real clients: every level under `ferrite perf -w verify`;
+//! a raid1 whose member fails reads (the error bdev) still verifies; bad requests get SPDK's
+//! JSON-RPC errors and the daemon goes on; save_config restores a RAID; a raid1 loses a member,
+//! rebuilds a new one while qemu-io writes over NBD, and every write reads back from the
+//! rebuilt member alone; and SPDK v26.05's RAID superblock both ways: a raid1 spdk_dd made and
+//! wrote assembles in Ferrite by examine, and one Ferrite made and wrote is read by spdk_dd.
+
+mod common;
+mod nbd_common;
+
+use common::{Daemon, Proc, TempDir};
+use nbd_common::{have, run_tool};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn m(method: &str, params: Value) -> Value {
+    json!({"method": method, "params": params})
+}
+
+/// A config whose "bdev" subsystem runs `entries` in order.
+fn config(dir: &TempDir, name: &str, entries: Vec<Value>) -> String {
+    let mut e = entries;
+    e.push(json!({"method": "bdev_wait_for_examine"}));
+    let doc = json!({"subsystems": [{"subsystem": "bdev", "config": e}]});
+    dir.write_json(name, &doc).to_str().unwrap().to_string()
+}
+
+fn malloc(name: &str, blocks: u64) -> Value {
+    m("bdev_malloc_create", json!({"name": name, "num_blocks": blocks, "block_size": 512}))
+}
+
+/// `ferrite perf` verify on `bdev` of config `cfg`: no failed I/O, no verify error.
+fn verify_ok(dir: &TempDir, tag: &str, cfg: &str, bdev: &str) {
+    let results = dir.join(&format!("{tag}.json"));
+    let args = [
+        "perf",
+        "--json",
+        cfg,
+        "--reactor-mode",
+        "interrupt",
+        "--results-json",
+        results.to_str().unwrap(),
+        "-T",
+        bdev,
+        "-w",
+        "verify",
+        "-q",
+        "16",
+        "-o",
+        "16384",
+        "-t",
+        "2",
+    ];
+    let mut p = Proc::spawn(dir, tag, &args);
+    let st = p.expect_exit(Duration::from_secs(30), tag);
+    let out = format!("stdout:\n{}\nstderr:\n{}", p.stdout(), p.stderr());
+    assert_eq!(st.code(), Some(0), "{out}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    let r = &doc["results"][0];
+    assert_eq!(r["job"], bdev, "{doc}");
+    assert!(r["iops"].as_f64().unwrap() > 0.0, "{doc}");
+    assert_eq!(r["io_failed"], 0, "{doc}\n{out}");
+    assert_eq!(r["verify_errors"], 0, "{doc}\n{out}");
+}
+
+#[test]
+fn every_level_verifies_under_perf() {
+    let dir = TempDir::new("raid-verify");
+    let cfg = config(
+        &dir,
+        "levels.json",
+        vec![
+            malloc("M0", 16384),
+            malloc("M1", 16384),
+            malloc("M2", 16384),
+            malloc("M3", 16384),
+            malloc("M4", 8192),
+            malloc("M5", 4096),
+            malloc("M6", 16384),
+            malloc("M7", 16384),
+            m(
+                "bdev_raid_create",
+                json!({"name": "R0", "raid_level": "raid0", "strip_size_kb": 4, "base_bdevs": ["M0", "M1", "M2"]}),
+            ),
+            m(
+                "bdev_raid_create",
+                json!({"name": "C0", "raid_level": "concat", "strip_size_kb": 64, "base_bdevs": ["M3", "M4", "M5"]}),
+            ),
+            m(
+                "bdev_raid_create",
+                json!({"name": "R1", "raid_level": "raid1", "base_bdevs": ["M6", "M7"], "superblock": true}),
+            ),
+        ],
+    );
+    for b in ["R0", "C0", "R1"] {
+        verify_ok(&dir, &format!("verify-{b}"), &cfg, b);
+    }
+}
+
+#[test]
+fn raid1_reads_go_on_when_a_member_fails_them() {
+    let dir = TempDir::new("raid-fault");
+    let cfg = config(
+        &dir,
+        "fault.json",
+        vec![
+            malloc("F0", 16384),
+            malloc("F1", 16384),
+            m("bdev_error_create", json!({"base_name": "F1"})),
+            m("bdev_raid_create", json!({"name": "RF", "raid_level": "raid1", "base_bdevs": ["F0", "EE_F1"]})),
+            m(
+                "bdev_error_inject_error",
+                json!({"name": "EE_F1", "io_type": "read", "error_type": "failure", "num": 100000}),
+            ),
+        ],
+    );
+    verify_ok(&dir, "fault", &cfg, "RF");
+}
+
+/// The daemon's RAID, by bdev_raid_get_bdevs.
+fn raid(d: &Daemon, name: &str) -> Value {
+    let all = d.call("bdev_raid_get_bdevs", Some(json!({"category": "all"})));
+    all.as_array().unwrap().iter().find(|r| r["name"] == name).cloned().unwrap_or(Value::Null)
+}
+
+#[test]
+fn bad_raid_requests_get_errors_and_the_daemon_goes_on() {
+    let dir = TempDir::new("raid-bad");
+    let d = Daemon::start(&dir, &[]);
+    for (n, bs) in [("B0", 512), ("B1", 512), ("B2", 512), ("K0", 4096)] {
+        d.call("bdev_malloc_create", Some(json!({"name": n, "num_blocks": 8192 * 512 / bs, "block_size": bs})));
+    }
+    let create = |p: Value| d.call_err("bdev_raid_create", Some(p));
+    let e = create(json!({"name": "X", "raid_level": "raid6", "base_bdevs": ["B0", "B1"]}));
+    assert_eq!(e.code, -32700, "unknown level: {e:?}");
+    let e = create(json!({"name": "X", "raid_level": "raid0", "strip_size_kb": 3, "base_bdevs": ["B0", "B1"]}));
+    assert!(e.code == -libc::EINVAL && e.message.contains("Failed to create RAID bdev X"), "strip size: {e:?}");
+    let e = create(json!({"name": "X", "raid_level": "raid1", "strip_size_kb": 64, "base_bdevs": ["B0", "B1"]}));
+    assert_eq!(e.code, -libc::EINVAL, "raid1 with a strip: {e:?}");
+    let e = create(json!({"name": "X", "raid_level": "raid0", "strip_size_kb": 64, "base_bdevs": ["B0", "K0"]}));
+    assert!(e.code == -libc::EINVAL && e.message.contains("blocklen"), "block sizes: {e:?}");
+    let e = create(json!({"name": "X", "raid_level": "raid1"}));
+    assert_eq!(e.code, -32700, "no members: {e:?}");
+    let e = create(json!({"name": "X", "raid_level": "raid1", "base_bdevs": ["B0", ""]}));
+    assert_eq!(e.code, -libc::EINVAL, "an empty name: {e:?}");
+    assert_eq!(
+        d.call("bdev_raid_create", Some(json!({"name": "OK", "raid_level": "raid1", "base_bdevs": ["B0", "B1"]}))),
+        json!(true)
+    );
+    let e = create(json!({"name": "X", "raid_level": "raid1", "base_bdevs": ["B1", "B2"]}));
+    assert_eq!(e.code, -libc::EPERM, "a claimed member: {e:?}");
+    assert!(raid(&d, "X").is_null(), "nothing left of a failed create");
+    let e = d.call_err("bdev_malloc_delete", Some(json!({"name": "nosuch"})));
+    assert!(e.code != 0);
+    // A member that is not there yet: configuring (SPDK's behaviour), online once it is.
+    assert_eq!(
+        d.call("bdev_raid_create", Some(json!({"name": "W", "raid_level": "raid1", "base_bdevs": ["B2", "Later"]}))),
+        json!(true)
+    );
+    assert_eq!(raid(&d, "W")["state"], "configuring");
+    assert_eq!(d.call("bdev_raid_get_bdevs", Some(json!({"category": "configuring"}))).as_array().unwrap().len(), 1);
+    d.call("bdev_malloc_create", Some(json!({"name": "Later", "num_blocks": 8192, "block_size": 512})));
+    assert_eq!(d.call("bdev_wait_for_examine", None), json!(true));
+    assert_eq!(raid(&d, "W")["state"], "online");
+    let e = d.call_err("bdev_raid_get_bdevs", Some(json!({"category": "sideways"})));
+    assert_eq!(e.code, -32700, "{e:?}");
+    let e = d.call_err("bdev_raid_delete", Some(json!({"name": "nosuch"})));
+    assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    let e = d.call_err("bdev_raid_remove_base_bdev", Some(json!({"name": "nosuch"})));
+    assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    let e = d.call_err("bdev_raid_add_base_bdev", Some(json!({"raid_bdev": "nosuch", "base_bdev": "B2"})));
+    assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    let e = d.call_err("bdev_raid_add_base_bdev", Some(json!({"raid_bdev": "OK", "base_bdev": "K0"})));
+    assert_eq!(e.code, -libc::EINVAL, "no empty slot: {e:?}");
+    // The members are claimed: not deletable under the RAID's feet for writing by others.
+    let e = d.call_err("bdev_passthru_create", Some(json!({"base_bdev_name": "B0", "name": "P"})));
+    assert!(e.code != 0, "{e:?}");
+    assert_eq!(d.call("bdev_raid_delete", Some(json!({"name": "OK"}))), json!(true));
+    assert_eq!(d.call("bdev_passthru_create", Some(json!({"base_bdev_name": "B0", "name": "P"}))), json!("P"));
+    d.assert_serving();
+}
+
+#[test]
+fn save_config_restores_a_raid() {
+    let dir = TempDir::new("raid-save");
+    let d = Daemon::start(&dir, &[]);
+    for n in ["S0", "S1"] {
+        d.call("bdev_malloc_create", Some(json!({"name": n, "num_blocks": 8192, "block_size": 512})));
+    }
+    d.call(
+        "bdev_raid_create",
+        Some(json!({"name": "RS", "raid_level": "raid0", "strip_size_kb": 16, "base_bdevs": ["S0", "S1"]})),
+    );
+    d.call("bdev_raid_set_options", Some(json!({"process_window_size_kb": 512})));
+    let saved = d.call("save_config", None);
+    let entries = common::saved_entries(&saved, "bdev_raid_create");
+    assert_eq!(entries.len(), 1, "{saved}");
+    assert_eq!(entries[0]["params"]["base_bdevs"], json!(["S0", "S1"]));
+    assert_eq!(common::saved_entries(&saved, "bdev_raid_set_options")[0]["params"]["process_window_size_kb"], 512);
+    let before = raid(&d, "RS");
+    drop(d);
+    let cfg = dir.write_json("saved.json", &saved);
+    let d2 = Daemon::start_with(&dir, "again.sock", "0x1", &["--json", cfg.to_str().unwrap()]);
+    let after = raid(&d2, "RS");
+    for k in ["uuid", "state", "strip_size_kb", "raid_level", "num_base_bdevs_discovered"] {
+        assert_eq!(after[k], before[k], "{k}");
+    }
+    assert_eq!(d2.call("save_config", None), saved);
+}
+
+fn nbd(d: &Daemon, bdev: &str, name: &str) -> String {
+    let s = d.call("nbd_server_start", Some(json!({"address": "127.0.0.1:0"})));
+    let addr = s["address"].as_str().unwrap().to_string();
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": bdev, "name": name})));
+    format!("nbd://{addr}/{name}")
+}
+
+fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) {
+    let mut args = vec!["-f", "raw"];
+    for c in cmd.split("; ") {
+        args.extend(["-c", c]);
+    }
+    args.push(uri);
+    let out = run_tool(dir, "qemu-io", &args, Duration::from_secs(60));
+    let all = format!("{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.status.success()
+            && !all.contains("failed")
+            && !all.contains("error")
+            && !all.contains("Pattern verification"),
+        "qemu-io {cmd}: {all}"
+    );
+}
+
+#[test]
+fn raid1_rebuilds_a_new_member_while_writes_go_on() {
+    if !have("raid1_rebuilds_a_new_member_while_writes_go_on", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("raid-rebuild");
+    let d = Daemon::start(&dir, &[]);
+    for n in ["D0", "D1", "D2"] {
+        d.call("bdev_malloc_create", Some(json!({"name": n, "num_blocks": 32768 + 2048, "block_size": 512})));
+    }
+    d.call(
+        "bdev_raid_create",
+        Some(json!({"name": "RR", "raid_level": "raid1", "base_bdevs": ["D0", "D1"], "superblock": true})),
+    );
+    let u = nbd(&d, "RR", "rr");
+    qemu_io(&dir, &u, "write -P 0x11 0 8M; write -P 0x22 8M 8M; flush");
+    assert_eq!(d.call("bdev_raid_remove_base_bdev", Some(json!({"name": "D0"}))), json!(true));
+    let r = raid(&d, "RR");
+    assert_eq!((r["state"].as_str(), r["num_base_bdevs_operational"].as_u64()), (Some("online"), Some(1)), "{r}");
+    assert!(r["base_bdevs_list"][0]["name"].is_null(), "{r}");
+    qemu_io(&dir, &u, "write -P 0x33 4M 1M; flush");
+    // A slow rebuild (8 MB/s of 16 MiB), in 64 KiB windows, with writes during it.
+    d.call("bdev_raid_set_options", Some(json!({"process_window_size_kb": 64, "process_max_bandwidth_mb_sec": 8})));
+    assert_eq!(d.call("bdev_raid_add_base_bdev", Some(json!({"raid_bdev": "RR", "base_bdev": "D2"}))), json!(true));
+    let r = raid(&d, "RR");
+    assert_eq!(r["process"]["type"], "rebuild", "{r}");
+    assert_eq!(r["process"]["target"], "D2", "{r}");
+    qemu_io(&dir, &u, "write -P 0x44 12M 2M; write -P 0x55 100k 64k; flush");
+    let t0 = Instant::now();
+    let mut seen = vec![];
+    loop {
+        let r = raid(&d, "RR");
+        match r.get("process") {
+            Some(p) => seen.push(p["progress"]["percent"].as_u64().unwrap()),
+            None => break,
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "the rebuild ends: {r}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(seen.len() >= 3 && seen.windows(2).all(|w| w[0] <= w[1]), "progress grows: {seen:?}");
+    assert!(t0.elapsed() >= Duration::from_millis(1200), "the rate bound holds: {:?}", t0.elapsed());
+    let r = raid(&d, "RR");
+    assert_eq!(r["num_base_bdevs_discovered"], 2, "{r}");
+    // With the old member gone, every read comes from the rebuilt one.
+    assert_eq!(d.call("bdev_raid_remove_base_bdev", Some(json!({"name": "D1"}))), json!(true));
+    qemu_io(
+        &dir,
+        &u,
+        "read -P 0x11 0 100k; read -P 0x55 100k 64k; read -P 0x11 164k 3932k; read -P 0x33 4M 1M; read -P 0x11 5M 3M; read -P 0x22 8M 4M; read -P 0x44 12M 2M; read -P 0x22 14M 2M",
+    );
+    d.assert_serving();
+}
+
+/// SPDK v26.05, or None with the reason printed.
+fn spdk(test: &str) -> Option<std::path::PathBuf> {
+    match common::spdk_dir() {
+        Ok(d) => Some(d),
+        Err(why) => {
+            println!("SKIP {test}: {why}");
+            None
+        }
+    }
+}
+
+/// Runs spdk_dd with `entries` as its bdev config and `args`; expects success.
+fn spdk_dd(spdk: &Path, dir: &TempDir, entries: Vec<Value>, args: &[&str]) {
+    let mut e = entries;
+    e.push(json!({"method": "bdev_wait_for_examine"}));
+    let conf = dir.write_json("dd.json", &json!({"subsystems": [{"subsystem": "bdev", "config": e}]}));
+    let out = std::process::Command::new(spdk.join("build/bin/spdk_dd"))
+        .args(["--no-huge", "-s", "1024", "-m", "0x1", "--disable-cpumask-locks", "--no-rpc-server", "--json"])
+        .arg(&conf)
+        .args(args)
+        .env("LD_LIBRARY_PATH", spdk.join("build/lib"))
+        .output()
+        .expect("spdk_dd runs");
+    assert!(
+        out.status.success(),
+        "spdk_dd: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn files(dir: &TempDir) -> [std::path::PathBuf; 2] {
+    ["m0.img", "m1.img"].map(|n| {
+        let p = dir.join(n);
+        std::fs::File::create(&p).unwrap().set_len(32 * MIB).unwrap();
+        p
+    })
+}
+
+/// The files' bdevs' UUIDs, the same in SPDK and in Ferrite: the superblock names members by
+/// UUID (SPDK's aio bdev makes a random one when none is given).
+const MEMBER_UUIDS: [&str; 2] = ["0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e40", "0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e41"];
+
+fn aio(files: &[std::path::PathBuf; 2]) -> Vec<Value> {
+    files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            m(
+                "bdev_aio_create",
+                json!({"name": format!("A{i}"), "filename": f.to_str().unwrap(), "block_size": 512, "uuid": MEMBER_UUIDS[i]}),
+            )
+        })
+        .collect()
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i / 512) as u8).wrapping_mul(31) ^ (i as u8)).collect()
+}
+
+/// A daemon with the two files as uring bdevs U0 and U1 (512-byte blocks), examined.
+fn daemon_on(dir: &TempDir, files: &[std::path::PathBuf; 2]) -> Daemon {
+    let d = Daemon::start(dir, &[]);
+    for (i, f) in files.iter().enumerate() {
+        let p = json!({"name": format!("U{i}"), "filename": f.to_str().unwrap(), "block_size": 512, "uuid": MEMBER_UUIDS[i]});
+        d.call("bdev_uring_create", Some(p));
+    }
+    assert_eq!(d.call("bdev_wait_for_examine", None), json!(true));
+    d
+}
+
+fn nbd_read(dir: &TempDir, uri: &str, len: usize) -> Vec<u8> {
+    let out = dir.join("nbd-read.bin");
+    let _ = std::fs::remove_file(&out);
+    let r = run_tool(
+        dir,
+        "qemu-img",
+        &["convert", "-f", "raw", "-O", "raw", uri, out.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    assert!(r.status.success(), "qemu-img convert: {}", r.stderr);
+    let mut v = std::fs::read(&out).unwrap();
+    v.truncate(len);
+    v
+}
+
+#[test]
+fn a_raid1_spdk_made_assembles_in_ferrite() {
+    let test = "a_raid1_spdk_made_assembles_in_ferrite";
+    let Some(spdk) = spdk(test) else { return };
+    if !have(test, &["qemu-img"]) {
+        return;
+    }
+    let dir = TempDir::new("raid-from-spdk");
+    let f = files(&dir);
+    let data = pattern(4 * MIB as usize);
+    let src = dir.join("pattern.bin");
+    std::fs::write(&src, &data).unwrap();
+    // spdk_dd makes the raid1 (superblock) on aio bdevs over the files and writes the pattern.
+    let mut conf = aio(&f);
+    conf.push(m(
+        "bdev_raid_create",
+        json!({"name": "SR", "raid_level": "raid1", "base_bdevs": ["A0", "A1"], "superblock": true,
+        "uuid": "7d2b1f7e-8a0c-4b8e-9d3f-2a4e5c6b7a80"}),
+    ));
+    let inp = format!("--if={}", src.display());
+    spdk_dd(&spdk, &dir, conf, &[&inp, "--ob=SR", "--bs=1048576", "--count=4", "--seek=2"]);
+    // Ferrite finds it by examine, online, with SPDK's geometry.
+    let d = daemon_on(&dir, &f);
+    let r = raid(&d, "SR");
+    assert_eq!(r["state"], "online", "{r}");
+    assert_eq!(r["uuid"], "7d2b1f7e-8a0c-4b8e-9d3f-2a4e5c6b7a80");
+    assert_eq!(r["superblock"], true);
+    assert_eq!(r["num_base_bdevs_discovered"], 2, "{r}");
+    assert_eq!(r["base_bdevs_list"][0]["data_offset"], 2048, "{r}");
+    let u = nbd(&d, "SR", "sr");
+    let got = nbd_read(&dir, &u, 6 * MIB as usize);
+    assert!(got[..2 * MIB as usize].iter().all(|&b| b == 0));
+    assert!(got[2 * MIB as usize..] == data[..], "the pattern SPDK wrote");
+}
+
+#[test]
+fn spdk_reads_a_raid1_ferrite_made() {
+    let test = "spdk_reads_a_raid1_ferrite_made";
+    let Some(spdk) = spdk(test) else { return };
+    if !have(test, &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("raid-to-spdk");
+    let f = files(&dir);
+    let d = daemon_on(&dir, &f);
+    d.call(
+        "bdev_raid_create",
+        Some(json!({"name": "FR", "raid_level": "raid1", "base_bdevs": ["U0", "U1"], "superblock": true})),
+    );
+    let u = nbd(&d, "FR", "fr");
+    qemu_io(&dir, &u, "write -P 0x5a 1M 2M; write -P 0xa5 3M 1M; flush");
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    let mut d = d;
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    // spdk_dd's examine assembles the raid from the superblocks Ferrite wrote.
+    let out = dir.join("fr.bin");
+    let of = format!("--of={}", out.display());
+    spdk_dd(&spdk, &dir, aio(&f), &["--ib=FR", &of, "--bs=1048576", "--count=5"]);
+    let got = std::fs::read(&out).unwrap();
+    let mib = MIB as usize;
+    assert!(got[..mib].iter().all(|&b| b == 0));
+    assert!(got[mib..3 * mib].iter().all(|&b| b == 0x5a), "the first write");
+    assert!(got[3 * mib..4 * mib].iter().all(|&b| b == 0xa5), "the second write");
+}
+
+#[test]
+fn raid1_drops_a_member_that_fails_writes_and_verifies_on() {
+    let dir = TempDir::new("raid-wfault");
+    let cfg = config(
+        &dir,
+        "wfault.json",
+        vec![
+            malloc("G0", 16384),
+            malloc("G1", 16384),
+            m("bdev_error_create", json!({"base_name": "G1"})),
+            m("bdev_raid_create", json!({"name": "RW", "raid_level": "raid1", "base_bdevs": ["G0", "EE_G1"]})),
+            m(
+                "bdev_error_inject_error",
+                json!({"name": "EE_G1", "io_type": "write", "error_type": "failure", "num": 1}),
+            ),
+        ],
+    );
+    verify_ok(&dir, "wfault", &cfg, "RW");
+}
+
+#[test]
+fn deleting_members_degrades_a_raid1_and_takes_a_raid0_offline() {
+    if !have("deleting_members_degrades_a_raid1_and_takes_a_raid0_offline", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("raid-hotremove");
+    let d = Daemon::start(&dir, &[]);
+    for n in ["H0", "H1", "H2", "H3"] {
+        d.call("bdev_malloc_create", Some(json!({"name": n, "num_blocks": 8192, "block_size": 512})));
+    }
+    d.call("bdev_raid_create", Some(json!({"name": "HM", "raid_level": "raid1", "base_bdevs": ["H0", "H1"]})));
+    d.call(
+        "bdev_raid_create",
+        Some(json!({"name": "HS", "raid_level": "raid0", "strip_size_kb": 8, "base_bdevs": ["H2", "H3"]})),
+    );
+    let u = nbd(&d, "HM", "hm");
+    qemu_io(&dir, &u, "write -P 0x61 0 2M; flush");
+    assert_eq!(d.call("bdev_malloc_delete", Some(json!({"name": "H0"}))), json!(true));
+    let r = raid(&d, "HM");
+    assert_eq!((r["state"].as_str(), r["num_base_bdevs_discovered"].as_u64()), (Some("online"), Some(1)), "{r}");
+    qemu_io(&dir, &u, "read -P 0x61 0 2M; write -P 0x62 1M 64k; read -P 0x62 1M 64k");
+    assert_eq!(d.call("bdev_malloc_delete", Some(json!({"name": "H3"}))), json!(true));
+    assert_eq!(raid(&d, "HS")["state"], "offline");
+    assert!(!d.bdev_names().contains(&"HS".to_string()));
+    assert!(d.call("bdev_get_bdevs", Some(json!({"name": "H2"})))[0]["claimed"] == false, "members released");
+    assert_eq!(d.call("bdev_raid_delete", Some(json!({"name": "HS"}))), json!(true));
+    assert!(raid(&d, "HS").is_null());
+    d.assert_serving();
+}

@@ -1,0 +1,326 @@
+//! The RAID bdev's per-core channel: how each request becomes requests on the members.
+//!
+//! - A request that lands on one member (a raid0 read or write inside one strip, a concat
+//!   request inside one member, a raid1 read, any request of a raid1 with one member left) is
+//!   the request itself, forwarded with its offset moved (`IoChannel::forward_then`): nothing is
+//!   built or allocated.
+//! - A request over several strips or members, and a raid1 write, unmap, write zeroes or flush
+//!   (every member), goes out as a fan-out (`ferrite_bdev::FanOut`) with one child per piece.
+//! - A raid1 read that fails on a member is sent to the next readable member, until one
+//!   succeeds or none is left. A raid1 write succeeds if one member took it, as SPDK's; a member
+//!   that failed one is removed (the RAID goes on degraded).
+//!
+//! The channel's view of the members (`Layout`) changes only by `Bdev::for_each_channel` from
+//! the control plane (members removed under quiesce, a rebuild target added, a rebuild
+//! finished).
+
+use crate::level::{concat_pieces, raid0_member_range, raid0_strips, Level, Piece};
+use crate::raid::Raid;
+use ferrite_bdev::fanout::{FanOut, FanOutDone};
+use ferrite_bdev::{BackendChannel, BdevError, BdevIo, IoChannel, IoRequest, IoStatus, IoType};
+use smallvec::SmallVec;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// One member as a channel sees it.
+pub(crate) struct LMember {
+    /// This core's channel to it (None: the slot is empty).
+    pub(crate) ch: Option<IoChannel>,
+    /// Where its data region starts, in blocks.
+    pub(crate) offset: u64,
+    /// Its data region's size, in blocks.
+    pub(crate) size: u64,
+    /// Reads may go to it (configured and not being rebuilt).
+    pub(crate) readable: bool,
+    /// Blocks of reads outstanding on it from this core (raid1 picks the least loaded).
+    reads: Cell<u64>,
+}
+
+/// The members as a channel sees them.
+pub(crate) struct Layout {
+    pub(crate) level: Level,
+    /// Strip size in blocks (0 for raid1).
+    pub(crate) strip: u64,
+    pub(crate) members: SmallVec<[LMember; 4]>,
+    /// Data region sizes, in slot order (concat's map).
+    sizes: SmallVec<[u64; 4]>,
+}
+
+/// Slots as a bit mask (up to 256 members), carried in a request's context.
+#[derive(Clone, Copy, Default)]
+struct Mask([u64; 4]);
+
+impl Mask {
+    fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+    fn has(&self, i: usize) -> bool {
+        self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+}
+
+/// Context of a request forwarded to one member: where it was.
+#[derive(Clone, Copy)]
+struct Remap {
+    offset: u64,
+    blocks: u64,
+}
+
+/// Context of a raid1 read: where it was, the member it is on, the members tried.
+#[derive(Clone, Copy)]
+struct MirrorRead {
+    offset: u64,
+    slot: u8,
+    tried: Mask,
+}
+
+/// Context of a fan-out to every member: which slots got a child, in order.
+#[derive(Clone, Copy)]
+struct Fanned {
+    slots: Mask,
+}
+
+/// The per-core state requests reach in their completions (`IoState::module_channel`).
+pub(crate) struct ChanState {
+    pub(crate) raid: Arc<Raid>,
+    pub(crate) lay: RefCell<Layout>,
+}
+
+/// The RAID bdev's channel on one core.
+pub(crate) struct RaidChannel {
+    pub(crate) st: Rc<ChanState>,
+}
+
+impl RaidChannel {
+    /// A channel with the members as they are now.
+    pub(crate) fn new(raid: Arc<Raid>) -> Result<Self, BdevError> {
+        let lay = raid.layout()?;
+        Ok(Self { st: Rc::new(ChanState { raid, lay: RefCell::new(lay) }) })
+    }
+
+    /// Takes the members as they are now (a `for_each_channel` round of the control plane).
+    pub(crate) fn refresh(&mut self) {
+        match self.st.raid.layout() {
+            Ok(l) => *self.st.lay.borrow_mut() = l,
+            Err(e) => log::warn!("raid {}: channel keeps its members: {e}", self.st.raid.name),
+        }
+    }
+}
+
+impl Layout {
+    /// A layout of `level` with strips of `strip` blocks.
+    pub(crate) fn new(level: Level, strip: u64) -> Self {
+        Self { level, strip, members: SmallVec::new(), sizes: SmallVec::new() }
+    }
+
+    /// Adds the next slot.
+    pub(crate) fn push(&mut self, ch: Option<IoChannel>, offset: u64, size: u64, readable: bool) {
+        self.members.push(LMember { ch, offset, size, readable, reads: Cell::new(0) });
+        self.sizes.push(size);
+    }
+}
+
+impl BackendChannel for RaidChannel {
+    fn submit(&mut self, io: BdevIo) {
+        submit(&self.st, io)
+    }
+
+    fn shared(&self) -> Option<Rc<dyn std::any::Any>> {
+        Some(self.st.clone())
+    }
+
+    fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+fn submit(st: &Rc<ChanState>, io: BdevIo) {
+    let lay = st.lay.borrow();
+    let t = io.req.io_type;
+    match (lay.level, t) {
+        (_, IoType::Reset)
+        | (_, IoType::Flush)
+        | (Level::Raid1, IoType::Write | IoType::Unmap | IoType::WriteZeroes) => to_every_member(&lay, io),
+        (Level::Raid1, IoType::Read) => mirror_read(&lay, io),
+        (Level::Raid0, IoType::Read | IoType::Write) => {
+            let (off, num, n, strip) = (io.req.offset_blocks, io.req.num_blocks, lay.members.len(), lay.strip);
+            pieces(&lay, io, |f| raid0_strips(off, num, n, strip, f))
+        }
+        (Level::Raid0, IoType::Unmap | IoType::WriteZeroes) => {
+            let (off, num, n, strip) = (io.req.offset_blocks, io.req.num_blocks, lay.members.len(), lay.strip);
+            pieces(&lay, io, |f| {
+                for d in 0..n {
+                    if let Some((o, b)) = raid0_member_range(off, num, n, strip, d) {
+                        f(Piece { slot: d, off: o, blocks: b, pos: 0 })
+                    }
+                }
+            })
+        }
+        (Level::Concat, IoType::Read | IoType::Write | IoType::Unmap | IoType::WriteZeroes) => {
+            let (off, num) = (io.req.offset_blocks, io.req.num_blocks);
+            pieces(&lay, io, |f| concat_pieces(off, num, &lay.sizes, f))
+        }
+        _ => io.complete_deferred(IoStatus::Unsupported),
+    }
+}
+
+/// Sends the pieces `each` names: the request itself if there is one, a fan-out otherwise.
+fn pieces(lay: &Layout, mut io: BdevIo, each: impl Fn(&mut dyn FnMut(Piece))) {
+    let (mut count, mut first) = (0usize, None);
+    each(&mut |p| {
+        count += 1;
+        first.get_or_insert(p);
+    });
+    let Some(first) = first else { return io.complete_deferred(IoStatus::Success) };
+    let missing = |p: &Piece| lay.members[p.slot].ch.is_none();
+    if count == 1 {
+        let m = &lay.members[first.slot];
+        let Some(ch) = &m.ch else { return io.complete_deferred(IoStatus::Failed(libc::ENODEV)) };
+        let r = Remap { offset: io.req.offset_blocks, blocks: io.req.num_blocks };
+        io.set_ctx(r);
+        io.req.offset_blocks = m.offset + first.off;
+        io.req.num_blocks = first.blocks;
+        return ch.forward_then(io, remapped);
+    }
+    let mut any_missing = false;
+    each(&mut |p| any_missing |= missing(&p));
+    if any_missing {
+        return io.complete_deferred(IoStatus::Failed(libc::ENODEV));
+    }
+    let (t, flags, bs) = (io.req.io_type, io.req.flags, io.block_size() as u64);
+    let fan = FanOut::for_io(io, pieces_done);
+    each(&mut |p| {
+        let m = &lay.members[p.slot];
+        let req = IoRequest::new(t, m.offset + p.off, p.blocks).with_flags(flags);
+        let payload = if t.has_payload() { (p.pos * bs) as usize..((p.pos + p.blocks) * bs) as usize } else { 0..0 };
+        fan.submit(m.ch.as_ref().expect("checked above"), req, payload);
+    });
+}
+
+/// A request forwarded to one member came back: it is the RAID's again.
+fn remapped(mut io: BdevIo, status: IoStatus) {
+    let r = *io.ctx::<Remap>().expect("a remapped request keeps its context");
+    io.req.offset_blocks = r.offset;
+    io.req.num_blocks = r.blocks;
+    io.complete(status)
+}
+
+fn pieces_done(io: BdevIo, done: FanOutDone) {
+    io.complete(done.first_failure())
+}
+
+/// A raid1 read: to the readable member with the fewest blocks of reads outstanding here.
+fn mirror_read(lay: &Layout, mut io: BdevIo) {
+    let Some(slot) = next_reader(lay, &Mask::default()) else {
+        return io.complete_deferred(IoStatus::Failed(libc::ENODEV));
+    };
+    let mut tried = Mask::default();
+    tried.set(slot);
+    let r = MirrorRead { offset: io.req.offset_blocks, slot: slot as u8, tried };
+    io.set_ctx(r);
+    send_read(lay, io, slot);
+}
+
+fn next_reader(lay: &Layout, tried: &Mask) -> Option<usize> {
+    lay.members
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| m.readable && m.ch.is_some() && !tried.has(*i))
+        .min_by_key(|(_, m)| m.reads.get())
+        .map(|(i, _)| i)
+}
+
+fn send_read(lay: &Layout, mut io: BdevIo, slot: usize) {
+    let m = &lay.members[slot];
+    let r = *io.ctx::<MirrorRead>().expect("a mirrored read keeps its context");
+    m.reads.set(m.reads.get() + io.req.num_blocks);
+    io.req.offset_blocks = r.offset + m.offset;
+    m.ch.as_ref().expect("a reader has a channel").forward_then(io, mirror_read_done);
+}
+
+/// A raid1 read came back from a member: done, or on to the next member if it failed.
+fn mirror_read_done(mut io: BdevIo, status: IoStatus) {
+    let mut r = *io.ctx::<MirrorRead>().expect("a mirrored read keeps its context");
+    let st = io.module_channel::<ChanState>().expect("a RAID request comes back to its channel");
+    let lay = st.lay.borrow();
+    if let Some(m) = lay.members.get(r.slot as usize) {
+        m.reads.set(m.reads.get().saturating_sub(io.req.num_blocks));
+    }
+    io.req.offset_blocks = r.offset;
+    if !status.is_ok() && status != IoStatus::Aborted {
+        if let Some(next) = next_reader(&lay, &r.tried) {
+            log::debug!("raid {}: read failed on slot {} ({status}); trying slot {next}", st.raid.name, r.slot);
+            r.tried.set(next);
+            r.slot = next as u8;
+            io.set_ctx(r);
+            return send_read(&lay, io, next);
+        }
+    }
+    drop(lay);
+    io.complete(status)
+}
+
+/// A request for every member there is (raid1 writes, unmaps, write zeroes; flush and reset
+/// of every level).
+fn to_every_member(lay: &Layout, mut io: BdevIo) {
+    let mut slots = Mask::default();
+    let mut count = 0;
+    for (i, m) in lay.members.iter().enumerate() {
+        if m.ch.is_some() {
+            slots.set(i);
+            count += 1;
+        }
+    }
+    let t = io.req.io_type;
+    if count == 0 {
+        return io.complete_deferred(IoStatus::Failed(libc::ENODEV));
+    }
+    let ranged = t.has_range();
+    if count == 1 && ranged {
+        let m = lay.members.iter().find(|m| m.ch.is_some()).expect("counted");
+        let r = Remap { offset: io.req.offset_blocks, blocks: io.req.num_blocks };
+        io.set_ctx(r);
+        io.req.offset_blocks += m.offset;
+        return m.ch.as_ref().expect("counted").forward_then(io, remapped);
+    }
+    io.set_ctx(Fanned { slots });
+    let (off, num, flags) = (io.req.offset_blocks, io.req.num_blocks, io.req.flags);
+    let len = if t.has_payload() { io.len_bytes() as usize } else { 0 };
+    let fan = FanOut::for_io(io, every_member_done);
+    for m in lay.members.iter() {
+        let Some(ch) = &m.ch else { continue };
+        let req = if ranged {
+            IoRequest::new(t, off + m.offset, num)
+        } else if t == IoType::Flush {
+            IoRequest::new(t, m.offset, m.size)
+        } else {
+            IoRequest::new(t, 0, 0)
+        };
+        fan.submit(ch, req.with_flags(flags), 0..len);
+    }
+}
+
+/// Every member answered: a mirror's change succeeds if one member took it (SPDK's raid1), and
+/// the members that failed it are removed; a flush or reset of a striped level needs them all.
+fn every_member_done(io: BdevIo, done: FanOutDone) {
+    let slots = io.ctx::<Fanned>().expect("a fanned request keeps its context").slots;
+    let st = io.module_channel::<ChanState>().expect("a RAID request comes back to its channel");
+    let mirror = st.raid.level == Level::Raid1;
+    let t = io.req.io_type;
+    let status = if mirror && done.succeeded() > 0 { IoStatus::Success } else { done.first_failure() };
+    if mirror && t != IoType::Reset {
+        let mut idx = 0;
+        for slot in 0..256 {
+            if !slots.has(slot) {
+                continue;
+            }
+            let s = done.statuses.get(idx).copied().unwrap_or(IoStatus::Success);
+            idx += 1;
+            if !s.is_ok() && !matches!(s, IoStatus::Aborted | IoStatus::NoMem) {
+                st.raid.member_failed(slot, s);
+            }
+        }
+    }
+    io.complete(status)
+}

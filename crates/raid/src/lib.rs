@@ -1,0 +1,48 @@
+//! RAID bdevs, as SPDK's module/bdev/raid (v26.05): raid0 (striping), raid1 (mirroring) and
+//! concat over base bdevs, SPDK's RPCs, SPDK's on-disk superblock (so that a RAID made by SPDK
+//! assembles in Ferrite by examine, and the other way round), and the rebuild of a raid1
+//! member while I/O goes on. raid5f is not here.
+//!
+//! - [`level`]: the levels and how each maps blocks onto members (pure arithmetic).
+//! - [`sb`]: the superblock's on-disk format.
+//! - [`raid`]: RAIDs and their members: create, configure, register, remove, add, delete.
+//! - `channel`: the data path (forward to one member, or fan out to several).
+//! - [`process`]: the rebuild ("process").
+//! - `examine`: finding RAIDs by their superblocks.
+//! - [`rpc`], [`options`]: the JSON-RPC methods.
+
+mod channel;
+mod ctl;
+mod examine;
+pub mod level;
+pub mod options;
+pub mod process;
+pub mod raid;
+pub mod rpc;
+pub mod sb;
+
+use ferrite_bdev::{Bdev, BdevModule, ExamineDone};
+use std::sync::Arc;
+
+struct RaidModule;
+
+impl BdevModule for RaidModule {
+    fn name(&self) -> &'static str {
+        raid::MODULE
+    }
+
+    fn examine_disk(&self, bdev: &Bdev, done: ExamineDone) {
+        examine::examine(bdev.clone(), done);
+    }
+}
+
+/// Registers the RAID module (examine) and its RPC methods.
+pub fn register(reg: &mut ferrite_rpc::Registry) {
+    register_module();
+    rpc::register(reg);
+}
+
+/// Registers the RAID module's examine only (for in-process use without RPCs).
+pub fn register_module() {
+    ferrite_bdev::module::register_module(Arc::new(RaidModule)).expect("the raid module has no init to fail");
+}
