@@ -5,6 +5,7 @@
 pub mod bdev;
 pub mod channel;
 mod compare;
+pub mod copy;
 pub use compare::first_difference;
 mod local_locks;
 mod range_lock;

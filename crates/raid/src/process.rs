@@ -10,10 +10,10 @@
 
 use crate::raid::{refresh_channels, remove_slot, write_superblock, Process, Raid};
 use crate::sb::MemberState;
-use ferrite_bdev::{BdevError, IoRequest};
+use ferrite_bdev::copy::{copy_ranges, CopyEnd, CopyEnds, Steer};
+use ferrite_bdev::BdevError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// `bdev_raid_set_options`' members, as a process starts with them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +66,27 @@ pub(crate) async fn stop(raid: &Arc<Raid>) -> Option<usize> {
     raid.lock().slots.get(target).filter(|s| s.target).map(|_| target)
 }
 
-/// Copies the RAID onto the target. Ok(false): stopped before the end.
+/// The RAID's process as the copy sees it: its cancel flag and its progress (blocks done).
+struct Steering<'a> {
+    cancel: &'a AtomicBool,
+    offset: &'a AtomicU64,
+    max_bandwidth_mb_sec: u32,
+}
+
+impl Steer for Steering<'_> {
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Acquire)
+    }
+    fn max_mb_sec(&self) -> u32 {
+        self.max_bandwidth_mb_sec
+    }
+    fn progress(&self, _blocks: u64, total: u64) {
+        self.offset.store(total, Ordering::Relaxed);
+    }
+}
+
+/// Copies the RAID onto the target (`ferrite_bdev::copy`, the whole RAID as one range).
+/// Ok(false): stopped before the end.
 async fn copy(
     raid: &Arc<Raid>,
     slot: usize,
@@ -93,42 +113,11 @@ async fn copy(
         )
     };
     let window = (opts.window_kb as u64 * 1024 / bs).max(1);
-    let mut buf = Some(ferrite_reactor::alloc_buf((window * bs) as usize));
-    let start = Instant::now();
-    let mut off = 0u64;
-    while off < total {
-        if cancel.load(Ordering::Acquire) {
-            return Ok(false);
-        }
-        let n = window.min(total - off);
-        let lock = bdev.lock_lba_range(off, n).await;
-        let mut b = buf.take().expect("the window buffer is back");
-        b.set_len((n * bs) as usize);
-        let mut c = src.submit_wait(IoRequest::read(src_off + off, n, b)).await;
-        if !c.status.is_ok() {
-            return Err(BdevError::Errno(libc::EIO, format!("rebuild read at block {off}: {}", c.status)));
-        }
-        let b = c.take_req().bufs.pop().expect("the read's buffer comes back");
-        let mut c = tgt.submit_wait(IoRequest::write(tgt_off + off, n, b)).await;
-        if !c.status.is_ok() {
-            return Err(BdevError::Errno(libc::EIO, format!("rebuild write at block {off}: {}", c.status)));
-        }
-        buf = c.take_req().bufs.pop();
-        drop(lock);
-        off += n;
-        offset.store(off, Ordering::Relaxed);
-        if opts.max_bandwidth_mb_sec > 0 {
-            let due = Duration::from_secs_f64((off * bs) as f64 / (opts.max_bandwidth_mb_sec as f64 * 1048576.0));
-            let spent = start.elapsed();
-            if due > spent {
-                ferrite_reactor::sleep(due - spent).await;
-            }
-        }
-        if buf.is_none() {
-            buf = Some(ferrite_reactor::alloc_buf((window * bs) as usize));
-        }
-    }
-    Ok(true)
+    let ends = CopyEnds { bdev: &bdev, src: &src, src_offset: src_off, dst: &tgt, dst_offset: tgt_off };
+    let steer = Steering { cancel, offset, max_bandwidth_mb_sec: opts.max_bandwidth_mb_sec };
+    let whole = std::iter::once(0..total).collect::<Vec<_>>();
+    let end = copy_ranges(&ends, &whole, window, &steer).await?;
+    Ok(end == CopyEnd::Done)
 }
 
 /// The end of a rebuild: the target becomes a member like the others (superblock entry
