@@ -55,6 +55,7 @@ pub(crate) fn registry() -> ferrite_rpc::Registry {
         ferrite_bdev::rpc::register(reg);
         ferrite_lvol::register(reg);
         ferrite_raid::register(reg);
+        ferrite_nexus::register(reg);
         ferrite_nbd::rpc::register(reg);
         ferrite_vhost::rpc::register(reg);
         ferrite_nvmf::target::rpc::register(reg);

@@ -1,0 +1,182 @@
+//! The nexus's JSON-RPC methods, in SPDK's style (Mayastor's names): `nexus_create`,
+//! `nexus_destroy`, `nexus_add_child`, `nexus_remove_child`, `nexus_fault_child`,
+//! `nexus_online_child`, `nexus_get_nexuses`, `nexus_rebuild_pause`, `nexus_rebuild_resume`,
+//! `nexus_rebuild_stop`, `nexus_rebuild_get_stats`, `nexus_set_rebuild_rate` and
+//! `nexus_set_options` (the default store). Errors are SPDK's: -errno with a message, and
+//! "Invalid parameters" for params that do not decode.
+
+use crate::nexus::{self, CreateOpts};
+use crate::store::Store;
+use ferrite_bdev::BdevError;
+use ferrite_rpc::jsonrpc::INVALID_PARAMS;
+use ferrite_rpc::{errno_error, Params, Registry, RpcError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+
+fn err(e: BdevError) -> RpcError {
+    errno_error(e.errno(), e.to_string())
+}
+
+fn bad(msg: impl Into<String>) -> RpcError {
+    RpcError::new(INVALID_PARAMS, format!("Invalid parameters: {}", msg.into()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Create {
+    name: String,
+    uuid: Option<String>,
+    #[serde(default)]
+    size: u64,
+    children: Vec<String>,
+    #[serde(default)]
+    resv_key: u64,
+    #[serde(default)]
+    preempt_key: u64,
+    #[serde(default)]
+    local_first: bool,
+    store: Option<String>,
+    rebuild_window_kb: Option<u32>,
+    #[serde(default)]
+    rebuild_max_mb_sec: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Name {
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Child {
+    name: String,
+    uri: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Get {
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rate {
+    name: String,
+    max_mb_sec: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetOptions {
+    store: Option<String>,
+}
+
+fn nexus_of(name: &str) -> Result<std::sync::Arc<nexus::Nexus>, RpcError> {
+    nexus::find(name).ok_or_else(|| errno_error(libc::ENODEV, format!("nexus {name} not found")))
+}
+
+/// Registers the nexus methods.
+pub fn register(reg: &mut Registry) {
+    reg.method("nexus_create", |ctx, p: Params| async move {
+        let c: Create = p.parse()?;
+        let uuid = match c.uuid.as_deref() {
+            None | Some("") => None,
+            Some(s) => Some(uuid::Uuid::parse_str(s).map_err(|e| bad(format!("uuid {s:?}: {e}")))?),
+        };
+        let store = c.store.as_deref().map(Store::parse).transpose().map_err(bad)?;
+        let n = nexus::create(
+            &ctx,
+            CreateOpts {
+                name: c.name,
+                uuid,
+                size: c.size,
+                children: c.children,
+                resv_key: c.resv_key,
+                preempt_key: c.preempt_key,
+                local_first: c.local_first,
+                store,
+                rebuild_window_kb: c.rebuild_window_kb.unwrap_or(1024),
+                rebuild_max_mb_sec: c.rebuild_max_mb_sec,
+            },
+        )
+        .await
+        .map_err(err)?;
+        Ok(json!(n.name))
+    });
+    reg.method("nexus_destroy", |ctx, p: Params| async move {
+        let n: Name = p.parse()?;
+        nexus::destroy(&ctx, &n.name).await.map_err(err)?;
+        Ok(json!(true))
+    });
+    reg.method("nexus_add_child", |ctx, p: Params| async move {
+        let c: Child = p.parse()?;
+        nexus::add_child(&ctx, &c.name, &c.uri).await.map_err(err)?;
+        Ok(json!(true))
+    });
+    reg.method("nexus_remove_child", |ctx, p: Params| async move {
+        let c: Child = p.parse()?;
+        nexus::remove_child(&ctx, &c.name, &c.uri).await.map_err(err)?;
+        Ok(json!(true))
+    });
+    reg.method("nexus_fault_child", |_, p: Params| async move {
+        let c: Child = p.parse()?;
+        nexus::fault_child(&c.name, &c.uri).await.map_err(err)?;
+        Ok(json!(true))
+    });
+    reg.method("nexus_online_child", |ctx, p: Params| async move {
+        let c: Child = p.parse()?;
+        nexus::online_child(&ctx, &c.name, &c.uri).await.map_err(err)?;
+        Ok(json!(true))
+    });
+    reg.method("nexus_get_nexuses", |_, p: Params| async move {
+        let g: Get = p.parse()?;
+        if let Some(n) = &g.name {
+            return Ok(json!([nexus_of(n)?.info()]));
+        }
+        Ok(Value::Array(nexus::all().iter().map(|n| n.info()).collect()))
+    });
+    reg.method("nexus_rebuild_pause", |_, p: Params| async move {
+        let c: Child = p.parse()?;
+        let j = crate::rebuild::running(&*nexus_of(&c.name)?, &c.uri).map_err(err)?;
+        j.ctl.paused.store(true, Ordering::Release);
+        Ok(json!(true))
+    });
+    reg.method("nexus_rebuild_resume", |_, p: Params| async move {
+        let c: Child = p.parse()?;
+        let j = crate::rebuild::running(&*nexus_of(&c.name)?, &c.uri).map_err(err)?;
+        j.ctl.paused.store(false, Ordering::Release);
+        Ok(json!(true))
+    });
+    reg.method("nexus_rebuild_stop", |_, p: Params| async move {
+        let c: Child = p.parse()?;
+        let j = crate::rebuild::running(&*nexus_of(&c.name)?, &c.uri).map_err(err)?;
+        j.cancel();
+        j.wait().await;
+        Ok(json!(true))
+    });
+    reg.method("nexus_rebuild_get_stats", |_, p: Params| async move {
+        let c: Child = p.parse()?;
+        let j = crate::rebuild::job(&*nexus_of(&c.name)?, &c.uri).map_err(err)?;
+        Ok(j.stats())
+    });
+    reg.method("nexus_set_rebuild_rate", |_, p: Params| async move {
+        let r: Rate = p.parse()?;
+        let n = nexus_of(&r.name)?;
+        n.rebuild_max_mb_sec.store(r.max_mb_sec, Ordering::Relaxed);
+        for c in n.lock().slots.iter().flatten() {
+            if let Some(j) = &c.rebuild {
+                j.ctl.max_mb_sec.store(r.max_mb_sec, Ordering::Relaxed);
+            }
+        }
+        Ok(json!(true))
+    });
+    reg.method("nexus_set_options", |_, p: Params| async move {
+        let o: SetOptions = p.parse()?;
+        let s = o.store.as_deref().map(Store::parse).transpose().map_err(bad)?;
+        nexus::set_default_store(s);
+        Ok(json!(true))
+    });
+}
