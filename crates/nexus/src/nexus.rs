@@ -102,6 +102,8 @@ pub struct Nexus {
     pub block_size: u32,
     /// Blocks.
     pub num_blocks: u64,
+    /// Blocks of each child (they are all of one size).
+    pub child_blocks: u64,
     /// Reads go to a local child first.
     pub local_first: bool,
     /// Reservation keys, kept for fencing.
@@ -505,7 +507,7 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
     let mut children: Vec<Child> = Vec::new();
     let mut geometry = None;
     for (uri, p) in o.children.iter().zip(parsed) {
-        let healthy = record.as_ref().map_or(true, |r| r.healthy(uri) == Some(true));
+        let healthy = record.as_ref().is_none_or(|r| r.healthy(uri) == Some(true));
         let res = open_child(ctx, uri, &p, &o.name).await.and_then(|(desc, made)| {
             let b = desc.bdev().clone();
             check_geometry(uri, &b, geometry)?;
@@ -524,7 +526,7 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
     }
     let (bs, child_blocks) = geometry.expect("at least one child");
     let num_blocks = if o.size == 0 { child_blocks } else { o.size / bs as u64 };
-    let bad_size = if o.size % bs as u64 != 0 {
+    let bad_size = if !o.size.is_multiple_of(bs as u64) {
         Some(format!("size {} is not a multiple of the block size {bs}", o.size))
     } else if num_blocks > child_blocks {
         Some(format!("size {} is larger than the children ({} bytes)", o.size, child_blocks * bs as u64))
@@ -544,6 +546,7 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
         uuid,
         block_size: bs,
         num_blocks,
+        child_blocks,
         local_first: o.local_first,
         resv_key: o.resv_key,
         preempt_key: o.preempt_key,
@@ -669,13 +672,7 @@ pub async fn add_child(ctx: &Ctx, name: &str, uri: &str) -> Result<(), BdevError
     let (desc, made) = open_child(ctx, uri, &p, name).await?;
     let b = desc.bdev().clone();
     let child = Child::new(uri.to_string(), p, b.name().to_string(), made, desc, false);
-    if let Err(e) = check_geometry(uri, &b, Some((n.block_size, b.num_blocks().max(n.num_blocks)))).and_then(|_| {
-        if b.num_blocks() < n.num_blocks {
-            Err(inval(format!("child {uri} is smaller than the nexus")))
-        } else {
-            Ok(())
-        }
-    }) {
+    if let Err(e) = check_geometry(uri, &b, Some((n.block_size, n.child_blocks))) {
         close_child(ctx, child).await;
         return Err(e);
     }

@@ -86,11 +86,7 @@ impl RebuildJob {
     /// Percent done.
     pub fn percent(&self) -> u64 {
         let done = self.ctl.done.load(Ordering::Relaxed);
-        if self.total == 0 {
-            100
-        } else {
-            done * 100 / self.total
-        }
+        (done * 100).checked_div(self.total).unwrap_or(100)
     }
 
     /// Waits until it has ended.

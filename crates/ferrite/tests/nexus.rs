@@ -1,0 +1,468 @@
+//! The nexus (Mayastor's replicated volume) through the daemon with real clients: `ferrite perf
+//! -w verify` over malloc children, one of which (the error bdev) fails writes mid-run; a child
+//! that fails writes under qemu-io is faulted with its reason, brought back, partially rebuilt
+//! (only the logged segments), and every child then holds the same bytes (the uring files
+//! compared directly); a new child rebuilt fully while qemu-io writes; the health store: after
+//! kill -9 the stale child is not a source and is rebuilt (a file store, and etcd); bad
+//! requests get JSON-RPC errors and the daemon goes on; save_config keeps a nexus.
+
+mod common;
+mod nbd_common;
+
+use common::{Daemon, TempDir};
+use nbd_common::{have, run_tool};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn m(method: &str, params: Value) -> Value {
+    json!({"method": method, "params": params})
+}
+
+fn config(dir: &TempDir, name: &str, entries: Vec<Value>) -> PathBuf {
+    let mut e = entries;
+    e.push(json!({"method": "bdev_wait_for_examine"}));
+    dir.write_json(name, &json!({"subsystems": [{"subsystem": "bdev", "config": e}]}))
+}
+
+/// The nexus `name`, by nexus_get_nexuses.
+fn nexus(d: &Daemon, name: &str) -> Value {
+    d.call("nexus_get_nexuses", Some(json!({"name": name})))[0].clone()
+}
+
+fn child<'a>(n: &'a Value, uri: &str) -> &'a Value {
+    n["children"].as_array().unwrap().iter().find(|c| c["uri"] == uri).unwrap_or_else(|| panic!("{uri} in {n}"))
+}
+
+/// Waits until `uri`'s rebuild in `name` has ended; its stats.
+fn wait_rebuilt(d: &Daemon, name: &str, uri: &str, limit: Duration) -> Value {
+    let t0 = Instant::now();
+    loop {
+        let s = d.call("nexus_rebuild_get_stats", Some(json!({"name": name, "uri": uri})));
+        if s["state"] != "running" && s["state"] != "paused" {
+            let n = nexus(d, name);
+            if child(&n, uri)["state"] != "rebuilding" {
+                return s;
+            }
+        }
+        assert!(t0.elapsed() < limit, "rebuild of {uri} ends: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn nbd(d: &Daemon, bdev: &str, name: &str) -> String {
+    let s = d.call("nbd_server_start", Some(json!({"address": "127.0.0.1:0"})));
+    let addr = s["address"].as_str().unwrap().to_string();
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": bdev, "name": name})));
+    format!("nbd://{addr}/{name}")
+}
+
+fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) {
+    let mut args = vec!["-f", "raw"];
+    for c in cmd.split("; ") {
+        args.extend(["-c", c]);
+    }
+    args.push(uri);
+    let out = run_tool(dir, "qemu-io", &args, Duration::from_secs(60));
+    let all = format!("{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.status.success()
+            && !all.contains("failed")
+            && !all.contains("error")
+            && !all.contains("Pattern verification"),
+        "qemu-io {cmd}: {all}"
+    );
+}
+
+/// Empty files of `mib` MiB.
+fn files(dir: &TempDir, names: &[&str], mib: u64) -> Vec<PathBuf> {
+    names
+        .iter()
+        .map(|n| {
+            let p = dir.join(n);
+            std::fs::File::create(&p).unwrap().set_len(mib * MIB).unwrap();
+            p
+        })
+        .collect()
+}
+
+fn uring_uri(p: &Path) -> String {
+    format!("uring://{}?blk_size=512", p.display())
+}
+
+/// Asserts the files hold the same bytes (the first difference named).
+fn same_bytes(a: &Path, b: &Path) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert_eq!(x.len(), y.len());
+    if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
+        panic!("{} and {} differ at byte {i} ({:#x} vs {:#x})", a.display(), b.display(), x[i], y[i]);
+    }
+}
+
+fn perf_verify(dir: &TempDir, tag: &str, cfg: &Path, bdev: &str, secs: &str) -> Value {
+    let results = dir.join(&format!("{tag}.json"));
+    let args = [
+        "perf",
+        "--json",
+        cfg.to_str().unwrap(),
+        "--reactor-mode",
+        "interrupt",
+        "--results-json",
+        results.to_str().unwrap(),
+        "-T",
+        bdev,
+        "-w",
+        "verify",
+        "-q",
+        "16",
+        "-o",
+        "16384",
+        "-t",
+        secs,
+    ];
+    let mut p = common::Proc::spawn(dir, tag, &args);
+    let st = p.expect_exit(Duration::from_secs(60), tag);
+    let out = format!("stdout:\n{}\nstderr:\n{}", p.stdout(), p.stderr());
+    assert_eq!(st.code(), Some(0), "{out}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    let r = doc["results"][0].clone();
+    assert!(r["iops"].as_f64().unwrap() > 0.0, "{doc}");
+    assert_eq!(r["io_failed"], 0, "{doc}\n{out}");
+    assert_eq!(r["verify_errors"], 0, "{doc}\n{out}");
+    r
+}
+
+#[test]
+fn perf_verifies_over_malloc_children_while_one_fails_writes_and_reads() {
+    let dir = TempDir::new("nexus-verify");
+    let store = dir.join("store.json");
+    let store = store.to_str().unwrap();
+    let cfg = config(
+        &dir,
+        "verify.json",
+        vec![m(
+            "nexus_create",
+            json!({"name": "N0", "size": 16 * MIB, "store": store,
+                "children": ["malloc:///m0?size_mb=16", "malloc:///m1?size_mb=16&blk_size=512"]}),
+        )],
+    );
+    perf_verify(&dir, "plain", &cfg, "N0", "2");
+    // Three children; the third, an error bdev, fails writes after the first ones, and reads.
+    let cfg = config(
+        &dir,
+        "fault.json",
+        vec![
+            m("bdev_malloc_create", json!({"name": "B2", "num_blocks": 32768, "block_size": 512})),
+            m("bdev_error_create", json!({"base_name": "B2"})),
+            m(
+                "nexus_create",
+                json!({"name": "N1", "size": 16 * MIB, "store": store, "uuid": "5b7c3a1e-2f4d-4e6a-9b8c-7d6e5f4a3b21",
+                    "children": ["malloc:///f0?size_mb=16", "malloc:///f1?size_mb=16", "bdev:///EE_B2"]}),
+            ),
+            m(
+                "bdev_error_inject_error",
+                json!({"name": "EE_B2", "io_type": "write", "error_type": "failure", "num": 1000000}),
+            ),
+            m(
+                "bdev_error_inject_error",
+                json!({"name": "EE_B2", "io_type": "read", "error_type": "failure", "num": 1000000}),
+            ),
+        ],
+    );
+    perf_verify(&dir, "fault", &cfg, "N1", "2");
+    // The store recorded the failed child as out of date before its writes were acknowledged.
+    let doc: Value = serde_json::from_slice(&std::fs::read(store).unwrap()).unwrap();
+    let rec = &doc["/ferrite/nexus/5b7c3a1e-2f4d-4e6a-9b8c-7d6e5f4a3b21"];
+    let kids = rec["children"].as_array().unwrap();
+    assert_eq!(kids.iter().filter(|c| c["healthy"] == false).count(), 1, "{rec}");
+    assert_eq!(kids[2]["uri"], "bdev:///EE_B2", "{rec}");
+    assert_eq!(kids[2]["healthy"], false, "{rec}");
+}
+
+/// A daemon with uring children c0, c1 and an error bdev over c2's file; nexus NX over them,
+/// exported over NBD.
+struct Setup {
+    dir: TempDir,
+    d: Daemon,
+    files: Vec<PathBuf>,
+    uris: Vec<String>,
+    nbd: String,
+}
+
+fn setup(tag: &str, store: Option<&str>) -> Setup {
+    let dir = TempDir::new(tag);
+    let files = files(&dir, &["c0.img", "c1.img", "c2.img", "c3.img"], 32);
+    let d = Daemon::start(&dir, &[]);
+    d.call("bdev_uring_create", Some(json!({"name": "U2", "filename": files[2].to_str().unwrap(), "block_size": 512})));
+    d.call("bdev_error_create", Some(json!({"base_name": "U2"})));
+    let store_s = dir.join("store.json").to_str().unwrap().to_string();
+    let uris = vec![uring_uri(&files[0]), uring_uri(&files[1]), "bdev:///EE_U2".to_string()];
+    d.call(
+        "nexus_create",
+        Some(json!({"name": "NX", "uuid": "1d2c3b4a-5e6f-4a7b-8c9d-0e1f2a3b4c5d", "size": 32 * MIB,
+            "children": uris, "store": store.unwrap_or(&store_s)})),
+    );
+    let nbd = nbd(&d, "NX", "nx");
+    Setup { dir, d, files, uris, nbd }
+}
+
+#[test]
+fn a_child_that_fails_writes_is_faulted_then_partially_rebuilt() {
+    if !have("a_child_that_fails_writes_is_faulted_then_partially_rebuilt", &["qemu-io"]) {
+        return;
+    }
+    let s = setup("nexus-partial", None);
+    let (d, dir) = (&s.d, &s.dir);
+    assert_eq!(nexus(d, "NX")["state"], "online");
+    qemu_io(dir, &s.nbd, "write -P 0x11 0 32M; flush");
+    d.call(
+        "bdev_error_inject_error",
+        Some(json!({"name": "EE_U2", "io_type": "write", "error_type": "failure", "num": 1000})),
+    );
+    // No error reaches the client: the others complete the writes.
+    qemu_io(dir, &s.nbd, "write -P 0x22 1M 64k; write -P 0x33 9M 2M; flush; read -P 0x22 1M 64k; read -P 0x33 9M 2M");
+    let n = nexus(d, "NX");
+    assert_eq!(n["state"], "degraded", "{n}");
+    let c = child(&n, "bdev:///EE_U2");
+    assert_eq!(c["state"], "faulted", "{n}");
+    assert!(c["reason"].as_str().unwrap().starts_with("io_error"), "{n}");
+    assert!(n["logged_segments"].as_u64().unwrap() >= 3, "{n}");
+    // Reads go on from the healthy children; more writes while it is away.
+    qemu_io(dir, &s.nbd, "write -P 0x44 20M 1M; read -P 0x11 0 1M; read -P 0x44 20M 1M");
+    // It is back (the error cleared): only the logged segments are copied.
+    d.call("bdev_error_inject_error", Some(json!({"name": "EE_U2", "io_type": "clear", "error_type": "failure"})));
+    assert_eq!(d.call("nexus_online_child", Some(json!({"name": "NX", "uri": "bdev:///EE_U2"}))), json!(true));
+    let st = wait_rebuilt(d, "NX", "bdev:///EE_U2", Duration::from_secs(30));
+    assert_eq!(st["state"], "completed", "{st}");
+    assert_eq!(st["is_partial"], true, "{st}");
+    let copied = st["blocks_recovered"].as_u64().unwrap();
+    assert!(copied >= 4 * 2048 && copied <= 8 * 2048, "only the logged segments: {st}");
+    assert!(copied * 4 < 32 * 2048, "far less than the whole: {st}");
+    let n = nexus(d, "NX");
+    assert_eq!(n["state"], "online", "{n}");
+    assert_eq!(n["logged_segments"], 0, "{n}");
+    qemu_io(dir, &s.nbd, "read -P 0x11 0 1M; read -P 0x22 1M 64k; read -P 0x33 9M 2M; read -P 0x44 20M 1M; flush");
+    for f in &s.files[1..3] {
+        same_bytes(&s.files[0], f);
+    }
+    d.assert_serving();
+}
+
+#[test]
+fn a_new_child_is_rebuilt_fully_while_qemu_io_writes() {
+    if !have("a_new_child_is_rebuilt_fully_while_qemu_io_writes", &["qemu-io"]) {
+        return;
+    }
+    let s = setup("nexus-full", None);
+    let (d, dir) = (&s.d, &s.dir);
+    qemu_io(dir, &s.nbd, "write -P 0x51 0 16M; write -P 0x52 16M 16M; flush");
+    d.call("nexus_set_rebuild_rate", Some(json!({"name": "NX", "max_mb_sec": 16})));
+    let new = uring_uri(&s.files[3]);
+    assert_eq!(d.call("nexus_add_child", Some(json!({"name": "NX", "uri": new}))), json!(true));
+    let e = d.call_err("nexus_add_child", Some(json!({"name": "NX", "uri": new})));
+    assert_eq!(e.code, -libc::EEXIST, "a child added twice: {e:?}");
+    assert_eq!(child(&nexus(d, "NX"), &new)["state"], "rebuilding");
+    // Writes during the rebuild, pause and resume.
+    qemu_io(dir, &s.nbd, "write -P 0x53 30M 1M; write -P 0x54 100k 64k; flush");
+    d.call("nexus_rebuild_pause", Some(json!({"name": "NX", "uri": new})));
+    let p = d.call("nexus_rebuild_get_stats", Some(json!({"name": "NX", "uri": new})));
+    assert_eq!(p["state"], "paused", "{p}");
+    qemu_io(dir, &s.nbd, "write -P 0x55 5M 1M; flush");
+    d.call("nexus_rebuild_resume", Some(json!({"name": "NX", "uri": new})));
+    let st = wait_rebuilt(d, "NX", &new, Duration::from_secs(30));
+    assert_eq!((st["state"].as_str(), st["is_partial"].as_bool()), (Some("completed"), Some(false)), "{st}");
+    assert_eq!(st["blocks_recovered"], 32 * 2048, "{st}");
+    assert_eq!(nexus(d, "NX")["state"], "online");
+    // Every write reads back from the new child alone.
+    for u in &s.uris {
+        d.call("nexus_fault_child", Some(json!({"name": "NX", "uri": u})));
+    }
+    let n = nexus(d, "NX");
+    assert_eq!(child(&n, &new)["state"], "online", "{n}");
+    qemu_io(
+        dir,
+        &s.nbd,
+        "read -P 0x51 0 100k; read -P 0x54 100k 64k; read -P 0x51 164k 4956k; read -P 0x55 5M 1M; read -P 0x51 6M 10M; read -P 0x52 16M 14M; read -P 0x53 30M 1M; read -P 0x52 31M 1M",
+    );
+    let e = d.call_err("nexus_remove_child", Some(json!({"name": "NX", "uri": new})));
+    assert_eq!(e.code, -libc::EBUSY, "the last healthy child stays: {e:?}");
+    let e = d.call_err("nexus_fault_child", Some(json!({"name": "NX", "uri": new})));
+    assert_eq!(e.code, -libc::EBUSY, "{e:?}");
+    assert_eq!(d.call("nexus_remove_child", Some(json!({"name": "NX", "uri": s.uris[0]}))), json!(true));
+    d.assert_serving();
+}
+
+/// Runs the crash scenario against `store`: a child faulted, writes, kill -9, restart with the
+/// same config: the stale child is rebuilt from the current ones, never used as a source.
+fn crash_and_reassemble(tag: &str, store: Option<&str>) {
+    let s = setup(tag, store);
+    let (d, dir) = (&s.d, &s.dir);
+    qemu_io(dir, &s.nbd, "write -P 0x61 0 32M; flush");
+    // The bdev subsystem of the saved config (the NBD export is made again below).
+    let mut saved = d.call("save_config", None);
+    saved["subsystems"].as_array_mut().unwrap().retain(|s| s["subsystem"] == "bdev");
+    let cfg = dir.write_json("saved.json", &saved);
+    assert_eq!(d.call("nexus_fault_child", Some(json!({"name": "NX", "uri": s.uris[0]}))), json!(true));
+    qemu_io(dir, &s.nbd, "write -P 0x62 3M 2M; write -P 0x63 17M 1M; flush");
+    let mut d = s.d;
+    d.proc.signal(libc::SIGKILL);
+    d.proc.expect_exit(Duration::from_secs(10), "killed");
+    // c0 is stale: its file lacks the writes after the fault.
+    let c0 = std::fs::read(&s.files[0]).unwrap();
+    assert!(c0[3 * MIB as usize..5 * MIB as usize].iter().all(|&b| b == 0x61), "c0 missed the writes");
+    let d = Daemon::start_with(dir, "again.sock", "0x1", &["--json", cfg.to_str().unwrap()]);
+    let n = nexus(&d, "NX");
+    let c = child(&n, &s.uris[0]);
+    assert!(c["state"] == "rebuilding" || c["state"] == "online", "the stale child is rebuilt: {n}");
+    wait_rebuilt(&d, "NX", &s.uris[0], Duration::from_secs(30));
+    assert_eq!(nexus(&d, "NX")["state"], "online");
+    let u = nbd(&d, "NX", "nx");
+    qemu_io(
+        dir,
+        &u,
+        "read -P 0x61 0 3M; read -P 0x62 3M 2M; read -P 0x61 5M 12M; read -P 0x63 17M 1M; read -P 0x61 18M 14M; flush",
+    );
+    for f in &s.files[1..3] {
+        same_bytes(&s.files[0], f);
+    }
+    d.assert_serving();
+}
+
+#[test]
+fn after_kill_9_a_stale_child_is_rebuilt_from_the_file_store() {
+    if !have("after_kill_9_a_stale_child_is_rebuilt_from_the_file_store", &["qemu-io"]) {
+        return;
+    }
+    crash_and_reassemble("nexus-crash-file", None);
+}
+
+/// An etcd on free loopback ports in `dir`, killed on drop.
+struct Etcd(std::process::Child, String);
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_etcd(dir: &TempDir) -> Etcd {
+    let (cp, pp) = (nbd_common::free_port(), nbd_common::free_port());
+    let client = format!("http://127.0.0.1:{cp}");
+    let peer = format!("http://127.0.0.1:{pp}");
+    let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
+    let child = std::process::Command::new("etcd")
+        .args([
+            "--data-dir",
+            dir.join("etcd").to_str().unwrap(),
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+        ])
+        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .args(["--initial-cluster", &format!("default={peer}")])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("etcd starts");
+    let e = Etcd(child, format!("127.0.0.1:{cp}"));
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(&e.1).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "etcd listens");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    e
+}
+
+#[test]
+fn after_kill_9_a_stale_child_is_rebuilt_from_etcd() {
+    let test = "after_kill_9_a_stale_child_is_rebuilt_from_etcd";
+    if !have(test, &["qemu-io", "etcd"]) {
+        return;
+    }
+    let edir = TempDir::new("nexus-etcd-server");
+    let e = start_etcd(&edir);
+    crash_and_reassemble("nexus-crash-etcd", Some(&format!("etcd://{}", e.1)));
+    drop(e);
+}
+
+#[test]
+fn bad_nexus_requests_get_errors_and_the_daemon_goes_on() {
+    let dir = TempDir::new("nexus-bad");
+    let d = Daemon::start(&dir, &[]);
+    let store = dir.join("store.json");
+    let store = store.to_str().unwrap();
+    for (n, blocks, bs) in [("A", 8192, 512), ("B", 8192, 512), ("S", 4096, 512), ("K", 1024, 4096)] {
+        d.call("bdev_malloc_create", Some(json!({"name": n, "num_blocks": blocks, "block_size": bs})));
+    }
+    let create = |p: Value| d.call_err("nexus_create", Some(p));
+    let with = |children: Value| json!({"name": "X", "size": 0, "children": children, "store": store});
+    for (p, code, what) in [
+        (with(json!(["frob:///A"])), -libc::EINVAL, "unknown scheme"),
+        (with(json!(["bdev://host/A"])), -libc::EINVAL, "a host in bdev:///"),
+        (with(json!(["malloc:///z"])), -libc::EINVAL, "malloc without a size"),
+        (with(json!([])), -libc::EINVAL, "no children"),
+        (with(json!(["bdev:///A", "bdev:///A"])), -libc::EEXIST, "a child twice"),
+        (with(json!(["bdev:///A", "bdev:///S"])), -libc::EINVAL, "sizes differ"),
+        (with(json!(["bdev:///A", "bdev:///K"])), -libc::EINVAL, "block sizes differ"),
+        (with(json!(["bdev:///nosuch"])), -libc::ENODEV, "no such bdev"),
+        (with(json!(["nvmf://127.0.0.1:1/nqn.2019-05.io.x:none"])), -libc::ENODEV, "nothing listens"),
+        (
+            json!({"name": "X", "size": 100, "children": ["bdev:///A"], "store": store}),
+            -libc::EINVAL,
+            "size not in blocks",
+        ),
+        (
+            json!({"name": "X", "size": 8 * MIB, "children": ["bdev:///A"], "store": store}),
+            -libc::EINVAL,
+            "size too big",
+        ),
+        (json!({"name": "X", "children": ["bdev:///A"], "store": "relative"}), -32602, "a bad store"),
+        (json!({"name": "X", "children": ["bdev:///A"], "frob": 1}), -32602, "an unknown param"),
+        (json!({"children": ["bdev:///A"]}), -32602, "no name"),
+    ] {
+        let e = create(p);
+        assert_eq!(e.code, code, "{what}: {e:?}");
+    }
+    // Nothing is left claimed by the failed creates.
+    assert_eq!(d.call("nexus_get_nexuses", None), json!([]));
+    assert_eq!(d.call("bdev_get_bdevs", Some(json!({"name": "A"})))[0]["claimed"], false);
+    assert_eq!(
+        d.call(
+            "nexus_create",
+            Some(json!({"name": "OK", "size": 2 * MIB, "children": ["bdev:///A", "bdev:///B"], "store": store}))
+        ),
+        json!("OK")
+    );
+    let e = create(json!({"name": "OK", "children": ["bdev:///S"], "store": store}));
+    assert_eq!(e.code, -libc::EEXIST, "{e:?}");
+    let e = create(json!({"name": "Y", "children": ["bdev:///A"], "store": store}));
+    assert_eq!(e.code, -libc::EPERM, "a claimed child: {e:?}");
+    let e = d.call_err("nexus_remove_child", Some(json!({"name": "OK", "uri": "bdev:///nosuch"})));
+    assert_eq!(e.code, -libc::ENOENT, "{e:?}");
+    let e = d.call_err("nexus_online_child", Some(json!({"name": "OK", "uri": "bdev:///A"})));
+    assert_eq!(e.code, -libc::EBUSY, "online of a healthy child: {e:?}");
+    let e = d.call_err("nexus_rebuild_get_stats", Some(json!({"name": "OK", "uri": "bdev:///A"})));
+    assert_eq!(e.code, -libc::ENOENT, "{e:?}");
+    let e = d.call_err("nexus_destroy", Some(json!({"name": "nosuch"})));
+    assert_eq!(e.code, -libc::ENODEV, "{e:?}");
+    let e = d.call_err("nexus_add_child", Some(json!({"name": "OK", "uri": "bdev:///S"})));
+    assert_eq!(e.code, -libc::EINVAL, "a child of another size: {e:?}");
+    assert_eq!(d.call("bdev_get_bdevs", Some(json!({"name": "S"})))[0]["claimed"], false);
+    // save_config keeps the nexus; a restart from it brings it back.
+    let saved = d.call("save_config", None);
+    let entries = common::saved_entries(&saved, "nexus_create");
+    assert_eq!(entries.len(), 1, "{saved}");
+    assert_eq!(entries[0]["params"]["children"], json!(["bdev:///A", "bdev:///B"]));
+    assert_eq!(d.call("nexus_destroy", Some(json!({"name": "OK"}))), json!(true));
+    assert_eq!(d.call("bdev_get_bdevs", Some(json!({"name": "A"})))[0]["claimed"], false);
+    d.assert_serving();
+    drop(d);
+    let cfg = dir.write_json("saved.json", &saved);
+    let d2 = Daemon::start_with(&dir, "again.sock", "0x1", &["--json", cfg.to_str().unwrap()]);
+    let n = nexus(&d2, "OK");
+    assert_eq!((n["state"].as_str(), n["size"].as_u64()), (Some("online"), Some(2 * MIB)), "{n}");
+}
