@@ -28,6 +28,8 @@ command -v iscsi-test-cu >/dev/null || need_pkgs+=(libiscsi-bin)
 compgen -G "/usr/lib/*/qemu/block-iscsi.so" >/dev/null || need_pkgs+=(qemu-block-extra)
 # tgt's target daemon, the iSCSI initiator bdev's second peer (crates/ferrite/tests/iscsi_host.rs).
 command -v tgtd >/dev/null || need_pkgs+=(tgt)
+# etcd, the nexus's health store (crates/ferrite/tests/nexus.rs starts its own on loopback ports).
+command -v etcd >/dev/null || need_pkgs+=(etcd-server)
 if [ ${#need_pkgs[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   echo "== installing ${need_pkgs[*]}"
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null 2>&1 ||
