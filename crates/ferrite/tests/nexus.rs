@@ -466,3 +466,50 @@ fn bad_nexus_requests_get_errors_and_the_daemon_goes_on() {
     let n = nexus(&d2, "OK");
     assert_eq!((n["state"].as_str(), n["size"].as_u64()), (Some("online"), Some(2 * MIB)), "{n}");
 }
+
+#[test]
+fn an_nvmf_child_over_a_second_daemon_takes_the_writes_and_serves_reads() {
+    if !have("an_nvmf_child_over_a_second_daemon_takes_the_writes_and_serves_reads", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("nexus-nvmf");
+    let nqn = "nqn.2019-05.io.openebs:replica1";
+    let port = nbd_common::free_port();
+    let t = Daemon::start_with(&dir, "target.sock", "0x1", &["--no-pin"]);
+    t.call("bdev_malloc_create", Some(json!({"name": "R1", "num_blocks": 32768, "block_size": 512})));
+    t.call("nvmf_create_transport", Some(json!({"trtype": "TCP"})));
+    t.call("nvmf_create_subsystem", Some(json!({"nqn": nqn, "allow_any_host": true, "serial_number": "NEXUS01"})));
+    t.call("nvmf_subsystem_add_ns", Some(json!({"nqn": nqn, "namespace": {"bdev_name": "R1"}})));
+    t.call(
+        "nvmf_subsystem_add_listener",
+        Some(json!({"nqn": nqn, "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string()}})),
+    );
+    let d = Daemon::start_with(&dir, "nexus.sock", "0x1", &["--no-pin"]);
+    d.call("bdev_malloc_create", Some(json!({"name": "L0", "num_blocks": 32768, "block_size": 512})));
+    let remote = format!("nvmf://127.0.0.1:{port}/{nqn}");
+    let store = dir.join("store.json");
+    d.call(
+        "nexus_create",
+        Some(json!({"name": "NV", "size": 16 * MIB, "children": ["bdev:///L0", remote], "local_first": true,
+            "store": store.to_str().unwrap()})),
+    );
+    let n = nexus(&d, "NV");
+    assert_eq!(n["state"], "online", "{n}");
+    let u = nbd(&d, "NV", "nv");
+    qemu_io(&dir, &u, "write -P 0x71 0 8M; write -P 0x72 8M 8M; flush; read -P 0x71 0 8M");
+    // With the local child out, every read comes from the remote one.
+    d.call("nexus_fault_child", Some(json!({"name": "NV", "uri": "bdev:///L0"})));
+    qemu_io(&dir, &u, "read -P 0x71 0 8M; read -P 0x72 8M 8M; write -P 0x73 1M 1M; read -P 0x73 1M 1M");
+    d.call("nexus_online_child", Some(json!({"name": "NV", "uri": "bdev:///L0"})));
+    let st = wait_rebuilt(&d, "NV", "bdev:///L0", Duration::from_secs(30));
+    assert_eq!((st["state"].as_str(), st["is_partial"].as_bool()), (Some("completed"), Some(true)), "{st}");
+    assert_eq!(st["source"], remote, "{st}");
+    d.call("nexus_fault_child", Some(json!({"name": "NV", "uri": remote})));
+    qemu_io(&dir, &u, "read -P 0x71 0 1M; read -P 0x73 1M 1M; read -P 0x71 2M 6M; read -P 0x72 8M 8M");
+    d.call("nbd_server_remove_export", Some(json!({"name": "nv"})));
+    assert_eq!(d.call("nexus_destroy", Some(json!({"name": "NV"}))), json!(true));
+    assert_eq!(d.call("bdev_nvme_get_controllers", None), json!([]), "the attach made for the child is gone");
+    d.assert_serving();
+    t.assert_serving();
+}
