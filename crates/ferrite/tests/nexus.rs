@@ -513,3 +513,35 @@ fn an_nvmf_child_over_a_second_daemon_takes_the_writes_and_serves_reads() {
     d.assert_serving();
     t.assert_serving();
 }
+
+#[test]
+fn while_the_store_is_unreachable_only_writes_a_child_missed_wait_then_fail() {
+    let test = "while_the_store_is_unreachable_only_writes_a_child_missed_wait_then_fail";
+    if !have(test, &["qemu-io", "etcd"]) {
+        return;
+    }
+    let edir = TempDir::new("nexus-etcd-gone");
+    let e = start_etcd(&edir);
+    let s = setup("nexus-store-gone", Some(&format!("etcd://{}", e.1)));
+    let (d, dir) = (&s.d, &s.dir);
+    qemu_io(dir, &s.nbd, "write -P 0x81 0 4M; flush");
+    drop(e);
+    // Every child takes these: they complete as usual without the store.
+    let t0 = Instant::now();
+    qemu_io(dir, &s.nbd, "write -P 0x82 0 1M; flush; read -P 0x82 0 1M");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // A write the third child misses cannot be acknowledged before the store records it: it
+    // waits (bounded) and fails.
+    d.call(
+        "bdev_error_inject_error",
+        Some(json!({"name": "EE_U2", "io_type": "write", "error_type": "failure", "num": 1000})),
+    );
+    let t0 = Instant::now();
+    let (ok, out) = nbd_common::try_qemu_io(dir, &s.nbd, "write -P 0x83 2M 64k");
+    let waited = t0.elapsed();
+    assert!(!ok, "the write fails: {out}");
+    assert!(waited >= Duration::from_secs(9), "it waited for the store: {waited:?}");
+    let n = nexus(d, "NX");
+    assert_eq!(child(&n, "bdev:///EE_U2")["state"], "faulted", "{n}");
+    d.assert_serving();
+}
