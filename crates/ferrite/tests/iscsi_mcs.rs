@@ -326,3 +326,125 @@ fn a_connection_that_fails_takes_its_session() {
     assert_eq!(again.on(0, |c| c.write10(0, &data)).status, 0);
     assert!(again.on(0, |c| c.read10(0, 8)).data == data);
 }
+
+/// CHAP credentials of the test initiator.
+fn alice(secret: &str) -> Option<ferrite_iscsi::chap::Credentials> {
+    Some(ferrite_iscsi::chap::Credentials { name: "alice".into(), secret: secret.as_bytes().to_vec() })
+}
+
+#[test]
+fn a_join_that_fails_authentication_replaces_nothing() {
+    let dir = TempDir::new("iscsi-mcs-chap");
+    let (d, iqn) = setup(&dir);
+    d.d.call(
+        "iscsi_create_auth_group",
+        Some(json!({"tag": 1, "secrets": [{"user": "alice", "secret": "s3cretpassw0rd"}]})),
+    );
+    d.d.call("iscsi_target_node_set_auth", Some(json!({"name": iqn, "chap_group": 1, "require_chap": true})));
+    let lead = Ini::login_with(d.port, Some(&iqn), |c| {
+        c.options = mcs(2);
+        c.chap = alice("s3cretpassw0rd");
+    })
+    .expect("the leading connection logs in with CHAP");
+    let mut s = Session { cmd_sn: lead.cmd_sn, conns: vec![lead] };
+    let tsih = s.conns[0].tsih;
+    let joined = Ini::login_with(d.port, Some(&iqn), |c| {
+        c.options = mcs(2);
+        c.chap = alice("s3cretpassw0rd");
+        c.tsih = tsih;
+        c.cid = 1;
+        c.cmd_sn = s.cmd_sn;
+    })
+    .expect("a second connection joins with CHAP");
+    s.conns.push(joined);
+    s.conns[1].negotiated.session = s.conns[0].negotiated.session.clone();
+    // Someone who knows the session's TSIH, ISID and names but not the secret joins with
+    // CID 0 and with CID 1 (both in use): refused, and neither connection is replaced.
+    for cid in [0, 1] {
+        let r = Ini::login_with(d.port, Some(&iqn), |c| {
+            c.options = mcs(2);
+            c.chap = alice("wrong-secret-123");
+            c.tsih = tsih;
+            c.cid = cid;
+        });
+        assert_eq!(refused(r), LoginStatus::AUTHENTICATION_FAILURE, "a wrong secret is refused");
+    }
+    let data = pattern(21, 8192);
+    assert_eq!(s.on(1, |c| c.write10(16, &data)).status, 0, "connection 1 still serves");
+    assert!(s.on(0, |c| c.read10(16, 16)).data == data, "connection 0 still serves");
+    listed(&d, tsih, &[0, 1]);
+}
+
+#[test]
+fn a_join_through_another_portal_group_is_refused() {
+    let dir = TempDir::new("iscsi-mcs-pg");
+    let (d, iqn) = setup(&dir);
+    let port2 = iscsi_common::free_port();
+    d.d.call(
+        "iscsi_create_portal_group",
+        Some(json!({"tag": 2, "portals": [{"host": "127.0.0.1", "port": port2.to_string()}]})),
+    );
+    d.d.call(
+        "iscsi_target_node_add_pg_ig_maps",
+        Some(json!({"name": iqn, "pg_ig_maps": [{"pg_tag": 2, "ig_tag": 1}]})),
+    );
+    let s = Session::lead(&d, &iqn, 2);
+    let tsih = s.conns[0].tsih;
+    let r = Ini::login_with(port2, Some(&iqn), |c| {
+        c.options = mcs(2);
+        c.tsih = tsih;
+        c.cid = 1;
+    });
+    assert_eq!(refused(r), LoginStatus::SESSION_DOES_NOT_EXIST, "a session's connections share one portal group");
+}
+
+#[test]
+fn immediate_requests_may_run_ahead_of_exp_cmd_sn_in_a_session_of_two() {
+    let dir = TempDir::new("iscsi-mcs-immediate");
+    let (d, iqn) = setup(&dir);
+    let mut s = Session::lead(&d, &iqn, 2);
+    s.join(&d, &iqn, 1);
+    // CmdSN `sn` went (as far as the initiator knows) on connection 1 and has not arrived;
+    // an immediate TMF on connection 0 carries the initiator's current CmdSN, `sn + 1`.
+    let sn = s.cmd_sn;
+    let c = &mut s.conns[0];
+    let itt = c.itt();
+    let t = TaskMgmtRequest {
+        immediate: true,
+        function: TmfFunction::AbortTask as u8,
+        lun: 0,
+        itt,
+        referenced_task_tag: 0x1234,
+        cmd_sn: sn + 1,
+        exp_stat_sn: c.exp_stat_sn,
+        ref_cmd_sn: sn,
+        exp_data_sn: 0,
+    };
+    c.send(&Pdu::TaskMgmtRequest(t), &[]);
+    let g = c.recv();
+    let Pdu::TaskMgmtResponse(r) = g.pdu else { panic!("expected a TMF response, got {:?}", g.pdu) };
+    assert_eq!(r.itt, itt, "the immediate request was served, not taken as a protocol error");
+    assert_eq!(s.on(1, |c| c.tur()), 0);
+    assert_eq!(s.on(0, |c| c.tur()), 0);
+}
+
+#[test]
+fn a_session_logout_ends_a_write_waiting_for_data_on_another_connection() {
+    let dir = TempDir::new("iscsi-mcs-logout-r2t");
+    let (d, iqn) = setup(&dir);
+    let mut s = Session::lead(&d, &iqn, 2);
+    s.join(&d, &iqn, 1);
+    let sn = s.cmd_sn;
+    s.send_write(1, sn, 64, &pattern(5, 4096), false);
+    let g = s.conns[1].recv();
+    assert!(matches!(g.pdu, Pdu::R2t(_)), "expected an R2T, got {:?}", g.pdu);
+    s.cmd_sn = sn + 1;
+    let started = std::time::Instant::now();
+    assert_eq!(s.logout(0, LogoutReason::CloseSession, 0), logout_response::SUCCESS);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the logout waited {:?} for data that never comes",
+        started.elapsed()
+    );
+    d.wait_connections(0, Duration::from_secs(5));
+}

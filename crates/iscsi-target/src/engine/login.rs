@@ -169,7 +169,7 @@ impl LoginContext for Ctx<'_> {
             SessionType::Normal => s.target_name,
             SessionType::Discovery => None,
         };
-        registry::join_session(self.c, s.tsih, s.initiator_name, s.isid, target, s.cid)
+        registry::may_join(self.c, s.tsih, s.initiator_name, s.isid, target, s.cid)
     }
 
     fn create_session(&mut self, s: &SessionRef<'_>, negotiated: &Negotiated) -> Result<u16, LoginStatus> {

@@ -35,8 +35,14 @@ pub(crate) async fn on_request(c: &Rc<Conn>, l: &LogoutRequest) -> Result<bool, 
             ends_self = true;
             continue;
         }
-        // Another connection of the session: it takes nothing new, its commands end, then it
-        // closes.
+        if x.stage.get() == Stage::LoggingOut {
+            // It is answering a logout of its own, and ends after it.
+            continue;
+        }
+        // Another connection of the session: it takes nothing new, its commands that wait on
+        // the initiator end (it is logging out), those running end, then it closes.
+        x.stop_taking();
+        super::task::end_waiting(x);
         let drained = ferrite_target::close_gracefully(x, || x.drained(), super::LOGOUT_DRAIN).await;
         log::info!(
             "iscsi connection {}: connection {} (CID {}) logged out{}",

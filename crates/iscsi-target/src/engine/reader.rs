@@ -136,6 +136,10 @@ async fn serve_pdus(c: &Rc<Conn>, rx: &mut Rx<'_>) -> Result<(), String> {
                                     })
                                     .await
                             {
+                                if c.is_closing() {
+                                    // The connection ends while the request waited: it is not served.
+                                    return Ok(());
+                                }
                                 ferrite_reactor::log_limited!(
                                     log::Level::Info,
                                     "iscsi connection {}: CmdSN {sn} waited {:?} for ExpCmdSN {}; the gap is skipped",

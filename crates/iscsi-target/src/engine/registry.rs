@@ -29,6 +29,9 @@ struct SessEntry {
     target: Option<String>,
     conns: Vec<u64>,
     reactor: usize,
+    /// The portal group of its leading connection (every connection of a session comes
+    /// through one portal group).
+    pg_tag: u16,
     /// MaxConnections as negotiated.
     max_conns: u16,
 }
@@ -116,12 +119,11 @@ pub(crate) fn session_reactor(tsih: u16) -> Option<usize> {
     with(|t| t.sessions.get(&tsih).map(|s| s.reactor))
 }
 
-/// Connection `conn` (CID `cid`) asks to join session `tsih` of initiator port (`initiator`,
-/// `isid`) to `target`: it counts among the session's connections from now on. A connection
-/// of the session with the same CID is replaced (closed: connection reinstatement, RFC 7143
-/// section 6.3.4). Fails with "session does not exist" (no such session of that initiator
-/// port and target, or not on this reactor) or "too many connections" (MaxConnections).
-pub(crate) fn join_session(
+/// Whether connection `conn` (CID `cid`) may join session `tsih` of initiator port (`initiator`, `isid`)
+/// to `target` (asked at its first Login Request, before it has authenticated: nothing
+/// changes). Fails with "session does not exist" (no such session of that initiator port and
+/// target, through this portal group, on this reactor) or "too many connections".
+pub(crate) fn may_join(
     conn: &Conn,
     tsih: u16,
     initiator: &str,
@@ -129,14 +131,41 @@ pub(crate) fn join_session(
     target: Option<&str>,
     cid: u16,
 ) -> Result<(), LoginStatus> {
-    let replaced = with(|t| {
+    with(|t| {
         let s = t.sessions.get(&tsih).ok_or(LoginStatus::SESSION_DOES_NOT_EXIST)?;
         let same_target = match (&s.target, target) {
             (Some(a), Some(b)) => crate::name::same(a, b),
             (None, None) => true,
             _ => false,
         };
-        if s.isid != isid || !s.initiator.eq_ignore_ascii_case(initiator) || !same_target || s.reactor != conn.reactor {
+        if s.isid != isid
+            || !s.initiator.eq_ignore_ascii_case(initiator)
+            || !same_target
+            || s.reactor != conn.reactor
+            || s.pg_tag != conn.pg_tag
+        {
+            return Err(LoginStatus::SESSION_DOES_NOT_EXIST);
+        }
+        if s.conns.len() >= usize::from(s.max_conns) && !s.conns.contains(&conn.id) {
+            // A connection with a CID in use may still replace it once authenticated.
+            let in_use = s.conns.iter().filter_map(|id| t.conns.get(id)).any(|e| e.info.cid == i32::from(cid));
+            if !in_use {
+                return Err(LoginStatus::TOO_MANY_CONNECTIONS);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Connection `conn` (CID `cid`), authenticated, enters session `tsih` at the end of its
+/// login: it counts among the session's connections from now on, and a connection of the
+/// session with the same CID is replaced (closed: connection reinstatement, RFC 7143 section
+/// 6.3.4). Fails with "session does not exist" (the session ended meanwhile) or "too many
+/// connections" (MaxConnections).
+pub(crate) fn join_session(conn: &Conn, tsih: u16, cid: u16) -> Result<(), LoginStatus> {
+    let replaced = with(|t| {
+        let s = t.sessions.get(&tsih).ok_or(LoginStatus::SESSION_DOES_NOT_EXIST)?;
+        if s.reactor != conn.reactor || s.pg_tag != conn.pg_tag {
             return Err(LoginStatus::SESSION_DOES_NOT_EXIST);
         }
         let replaced: Vec<u64> = s
@@ -213,6 +242,7 @@ pub(crate) fn create_session(
                 target: target.map(str::to_string),
                 conns: vec![conn.id],
                 reactor: conn.reactor,
+                pg_tag: conn.pg_tag,
                 max_conns,
             },
         );

@@ -63,12 +63,15 @@ impl Window {
     }
 
     /// Checks a request's CmdSN; a non-immediate one in the window moves ExpCmdSN past it.
-    /// NOP-Outs are let through with any CmdSN when immediate (Linux's initiator sends stale
-    /// ones under load; SPDK lets them through too).
+    /// An immediate one must carry ExpCmdSN on a single connection (NOP-Outs excepted: Linux's
+    /// initiator sends stale ones under load, and SPDK lets them through too); once the session
+    /// has more than one connection, its immediate requests may carry any CmdSN, as RFC 7143
+    /// section 4.2.2.1 allows: the initiator's current CmdSN runs ahead of ExpCmdSN while
+    /// requests on other connections are on their way.
     pub(crate) fn check(&self, cmd_sn: u32, immediate: bool, nop: bool) -> CmdSnVerdict {
         let exp = self.exp_cmd_sn.get();
         if immediate {
-            return if cmd_sn == exp || nop { CmdSnVerdict::Accept } else { CmdSnVerdict::Fatal };
+            return if cmd_sn == exp || nop || self.ordered.get() { CmdSnVerdict::Accept } else { CmdSnVerdict::Fatal };
         }
         if sn_lt(cmd_sn, exp) || sn_lt(self.max_cmd_sn.get(), cmd_sn) {
             return CmdSnVerdict::Drop;

@@ -175,11 +175,7 @@ pub(crate) fn start(
     node: Option<Arc<TargetNode>>,
     options: TargetOptions,
 ) -> Result<Rc<Session>, LoginStatus> {
-    let s =
-        if r.leading { create(c, r, node)? } else { find_local(r.tsih).ok_or(LoginStatus::SESSION_DOES_NOT_EXIST)? };
-    if !r.leading && s.isid != r.isid {
-        return Err(LoginStatus::SESSION_DOES_NOT_EXIST);
-    }
+    let s = if r.leading { create(c, r, node)? } else { join(c, r)? };
     c.cid.set(r.cid);
     c.member.set(s.join(c));
     registry::logged_in(c.id, s.tsih, s.target.as_ref().map(|t| t.name.as_str()));
@@ -206,6 +202,23 @@ pub(crate) fn start(
     c.nop.set(nop);
     c.stage.set(Stage::FullFeature);
     c.handshake_done();
+    if s.conns().iter().any(|o| o.id != c.id && o.logout_by.get() != 0) {
+        // The session was asked to log out (its target is going): so is this connection.
+        super::logout::request(c);
+    }
+    Ok(s)
+}
+
+/// The session on this reactor that the authenticated connection `c` joins (its TSIH checked
+/// at the login's start; the session may have ended or its target gone since).
+fn join(c: &Rc<Conn>, r: &LoginResult) -> Result<Rc<Session>, LoginStatus> {
+    let s = find_local(r.tsih).filter(|s| s.isid == r.isid).ok_or(LoginStatus::SESSION_DOES_NOT_EXIST)?;
+    if let Some(t) = &s.target {
+        if crate::target(&t.name).is_none() {
+            return Err(LoginStatus::TARGET_REMOVED);
+        }
+    }
+    registry::join_session(c, r.tsih, r.cid)?;
     Ok(s)
 }
 
