@@ -86,6 +86,9 @@ pub struct PerfArgs {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, default_value = "warn")]
     log_level: String,
+    /// How log lines are written: text or json (one object per line).
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: crate::logger::LogFormat,
 }
 
 /// Longest run accepted (-t), in seconds: a week.
@@ -175,7 +178,7 @@ fn fail(msg: String) -> i32 {
 
 /// Runs the benchmark; returns the exit code (non-zero on failed I/O or verify errors).
 pub fn run(a: PerfArgs) -> i32 {
-    crate::logger::init(&a.log_level);
+    crate::logger::init(&a.log_level, a.log_format);
     let duration = match check_args(&a) {
         Ok(d) => d,
         Err(e) => return fail(e),

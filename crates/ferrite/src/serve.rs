@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// Log level: error, warn, info, debug or trace (FERRITE_LOG overrides).
     #[arg(long, default_value = "info")]
     log_level: String,
+    /// How log lines are written: text (`[time] LEVEL thread component: message`) or json
+    /// (one object per line, for log collectors).
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: crate::logger::LogFormat,
     /// Start in SPDK's startup RPC state: only startup methods (`*_set_options`, ...) are
     /// allowed until `framework_start_init` (with --json, its runtime entries run then).
     #[arg(long)]
@@ -191,7 +195,7 @@ pub fn shutdown(engine: &Engine) {
 
 /// Runs the daemon until SIGINT, SIGTERM, SIGQUIT or SIGHUP; returns the exit code.
 pub fn run(a: ServeArgs) -> i32 {
-    crate::logger::init(&a.log_level);
+    crate::logger::init(&a.log_level, a.log_format);
     let t0 = Instant::now();
     crate::signals::block();
     if a.no_huge {

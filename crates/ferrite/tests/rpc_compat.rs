@@ -270,6 +270,48 @@ fn log_methods() {
     let err = d.proc.stderr();
     assert!(!err.contains("bdev Quiet"), "{err}");
     assert!(err.contains("bdev Loud"), "{err}");
+    // Lines carry SPDK's wall-clock time, the level, the thread and the component.
+    let loud = err.lines().find(|l| l.contains("bdev Loud")).unwrap();
+    assert!(timestamped(loud), "{loud}");
+    assert!(loud[29..].starts_with("INFO ") && loud.contains(" bdev: "), "{loud}");
+    assert_eq!(d.call("log_enable_timestamps", Some(json!({"enabled": false}))), json!(true));
+    assert_eq!(d.call_err("log_enable_timestamps", Some(json!({"on": false}))).code, -32603);
+    d.call("bdev_null_create", Some(json!({"name": "Untimed", "num_blocks": 8, "block_size": 512})));
+    std::thread::sleep(Duration::from_millis(100));
+    let err = d.proc.stderr();
+    let untimed = err.lines().find(|l| l.contains("bdev Untimed")).unwrap();
+    assert!(untimed.starts_with("INFO "), "{untimed}");
+}
+
+/// True if `line` starts with a time as SPDK prints it: `[2026-11-28 23:50:29.490081] `.
+fn timestamped(line: &str) -> bool {
+    let b = line.as_bytes();
+    b.len() > 29
+        && b[0] == b'['
+        && b[27] == b']'
+        && [5, 8, 11, 14, 17, 20].iter().zip(b"-- ::.").all(|(&i, &c)| b[i] == c)
+        && line[1..5].parse::<u32>().is_ok()
+}
+
+#[test]
+fn json_log_lines_for_collectors() {
+    let dir = TempDir::new("logjson");
+    let d = Daemon::start(&dir, &["--log-format", "json"]);
+    d.call("bdev_null_create", Some(json!({"name": "Jsonl", "num_blocks": 8, "block_size": 512})));
+    std::thread::sleep(Duration::from_millis(100));
+    let err = d.proc.stderr();
+    let mut seen = false;
+    for line in err.lines().filter(|l| !l.is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        for k in ["time", "level", "thread", "component", "message"] {
+            assert!(v.get(k).is_some(), "{k} missing: {line}");
+        }
+        if v["message"].as_str().unwrap().contains("bdev Jsonl") {
+            assert_eq!((v["level"].as_str(), v["component"].as_str()), (Some("INFO"), Some("bdev")), "{line}");
+            seen = true;
+        }
+    }
+    assert!(seen, "no line for the new bdev: {err}");
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! SPDK's log methods over the `log` crate: log_set_level/log_get_level,
-//! log_set_print_level/log_get_print_level, log_set_flag/log_clear_flag/log_get_flags.
+//! log_set_print_level/log_get_print_level, log_set_flag/log_clear_flag/log_get_flags,
+//! log_enable_timestamps.
 //!
 //! As in SPDK, a record goes nowhere unless its level is within the log level or the print level
 //! (that gate is the `log` crate's max level), and is printed to stderr if it is within the print
@@ -11,16 +12,56 @@ use crate::jsonrpc::{RpcError, INTERNAL_ERROR, INVALID_PARAMS};
 use crate::registry::{Params, Registry, RUNTIME, STARTUP};
 use log::{Level, LevelFilter};
 use serde_json::{json, Map, Value};
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 
 /// SPDK's level names, in order (index = SPDK_LOG_ERROR .. SPDK_LOG_DEBUG).
 pub const LEVELS: [&str; 5] = ["ERROR", "WARNING", "NOTICE", "INFO", "DEBUG"];
-/// Log flags: Ferrite's components.
-pub const FLAGS: [&str; 7] = ["app", "bdev", "fuse", "nbd", "perf", "reactor", "rpc"];
+/// Log flags: Ferrite's components (a crate `ferrite_X` is component `X`; the daemon's own
+/// crate is `app`).
+pub const FLAGS: [&str; 23] = [
+    "app",
+    "bdev",
+    "fuse",
+    "nbd",
+    "perf",
+    "reactor",
+    "rpc",
+    "blob",
+    "iscsi",
+    "iscsi_host",
+    "iscsi_target",
+    "lvol",
+    "modules",
+    "nexus",
+    "nvme",
+    "nvmf",
+    "nvmf_host",
+    "raid",
+    "scsi",
+    "target",
+    "vhost",
+    "virtio_user",
+    "alloc_count",
+];
 
 static LOG_LEVEL: AtomicU8 = AtomicU8::new(2);
 static PRINT_LEVEL: AtomicU8 = AtomicU8::new(2);
 static FLAG_BITS: AtomicU32 = AtomicU32::new(0);
+static TIMESTAMPS: AtomicBool = AtomicBool::new(true);
+
+/// Whether log lines carry their time (`log_enable_timestamps`; on by default, as in SPDK).
+pub fn timestamps() -> bool {
+    TIMESTAMPS.load(Ordering::Relaxed)
+}
+
+/// The component of a record's target: the flag name of a Ferrite crate, else the target's
+/// first path segment (`io_uring`).
+pub fn component(target: &str) -> &str {
+    match flag_of(target) {
+        Some(i) => FLAGS[i],
+        None => target.split("::").next().unwrap_or(target),
+    }
+}
 
 /// SPDK's level of a `log` record: info lines are SPDK's notices (what is printed by default).
 fn spdk_level(l: Level) -> u8 {
@@ -147,6 +188,13 @@ pub fn register(reg: &mut Registry) {
         FLAG_BITS.fetch_and(!mask(parse_flag(p)?), Ordering::Relaxed);
         Ok(json!(true))
     });
+    reg.method_in("log_enable_timestamps", both, |_, p| async move {
+        let fail = || RpcError::new(INTERNAL_ERROR, "spdk_json_decode_object failed");
+        let Some(Value::Object(o)) = p.0 else { return Err(fail()) };
+        let on = o.get("enabled").and_then(Value::as_bool).filter(|_| o.len() == 1).ok_or_else(fail)?;
+        TIMESTAMPS.store(on, Ordering::Relaxed);
+        Ok(json!(true))
+    });
     reg.method_in("log_get_flags", both, |_, p| async move {
         no_params(p, "log_get_flags")?;
         let bits = FLAG_BITS.load(Ordering::Relaxed);
@@ -165,6 +213,8 @@ mod tests {
         assert_eq!(flag_of("ferrite_bdev::rpc"), Some(1));
         assert_eq!(flag_of("ferrite::serve"), Some(0));
         assert_eq!(flag_of("io_uring"), None);
+        assert_eq!(component("ferrite_iscsi_target::engine::conn"), "iscsi_target");
+        assert_eq!(component("io_uring::squeue"), "io_uring");
         assert_eq!(parse_level(Params(Some(json!({"level": "warn"})))).unwrap(), 1);
         assert_eq!(parse_level(Params(Some(json!({"level": "LOUD"})))).unwrap_err().code, INTERNAL_ERROR);
         assert_eq!(parse_flag(Params(Some(json!({"flag": "x"})))).unwrap_err().code, INVALID_PARAMS);
