@@ -6,6 +6,15 @@
 //!   built or allocated.
 //! - A request over several strips or members, and a raid1 write, unmap, write zeroes or flush
 //!   (every member), goes out as a fan-out (`ferrite_bdev::FanOut`) with one child per piece.
+//! - A raid5f read (the layer splits reads at strips) goes to the member holding the strip, as
+//!   a forwarded request; if that member is missing (or being rebuilt) the same blocks of every
+//!   other member of the stripe are read and XORed into the request's buffers (parity
+//!   reconstruction). A raid5f write (the layer hands over exactly one whole stripe) computes
+//!   the parity strip into a pool buffer and goes out as a fan-out of one write per member; a
+//!   missing member's strip is skipped (the stripe stays recoverable from the others), as
+//!   SPDK's raid5f does. Both fan-outs carry the request's own buffers plus the pool buffers in
+//!   one list (`FanOut::for_caller`, with the request as the tag), so nothing is allocated but
+//!   the fan-out's state.
 //! - A raid1 read that fails on a member is sent to the next readable member, until one
 //!   succeeds or none is left. A raid1 write succeeds if one member took it, as SPDK's; a member
 //!   that failed one is removed (the RAID goes on degraded).
@@ -14,9 +23,11 @@
 //! the control plane (members removed under quiesce, a rebuild target added, a rebuild
 //! finished).
 
-use crate::level::{concat_pieces, raid0_member_range, raid0_strips, Level, Piece};
+use crate::level::{
+    concat_pieces, raid0_member_range, raid0_strips, raid5f_data_slot, raid5f_parity_slot, Level, Piece,
+};
 use crate::raid::Raid;
-use ferrite_bdev::fanout::{FanOut, FanOutDone};
+use ferrite_bdev::fanout::{FanOut, FanOutCompleter, FanOutDone};
 use ferrite_bdev::{BackendChannel, BdevError, BdevIo, IoChannel, IoRequest, IoStatus, IoType};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
@@ -161,6 +172,8 @@ fn submit(st: &Rc<ChanState>, io: BdevIo) {
             let (off, num) = (io.req.offset_blocks, io.req.num_blocks);
             pieces(&lay, io, |f| concat_pieces(off, num, &lay.sizes, f))
         }
+        (Level::Raid5f, IoType::Read) => r5f_read(st, &lay, io),
+        (Level::Raid5f, IoType::Write) => r5f_write(st, &lay, io),
         _ => io.complete_deferred(IoStatus::Unsupported),
     }
 }
@@ -323,4 +336,147 @@ fn every_member_done(io: BdevIo, done: FanOutDone) {
         }
     }
     io.complete(status)
+}
+
+/// Context of a raid5f fan-out (the request is the fan-out's tag while it runs).
+#[derive(Clone, Copy)]
+struct R5 {
+    /// The request's own segments, at the head of the fan-out's list; pool buffers follow.
+    segs: u16,
+    /// Bytes of each stream (a strip for a write, the request for a reconstructing read).
+    len: u32,
+    /// Streams XORed into the request's buffers when the reads are back (0 for a write).
+    streams: u16,
+    /// Where the request was (a reconstructing read's offset is not moved; kept for checks).
+    offset: u64,
+}
+
+/// Slot indexes 0, 1, 2, ...: the sources of an XOR over streams.
+const STREAMS: [usize; crate::xor::MAX_SOURCES] = {
+    let mut a = [0usize; crate::xor::MAX_SOURCES];
+    let mut i = 0;
+    while i < a.len() {
+        a[i] = i;
+        i += 1;
+    }
+    a
+};
+
+/// A raid5f read inside one strip (the layer splits at strips): forwarded to the member that
+/// holds it, or reconstructed from the others if it is missing.
+fn r5f_read(st: &Rc<ChanState>, lay: &Layout, mut io: BdevIo) {
+    let n = lay.members.len();
+    let strip = lay.strip;
+    let stripe_blocks = strip * (n as u64 - 1);
+    let (off, num) = (io.req.offset_blocks, io.req.num_blocks);
+    let (stripe, in_stripe) = (off / stripe_blocks, off % stripe_blocks);
+    let chunk_off = in_stripe % strip;
+    debug_assert!(chunk_off + num <= strip, "the layer splits raid5f reads at strips");
+    if chunk_off + num > strip {
+        return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
+    }
+    let slot = raid5f_data_slot(stripe, (in_stripe / strip) as usize, n);
+    let member_off = stripe * strip + chunk_off;
+    let m = &lay.members[slot];
+    if let (Some(ch), true) = (&m.ch, m.readable) {
+        io.set_ctx(Remap { offset: off, blocks: num });
+        io.req.offset_blocks = m.offset + member_off;
+        return ch.forward_then(io, remapped);
+    }
+    // Degraded: every other member's blocks at the same place, XORed.
+    if lay.members.iter().enumerate().any(|(i, m)| i != slot && (m.ch.is_none() || !m.readable)) {
+        return io.complete_deferred(IoStatus::Failed(libc::EIO));
+    }
+    let len = io.len_bytes() as usize;
+    let Some(mut tmp) = ferrite_reactor::try_alloc_buf(len * (n - 2)) else {
+        return io.complete_deferred(IoStatus::NoMem);
+    };
+    tmp.set_len(len * (n - 2));
+    let mut bufs = std::mem::take(&mut io.req.bufs);
+    let segs = bufs.len() as u16;
+    bufs.push(tmp);
+    io.set_ctx(R5 { segs, len: len as u32, streams: (n - 1) as u16, offset: off });
+    let flags = io.req.flags;
+    let fan = FanOut::for_caller(bufs, st.clone(), io.into_raw());
+    let mut k = 0;
+    for (i, m) in lay.members.iter().enumerate() {
+        if i == slot {
+            continue;
+        }
+        let req = IoRequest::new(IoType::Read, m.offset + member_off, num).with_flags(flags);
+        fan.submit(m.ch.as_ref().expect("checked above"), req, k * len..(k + 1) * len);
+        k += 1;
+    }
+    debug_assert_eq!(k, n - 1);
+}
+
+/// A raid5f write of one whole stripe (the bdev's write unit): the parity strip is computed
+/// into a pool buffer, then every present member writes its strip.
+fn r5f_write(st: &Rc<ChanState>, lay: &Layout, mut io: BdevIo) {
+    let n = lay.members.len();
+    let strip = lay.strip;
+    let stripe_blocks = strip * (n as u64 - 1);
+    let (off, num) = (io.req.offset_blocks, io.req.num_blocks);
+    debug_assert!(off % stripe_blocks == 0 && num == stripe_blocks, "the layer hands raid5f whole stripes");
+    if off % stripe_blocks != 0 || num != stripe_blocks {
+        // SPDK fails a write that is not a whole stripe (the layer's write unit catches it first).
+        return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
+    }
+    let stripe = off / stripe_blocks;
+    let p = raid5f_parity_slot(stripe, n);
+    let cl = (strip * io.block_size() as u64) as usize;
+    let mut bufs = std::mem::take(&mut io.req.bufs);
+    let segs = bufs.len() as u16;
+    let parity = lay.members[p].ch.is_some();
+    if parity {
+        let Some(mut pb) = ferrite_reactor::try_alloc_buf(cl) else {
+            io.req.bufs = bufs;
+            return io.complete_deferred(IoStatus::NoMem);
+        };
+        pb.set_len(cl);
+        bufs.push(pb);
+        crate::xor::xor_streams(&mut bufs, cl, n - 1, &STREAMS[..n - 1]);
+    }
+    io.set_ctx(R5 { segs, len: cl as u32, streams: 0, offset: off });
+    let flags = io.req.flags;
+    let base = stripe * strip;
+    let fan = FanOut::for_caller(bufs, st.clone(), io.into_raw());
+    for k in 0..n - 1 {
+        let m = &lay.members[raid5f_data_slot(stripe, k, n)];
+        if let Some(ch) = &m.ch {
+            fan.submit(
+                ch,
+                IoRequest::new(IoType::Write, m.offset + base, strip).with_flags(flags),
+                k * cl..(k + 1) * cl,
+            );
+        }
+    }
+    if parity {
+        let m = &lay.members[p];
+        let ch = m.ch.as_ref().expect("checked above");
+        fan.submit(ch, IoRequest::new(IoType::Write, m.offset + base, strip).with_flags(flags), (n - 1) * cl..n * cl);
+    }
+}
+
+impl FanOutCompleter for ChanState {
+    /// A raid5f fan-out is done: a reconstructing read XORs what came back into the request's
+    /// buffers; the pool buffers go back; the request completes with the first failure.
+    fn fan_out_done(&self, tag: u64, done: FanOutDone) {
+        // SAFETY: the tag is the request given up with `into_raw` when the fan-out began, and
+        // a fan-out ends once.
+        let mut io = unsafe { BdevIo::from_raw(tag) };
+        let r = *io.ctx::<R5>().expect("a raid5f fan-out's request keeps its context");
+        debug_assert_eq!(r.offset, io.req.offset_blocks);
+        let mut bufs = done.bufs;
+        let status = done.statuses.iter().copied().find(|s| !s.is_ok()).unwrap_or(IoStatus::Success);
+        if status.is_ok() && r.streams > 0 {
+            crate::xor::xor_streams(&mut bufs, r.len as usize, 0, &STREAMS[..r.streams as usize]);
+        }
+        bufs.truncate(r.segs as usize);
+        io.req.bufs = bufs;
+        if !status.is_ok() {
+            log::debug!("raid {}: raid5f request at {} failed: {status}", self.raid.name, r.offset);
+        }
+        io.complete(status)
+    }
 }

@@ -167,6 +167,14 @@ async fn examine_sb(mut sb: Superblock, bdev: &Bdev, others: bool) -> Result<(),
         None => create_from_sb(&sb)?,
     };
     if raid.state() == State::Online {
+        if !crate::raid::rebuilds(raid.level) {
+            log::info!(
+                "bdev {} comes back to online raid bdev {}, whose members are not rebuilt; ignoring it",
+                bdev.name(),
+                raid.name
+            );
+            return Ok(());
+        }
         let slot = entry.slot as usize;
         {
             let mut st = raid.lock();

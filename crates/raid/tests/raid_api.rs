@@ -1,5 +1,6 @@
 //! The RAID crate in-process over malloc bdevs (no daemon): every level's reads and writes land
-//! where SPDK puts them and read back, unmaps and flushes reach the members, a raid1 survives a
+//! where SPDK puts them and read back (raid5f's data and rotating parity, its degraded reads
+//! reconstructed from parity), unmaps and flushes reach the members, a raid1 survives a
 //! member's removal and rebuilds one added back, and a RAID with a superblock assembles itself
 //! from its members by examine (a stale member left out). The daemon-level tests are in
 //! crates/ferrite/tests/raid*.rs.
@@ -174,6 +175,11 @@ fn bad_creates_are_refused() {
         assert_eq!(e.errno(), libc::EINVAL, "{e}");
         let e = raid::create(opts("x", Level::Raid1, &["b0"], 0, false)).await.unwrap_err();
         assert_eq!(e.errno(), libc::EINVAL, "{e}");
+        let e = raid::create(opts("x", Level::Raid5f, &["b0", "b1"], 4, false)).await.unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL, "raid5f needs three members: {e}");
+        assert!(e.to_string().contains("At least 3 base devices required for raid5f"), "{e}");
+        let e = raid::create(opts("x", Level::Raid5f, &["b0", "b1", "b4k"], 0, false)).await.unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL, "raid5f needs a strip size: {e}");
         let e = raid::create(opts("x", Level::Raid0, &["b0", "b4k"], 4, false)).await.unwrap_err();
         assert_eq!(e.errno(), libc::EINVAL, "{e}");
         assert!(Bdev::open("b0", true, || {}).is_ok(), "a failed create releases its members");
@@ -290,5 +296,81 @@ fn a_returning_member_of_an_online_raid1_is_rebuilt_before_it_is_trusted() {
         assert_eq!(r.info()["num_base_bdevs_discovered"], 2, "re-added: {}", r.info());
         assert!(r.info().get("process").is_none(), "and rebuilt: {}", r.info());
         assert_eq!(read_member("t0", 2048 + 300, data.len()).await, data, "the rebuild brought it up to date");
+    });
+}
+
+#[test]
+fn raid5f_places_data_and_rotating_parity_as_spdk_does() {
+    run(|| async {
+        ferrite_raid::register_module();
+        let names = ["f0", "f1", "f2", "f3"];
+        mallocs(&names, 2048);
+        raid::create(opts("r5", Level::Raid5f, &names, 4, false)).await.unwrap();
+        let r = ferrite_bdev::lookup("r5").unwrap();
+        let (strip, stripe) = (8u64, 24u64);
+        assert_eq!(r.num_blocks(), 2048 / strip * stripe, "three data strips per stripe");
+        let l = r.limits();
+        assert_eq!((l.write_unit_size, l.split_on_write_unit), (stripe as u32, true), "SPDK's write unit: a stripe");
+        assert_eq!((l.optimal_io_boundary, l.split_on_optimal_io_boundary), (strip as u32, true));
+        assert!(!r.supports(IoType::Unmap) && !r.supports(IoType::Flush), "no null-payload I/O, as SPDK's");
+        let (_d, ch) = channel("r5");
+        // Ten stripes from stripe 1 (the layer splits them), read back whole and unaligned.
+        let data = pattern(11, (10 * stripe * BS) as usize);
+        write(&ch, stripe, &data).await;
+        assert_eq!(read(&ch, stripe, data.len()).await, data);
+        assert_eq!(read(&ch, stripe + 5, 37 * 512).await, data[5 * 512..42 * 512]);
+        // Each strip where SPDK puts it; the parity strip (on slot 3 - s % 4) is their XOR.
+        for s in 1..11u64 {
+            let p = ferrite_raid::level::raid5f_parity_slot(s, 4);
+            assert_eq!(p, 3 - (s % 4) as usize);
+            let mut xor = vec![0u8; (strip * BS) as usize];
+            for k in 0..3 {
+                let slot = ferrite_raid::level::raid5f_data_slot(s, k, 4);
+                let on = read_member(names[slot], s * strip, (strip * BS) as usize).await;
+                let at = (((s - 1) * stripe + k as u64 * strip) * BS) as usize;
+                assert_eq!(on, data[at..at + (strip * BS) as usize], "stripe {s} data strip {k} on slot {slot}");
+                xor.iter_mut().zip(&on).for_each(|(x, b)| *x ^= b);
+            }
+            assert_eq!(read_member(names[p], s * strip, (strip * BS) as usize).await, xor, "stripe {s} parity");
+        }
+        // Writes that are not whole stripes fail, as SPDK's; nothing changed.
+        for (off, num) in [(stripe, 12u64), (12, stripe), (stripe, stripe + 8)] {
+            let c = ch.submit_wait(IoRequest::write(off, num, IoBuf::heap((num * BS) as usize))).await;
+            assert!(!c.status.is_ok(), "a write of {num} blocks at {off}: {:?}", c.status);
+        }
+        assert_eq!(read(&ch, stripe, data.len()).await, data);
+    });
+}
+
+#[test]
+fn a_degraded_raid5f_reconstructs_reads_and_takes_writes() {
+    run(|| async {
+        ferrite_raid::register_module();
+        let names = ["g0", "g1", "g2"];
+        mallocs(&names, 4096);
+        raid::create(opts("g5", Level::Raid5f, &names, 8, true)).await.unwrap();
+        let stripe = 32u64;
+        let (d, ch) = channel("g5");
+        let data = pattern(12, (8 * stripe * BS) as usize);
+        write(&ch, 0, &data).await;
+        // g1 leaves: its strips (data or parity) come from the other two.
+        raid::remove_base_bdev("g1").await.unwrap();
+        let r = raid::find("g5").unwrap();
+        assert_eq!(r.state(), State::Online, "{}", r.info());
+        assert_eq!(r.info()["num_base_bdevs_operational"], 2);
+        assert_eq!(read(&ch, 0, data.len()).await, data, "reconstructed");
+        assert_eq!(read(&ch, 3, 9 * 512).await, data[3 * 512..12 * 512], "a part of a strip");
+        // Degraded writes: the missing member's strip is left out, and reads rebuild it.
+        let more = pattern(13, (4 * stripe * BS) as usize);
+        write(&ch, 16 * stripe, &more).await;
+        assert_eq!(read(&ch, 16 * stripe, more.len()).await, more);
+        assert_eq!(read(&ch, 0, data.len()).await, data);
+        // A member is not rebuilt into an online raid5f (yet): refused, nothing changes.
+        let e = raid::add_base_bdev("g5", "g1", Default::default()).await.unwrap_err();
+        assert_eq!(e.errno(), libc::ENOTSUP, "{e}");
+        // Losing a second member takes it offline (once its opener has closed it).
+        drop((ch, d));
+        raid::remove_base_bdev("g2").await.unwrap();
+        assert_eq!(r.state(), State::Offline);
     });
 }
