@@ -1,10 +1,11 @@
 //! XOR parity for raid5f (what SPDK's raid5f asks of `spdk_accel_submit_xor`, whose software
 //! path is ISA-L's `xor_gen`): the destination becomes the XOR of the sources.
 //!
-//! One pass over memory: for each 128-byte block the sources are loaded in turn into four
-//! vector registers and the result stored once, as ISA-L's `xor_gen_avx` does. AVX2 when the CPU
-//! has it (detected at run time, once), SSE2 otherwise (every x86_64 CPU), then 8-byte words and
-//! single bytes for the tail; plain `u64` words on other architectures. The destination may be
+//! One pass over memory: for each block of four vector registers the sources are loaded in turn
+//! and XORed, and the result stored once, as ISA-L's `xor_gen_avx`/`xor_gen_avx512` do.
+//! AVX-512 or AVX2 when the CPU has it (detected at run time, once), SSE2 otherwise (every
+//! x86_64 CPU), then 8-byte words and single bytes for the tail; plain `u64` words on other
+//! architectures. The destination may be
 //! one of the sources (XOR in place). See docs/perf-log/2026-11-29-raid5f-xor.md for its speed
 //! against ISA-L's on this project's machines.
 
@@ -40,6 +41,10 @@ pub unsafe fn xor_raw(dst: *mut u8, srcs: &[*const u8], len: usize) {
     debug_assert!(!srcs.is_empty(), "an XOR has sources");
     #[cfg(target_arch = "x86_64")]
     {
+        if has_avx512() {
+            // SAFETY: the CPU has AVX-512F; the caller's promise covers the memory.
+            return unsafe { x86::xor_avx512(dst, srcs, len) };
+        }
         if has_avx2() {
             // SAFETY: the CPU has AVX2; the caller's promise covers the memory.
             return unsafe { x86::xor_avx2(dst, srcs, len) };
@@ -61,11 +66,20 @@ fn has_avx2() -> bool {
     std::arch::is_x86_feature_detected!("avx2")
 }
 
-/// The name of the XOR code this CPU runs ("avx2", "sse2" or "u64"), for reports.
+/// True if the CPU has AVX-512F (detected once).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+}
+
+/// The name of the XOR code this CPU runs ("avx512", "avx2", "sse2" or "u64"), for reports.
 pub fn implementation() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        if has_avx2() {
+        if has_avx512() {
+            "avx512"
+        } else if has_avx2() {
             "avx2"
         } else {
             "sse2"
@@ -109,6 +123,57 @@ unsafe fn xor_words(dst: *mut u8, srcs: &[*const u8], from: usize, len: usize) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    /// AVX-512: 256 bytes per step in four registers, then the AVX2 code for the rest.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F (and so AVX2), and as [`super::xor_raw`].
+    #[target_feature(enable = "avx512f,avx2")]
+    pub(super) unsafe fn xor_avx512(dst: *mut u8, srcs: &[*const u8], len: usize) {
+        let (first, rest) = srcs.split_first().expect("an XOR has sources");
+        let mut i = 0usize;
+        // SAFETY (whole body): every access is at an offset below `len`.
+        unsafe {
+            let ld = |p: *const u8| _mm512_loadu_si512(p as *const __m512i);
+            while i + 256 <= len {
+                let p = first.add(i);
+                let (mut a, mut b, mut c, mut d) = (ld(p), ld(p.add(64)), ld(p.add(128)), ld(p.add(192)));
+                for s in rest {
+                    let p = s.add(i);
+                    a = _mm512_xor_si512(a, ld(p));
+                    b = _mm512_xor_si512(b, ld(p.add(64)));
+                    c = _mm512_xor_si512(c, ld(p.add(128)));
+                    d = _mm512_xor_si512(d, ld(p.add(192)));
+                }
+                let o = dst.add(i) as *mut __m512i;
+                _mm512_storeu_si512(o, a);
+                _mm512_storeu_si512(o.add(1), b);
+                _mm512_storeu_si512(o.add(2), c);
+                _mm512_storeu_si512(o.add(3), d);
+                i += 256;
+            }
+            if i < len {
+                let at: SmallPtrs = SmallPtrs::offset(srcs, i);
+                xor_avx2(dst.add(i), at.get(srcs.len()), len - i);
+            }
+        }
+    }
+
+    /// Source pointers moved by a few bytes, on the stack.
+    struct SmallPtrs([*const u8; super::MAX_SOURCES]);
+
+    impl SmallPtrs {
+        fn offset(srcs: &[*const u8], by: usize) -> Self {
+            let mut a = [std::ptr::null::<u8>(); super::MAX_SOURCES];
+            for (d, s) in a.iter_mut().zip(srcs) {
+                *d = s.wrapping_add(by);
+            }
+            SmallPtrs(a)
+        }
+        fn get(&self, n: usize) -> &[*const u8] {
+            &self.0[..n]
+        }
+    }
 
     /// AVX2: 128 bytes per step in four registers, then 32-byte steps, then the word tail.
     ///
@@ -193,9 +258,9 @@ mod x86 {
     #[cfg(test)]
     mod tests {
         #[test]
-        fn sse2_and_avx2_agree_with_bytes() {
+        fn sse2_avx2_and_avx512_agree_with_bytes() {
             for n in 1..6usize {
-                for len in [0usize, 1, 7, 8, 15, 16, 31, 33, 64, 127, 128, 129, 300, 4096 + 5] {
+                for len in [0usize, 1, 7, 8, 15, 16, 31, 33, 64, 127, 128, 129, 255, 256, 300, 513, 4096 + 5] {
                     let srcs: Vec<Vec<u8>> =
                         (0..n).map(|k| (0..len).map(|i| (i * 7 + k * 13 + i / 3) as u8).collect()).collect();
                     let want: Vec<u8> = (0..len).map(|i| srcs.iter().fold(0u8, |a, s| a ^ s[i])).collect();
@@ -204,6 +269,12 @@ mod x86 {
                     // SAFETY: every buffer holds `len` bytes.
                     unsafe { super::xor_sse2(got.as_mut_ptr(), &p, len) };
                     assert_eq!(got, want, "sse2 n {n} len {len}");
+                    if std::arch::is_x86_feature_detected!("avx512f") {
+                        let mut got = vec![0x33u8; len];
+                        // SAFETY: every buffer holds `len` bytes; the CPU has AVX-512F.
+                        unsafe { super::xor_avx512(got.as_mut_ptr(), &p, len) };
+                        assert_eq!(got, want, "avx512 n {n} len {len}");
+                    }
                     if std::arch::is_x86_feature_detected!("avx2") {
                         let mut got = vec![0x55u8; len];
                         // SAFETY: every buffer holds `len` bytes; the CPU has AVX2.
