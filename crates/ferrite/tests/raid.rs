@@ -1,5 +1,6 @@
 //! RAID bdevs through the daemon with real clients: every level under `ferrite perf -w verify`;
-//! a raid1 whose member fails reads (the error bdev) still verifies; bad requests get SPDK's
+//! a raid1 whose member fails reads (the error bdev) still verifies, writes the good data back
+//! to that member and fails it if the write-back fails too (SPDK's read-error correction); bad requests get SPDK's
 //! JSON-RPC errors and the daemon goes on; save_config restores a RAID; a raid1 loses a member,
 //! rebuilds a new one while qemu-io writes over NBD, and every write reads back from the
 //! rebuilt member alone; and SPDK v26.05's RAID superblock both ways: a raid1 spdk_dd made and
@@ -579,5 +580,55 @@ fn deleting_members_degrades_a_raid1_and_takes_a_raid0_offline() {
     assert!(d.call("bdev_get_bdevs", Some(json!({"name": "H2"})))[0]["claimed"] == false, "members released");
     assert_eq!(d.call("bdev_raid_delete", Some(json!({"name": "HS"}))), json!(true));
     assert!(raid(&d, "HS").is_null());
+    d.assert_serving();
+}
+
+fn write_ops(d: &Daemon, bdev: &str) -> u64 {
+    let v = d.call("bdev_get_iostat", Some(json!({"name": bdev})));
+    v["bdevs"][0]["num_write_ops"].as_u64().unwrap_or_else(|| panic!("bdev_get_iostat {bdev}: {v}"))
+}
+
+#[test]
+fn raid1_writes_back_what_a_member_failed_to_read_and_fails_it_if_that_fails() {
+    if !have("raid1_writes_back_what_a_member_failed_to_read_and_fails_it_if_that_fails", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("raid-readfix");
+    let d = Daemon::start(&dir, &[]);
+    for n in ["E0", "E1"] {
+        d.call("bdev_malloc_create", Some(json!({"name": n, "num_blocks": 8192, "block_size": 512})));
+    }
+    d.call("bdev_error_create", Some(json!({"base_name": "E1"})));
+    // The error bdev first: with nothing else outstanding, reads go to the first member.
+    d.call("bdev_raid_create", Some(json!({"name": "RE", "raid_level": "raid1", "base_bdevs": ["EE_E1", "E0"]})));
+    let u = nbd(&d, "RE", "re");
+    qemu_io(&dir, &u, "write -P 0x5a 0 1M");
+    // Three reads fail on EE_E1: E0 serves them, and each is written back to EE_E1 (SPDK's
+    // raid1_correct_read_error); EE_E1 stays a member.
+    let before = write_ops(&d, "EE_E1");
+    d.call(
+        "bdev_error_inject_error",
+        Some(json!({"name": "EE_E1", "io_type": "read", "error_type": "failure", "num": 3})),
+    );
+    qemu_io(&dir, &u, "read -P 0x5a 0 64k; read -P 0x5a 64k 64k; read -P 0x5a 128k 64k");
+    assert_eq!(write_ops(&d, "EE_E1") - before, 3, "each failed read written back");
+    assert_eq!(raid(&d, "RE")["num_base_bdevs_discovered"], 2);
+    qemu_io(&dir, &u, "read -P 0x5a 0 1M");
+    // Now the write-back fails too: EE_E1 is failed out, the read still succeeds.
+    for t in ["read", "write"] {
+        d.call(
+            "bdev_error_inject_error",
+            Some(json!({"name": "EE_E1", "io_type": t, "error_type": "failure", "num": 1})),
+        );
+    }
+    qemu_io(&dir, &u, "read -P 0x5a 256k 64k");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raid(&d, "RE")["num_base_bdevs_discovered"] != 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = raid(&d, "RE");
+    assert_eq!((r["state"].as_str(), r["num_base_bdevs_discovered"].as_u64()), (Some("online"), Some(1)), "{r}");
+    assert!(!r["base_bdevs_list"].to_string().contains("EE_E1"), "{r}");
+    qemu_io(&dir, &u, "read -P 0x5a 0 1M; write -P 0x5b 0 64k; read -P 0x5b 0 64k");
     d.assert_serving();
 }

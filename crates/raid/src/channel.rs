@@ -16,7 +16,11 @@
 //!   one list (`FanOut::for_caller`, with the request as the tag), so nothing is allocated but
 //!   the fan-out's state.
 //! - A raid1 read that fails on a member is sent to the next readable member, until one
-//!   succeeds or none is left. A raid1 write succeeds if one member took it, as SPDK's; a member
+//!   succeeds or none is left. As SPDK's raid1 (`raid1_correct_read_error`), the data a later
+//!   member returned is then written back to the member that failed the read first (the same
+//!   request, turned into a write on that member and back into the read); if that write fails,
+//!   the member is failed (removed). The read succeeds either way. If no member can serve it,
+//!   the member it went to first is failed and the read fails. A raid1 write succeeds if one member took it, as SPDK's; a member
 //!   that failed one is removed (the RAID goes on degraded).
 //!
 //! The channel's view of the members (`Layout`) changes only by `Bdev::for_each_channel` from
@@ -78,11 +82,13 @@ struct Remap {
     blocks: u64,
 }
 
-/// Context of a raid1 read: where it was, the member it is on, the members tried.
+/// Context of a raid1 read: where it was, the member it is on, the members tried, the member
+/// it went to first (the one a read error is corrected on).
 #[derive(Clone, Copy)]
 struct MirrorRead {
     offset: u64,
     slot: u8,
+    first: u8,
     tried: Mask,
 }
 
@@ -230,7 +236,7 @@ fn mirror_read(lay: &Layout, mut io: BdevIo) {
     };
     let mut tried = Mask::default();
     tried.set(slot);
-    let r = MirrorRead { offset: io.req.offset_blocks, slot: slot as u8, tried };
+    let r = MirrorRead { offset: io.req.offset_blocks, slot: slot as u8, first: slot as u8, tried };
     io.set_ctx(r);
     send_read(lay, io, slot);
 }
@@ -269,9 +275,40 @@ fn mirror_read_done(mut io: BdevIo, status: IoStatus) {
             io.set_ctx(r);
             return send_read(&lay, io, next);
         }
+        // No member could serve it: the one it went to first is failed (SPDK's
+        // raid1_read_other_base_bdev).
+        drop(lay);
+        st.raid.member_failed(r.first as usize, status);
+        return io.complete(status);
+    }
+    if status.is_ok() && r.slot != r.first {
+        // Served by another member: the good data goes back to the first, which failed it.
+        if let Some(ch) = lay.members.get(r.first as usize).and_then(|m| m.ch.as_ref().map(|c| (c, m.offset))) {
+            debug_assert!(r.tried.has(r.first as usize));
+            io.set_ctx(r);
+            io.req.io_type = IoType::Write;
+            io.req.offset_blocks = r.offset + ch.1;
+            return ch.0.forward_then(io, mirror_corrected);
+        }
     }
     drop(lay);
     io.complete(status)
+}
+
+/// The write-back of a read error's correction is done: the request is the read again and
+/// succeeds; a member that failed the write too is failed (SPDK's
+/// `raid1_correct_read_error_completion`).
+fn mirror_corrected(mut io: BdevIo, status: IoStatus) {
+    let r = *io.ctx::<MirrorRead>().expect("a mirrored read keeps its context");
+    io.req.io_type = IoType::Read;
+    io.req.offset_blocks = r.offset;
+    let st = io.module_channel::<ChanState>().expect("a RAID request comes back to its channel");
+    if status.is_ok() {
+        log::debug!("raid {}: read error on slot {} corrected at block {}", st.raid.name, r.first, r.offset);
+    } else if status != IoStatus::Aborted {
+        st.raid.member_failed(r.first as usize, status);
+    }
+    io.complete(IoStatus::Success)
 }
 
 /// A request for every member there is (raid1 writes, unmaps, write zeroes; flush and reset
