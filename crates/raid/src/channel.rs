@@ -73,6 +73,19 @@ impl Mask {
     fn has(&self, i: usize) -> bool {
         self.0[i / 64] & (1 << (i % 64)) != 0
     }
+    /// The slots set, in order.
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut b = bits;
+            std::iter::from_fn(move || {
+                (b != 0).then(|| {
+                    let i = b.trailing_zeros() as usize;
+                    b &= b - 1;
+                    w * 64 + i
+                })
+            })
+        })
+    }
 }
 
 /// Context of a request forwarded to one member: where it was.
@@ -359,14 +372,9 @@ fn every_member_done(io: BdevIo, done: FanOutDone) {
     let mirror = st.raid.level == Level::Raid1;
     let t = io.req.io_type;
     let status = if mirror && done.succeeded() > 0 { IoStatus::Success } else { done.first_failure() };
-    if mirror && t != IoType::Reset {
-        let mut idx = 0;
-        for slot in 0..256 {
-            if !slots.has(slot) {
-                continue;
-            }
-            let s = done.statuses.get(idx).copied().unwrap_or(IoStatus::Success);
-            idx += 1;
+    // The common case, every member took it, looks at no slot.
+    if mirror && t != IoType::Reset && done.succeeded() != done.statuses.len() {
+        for (slot, &s) in slots.iter().zip(done.statuses.iter()) {
             if !s.is_ok() && !matches!(s, IoStatus::Aborted | IoStatus::NoMem) {
                 st.raid.member_failed(slot, s);
             }
@@ -515,5 +523,20 @@ impl FanOutCompleter for ChanState {
             log::debug!("raid {}: raid5f request at {} failed: {status}", self.raid.name, r.offset);
         }
         io.complete(status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mask;
+
+    #[test]
+    fn a_mask_lists_its_slots_in_order() {
+        let mut m = Mask::default();
+        for i in [0, 3, 63, 64, 130, 255] {
+            m.set(i);
+        }
+        assert_eq!(m.iter().collect::<Vec<_>>(), vec![0, 3, 63, 64, 130, 255]);
+        assert_eq!(Mask::default().iter().count(), 0);
     }
 }
