@@ -6,7 +6,8 @@
 //! rebuilt member alone; and SPDK v26.05's RAID superblock both ways: a raid1 spdk_dd made and
 //! wrote assembles in Ferrite by examine, and one Ferrite made and wrote is read by spdk_dd; a
 //! raid5f spdk_dd made and wrote reads back in Ferrite, whole and without a member (SPDK's
-//! parity). raid5f verifies under perf with full-stripe I/O, whole and degraded.
+//! parity). raid5f verifies under perf with full-stripe I/O, whole, degraded and while a member
+//! is rebuilt.
 
 mod common;
 mod nbd_common;
@@ -110,12 +111,13 @@ fn every_level_verifies_under_perf() {
 }
 
 #[test]
-fn raid5f_verifies_whole_and_degraded_under_perf() {
+fn raid5f_verifies_whole_degraded_and_rebuilding_under_perf() {
     let dir = TempDir::new("raid5f-verify");
     let members = |p: &str| (0..3).map(|i| format!("{p}{i}")).collect::<Vec<_>>();
-    let mut e: Vec<Value> = members("P").iter().chain(&members("Q")).map(|n| malloc(n, 16384)).collect();
+    let mut e: Vec<Value> =
+        members("P").iter().chain(&members("Q")).chain(&members("B")).map(|n| malloc(n, 16384)).collect();
     // Strips of 8 KiB over three members: a stripe (the write unit) is 16 KiB.
-    for (name, p) in [("F5", "P"), ("D5", "Q")] {
+    for (name, p) in [("F5", "P"), ("D5", "Q"), ("B5", "B")] {
         e.push(m(
             "bdev_raid_create",
             json!({"name": name, "raid_level": "raid5f", "strip_size_kb": 8, "base_bdevs": members(p), "superblock": true}),
@@ -123,9 +125,14 @@ fn raid5f_verifies_whole_and_degraded_under_perf() {
     }
     // D5 loses a member: its reads of that member's strips are rebuilt from parity.
     e.push(m("bdev_raid_remove_base_bdev", json!({"name": "Q1"})));
+    // B5 loses one and takes it back: rebuilt from the others (slowly) while perf verifies.
+    e.push(m("bdev_raid_set_options", json!({"process_max_bandwidth_mb_sec": 4, "process_window_size_kb": 64})));
+    e.push(m("bdev_raid_remove_base_bdev", json!({"name": "B2"})));
+    e.push(m("bdev_raid_add_base_bdev", json!({"raid_bdev": "B5", "base_bdev": "B2"})));
     let cfg = config(&dir, "r5.json", e);
     verify_ok_io(&dir, "verify-F5", &cfg, "F5", 16384);
     verify_ok_io(&dir, "verify-D5", &cfg, "D5", 32768);
+    verify_ok_io(&dir, "verify-B5", &cfg, "B5", 16384);
 }
 
 #[test]

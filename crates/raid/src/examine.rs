@@ -191,7 +191,7 @@ async fn examine_sb(mut sb: Superblock, bdev: &Bdev, others: bool) -> Result<(),
             return Err(e);
         }
         raid.lock().operational += 1;
-        return crate::process::start_rebuild(&raid, slot, crate::options::current()).await;
+        return crate::raid::start_rebuild(&raid, slot, crate::options::current()).await;
     }
     if entry.state != MemberState::Configured {
         log::info!("bdev {} is not an active member of raid bdev {}; ignoring it", bdev.name(), raid.name);

@@ -857,13 +857,24 @@ pub(crate) async fn refresh_channels(bdev: &Bdev) {
     let _ = rx.await;
 }
 
-/// True if a member added to an online RAID of `level` is rebuilt (`process`): raid1's.
+/// True if a member added to an online RAID of `level` is rebuilt: raid1's (`process`) and
+/// raid5f's (`rebuild5f`).
 pub(crate) fn rebuilds(level: Level) -> bool {
-    level == Level::Raid1
+    matches!(level, Level::Raid1 | Level::Raid5f)
+}
+
+/// Starts rebuilding member `slot` (configured as a target) of an online RAID, as its level
+/// rebuilds.
+pub(crate) async fn start_rebuild(raid: &Arc<Raid>, slot: usize, opts: crate::process::Opts) -> Result<(), BdevError> {
+    debug_assert!(rebuilds(raid.level));
+    match raid.level {
+        Level::Raid5f => crate::rebuild5f::start(raid, slot, opts).await,
+        _ => crate::process::start_rebuild(raid, slot, opts).await,
+    }
 }
 
 /// `bdev_raid_add_base_bdev`: puts `base` in an empty slot of `raid_name`; into an online
-/// raid1 it comes as a rebuild target (`process`).
+/// raid1 or raid5f it comes as a rebuild target.
 pub async fn add_base_bdev(raid_name: &str, base: &str, opts: crate::process::Opts) -> Result<(), BdevError> {
     let _g = ctl::lock().await;
     let raid = find(raid_name)
@@ -902,7 +913,7 @@ pub async fn add_base_bdev(raid_name: &str, base: &str, opts: crate::process::Op
     match state {
         State::Online => {
             raid.lock().operational += 1;
-            crate::process::start_rebuild(&raid, slot, opts).await
+            start_rebuild(&raid, slot, opts).await
         }
         _ => maybe_configure(&raid).await,
     }

@@ -1,6 +1,6 @@
 //! The RAID crate in-process over malloc bdevs (no daemon): every level's reads and writes land
 //! where SPDK puts them and read back (raid5f's data and rotating parity, its degraded reads
-//! reconstructed from parity), unmaps and flushes reach the members, a raid1 survives a
+//! reconstructed from parity, a member rebuilt from the others), unmaps and flushes reach the members, a raid1 survives a
 //! member's removal and rebuilds one added back, and a RAID with a superblock assembles itself
 //! from its members by examine (a stale member left out). The daemon-level tests are in
 //! crates/ferrite/tests/raid*.rs.
@@ -343,7 +343,7 @@ fn raid5f_places_data_and_rotating_parity_as_spdk_does() {
 }
 
 #[test]
-fn a_degraded_raid5f_reconstructs_reads_and_takes_writes() {
+fn a_degraded_raid5f_reconstructs_reads_takes_writes_and_rebuilds_a_member() {
     run(|| async {
         ferrite_raid::register_module();
         let names = ["g0", "g1", "g2"];
@@ -365,9 +365,24 @@ fn a_degraded_raid5f_reconstructs_reads_and_takes_writes() {
         write(&ch, 16 * stripe, &more).await;
         assert_eq!(read(&ch, 16 * stripe, more.len()).await, more);
         assert_eq!(read(&ch, 0, data.len()).await, data);
-        // A member is not rebuilt into an online raid5f (yet): refused, nothing changes.
-        let e = raid::add_base_bdev("g5", "g1", Default::default()).await.unwrap_err();
-        assert_eq!(e.errno(), libc::ENOTSUP, "{e}");
+        // g1 comes back: rebuilt from the others (its stale strips overwritten), while writes
+        // go on; then g0 leaves and everything reads back from g1 and g2.
+        let o = ferrite_raid::process::Opts { window_kb: 32, max_bandwidth_mb_sec: 0 };
+        raid::add_base_bdev("g5", "g1", o).await.unwrap();
+        let during = pattern(15, (2 * stripe * BS) as usize);
+        write(&ch, 40 * stripe, &during).await;
+        for _ in 0..500 {
+            if r.info().get("process").is_none() {
+                break;
+            }
+            ferrite_reactor::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(r.info().get("process").is_none(), "the rebuild finished: {}", r.info());
+        assert_eq!(r.info()["num_base_bdevs_discovered"], 3, "{}", r.info());
+        raid::remove_base_bdev("g0").await.unwrap();
+        assert_eq!(read(&ch, 0, data.len()).await, data, "from the rebuilt member and parity");
+        assert_eq!(read(&ch, 16 * stripe, more.len()).await, more);
+        assert_eq!(read(&ch, 40 * stripe, during.len()).await, during);
         // Losing a second member takes it offline (once its opener has closed it).
         drop((ch, d));
         raid::remove_base_bdev("g2").await.unwrap();
