@@ -1,9 +1,13 @@
 //! RAID bdevs through the daemon with real clients: every level under `ferrite perf -w verify`;
-//! a raid1 whose member fails reads (the error bdev) still verifies; bad requests get SPDK's
+//! a raid1 whose member fails reads (the error bdev) still verifies, writes the good data back
+//! to that member and fails it if the write-back fails too (SPDK's read-error correction); bad requests get SPDK's
 //! JSON-RPC errors and the daemon goes on; save_config restores a RAID; a raid1 loses a member,
 //! rebuilds a new one while qemu-io writes over NBD, and every write reads back from the
 //! rebuilt member alone; and SPDK v26.05's RAID superblock both ways: a raid1 spdk_dd made and
-//! wrote assembles in Ferrite by examine, and one Ferrite made and wrote is read by spdk_dd.
+//! wrote assembles in Ferrite by examine, and one Ferrite made and wrote is read by spdk_dd; a
+//! raid5f spdk_dd made and wrote reads back in Ferrite, whole and without a member (SPDK's
+//! parity). raid5f verifies under perf with full-stripe I/O, whole, degraded and while a member
+//! is rebuilt.
 
 mod common;
 mod nbd_common;
@@ -34,6 +38,12 @@ fn malloc(name: &str, blocks: u64) -> Value {
 
 /// `ferrite perf` verify on `bdev` of config `cfg`: no failed I/O, no verify error.
 fn verify_ok(dir: &TempDir, tag: &str, cfg: &str, bdev: &str) {
+    verify_ok_io(dir, tag, cfg, bdev, 16384)
+}
+
+/// As `verify_ok`, with I/O of `io_size` bytes.
+fn verify_ok_io(dir: &TempDir, tag: &str, cfg: &str, bdev: &str, io_size: u32) {
+    let io_size = io_size.to_string();
     let results = dir.join(&format!("{tag}.json"));
     let args = [
         "perf",
@@ -50,7 +60,7 @@ fn verify_ok(dir: &TempDir, tag: &str, cfg: &str, bdev: &str) {
         "-q",
         "16",
         "-o",
-        "16384",
+        &io_size,
         "-t",
         "2",
     ];
@@ -101,6 +111,31 @@ fn every_level_verifies_under_perf() {
 }
 
 #[test]
+fn raid5f_verifies_whole_degraded_and_rebuilding_under_perf() {
+    let dir = TempDir::new("raid5f-verify");
+    let members = |p: &str| (0..3).map(|i| format!("{p}{i}")).collect::<Vec<_>>();
+    let mut e: Vec<Value> =
+        members("P").iter().chain(&members("Q")).chain(&members("B")).map(|n| malloc(n, 16384)).collect();
+    // Strips of 8 KiB over three members: a stripe (the write unit) is 16 KiB.
+    for (name, p) in [("F5", "P"), ("D5", "Q"), ("B5", "B")] {
+        e.push(m(
+            "bdev_raid_create",
+            json!({"name": name, "raid_level": "raid5f", "strip_size_kb": 8, "base_bdevs": members(p), "superblock": true}),
+        ));
+    }
+    // D5 loses a member: its reads of that member's strips are rebuilt from parity.
+    e.push(m("bdev_raid_remove_base_bdev", json!({"name": "Q1"})));
+    // B5 loses one and takes it back: rebuilt from the others (slowly) while perf verifies.
+    e.push(m("bdev_raid_set_options", json!({"process_max_bandwidth_mb_sec": 4, "process_window_size_kb": 64})));
+    e.push(m("bdev_raid_remove_base_bdev", json!({"name": "B2"})));
+    e.push(m("bdev_raid_add_base_bdev", json!({"raid_bdev": "B5", "base_bdev": "B2"})));
+    let cfg = config(&dir, "r5.json", e);
+    verify_ok_io(&dir, "verify-F5", &cfg, "F5", 16384);
+    verify_ok_io(&dir, "verify-D5", &cfg, "D5", 32768);
+    verify_ok_io(&dir, "verify-B5", &cfg, "B5", 16384);
+}
+
+#[test]
 fn raid1_reads_go_on_when_a_member_fails_them() {
     let dir = TempDir::new("raid-fault");
     let cfg = config(
@@ -142,6 +177,10 @@ fn bad_raid_requests_get_errors_and_the_daemon_goes_on() {
     assert_eq!(e.code, -libc::EINVAL, "raid1 with a strip: {e:?}");
     let e = create(json!({"name": "X", "raid_level": "raid0", "strip_size_kb": 64, "base_bdevs": ["B0", "K0"]}));
     assert!(e.code == -libc::EINVAL && e.message.contains("blocklen"), "block sizes: {e:?}");
+    let e = create(json!({"name": "X", "raid_level": "raid5f", "strip_size_kb": 64, "base_bdevs": ["B0", "B1"]}));
+    assert!(e.code == -libc::EINVAL && e.message.contains("At least 3 base devices"), "raid5f of two: {e:?}");
+    let e = create(json!({"name": "X", "raid_level": "raid5f", "base_bdevs": ["B0", "B1", "B2"]}));
+    assert!(e.code == -libc::EINVAL && e.message.contains("Invalid strip size 0"), "raid5f without a strip: {e:?}");
     let e = create(json!({"name": "X", "raid_level": "raid1"}));
     assert_eq!(e.code, -32700, "no members: {e:?}");
     let e = create(json!({"name": "X", "raid_level": "raid1", "base_bdevs": ["B0", ""]}));
@@ -301,6 +340,17 @@ fn spdk(test: &str) -> Option<std::path::PathBuf> {
 
 /// Runs spdk_dd with `entries` as its bdev config and `args`; expects success.
 fn spdk_dd(spdk: &Path, dir: &TempDir, entries: Vec<Value>, args: &[&str]) {
+    let out = spdk_dd_run(spdk, dir, entries, args);
+    assert!(
+        out.status.success(),
+        "spdk_dd: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs spdk_dd with `entries` as its bdev config and `args`.
+fn spdk_dd_run(spdk: &Path, dir: &TempDir, entries: Vec<Value>, args: &[&str]) -> std::process::Output {
     let mut e = entries;
     e.push(json!({"method": "bdev_wait_for_examine"}));
     let conf = dir.write_json("dd.json", &json!({"subsystems": [{"subsystem": "bdev", "config": e}]}));
@@ -311,27 +361,32 @@ fn spdk_dd(spdk: &Path, dir: &TempDir, entries: Vec<Value>, args: &[&str]) {
         .env("LD_LIBRARY_PATH", spdk.join("build/lib"))
         .output()
         .expect("spdk_dd runs");
-    assert!(
-        out.status.success(),
-        "spdk_dd: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    out
 }
 
-fn files(dir: &TempDir) -> [std::path::PathBuf; 2] {
-    ["m0.img", "m1.img"].map(|n| {
-        let p = dir.join(n);
-        std::fs::File::create(&p).unwrap().set_len(32 * MIB).unwrap();
-        p
-    })
+fn files(dir: &TempDir) -> Vec<std::path::PathBuf> {
+    files_n(dir, 2)
+}
+
+fn files_n(dir: &TempDir, n: usize) -> Vec<std::path::PathBuf> {
+    (0..n)
+        .map(|i| {
+            let p = dir.join(&format!("m{i}.img"));
+            std::fs::File::create(&p).unwrap().set_len(32 * MIB).unwrap();
+            p
+        })
+        .collect()
 }
 
 /// The files' bdevs' UUIDs, the same in SPDK and in Ferrite: the superblock names members by
 /// UUID (SPDK's aio bdev makes a random one when none is given).
-const MEMBER_UUIDS: [&str; 2] = ["0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e40", "0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e41"];
+const MEMBER_UUIDS: [&str; 3] = [
+    "0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e40",
+    "0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e41",
+    "0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e42",
+];
 
-fn aio(files: &[std::path::PathBuf; 2]) -> Vec<Value> {
+fn aio(files: &[std::path::PathBuf]) -> Vec<Value> {
     files
         .iter()
         .enumerate()
@@ -348,8 +403,8 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| ((i / 512) as u8).wrapping_mul(31) ^ (i as u8)).collect()
 }
 
-/// A daemon with the two files as uring bdevs U0 and U1 (512-byte blocks), examined.
-fn daemon_on(dir: &TempDir, files: &[std::path::PathBuf; 2]) -> Daemon {
+/// A daemon with the files as uring bdevs U0, U1, ... (512-byte blocks), examined.
+fn daemon_on(dir: &TempDir, files: &[std::path::PathBuf]) -> Daemon {
     let d = Daemon::start(dir, &[]);
     for (i, f) in files.iter().enumerate() {
         let p = json!({"name": format!("U{i}"), "filename": f.to_str().unwrap(), "block_size": 512, "uuid": MEMBER_UUIDS[i]});
@@ -407,6 +462,52 @@ fn a_raid1_spdk_made_assembles_in_ferrite() {
     let got = nbd_read(&dir, &u, 6 * MIB as usize);
     assert!(got[..2 * MIB as usize].iter().all(|&b| b == 0));
     assert!(got[2 * MIB as usize..] == data[..], "the pattern SPDK wrote");
+}
+
+#[test]
+fn a_raid5f_spdk_made_reads_back_in_ferrite_whole_and_degraded() {
+    let test = "a_raid5f_spdk_made_reads_back_in_ferrite_whole_and_degraded";
+    let Some(spdk) = spdk(test) else { return };
+    if !have(test, &["qemu-img"]) {
+        return;
+    }
+    let dir = TempDir::new("raid5f-from-spdk");
+    let f = files_n(&dir, 3);
+    let data = pattern(4 * MIB as usize);
+    let src = dir.join("pattern.bin");
+    std::fs::write(&src, &data).unwrap();
+    // spdk_dd makes the raid5f (strips of 64 KiB, superblock) and writes the pattern in whole
+    // stripes: SPDK's data layout and parity.
+    let mut conf = aio(&f);
+    conf.push(m(
+        "bdev_raid_create",
+        json!({"name": "S5", "raid_level": "raid5f", "strip_size_kb": 64, "base_bdevs": ["A0", "A1", "A2"],
+        "superblock": true, "uuid": "7d2b1f7e-8a0c-4b8e-9d3f-2a4e5c6b7a85"}),
+    ));
+    let inp = format!("--if={}", src.display());
+    let out = spdk_dd_run(&spdk, &dir, conf, &[&inp, "--ob=S5", "--bs=1048576", "--count=4", "--seek=2"]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if text.contains("Unsupported raid level") {
+        // SPDK builds raid5f only with --with-raid5f (CONFIG_RAID5F).
+        println!("SKIP {test}: this SPDK build has no raid5f (configure --with-raid5f)");
+        return;
+    }
+    assert!(out.status.success(), "spdk_dd: {text}");
+    let d = daemon_on(&dir, &f);
+    let r = raid(&d, "S5");
+    assert_eq!(r["state"], "online", "{r}");
+    assert_eq!((r["raid_level"].as_str(), r["strip_size_kb"].as_u64()), (Some("raid5f"), Some(64)), "{r}");
+    assert_eq!(r["num_base_bdevs_discovered"], 3, "{r}");
+    let u = nbd(&d, "S5", "s5");
+    let got = nbd_read(&dir, &u, 6 * MIB as usize);
+    assert!(got[..2 * MIB as usize].iter().all(|&b| b == 0));
+    assert!(got[2 * MIB as usize..] == data[..], "the pattern SPDK wrote");
+    // Without a member, its strips come from SPDK's parity.
+    assert_eq!(d.call("bdev_raid_remove_base_bdev", Some(json!({"name": "U1"}))), json!(true));
+    assert_eq!(raid(&d, "S5")["num_base_bdevs_discovered"], 2);
+    let got = nbd_read(&dir, &u, 6 * MIB as usize);
+    assert!(got[2 * MIB as usize..] == data[..], "the pattern, rebuilt from SPDK's parity");
+    d.assert_serving();
 }
 
 #[test]
@@ -486,5 +587,55 @@ fn deleting_members_degrades_a_raid1_and_takes_a_raid0_offline() {
     assert!(d.call("bdev_get_bdevs", Some(json!({"name": "H2"})))[0]["claimed"] == false, "members released");
     assert_eq!(d.call("bdev_raid_delete", Some(json!({"name": "HS"}))), json!(true));
     assert!(raid(&d, "HS").is_null());
+    d.assert_serving();
+}
+
+fn write_ops(d: &Daemon, bdev: &str) -> u64 {
+    let v = d.call("bdev_get_iostat", Some(json!({"name": bdev})));
+    v["bdevs"][0]["num_write_ops"].as_u64().unwrap_or_else(|| panic!("bdev_get_iostat {bdev}: {v}"))
+}
+
+#[test]
+fn raid1_writes_back_what_a_member_failed_to_read_and_fails_it_if_that_fails() {
+    if !have("raid1_writes_back_what_a_member_failed_to_read_and_fails_it_if_that_fails", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("raid-readfix");
+    let d = Daemon::start(&dir, &[]);
+    for n in ["E0", "E1"] {
+        d.call("bdev_malloc_create", Some(json!({"name": n, "num_blocks": 8192, "block_size": 512})));
+    }
+    d.call("bdev_error_create", Some(json!({"base_name": "E1"})));
+    // The error bdev first: with nothing else outstanding, reads go to the first member.
+    d.call("bdev_raid_create", Some(json!({"name": "RE", "raid_level": "raid1", "base_bdevs": ["EE_E1", "E0"]})));
+    let u = nbd(&d, "RE", "re");
+    qemu_io(&dir, &u, "write -P 0x5a 0 1M");
+    // Three reads fail on EE_E1: E0 serves them, and each is written back to EE_E1 (SPDK's
+    // raid1_correct_read_error); EE_E1 stays a member.
+    let before = write_ops(&d, "EE_E1");
+    d.call(
+        "bdev_error_inject_error",
+        Some(json!({"name": "EE_E1", "io_type": "read", "error_type": "failure", "num": 3})),
+    );
+    qemu_io(&dir, &u, "read -P 0x5a 0 64k; read -P 0x5a 64k 64k; read -P 0x5a 128k 64k");
+    assert_eq!(write_ops(&d, "EE_E1") - before, 3, "each failed read written back");
+    assert_eq!(raid(&d, "RE")["num_base_bdevs_discovered"], 2);
+    qemu_io(&dir, &u, "read -P 0x5a 0 1M");
+    // Now the write-back fails too: EE_E1 is failed out, the read still succeeds.
+    for t in ["read", "write"] {
+        d.call(
+            "bdev_error_inject_error",
+            Some(json!({"name": "EE_E1", "io_type": t, "error_type": "failure", "num": 1})),
+        );
+    }
+    qemu_io(&dir, &u, "read -P 0x5a 256k 64k");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raid(&d, "RE")["num_base_bdevs_discovered"] != 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = raid(&d, "RE");
+    assert_eq!((r["state"].as_str(), r["num_base_bdevs_discovered"].as_u64()), (Some("online"), Some(1)), "{r}");
+    assert!(!r["base_bdevs_list"].to_string().contains("EE_E1"), "{r}");
+    qemu_io(&dir, &u, "read -P 0x5a 0 1M; write -P 0x5b 0 64k; read -P 0x5b 0 64k");
     d.assert_serving();
 }

@@ -6,17 +6,32 @@
 //!   built or allocated.
 //! - A request over several strips or members, and a raid1 write, unmap, write zeroes or flush
 //!   (every member), goes out as a fan-out (`ferrite_bdev::FanOut`) with one child per piece.
+//! - A raid5f read (the layer splits reads at strips) goes to the member holding the strip, as
+//!   a forwarded request; if that member is missing (or being rebuilt) the same blocks of every
+//!   other member of the stripe are read and XORed into the request's buffers (parity
+//!   reconstruction). A raid5f write (the layer hands over exactly one whole stripe) computes
+//!   the parity strip into a pool buffer and goes out as a fan-out of one write per member; a
+//!   missing member's strip is skipped (the stripe stays recoverable from the others), as
+//!   SPDK's raid5f does. Both fan-outs carry the request's own buffers plus the pool buffers in
+//!   one list (`FanOut::for_caller`, with the request as the tag), so nothing is allocated but
+//!   the fan-out's state.
 //! - A raid1 read that fails on a member is sent to the next readable member, until one
-//!   succeeds or none is left. A raid1 write succeeds if one member took it, as SPDK's; a member
+//!   succeeds or none is left. As SPDK's raid1 (`raid1_correct_read_error`), the data a later
+//!   member returned is then written back to the member that failed the read first (the same
+//!   request, turned into a write on that member and back into the read); if that write fails,
+//!   the member is failed (removed). The read succeeds either way. If no member can serve it,
+//!   the member it went to first is failed and the read fails. A raid1 write succeeds if one member took it, as SPDK's; a member
 //!   that failed one is removed (the RAID goes on degraded).
 //!
 //! The channel's view of the members (`Layout`) changes only by `Bdev::for_each_channel` from
 //! the control plane (members removed under quiesce, a rebuild target added, a rebuild
 //! finished).
 
-use crate::level::{concat_pieces, raid0_member_range, raid0_strips, Level, Piece};
+use crate::level::{
+    concat_pieces, raid0_member_range, raid0_strips, raid5f_data_slot, raid5f_parity_slot, Level, Piece,
+};
 use crate::raid::Raid;
-use ferrite_bdev::fanout::{FanOut, FanOutDone};
+use ferrite_bdev::fanout::{FanOut, FanOutCompleter, FanOutDone};
 use ferrite_bdev::{BackendChannel, BdevError, BdevIo, IoChannel, IoRequest, IoStatus, IoType};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
@@ -58,6 +73,19 @@ impl Mask {
     fn has(&self, i: usize) -> bool {
         self.0[i / 64] & (1 << (i % 64)) != 0
     }
+    /// The slots set, in order.
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut b = bits;
+            std::iter::from_fn(move || {
+                (b != 0).then(|| {
+                    let i = b.trailing_zeros() as usize;
+                    b &= b - 1;
+                    w * 64 + i
+                })
+            })
+        })
+    }
 }
 
 /// Context of a request forwarded to one member: where it was.
@@ -67,11 +95,13 @@ struct Remap {
     blocks: u64,
 }
 
-/// Context of a raid1 read: where it was, the member it is on, the members tried.
+/// Context of a raid1 read: where it was, the member it is on, the members tried, the member
+/// it went to first (the one a read error is corrected on).
 #[derive(Clone, Copy)]
 struct MirrorRead {
     offset: u64,
     slot: u8,
+    first: u8,
     tried: Mask,
 }
 
@@ -161,6 +191,8 @@ fn submit(st: &Rc<ChanState>, io: BdevIo) {
             let (off, num) = (io.req.offset_blocks, io.req.num_blocks);
             pieces(&lay, io, |f| concat_pieces(off, num, &lay.sizes, f))
         }
+        (Level::Raid5f, IoType::Read) => r5f_read(st, &lay, io),
+        (Level::Raid5f, IoType::Write) => r5f_write(st, &lay, io),
         _ => io.complete_deferred(IoStatus::Unsupported),
     }
 }
@@ -217,7 +249,7 @@ fn mirror_read(lay: &Layout, mut io: BdevIo) {
     };
     let mut tried = Mask::default();
     tried.set(slot);
-    let r = MirrorRead { offset: io.req.offset_blocks, slot: slot as u8, tried };
+    let r = MirrorRead { offset: io.req.offset_blocks, slot: slot as u8, first: slot as u8, tried };
     io.set_ctx(r);
     send_read(lay, io, slot);
 }
@@ -256,9 +288,40 @@ fn mirror_read_done(mut io: BdevIo, status: IoStatus) {
             io.set_ctx(r);
             return send_read(&lay, io, next);
         }
+        // No member could serve it: the one it went to first is failed (SPDK's
+        // raid1_read_other_base_bdev).
+        drop(lay);
+        st.raid.member_failed(r.first as usize, status);
+        return io.complete(status);
+    }
+    if status.is_ok() && r.slot != r.first {
+        // Served by another member: the good data goes back to the first, which failed it.
+        if let Some(ch) = lay.members.get(r.first as usize).and_then(|m| m.ch.as_ref().map(|c| (c, m.offset))) {
+            debug_assert!(r.tried.has(r.first as usize));
+            io.set_ctx(r);
+            io.req.io_type = IoType::Write;
+            io.req.offset_blocks = r.offset + ch.1;
+            return ch.0.forward_then(io, mirror_corrected);
+        }
     }
     drop(lay);
     io.complete(status)
+}
+
+/// The write-back of a read error's correction is done: the request is the read again and
+/// succeeds; a member that failed the write too is failed (SPDK's
+/// `raid1_correct_read_error_completion`).
+fn mirror_corrected(mut io: BdevIo, status: IoStatus) {
+    let r = *io.ctx::<MirrorRead>().expect("a mirrored read keeps its context");
+    io.req.io_type = IoType::Read;
+    io.req.offset_blocks = r.offset;
+    let st = io.module_channel::<ChanState>().expect("a RAID request comes back to its channel");
+    if status.is_ok() {
+        log::debug!("raid {}: read error on slot {} corrected at block {}", st.raid.name, r.first, r.offset);
+    } else if status != IoStatus::Aborted {
+        st.raid.member_failed(r.first as usize, status);
+    }
+    io.complete(IoStatus::Success)
 }
 
 /// A request for every member there is (raid1 writes, unmaps, write zeroes; flush and reset
@@ -309,18 +372,171 @@ fn every_member_done(io: BdevIo, done: FanOutDone) {
     let mirror = st.raid.level == Level::Raid1;
     let t = io.req.io_type;
     let status = if mirror && done.succeeded() > 0 { IoStatus::Success } else { done.first_failure() };
-    if mirror && t != IoType::Reset {
-        let mut idx = 0;
-        for slot in 0..256 {
-            if !slots.has(slot) {
-                continue;
-            }
-            let s = done.statuses.get(idx).copied().unwrap_or(IoStatus::Success);
-            idx += 1;
+    // The common case, every member took it, looks at no slot.
+    if mirror && t != IoType::Reset && done.succeeded() != done.statuses.len() {
+        for (slot, &s) in slots.iter().zip(done.statuses.iter()) {
             if !s.is_ok() && !matches!(s, IoStatus::Aborted | IoStatus::NoMem) {
                 st.raid.member_failed(slot, s);
             }
         }
     }
     io.complete(status)
+}
+
+/// Context of a raid5f fan-out (the request is the fan-out's tag while it runs).
+#[derive(Clone, Copy)]
+struct R5 {
+    /// The request's own segments, at the head of the fan-out's list; pool buffers follow.
+    segs: u16,
+    /// Bytes of each stream (a strip for a write, the request for a reconstructing read).
+    len: u32,
+    /// Streams XORed into the request's buffers when the reads are back (0 for a write).
+    streams: u16,
+    /// Where the request was (a reconstructing read's offset is not moved; kept for checks).
+    offset: u64,
+}
+
+/// Slot indexes 0, 1, 2, ...: the sources of an XOR over streams.
+const STREAMS: [usize; crate::xor::MAX_SOURCES] = {
+    let mut a = [0usize; crate::xor::MAX_SOURCES];
+    let mut i = 0;
+    while i < a.len() {
+        a[i] = i;
+        i += 1;
+    }
+    a
+};
+
+/// A raid5f read inside one strip (the layer splits at strips): forwarded to the member that
+/// holds it, or reconstructed from the others if it is missing.
+fn r5f_read(st: &Rc<ChanState>, lay: &Layout, mut io: BdevIo) {
+    let n = lay.members.len();
+    let strip = lay.strip;
+    let stripe_blocks = strip * (n as u64 - 1);
+    let (off, num) = (io.req.offset_blocks, io.req.num_blocks);
+    let (stripe, in_stripe) = (off / stripe_blocks, off % stripe_blocks);
+    let chunk_off = in_stripe % strip;
+    debug_assert!(chunk_off + num <= strip, "the layer splits raid5f reads at strips");
+    if chunk_off + num > strip {
+        return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
+    }
+    let slot = raid5f_data_slot(stripe, (in_stripe / strip) as usize, n);
+    let member_off = stripe * strip + chunk_off;
+    let m = &lay.members[slot];
+    if let (Some(ch), true) = (&m.ch, m.readable) {
+        io.set_ctx(Remap { offset: off, blocks: num });
+        io.req.offset_blocks = m.offset + member_off;
+        return ch.forward_then(io, remapped);
+    }
+    // Degraded: every other member's blocks at the same place, XORed.
+    if lay.members.iter().enumerate().any(|(i, m)| i != slot && (m.ch.is_none() || !m.readable)) {
+        return io.complete_deferred(IoStatus::Failed(libc::EIO));
+    }
+    let len = io.len_bytes() as usize;
+    let Some(mut tmp) = ferrite_reactor::try_alloc_buf(len * (n - 2)) else {
+        return io.complete_deferred(IoStatus::NoMem);
+    };
+    tmp.set_len(len * (n - 2));
+    let mut bufs = std::mem::take(&mut io.req.bufs);
+    let segs = bufs.len() as u16;
+    bufs.push(tmp);
+    io.set_ctx(R5 { segs, len: len as u32, streams: (n - 1) as u16, offset: off });
+    let flags = io.req.flags;
+    let fan = FanOut::for_caller(bufs, st.clone(), io.into_raw());
+    let mut k = 0;
+    for (i, m) in lay.members.iter().enumerate() {
+        if i == slot {
+            continue;
+        }
+        let req = IoRequest::new(IoType::Read, m.offset + member_off, num).with_flags(flags);
+        fan.submit(m.ch.as_ref().expect("checked above"), req, k * len..(k + 1) * len);
+        k += 1;
+    }
+    debug_assert_eq!(k, n - 1);
+}
+
+/// A raid5f write of one whole stripe (the bdev's write unit): the parity strip is computed
+/// into a pool buffer, then every present member writes its strip.
+fn r5f_write(st: &Rc<ChanState>, lay: &Layout, mut io: BdevIo) {
+    let n = lay.members.len();
+    let strip = lay.strip;
+    let stripe_blocks = strip * (n as u64 - 1);
+    let (off, num) = (io.req.offset_blocks, io.req.num_blocks);
+    debug_assert!(off % stripe_blocks == 0 && num == stripe_blocks, "the layer hands raid5f whole stripes");
+    if off % stripe_blocks != 0 || num != stripe_blocks {
+        // SPDK fails a write that is not a whole stripe (the layer's write unit catches it first).
+        return io.complete_deferred(IoStatus::Failed(libc::EINVAL));
+    }
+    let stripe = off / stripe_blocks;
+    let p = raid5f_parity_slot(stripe, n);
+    let cl = (strip * io.block_size() as u64) as usize;
+    let mut bufs = std::mem::take(&mut io.req.bufs);
+    let segs = bufs.len() as u16;
+    let parity = lay.members[p].ch.is_some();
+    if parity {
+        let Some(mut pb) = ferrite_reactor::try_alloc_buf(cl) else {
+            io.req.bufs = bufs;
+            return io.complete_deferred(IoStatus::NoMem);
+        };
+        pb.set_len(cl);
+        bufs.push(pb);
+        crate::xor::xor_streams(&mut bufs, cl, n - 1, &STREAMS[..n - 1]);
+    }
+    io.set_ctx(R5 { segs, len: cl as u32, streams: 0, offset: off });
+    let flags = io.req.flags;
+    let base = stripe * strip;
+    let fan = FanOut::for_caller(bufs, st.clone(), io.into_raw());
+    for k in 0..n - 1 {
+        let m = &lay.members[raid5f_data_slot(stripe, k, n)];
+        if let Some(ch) = &m.ch {
+            fan.submit(
+                ch,
+                IoRequest::new(IoType::Write, m.offset + base, strip).with_flags(flags),
+                k * cl..(k + 1) * cl,
+            );
+        }
+    }
+    if parity {
+        let m = &lay.members[p];
+        let ch = m.ch.as_ref().expect("checked above");
+        fan.submit(ch, IoRequest::new(IoType::Write, m.offset + base, strip).with_flags(flags), (n - 1) * cl..n * cl);
+    }
+}
+
+impl FanOutCompleter for ChanState {
+    /// A raid5f fan-out is done: a reconstructing read XORs what came back into the request's
+    /// buffers; the pool buffers go back; the request completes with the first failure.
+    fn fan_out_done(&self, tag: u64, done: FanOutDone) {
+        // SAFETY: the tag is the request given up with `into_raw` when the fan-out began, and
+        // a fan-out ends once.
+        let mut io = unsafe { BdevIo::from_raw(tag) };
+        let r = *io.ctx::<R5>().expect("a raid5f fan-out's request keeps its context");
+        debug_assert_eq!(r.offset, io.req.offset_blocks);
+        let mut bufs = done.bufs;
+        let status = done.statuses.iter().copied().find(|s| !s.is_ok()).unwrap_or(IoStatus::Success);
+        if status.is_ok() && r.streams > 0 {
+            crate::xor::xor_streams(&mut bufs, r.len as usize, 0, &STREAMS[..r.streams as usize]);
+        }
+        bufs.truncate(r.segs as usize);
+        io.req.bufs = bufs;
+        if !status.is_ok() {
+            log::debug!("raid {}: raid5f request at {} failed: {status}", self.raid.name, r.offset);
+        }
+        io.complete(status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mask;
+
+    #[test]
+    fn a_mask_lists_its_slots_in_order() {
+        let mut m = Mask::default();
+        for i in [0, 3, 63, 64, 130, 255] {
+            m.set(i);
+        }
+        assert_eq!(m.iter().collect::<Vec<_>>(), vec![0, 3, 63, 64, 130, 255]);
+        assert_eq!(Mask::default().iter().count(), 0);
+    }
 }

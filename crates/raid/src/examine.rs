@@ -167,6 +167,14 @@ async fn examine_sb(mut sb: Superblock, bdev: &Bdev, others: bool) -> Result<(),
         None => create_from_sb(&sb)?,
     };
     if raid.state() == State::Online {
+        if !crate::raid::rebuilds(raid.level) {
+            log::info!(
+                "bdev {} comes back to online raid bdev {}, whose members are not rebuilt; ignoring it",
+                bdev.name(),
+                raid.name
+            );
+            return Ok(());
+        }
         let slot = entry.slot as usize;
         {
             let mut st = raid.lock();
@@ -183,7 +191,7 @@ async fn examine_sb(mut sb: Superblock, bdev: &Bdev, others: bool) -> Result<(),
             return Err(e);
         }
         raid.lock().operational += 1;
-        return crate::process::start_rebuild(&raid, slot, crate::options::current()).await;
+        return crate::raid::start_rebuild(&raid, slot, crate::options::current()).await;
     }
     if entry.state != MemberState::Configured {
         log::info!("bdev {} is not an active member of raid bdev {}; ignoring it", bdev.name(), raid.name);

@@ -1,6 +1,6 @@
 //! RAID levels and how each maps the RAID bdev's blocks onto its members' data regions: pure
 //! arithmetic, with no I/O (SPDK's raid0.c `_raid0_get_io_range`/`_raid0_split_io_range` and
-//! concat.c's block ranges).
+//! concat.c's block ranges, raid5f.c's stripes and rotating parity).
 
 /// A RAID level, with SPDK's numbers (`enum spdk_bdev_raid_level`, stored in the superblock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,6 +11,10 @@ pub enum Level {
     Raid1,
     /// Concatenation: the members' data regions one after another (in strips).
     Concat,
+    /// Striping with one rotating parity strip per stripe (SPDK's raid5f): stripe `s` is strip
+    /// `s` of every member, its parity on member `n - 1 - s % n` and its data strips on the
+    /// others in order. Writes are whole stripes only.
+    Raid5f,
 }
 
 impl Level {
@@ -20,6 +24,7 @@ impl Level {
             Level::Raid0 => 0,
             Level::Raid1 => 1,
             Level::Concat => 99,
+            Level::Raid5f => 95,
         }
     }
 
@@ -29,6 +34,7 @@ impl Level {
             0 => Some(Level::Raid0),
             1 => Some(Level::Raid1),
             99 => Some(Level::Concat),
+            95 => Some(Level::Raid5f),
             _ => None,
         }
     }
@@ -39,15 +45,17 @@ impl Level {
             Level::Raid0 => "raid0",
             Level::Raid1 => "raid1",
             Level::Concat => "concat",
+            Level::Raid5f => "raid5f",
         }
     }
 
-    /// The level SPDK's name `s` stands for (case-insensitive, and SPDK's aliases "0" and "1").
+    /// The level SPDK's name `s` stands for (case-insensitive, and SPDK's aliases "0", "1" and "5f").
     pub fn parse(s: &str) -> Option<Level> {
         match s.to_ascii_lowercase().as_str() {
             "raid0" | "0" => Some(Level::Raid0),
             "raid1" | "1" => Some(Level::Raid1),
             "concat" => Some(Level::Concat),
+            "raid5f" | "5f" => Some(Level::Raid5f),
             _ => None,
         }
     }
@@ -56,15 +64,17 @@ impl Level {
     pub fn min_members(self) -> usize {
         match self {
             Level::Raid1 => 2,
+            Level::Raid5f => 3,
             _ => 1,
         }
     }
 
     /// Fewest members that must work for the RAID to serve I/O (SPDK's constraint): every one
-    /// for raid0 and concat, one for raid1.
+    /// for raid0 and concat, one for raid1, all but one for raid5f.
     pub fn min_operational(self, members: usize) -> usize {
         match self {
             Level::Raid1 => 1,
+            Level::Raid5f => members - 1,
             _ => members,
         }
     }
@@ -72,6 +82,28 @@ impl Level {
     /// True if the level uses a strip size.
     pub fn striped(self) -> bool {
         self != Level::Raid1
+    }
+}
+
+/// The slot holding the parity strip of raid5f stripe `stripe` over `n` members (SPDK's
+/// `raid5f_stripe_parity_chunk_index`: the last member for stripe 0, then one lower each
+/// stripe).
+#[inline]
+pub fn raid5f_parity_slot(stripe: u64, n: usize) -> usize {
+    debug_assert!(n >= 3);
+    n - 1 - (stripe % n as u64) as usize
+}
+
+/// The slot holding data strip `k` (0 ≤ k < n − 1) of raid5f stripe `stripe` over `n` members:
+/// the data strips fill the slots in order, skipping the parity's.
+#[inline]
+pub fn raid5f_data_slot(stripe: u64, k: usize, n: usize) -> usize {
+    debug_assert!(k < n - 1);
+    let p = raid5f_parity_slot(stripe, n);
+    if k < p {
+        k
+    } else {
+        k + 1
     }
 }
 
@@ -158,15 +190,33 @@ mod tests {
 
     #[test]
     fn names_and_numbers_are_spdks() {
-        for l in [Level::Raid0, Level::Raid1, Level::Concat] {
+        for l in [Level::Raid0, Level::Raid1, Level::Concat, Level::Raid5f] {
             assert_eq!(Level::parse(l.name()), Some(l));
             assert_eq!(Level::from_number(l.number()), Some(l));
         }
         assert_eq!(Level::parse("RAID1"), Some(Level::Raid1));
-        assert_eq!(Level::parse("raid5f"), None);
-        assert_eq!(Level::from_number(95), None);
+        assert_eq!(Level::parse("raid5"), None);
+        assert_eq!(Level::from_number(5), None);
+        assert_eq!(Level::from_number(95), Some(Level::Raid5f));
+        assert_eq!(Level::Raid5f.min_operational(4), 3);
         assert_eq!(Level::Raid1.min_operational(3), 1);
         assert_eq!(Level::Raid0.min_operational(3), 3);
+    }
+
+    #[test]
+    fn raid5f_parity_rotates_as_spdks() {
+        // SPDK: parity index = data chunks - stripe % members.
+        let n = 4;
+        let parity: Vec<usize> = (0..8).map(|s| raid5f_parity_slot(s, n)).collect();
+        assert_eq!(parity, vec![3, 2, 1, 0, 3, 2, 1, 0]);
+        for s in 0..8u64 {
+            let data: Vec<usize> = (0..n - 1).map(|k| raid5f_data_slot(s, k, n)).collect();
+            let mut all = data.clone();
+            all.push(raid5f_parity_slot(s, n));
+            all.sort_unstable();
+            assert_eq!(all, vec![0, 1, 2, 3], "stripe {s}: every slot once");
+            assert!(data.windows(2).all(|w| w[0] < w[1]), "data strips in slot order");
+        }
     }
 
     #[test]

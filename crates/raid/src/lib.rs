@@ -1,13 +1,15 @@
-//! RAID bdevs, as SPDK's module/bdev/raid (v26.05): raid0 (striping), raid1 (mirroring) and
-//! concat over base bdevs, SPDK's RPCs, SPDK's on-disk superblock (so that a RAID made by SPDK
-//! assembles in Ferrite by examine, and the other way round), and the rebuild of a raid1
-//! member while I/O goes on. raid5f is not here.
+//! RAID bdevs, as SPDK's module/bdev/raid (v26.05): raid0 (striping), raid1 (mirroring),
+//! raid5f (striping with rotating parity, full-stripe writes only) and concat over base bdevs,
+//! SPDK's RPCs, SPDK's on-disk superblock (so that a RAID made by SPDK assembles in Ferrite by
+//! examine, and the other way round), and the rebuild of a raid1 or raid5f member while I/O
+//! goes on.
 //!
 //! - [`level`]: the levels and how each maps blocks onto members (pure arithmetic).
 //! - [`sb`]: the superblock's on-disk format.
 //! - [`raid`]: RAIDs and their members: create, configure, register, remove, add, delete.
 //! - `channel`: the data path (forward to one member, or fan out to several).
-//! - [`process`]: the rebuild ("process").
+//! - [`xor`]: raid5f's parity (vectorised XOR).
+//! - [`process`]: the rebuild ("process") of raid1; `rebuild5f`: of raid5f (from parity).
 //! - `examine`: finding RAIDs by their superblocks.
 //! - [`rpc`], [`options`]: the JSON-RPC methods.
 
@@ -18,8 +20,10 @@ pub mod level;
 pub mod options;
 pub mod process;
 pub mod raid;
+mod rebuild5f;
 pub mod rpc;
 pub mod sb;
+pub mod xor;
 
 use ferrite_bdev::{Bdev, BdevModule, ExamineDone};
 use std::sync::Arc;

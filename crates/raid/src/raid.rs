@@ -565,6 +565,12 @@ pub(crate) async fn maybe_configure(raid: &Arc<Raid>) -> Result<(), BdevError> {
                 st.slots.iter_mut().filter(|s| s.data_size > 0).for_each(|s| s.data_size = min);
                 min
             }
+            Level::Raid5f => {
+                // SPDK's raid5f_start: whole strips on every member, one of each stripe parity.
+                let per = min / strip as u64 * strip as u64;
+                st.slots.iter_mut().for_each(|s| s.data_size = per);
+                per * (n - 1)
+            }
             Level::Concat => st
                 .slots
                 .iter_mut()
@@ -603,7 +609,13 @@ pub(crate) async fn maybe_configure(raid: &Arc<Raid>) -> Result<(), BdevError> {
         let st = raid.lock();
         let members: Vec<Bdev> = st.slots.iter().filter_map(|s| s.desc.as_ref().map(|d| d.bdev().clone())).collect();
         let mut io_types = IoTypes::of(&[IoType::Read, IoType::Write]);
-        for t in [IoType::Flush, IoType::Unmap, IoType::WriteZeroes] {
+        // raid5f has no flush, unmap or write zeroes (SPDK's has no null-payload path).
+        let null_payload = if raid.level == Level::Raid5f {
+            &[][..]
+        } else {
+            &[IoType::Flush, IoType::Unmap, IoType::WriteZeroes][..]
+        };
+        for &t in null_payload {
             if members.iter().all(|b| b.supports(t)) {
                 io_types = io_types.with(t);
             }
@@ -617,6 +629,14 @@ pub(crate) async fn maybe_configure(raid: &Arc<Raid>) -> Result<(), BdevError> {
         };
         if raid.level == Level::Concat || (raid.level == Level::Raid0 && st.slots.len() > 1) {
             limits.optimal_io_boundary = st.strip_blocks;
+        }
+        if raid.level == Level::Raid5f {
+            // SPDK's raid5f_start: reads are split at strips, writes into whole stripes (and a
+            // write that is not whole stripes fails in the layer).
+            limits.optimal_io_boundary = st.strip_blocks;
+            limits.split_on_optimal_io_boundary = true;
+            limits.write_unit_size = st.strip_blocks * (st.slots.len() as u32 - 1);
+            limits.split_on_write_unit = true;
         }
         BdevProps {
             name: raid.name.clone(),
@@ -837,8 +857,24 @@ pub(crate) async fn refresh_channels(bdev: &Bdev) {
     let _ = rx.await;
 }
 
+/// True if a member added to an online RAID of `level` is rebuilt: raid1's (`process`) and
+/// raid5f's (`rebuild5f`).
+pub(crate) fn rebuilds(level: Level) -> bool {
+    matches!(level, Level::Raid1 | Level::Raid5f)
+}
+
+/// Starts rebuilding member `slot` (configured as a target) of an online RAID, as its level
+/// rebuilds.
+pub(crate) async fn start_rebuild(raid: &Arc<Raid>, slot: usize, opts: crate::process::Opts) -> Result<(), BdevError> {
+    debug_assert!(rebuilds(raid.level));
+    match raid.level {
+        Level::Raid5f => crate::rebuild5f::start(raid, slot, opts).await,
+        _ => crate::process::start_rebuild(raid, slot, opts).await,
+    }
+}
+
 /// `bdev_raid_add_base_bdev`: puts `base` in an empty slot of `raid_name`; into an online
-/// raid1 it comes as a rebuild target (`process`).
+/// raid1 or raid5f it comes as a rebuild target.
 pub async fn add_base_bdev(raid_name: &str, base: &str, opts: crate::process::Opts) -> Result<(), BdevError> {
     let _g = ctl::lock().await;
     let raid = find(raid_name)
@@ -852,6 +888,12 @@ pub async fn add_base_bdev(raid_name: &str, base: &str, opts: crate::process::Op
             (State::Configuring, Some(b)) => st.slots.iter().position(|s| s.name.is_none() && s.uuid == b.uuid()),
             _ => None,
         };
+        if st.state == State::Online && !rebuilds(raid.level) {
+            return Err(BdevError::Errno(
+                libc::ENOTSUP,
+                format!("raid bdev '{raid_name}' is online and {} members are not rebuilt", raid.level.name()),
+            ));
+        }
         let slot = by_uuid.or_else(|| st.slots.iter().position(|s| s.name.is_none() && s.uuid.is_nil()));
         let Some(slot) = slot else {
             return Err(inval(format!("no empty slot found in raid bdev '{raid_name}' for new base bdev '{base}'")));
@@ -871,7 +913,7 @@ pub async fn add_base_bdev(raid_name: &str, base: &str, opts: crate::process::Op
     match state {
         State::Online => {
             raid.lock().operational += 1;
-            crate::process::start_rebuild(&raid, slot, opts).await
+            start_rebuild(&raid, slot, opts).await
         }
         _ => maybe_configure(&raid).await,
     }

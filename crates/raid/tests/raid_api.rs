@@ -1,5 +1,6 @@
 //! The RAID crate in-process over malloc bdevs (no daemon): every level's reads and writes land
-//! where SPDK puts them and read back, unmaps and flushes reach the members, a raid1 survives a
+//! where SPDK puts them and read back (raid5f's data and rotating parity, its degraded reads
+//! reconstructed from parity, a member rebuilt from the others), unmaps and flushes reach the members, a raid1 survives a
 //! member's removal and rebuilds one added back, and a RAID with a superblock assembles itself
 //! from its members by examine (a stale member left out). The daemon-level tests are in
 //! crates/ferrite/tests/raid*.rs.
@@ -174,6 +175,11 @@ fn bad_creates_are_refused() {
         assert_eq!(e.errno(), libc::EINVAL, "{e}");
         let e = raid::create(opts("x", Level::Raid1, &["b0"], 0, false)).await.unwrap_err();
         assert_eq!(e.errno(), libc::EINVAL, "{e}");
+        let e = raid::create(opts("x", Level::Raid5f, &["b0", "b1"], 4, false)).await.unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL, "raid5f needs three members: {e}");
+        assert!(e.to_string().contains("At least 3 base devices required for raid5f"), "{e}");
+        let e = raid::create(opts("x", Level::Raid5f, &["b0", "b1", "b4k"], 0, false)).await.unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL, "raid5f needs a strip size: {e}");
         let e = raid::create(opts("x", Level::Raid0, &["b0", "b4k"], 4, false)).await.unwrap_err();
         assert_eq!(e.errno(), libc::EINVAL, "{e}");
         assert!(Bdev::open("b0", true, || {}).is_ok(), "a failed create releases its members");
@@ -290,5 +296,174 @@ fn a_returning_member_of_an_online_raid1_is_rebuilt_before_it_is_trusted() {
         assert_eq!(r.info()["num_base_bdevs_discovered"], 2, "re-added: {}", r.info());
         assert!(r.info().get("process").is_none(), "and rebuilt: {}", r.info());
         assert_eq!(read_member("t0", 2048 + 300, data.len()).await, data, "the rebuild brought it up to date");
+    });
+}
+
+#[test]
+fn raid5f_places_data_and_rotating_parity_as_spdk_does() {
+    run(|| async {
+        ferrite_raid::register_module();
+        let names = ["f0", "f1", "f2", "f3"];
+        mallocs(&names, 2048);
+        raid::create(opts("r5", Level::Raid5f, &names, 4, false)).await.unwrap();
+        let r = ferrite_bdev::lookup("r5").unwrap();
+        let (strip, stripe) = (8u64, 24u64);
+        assert_eq!(r.num_blocks(), 2048 / strip * stripe, "three data strips per stripe");
+        let l = r.limits();
+        assert_eq!((l.write_unit_size, l.split_on_write_unit), (stripe as u32, true), "SPDK's write unit: a stripe");
+        assert_eq!((l.optimal_io_boundary, l.split_on_optimal_io_boundary), (strip as u32, true));
+        assert!(!r.supports(IoType::Unmap) && !r.supports(IoType::Flush), "no null-payload I/O, as SPDK's");
+        let (_d, ch) = channel("r5");
+        // Ten stripes from stripe 1 (the layer splits them), read back whole and unaligned.
+        let data = pattern(11, (10 * stripe * BS) as usize);
+        write(&ch, stripe, &data).await;
+        assert_eq!(read(&ch, stripe, data.len()).await, data);
+        assert_eq!(read(&ch, stripe + 5, 37 * 512).await, data[5 * 512..42 * 512]);
+        // Each strip where SPDK puts it; the parity strip (on slot 3 - s % 4) is their XOR.
+        for s in 1..11u64 {
+            let p = ferrite_raid::level::raid5f_parity_slot(s, 4);
+            assert_eq!(p, 3 - (s % 4) as usize);
+            let mut xor = vec![0u8; (strip * BS) as usize];
+            for k in 0..3 {
+                let slot = ferrite_raid::level::raid5f_data_slot(s, k, 4);
+                let on = read_member(names[slot], s * strip, (strip * BS) as usize).await;
+                let at = (((s - 1) * stripe + k as u64 * strip) * BS) as usize;
+                assert_eq!(on, data[at..at + (strip * BS) as usize], "stripe {s} data strip {k} on slot {slot}");
+                xor.iter_mut().zip(&on).for_each(|(x, b)| *x ^= b);
+            }
+            assert_eq!(read_member(names[p], s * strip, (strip * BS) as usize).await, xor, "stripe {s} parity");
+        }
+        // Writes that are not whole stripes fail, as SPDK's; nothing changed.
+        for (off, num) in [(stripe, 12u64), (12, stripe), (stripe, stripe + 8)] {
+            let c = ch.submit_wait(IoRequest::write(off, num, IoBuf::heap((num * BS) as usize))).await;
+            assert!(!c.status.is_ok(), "a write of {num} blocks at {off}: {:?}", c.status);
+        }
+        assert_eq!(read(&ch, stripe, data.len()).await, data);
+    });
+}
+
+#[test]
+fn a_degraded_raid5f_reconstructs_reads_takes_writes_and_rebuilds_a_member() {
+    run(|| async {
+        ferrite_raid::register_module();
+        let names = ["g0", "g1", "g2"];
+        mallocs(&names, 4096);
+        raid::create(opts("g5", Level::Raid5f, &names, 8, true)).await.unwrap();
+        let stripe = 32u64;
+        let (d, ch) = channel("g5");
+        let data = pattern(12, (8 * stripe * BS) as usize);
+        write(&ch, 0, &data).await;
+        // g1 leaves: its strips (data or parity) come from the other two.
+        raid::remove_base_bdev("g1").await.unwrap();
+        let r = raid::find("g5").unwrap();
+        assert_eq!(r.state(), State::Online, "{}", r.info());
+        assert_eq!(r.info()["num_base_bdevs_operational"], 2);
+        assert_eq!(read(&ch, 0, data.len()).await, data, "reconstructed");
+        assert_eq!(read(&ch, 3, 9 * 512).await, data[3 * 512..12 * 512], "a part of a strip");
+        // Degraded writes: the missing member's strip is left out, and reads rebuild it.
+        let more = pattern(13, (4 * stripe * BS) as usize);
+        write(&ch, 16 * stripe, &more).await;
+        assert_eq!(read(&ch, 16 * stripe, more.len()).await, more);
+        assert_eq!(read(&ch, 0, data.len()).await, data);
+        // g1 comes back: rebuilt from the others (its stale strips overwritten), while writes
+        // go on; then g0 leaves and everything reads back from g1 and g2.
+        let o = ferrite_raid::process::Opts { window_kb: 32, max_bandwidth_mb_sec: 0 };
+        raid::add_base_bdev("g5", "g1", o).await.unwrap();
+        let during = pattern(15, (2 * stripe * BS) as usize);
+        write(&ch, 40 * stripe, &during).await;
+        for _ in 0..500 {
+            if r.info().get("process").is_none() {
+                break;
+            }
+            ferrite_reactor::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(r.info().get("process").is_none(), "the rebuild finished: {}", r.info());
+        assert_eq!(r.info()["num_base_bdevs_discovered"], 3, "{}", r.info());
+        raid::remove_base_bdev("g0").await.unwrap();
+        assert_eq!(read(&ch, 0, data.len()).await, data, "from the rebuilt member and parity");
+        assert_eq!(read(&ch, 16 * stripe, more.len()).await, more);
+        assert_eq!(read(&ch, 40 * stripe, during.len()).await, during);
+        // Losing a second member takes it offline (once its opener has closed it).
+        drop((ch, d));
+        raid::remove_base_bdev("g2").await.unwrap();
+        assert_eq!(r.state(), State::Offline);
+    });
+}
+
+#[test]
+fn a_raid5f_in_spdks_layout_assembles_by_examine_and_reads_back_degraded() {
+    // The members written as SPDK's raid5f.c lays a RAID out, by its own formulas (not
+    // Ferrite's): stripe s is block s × strip of every member's data region, its parity on
+    // member `data_chunks - s % n`, data strip k on member k, or k + 1 from the parity's on.
+    // (The SPDK build the tests use has no raid5f, CONFIG_RAID5F, to write one itself.)
+    run(|| async {
+        ferrite_raid::register_module();
+        let names = ["h0", "h1", "h2", "h3"];
+        mallocs(&names, 4096);
+        let (n, strip, data_offset) = (4u64, 16u64, 2048u64);
+        let stripes = (4096 - data_offset) / strip;
+        let uuid = uuid::Uuid::parse_str("7d2b1f7e-8a0c-4b8e-9d3f-2a4e5c6b7a85").unwrap();
+        let sb = ferrite_raid::sb::Superblock {
+            minor: 0,
+            flags: 0,
+            uuid,
+            name: "h5".into(),
+            raid_size: stripes * strip * (n - 1),
+            block_size: BS as u32,
+            level: 95,
+            strip_size: strip as u32,
+            state: 0,
+            seq_number: 1,
+            num_base_bdevs: n as u8,
+            members: names
+                .iter()
+                .enumerate()
+                .map(|(i, b)| ferrite_raid::sb::Member {
+                    uuid: ferrite_bdev::lookup(b).unwrap().uuid(),
+                    data_offset,
+                    data_size: stripes * strip,
+                    state: ferrite_raid::sb::MemberState::Configured,
+                    flags: 0,
+                    slot: i as u8,
+                })
+                .collect(),
+        };
+        let sbytes = sb.encode(4096);
+        let data = pattern(14, (20 * strip * (n - 1) * BS) as usize);
+        let sl = (strip * BS) as usize;
+        for (i, b) in names.iter().enumerate() {
+            let (d, ch) = channel(b);
+            write(&ch, 0, &sbytes).await;
+            let mut member = vec![0u8; 20 * sl];
+            for s in 0..20usize {
+                let p = (n - 1 - s as u64 % n) as usize;
+                let strip_of = |k: usize| &data[(s * 3 + k) * sl..(s * 3 + k + 1) * sl];
+                let out = &mut member[s * sl..(s + 1) * sl];
+                if i == p {
+                    for k in 0..3 {
+                        out.iter_mut().zip(strip_of(k)).for_each(|(o, x)| *o ^= x);
+                    }
+                } else {
+                    out.copy_from_slice(strip_of(if i < p { i } else { i - 1 }));
+                }
+            }
+            write(&ch, data_offset, &member).await;
+            drop((ch, d));
+        }
+        for b in names {
+            ferrite_bdev::module::offer(&ferrite_bdev::lookup(b).unwrap());
+            wait_examine().await;
+        }
+        let r = raid::find("h5").expect("assembled by examine");
+        assert_eq!(r.state(), State::Online, "{}", r.info());
+        assert_eq!((r.level, r.uuid), (Level::Raid5f, uuid));
+        {
+            let (_d, ch) = channel("h5");
+            assert_eq!(read(&ch, 0, data.len()).await, data);
+        }
+        // Each member missing in turn would do; h2 holds data and parity strips.
+        raid::remove_base_bdev("h2").await.unwrap();
+        let (_d, ch) = channel("h5");
+        assert_eq!(read(&ch, 0, data.len()).await, data, "rebuilt from the parity laid out as SPDK's");
     });
 }
