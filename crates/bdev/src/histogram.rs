@@ -124,6 +124,16 @@ impl Histogram {
         }
     }
 
+    /// Each bucket's end (the first value past it, in ticks) with its count, in increasing
+    /// order (what a Prometheus histogram's cumulative buckets are made from).
+    pub fn bucket_ends(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let g = self.granularity;
+        self.buckets.iter().enumerate().map(move |(i, &n)| {
+            let range = self.min_range + (i >> g) as u32;
+            (self.bucket_end(range, (i & ((1usize << g) - 1)) as u64), n)
+        })
+    }
+
     /// The buckets as SPDK sends them: little-endian u64s, base64.
     pub fn to_base64(&self) -> String {
         let bytes: Vec<u8> = self.buckets.iter().flat_map(|b| b.to_le_bytes()).collect();
@@ -319,6 +329,22 @@ mod tests {
         h.tally(1 << 40);
         assert_eq!((h.buckets()[0], *h.buckets().last().unwrap()), (1, 1));
         assert!(Histogram::new(7, 5, 5).is_none() && Histogram::new(0, 0, 9).is_none());
+    }
+
+    #[test]
+    fn bucket_ends_rise_and_hold_every_value_below_its_end() {
+        let mut h = Histogram::new(3, 0, 1 << 20).unwrap();
+        for v in [0u64, 5, 9, 300, 301, 70_000] {
+            h.tally(v);
+        }
+        let ends: Vec<(u64, u64)> = h.bucket_ends().collect();
+        assert!(ends.windows(2).all(|w| w[0].0 < w[1].0), "ends rise");
+        assert_eq!(ends.iter().map(|e| e.1).sum::<u64>(), 6);
+        // Each value counts in the first bucket whose end is past it.
+        for v in [0u64, 5, 9, 300, 70_000] {
+            let (end, n) = *ends.iter().find(|e| e.0 > v).unwrap();
+            assert!(n > 0, "value {v}: bucket ending at {end} is empty");
+        }
     }
 
     #[test]

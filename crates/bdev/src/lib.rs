@@ -21,6 +21,7 @@ pub mod options;
 pub mod qos;
 pub mod reservation;
 pub mod rpc;
+pub mod snapshot;
 pub mod stats;
 pub mod timeout;
 pub mod translate;

@@ -3,6 +3,7 @@
 
 mod blobstore_cmd;
 mod logger;
+mod metrics;
 mod perf_cmd;
 mod rpc_cmd;
 mod serve;
@@ -64,6 +65,7 @@ pub(crate) fn registry() -> ferrite_rpc::Registry {
         ferrite_virtio_user::rpc::register(reg);
         ferrite_fuse::rpc::register(reg);
         ferrite_iscsi_target::register(reg);
+        metrics::register(reg);
     })
 }
 

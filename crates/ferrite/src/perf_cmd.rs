@@ -43,6 +43,9 @@ pub struct PerfArgs {
     /// Serve JSON-RPC on this socket during the run (to inspect or delete bdevs meanwhile).
     #[arg(short = 'r', long = "rpc-socket")]
     rpc_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP on this address during the run (GET /metrics).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     /// Write machine-readable results to FILE ("-" for stdout).
     #[arg(long = "results-json", value_name = "FILE")]
     results_json: Option<String>,
@@ -210,6 +213,15 @@ pub fn run(a: PerfArgs) -> i32 {
         Some(Ok(s)) => Some(s),
         None => None,
     };
+    if let Some(addr) = &a.metrics {
+        if let Err(e) = crate::metrics::set(&ctx, Some(addr)) {
+            if let Some(s) = server.as_mut() {
+                s.stop();
+            }
+            crate::serve::shutdown(&engine);
+            return fail(format!("--metrics: {e}"));
+        }
+    }
     // As bdevperf: the config's bdevs are examined before the jobs start, so the bdevs that
     // examine makes (an lvstore's lvols) can be named with -T without a bdev_wait_for_examine
     // in the config.
@@ -336,6 +348,7 @@ pub fn run(a: PerfArgs) -> i32 {
     if let Some(s) = server.as_mut() {
         s.stop();
     }
+    crate::metrics::stop(&ctx);
     crate::serve::shutdown(&engine);
     let bad = results.iter().any(|r| r.failed > 0 || r.verify_errors > 0);
     if bad || !errors.is_empty() {

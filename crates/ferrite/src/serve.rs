@@ -48,6 +48,10 @@ pub struct ServeArgs {
     /// vhost `-S`; default: the working directory).
     #[arg(short = 'S', long = "vhost-sock-dir", value_name = "DIR")]
     vhost_sock_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP on this address (`127.0.0.1:9100`; GET /metrics).
+    /// `framework_set_metrics` changes or stops it at runtime.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     /// Seconds an RPC connection may stay idle before it is closed.
     #[arg(long, hide = true, default_value_t = 60.0)]
     rpc_idle_timeout: f64,
@@ -233,7 +237,7 @@ pub fn run(a: ServeArgs) -> i32 {
                 return 1;
             }
         };
-    let mut server = match RpcServer::start_with(&a.rpc_socket, ctx, limits) {
+    let mut server = match RpcServer::start_with(&a.rpc_socket, ctx.clone(), limits) {
         Ok(s) => s,
         Err(e) => {
             log::error!("{e}");
@@ -241,6 +245,14 @@ pub fn run(a: ServeArgs) -> i32 {
             return 1;
         }
     };
+    if let Some(addr) = &a.metrics {
+        if let Err(e) = crate::metrics::set(&ctx, Some(addr)) {
+            log::error!("--metrics: {e}");
+            server.stop();
+            shutdown(&engine);
+            return 1;
+        }
+    }
     if a.wait_for_rpc {
         log::info!("waiting for framework_start_init (--wait-for-rpc)");
     }
@@ -254,6 +266,7 @@ pub fn run(a: ServeArgs) -> i32 {
     let sig = crate::signals::wait();
     log::info!("{sig}: shutting down");
     server.stop();
+    crate::metrics::stop(&ctx);
     shutdown(&engine);
     log::info!("stopped");
     0

@@ -107,6 +107,10 @@ struct ReactorShared {
     busy_ticks: AtomicU64,
     idle_ticks: AtomicU64,
     sleeps: AtomicU64,
+    /// Loop turns so far (stored by the reactor once per turn, next to the tick counters).
+    turns: AtomicU64,
+    /// Pollers registered (stored when the list changes).
+    pollers: AtomicU64,
     /// Tick at which the reactor went to sleep, 0 while awake (so readers can count the
     /// current sleep as idle time).
     asleep_since: AtomicU64,
@@ -141,6 +145,12 @@ pub struct ReactorStats {
     pub idle_ticks: u64,
     /// Times the reactor went to sleep.
     pub sleeps: u64,
+    /// Loop turns run.
+    pub turns: u64,
+    /// Pollers registered on the reactor.
+    pub pollers: u64,
+    /// True while the reactor sleeps (waits for a message, a completion or a timer).
+    pub sleeping: bool,
 }
 
 impl Engine {
@@ -157,6 +167,8 @@ impl Engine {
                 busy_ticks: AtomicU64::new(0),
                 idle_ticks: AtomicU64::new(0),
                 sleeps: AtomicU64::new(0),
+                turns: AtomicU64::new(0),
+                pollers: AtomicU64::new(0),
                 asleep_since: AtomicU64::new(0),
             });
         }
@@ -377,6 +389,9 @@ impl Engine {
                     busy_ticks: r.busy_ticks.load(Ordering::Relaxed),
                     idle_ticks: r.idle_ticks.load(Ordering::Relaxed) + sleeping,
                     sleeps: r.sleeps.load(Ordering::Relaxed),
+                    turns: r.turns.load(Ordering::Relaxed),
+                    pollers: r.pollers.load(Ordering::Relaxed),
+                    sleeping: since != 0,
                 }
             })
             .collect()
@@ -528,6 +543,7 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
     let yield_after = duration_to_ticks(ADAPTIVE_YIELD_AFTER);
     let mut last = ticks();
     let mut idle_since = last;
+    let mut turns: u64 = 0;
     let mut held_turns = 0u32;
     let mut tw_skipped = 0u32;
     loop {
@@ -574,6 +590,8 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
         let now = ticks();
         let elapsed = now.wrapping_sub(last);
         last = now;
+        turns += 1;
+        shared.turns.store(turns, Ordering::Relaxed);
         // Checked on every turn, busy or not: a reactor that always finds work still stops.
         if stop.load(Ordering::Relaxed) {
             return;
@@ -724,14 +742,21 @@ impl Local {
     /// Runs the pollers once; the number that found work.
     pub(crate) fn run_pollers(&self) -> usize {
         {
+            let mut changed = false;
             let mut added = self.added_pollers.borrow_mut();
             if !added.is_empty() {
                 self.pollers.borrow_mut().append(&mut added);
+                changed = true;
             }
             let mut removed = self.removed_pollers.borrow_mut();
             if !removed.is_empty() {
                 self.pollers.borrow_mut().retain(|p| !removed.contains(&p.id));
                 removed.clear();
+                changed = true;
+            }
+            if changed {
+                let n = self.pollers.borrow().len() as u64;
+                self.engine.0.reactors[self.id].pollers.store(n, Ordering::Relaxed);
             }
         }
         let mut pollers = std::mem::take(&mut *self.pollers.borrow_mut());
