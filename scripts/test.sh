@@ -30,6 +30,8 @@ compgen -G "/usr/lib/*/qemu/block-iscsi.so" >/dev/null || need_pkgs+=(qemu-block
 command -v tgtd >/dev/null || need_pkgs+=(tgt)
 # etcd, the nexus's health store (crates/ferrite/tests/nexus.rs starts its own on loopback ports).
 command -v etcd >/dev/null || need_pkgs+=(etcd-server)
+# Prometheus and its promtool (crates/ferrite/tests/metrics.rs scrapes the daemon with both).
+command -v prometheus >/dev/null || need_pkgs+=(prometheus)
 if [ ${#need_pkgs[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   echo "== installing ${need_pkgs[*]}"
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null 2>&1 ||

@@ -52,7 +52,27 @@ impl Server {
     }
 }
 
+/// Keeps the calling thread off the reactors' cores where other cores are allowed: a scrape's
+/// rendering then never takes time from a polling reactor.
+fn avoid_reactor_cores(engine: &ferrite_reactor::Engine) {
+    // SAFETY: cpu_set_t is plain data; the CPU_* macros stay within it; the affinity calls
+    // read and write one set of the given size for the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return;
+        }
+        for id in 0..engine.count() {
+            libc::CPU_CLR(engine.core_of(id), &mut set);
+        }
+        if libc::CPU_COUNT(&set) > 0 {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
 fn accept_loop(listener: TcpListener, ctx: Ctx, stop: Arc<AtomicBool>) {
+    avoid_reactor_cores(&ctx.engine);
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((conn, _)) => {
