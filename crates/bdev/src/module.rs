@@ -137,6 +137,11 @@ pub fn set_auto_examine(on: bool) {
     state().auto_examine.store(on, Ordering::Relaxed);
 }
 
+/// How long a module's examine may wait for a read of the disk before it gives the bdev up (a
+/// remote namespace whose controller never answers must not hold `bdev_wait_for_examine`, nor
+/// the start of a run, for long). Every module's examine uses this bound; they run at once.
+pub const EXAMINE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// True if new bdevs are examined on their own.
 pub fn auto_examine() -> bool {
     state().auto_examine.load(Ordering::Relaxed)

@@ -297,8 +297,9 @@ async fn create_reserved(o: &LvsOpts) -> LvolResult<Arc<Lvstore>> {
 /// delay would be spent on, or hold up, examine's read).
 const NOT_EXAMINED: [&str; 2] = ["error", "delay"];
 
-/// How long examine waits for the read of a bdev's first page.
-const EXAMINE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+// How long examine waits for the read of a bdev's first page: the bound every module's examine
+// shares.
+use ferrite_bdev::module::EXAMINE_READ_TIMEOUT;
 
 /// Looks for an lvstore on a newly registered bdev and, if there is one, loads it and
 /// registers its lvols (examine). Ends the examine when done.

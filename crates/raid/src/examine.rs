@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a superblock read may take before examine gives the bdev up.
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+const READ_TIMEOUT: Duration = ferrite_bdev::module::EXAMINE_READ_TIMEOUT;
 
 /// Reads the superblock at the start of the bdev of `ch`: None if there is none.
 pub(crate) async fn read_sb(ch: &IoChannel, bs: u32) -> Result<Option<Superblock>, BdevError> {
