@@ -293,10 +293,6 @@ async fn create_reserved(o: &LvsOpts) -> LvolResult<Arc<Lvstore>> {
     Ok(lvs)
 }
 
-/// Modules whose bdevs examine leaves alone: their I/O is for tests (an injected error or a
-/// delay would be spent on, or hold up, examine's read).
-const NOT_EXAMINED: [&str; 2] = ["error", "delay"];
-
 // How long examine waits for the read of a bdev's first page: the bound every module's examine
 // shares.
 use ferrite_bdev::module::EXAMINE_READ_TIMEOUT;
@@ -304,9 +300,6 @@ use ferrite_bdev::module::EXAMINE_READ_TIMEOUT;
 /// Looks for an lvstore on a newly registered bdev and, if there is one, loads it and
 /// registers its lvols (examine). Ends the examine when done.
 pub fn examine(bdev: Bdev, done: ExamineDone) {
-    if NOT_EXAMINED.contains(&bdev.module()) {
-        return done.finish();
-    }
     let name = bdev.name().to_string();
     let engine = ferrite_reactor::engine();
     ferrite_reactor::spawn_local(async move {
