@@ -215,7 +215,7 @@ fn read_done(mut io: BdevIo, status: IoStatus) {
     }
     let mut r = *io.ctx::<Read>().expect("a nexus read keeps its context");
     let st = io.module_channel::<ChanState>().expect("a nexus request comes back to its channel");
-    st.nexus.child_failed(r.slot as usize, &format!("read at block {}: {status}", io.req.offset_blocks));
+    st.nexus.child_failed(r.slot as usize, &format!("read at block {}: {status}", io.req.offset_blocks), status);
     let lay = st.lay.borrow();
     let Some(i) = next_reader(&st, &lay, r.tried) else {
         drop(lay);
@@ -265,7 +265,8 @@ fn one_done(io: BdevIo, status: IoStatus) {
     let st = io.module_channel::<ChanState>().expect("a nexus request comes back to its channel");
     if child_fault(status) {
         let slot = io.ctx::<Fanned>().expect("context").slots.0.trailing_zeros() as usize;
-        st.nexus.child_failed(slot, &format!("{} at block {}: {status}", io.req.io_type.name(), io.req.offset_blocks));
+        let why = format!("{} at block {}: {status}", io.req.io_type.name(), io.req.offset_blocks);
+        st.nexus.child_failed(slot, &why, status);
         return io.complete(status);
     }
     let gen = st.lay.borrow().skip_gen;
@@ -292,8 +293,11 @@ fn all_done(io: BdevIo, done: FanOutDone) {
             if t.writes() {
                 st.nexus.log.mark(io.req.offset_blocks, io.req.num_blocks);
             }
-            let g =
-                st.nexus.child_failed(slot as usize, &format!("{} at block {}: {s}", t.name(), io.req.offset_blocks));
+            let g = st.nexus.child_failed(
+                slot as usize,
+                &format!("{} at block {}: {s}", t.name(), io.req.offset_blocks),
+                s,
+            );
             if g == 0 {
                 // The last healthy child: it stays, and the request fails.
                 last_failure = s;

@@ -11,11 +11,12 @@
 use crate::channel::NexusChannel;
 use crate::child::{Child, ChildState, Reason};
 use crate::ctl;
+use crate::fence::Fencing;
 use crate::open::{close_child, open_child};
 use crate::seglog::{SegmentLog, SEGMENT_BYTES};
 use crate::store::{ChildRecord, NexusRecord, Store};
 use crate::uri::ChildUri;
-use ferrite_bdev::{Bdev, BdevBackend, BdevError, BdevProps, IoType, IoTypes, Limits};
+use ferrite_bdev::{Bdev, BdevBackend, BdevError, BdevProps, IoStatus, IoType, IoTypes, Limits};
 use ferrite_rpc::Ctx;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -29,6 +30,8 @@ pub const MODULE: &str = "nexus";
 pub const MAX_CHILDREN: usize = 16;
 /// How long a write a child missed waits for the store before it fails.
 pub const STORE_WAIT: Duration = Duration::from_secs(10);
+/// NVMe's Reservation Conflict status code (generic status).
+const RESERVATION_CONFLICT_SC: u8 = 0x83;
 /// How often an unreachable store is tried again.
 const STORE_RETRY: Duration = Duration::from_millis(100);
 
@@ -78,10 +81,13 @@ pub struct CreateOpts {
     pub size: u64,
     /// Children, by URI.
     pub children: Vec<String>,
-    /// Reservation key (kept for fencing, later).
+    /// Reservation key on `nvmf://` children (0: no fencing).
     pub resv_key: u64,
-    /// Key to preempt (kept for fencing, later).
+    /// Key to preempt there (0: none): the nexus this one replaces.
     pub preempt_key: u64,
+    /// Reservation type (NVMe RTYPE; Mayastor's default is 5, Write Exclusive - All
+    /// Registrants).
+    pub resv_type: u8,
     /// Reads go to a local child first.
     pub local_first: bool,
     /// The health store (None: `nexus_set_options`' or the default file).
@@ -106,10 +112,12 @@ pub struct Nexus {
     pub child_blocks: u64,
     /// Reads go to a local child first.
     pub local_first: bool,
-    /// Reservation keys, kept for fencing.
+    /// Reservation key on the children that carry NVMe reservations (`fence`; 0: none).
     pub resv_key: u64,
-    /// See `resv_key`.
+    /// The key preempted there when a child is opened.
     pub preempt_key: u64,
+    /// The reservation type taken.
+    pub resv_type: u8,
     /// Where health is recorded.
     pub store: Store,
     /// Rebuild window, KiB.
@@ -178,6 +186,11 @@ impl Nexus {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What it asks of its children's reservations.
+    pub fn fencing(&self) -> Fencing {
+        Fencing { resv_key: self.resv_key, preempt_key: self.preempt_key, resv_type: self.resv_type }
+    }
+
     /// Its state.
     pub fn state(&self) -> NexusState {
         state_of(&self.lock())
@@ -218,9 +231,17 @@ impl Nexus {
     }
 
     /// A child failed an I/O (on any core): a healthy child (unless it is the last) or one being
-    /// rebuilt is faulted and retired. Returns the generation at which the store records it out
-    /// of date (0 if it stays healthy: the I/O fails).
-    pub(crate) fn child_failed(self: &Arc<Self>, slot: usize, why: &str) -> u64 {
+    /// rebuilt is faulted and retired (the reason says reservation conflict when `status` is
+    /// NVMe's: this nexus was fenced off that child). Returns the generation at which the store
+    /// records it out of date (0 if it stays healthy: the I/O fails).
+    pub(crate) fn child_failed(self: &Arc<Self>, slot: usize, why: &str, status: IoStatus) -> u64 {
+        let reason = if status == IoStatus::RESERVATION_CONFLICT
+            || matches!(status, IoStatus::Nvme { sct: 0, sc: RESERVATION_CONFLICT_SC, .. })
+        {
+            Reason::ReservationConflict(why.to_string())
+        } else {
+            Reason::IoError(why.to_string())
+        };
         let mut st = self.lock();
         let healthy = st.slots.iter().flatten().filter(|c| c.state() == ChildState::Healthy).count();
         let Some(c) = st.slots.get(slot).and_then(|c| c.as_ref()) else { return 0 };
@@ -232,7 +253,7 @@ impl Nexus {
             ChildState::Healthy => {
                 let gen = self.bump(&mut st);
                 let c = st.slots[slot].as_mut().expect("checked");
-                c.transition(ChildState::Faulted, Some(Reason::IoError(why.to_string())), gen);
+                c.transition(ChildState::Faulted, Some(reason), gen);
                 c.log_valid = true;
                 log::warn!("nexus {}: child {} faulted: {why}", self.name, c.uri);
                 drop(st);
@@ -242,7 +263,7 @@ impl Nexus {
             ChildState::Rebuilding => {
                 let c = st.slots[slot].as_mut().expect("checked");
                 let gen = c.fault_gen;
-                c.transition(ChildState::Faulted, Some(Reason::IoError(why.to_string())), gen);
+                c.transition(ChildState::Faulted, Some(reason), gen);
                 if let Some(j) = &c.rebuild {
                     j.cancel();
                 }
@@ -439,6 +460,7 @@ impl BdevBackend for NexusBackend {
             "local_first": n.local_first,
             "resv_key": n.resv_key,
             "preempt_key": n.preempt_key,
+            "resv_type": n.resv_type,
             "store": n.store.name(),
             "rebuild_window_kb": n.rebuild_window_kb,
             "rebuild_max_mb_sec": n.rebuild_max_mb_sec.load(Ordering::Relaxed),
@@ -504,11 +526,12 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
             ));
         }
     }
+    let fencing = Fencing { resv_key: o.resv_key, preempt_key: o.preempt_key, resv_type: o.resv_type };
     let mut children: Vec<Child> = Vec::new();
     let mut geometry = None;
     for (uri, p) in o.children.iter().zip(parsed) {
         let healthy = record.as_ref().is_none_or(|r| r.healthy(uri) == Some(true));
-        let res = open_child(ctx, uri, &p, &o.name).await.and_then(|(desc, made)| {
+        let res = open_child(ctx, uri, &p, &o.name, &fencing).await.and_then(|(desc, made)| {
             let b = desc.bdev().clone();
             check_geometry(uri, &b, geometry)?;
             geometry.get_or_insert((b.block_size(), b.num_blocks()));
@@ -518,7 +541,7 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
             Ok(c) => children.push(c),
             Err(e) => {
                 for c in children {
-                    close_child(ctx, c).await;
+                    close_child(ctx, c, &fencing).await;
                 }
                 return Err(e);
             }
@@ -535,7 +558,7 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
     };
     if let Some(why) = bad_size {
         for c in children {
-            close_child(ctx, c).await;
+            close_child(ctx, c, &fencing).await;
         }
         return Err(inval(why));
     }
@@ -550,6 +573,7 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
         local_first: o.local_first,
         resv_key: o.resv_key,
         preempt_key: o.preempt_key,
+        resv_type: o.resv_type,
         store,
         rebuild_window_kb: o.rebuild_window_kb.max(4),
         rebuild_max_mb_sec: AtomicU32::new(o.rebuild_max_mb_sec),
@@ -591,7 +615,7 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
         Err(e) => {
             let children: Vec<Child> = nexus.lock().slots.iter_mut().filter_map(|c| c.take()).collect();
             for c in children {
-                close_child(ctx, c).await;
+                close_child(ctx, c, &fencing).await;
             }
             return Err(e);
         }
@@ -646,7 +670,7 @@ pub async fn destroy(ctx: &Ctx, name: &str) -> Result<(), BdevError> {
     }
     let children: Vec<Child> = n.lock().slots.iter_mut().filter_map(|c| c.take()).collect();
     for c in children {
-        close_child(ctx, c).await;
+        close_child(ctx, c, &n.fencing()).await;
     }
     forget(&n);
     log::info!("nexus {name}: destroyed");
@@ -669,11 +693,11 @@ pub async fn add_child(ctx: &Ctx, name: &str, uri: &str) -> Result<(), BdevError
         }
         st.slots.iter().position(|c| c.is_none()).ok_or_else(|| inval(format!("nexus {name}: no free slot")))?
     };
-    let (desc, made) = open_child(ctx, uri, &p, name).await?;
+    let (desc, made) = open_child(ctx, uri, &p, name, &n.fencing()).await?;
     let b = desc.bdev().clone();
     let child = Child::new(uri.to_string(), p, b.name().to_string(), made, desc, false);
     if let Err(e) = check_geometry(uri, &b, Some((n.block_size, n.child_blocks))) {
-        close_child(ctx, child).await;
+        close_child(ctx, child, &n.fencing()).await;
         return Err(e);
     }
     let gen = {
@@ -717,7 +741,7 @@ pub async fn remove_child(ctx: &Ctx, name: &str, uri: &str) -> Result<(), BdevEr
         n.bump(&mut st)
     };
     n.maybe_clear_log();
-    close_child(ctx, child).await;
+    close_child(ctx, child, &n.fencing()).await;
     n.recorded_at_least(gen).await
 }
 
@@ -764,21 +788,30 @@ pub async fn fault_child(name: &str, uri: &str) -> Result<(), BdevError> {
 }
 
 /// `nexus_online_child`: a faulted child comes back and is rebuilt (partially when the segment
-/// log covers what it missed).
+/// log covers what it missed). Refused for a child this nexus was fenced off.
 pub async fn online_child(ctx: &Ctx, name: &str, uri: &str) -> Result<(), BdevError> {
     let _g = ctl::lock().await;
     let n = find_or_err(name)?;
     let slot = n.slot_of(uri)?;
-    let (state, open, p) = {
+    let (state, open, p, fenced) = {
         let st = n.lock();
         let c = st.slots[slot].as_ref().expect("found");
-        (c.state(), c.desc.is_some(), c.parsed.clone())
+        (c.state(), c.desc.is_some(), c.parsed.clone(), matches!(c.reason, Some(Reason::ReservationConflict(_))))
     };
+    if fenced {
+        return Err(BdevError::Errno(
+            libc::EACCES,
+            format!(
+                "nexus {name}: child {uri} was fenced off (another nexus preempted its reservation); \
+                 remove it and add it again to take it back"
+            ),
+        ));
+    }
     if state != ChildState::Faulted {
         return Err(BdevError::Errno(libc::EBUSY, format!("nexus {name}: child {uri} is {}", state.name())));
     }
     if !open {
-        let (desc, _) = open_child(ctx, uri, &p, name).await?;
+        let (desc, _) = open_child(ctx, uri, &p, name, &n.fencing()).await?;
         let mut st = n.lock();
         let c = st.slots[slot].as_mut().expect("found");
         c.bdev_name = desc.bdev().name().to_string();

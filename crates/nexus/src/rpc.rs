@@ -34,6 +34,7 @@ struct Create {
     resv_key: u64,
     #[serde(default)]
     preempt_key: u64,
+    resv_type: Option<u8>,
     #[serde(default)]
     local_first: bool,
     store: Option<String>,
@@ -87,6 +88,10 @@ pub fn register(reg: &mut Registry) {
             Some(s) => Some(uuid::Uuid::parse_str(s).map_err(|e| bad(format!("uuid {s:?}: {e}")))?),
         };
         let store = c.store.as_deref().map(Store::parse).transpose().map_err(bad)?;
+        let resv_type = c.resv_type.unwrap_or(ferrite_nvme::spec::resv::rtype::WRITE_EXCLUSIVE_ALL_REGS);
+        if !(1..=6).contains(&resv_type) {
+            return Err(bad(format!("resv_type {resv_type} (1 to 6)")));
+        }
         let n = nexus::create(
             &ctx,
             CreateOpts {
@@ -96,6 +101,7 @@ pub fn register(reg: &mut Registry) {
                 children: c.children,
                 resv_key: c.resv_key,
                 preempt_key: c.preempt_key,
+                resv_type,
                 local_first: c.local_first,
                 store,
                 rebuild_window_kb: c.rebuild_window_kb.unwrap_or(1024),
