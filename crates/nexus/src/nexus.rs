@@ -643,10 +643,12 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
     Ok(nexus)
 }
 
-/// `nexus_destroy`.
+/// `nexus_destroy`: unpublished, rebuilds stopped, children released.
 pub async fn destroy(ctx: &Ctx, name: &str) -> Result<(), BdevError> {
     let _g = ctl::lock().await;
     let n = find(name).ok_or_else(|| BdevError::Errno(libc::ENODEV, format!("nexus {name} not found")))?;
+    // Hosts lose it first (its subsystem goes), as Mayastor unshares before destroying.
+    crate::publish::unpublish(ctx, &n).await?;
     let jobs: Vec<_> = {
         let mut st = n.lock();
         st.destroying = true;
