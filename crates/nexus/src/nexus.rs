@@ -6,7 +6,8 @@
 //! Health and the store: every change of which children are healthy bumps the nexus's
 //! generation `gen`; a task on the first core writes the record to the store and then sets
 //! `recorded` to the generation written. A write that a child missed waits in its channel
-//! until `recorded` reaches the generation that marks that child out of date (`channel`).
+//! until `recorded` reaches the generation that marks that child out of date, and every
+//! core's layout (`refreshed`) no longer reads from it (`channel`).
 
 use crate::channel::NexusChannel;
 use crate::child::{Child, ChildState, Reason};
@@ -19,7 +20,7 @@ use crate::uri::ChildUri;
 use ferrite_bdev::{Bdev, BdevBackend, BdevError, BdevProps, IoStatus, IoType, IoTypes, Limits};
 use ferrite_rpc::Ctx;
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use uuid::Uuid;
@@ -128,6 +129,21 @@ pub struct Nexus {
     pub log: SegmentLog,
     /// The generation the store holds.
     pub recorded: AtomicU64,
+    /// The generation every core's layout reflects (no core still reads from a child faulted
+    /// at or before it).
+    pub refreshed: AtomicU64,
+    /// Some child has a volatile write cache: what it acknowledged may be lost until a flush,
+    /// so the segments written since the last flush every child took are kept (`unflushed`).
+    pub volatile: AtomicBool,
+    /// Segments written (completed) in even and odd flush epochs, not yet covered by a flush.
+    unflushed: [SegmentLog; 2],
+    /// Flushes begun (the epoch writes completing now mark `unflushed[epoch & 1]`).
+    flush_epoch: AtomicU64,
+    /// Orders flush beginnings and the clearing of an epoch.
+    flush_lock: Mutex<()>,
+    /// Set when a child stops being healthy, cleared when all are again: writes completing
+    /// meanwhile mark the log too (they may be in a lost child's cache).
+    degraded_hint: AtomicBool,
     pub(crate) st: Mutex<Inner>,
 }
 
@@ -253,6 +269,7 @@ impl Nexus {
             ChildState::Healthy => {
                 let gen = self.bump(&mut st);
                 let c = st.slots[slot].as_mut().expect("checked");
+                self.fault_log();
                 c.transition(ChildState::Faulted, Some(reason), gen);
                 c.log_valid = true;
                 log::warn!("nexus {}: child {} faulted: {why}", self.name, c.uri);
@@ -263,6 +280,7 @@ impl Nexus {
             ChildState::Rebuilding => {
                 let c = st.slots[slot].as_mut().expect("checked");
                 let gen = c.fault_gen;
+                self.fault_log();
                 c.transition(ChildState::Faulted, Some(reason), gen);
                 if let Some(j) = &c.rebuild {
                     j.cancel();
@@ -286,15 +304,30 @@ impl Nexus {
         });
     }
 
-    /// Every core's channel takes the children as they are now.
+    /// Every core's channel takes the children as they are now; then the writes that waited
+    /// for it (and for the store) complete.
     pub(crate) async fn refresh(&self) {
-        let Some(bdev) = self.lock().bdev.clone() else { return };
+        let (bdev, gen) = {
+            let st = self.lock();
+            (st.bdev.clone(), st.gen)
+        };
+        let Some(bdev) = bdev else { return };
         let rx = bdev.for_each_channel(&ferrite_reactor::engine(), |ch| {
             if let Some(c) = ch.as_any().and_then(|a| a.downcast_mut::<NexusChannel>()) {
                 c.refresh();
             }
         });
         let _ = rx.await;
+        if self.refreshed.fetch_max(gen, Ordering::AcqRel) < gen {
+            self.sweep().await;
+        }
+    }
+
+    /// The generation both the store and every core's layout reflect: a write a child missed
+    /// is acknowledged only once this covers the child's fault (else a read that follows it
+    /// could still go, on some core, to the child that missed it).
+    pub(crate) fn covered(&self) -> u64 {
+        self.recorded.load(Ordering::Acquire).min(self.refreshed.load(Ordering::Acquire))
     }
 
     /// Every core completes the writes the store now covers, and fails those that waited too
@@ -313,7 +346,53 @@ impl Nexus {
     pub(crate) fn maybe_clear_log(&self) {
         let st = self.lock();
         if st.slots.iter().flatten().all(|c| c.state() == ChildState::Healthy) {
+            self.degraded_hint.store(false, Ordering::SeqCst);
             self.log.clear();
+        }
+    }
+
+    /// A write-type request completed on its children: with volatile caches its segments are
+    /// unflushed until a flush covers them, and while a child is out they go to the log too (a
+    /// write in flight when the child went may sit in its lost cache). Marks first, then reads
+    /// the hint: `fault_log` sets the hint, then merges, so one of them sees the other.
+    #[inline]
+    pub(crate) fn note_written(&self, offset: u64, num: u64) {
+        if !self.volatile.load(Ordering::Relaxed) {
+            return;
+        }
+        let e = self.flush_epoch.load(Ordering::SeqCst);
+        self.unflushed[(e & 1) as usize].mark(offset, num);
+        if self.degraded_hint.load(Ordering::SeqCst) {
+            self.log.mark(offset, num);
+        }
+    }
+
+    /// A flush is sent to the children: the epoch it covers (None without volatile caches).
+    pub(crate) fn flush_begin(&self) -> Option<u64> {
+        if !self.volatile.load(Ordering::Relaxed) {
+            return None;
+        }
+        let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
+        Some(self.flush_epoch.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// The flush begun in epoch `e` succeeded on every child: what completed before it began is
+    /// durable everywhere. Its epoch's segments are cleared unless a later flush began since
+    /// (then writes of that later epoch share the bitmap: they stay, conservatively).
+    pub(crate) fn flush_done(&self, e: u64) {
+        let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.flush_epoch.load(Ordering::SeqCst) == e + 1 {
+            self.unflushed[(e & 1) as usize].clear();
+        }
+    }
+
+    /// A child stops being healthy (under the nexus lock): what its cache may have lost (the
+    /// segments not yet covered by a flush) joins the log a partial rebuild copies.
+    pub(crate) fn fault_log(&self) {
+        self.degraded_hint.store(true, Ordering::SeqCst);
+        if self.volatile.load(Ordering::Relaxed) {
+            self.log.merge(&self.unflushed[0]);
+            self.log.merge(&self.unflushed[1]);
         }
     }
 
@@ -562,6 +641,7 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
         }
         return Err(inval(why));
     }
+    let volatile = children.iter().any(|c| c.desc.as_ref().is_some_and(|d| d.bdev().limits().write_cache));
     let mut slots: Vec<Option<Child>> = children.into_iter().map(Some).collect();
     slots.resize_with(MAX_CHILDREN, || None);
     let nexus = Arc::new(Nexus {
@@ -579,6 +659,12 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
         rebuild_max_mb_sec: AtomicU32::new(o.rebuild_max_mb_sec),
         log: SegmentLog::new(num_blocks, bs, SEGMENT_BYTES),
         recorded: AtomicU64::new(0),
+        refreshed: AtomicU64::new(0),
+        volatile: AtomicBool::new(volatile),
+        unflushed: [SegmentLog::new(num_blocks, bs, SEGMENT_BYTES), SegmentLog::new(num_blocks, bs, SEGMENT_BYTES)],
+        flush_epoch: AtomicU64::new(0),
+        flush_lock: Mutex::new(()),
+        degraded_hint: AtomicBool::new(false),
         st: Mutex::new(Inner { slots, gen: 0, bdev: None, persisting: false, destroying: false }),
     });
     let props = {
@@ -622,11 +708,13 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
     };
     nexus.lock().bdev = Some(bdev);
     nexuses().0.push(nexus.clone());
-    // The store learns the children before anything is rebuilt.
+    // The store learns the children before anything is rebuilt. Every channel made so far
+    // took the children as they are.
     let gen = {
         let mut st = nexus.lock();
         nexus.bump(&mut st)
     };
+    nexus.refreshed.fetch_max(gen, Ordering::AcqRel);
     if let Err(e) = nexus.recorded_at_least(gen).await {
         log::warn!("nexus {}: {e}", nexus.name);
     }
@@ -697,6 +785,9 @@ pub async fn add_child(ctx: &Ctx, name: &str, uri: &str) -> Result<(), BdevError
     };
     let (desc, made) = open_child(ctx, uri, &p, name, &n.fencing()).await?;
     let b = desc.bdev().clone();
+    if b.limits().write_cache {
+        n.volatile.store(true, Ordering::SeqCst);
+    }
     let child = Child::new(uri.to_string(), p, b.name().to_string(), made, desc, false);
     if let Err(e) = check_geometry(uri, &b, Some((n.block_size, n.child_blocks))) {
         close_child(ctx, child, &n.fencing()).await;
@@ -763,6 +854,7 @@ pub async fn fault_child(name: &str, uri: &str) -> Result<(), BdevError> {
             ChildState::Healthy => {
                 let gen = n.bump(&mut st);
                 let c = st.slots[slot].as_mut().expect("found");
+                n.fault_log();
                 c.transition(ChildState::Faulted, Some(Reason::ByClient), gen);
                 c.log_valid = true;
                 (gen, None)
@@ -770,12 +862,14 @@ pub async fn fault_child(name: &str, uri: &str) -> Result<(), BdevError> {
             ChildState::Rebuilding => {
                 let c = st.slots[slot].as_mut().expect("found");
                 let gen = c.fault_gen;
+                n.fault_log();
                 c.transition(ChildState::Faulted, Some(Reason::ByClient), gen);
                 (gen, c.rebuild.clone())
             }
             ChildState::Faulted => {
                 let c = st.slots[slot].as_mut().expect("found");
                 let gen = c.fault_gen;
+                n.fault_log();
                 c.transition(ChildState::Faulted, Some(Reason::ByClient), gen);
                 (gen, None)
             }
@@ -814,6 +908,9 @@ pub async fn online_child(ctx: &Ctx, name: &str, uri: &str) -> Result<(), BdevEr
     }
     if !open {
         let (desc, _) = open_child(ctx, uri, &p, name, &n.fencing()).await?;
+        if desc.bdev().limits().write_cache {
+            n.volatile.store(true, Ordering::SeqCst);
+        }
         let mut st = n.lock();
         let c = st.slots[slot].as_mut().expect("found");
         c.bdev_name = desc.bdev().name().to_string();
@@ -843,6 +940,7 @@ pub(crate) fn child_removed(n: &Arc<Nexus>, bdev_name: &str) {
                 st.slots[slot].as_ref().expect("found").fault_gen
             };
             let c = st.slots[slot].as_mut().expect("found");
+            n.fault_log();
             c.transition(ChildState::Faulted, Some(Reason::Removed), gen);
             if state == ChildState::Healthy {
                 c.log_valid = true;
