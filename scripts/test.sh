@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test Ferrite has: format, lints, unit/property/integration tests (which start the real
 # daemon and use real clients), the guest-kernel NBD, NVMe/TCP, lvol, vhost-user-blk and iSCSI
-# tests (and reservations across iSCSI and NVMe/TCP), and a short fuzz run of each parser.
+# tests (and reservations across iSCSI and NVMe/TCP, and the nexus with two node crashes under a
+# guest's fio), and a short fuzz run of each parser.
 # Works on a fresh Debian machine with Rust (rustup) installed; installs what else it needs.
 # FUZZ_SECONDS=0 skips fuzzing, VM_TESTS=0 the guest kernel tests.
 set -euo pipefail
@@ -80,6 +81,7 @@ if [ "${VM_TESTS:-1}" != 0 ]; then
   bash tests/vm/vhost-packed-guest.sh
   bash tests/vm/iscsi-guest.sh
   bash tests/vm/pr-guest.sh
+  bash tests/vm/nexus-guest.sh
 fi
 if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
   echo "== fuzz"

@@ -545,3 +545,191 @@ fn while_the_store_is_unreachable_only_writes_a_child_missed_wait_then_fail() {
     assert_eq!(child(&n, "bdev:///EE_U2")["state"], "faulted", "{n}");
     d.assert_serving();
 }
+
+/// A daemon exporting a malloc bdev `bdev` of 16 MiB over NVMe/TCP as `nqn`; its port.
+fn nvmf_target(t: &Daemon, bdev: &str, nqn: &str) -> u16 {
+    let port = nbd_common::free_port();
+    t.call("bdev_malloc_create", Some(json!({"name": bdev, "num_blocks": 32768, "block_size": 512})));
+    t.call("nvmf_create_transport", Some(json!({"trtype": "TCP"})));
+    t.call("nvmf_create_subsystem", Some(json!({"nqn": nqn, "allow_any_host": true, "serial_number": "FENCE01"})));
+    t.call("nvmf_subsystem_add_ns", Some(json!({"nqn": nqn, "namespace": {"bdev_name": bdev}})));
+    t.call(
+        "nvmf_subsystem_add_listener",
+        Some(json!({"nqn": nqn, "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string()}})),
+    );
+    port
+}
+
+#[test]
+fn a_nexus_preempted_by_a_new_one_is_fenced_off_the_remote_child() {
+    let test = "a_nexus_preempted_by_a_new_one_is_fenced_off_the_remote_child";
+    if !have(test, &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("nexus-fence");
+    let nqn = "nqn.2019-05.io.openebs:fenced";
+    let t = Daemon::start_with(&dir, "target.sock", "0x1", &["--no-pin"]);
+    let port = nvmf_target(&t, "R", nqn);
+    let remote = format!("nvmf://127.0.0.1:{port}/{nqn}");
+    let store = |n: &str| dir.join(&format!("store-{n}.json")).to_str().unwrap().to_string();
+    // The first nexus, on daemon A: a local child and the remote one, key 0xa1.
+    let a = Daemon::start_with(&dir, "a.sock", "0x1", &["--no-pin"]);
+    a.call("bdev_malloc_create", Some(json!({"name": "LA", "num_blocks": 32768, "block_size": 512})));
+    a.call(
+        "nexus_create",
+        Some(json!({"name": "N1", "size": 16 * MIB, "children": ["bdev:///LA", remote], "resv_key": 0xa1,
+            "store": store("a")})),
+    );
+    let ua = nbd(&a, "N1", "n1");
+    qemu_io(&dir, &ua, "write -P 0x11 0 4M; flush; read -P 0x11 0 4M");
+    // Daemon B: a nexus that asks for an exclusive reservation without preempting is refused
+    // (A holds one), and leaves nothing attached behind.
+    let b = Daemon::start_with(&dir, "b.sock", "0x1", &["--no-pin"]);
+    let e = b.call_err(
+        "nexus_create",
+        Some(json!({"name": "N2", "children": [remote], "resv_key": 0xb2, "resv_type": 1, "store": store("b")})),
+    );
+    assert_eq!(e.code, -libc::EACCES, "{e:?}");
+    assert!(e.message.contains("reservation acquire"), "{e:?}");
+    assert_eq!(b.call("bdev_nvme_get_controllers", None), json!([]));
+    // With A's key to preempt, B's nexus takes the reservation.
+    b.call(
+        "nexus_create",
+        Some(json!({"name": "N2", "children": [remote], "resv_key": 0xb2, "preempt_key": 0xa1, "store": store("b")})),
+    );
+    assert_eq!(nexus(&b, "N2")["state"], "online");
+    let ub = nbd(&b, "N2", "n2");
+    qemu_io(&dir, &ub, "read -P 0x11 0 4M; write -P 0x22 0 2M; flush; read -P 0x22 0 2M");
+    // A, which does not know it was replaced, writes: the remote child refuses (reservation
+    // conflict) and is faulted for it; the write completes on A's local child alone.
+    qemu_io(&dir, &ua, "write -P 0x33 0 1M; write -P 0x34 3M 1M; flush; read -P 0x33 0 1M; read -P 0x34 3M 1M");
+    let n = nexus(&a, "N1");
+    let c = child(&n, &remote);
+    assert_eq!(c["state"], "faulted", "{n}");
+    assert!(c["reason"].as_str().unwrap().starts_with("reservation_conflict"), "{n}");
+    assert_eq!(n["state"], "degraded", "{n}");
+    // Nothing of A's reached the remote child: B reads its own data and A's from before.
+    qemu_io(&dir, &ub, "read -P 0x22 0 2M; read -P 0x11 2M 2M; read -P 0x11 4M 0");
+    // A cannot bring the child back by onlining it.
+    let e = a.call_err("nexus_online_child", Some(json!({"name": "N1", "uri": remote})));
+    assert_eq!(e.code, -libc::EACCES, "{e:?}");
+    // B's nexus keeps serving; what it wrote reads back after A's attempts.
+    qemu_io(&dir, &ub, "write -P 0x44 1M 1M; flush; read -P 0x22 0 1M; read -P 0x44 1M 1M; read -P 0x11 2M 2M");
+    // save_config keeps the keys.
+    let saved = b.call("save_config", None);
+    let entries = common::saved_entries(&saved, "nexus_create");
+    assert_eq!(
+        (&entries[0]["params"]["resv_key"], &entries[0]["params"]["preempt_key"], &entries[0]["params"]["resv_type"]),
+        (&json!(0xb2), &json!(0xa1), &json!(5)),
+        "{saved}"
+    );
+    for (d, e, n) in [(&a, "n1", "N1"), (&b, "n2", "N2")] {
+        d.call("nbd_server_remove_export", Some(json!({"name": e})));
+        assert_eq!(d.call("nexus_destroy", Some(json!({"name": n}))), json!(true));
+        d.assert_serving();
+    }
+    // B's destroy left the reservation: a third nexus takes it without preempting.
+    b.call(
+        "nexus_create",
+        Some(json!({"name": "N3", "children": [remote], "resv_key": 0xc3, "resv_type": 1, "store": store("c")})),
+    );
+    assert_eq!(nexus(&b, "N3")["state"], "online");
+    t.assert_serving();
+}
+
+/// `host` attaches `uri` (nvmf://addr:port/nqn) as controller `name` and exports its
+/// namespace over NBD as `export`; the NBD URI.
+fn attach_and_export(host: &Daemon, uri: &str, name: &str, export: &str) -> String {
+    let rest = uri.strip_prefix("nvmf://").unwrap();
+    let (addr, nqn) = rest.split_once('/').unwrap();
+    let (traddr, port) = addr.split_once(':').unwrap();
+    let bdevs = host.call(
+        "bdev_nvme_attach_controller",
+        Some(json!({"name": name, "trtype": "tcp", "adrfam": "ipv4", "traddr": traddr, "trsvcid": port,
+            "subnqn": nqn})),
+    );
+    assert_eq!(bdevs, json!([format!("{name}n1")]));
+    nbd(host, &format!("{name}n1"), export)
+}
+
+#[test]
+fn a_published_nexus_serves_a_host_over_nvmf_and_save_config_keeps_the_publication() {
+    let test = "a_published_nexus_serves_a_host_over_nvmf_and_save_config_keeps_the_publication";
+    if !have(test, &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("nexus-publish");
+    let fs = files(&dir, &["p0.img", "p1.img"], 16);
+    let uris = [uring_uri(&fs[0]), uring_uri(&fs[1])];
+    let store = dir.join("store.json");
+    let uuid = "7e1a0c5d-2b3c-4d5e-8f90-a1b2c3d4e5f6";
+    let nqn = format!("nqn.2019-05.io.openebs:{uuid}");
+    let a = Daemon::start_with(&dir, "a.sock", "0x1", &["--no-pin"]);
+    a.call(
+        "nexus_create",
+        Some(json!({"name": "NP", "uuid": uuid, "children": uris, "store": store.to_str().unwrap()})),
+    );
+    // Bad requests first: another protocol, a bad ANA state, an unknown nexus.
+    for (p, code) in [
+        (json!({"name": "NP", "protocol": "iscsi"}), -32602),
+        (json!({"name": "NP", "ana_state": "sideways"}), -32602),
+        (json!({"name": "nosuch"}), -libc::ENODEV),
+    ] {
+        assert_eq!(a.call_err("nexus_publish", Some(p.clone())).code, code, "{p}");
+    }
+    let port = nbd_common::free_port();
+    let uri = a.call("nexus_publish", Some(json!({"name": "NP", "protocol": "nvmf", "trsvcid": port})));
+    assert_eq!(uri, json!(format!("nvmf://127.0.0.1:{port}/{nqn}")));
+    assert_eq!(nexus(&a, "NP")["published"], json!([uri]));
+    let sub = &a.call("nvmf_get_subsystems", Some(json!({"nqn": nqn})))[0];
+    assert_eq!((&sub["namespaces"][0]["bdev_name"], &sub["namespaces"][0]["uuid"]), (&json!("NP"), &json!(uuid)));
+    // Published under another NQN as well: refused.
+    let e = a.call_err("nexus_publish", Some(json!({"name": "NP", "nqn": "nqn.2016-06.io.x:other", "trsvcid": port})));
+    assert_eq!(e.code, -libc::EEXIST, "{e:?}");
+    // A host (Ferrite's NVMe/TCP host on another daemon) writes and reads back.
+    let h = Daemon::start_with(&dir, "h.sock", "0x1", &["--no-pin"]);
+    let u = attach_and_export(&h, uri.as_str().unwrap(), "H0", "h0");
+    qemu_io(&dir, &u, "write -P 0x5a 0 4M; write -P 0x5b 4M 4M; flush; read -P 0x5a 0 4M; read -P 0x5b 4M 4M");
+    // The listener's ANA state moves (the nexus about to move elsewhere); non-optimized still
+    // serves.
+    a.call("nexus_publish", Some(json!({"name": "NP", "trsvcid": port.to_string(), "ana_state": "non_optimized"})));
+    let ls = a.call("nvmf_subsystem_get_listeners", Some(json!({"nqn": nqn})));
+    assert_eq!(ls[0]["ana_states"][0]["ana_state"], "non_optimized", "{ls}");
+    qemu_io(&dir, &u, "read -P 0x5a 0 4M; write -P 0x5c 1M 1M; read -P 0x5c 1M 1M");
+    // Each child holds what the host wrote: reads from one, then from the other.
+    a.call("nexus_fault_child", Some(json!({"name": "NP", "uri": uris[0]})));
+    qemu_io(&dir, &u, "read -P 0x5a 0 1M; read -P 0x5c 1M 1M; read -P 0x5a 2M 2M; read -P 0x5b 4M 4M");
+    a.call("nexus_online_child", Some(json!({"name": "NP", "uri": uris[0]})));
+    wait_rebuilt(&a, "NP", &uris[0], Duration::from_secs(30));
+    a.call("nexus_fault_child", Some(json!({"name": "NP", "uri": uris[1]})));
+    qemu_io(&dir, &u, "read -P 0x5a 0 1M; read -P 0x5c 1M 1M; read -P 0x5a 2M 2M; read -P 0x5b 4M 4M");
+    a.call("nexus_online_child", Some(json!({"name": "NP", "uri": uris[1]})));
+    wait_rebuilt(&a, "NP", &uris[1], Duration::from_secs(30));
+    same_bytes(&fs[0], &fs[1]);
+    // save_config keeps the publication (the target's entries, after the nexus's); a restart
+    // from it serves the host again with the same data.
+    let saved = a.call("save_config", None);
+    let subs = common::saved_entries(&saved, "nvmf_create_subsystem");
+    assert_eq!((subs.len(), &subs[0]["params"]["nqn"]), (1, &json!(nqn)), "{saved}");
+    assert_eq!(common::saved_entries(&saved, "nvmf_subsystem_add_ns")[0]["params"]["namespace"]["bdev_name"], "NP");
+    h.call("nbd_server_remove_export", Some(json!({"name": "h0"})));
+    h.call("bdev_nvme_detach_controller", Some(json!({"name": "H0"})));
+    drop(a);
+    let cfg = dir.write_json("saved.json", &saved);
+    let a = Daemon::start_with(&dir, "a2.sock", "0x1", &["--no-pin", "--json", cfg.to_str().unwrap()]);
+    assert_eq!(nexus(&a, "NP")["published"], json!([uri]));
+    let u = attach_and_export(&h, uri.as_str().unwrap(), "H1", "h1");
+    qemu_io(&dir, &u, "read -P 0x5a 0 1M; read -P 0x5c 1M 1M; read -P 0x5a 2M 2M; read -P 0x5b 4M 4M");
+    h.call("nbd_server_remove_export", Some(json!({"name": "h1"})));
+    h.call("bdev_nvme_detach_controller", Some(json!({"name": "H1"})));
+    // Unpublished: the subsystem goes; destroy unpublishes too.
+    assert_eq!(a.call("nexus_unpublish", Some(json!({"name": "NP"}))), json!(true));
+    assert_eq!(nexus(&a, "NP")["published"], json!([]));
+    assert!(a.call_err("nvmf_get_subsystems", Some(json!({"nqn": nqn}))).code != 0);
+    a.call("nexus_publish", Some(json!({"name": "NP", "port": port})));
+    assert_eq!(a.call("nexus_destroy", Some(json!({"name": "NP"}))), json!(true));
+    assert!(a.call_err("nvmf_get_subsystems", Some(json!({"nqn": nqn}))).code != 0);
+    a.assert_serving();
+    h.assert_serving();
+}

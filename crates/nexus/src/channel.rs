@@ -22,7 +22,6 @@ use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -60,10 +59,12 @@ impl Mask {
     }
 }
 
-/// Context of a write-type request: the slots it went to.
+/// Context of a write-type request: the slots it went to, and for a flush the epoch it began
+/// (`Nexus::flush_begin`).
 #[derive(Clone, Copy)]
 struct Fanned {
     slots: Mask,
+    epoch: Option<u64>,
 }
 
 /// Context of a read: the child it is on and those tried.
@@ -137,7 +138,7 @@ impl NexusChannel {
 
     /// Completes the waiting writes the store now covers; fails those past their deadline.
     pub(crate) fn sweep(&mut self) {
-        let recorded = self.st.nexus.recorded.load(Ordering::Acquire);
+        let recorded = self.st.nexus.covered();
         let now = Instant::now();
         let mut q = self.st.parked.borrow_mut();
         let mut keep = VecDeque::new();
@@ -215,7 +216,7 @@ fn read_done(mut io: BdevIo, status: IoStatus) {
     }
     let mut r = *io.ctx::<Read>().expect("a nexus read keeps its context");
     let st = io.module_channel::<ChanState>().expect("a nexus request comes back to its channel");
-    st.nexus.child_failed(r.slot as usize, &format!("read at block {}: {status}", io.req.offset_blocks));
+    st.nexus.child_failed(r.slot as usize, &format!("read at block {}: {status}", io.req.offset_blocks), status);
     let lay = st.lay.borrow();
     let Some(i) = next_reader(&st, &lay, r.tried) else {
         drop(lay);
@@ -243,7 +244,8 @@ fn to_writers(st: &Rc<ChanState>, mut io: BdevIo) {
     for c in &lay.writers {
         slots.set(c.slot);
     }
-    io.set_ctx(Fanned { slots });
+    let epoch = if t == IoType::Flush { st.nexus.flush_begin() } else { None };
+    io.set_ctx(Fanned { slots, epoch });
     if lay.writers.len() == 1 {
         return lay.writers[0].ch.forward_then(io, one_done);
     }
@@ -263,9 +265,11 @@ fn child_fault(s: IoStatus) -> bool {
 /// The one writable child answered.
 fn one_done(io: BdevIo, status: IoStatus) {
     let st = io.module_channel::<ChanState>().expect("a nexus request comes back to its channel");
+    written(&st.nexus, &io, status.is_ok());
     if child_fault(status) {
         let slot = io.ctx::<Fanned>().expect("context").slots.0.trailing_zeros() as usize;
-        st.nexus.child_failed(slot, &format!("{} at block {}: {status}", io.req.io_type.name(), io.req.offset_blocks));
+        let why = format!("{} at block {}: {status}", io.req.io_type.name(), io.req.offset_blocks);
+        st.nexus.child_failed(slot, &why, status);
         return io.complete(status);
     }
     let gen = st.lay.borrow().skip_gen;
@@ -292,8 +296,11 @@ fn all_done(io: BdevIo, done: FanOutDone) {
             if t.writes() {
                 st.nexus.log.mark(io.req.offset_blocks, io.req.num_blocks);
             }
-            let g =
-                st.nexus.child_failed(slot as usize, &format!("{} at block {}: {s}", t.name(), io.req.offset_blocks));
+            let g = st.nexus.child_failed(
+                slot as usize,
+                &format!("{} at block {}: {s}", t.name(), io.req.offset_blocks),
+                s,
+            );
             if g == 0 {
                 // The last healthy child: it stays, and the request fails.
                 last_failure = s;
@@ -316,12 +323,27 @@ fn all_done(io: BdevIo, done: FanOutDone) {
     if faulted {
         log::debug!("nexus {}: a write completed by the other children", st.nexus.name);
     }
+    written(&st.nexus, &io, !faulted && last_failure.is_ok());
     finish(&st, io, status, gen)
 }
 
-/// Completes a write-type request once the store holds generation `gen`.
+/// A write-type request came back from its children: the nexus notes what may sit in their
+/// volatile caches (`Nexus::note_written`), and a flush every child took ends its epoch.
+fn written(n: &Nexus, io: &BdevIo, all_ok: bool) {
+    let t = io.req.io_type;
+    if t.writes() {
+        n.note_written(io.req.offset_blocks, io.req.num_blocks);
+    } else if t == IoType::Flush && all_ok {
+        if let Some(e) = io.ctx::<Fanned>().and_then(|f| f.epoch) {
+            n.flush_done(e);
+        }
+    }
+}
+
+/// Completes a write-type request once the store holds generation `gen` and every core's
+/// layout reflects it (`Nexus::covered`).
 fn finish(st: &Rc<ChanState>, io: BdevIo, status: IoStatus, gen: u64) {
-    if !status.is_ok() || gen <= st.nexus.recorded.load(Ordering::Acquire) {
+    if !status.is_ok() || gen <= st.nexus.covered() {
         return io.complete(status);
     }
     st.parked.borrow_mut().push_back(Parked { io, gen, deadline: Instant::now() + STORE_WAIT });

@@ -44,6 +44,9 @@ impl ChildState {
 pub enum Reason {
     /// It failed an I/O.
     IoError(String),
+    /// It refused a write with NVMe's Reservation Conflict: another nexus preempted this one's
+    /// reservation (fencing); it is not brought back by `nexus_online_child`.
+    ReservationConflict(String),
     /// `nexus_fault_child`.
     ByClient,
     /// Its bdev went away.
@@ -60,6 +63,7 @@ impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Reason::IoError(s) => write!(f, "io_error: {s}"),
+            Reason::ReservationConflict(s) => write!(f, "reservation_conflict: {s}"),
             Reason::ByClient => f.write_str("by_client"),
             Reason::Removed => f.write_str("removed"),
             Reason::OutOfSync => f.write_str("out_of_sync"),

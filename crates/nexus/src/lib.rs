@@ -8,14 +8,18 @@
 //! - [`uri`]: child URIs. `open`: what they name, opened and claimed.
 //! - [`child`]: a child and its state machine. [`nexus`]: the control plane.
 //! - `channel`: the data path. [`rebuild`]: rebuilds. [`seglog`]: the segment log.
+//! - [`fence`]: NVMe reservations on remote children (`resv_key`, `preempt_key`).
+//! - [`publish`]: the nexus over NVMe/TCP (through the target's RPC methods).
 //! - [`store`], [`etcd`]: the health store. [`rpc`]: the JSON-RPC methods.
 
 mod channel;
 pub mod child;
 mod ctl;
 pub mod etcd;
+pub mod fence;
 pub mod nexus;
 mod open;
+pub mod publish;
 pub mod rebuild;
 pub mod rpc;
 pub mod seglog;

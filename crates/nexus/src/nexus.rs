@@ -6,19 +6,21 @@
 //! Health and the store: every change of which children are healthy bumps the nexus's
 //! generation `gen`; a task on the first core writes the record to the store and then sets
 //! `recorded` to the generation written. A write that a child missed waits in its channel
-//! until `recorded` reaches the generation that marks that child out of date (`channel`).
+//! until `recorded` reaches the generation that marks that child out of date, and every
+//! core's layout (`refreshed`) no longer reads from it (`channel`).
 
 use crate::channel::NexusChannel;
 use crate::child::{Child, ChildState, Reason};
 use crate::ctl;
+use crate::fence::Fencing;
 use crate::open::{close_child, open_child};
 use crate::seglog::{SegmentLog, SEGMENT_BYTES};
 use crate::store::{ChildRecord, NexusRecord, Store};
 use crate::uri::ChildUri;
-use ferrite_bdev::{Bdev, BdevBackend, BdevError, BdevProps, IoType, IoTypes, Limits};
+use ferrite_bdev::{Bdev, BdevBackend, BdevError, BdevProps, IoStatus, IoType, IoTypes, Limits};
 use ferrite_rpc::Ctx;
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use uuid::Uuid;
@@ -29,6 +31,8 @@ pub const MODULE: &str = "nexus";
 pub const MAX_CHILDREN: usize = 16;
 /// How long a write a child missed waits for the store before it fails.
 pub const STORE_WAIT: Duration = Duration::from_secs(10);
+/// NVMe's Reservation Conflict status code (generic status).
+const RESERVATION_CONFLICT_SC: u8 = 0x83;
 /// How often an unreachable store is tried again.
 const STORE_RETRY: Duration = Duration::from_millis(100);
 
@@ -78,10 +82,13 @@ pub struct CreateOpts {
     pub size: u64,
     /// Children, by URI.
     pub children: Vec<String>,
-    /// Reservation key (kept for fencing, later).
+    /// Reservation key on `nvmf://` children (0: no fencing).
     pub resv_key: u64,
-    /// Key to preempt (kept for fencing, later).
+    /// Key to preempt there (0: none): the nexus this one replaces.
     pub preempt_key: u64,
+    /// Reservation type (NVMe RTYPE; Mayastor's default is 5, Write Exclusive - All
+    /// Registrants).
+    pub resv_type: u8,
     /// Reads go to a local child first.
     pub local_first: bool,
     /// The health store (None: `nexus_set_options`' or the default file).
@@ -106,10 +113,12 @@ pub struct Nexus {
     pub child_blocks: u64,
     /// Reads go to a local child first.
     pub local_first: bool,
-    /// Reservation keys, kept for fencing.
+    /// Reservation key on the children that carry NVMe reservations (`fence`; 0: none).
     pub resv_key: u64,
-    /// See `resv_key`.
+    /// The key preempted there when a child is opened.
     pub preempt_key: u64,
+    /// The reservation type taken.
+    pub resv_type: u8,
     /// Where health is recorded.
     pub store: Store,
     /// Rebuild window, KiB.
@@ -120,6 +129,21 @@ pub struct Nexus {
     pub log: SegmentLog,
     /// The generation the store holds.
     pub recorded: AtomicU64,
+    /// The generation every core's layout reflects (no core still reads from a child faulted
+    /// at or before it).
+    pub refreshed: AtomicU64,
+    /// Some child has a volatile write cache: what it acknowledged may be lost until a flush,
+    /// so the segments written since the last flush every child took are kept (`unflushed`).
+    pub volatile: AtomicBool,
+    /// Segments written (completed) in even and odd flush epochs, not yet covered by a flush.
+    unflushed: [SegmentLog; 2],
+    /// Flushes begun (the epoch writes completing now mark `unflushed[epoch & 1]`).
+    flush_epoch: AtomicU64,
+    /// Orders flush beginnings and the clearing of an epoch.
+    flush_lock: Mutex<()>,
+    /// Set when a child stops being healthy, cleared when all are again: writes completing
+    /// meanwhile mark the log too (they may be in a lost child's cache).
+    degraded_hint: AtomicBool,
     pub(crate) st: Mutex<Inner>,
 }
 
@@ -178,6 +202,11 @@ impl Nexus {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What it asks of its children's reservations.
+    pub fn fencing(&self) -> Fencing {
+        Fencing { resv_key: self.resv_key, preempt_key: self.preempt_key, resv_type: self.resv_type }
+    }
+
     /// Its state.
     pub fn state(&self) -> NexusState {
         state_of(&self.lock())
@@ -218,9 +247,17 @@ impl Nexus {
     }
 
     /// A child failed an I/O (on any core): a healthy child (unless it is the last) or one being
-    /// rebuilt is faulted and retired. Returns the generation at which the store records it out
-    /// of date (0 if it stays healthy: the I/O fails).
-    pub(crate) fn child_failed(self: &Arc<Self>, slot: usize, why: &str) -> u64 {
+    /// rebuilt is faulted and retired (the reason says reservation conflict when `status` is
+    /// NVMe's: this nexus was fenced off that child). Returns the generation at which the store
+    /// records it out of date (0 if it stays healthy: the I/O fails).
+    pub(crate) fn child_failed(self: &Arc<Self>, slot: usize, why: &str, status: IoStatus) -> u64 {
+        let reason = if status == IoStatus::RESERVATION_CONFLICT
+            || matches!(status, IoStatus::Nvme { sct: 0, sc: RESERVATION_CONFLICT_SC, .. })
+        {
+            Reason::ReservationConflict(why.to_string())
+        } else {
+            Reason::IoError(why.to_string())
+        };
         let mut st = self.lock();
         let healthy = st.slots.iter().flatten().filter(|c| c.state() == ChildState::Healthy).count();
         let Some(c) = st.slots.get(slot).and_then(|c| c.as_ref()) else { return 0 };
@@ -232,7 +269,8 @@ impl Nexus {
             ChildState::Healthy => {
                 let gen = self.bump(&mut st);
                 let c = st.slots[slot].as_mut().expect("checked");
-                c.transition(ChildState::Faulted, Some(Reason::IoError(why.to_string())), gen);
+                self.fault_log();
+                c.transition(ChildState::Faulted, Some(reason), gen);
                 c.log_valid = true;
                 log::warn!("nexus {}: child {} faulted: {why}", self.name, c.uri);
                 drop(st);
@@ -242,7 +280,8 @@ impl Nexus {
             ChildState::Rebuilding => {
                 let c = st.slots[slot].as_mut().expect("checked");
                 let gen = c.fault_gen;
-                c.transition(ChildState::Faulted, Some(Reason::IoError(why.to_string())), gen);
+                self.fault_log();
+                c.transition(ChildState::Faulted, Some(reason), gen);
                 if let Some(j) = &c.rebuild {
                     j.cancel();
                 }
@@ -265,15 +304,30 @@ impl Nexus {
         });
     }
 
-    /// Every core's channel takes the children as they are now.
+    /// Every core's channel takes the children as they are now; then the writes that waited
+    /// for it (and for the store) complete.
     pub(crate) async fn refresh(&self) {
-        let Some(bdev) = self.lock().bdev.clone() else { return };
+        let (bdev, gen) = {
+            let st = self.lock();
+            (st.bdev.clone(), st.gen)
+        };
+        let Some(bdev) = bdev else { return };
         let rx = bdev.for_each_channel(&ferrite_reactor::engine(), |ch| {
             if let Some(c) = ch.as_any().and_then(|a| a.downcast_mut::<NexusChannel>()) {
                 c.refresh();
             }
         });
         let _ = rx.await;
+        if self.refreshed.fetch_max(gen, Ordering::AcqRel) < gen {
+            self.sweep().await;
+        }
+    }
+
+    /// The generation both the store and every core's layout reflect: a write a child missed
+    /// is acknowledged only once this covers the child's fault (else a read that follows it
+    /// could still go, on some core, to the child that missed it).
+    pub(crate) fn covered(&self) -> u64 {
+        self.recorded.load(Ordering::Acquire).min(self.refreshed.load(Ordering::Acquire))
     }
 
     /// Every core completes the writes the store now covers, and fails those that waited too
@@ -292,7 +346,53 @@ impl Nexus {
     pub(crate) fn maybe_clear_log(&self) {
         let st = self.lock();
         if st.slots.iter().flatten().all(|c| c.state() == ChildState::Healthy) {
+            self.degraded_hint.store(false, Ordering::SeqCst);
             self.log.clear();
+        }
+    }
+
+    /// A write-type request completed on its children: with volatile caches its segments are
+    /// unflushed until a flush covers them, and while a child is out they go to the log too (a
+    /// write in flight when the child went may sit in its lost cache). Marks first, then reads
+    /// the hint: `fault_log` sets the hint, then merges, so one of them sees the other.
+    #[inline]
+    pub(crate) fn note_written(&self, offset: u64, num: u64) {
+        if !self.volatile.load(Ordering::Relaxed) {
+            return;
+        }
+        let e = self.flush_epoch.load(Ordering::SeqCst);
+        self.unflushed[(e & 1) as usize].mark(offset, num);
+        if self.degraded_hint.load(Ordering::SeqCst) {
+            self.log.mark(offset, num);
+        }
+    }
+
+    /// A flush is sent to the children: the epoch it covers (None without volatile caches).
+    pub(crate) fn flush_begin(&self) -> Option<u64> {
+        if !self.volatile.load(Ordering::Relaxed) {
+            return None;
+        }
+        let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
+        Some(self.flush_epoch.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// The flush begun in epoch `e` succeeded on every child: what completed before it began is
+    /// durable everywhere. Its epoch's segments are cleared unless a later flush began since
+    /// (then writes of that later epoch share the bitmap: they stay, conservatively).
+    pub(crate) fn flush_done(&self, e: u64) {
+        let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.flush_epoch.load(Ordering::SeqCst) == e + 1 {
+            self.unflushed[(e & 1) as usize].clear();
+        }
+    }
+
+    /// A child stops being healthy (under the nexus lock): what its cache may have lost (the
+    /// segments not yet covered by a flush) joins the log a partial rebuild copies.
+    pub(crate) fn fault_log(&self) {
+        self.degraded_hint.store(true, Ordering::SeqCst);
+        if self.volatile.load(Ordering::Relaxed) {
+            self.log.merge(&self.unflushed[0]);
+            self.log.merge(&self.unflushed[1]);
         }
     }
 
@@ -439,6 +539,7 @@ impl BdevBackend for NexusBackend {
             "local_first": n.local_first,
             "resv_key": n.resv_key,
             "preempt_key": n.preempt_key,
+            "resv_type": n.resv_type,
             "store": n.store.name(),
             "rebuild_window_kb": n.rebuild_window_kb,
             "rebuild_max_mb_sec": n.rebuild_max_mb_sec.load(Ordering::Relaxed),
@@ -504,11 +605,12 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
             ));
         }
     }
+    let fencing = Fencing { resv_key: o.resv_key, preempt_key: o.preempt_key, resv_type: o.resv_type };
     let mut children: Vec<Child> = Vec::new();
     let mut geometry = None;
     for (uri, p) in o.children.iter().zip(parsed) {
         let healthy = record.as_ref().is_none_or(|r| r.healthy(uri) == Some(true));
-        let res = open_child(ctx, uri, &p, &o.name).await.and_then(|(desc, made)| {
+        let res = open_child(ctx, uri, &p, &o.name, &fencing).await.and_then(|(desc, made)| {
             let b = desc.bdev().clone();
             check_geometry(uri, &b, geometry)?;
             geometry.get_or_insert((b.block_size(), b.num_blocks()));
@@ -518,7 +620,7 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
             Ok(c) => children.push(c),
             Err(e) => {
                 for c in children {
-                    close_child(ctx, c).await;
+                    close_child(ctx, c, &fencing).await;
                 }
                 return Err(e);
             }
@@ -535,10 +637,11 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
     };
     if let Some(why) = bad_size {
         for c in children {
-            close_child(ctx, c).await;
+            close_child(ctx, c, &fencing).await;
         }
         return Err(inval(why));
     }
+    let volatile = children.iter().any(|c| c.desc.as_ref().is_some_and(|d| d.bdev().limits().write_cache));
     let mut slots: Vec<Option<Child>> = children.into_iter().map(Some).collect();
     slots.resize_with(MAX_CHILDREN, || None);
     let nexus = Arc::new(Nexus {
@@ -550,11 +653,18 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
         local_first: o.local_first,
         resv_key: o.resv_key,
         preempt_key: o.preempt_key,
+        resv_type: o.resv_type,
         store,
         rebuild_window_kb: o.rebuild_window_kb.max(4),
         rebuild_max_mb_sec: AtomicU32::new(o.rebuild_max_mb_sec),
         log: SegmentLog::new(num_blocks, bs, SEGMENT_BYTES),
         recorded: AtomicU64::new(0),
+        refreshed: AtomicU64::new(0),
+        volatile: AtomicBool::new(volatile),
+        unflushed: [SegmentLog::new(num_blocks, bs, SEGMENT_BYTES), SegmentLog::new(num_blocks, bs, SEGMENT_BYTES)],
+        flush_epoch: AtomicU64::new(0),
+        flush_lock: Mutex::new(()),
+        degraded_hint: AtomicBool::new(false),
         st: Mutex::new(Inner { slots, gen: 0, bdev: None, persisting: false, destroying: false }),
     });
     let props = {
@@ -591,18 +701,20 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
         Err(e) => {
             let children: Vec<Child> = nexus.lock().slots.iter_mut().filter_map(|c| c.take()).collect();
             for c in children {
-                close_child(ctx, c).await;
+                close_child(ctx, c, &fencing).await;
             }
             return Err(e);
         }
     };
     nexus.lock().bdev = Some(bdev);
     nexuses().0.push(nexus.clone());
-    // The store learns the children before anything is rebuilt.
+    // The store learns the children before anything is rebuilt. Every channel made so far
+    // took the children as they are.
     let gen = {
         let mut st = nexus.lock();
         nexus.bump(&mut st)
     };
+    nexus.refreshed.fetch_max(gen, Ordering::AcqRel);
     if let Err(e) = nexus.recorded_at_least(gen).await {
         log::warn!("nexus {}: {e}", nexus.name);
     }
@@ -619,10 +731,12 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
     Ok(nexus)
 }
 
-/// `nexus_destroy`.
+/// `nexus_destroy`: unpublished, rebuilds stopped, children released.
 pub async fn destroy(ctx: &Ctx, name: &str) -> Result<(), BdevError> {
     let _g = ctl::lock().await;
     let n = find(name).ok_or_else(|| BdevError::Errno(libc::ENODEV, format!("nexus {name} not found")))?;
+    // Hosts lose it first (its subsystem goes), as Mayastor unshares before destroying.
+    crate::publish::unpublish(ctx, &n).await?;
     let jobs: Vec<_> = {
         let mut st = n.lock();
         st.destroying = true;
@@ -646,7 +760,7 @@ pub async fn destroy(ctx: &Ctx, name: &str) -> Result<(), BdevError> {
     }
     let children: Vec<Child> = n.lock().slots.iter_mut().filter_map(|c| c.take()).collect();
     for c in children {
-        close_child(ctx, c).await;
+        close_child(ctx, c, &n.fencing()).await;
     }
     forget(&n);
     log::info!("nexus {name}: destroyed");
@@ -669,11 +783,14 @@ pub async fn add_child(ctx: &Ctx, name: &str, uri: &str) -> Result<(), BdevError
         }
         st.slots.iter().position(|c| c.is_none()).ok_or_else(|| inval(format!("nexus {name}: no free slot")))?
     };
-    let (desc, made) = open_child(ctx, uri, &p, name).await?;
+    let (desc, made) = open_child(ctx, uri, &p, name, &n.fencing()).await?;
     let b = desc.bdev().clone();
+    if b.limits().write_cache {
+        n.volatile.store(true, Ordering::SeqCst);
+    }
     let child = Child::new(uri.to_string(), p, b.name().to_string(), made, desc, false);
     if let Err(e) = check_geometry(uri, &b, Some((n.block_size, n.child_blocks))) {
-        close_child(ctx, child).await;
+        close_child(ctx, child, &n.fencing()).await;
         return Err(e);
     }
     let gen = {
@@ -717,7 +834,7 @@ pub async fn remove_child(ctx: &Ctx, name: &str, uri: &str) -> Result<(), BdevEr
         n.bump(&mut st)
     };
     n.maybe_clear_log();
-    close_child(ctx, child).await;
+    close_child(ctx, child, &n.fencing()).await;
     n.recorded_at_least(gen).await
 }
 
@@ -737,6 +854,7 @@ pub async fn fault_child(name: &str, uri: &str) -> Result<(), BdevError> {
             ChildState::Healthy => {
                 let gen = n.bump(&mut st);
                 let c = st.slots[slot].as_mut().expect("found");
+                n.fault_log();
                 c.transition(ChildState::Faulted, Some(Reason::ByClient), gen);
                 c.log_valid = true;
                 (gen, None)
@@ -744,12 +862,14 @@ pub async fn fault_child(name: &str, uri: &str) -> Result<(), BdevError> {
             ChildState::Rebuilding => {
                 let c = st.slots[slot].as_mut().expect("found");
                 let gen = c.fault_gen;
+                n.fault_log();
                 c.transition(ChildState::Faulted, Some(Reason::ByClient), gen);
                 (gen, c.rebuild.clone())
             }
             ChildState::Faulted => {
                 let c = st.slots[slot].as_mut().expect("found");
                 let gen = c.fault_gen;
+                n.fault_log();
                 c.transition(ChildState::Faulted, Some(Reason::ByClient), gen);
                 (gen, None)
             }
@@ -764,21 +884,33 @@ pub async fn fault_child(name: &str, uri: &str) -> Result<(), BdevError> {
 }
 
 /// `nexus_online_child`: a faulted child comes back and is rebuilt (partially when the segment
-/// log covers what it missed).
+/// log covers what it missed). Refused for a child this nexus was fenced off.
 pub async fn online_child(ctx: &Ctx, name: &str, uri: &str) -> Result<(), BdevError> {
     let _g = ctl::lock().await;
     let n = find_or_err(name)?;
     let slot = n.slot_of(uri)?;
-    let (state, open, p) = {
+    let (state, open, p, fenced) = {
         let st = n.lock();
         let c = st.slots[slot].as_ref().expect("found");
-        (c.state(), c.desc.is_some(), c.parsed.clone())
+        (c.state(), c.desc.is_some(), c.parsed.clone(), matches!(c.reason, Some(Reason::ReservationConflict(_))))
     };
+    if fenced {
+        return Err(BdevError::Errno(
+            libc::EACCES,
+            format!(
+                "nexus {name}: child {uri} was fenced off (another nexus preempted its reservation); \
+                 remove it and add it again to take it back"
+            ),
+        ));
+    }
     if state != ChildState::Faulted {
         return Err(BdevError::Errno(libc::EBUSY, format!("nexus {name}: child {uri} is {}", state.name())));
     }
     if !open {
-        let (desc, _) = open_child(ctx, uri, &p, name).await?;
+        let (desc, _) = open_child(ctx, uri, &p, name, &n.fencing()).await?;
+        if desc.bdev().limits().write_cache {
+            n.volatile.store(true, Ordering::SeqCst);
+        }
         let mut st = n.lock();
         let c = st.slots[slot].as_mut().expect("found");
         c.bdev_name = desc.bdev().name().to_string();
@@ -808,6 +940,7 @@ pub(crate) fn child_removed(n: &Arc<Nexus>, bdev_name: &str) {
                 st.slots[slot].as_ref().expect("found").fault_gen
             };
             let c = st.slots[slot].as_mut().expect("found");
+            n.fault_log();
             c.transition(ChildState::Faulted, Some(Reason::Removed), gen);
             if state == ChildState::Healthy {
                 c.log_valid = true;

@@ -5,6 +5,7 @@
 //! link to the host's). And closing a child: releasing it, and removing what the nexus made.
 
 use crate::child::Child;
+use crate::fence::Fencing;
 use crate::nexus::MODULE;
 use crate::uri::ChildUri;
 use ferrite_bdev::{Bdev, BdevDesc, BdevError, BdevEvent};
@@ -86,8 +87,15 @@ async fn detach(ctx: &Ctx, ctrlr: &str) {
     let _ = Registry::call(ctx, "bdev_nvme_detach_controller", Params(Some(json!({"name": ctrlr})))).await;
 }
 
-/// Opens and claims the child `uri` of nexus `nexus`; true if the nexus made its bdev.
-pub(crate) async fn open_child(ctx: &Ctx, uri: &str, p: &ChildUri, nexus: &str) -> Result<(BdevDesc, bool), BdevError> {
+/// Opens and claims the child `uri` of nexus `nexus` and takes its reservation (`fence`); true
+/// if the nexus made its bdev.
+pub(crate) async fn open_child(
+    ctx: &Ctx,
+    uri: &str,
+    p: &ChildUri,
+    nexus: &str,
+    fencing: &Fencing,
+) -> Result<(BdevDesc, bool), BdevError> {
     let (name, made) = bdev_for(ctx, uri, p).await?;
     let (nx, bname) = (nexus.to_string(), name.clone());
     let opened = Bdev::open_ext(&name, true, move |ev| {
@@ -102,6 +110,13 @@ pub(crate) async fn open_child(ctx: &Ctx, uri: &str, p: &ChildUri, nexus: &str) 
             .map_err(|e| BdevError::Errno(libc::EPERM, format!("child {uri}: bdev {name} is claimed already: {e}")))?;
         Ok(desc)
     });
+    let opened = match opened {
+        Ok(d) => match crate::fence::acquire(uri, &d, fencing).await {
+            Ok(()) => Ok(d),
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
     match opened {
         Ok(d) => Ok((d, made)),
         Err(e) => {
@@ -130,10 +145,19 @@ async fn unmake(ctx: &Ctx, p: &ChildUri, name: &str) {
     }
 }
 
-/// Releases a child that left its nexus (its claim goes with its descriptor), and removes its
-/// bdev if the nexus made it.
-pub(crate) async fn close_child(ctx: &Ctx, mut c: Child) {
-    c.desc = None;
+/// Releases a child that left its nexus (its reservation, and its claim with its descriptor),
+/// and removes its bdev if the nexus made it.
+pub(crate) async fn close_child(ctx: &Ctx, mut c: Child, fencing: &Fencing) {
+    // A destroyed nexus's bdev dropped its children's descriptors already: one is opened
+    // again (unclaimed) for the reservation commands.
+    let desc = match c.desc.take() {
+        Some(d) => Some(d),
+        None if fencing.resv_key != 0 => Bdev::open_ext(&c.bdev_name, true, |_| {}).ok(),
+        None => None,
+    };
+    if let Some(d) = desc {
+        crate::fence::leave(&c.uri, &d, fencing).await;
+    }
     if c.made {
         unmake(ctx, &c.parsed, &c.bdev_name).await;
     }

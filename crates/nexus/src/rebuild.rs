@@ -9,7 +9,7 @@
 use crate::child::{ChildState, Reason};
 use crate::nexus::Nexus;
 use ferrite_bdev::copy::{blocks_in, copy_ranges, CopyControl, CopyEnd, CopyEnds};
-use ferrite_bdev::BdevError;
+use ferrite_bdev::{BdevError, IoRequest, IoType};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -169,10 +169,12 @@ pub(crate) async fn start(n: &Arc<Nexus>, slot: usize) -> Result<(), BdevError> 
             .ok_or_else(|| BdevError::Errno(libc::ENODEV, "no healthy child to rebuild from".into()))?;
         let tgt = st.slots[slot].as_ref().expect("the target");
         let src_ch = src.desc.as_ref().expect("a readable child is open").channel()?;
-        let tgt_ch = tgt.desc.as_ref().expect("a rebuilt child is open").channel()?;
-        Ok::<_, BdevError>((src.uri.clone(), tgt.uri.clone(), src_ch, tgt_ch))
+        let tgt_desc = tgt.desc.as_ref().expect("a rebuilt child is open");
+        let tgt_ch = tgt_desc.channel()?;
+        let tgt_flush = tgt_desc.bdev().supports(IoType::Flush);
+        Ok::<_, BdevError>((src.uri.clone(), tgt.uri.clone(), src_ch, tgt_ch, tgt_flush))
     })();
-    let (src_uri, tgt_uri, src_ch, tgt_ch) = match setup {
+    let (src_uri, tgt_uri, src_ch, tgt_ch, tgt_flush) = match setup {
         Ok(s) => s,
         Err(e) => {
             end_child(n, slot, Err(e.to_string())).await;
@@ -205,8 +207,21 @@ pub(crate) async fn start(n: &Arc<Nexus>, slot: usize) -> Result<(), BdevError> 
     ferrite_reactor::spawn_local(async move {
         let ends = CopyEnds { bdev: &bdev, src: &src_ch, src_offset: 0, dst: &tgt_ch, dst_offset: 0 };
         let res = copy_ranges(&ends, &ranges, window_blocks, &job.ctl).await;
+        // What was copied is in the target's cache: flushed before it counts as healthy.
+        let flushed = match &res {
+            Ok(CopyEnd::Done) if tgt_flush => {
+                let c = tgt_ch.submit_wait(IoRequest::new(IoType::Flush, 0, 0)).await;
+                if c.status.is_ok() {
+                    Ok(())
+                } else {
+                    Err(format!("flush of the rebuilt child: {}", c.status))
+                }
+            }
+            _ => Ok(()),
+        };
         drop((src_ch, tgt_ch));
         let (js, outcome) = match res {
+            Ok(CopyEnd::Done) if flushed.is_err() => (JobState::Failed, flushed),
             Ok(CopyEnd::Done) => (JobState::Completed, Ok(())),
             Ok(CopyEnd::Cancelled) => (JobState::Stopped, Err(String::new())),
             Err(e) => (JobState::Failed, Err(e.to_string())),
@@ -239,6 +254,7 @@ async fn end_child(n: &Arc<Nexus>, slot: usize, outcome: Result<(), String>) {
                 let c = st.slots[slot].as_mut().expect("there");
                 let gen = c.fault_gen;
                 let why = if e.is_empty() { Reason::RebuildStopped } else { Reason::RebuildFailed(e) };
+                n.fault_log();
                 c.transition(ChildState::Faulted, Some(why), gen);
                 None
             }

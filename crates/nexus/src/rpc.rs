@@ -1,7 +1,8 @@
 //! The nexus's JSON-RPC methods, in SPDK's style (Mayastor's names): `nexus_create`,
 //! `nexus_destroy`, `nexus_add_child`, `nexus_remove_child`, `nexus_fault_child`,
 //! `nexus_online_child`, `nexus_get_nexuses`, `nexus_rebuild_pause`, `nexus_rebuild_resume`,
-//! `nexus_rebuild_stop`, `nexus_rebuild_get_stats`, `nexus_set_rebuild_rate` and
+//! `nexus_rebuild_stop`, `nexus_rebuild_get_stats`, `nexus_set_rebuild_rate`, `nexus_publish`,
+//! `nexus_unpublish` and
 //! `nexus_set_options` (the default store). Errors are SPDK's: -errno with a message, and
 //! "Invalid parameters" for params that do not decode.
 
@@ -34,6 +35,7 @@ struct Create {
     resv_key: u64,
     #[serde(default)]
     preempt_key: u64,
+    resv_type: Option<u8>,
     #[serde(default)]
     local_first: bool,
     store: Option<String>,
@@ -70,6 +72,20 @@ struct Rate {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct Publish {
+    name: String,
+    protocol: Option<String>,
+    traddr: Option<String>,
+    /// A string (SPDK's type) or a number.
+    trsvcid: Option<Value>,
+    /// Mayastor's name for the port.
+    port: Option<u16>,
+    nqn: Option<String>,
+    ana_state: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct SetOptions {
     store: Option<String>,
 }
@@ -87,6 +103,10 @@ pub fn register(reg: &mut Registry) {
             Some(s) => Some(uuid::Uuid::parse_str(s).map_err(|e| bad(format!("uuid {s:?}: {e}")))?),
         };
         let store = c.store.as_deref().map(Store::parse).transpose().map_err(bad)?;
+        let resv_type = c.resv_type.unwrap_or(ferrite_nvme::spec::resv::rtype::WRITE_EXCLUSIVE_ALL_REGS);
+        if !(1..=6).contains(&resv_type) {
+            return Err(bad(format!("resv_type {resv_type} (1 to 6)")));
+        }
         let n = nexus::create(
             &ctx,
             CreateOpts {
@@ -96,6 +116,7 @@ pub fn register(reg: &mut Registry) {
                 children: c.children,
                 resv_key: c.resv_key,
                 preempt_key: c.preempt_key,
+                resv_type,
                 local_first: c.local_first,
                 store,
                 rebuild_window_kb: c.rebuild_window_kb.unwrap_or(1024),
@@ -131,12 +152,19 @@ pub fn register(reg: &mut Registry) {
         nexus::online_child(&ctx, &c.name, &c.uri).await.map_err(err)?;
         Ok(json!(true))
     });
-    reg.method("nexus_get_nexuses", |_, p: Params| async move {
+    reg.method("nexus_get_nexuses", |ctx, p: Params| async move {
         let g: Get = p.parse()?;
-        if let Some(n) = &g.name {
-            return Ok(json!([nexus_of(n)?.info()]));
+        let list = match &g.name {
+            Some(n) => vec![nexus_of(n)?],
+            None => nexus::all(),
+        };
+        let mut out = Vec::new();
+        for n in list {
+            let mut v = n.info();
+            v["published"] = json!(crate::publish::uris(&ctx, &n).await);
+            out.push(v);
         }
-        Ok(Value::Array(nexus::all().iter().map(|n| n.info()).collect()))
+        Ok(Value::Array(out))
     });
     reg.method("nexus_rebuild_pause", |_, p: Params| async move {
         let c: Child = p.parse()?;
@@ -171,6 +199,41 @@ pub fn register(reg: &mut Registry) {
                 j.ctl.max_mb_sec.store(r.max_mb_sec, Ordering::Relaxed);
             }
         }
+        Ok(json!(true))
+    });
+    reg.method("nexus_publish", |ctx, p: Params| async move {
+        let a: Publish = p.parse()?;
+        let n = nexus_of(&a.name)?;
+        let protocol = a.protocol.as_deref().unwrap_or("nvmf");
+        if !protocol.eq_ignore_ascii_case("nvmf") {
+            return Err(bad(format!("protocol {protocol:?} (nvmf only)")));
+        }
+        let port = match (&a.trsvcid, a.port) {
+            (Some(Value::String(s)), _) => s.clone(),
+            (Some(Value::Number(v)), _) => v.to_string(),
+            (Some(other), _) => return Err(bad(format!("trsvcid {other}"))),
+            (None, Some(p)) => p.to_string(),
+            (None, None) => "4420".to_string(),
+        };
+        let ana_state = a.ana_state.unwrap_or_else(|| "optimized".into());
+        if !["optimized", "non_optimized", "inaccessible"].contains(&ana_state.as_str()) {
+            return Err(bad(format!("ana_state {ana_state:?} (optimized, non_optimized or inaccessible)")));
+        }
+        let o = crate::publish::PublishOpts {
+            traddr: a.traddr.unwrap_or_else(|| "127.0.0.1".into()),
+            trsvcid: port,
+            nqn: a.nqn,
+            ana_state,
+        };
+        let _g = crate::ctl::lock().await;
+        let uri = crate::publish::publish(&ctx, &n, &o).await.map_err(err)?;
+        Ok(json!(uri))
+    });
+    reg.method("nexus_unpublish", |ctx, p: Params| async move {
+        let a: Name = p.parse()?;
+        let n = nexus_of(&a.name)?;
+        let _g = crate::ctl::lock().await;
+        crate::publish::unpublish(&ctx, &n).await.map_err(err)?;
         Ok(json!(true))
     });
     reg.method("nexus_set_options", |_, p: Params| async move {

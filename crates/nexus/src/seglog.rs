@@ -52,6 +52,16 @@ impl SegmentLog {
         }
     }
 
+    /// Marks every segment `other` marks (same geometry).
+    pub fn merge(&self, other: &SegmentLog) {
+        for (w, o) in self.bits.iter().zip(other.bits.iter()) {
+            let v = o.load(Ordering::SeqCst);
+            if v != 0 {
+                w.fetch_or(v, Ordering::SeqCst);
+            }
+        }
+    }
+
     /// Clears every segment.
     pub fn clear(&self) {
         for w in self.bits.iter() {

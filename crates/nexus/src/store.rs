@@ -53,7 +53,13 @@ pub enum Store {
     File(PathBuf),
     /// etcd, at `host:port`.
     Etcd(String),
+    /// A map in this process's memory, by name (`memory://name`): for simulations, where a
+    /// nexus is destroyed and made again in one process and the store must outlive it.
+    Memory(String),
 }
+
+/// The records of the memory stores, by store name then key.
+static MEMORY: Mutex<Option<std::collections::HashMap<String, serde_json::Map<String, Value>>>> = Mutex::new(None);
 
 /// The key of a nexus's record.
 pub fn key(uuid: &uuid::Uuid) -> String {
@@ -66,6 +72,9 @@ static FILE_LOCK: Mutex<()> = Mutex::new(());
 impl Store {
     /// Parses a store's name: `etcd://host:port`, `file:///path` or a plain path.
     pub fn parse(s: &str) -> Result<Store, String> {
+        if let Some(name) = s.strip_prefix("memory://") {
+            return Ok(Store::Memory(name.to_string()));
+        }
         if let Some(ep) = s.strip_prefix("etcd://") {
             let ep = ep.trim_end_matches('/');
             if ep.is_empty() || !ep.contains(':') {
@@ -85,6 +94,7 @@ impl Store {
         match self {
             Store::File(p) => p.display().to_string(),
             Store::Etcd(ep) => format!("etcd://{ep}"),
+            Store::Memory(n) => format!("memory://{n}"),
         }
     }
 
@@ -99,6 +109,10 @@ impl Store {
                 None => None,
                 Some(b) => Some(serde_json::from_slice(&b).map_err(|e| format!("etcd record {key}: {e}"))?),
             },
+            Store::Memory(n) => {
+                let m = MEMORY.lock().unwrap_or_else(|e| e.into_inner());
+                m.as_ref().and_then(|m| m.get(n)).and_then(|d| d.get(key)).cloned()
+            }
         };
         v.map(|v| serde_json::from_value(v).map_err(|e| format!("record {key}: {e}"))).transpose()
     }
@@ -114,6 +128,11 @@ impl Store {
                 write_atomically(p, &serde_json::to_vec_pretty(&Value::Object(doc)).expect("JSON"))
             }
             Store::Etcd(ep) => (Etcd { endpoint: ep.clone() }).put(key, v.to_string().as_bytes()),
+            Store::Memory(n) => {
+                let mut m = MEMORY.lock().unwrap_or_else(|e| e.into_inner());
+                m.get_or_insert_with(Default::default).entry(n.clone()).or_default().insert(key.to_string(), v);
+                Ok(())
+            }
         }
     }
 }

@@ -79,7 +79,8 @@ pub(crate) const WRITE_PROTECTED_TYPES: IoTypes = IoTypes::of(&[IoType::Write, I
 
 fn io_types(c: &HostCtrlr, n: &NsInfo) -> IoTypes {
     let info = c.info.lock().unwrap().clone();
-    let mut types = IoTypes::of(&[IoType::Read, IoType::Write, IoType::Flush, IoType::Reset, IoType::Abort]);
+    let mut types =
+        IoTypes::of(&[IoType::Read, IoType::Write, IoType::Flush, IoType::Reset, IoType::Abort, IoType::NvmeIo]);
     if info.oncs & oncs::DSM != 0 {
         types = types.with(IoType::Unmap);
     }

@@ -17,7 +17,7 @@
 use crate::bdev::NsShared;
 use crate::ctrlr::HostCtrlr;
 use crate::path::IoPath;
-use ferrite_bdev::{BackendChannel, BdevIo, IoFlags, IoStatus, IoType};
+use ferrite_bdev::{BackendChannel, BdevIo, IoAux, IoFlags, IoStatus, IoType};
 use ferrite_nvme::spec::io::DsmRange;
 use ferrite_nvme::spec::log::ana_state;
 use ferrite_nvme::spec::opcode::nvm;
@@ -143,8 +143,40 @@ fn command(io: &BdevIo, nsid: u32) -> Option<(Sqe, bool, Option<ferrite_reactor:
             sqe.cdw11 = 1 << 2; // deallocate
             (sqe, false, Some(buf))
         }
+        IoType::NvmeIo => return passthru(io, nsid),
         _ => return None,
     })
+}
+
+/// An NVMe I/O command passed through (`IoAux::Nvme`, as SPDK's `bdev_nvme_io_passthru`):
+/// sent on the I/O queue to this namespace, whatever NSID the caller set; its data direction
+/// is the opcode's (bits 1:0): host to controller sends the request's buffers, controller to
+/// host fills them. Bidirectional commands are not served.
+fn passthru(io: &BdevIo, nsid: u32) -> Option<(Sqe, bool, Option<ferrite_reactor::IoBuf>)> {
+    let IoAux::Nvme(cmd) = &io.req.aux else { return None };
+    let mut raw = [0u8; Sqe::SIZE];
+    for (i, d) in cmd.0.iter().enumerate() {
+        raw[4 * i..4 * i + 4].copy_from_slice(&d.to_le_bytes());
+    }
+    let mut sqe = Sqe::decode(&raw);
+    sqe.nsid = nsid;
+    sqe.fuse = Default::default();
+    match sqe.opcode & 3 {
+        0 => Some((sqe, false, None)),
+        1 => {
+            let len: usize = io.req.bufs.iter().map(|b| b.len()).sum();
+            let mut buf = ferrite_reactor::alloc_buf(len);
+            buf.set_len(len);
+            let mut at = 0;
+            for b in &io.req.bufs {
+                buf[at..at + b.len()].copy_from_slice(b);
+                at += b.len();
+            }
+            Some((sqe, false, Some(buf)))
+        }
+        2 => Some((sqe, true, None)),
+        _ => None,
+    }
 }
 
 impl NsChan {

@@ -494,7 +494,15 @@ impl HostQpair {
         let (pieces, len): (SmallVec<[(*const u8, usize); 2]>, u32) = match &extra {
             Some(b) => (smallvec::smallvec![(b.as_ptr(), b.len())], b.len() as u32),
             None if sqe.opcode & 3 == 0 => (SmallVec::new(), 0),
-            None => (io.req.bufs.iter().map(|b| (b.as_ptr(), b.len())).collect(), io.len_bytes() as u32),
+            None => {
+                // A passthrough's length is its buffers' (it names no blocks).
+                let len = if io.req.io_type == ferrite_bdev::IoType::NvmeIo {
+                    io.req.bufs.iter().map(|b| b.len() as u64).sum()
+                } else {
+                    io.len_bytes()
+                };
+                (io.req.bufs.iter().map(|b| (b.as_ptr(), b.len())).collect(), len as u32)
+            }
         };
         {
             let mut cmds = self.cmds.borrow_mut();

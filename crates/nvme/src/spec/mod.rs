@@ -30,6 +30,7 @@ pub mod log;
 pub mod nqn;
 pub mod opcode;
 pub mod registers;
+pub mod resv;
 pub mod sgl;
 pub mod sqe;
 pub mod status;
