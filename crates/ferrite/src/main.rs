@@ -5,6 +5,8 @@ mod blobstore_cmd;
 mod logger;
 mod metrics;
 mod perf_cmd;
+mod perf_plot;
+mod perf_series;
 mod rpc_cmd;
 mod serve;
 mod signals;
