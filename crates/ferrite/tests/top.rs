@@ -69,7 +69,9 @@ fn top_shows_reactors_bdevs_and_targets_of_a_loaded_daemon() {
         let screen = wait_screen(&server, "Malloc7 with I/O flowing", |s| {
             row(s, "Malloc7").get(1).and_then(|v| v.parse::<f64>().ok()).is_some_and(|iops| iops > 0.0)
         });
-        assert!(screen.contains("IOPS") && screen.contains("MiB/s"), "{screen}");
+        assert!(screen.contains("IOPS") && screen.contains("MiB/s") && screen.contains("Queue depth"), "{screen}");
+        let cells = row(&screen, "Malloc7");
+        assert!(cells.len() == 5 && cells[4].parse::<u64>().is_ok(), "{cells:?} in\n{screen}");
         // `s` moves the sort mark to the next column.
         tmux(&server, &["send-keys", "-t", "top", "s"]);
         wait_screen(&server, "sorted by IOPS", |s| s.contains("IOPS *"));

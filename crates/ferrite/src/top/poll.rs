@@ -28,6 +28,8 @@ pub struct BdevCounters {
     pub bytes: u64,
     /// Ticks the completed reads, writes, unmaps and copies took, summed.
     pub latency_ticks: u64,
+    /// I/O outstanding when sampled, if the daemon reports it.
+    pub queue_depth: Option<u64>,
 }
 
 /// Everything one refresh reads.
@@ -71,6 +73,8 @@ pub struct BdevRow {
     pub mib_per_sec: f64,
     /// Mean latency of the interval's I/O, in microseconds (0 without I/O).
     pub mean_lat_us: f64,
+    /// I/O outstanding when sampled, if reported.
+    pub queue_depth: Option<u64>,
 }
 
 /// A row of the targets tab.
@@ -140,7 +144,8 @@ pub fn sample(c: &mut RpcClient) -> Result<Sample, String> {
                     .map(|k| n(b, k))
                     .sum();
             if let Some(name) = b["name"].as_str() {
-                bdevs.insert(name.to_string(), BdevCounters { ops, bytes, latency_ticks });
+                let queue_depth = b["queue_depth"].as_u64();
+                bdevs.insert(name.to_string(), BdevCounters { ops, bytes, latency_ticks, queue_depth });
             }
         }
     }
@@ -207,6 +212,7 @@ pub fn bdev_rows(prev: Option<&Sample>, cur: &Sample) -> Vec<BdevRow> {
                 iops: rate(ops),
                 mib_per_sec: rate(bytes) / (1024.0 * 1024.0),
                 mean_lat_us: if ops > 0.0 { ticks / ops / cur.tick_rate as f64 * 1e6 } else { 0.0 },
+                queue_depth: c.queue_depth,
             }
         })
         .collect()
@@ -234,7 +240,7 @@ mod tests {
             connections: BTreeMap::new(),
         };
         s.reactors.insert(0, ReactorCounters { busy, idle, turns, sleeping: false });
-        s.bdevs.insert("M0".into(), BdevCounters { ops, bytes, latency_ticks: lat });
+        s.bdevs.insert("M0".into(), BdevCounters { ops, bytes, latency_ticks: lat, queue_depth: Some(3) });
         s
     }
 
@@ -247,6 +253,7 @@ mod tests {
         assert_eq!((r.iops, r.mib_per_sec), (100.0, 2.0));
         // 2000 ticks over 200 I/O at 1 MHz: 10 µs each.
         assert!((r.mean_lat_us - 10.0).abs() < 1e-9, "{r:?}");
+        assert_eq!(r.queue_depth, Some(3));
         let x = &reactor_rows(Some(&a), &b)[0];
         assert!((x.busy_pct - 75.0).abs() < 1e-9 && (x.idle_pct - 25.0).abs() < 1e-9, "{x:?}");
         assert_eq!((x.turns_per_sec, x.state), (1000.0, "polling"));

@@ -33,7 +33,7 @@ fn sorted(mut rows: Vec<(Vec<Key>, Vec<String>)>, col: usize) -> Vec<Vec<String>
 pub fn columns(tab: usize) -> usize {
     match tab {
         0 => 5,
-        1 => 4,
+        1 => 5,
         _ => 3,
     }
 }
@@ -70,17 +70,19 @@ pub fn build(tab: usize, prev: Option<&Sample>, cur: &Sample, col: usize) -> Tex
             let rows = poll::bdev_rows(prev, cur)
                 .into_iter()
                 .map(|r| {
-                    let keys = vec![Text(r.name.clone()), Num(r.iops), Num(r.mib_per_sec), Num(r.mean_lat_us)];
+                    let qd = r.queue_depth.map_or(-1.0, |q| q as f64);
+                    let keys = vec![Text(r.name.clone()), Num(r.iops), Num(r.mib_per_sec), Num(r.mean_lat_us), Num(qd)];
                     let cells = vec![
                         r.name,
                         format!("{:.0}", r.iops),
                         format!("{:.2}", r.mib_per_sec),
                         format!("{:.1}", r.mean_lat_us),
+                        r.queue_depth.map_or("-".to_string(), |q| q.to_string()),
                     ];
                     (keys, cells)
                 })
                 .collect();
-            TextTable { header: vec!["Bdev", "IOPS", "MiB/s", "Mean lat (us)"], rows: sorted(rows, col) }
+            TextTable { header: vec!["Bdev", "IOPS", "MiB/s", "Mean lat (us)", "Queue depth"], rows: sorted(rows, col) }
         }
         _ => {
             let rows = poll::target_rows(cur)
