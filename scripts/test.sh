@@ -33,6 +33,8 @@ command -v tgtd >/dev/null || need_pkgs+=(tgt)
 command -v etcd >/dev/null || need_pkgs+=(etcd-server)
 # Prometheus and its promtool (crates/ferrite/tests/metrics.rs scrapes the daemon with both).
 command -v prometheus >/dev/null || need_pkgs+=(prometheus)
+# tmux, the terminal `ferrite top` is read from (crates/ferrite/tests/top.rs).
+command -v tmux >/dev/null || need_pkgs+=(tmux)
 if [ ${#need_pkgs[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   echo "== installing ${need_pkgs[*]}"
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null 2>&1 ||

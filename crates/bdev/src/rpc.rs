@@ -304,7 +304,24 @@ pub fn register(reg: &mut Registry) {
                 "ticks": ferrite_reactor::tsc::ticks(), "name": b.name(), "channels": channels}));
         }
         let stats = iostat_and_reset(&ctx, &bdevs, mode).await;
-        let list: Vec<Value> = bdevs.iter().zip(stats.iter()).map(|(b, s)| iostat_json(b, s)).collect();
+        // Ferrite's addition (as SPDK's with queue-depth sampling on): the I/O outstanding on
+        // each bdev now, summed over the reactors.
+        let ids: Arc<Vec<u64>> = Arc::new(bdevs.iter().map(|b| b.id()).collect());
+        let per_core = ctx
+            .engine
+            .on_all(move |_| ids.iter().map(|id| crate::channel::local_queue_depth(*id)).collect::<Vec<u64>>())
+            .await
+            .unwrap_or_default();
+        let list: Vec<Value> = bdevs
+            .iter()
+            .zip(stats.iter())
+            .enumerate()
+            .map(|(i, (b, s))| {
+                let mut v = iostat_json(b, s);
+                v["queue_depth"] = json!(per_core.iter().map(|c| c.get(i).copied().unwrap_or(0)).sum::<u64>());
+                v
+            })
+            .collect();
         Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(),
             "ticks": ferrite_reactor::tsc::ticks(), "bdevs": list}))
     });

@@ -1,13 +1,16 @@
 //! `ferrite`: the target daemon (`serve`), its JSON-RPC client (`rpc`), a bdevperf-style
-//! benchmark (`perf`) and offline blobstore tools (`blobstore`).
+//! benchmark (`perf`), a live view of a daemon (`top`) and offline blobstore tools (`blobstore`).
 
 mod blobstore_cmd;
 mod logger;
 mod metrics;
 mod perf_cmd;
+mod perf_plot;
+mod perf_series;
 mod rpc_cmd;
 mod serve;
 mod signals;
+mod top;
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +32,8 @@ enum Cmd {
     Perf(perf_cmd::PerfArgs),
     /// Inspect a blobstore (lvstore) image offline: dump its metadata or check it.
     Blobstore(blobstore_cmd::BlobstoreArgs),
+    /// Watch a running daemon live (SPDK's spdk_top): reactors, bdevs and targets, each second.
+    Top(top::TopArgs),
 }
 
 fn main() {
@@ -37,6 +42,7 @@ fn main() {
         Cmd::Serve(a) => serve::run(a),
         Cmd::Rpc(a) => rpc_cmd::run(a),
         Cmd::Perf(a) => perf_cmd::run(a),
+        Cmd::Top(a) => top::run(a),
         Cmd::Blobstore(a) => {
             // A reader that goes away (`dump | head`) ends the command quietly, as with other
             // Unix tools, instead of a panic on the broken pipe.

@@ -2,6 +2,7 @@
 
 use ferrite_perf::{JobPlacement, JobResult, JobSpec, Progress, Workload, Workloads};
 use ferrite_reactor::ReactorMode;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -46,10 +47,15 @@ pub struct PerfArgs {
     /// Serve Prometheus metrics over HTTP on this address during the run (GET /metrics).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
-    /// Write machine-readable results to FILE ("-" for stdout).
+    /// Write machine-readable results to FILE ("-" for stdout): every job's result, the total,
+    /// and the series of each -S interval (IOPS, MiB/s, mean latency).
     #[arg(long = "results-json", value_name = "FILE")]
     results_json: Option<String>,
-    /// Seconds between progress lines (bdevperf's -S).
+    /// Draw IOPS over time and the latency histogram into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Seconds between progress lines, printed only when stdout is a terminal, and between the
+    /// points of the series (bdevperf's -S).
     #[arg(short = 'S', value_name = "SECONDS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=86400))]
     stats_interval: u64,
     /// Every core runs a job on every bdev (bdevperf's -C; always the case here, accepted for
@@ -301,9 +307,11 @@ pub fn run(a: PerfArgs) -> i32 {
         out(format_args!("Holding an LBA range lock on block {lba} of {} bdev(s)\n", held.len()));
     }
     out(format_args!("Running I/O for {} seconds...\n", a.time));
+    let mut series = Vec::new();
     let (mut results, mut errors, turns) = match a.interleave {
         None => {
-            let (r, e) = run_jobs(&engine, &bdevs, &spec, Some(a.stats_interval));
+            let (r, e, s) = run_jobs(&engine, &bdevs, &spec, Some(a.stats_interval));
+            series = s;
             (r, e, None)
         }
         Some(turn) => {
@@ -338,11 +346,22 @@ pub fn run(a: PerfArgs) -> i32 {
         if let Some(t) = turns_json {
             doc["interleave"] = t;
         }
+        if a.interleave.is_none() {
+            doc["series"] = crate::perf_series::to_json(&series);
+        }
         let doc = serde_json::to_string_pretty(&doc).unwrap_or_default();
         if path == "-" {
             out(format_args!("{doc}\n"));
         } else if let Err(e) = std::fs::write(path, doc + "\n") {
             errors.push(format!("cannot write {path}: {e}"));
+        }
+    }
+    if let Some(path) = &a.plot {
+        let mut latency = ferrite_perf::hist::Histogram::new();
+        results.iter().for_each(|r| latency.merge(&r.latency));
+        let title = format!("{} {} q{}", bdevs.join(","), a.workload.of_core(0).name(), a.queue_depth);
+        if let Err(e) = crate::perf_plot::write_svg(path, &title, &series, &latency) {
+            errors.push(e);
         }
     }
     if let Some(s) = server.as_mut() {
@@ -359,14 +378,14 @@ pub fn run(a: PerfArgs) -> i32 {
 }
 
 /// Runs one job per bdev of `bdevs` per core for `spec.duration` and waits for all of them;
-/// prints a progress line every `progress_secs` seconds if given. Returns the results and the
-/// errors.
+/// samples the series every `progress_secs` seconds if given (printing a progress line each time
+/// when stdout is a terminal). Returns the results, the errors and the series.
 fn run_jobs(
     engine: &ferrite_reactor::Engine,
     bdevs: &[String],
     spec: &JobSpec,
     progress_secs: Option<u64>,
-) -> (Vec<JobResult>, Vec<String>) {
+) -> (Vec<JobResult>, Vec<String>, Vec<crate::perf_series::Point>) {
     let abort = &spec.abort;
     let (tx, rx) = mpsc::channel::<(String, usize, Result<JobResult, String>)>();
     let mut progress = Vec::new();
@@ -393,7 +412,8 @@ fn run_jobs(
     let mut results = Vec::new();
     let mut errors = Vec::new();
     let t0 = Instant::now();
-    let (mut last_ios, mut last_bytes, mut last_t) = (0u64, 0u64, t0);
+    let mut sampler = crate::perf_series::Sampler::new(progress, t0);
+    let print = progress_secs.is_some() && std::io::stdout().is_terminal();
     let mut tick = 1;
     let interval = progress_secs.unwrap_or(1);
     // Jobs stop on their own timer and abort what is still outstanding DRAIN_GRACE later; if
@@ -423,27 +443,23 @@ fn run_jobs(
             Ok((name, core, Err(e))) => errors.push(format!("job {name} on core {core}: {e}")),
             Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < next_tick => {}
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                let ios: u64 = progress.iter().map(|p| p.ios.load(Ordering::Relaxed)).sum();
-                let bytes: u64 = progress.iter().map(|p| p.bytes.load(Ordering::Relaxed)).sum();
-                let now = Instant::now();
                 if progress_secs.is_some() {
-                    out(format_args!(
-                        "{}\n",
-                        ferrite_perf::report::progress_line(
-                            tick * interval,
-                            ios - last_ios,
-                            bytes - last_bytes,
-                            (now - last_t).as_secs_f64()
-                        )
-                    ));
+                    let (_, (ios, bytes, secs)) = sampler.sample();
+                    if print {
+                        let line = ferrite_perf::report::progress_line(tick * interval, ios, bytes, secs);
+                        out(format_args!("{line}\n"));
+                    }
                 }
-                (last_ios, last_bytes, last_t) = (ios, bytes, now);
                 tick += 1;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-    (results, errors)
+    // The run's last part, if the last tick left more than half an interval of it out.
+    if progress_secs.is_some() && sampler.since_last() > interval as f64 / 2.0 {
+        sampler.sample();
+    }
+    (results, errors, sampler.points)
 }
 
 /// The IOPS of each turn of an interleaved run: `rounds[r][b]` is bdev `b`'s in round `r`.
@@ -535,7 +551,7 @@ fn run_interleaved(
             if spec.abort.load(Ordering::SeqCst) {
                 break 'rounds;
             }
-            let (results, errs) = run_jobs(engine, std::slice::from_ref(&bdevs[b]), &turn_spec, None);
+            let (results, errs, _) = run_jobs(engine, std::slice::from_ref(&bdevs[b]), &turn_spec, None);
             iops[b] = results.iter().map(JobResult::iops).sum();
             for res in results {
                 match sums.iter_mut().find(|s| s.bdev == res.bdev && s.core == res.core) {

@@ -140,6 +140,14 @@ impl Histogram {
         self.max
     }
 
+    /// The non-empty buckets, smallest values first: (lowest value, highest value, count).
+    pub fn buckets(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        self.counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(i, &n)| {
+            let (lo, hi) = bucket_bounds(i);
+            (lo, hi, n)
+        })
+    }
+
     /// Forgets all recorded values (keeps the allocation).
     pub fn reset(&mut self) {
         self.counts.fill(0);

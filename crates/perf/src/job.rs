@@ -20,6 +20,8 @@ pub struct Progress {
     pub ios: AtomicU64,
     /// Bytes moved so far.
     pub bytes: AtomicU64,
+    /// Latency of the I/Os counted in `ios`, summed, in nanoseconds.
+    pub latency_ns: AtomicU64,
 }
 
 /// Where a job runs and what part of its bdev it may touch.
@@ -83,6 +85,8 @@ struct Job {
     hist: Histogram,
     ios: u64,
     bytes: u64,
+    /// Sum of the counted I/Os' latencies, in nanoseconds (published in `progress`).
+    latency_ns: u64,
     failed: u64,
     verify_errors: u64,
     first_error: Option<String>,
@@ -276,6 +280,8 @@ impl IoCompleter for JobCell {
                 job.bytes += job.spec.io_size as u64;
                 let ns = ((latency_ticks as u128 * job.ns_per_tick_q32) >> 32) as u64;
                 job.hist.record(ns);
+                job.latency_ns = job.latency_ns.wrapping_add(ns);
+                job.progress.latency_ns.store(job.latency_ns, Ordering::Relaxed);
                 job.progress.ios.store(job.ios, Ordering::Relaxed);
                 job.progress.bytes.store(job.bytes, Ordering::Relaxed);
             }
@@ -375,6 +381,7 @@ fn try_start(
         hist: Histogram::new(),
         ios: 0,
         bytes: 0,
+        latency_ns: 0,
         failed: 0,
         verify_errors: 0,
         first_error: None,

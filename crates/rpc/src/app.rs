@@ -59,6 +59,8 @@ pub fn register(reg: &mut Registry) {
                 json!({"lcore": s.core, "busy": s.busy_ticks, "idle": s.idle_ticks,
                     "in_interrupt": ctx.engine.mode() != ferrite_reactor::ReactorMode::Poll,
                     "mode": ctx.engine.mode().as_str(), "sleeps": s.sleeps,
+                    // Ferrite's additions (`ferrite top`): loop turns run, and asleep now.
+                    "turns": s.turns, "sleeping": s.sleeping,
                     "lw_threads": [{"name": crate::threads::thread_name(s.id, s.core), "id": s.id + 1,
                         "cpumask": ferrite_reactor::cpumask::format_cpumask(&[s.core]), "elapsed": s.busy_ticks + s.idle_ticks}]})
             })
