@@ -42,7 +42,11 @@
 # rest of the machine uses less than QUIET (25) % of one core over a second.
 # Environment: ROUNDS (3), CELLS (an extended regular expression on the cell names, e.g.
 # 'randread qd32|64s'), SESSIONS (64), SESSION_QD (8), FERRITE_MODE (reactor mode, adaptive),
-# FERRITE_BIN (another build), TARGETS ("ferrite spdk tgt"). Needs root for tgtd's control socket
+# FERRITE_BIN (another build), TARGETS ("ferrite spdk tgt"; ferrite-MODE is one more Ferrite
+# with --reactor-mode MODE, e.g. "ferrite ferrite-poll spdk"), LOAD ("BUSY_US:SLEEP_US[:CORES]":
+# during each measured run a bench/cpu_hog.c on CORES (0) spins BUSY_US and sleeps SLEEP_US in
+# turn, the rest of a shared machine made repeatable; "1000000:0" is a CPU-bound thread; its CPU
+# shows in other%). Needs root for tgtd's control socket
 # and hugepages; SPDK (../shared/anchors/spdk.sh), else SKIP.
 # Usage: [ROUNDS=3] bench/iscsi_vs_peers.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
@@ -74,12 +78,20 @@ RW="$TMP/iscsi_rw"
 RECORDS="$TMP/records"
 : >"$RECORDS"
 cc -O2 -o "$RW" "$ROOT/bench/iscsi_rw.c" -liscsi || fail "cannot build bench/iscsi_rw.c"
+HOG="$TMP/cpu_hog"
+HOG_PID=
+if [ -n "${LOAD:-}" ]; then
+  cc -O2 -o "$HOG" "$ROOT/bench/cpu_hog.c" || fail "cannot build bench/cpu_hog.c"
+  IFS=: read -r HOG_BUSY HOG_SLEEP HOG_CORES <<<"$LOAD"
+  HOG_CORES=${HOG_CORES:-0}
+fi
 
 # --- processes: everything started here is killed on exit ---------------------------------
 declare -A TPID URL # per target: its pid and libiscsi's URL of its LUN
 CPIDS=()            # running clients
 cleanup() {
   stop_clients
+  [ -z "$HOG_PID" ] || stop_pids "$HOG_PID"
   stop_targets
   rm -rf "$TMP" "$LUN_FILE"
   [ -z "$HUGE_RESTORE" ] || echo "$HUGE_RESTORE" >/proc/sys/vm/nr_hugepages
@@ -96,7 +108,12 @@ stop_clients() {
 }
 
 spdk_rpc() { PYTHONPATH="$SPDK_DIR/python" python3 "$SPDK_DIR/scripts/rpc.py" -s "$TMP/spdk.sock" "$@"; }
-frpc() { "$FERRITE" rpc -s "$TMP/ferrite.sock" "$@" >/dev/null; }
+# frpc WHO METHOD ARGS...: an RPC to the Ferrite target WHO (ferrite, ferrite-MODE).
+frpc() {
+  local who=$1
+  shift
+  "$FERRITE" rpc -s "$TMP/$who.sock" "$@" >/dev/null
+}
 
 # wait_for WHO WHAT CMD...: polls CMD for up to 60 s while target WHO lives.
 wait_for() {
@@ -118,18 +135,20 @@ start_target() {
   [ "$2" = 0x3 ] && cores=0,1
   port=$(free_port)
   case $who in
-    ferrite)
-      rm -f "$TMP/ferrite.sock"
-      taskset -c "$cores" "$FERRITE" serve -m "$2" -r "$TMP/ferrite.sock" --wait-for-rpc \
-        --reactor-mode "$FERRITE_MODE" --log-level warn "${FERRITE_MEM[@]}" >"$TMP/ferrite.log" 2>&1 &
+    ferrite | ferrite-*)
+      local mode=$FERRITE_MODE
+      [ "$who" = ferrite ] || mode=${who#ferrite-}
+      rm -f "$TMP/$who.sock"
+      taskset -c "$cores" "$FERRITE" serve -m "$2" -r "$TMP/$who.sock" --wait-for-rpc \
+        --reactor-mode "$mode" --log-level warn "${FERRITE_MEM[@]}" >"$TMP/$who.log" 2>&1 &
       TPID[$who]=$!
-      wait_for "$who" "RPC socket" "$FERRITE" rpc -s "$TMP/ferrite.sock" -t 1 spdk_get_version
-      frpc iscsi_set_options '{"max_queue_depth":128}'
-      frpc framework_start_init
-      frpc bdev_malloc_create --name M0 --num-blocks "$BLOCKS" --block-size 4096
-      frpc iscsi_create_portal_group "{\"tag\":1,\"portals\":[{\"host\":\"127.0.0.1\",\"port\":\"$port\"}]}"
-      frpc iscsi_create_initiator_group '{"tag":1,"initiators":["ANY"],"netmasks":["ANY"]}'
-      frpc iscsi_create_target_node '{"name":"disk1","alias_name":"","luns":[{"bdev_name":"M0","lun_id":0}],"pg_ig_maps":[{"pg_tag":1,"ig_tag":1}],"queue_depth":128}'
+      wait_for "$who" "RPC socket" "$FERRITE" rpc -s "$TMP/$who.sock" -t 1 spdk_get_version
+      frpc "$who" iscsi_set_options '{"max_queue_depth":128}'
+      frpc "$who" framework_start_init
+      frpc "$who" bdev_malloc_create --name M0 --num-blocks "$BLOCKS" --block-size 4096
+      frpc "$who" iscsi_create_portal_group "{\"tag\":1,\"portals\":[{\"host\":\"127.0.0.1\",\"port\":\"$port\"}]}"
+      frpc "$who" iscsi_create_initiator_group '{"tag":1,"initiators":["ANY"],"netmasks":["ANY"]}'
+      frpc "$who" iscsi_create_target_node '{"name":"disk1","alias_name":"","luns":[{"bdev_name":"M0","lun_id":0}],"pg_ig_maps":[{"pg_tag":1,"ig_tag":1}],"queue_depth":128}'
       URL[$who]="iscsi://127.0.0.1:$port/$IQN/0"
       ;;
     spdk)
@@ -235,6 +254,10 @@ run_cell() {
   local who=$1 n=$2 kind=$3 qd=$4 out="$TMP/client" pid=${TPID[$1]} b0 b1 t0 t1 n0 n1 k iops=0 cu=0 got p u s
   wait_quiet
   kill -CONT "$pid"
+  if [ -n "${LOAD:-}" ]; then
+    taskset -c "$HOG_CORES" "$HOG" "$HOG_BUSY" "$HOG_SLEEP" &
+    HOG_PID=$!
+  fi
   sleep 0.2
   b0=$(busy_jiffies) t0=$(cpu_ticks "$pid") n0=$(date +%s%N)
   client "$n" "$kind" "$qd" "$out" "${URL[$who]}"
@@ -244,6 +267,10 @@ run_cell() {
   CPIDS=()
   b1=$(busy_jiffies) t1=$(cpu_ticks "$pid") n1=$(date +%s%N)
   kill -STOP "$pid"
+  if [ -n "$HOG_PID" ]; then
+    stop_pids "$HOG_PID"
+    HOG_PID=
+  fi
   for k in $(seq "$n"); do
     if [ "$kind" = randread ]; then
       got=$(tr '\r' '\n' <"$out.$k" | grep -ao 'iops average [0-9]*' | tail -1 | awk '{print $3}')
@@ -270,6 +297,7 @@ P
 # --- the run --------------------------------------------------------------------------------
 echo "iSCSI targets, 4 KiB random I/O over loopback TCP, ${T}s per run, median of $ROUNDS rounds"
 echo "machine: $(nproc) CPUs, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo); $(uptime | sed 's/^ *//')"
+[ -z "${LOAD:-}" ] || echo "LOAD: cpu_hog on core(s) $HOG_CORES, ${HOG_BUSY} us busy, ${HOG_SLEEP} us asleep, in turn, during each run"
 echo "versions: $("$FERRITE" --version); SPDK $(basename "$SPDK_DIR"); tgt $(dpkg-query -W -f '${Version}' tgt 2>/dev/null); libiscsi $(dpkg-query -W -f '${Version}' libiscsi-bin 2>/dev/null)"
 others=$(pgrep -c -f 'ferrite serve|iscsi_tgt|nvmf_tgt|tgtd|cargo|rustc' || true)
 [ "$others" = 0 ] || echo "note: $others other target/build processes are running on this machine (not ours; left alone)"
@@ -316,10 +344,13 @@ for line in open(recs):
         order.append(cell)
     rows.setdefault((cell, who), []).append((int(iops), int(cu), int(tu), int(other)))
 peers = [t for t in targets if t != "ferrite"]
-hdr = f"{'cell':18}" + "".join(f"{t:>9}" for t in targets)
+# short names: f, s, t; ferrite-poll fp
+ab = {t: t[0] + (t.split("-", 1)[1][:1] if "-" in t else "") for t in targets}
+wd = {t: max(9, len(t) + 1) for t in targets}
+hdr = f"{'cell':18}" + "".join(f"{t:>{wd[t]}}" for t in targets)
 if "ferrite" in targets:
-    hdr += "".join(f"{'f/' + p[:1]:>6}" for p in peers) + "".join(f"{'best ' + t[:1]:>9}" for t in targets)
-hdr += "".join(f"{'cli% ' + t[:1]:>7}" for t in targets) + "".join(f"{'tgt% ' + t[:1]:>7}" for t in targets) + f"{'other%':>7}"
+    hdr += "".join(f"{'f/' + ab[p]:>6}" for p in peers) + "".join(f"{'best ' + ab[t]:>9}" for t in targets)
+hdr += "".join(f"{'cli% ' + ab[t]:>8}" for t in targets) + "".join(f"{'tgt% ' + ab[t]:>8}" for t in targets) + f"{'other%':>7}"
 print(hdr)
 cells = []
 for cell in order:
@@ -328,13 +359,13 @@ for cell in order:
     cli = {t: statistics.median(r[1] for r in rows[(cell, t)]) for t in med}
     tgt = {t: statistics.median(r[2] for r in rows[(cell, t)]) for t in med}
     other = max(r[3] for t in med for r in rows[(cell, t)])
-    line = f"{cell.replace('_', ' '):18}" + "".join(f"{med.get(t, 0):9.0f}" for t in targets)
+    line = f"{cell.replace('_', ' '):18}" + "".join(f"{med.get(t, 0):{wd[t]}.0f}" for t in targets)
     ratio = {}
     if "ferrite" in med:
         ratio = {p: med["ferrite"] / med[p] if med.get(p) else None for p in peers}
         line += "".join(f"{ratio[p]:6.2f}" if ratio[p] else f"{'-':>6}" for p in peers)
         line += "".join(f"{best.get(t, 0):9.0f}" for t in targets)
-    line += "".join(f"{cli.get(t, 0):7.0f}" for t in targets) + "".join(f"{tgt.get(t, 0):7.0f}" for t in targets)
+    line += "".join(f"{cli.get(t, 0):8.0f}" for t in targets) + "".join(f"{tgt.get(t, 0):8.0f}" for t in targets)
     print(line + f"{other:7d}")
     cells.append(dict(cell=cell.replace("_", " "), median_iops=med, best_iops=best, client_cpu_pct=cli,
                       target_cpu_pct=tgt, other_pct_max=other, ratio_ferrite_over=ratio,
