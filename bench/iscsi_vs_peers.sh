@@ -21,6 +21,10 @@
 #   writes: bench/iscsi_rw.c (built here with cc against libiscsi-dev): the same libiscsi, the
 #           same single-threaded poll() loop, WRITE(16) of 4 KiB at random LBAs, immediate data.
 #           Its randread is cell "rw-randread", a check that the two clients cost the same.
+#   fp-*:   `ferrite perf` (Ferrite's bdevperf) over a bdev_iscsi_create bdev: Ferrite's own
+#           initiator (crates/iscsi-host), one reactor (--reactor-mode FP_MODE, adaptive), -q QD
+#           -o 4096 -w randread|randwrite: a client that costs far less per I/O than libiscsi's,
+#           so that from QD 32 up the targets, not the client, are measured.
 # Cells:
 #   randread / randwrite at QD 1, 32, 128: one session; the target on core 0 (ferrite and spdk
 #     -m 0x1; tgtd under taskset -c 0), the client on core 1 (taskset -c 1).
@@ -30,6 +34,7 @@
 #     shares the machine. IOPS = the sum of the processes' averages. (iscsi-perf seeds rand()
 #     with time(NULL), so processes started in the same second read the same LBA sequence.)
 #   64s-1core: the same sessions, the target on core 0 (-m 0x1), the clients on core 1.
+#   fp-randread / fp-randwrite at QD 1, 32, 128: as randread / randwrite, the client `ferrite perf`.
 # Columns: IOPS per target (median over ROUNDS), ratios ferrite/spdk and ferrite/tgt, the
 # client's CPU (utime+stime, % of one core, summed over processes) and the target's (all its
 # threads), and other%: the most CPU (% of one core) anything else on the machine (and steal)
@@ -55,6 +60,7 @@ ROUNDS=${ROUNDS:-3}
 SESSIONS=${SESSIONS:-64}
 SESSION_QD=${SESSION_QD:-8}
 FERRITE_MODE=${FERRITE_MODE:-adaptive}
+FP_MODE=${FP_MODE:-adaptive}
 QUIET=${QUIET:-25}
 QUIET_WAIT=${QUIET_WAIT:-120}
 read -r -a TARGETS <<<"${TARGETS:-ferrite spdk tgt}"
@@ -243,6 +249,16 @@ client() {
         taskset -c "$CLIENT_CORES" /usr/bin/time -f '%U %S' -o "$out.$k.time" "$RW" \
           -w "${kind#rw-}" -q "$qd" -t "$T" "$url" >"$out.$k" 2>&1 &
         ;;
+      fp-*)
+        # Ferrite's initiator (crates/iscsi-host) under `ferrite perf`, one reactor.
+        cat >"$out.$k.cfg" <<J
+{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_iscsi_create","params":{"name":"iSCSI0","url":"$url","initiator_iqn":"iqn.2026-11.io.ferrite:bench-$k"}}]}]}
+J
+        rm -f "$out.$k.json"
+        taskset -c "$CLIENT_CORES" /usr/bin/time -f '%U %S' -o "$out.$k.time" "$FERRITE" perf \
+          --json "$out.$k.cfg" -T iSCSI0 -q "$qd" -o 4096 -w "${kind#fp-}" -t "$T" -m "[$CLIENT_CORES]" \
+          --reactor-mode "$FP_MODE" --results-json "$out.$k.json" >"$out.$k" 2>&1 &
+        ;;
     esac
     CPIDS+=($!)
   done
@@ -274,6 +290,8 @@ run_cell() {
   for k in $(seq "$n"); do
     if [ "$kind" = randread ]; then
       got=$(tr '\r' '\n' <"$out.$k" | grep -ao 'iops average [0-9]*' | tail -1 | awk '{print $3}')
+    elif [ "${kind#fp-}" != "$kind" ]; then
+      got=$(json_get "$out.$k.json" "int(d['total']['iops'])" 2>/dev/null || true)
     else
       got=$(awk '/^ios / {print $6}' "$out.$k")
     fi
@@ -307,7 +325,9 @@ head -c $((BLOCKS * 4096)) /dev/urandom >"$LUN_FILE"
 CELL_LIST=("randread qd1:1 randread 1 0x1" "randread qd32:1 randread 32 0x1" "randread qd128:1 randread 128 0x1"
   "randwrite qd1:1 randwrite 1 0x1" "randwrite qd32:1 randwrite 32 0x1" "randwrite qd128:1 randwrite 128 0x1"
   "rw-randread qd32:1 rw-randread 32 0x1"
-  "64s-2core randread:$SESSIONS randread $SESSION_QD 0x3" "64s-1core randread:$SESSIONS randread $SESSION_QD 0x1")
+  "64s-2core randread:$SESSIONS randread $SESSION_QD 0x3" "64s-1core randread:$SESSIONS randread $SESSION_QD 0x1"
+  "fp-randread qd1:1 fp-randread 1 0x1" "fp-randread qd32:1 fp-randread 32 0x1" "fp-randread qd128:1 fp-randread 128 0x1"
+  "fp-randwrite qd1:1 fp-randwrite 1 0x1" "fp-randwrite qd32:1 fp-randwrite 32 0x1" "fp-randwrite qd128:1 fp-randwrite 128 0x1")
 for round in $(seq "$ROUNDS"); do
   echo "round $round ($(uptime | sed 's/.*load/load/'))" >&2
   r=$(((round - 1) % ${#TARGETS[@]}))
