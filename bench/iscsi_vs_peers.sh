@@ -21,6 +21,10 @@
 #   writes: bench/iscsi_rw.c (built here with cc against libiscsi-dev): the same libiscsi, the
 #           same single-threaded poll() loop, WRITE(16) of 4 KiB at random LBAs, immediate data.
 #           Its randread is cell "rw-randread", a check that the two clients cost the same.
+#   fp-*:   `ferrite perf` (Ferrite's bdevperf) over a bdev_iscsi_create bdev: Ferrite's own
+#           initiator (crates/iscsi-host), one reactor (--reactor-mode FP_MODE, adaptive), -q QD
+#           -o 4096 -w randread|randwrite: a client that costs far less per I/O than libiscsi's,
+#           so that from QD 32 up the targets, not the client, are measured.
 # Cells:
 #   randread / randwrite at QD 1, 32, 128: one session; the target on core 0 (ferrite and spdk
 #     -m 0x1; tgtd under taskset -c 0), the client on core 1 (taskset -c 1).
@@ -30,6 +34,7 @@
 #     shares the machine. IOPS = the sum of the processes' averages. (iscsi-perf seeds rand()
 #     with time(NULL), so processes started in the same second read the same LBA sequence.)
 #   64s-1core: the same sessions, the target on core 0 (-m 0x1), the clients on core 1.
+#   fp-randread / fp-randwrite at QD 1, 32, 128: as randread / randwrite, the client `ferrite perf`.
 # Columns: IOPS per target (median over ROUNDS), ratios ferrite/spdk and ferrite/tgt, the
 # client's CPU (utime+stime, % of one core, summed over processes) and the target's (all its
 # threads), and other%: the most CPU (% of one core) anything else on the machine (and steal)
@@ -42,7 +47,11 @@
 # rest of the machine uses less than QUIET (25) % of one core over a second.
 # Environment: ROUNDS (3), CELLS (an extended regular expression on the cell names, e.g.
 # 'randread qd32|64s'), SESSIONS (64), SESSION_QD (8), FERRITE_MODE (reactor mode, adaptive),
-# FERRITE_BIN (another build), TARGETS ("ferrite spdk tgt"). Needs root for tgtd's control socket
+# FERRITE_BIN (another build), TARGETS ("ferrite spdk tgt"; ferrite-MODE is one more Ferrite
+# with --reactor-mode MODE, e.g. "ferrite ferrite-poll spdk"), LOAD ("BUSY_US:SLEEP_US[:CORES]":
+# during each measured run a bench/cpu_hog.c on CORES (0) spins BUSY_US and sleeps SLEEP_US in
+# turn, the rest of a shared machine made repeatable; "1000000:0" is a CPU-bound thread; its CPU
+# shows in other%). Needs root for tgtd's control socket
 # and hugepages; SPDK (../shared/anchors/spdk.sh), else SKIP.
 # Usage: [ROUNDS=3] bench/iscsi_vs_peers.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
@@ -51,6 +60,7 @@ ROUNDS=${ROUNDS:-3}
 SESSIONS=${SESSIONS:-64}
 SESSION_QD=${SESSION_QD:-8}
 FERRITE_MODE=${FERRITE_MODE:-adaptive}
+FP_MODE=${FP_MODE:-adaptive}
 QUIET=${QUIET:-25}
 QUIET_WAIT=${QUIET_WAIT:-120}
 read -r -a TARGETS <<<"${TARGETS:-ferrite spdk tgt}"
@@ -74,12 +84,20 @@ RW="$TMP/iscsi_rw"
 RECORDS="$TMP/records"
 : >"$RECORDS"
 cc -O2 -o "$RW" "$ROOT/bench/iscsi_rw.c" -liscsi || fail "cannot build bench/iscsi_rw.c"
+HOG="$TMP/cpu_hog"
+HOG_PID=
+if [ -n "${LOAD:-}" ]; then
+  cc -O2 -o "$HOG" "$ROOT/bench/cpu_hog.c" || fail "cannot build bench/cpu_hog.c"
+  IFS=: read -r HOG_BUSY HOG_SLEEP HOG_CORES <<<"$LOAD"
+  HOG_CORES=${HOG_CORES:-0}
+fi
 
 # --- processes: everything started here is killed on exit ---------------------------------
 declare -A TPID URL # per target: its pid and libiscsi's URL of its LUN
 CPIDS=()            # running clients
 cleanup() {
   stop_clients
+  [ -z "$HOG_PID" ] || stop_pids "$HOG_PID"
   stop_targets
   rm -rf "$TMP" "$LUN_FILE"
   [ -z "$HUGE_RESTORE" ] || echo "$HUGE_RESTORE" >/proc/sys/vm/nr_hugepages
@@ -96,7 +114,12 @@ stop_clients() {
 }
 
 spdk_rpc() { PYTHONPATH="$SPDK_DIR/python" python3 "$SPDK_DIR/scripts/rpc.py" -s "$TMP/spdk.sock" "$@"; }
-frpc() { "$FERRITE" rpc -s "$TMP/ferrite.sock" "$@" >/dev/null; }
+# frpc WHO METHOD ARGS...: an RPC to the Ferrite target WHO (ferrite, ferrite-MODE).
+frpc() {
+  local who=$1
+  shift
+  "$FERRITE" rpc -s "$TMP/$who.sock" "$@" >/dev/null
+}
 
 # wait_for WHO WHAT CMD...: polls CMD for up to 60 s while target WHO lives.
 wait_for() {
@@ -118,18 +141,20 @@ start_target() {
   [ "$2" = 0x3 ] && cores=0,1
   port=$(free_port)
   case $who in
-    ferrite)
-      rm -f "$TMP/ferrite.sock"
-      taskset -c "$cores" "$FERRITE" serve -m "$2" -r "$TMP/ferrite.sock" --wait-for-rpc \
-        --reactor-mode "$FERRITE_MODE" --log-level warn "${FERRITE_MEM[@]}" >"$TMP/ferrite.log" 2>&1 &
+    ferrite | ferrite-*)
+      local mode=$FERRITE_MODE
+      [ "$who" = ferrite ] || mode=${who#ferrite-}
+      rm -f "$TMP/$who.sock"
+      taskset -c "$cores" "$FERRITE" serve -m "$2" -r "$TMP/$who.sock" --wait-for-rpc \
+        --reactor-mode "$mode" --log-level warn "${FERRITE_MEM[@]}" >"$TMP/$who.log" 2>&1 &
       TPID[$who]=$!
-      wait_for "$who" "RPC socket" "$FERRITE" rpc -s "$TMP/ferrite.sock" -t 1 spdk_get_version
-      frpc iscsi_set_options '{"max_queue_depth":128}'
-      frpc framework_start_init
-      frpc bdev_malloc_create --name M0 --num-blocks "$BLOCKS" --block-size 4096
-      frpc iscsi_create_portal_group "{\"tag\":1,\"portals\":[{\"host\":\"127.0.0.1\",\"port\":\"$port\"}]}"
-      frpc iscsi_create_initiator_group '{"tag":1,"initiators":["ANY"],"netmasks":["ANY"]}'
-      frpc iscsi_create_target_node '{"name":"disk1","alias_name":"","luns":[{"bdev_name":"M0","lun_id":0}],"pg_ig_maps":[{"pg_tag":1,"ig_tag":1}],"queue_depth":128}'
+      wait_for "$who" "RPC socket" "$FERRITE" rpc -s "$TMP/$who.sock" -t 1 spdk_get_version
+      frpc "$who" iscsi_set_options '{"max_queue_depth":128}'
+      frpc "$who" framework_start_init
+      frpc "$who" bdev_malloc_create --name M0 --num-blocks "$BLOCKS" --block-size 4096
+      frpc "$who" iscsi_create_portal_group "{\"tag\":1,\"portals\":[{\"host\":\"127.0.0.1\",\"port\":\"$port\"}]}"
+      frpc "$who" iscsi_create_initiator_group '{"tag":1,"initiators":["ANY"],"netmasks":["ANY"]}'
+      frpc "$who" iscsi_create_target_node '{"name":"disk1","alias_name":"","luns":[{"bdev_name":"M0","lun_id":0}],"pg_ig_maps":[{"pg_tag":1,"ig_tag":1}],"queue_depth":128}'
       URL[$who]="iscsi://127.0.0.1:$port/$IQN/0"
       ;;
     spdk)
@@ -224,6 +249,16 @@ client() {
         taskset -c "$CLIENT_CORES" /usr/bin/time -f '%U %S' -o "$out.$k.time" "$RW" \
           -w "${kind#rw-}" -q "$qd" -t "$T" "$url" >"$out.$k" 2>&1 &
         ;;
+      fp-*)
+        # Ferrite's initiator (crates/iscsi-host) under `ferrite perf`, one reactor.
+        cat >"$out.$k.cfg" <<J
+{"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_iscsi_create","params":{"name":"iSCSI0","url":"$url","initiator_iqn":"iqn.2026-11.io.ferrite:bench-$k"}}]}]}
+J
+        rm -f "$out.$k.json"
+        taskset -c "$CLIENT_CORES" /usr/bin/time -f '%U %S' -o "$out.$k.time" "$FERRITE" perf \
+          --json "$out.$k.cfg" -T iSCSI0 -q "$qd" -o 4096 -w "${kind#fp-}" -t "$T" -m "[$CLIENT_CORES]" \
+          --reactor-mode "$FP_MODE" --results-json "$out.$k.json" >"$out.$k" 2>&1 &
+        ;;
     esac
     CPIDS+=($!)
   done
@@ -235,6 +270,10 @@ run_cell() {
   local who=$1 n=$2 kind=$3 qd=$4 out="$TMP/client" pid=${TPID[$1]} b0 b1 t0 t1 n0 n1 k iops=0 cu=0 got p u s
   wait_quiet
   kill -CONT "$pid"
+  if [ -n "${LOAD:-}" ]; then
+    taskset -c "$HOG_CORES" "$HOG" "$HOG_BUSY" "$HOG_SLEEP" &
+    HOG_PID=$!
+  fi
   sleep 0.2
   b0=$(busy_jiffies) t0=$(cpu_ticks "$pid") n0=$(date +%s%N)
   client "$n" "$kind" "$qd" "$out" "${URL[$who]}"
@@ -244,9 +283,15 @@ run_cell() {
   CPIDS=()
   b1=$(busy_jiffies) t1=$(cpu_ticks "$pid") n1=$(date +%s%N)
   kill -STOP "$pid"
+  if [ -n "$HOG_PID" ]; then
+    stop_pids "$HOG_PID"
+    HOG_PID=
+  fi
   for k in $(seq "$n"); do
     if [ "$kind" = randread ]; then
       got=$(tr '\r' '\n' <"$out.$k" | grep -ao 'iops average [0-9]*' | tail -1 | awk '{print $3}')
+    elif [ "${kind#fp-}" != "$kind" ]; then
+      got=$(json_get "$out.$k.json" "int(d['total']['iops'])" 2>/dev/null || true)
     else
       got=$(awk '/^ios / {print $6}' "$out.$k")
     fi
@@ -270,6 +315,7 @@ P
 # --- the run --------------------------------------------------------------------------------
 echo "iSCSI targets, 4 KiB random I/O over loopback TCP, ${T}s per run, median of $ROUNDS rounds"
 echo "machine: $(nproc) CPUs, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo); $(uptime | sed 's/^ *//')"
+[ -z "${LOAD:-}" ] || echo "LOAD: cpu_hog on core(s) $HOG_CORES, ${HOG_BUSY} us busy, ${HOG_SLEEP} us asleep, in turn, during each run"
 echo "versions: $("$FERRITE" --version); SPDK $(basename "$SPDK_DIR"); tgt $(dpkg-query -W -f '${Version}' tgt 2>/dev/null); libiscsi $(dpkg-query -W -f '${Version}' libiscsi-bin 2>/dev/null)"
 others=$(pgrep -c -f 'ferrite serve|iscsi_tgt|nvmf_tgt|tgtd|cargo|rustc' || true)
 [ "$others" = 0 ] || echo "note: $others other target/build processes are running on this machine (not ours; left alone)"
@@ -279,7 +325,9 @@ head -c $((BLOCKS * 4096)) /dev/urandom >"$LUN_FILE"
 CELL_LIST=("randread qd1:1 randread 1 0x1" "randread qd32:1 randread 32 0x1" "randread qd128:1 randread 128 0x1"
   "randwrite qd1:1 randwrite 1 0x1" "randwrite qd32:1 randwrite 32 0x1" "randwrite qd128:1 randwrite 128 0x1"
   "rw-randread qd32:1 rw-randread 32 0x1"
-  "64s-2core randread:$SESSIONS randread $SESSION_QD 0x3" "64s-1core randread:$SESSIONS randread $SESSION_QD 0x1")
+  "64s-2core randread:$SESSIONS randread $SESSION_QD 0x3" "64s-1core randread:$SESSIONS randread $SESSION_QD 0x1"
+  "fp-randread qd1:1 fp-randread 1 0x1" "fp-randread qd32:1 fp-randread 32 0x1" "fp-randread qd128:1 fp-randread 128 0x1"
+  "fp-randwrite qd1:1 fp-randwrite 1 0x1" "fp-randwrite qd32:1 fp-randwrite 32 0x1" "fp-randwrite qd128:1 fp-randwrite 128 0x1")
 for round in $(seq "$ROUNDS"); do
   echo "round $round ($(uptime | sed 's/.*load/load/'))" >&2
   r=$(((round - 1) % ${#TARGETS[@]}))
@@ -316,10 +364,13 @@ for line in open(recs):
         order.append(cell)
     rows.setdefault((cell, who), []).append((int(iops), int(cu), int(tu), int(other)))
 peers = [t for t in targets if t != "ferrite"]
-hdr = f"{'cell':18}" + "".join(f"{t:>9}" for t in targets)
+# short names: f, s, t; ferrite-poll fp
+ab = {t: t[0] + (t.split("-", 1)[1][:1] if "-" in t else "") for t in targets}
+wd = {t: max(9, len(t) + 1) for t in targets}
+hdr = f"{'cell':18}" + "".join(f"{t:>{wd[t]}}" for t in targets)
 if "ferrite" in targets:
-    hdr += "".join(f"{'f/' + p[:1]:>6}" for p in peers) + "".join(f"{'best ' + t[:1]:>9}" for t in targets)
-hdr += "".join(f"{'cli% ' + t[:1]:>7}" for t in targets) + "".join(f"{'tgt% ' + t[:1]:>7}" for t in targets) + f"{'other%':>7}"
+    hdr += "".join(f"{'f/' + ab[p]:>6}" for p in peers) + "".join(f"{'best ' + ab[t]:>9}" for t in targets)
+hdr += "".join(f"{'cli% ' + ab[t]:>8}" for t in targets) + "".join(f"{'tgt% ' + ab[t]:>8}" for t in targets) + f"{'other%':>7}"
 print(hdr)
 cells = []
 for cell in order:
@@ -328,13 +379,13 @@ for cell in order:
     cli = {t: statistics.median(r[1] for r in rows[(cell, t)]) for t in med}
     tgt = {t: statistics.median(r[2] for r in rows[(cell, t)]) for t in med}
     other = max(r[3] for t in med for r in rows[(cell, t)])
-    line = f"{cell.replace('_', ' '):18}" + "".join(f"{med.get(t, 0):9.0f}" for t in targets)
+    line = f"{cell.replace('_', ' '):18}" + "".join(f"{med.get(t, 0):{wd[t]}.0f}" for t in targets)
     ratio = {}
     if "ferrite" in med:
         ratio = {p: med["ferrite"] / med[p] if med.get(p) else None for p in peers}
         line += "".join(f"{ratio[p]:6.2f}" if ratio[p] else f"{'-':>6}" for p in peers)
         line += "".join(f"{best.get(t, 0):9.0f}" for t in targets)
-    line += "".join(f"{cli.get(t, 0):7.0f}" for t in targets) + "".join(f"{tgt.get(t, 0):7.0f}" for t in targets)
+    line += "".join(f"{cli.get(t, 0):8.0f}" for t in targets) + "".join(f"{tgt.get(t, 0):8.0f}" for t in targets)
     print(line + f"{other:7d}")
     cells.append(dict(cell=cell.replace("_", " "), median_iops=med, best_iops=best, client_cpu_pct=cli,
                       target_cpu_pct=tgt, other_pct_max=other, ratio_ferrite_over=ratio,

@@ -535,12 +535,30 @@ const TASK_WORK_EVERY: u32 = 4;
 /// to other runnable threads on each turn.
 const ADAPTIVE_YIELD_AFTER: Duration = Duration::from_micros(20);
 
+/// A yield that kept an adaptive reactor off its core longer than this gave the core to a
+/// thread that does not block soon (a CPU-bound one), not to one with a few microseconds of
+/// work (a client sharing the core). Well under the scheduler's base slice (0.75 ms times
+/// 1 + log2 of the CPUs, up to 8).
+const ADAPTIVE_YIELD_CONTENDED: Duration = Duration::from_micros(300);
+
+/// After such a yield, an adaptive reactor polls without yielding for this long (then tries a
+/// yield again). Under EEVDF (Linux 6.6 on) a yield forfeits the rest of the yielder's slice:
+/// its virtual runtime jumps to its deadline. A reactor that yielded on every idle turn next
+/// to a CPU-bound thread was charged ~16 times the CPU it used and got 3% of its core (iSCSI
+/// QD 1: 788 IOPS against 3,000 polling; docs/perf-log/2026-11-29-iscsi-qd1.md). One yield
+/// per back-off bounds that loss to a slice in this period.
+const ADAPTIVE_YIELD_BACKOFF: Duration = Duration::from_millis(100);
+
 fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
     let shared = &local.engine.0.reactors[local.id];
     let mailbox = &shared.mailbox;
     let stop = &local.engine.0.stop;
     let adaptive_idle = duration_to_ticks(cfg.adaptive_idle);
     let yield_after = duration_to_ticks(ADAPTIVE_YIELD_AFTER);
+    let yield_contended = duration_to_ticks(ADAPTIVE_YIELD_CONTENDED);
+    let yield_backoff = duration_to_ticks(ADAPTIVE_YIELD_BACKOFF);
+    // No yields before this tick (a yield found a CPU-bound thread on this core).
+    let mut no_yield_until = 0u64;
     let mut last = ticks();
     let mut idle_since = last;
     let mut turns: u64 = 0;
@@ -614,6 +632,7 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
         if !sleep
             && cfg.mode == ReactorMode::Adaptive
             && now.wrapping_sub(idle_since) > yield_after
+            && now >= no_yield_until
             && local.ring.borrow().busy()
         {
             // Waiting on the kernel (sockets, device interrupts): keep polling, since waking a
@@ -621,8 +640,14 @@ fn run_loop(local: &Rc<Local>, cfg: &EngineConfig) {
             // runnable on this core go first. Not in the first microseconds of a wait: the
             // gaps between a busy connection's requests are that short, and a yield per turn
             // there cost a target 10-15% of its throughput (sched_yield is a syscall and a pass
-            // through the scheduler).
+            // through the scheduler). A yield that kept us off the core long found a thread
+            // that does not block soon: each further yield would hand it a whole slice, so we
+            // poll without yielding for a while (as a polling reactor shares a core).
             std::thread::yield_now();
+            let back = ticks();
+            if back.wrapping_sub(now) > yield_contended {
+                no_yield_until = back.wrapping_add(yield_backoff);
+            }
         }
         if !sleep {
             local.ring.borrow_mut().submit();
