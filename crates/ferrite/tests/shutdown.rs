@@ -118,13 +118,15 @@ fn sigterm_stops_perf_early_with_results() {
             results.to_str().unwrap(),
         ],
     );
-    // Wait for the first progress line: the run is under way.
+    // Wait until the run is under way (progress lines are for terminals only), and a second
+    // of it.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !p.stdout().contains("[  1s]") {
+    while !p.stdout().contains("Running I/O for") {
         assert!(p.child.try_wait().unwrap().is_none(), "perf exited early; stderr:\n{}", p.stderr());
-        assert!(Instant::now() < deadline, "no progress line in 10 s; stdout:\n{}", p.stdout());
+        assert!(Instant::now() < deadline, "the run did not start in 10 s; stdout:\n{}", p.stdout());
         std::thread::sleep(Duration::from_millis(20));
     }
+    std::thread::sleep(Duration::from_millis(1200));
     p.sigterm();
     let t = Instant::now();
     let st = p.expect_exit(Duration::from_secs(5), "perf after SIGTERM");
