@@ -2,50 +2,16 @@
 //! on the engine's first core as tasks that await I/O (superblocks, quiesce), and each holds
 //! this lock from start to end, as SPDK's single app thread runs them one after another.
 
-use std::cell::RefCell;
-use std::task::{Poll, Waker};
-
-#[derive(Default)]
-struct Ctl {
-    held: bool,
-    waiters: Vec<Waker>,
-}
+use ferrite_reactor::{TurnGuard, TurnLock};
 
 thread_local! {
-    static CTL: RefCell<Ctl> = RefCell::new(Ctl::default());
+    static CTL: TurnLock = TurnLock::new();
 }
 
 /// Held control lock; dropping it lets the next operation in.
-pub(crate) struct Guard(());
+pub(crate) type Guard = TurnGuard;
 
-/// Waits for the control lock. Every waiter is woken when it is released (a waiter that gave
-/// up never holds up the others).
+/// Waits for the control lock.
 pub(crate) async fn lock() -> Guard {
-    std::future::poll_fn(|cx| {
-        CTL.with(|c| {
-            let mut c = c.borrow_mut();
-            if c.held {
-                c.waiters.push(cx.waker().clone());
-                Poll::Pending
-            } else {
-                c.held = true;
-                Poll::Ready(Guard(()))
-            }
-        })
-    })
-    .await
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let waiters = CTL.with(|c| {
-            let mut c = c.borrow_mut();
-            debug_assert!(c.held, "a guard stands for a held lock");
-            c.held = false;
-            std::mem::take(&mut c.waiters)
-        });
-        for w in waiters {
-            w.wake();
-        }
-    }
+    CTL.with(TurnLock::clone).lock().await
 }

@@ -21,6 +21,7 @@ mod reactor;
 pub mod ring;
 pub mod sim;
 pub mod tsc;
+pub mod turnlock;
 
 pub use async_task::Task;
 pub use blocking::{spawn_blocking, Blocking, BlockingPanic};
@@ -38,3 +39,4 @@ pub use reactor::{
     unregister_sleep_hook, with_ring, Engine, EngineConfig, NextTurn, PollerId, ReactorMode, ReactorStats, Sleep,
 };
 pub use sim::{Sim, SimRng};
+pub use turnlock::{TurnGuard, TurnLock};
