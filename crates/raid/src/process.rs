@@ -121,8 +121,8 @@ async fn copy(
 }
 
 /// The end of a rebuild: the target becomes a member like the others (superblock entry
-/// configured), or goes if the copy failed.
-async fn finish(raid: &Arc<Raid>, slot: usize, res: Result<bool, BdevError>) {
+/// configured), or goes if the rebuild failed (raid1 copies and raid5f reconstructions alike).
+pub(crate) async fn finish(raid: &Arc<Raid>, slot: usize, res: Result<bool, BdevError>) {
     let done = match &res {
         Ok(true) => {
             let bdev = {

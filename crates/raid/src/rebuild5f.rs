@@ -8,8 +8,7 @@
 //! back on every member): the others' ranges are read, XORed, and written to the target.
 
 use crate::process::Opts;
-use crate::raid::{refresh_channels, remove_slot, write_superblock, Process, Raid};
-use crate::sb::MemberState;
+use crate::raid::{refresh_channels, Process, Raid};
 use ferrite_bdev::{BdevError, IoChannel, IoRequest};
 use ferrite_reactor::IoBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,7 +30,7 @@ pub(crate) async fn start(raid: &Arc<Raid>, slot: usize, opts: Opts) -> Result<(
     let raid = raid.clone();
     ferrite_reactor::spawn_local(async move {
         let res = copy(&raid, slot, opts, &offset, &cancel).await;
-        finish(&raid, slot, res).await;
+        crate::process::finish(&raid, slot, res).await;
     })
     .detach();
     Ok(())
@@ -120,56 +119,4 @@ async fn copy(
         }
     }
     Ok(true)
-}
-
-/// The end of a rebuild: the target becomes a member like the others (superblock entry
-/// configured), or goes if the rebuild failed. (As `process`'s for raid1.)
-async fn finish(raid: &Arc<Raid>, slot: usize, res: Result<bool, BdevError>) {
-    let done = match &res {
-        Ok(true) => {
-            let bdev = {
-                let mut st = raid.lock();
-                let (uuid, off, size) = {
-                    let s = &mut st.slots[slot];
-                    s.target = false;
-                    (s.uuid, s.data_offset, s.data_size)
-                };
-                if let Some(sb) = st.sb.as_mut() {
-                    if let Some(m) = sb.members.iter_mut().find(|m| m.slot as usize == slot) {
-                        m.state = MemberState::Configured;
-                        m.uuid = uuid;
-                        m.data_offset = off;
-                        m.data_size = size;
-                    }
-                }
-                st.bdev.clone()
-            };
-            if let Err(e) = write_superblock(raid).await {
-                log::error!("raid {}: superblock after rebuild: {e}", raid.name);
-            }
-            if let Some(b) = bdev {
-                refresh_channels(&b).await;
-            }
-            log::info!("raid {}: rebuild of raid5f slot {slot} done", raid.name);
-            true
-        }
-        Ok(false) => {
-            log::info!("raid {}: rebuild of raid5f slot {slot} stopped", raid.name);
-            true
-        }
-        Err(e) => {
-            log::error!("raid {}: rebuild of raid5f slot {slot} failed: {e}", raid.name);
-            false
-        }
-    };
-    let waiters = raid.lock().process.take().map(|p| p.done).unwrap_or_default();
-    for w in waiters {
-        w.send(());
-    }
-    if !done {
-        let _g = crate::ctl::lock().await;
-        if let Err(e) = remove_slot(raid, slot, true).await {
-            log::warn!("raid {}: removing the rebuild target: {e}", raid.name);
-        }
-    }
 }
