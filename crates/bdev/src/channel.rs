@@ -1124,4 +1124,16 @@ impl IoChannel {
         })
         .await
     }
+
+    /// [`IoChannel::submit_wait`], giving up after `limit` (None): a device that does not
+    /// answer, or a path that is down, does not hold a control path up. A request given up on
+    /// still completes later, into a slot nobody reads.
+    pub async fn submit_wait_within(&self, req: IoRequest, limit: std::time::Duration) -> Option<Completed> {
+        let done = async { Some(self.submit_wait(req).await) };
+        let timeout = async {
+            ferrite_reactor::sleep(limit).await;
+            None
+        };
+        ferrite_reactor::net::race(done, timeout).await
+    }
 }

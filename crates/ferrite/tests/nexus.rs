@@ -192,6 +192,11 @@ struct Setup {
 }
 
 fn setup(tag: &str, store: Option<&str>) -> Setup {
+    setup_with(tag, store, 0)
+}
+
+/// [`setup`], with the nexus's `auto_online_ms`.
+fn setup_with(tag: &str, store: Option<&str>, auto_online_ms: u32) -> Setup {
     let dir = TempDir::new(tag);
     let files = files(&dir, &["c0.img", "c1.img", "c2.img", "c3.img"], 32);
     let d = Daemon::start(&dir, &[]);
@@ -202,7 +207,7 @@ fn setup(tag: &str, store: Option<&str>) -> Setup {
     d.call(
         "nexus_create",
         Some(json!({"name": "NX", "uuid": "1d2c3b4a-5e6f-4a7b-8c9d-0e1f2a3b4c5d", "size": 32 * MIB,
-            "children": uris, "store": store.unwrap_or(&store_s)})),
+            "children": uris, "store": store.unwrap_or(&store_s), "auto_online_ms": auto_online_ms})),
     );
     let nbd = nbd(&d, "NX", "nx");
     Setup { dir, d, files, uris, nbd }
@@ -247,6 +252,72 @@ fn a_child_that_fails_writes_is_faulted_then_partially_rebuilt() {
     for f in &s.files[1..3] {
         same_bytes(&s.files[0], f);
     }
+    d.assert_serving();
+}
+
+/// Polls the state of `uri` in the nexus NX until `pred` holds (at most `limit`); the nexus.
+fn wait_child(d: &Daemon, uri: &str, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+    let t0 = Instant::now();
+    loop {
+        let n = nexus(d, "NX");
+        if pred(child(&n, uri)) {
+            return n;
+        }
+        assert!(t0.elapsed() < limit, "child {uri} within {limit:?}: {n}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn with_auto_online_a_child_that_answers_again_is_rebuilt_without_being_asked() {
+    let test = "with_auto_online_a_child_that_answers_again_is_rebuilt_without_being_asked";
+    if !have(test, &["qemu-io"]) {
+        return;
+    }
+    let s = setup_with("nexus-auto-online", None, 100);
+    let (d, dir) = (&s.d, &s.dir);
+    qemu_io(dir, &s.nbd, "write -P 0x51 0 32M; flush");
+    d.call(
+        "bdev_error_inject_error",
+        Some(json!({"name": "EE_U2", "io_type": "write", "error_type": "failure", "num": 100000})),
+    );
+    qemu_io(dir, &s.nbd, "write -P 0x52 2M 1M; flush; read -P 0x52 2M 1M");
+    wait_child(d, "bdev:///EE_U2", Duration::from_secs(5), |c| c["state"] == "faulted");
+    // Its reads work, so it is tried; its writes still fail, so every rebuild fails, and the
+    // tries back off (100 ms, 200, 400, ...): a few in 3 s, not 30.
+    let n = wait_child(d, "bdev:///EE_U2", Duration::from_secs(10), |c| {
+        c["reason"].as_str().is_some_and(|r| r.starts_with("rebuild_failed"))
+    });
+    assert_eq!(n["state"], "degraded", "{n}");
+    let errors = || -> u64 {
+        let s = d.call("bdev_get_iostat", Some(json!({"name": "EE_U2"})));
+        s["bdevs"][0]["io_error"].as_object().unwrap_or_else(|| panic!("{s}")).values().filter_map(Value::as_u64).sum()
+    };
+    let before = errors();
+    std::thread::sleep(Duration::from_secs(3));
+    let tries = errors() - before;
+    assert!(tries <= 10, "each failed rebuild is one failed write: {tries} in 3 s is no back-off");
+    let failed = child(&nexus(d, "NX"), "bdev:///EE_U2").clone();
+    assert_ne!(failed["state"], "online", "{failed}");
+    qemu_io(dir, &s.nbd, "write -P 0x53 20M 1M; flush");
+    // The errors clear: the next try rebuilds it (partially: the log holds what it missed).
+    d.call("bdev_error_inject_error", Some(json!({"name": "EE_U2", "io_type": "clear", "error_type": "failure"})));
+    let n = wait_child(d, "bdev:///EE_U2", Duration::from_secs(30), |c| c["state"] == "online");
+    assert_eq!(n["state"], "online", "{n}");
+    let st = wait_rebuilt(d, "NX", "bdev:///EE_U2", Duration::from_secs(10));
+    assert_eq!((st["state"].as_str(), st["is_partial"].as_bool()), (Some("completed"), Some(true)), "{st}");
+    qemu_io(dir, &s.nbd, "read -P 0x51 0 2M; read -P 0x52 2M 1M; read -P 0x53 20M 1M; flush");
+    for f in &s.files[1..3] {
+        same_bytes(&s.files[0], f);
+    }
+    // A child the client faults is left alone.
+    d.call("nexus_fault_child", Some(json!({"name": "NX", "uri": "bdev:///EE_U2"})));
+    std::thread::sleep(Duration::from_secs(1));
+    let c = child(&nexus(d, "NX"), "bdev:///EE_U2").clone();
+    assert_eq!((c["state"].as_str(), c["reason"].as_str()), (Some("faulted"), Some("by_client")), "{c}");
+    // save_config keeps the setting.
+    let cfg = d.call("save_config", None).to_string();
+    assert!(cfg.contains("\"auto_online_ms\":100"), "{cfg}");
     d.assert_serving();
 }
 

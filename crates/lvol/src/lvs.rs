@@ -347,13 +347,7 @@ async fn probe(bdev_name: &str) -> LvolResult<()> {
         }
         let ch = desc.channel().map_err(|e| LvolError::new(libc::EIO, e.to_string()))?;
         let req = ferrite_bdev::IoRequest::read(0, len / bs, ferrite_reactor::alloc_buf(len as usize));
-        // A device that does not answer (or a path that is down) does not hold examine up.
-        let read = async { Some(ch.submit_wait(req).await) };
-        let timeout = async {
-            ferrite_reactor::sleep(EXAMINE_READ_TIMEOUT).await;
-            None
-        };
-        let Some(c) = ferrite_reactor::net::race(read, timeout).await else {
+        let Some(c) = ch.submit_wait_within(req, EXAMINE_READ_TIMEOUT).await else {
             return Err(LvolError::new(libc::ETIMEDOUT, "the read of the first page timed out"));
         };
         if !c.status.is_ok() {

@@ -8,6 +8,7 @@
 //! - [`uri`]: child URIs. `open`: what they name, opened and claimed.
 //! - [`child`]: a child and its state machine. [`nexus`]: the control plane.
 //! - `channel`: the data path. [`rebuild`]: rebuilds. [`seglog`]: the segment log.
+//! - [`heal`]: faulted children brought back when they answer again (`auto_online_ms`).
 //! - [`fence`]: NVMe reservations on remote children (`resv_key`, `preempt_key`).
 //! - [`publish`]: the nexus over NVMe/TCP (through the target's RPC methods).
 //! - [`store`], [`etcd`]: the health store. [`rpc`]: the JSON-RPC methods.
@@ -17,6 +18,7 @@ pub mod child;
 mod ctl;
 pub mod etcd;
 pub mod fence;
+pub mod heal;
 pub mod nexus;
 mod open;
 pub mod publish;

@@ -97,6 +97,9 @@ pub struct CreateOpts {
     pub rebuild_window_kb: u32,
     /// Rebuild rate bound, MiB/s (0: none).
     pub rebuild_max_mb_sec: u32,
+    /// Every this many ms, faulted children that failed on their own are probed and brought
+    /// back when they answer (`heal`; 0: only by `nexus_online_child`).
+    pub auto_online_ms: u32,
 }
 
 /// A replicated volume over children.
@@ -125,6 +128,8 @@ pub struct Nexus {
     pub rebuild_window_kb: u32,
     /// Rebuild rate bound, MiB/s (0: none); changes apply to running rebuilds.
     pub rebuild_max_mb_sec: AtomicU32,
+    /// The period of `heal`'s look at faulted children, ms (0: none).
+    pub auto_online_ms: u32,
     /// Segments written while a child was out of date.
     pub log: SegmentLog,
     /// The generation the store holds.
@@ -543,6 +548,7 @@ impl BdevBackend for NexusBackend {
             "store": n.store.name(),
             "rebuild_window_kb": n.rebuild_window_kb,
             "rebuild_max_mb_sec": n.rebuild_max_mb_sec.load(Ordering::Relaxed),
+            "auto_online_ms": n.auto_online_ms,
         }}))
     }
 }
@@ -657,6 +663,7 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
         store,
         rebuild_window_kb: o.rebuild_window_kb.max(4),
         rebuild_max_mb_sec: AtomicU32::new(o.rebuild_max_mb_sec),
+        auto_online_ms: o.auto_online_ms,
         log: SegmentLog::new(num_blocks, bs, SEGMENT_BYTES),
         recorded: AtomicU64::new(0),
         refreshed: AtomicU64::new(0),
@@ -727,6 +734,7 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
             log::warn!("nexus {}: rebuild of slot {slot}: {e}", nexus.name);
         }
     }
+    crate::heal::spawn(ctx, &nexus, Duration::from_millis(o.auto_online_ms as u64));
     log::info!("nexus {}: created ({} blocks of {bs}), {}", nexus.name, num_blocks, nexus.state().name());
     Ok(nexus)
 }
@@ -888,6 +896,13 @@ pub async fn fault_child(name: &str, uri: &str) -> Result<(), BdevError> {
 pub async fn online_child(ctx: &Ctx, name: &str, uri: &str) -> Result<(), BdevError> {
     let _g = ctl::lock().await;
     let n = find_or_err(name)?;
+    bring_back(ctx, &n, uri).await
+}
+
+/// Brings the faulted child at `uri` back: reopened if it was closed, then rebuilt. The caller
+/// holds the control lock (`nexus_online_child`, or the nexus's own watcher, `heal`).
+pub(crate) async fn bring_back(ctx: &Ctx, n: &Arc<Nexus>, uri: &str) -> Result<(), BdevError> {
+    let name = n.name.as_str();
     let slot = n.slot_of(uri)?;
     let (state, open, p, fenced) = {
         let st = n.lock();
@@ -916,7 +931,7 @@ pub async fn online_child(ctx: &Ctx, name: &str, uri: &str) -> Result<(), BdevEr
         c.bdev_name = desc.bdev().name().to_string();
         c.desc = Some(desc);
     }
-    crate::rebuild::start(&n, slot).await
+    crate::rebuild::start(n, slot).await
 }
 
 /// A child's bdev is going away (its `Remove` event, on the first core): it is faulted and

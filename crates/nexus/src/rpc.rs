@@ -42,6 +42,8 @@ struct Create {
     rebuild_window_kb: Option<u32>,
     #[serde(default)]
     rebuild_max_mb_sec: u32,
+    #[serde(default)]
+    auto_online_ms: u32,
 }
 
 #[derive(Deserialize)]
@@ -121,6 +123,7 @@ pub fn register(reg: &mut Registry) {
                 store,
                 rebuild_window_kb: c.rebuild_window_kb.unwrap_or(1024),
                 rebuild_max_mb_sec: c.rebuild_max_mb_sec,
+                auto_online_ms: c.auto_online_ms,
             },
         )
         .await

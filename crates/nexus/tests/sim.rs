@@ -224,6 +224,7 @@ fn opts(seed: u64) -> CreateOpts {
         store: Some(Store::Memory(format!("sim-{seed}-{}", std::process::id()))),
         rebuild_window_kb: 64,
         rebuild_max_mb_sec: 0,
+        auto_online_ms: 0,
     }
 }
 

@@ -28,12 +28,8 @@ pub(crate) async fn read_sb(ch: &IoChannel, bs: u32) -> Result<Option<Superblock
             return Ok(None);
         }
         let req = IoRequest::read(0, (len / bs) as u64, ferrite_reactor::alloc_buf(len));
-        let read = async { Some(ch.submit_wait(req).await) };
-        let timeout = async {
-            ferrite_reactor::sleep(READ_TIMEOUT).await;
-            None
-        };
-        let c = ferrite_reactor::net::race(read, timeout)
+        let c = ch
+            .submit_wait_within(req, READ_TIMEOUT)
             .await
             .ok_or_else(|| BdevError::Errno(libc::ETIMEDOUT, "superblock read timed out".into()))?;
         if !c.status.is_ok() {
