@@ -157,7 +157,9 @@ pub fn shutdown(engine: &Engine) {
         .run_async(0, || async {
             // Stop accepting and close the targets' connections first, then the bdevs.
             // Remote controllers first (their keep-alives stop; no reconnection to a target
-            // that is going away, ours included).
+            // that is going away, ours included). Nexuses before them: each records a clean
+            // shutdown while its remote children are still there.
+            ferrite_nexus::nexus::shutdown().await;
             ferrite_nvmf_host::rpc::shutdown().await;
             ferrite_iscsi_host::rpc::shutdown();
             ferrite_nbd::rpc::shutdown(&ferrite_reactor::engine()).await;

@@ -611,11 +611,29 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
             ));
         }
     }
+    // A nexus that did not shut down cleanly may have left its children different where writes
+    // were in flight: one child the store holds healthy (a local one first) is the reference and
+    // the others are rebuilt from it, as Mayastor recreates such a nexus from one replica.
+    let reference = record.as_ref().filter(|r| !r.clean_shutdown).and_then(|r| {
+        o.children
+            .iter()
+            .zip(&parsed)
+            .filter(|(u, _)| r.healthy(u) == Some(true))
+            .min_by_key(|(_, p)| !p.is_local())
+            .map(|(u, _)| u.clone())
+    });
+    if let Some(u) = &reference {
+        log::warn!(
+            "nexus {}: not shut down cleanly; {u} is the reference, the other children are rebuilt from it",
+            o.name
+        );
+    }
     let fencing = Fencing { resv_key: o.resv_key, preempt_key: o.preempt_key, resv_type: o.resv_type };
     let mut children: Vec<Child> = Vec::new();
     let mut geometry = None;
     for (uri, p) in o.children.iter().zip(parsed) {
-        let healthy = record.as_ref().is_none_or(|r| r.healthy(uri) == Some(true));
+        let healthy =
+            record.as_ref().is_none_or(|r| r.healthy(uri) == Some(true)) && reference.as_ref().is_none_or(|r| r == uri);
         let res = open_child(ctx, uri, &p, &o.name, &fencing).await.and_then(|(desc, made)| {
             let b = desc.bdev().clone();
             check_geometry(uri, &b, geometry)?;
@@ -773,6 +791,67 @@ pub async fn destroy(ctx: &Ctx, name: &str) -> Result<(), BdevError> {
     forget(&n);
     log::info!("nexus {name}: destroyed");
     Ok(())
+}
+
+/// How long each child's flush may take at shutdown.
+const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// At daemon shutdown, before the NVMe/TCP host lets remote children go: each nexus stops its
+/// rebuilds, quiesces (no write in flight; new ones wait until the bdev goes), flushes its
+/// writable children and records a clean shutdown when every flush succeeded, so that a
+/// restart trusts every child the store holds healthy (an unclean one trusts one of them only:
+/// [`create`]). The nexus then ignores its children's going (their owners remove them) and its
+/// bdev goes with the others.
+pub async fn shutdown() {
+    let _g = ctl::lock().await;
+    for n in all() {
+        let jobs: Vec<_> = {
+            let st = n.lock();
+            st.slots.iter().flatten().filter_map(|c| c.rebuild.clone()).collect()
+        };
+        for j in jobs {
+            j.cancel();
+            j.wait().await;
+        }
+        let Some(bdev) = n.lock().bdev.clone() else { continue };
+        let quiesced = bdev.quiesce().await.is_ok();
+        let chans: Vec<_> = {
+            let st = n.lock();
+            st.slots
+                .iter()
+                .flatten()
+                .filter(|c| c.writable())
+                .filter_map(|c| c.desc.as_ref())
+                .map(|d| (d.bdev().supports(IoType::Flush), d.channel()))
+                .collect()
+        };
+        let mut clean = quiesced;
+        for (flush, ch) in chans {
+            let Ok(ch) = ch else {
+                clean = false;
+                continue;
+            };
+            if flush {
+                let done =
+                    ch.submit_wait_within(ferrite_bdev::IoRequest::new(IoType::Flush, 0, 0), SHUTDOWN_FLUSH_TIMEOUT);
+                clean &= done.await.is_some_and(|c| c.status.is_ok());
+            }
+        }
+        n.lock().destroying = true;
+        // A store write under way ends first, so that the last record is this one.
+        let t0 = std::time::Instant::now();
+        while n.lock().persisting && t0.elapsed() < STORE_WAIT {
+            ferrite_reactor::sleep(Duration::from_millis(10)).await;
+        }
+        let (_, rec) = n.record(clean);
+        let (store, key) = (n.store.clone(), crate::store::key(&n.uuid));
+        match ferrite_reactor::spawn_blocking(move || store.put(&key, &rec)).await {
+            Ok(Ok(())) => log::info!("nexus {}: shut down {}", n.name, if clean { "cleanly" } else { "uncleanly" }),
+            Ok(Err(e)) => log::warn!("nexus {}: store at shutdown: {e}", n.name),
+            Err(e) => log::warn!("nexus {}: store at shutdown: {e}", n.name),
+        }
+        forget(&n);
+    }
 }
 
 fn find_or_err(name: &str) -> Result<Arc<Nexus>, BdevError> {

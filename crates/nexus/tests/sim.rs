@@ -6,8 +6,10 @@
 //! event at a time, makes a child fail its I/O, stall (its I/O held, then let go), or lose its
 //! power at a crash point the seed chooses and come back with what survived; the child is then
 //! brought back with `nexus_online_child` (a partial rebuild). Every few events the nexus itself
-//! is destroyed and made again from the health store while a child is out, as after a crash of
-//! its node: it must be reassembled from the children the store knows as current only.
+//! is made again from the health store while a child is out, after a clean restart or a crash of
+//! its node (writes in flight left on one child only, no clean record): it must be reassembled
+//! from the children the store knows as current only, and after a crash from one of them, the
+//! others rebuilt from it, so that a block written at the crash reads the same every time.
 //!
 //! Checked for every seed: every I/O succeeds (a healthy child is always left); every read
 //! returns the last acknowledged write of its blocks (no acknowledged write is lost, no stale
@@ -82,6 +84,10 @@ struct Shared {
     errors: Mutex<Vec<String>>,
     /// Block -> last acknowledged version (each block has one lane writing it).
     model: Mutex<HashMap<u64, u64>>,
+    /// Block -> the version of a write in flight when the nexus's node crashed, which reached
+    /// some child only: a read may return it or the model's, and whichever it returns first
+    /// is what every later read must return (the block may not flip).
+    torn: Mutex<HashMap<u64, u64>>,
     /// I/Os done.
     ios: AtomicUsize,
     /// The chaos event under way.
@@ -160,8 +166,10 @@ async fn lane(core: u64, lane: u64, seed: u64, sh: Arc<Shared>) {
                 }
                 {
                     let mut m = sh.model.lock().unwrap();
+                    let mut t = sh.torn.lock().unwrap();
                     for b in first..first + n {
                         m.insert(b, v);
+                        t.remove(&b);
                     }
                 }
                 if rng.chance(1, 4) {
@@ -182,10 +190,16 @@ async fn lane(core: u64, lane: u64, seed: u64, sh: Arc<Shared>) {
                     return;
                 }
                 let data: Vec<u8> = r.req.bufs.iter().flat_map(|b| b.iter().copied()).collect();
-                let m = sh.model.lock().unwrap();
+                let mut m = sh.model.lock().unwrap();
                 for (i, b) in (first..first + n).enumerate() {
-                    let want = m.get(&b).copied().unwrap_or(0);
                     let got = version_of(b, &data[i * BS as usize..(i + 1) * BS as usize]);
+                    // A torn block settles on what it is first read as.
+                    if let Some(t) = sh.torn.lock().unwrap().remove(&b) {
+                        if got == Some(t) {
+                            m.insert(b, t);
+                        }
+                    }
+                    let want = m.get(&b).copied().unwrap_or(0);
                     if got != Some(want) {
                         drop(m);
                         let held: Vec<Option<u64>> = sh.disks.lock().unwrap().as_ref().map_or(vec![], |d| {
@@ -318,9 +332,15 @@ async fn chaos(seed: u64, disks: Arc<Mutex<Vec<CrashDisk>>>, sh: Arc<Shared>) ->
                 disks.lock().unwrap()[i] = d;
             }
         }
-        // The nexus's node crashes now and then while the child is out: made again from the store.
+        // The nexus's node goes down now and then while the child is out, and the nexus is
+        // made again from the store: a clean restart, or a crash that leaves writes in flight
+        // on some children only and the store without a clean record.
         if rng.chance(1, 3) {
-            log.push(format!("{ev}: the nexus is made again from the store"));
+            let crash = rng.chance(1, 2);
+            log.push(format!(
+                "{ev}: the nexus is made again from the store ({})",
+                if crash { "after a crash" } else { "clean" }
+            ));
             sh.pause.store(true, Ordering::SeqCst);
             while sh.parked.load(Ordering::SeqCst) < LANES as usize {
                 if !sh.errors.lock().unwrap().is_empty() {
@@ -333,10 +353,18 @@ async fn chaos(seed: u64, disks: Arc<Mutex<Vec<CrashDisk>>>, sh: Arc<Shared>) ->
                 break;
             }
             nexus::destroy(&ctx, "NX").await.expect("destroy");
+            if crash {
+                let (j, torn) = tear(&mut rng, i, seed, &sh).await;
+                log.push(format!("{ev}: writes in flight reached child {j} only: blocks {torn:?}"));
+            }
             let n = nexus::create(&ctx, opts(seed)).await.expect("create again");
             let st = states(&n);
             if st[i] == "online" {
                 sh.error(format!("after the restart the stale child {i} is {st:?}"));
+            }
+            let online = st.iter().filter(|s| *s == "online").count();
+            if crash && online != 1 {
+                sh.error(format!("after a crash one child is the reference, the others are rebuilt: {st:?}"));
             }
             sh.epoch.fetch_add(1, Ordering::SeqCst);
             sh.pause.store(false, Ordering::SeqCst);
@@ -356,9 +384,49 @@ async fn chaos(seed: u64, disks: Arc<Mutex<Vec<CrashDisk>>>, sh: Arc<Shared>) ->
         if s["source"] == uri(i).as_str() || s["state"] != "completed" {
             sh.error(format!("child {i}'s rebuild: {s}"));
         }
+        // Every child is healthy again before the next event (after a crash, those rebuilt
+        // from the reference too).
+        for k in 0..CHILDREN {
+            if !wait_state(k, "online", &sh).await {
+                break;
+            }
+        }
     }
     sh.done.store(true, Ordering::SeqCst);
     log
+}
+
+/// The crash of the nexus's node, on children already released: writes that were in flight
+/// reached one healthy child (not `stale`) only, at a few blocks; the store loses its clean
+/// record. Returns the child and the blocks.
+async fn tear(rng: &mut SimRng, stale: usize, seed: u64, sh: &Shared) -> (usize, Vec<u64>) {
+    let mut j = rng.below(CHILDREN as u64) as usize;
+    if j == stale {
+        j = (j + 1) % CHILDREN;
+    }
+    let desc = Bdev::open_ext(&format!("EE_D{j}"), true, |_| {}).expect("open a released child");
+    let ch = desc.channel().expect("a channel");
+    let mut blocks = Vec::new();
+    for k in 0..1 + rng.below(4) {
+        let b = rng.below(BLOCKS);
+        // A version no lane writes (lanes' carry their id in bits 48 and up, ids < LANES).
+        let v = (0xff << 48) | (sh.event.load(Ordering::SeqCst) as u64) << 8 | k;
+        write_block(&ch, b, v).await;
+        sh.torn.lock().unwrap().insert(b, v);
+        blocks.push(b);
+    }
+    // On the medium: the old nexus's record of unflushed segments is gone with it, and a
+    // later power cut of this child must not take back what a read may have settled on.
+    let r = ch.submit_wait(IoRequest::no_payload(ferrite_bdev::IoType::Flush, 0, BLOCKS)).await;
+    assert_eq!(r.status, IoStatus::Success, "flush of the torn writes");
+    drop(ch);
+    drop(desc);
+    let store = opts(seed).store.expect("a store");
+    let key = ferrite_nexus::store::key(&UUID.parse().unwrap());
+    let mut rec = store.get(&key).expect("store").expect("a record");
+    rec.clean_shutdown = false;
+    store.put(&key, &rec).expect("store");
+    (j, blocks)
 }
 
 fn run(seed: u64) -> u64 {
