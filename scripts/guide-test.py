@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Run the user guides (docs/guide/*.md) as tests: each guide's ```sh blocks, in order.
+
+A guide is run as one bash script (so variables and background jobs carry from block to block)
+under `set -eE -o pipefail`, in a fresh temporary folder, with `ferrite` on PATH. The first
+command that fails stops the guide and names the guide, the block, its line and the command.
+
+Fenced blocks:
+  ```sh                     run by the test (and what a user types)
+  ```sh whose first line is `# needs: REASON`
+                            not run: the reason (root, a kernel module, a VM...) is shown to
+                            the reader and printed by the test as a skip
+  any other info string     (text, json, console...) an example, never run
+
+Guides run one at a time (each uses its own TCP ports as well, so it may run beside other
+tests). Whatever a guide left running (its daemon, when a command failed before the guide's
+tear-down) is killed afterwards: the guide runs in a process group of its own. A guide that
+passes but leaves a process running fails. Its temporary folder is removed in all cases.
+
+Usage: scripts/guide-test.py [GUIDE.md ...]   (default: every docs/guide/*.md but README.md)
+Environment: FERRITE_BIN (default: target/release/ferrite, else target/debug/ferrite),
+GUIDE_TIMEOUT (seconds per guide, default 300), GUIDE_KEEP=1 keeps the temporary folders.
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FENCE = re.compile(r"^(`{3,}|~{3,})\s*([^`\s]*)")
+
+
+def blocks(path):
+    """The fenced blocks of a markdown file: (info string, first line number, lines)."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, info, start = m.group(1), m.group(2), i + 1
+        body = []
+        i += 1
+        while i < len(lines) and not lines[i].startswith(fence):
+            body.append(lines[i])
+            i += 1
+        if i == len(lines):
+            sys.exit(f"{path}:{start}: fenced block never closed")
+        out.append((info, start + 1, body))
+        i += 1
+    return out
+
+
+def script(path):
+    """The bash script of a guide, and the reasons of the blocks it leaves out."""
+    name = os.path.relpath(path, ROOT)
+    parts = [
+        "set -eE -o pipefail",
+        "__block=0; __line=0; __reported=",
+        # Report once: with -E the trap would fire again in each function the failure leaves.
+        "trap '__rc=$?; if [ -z \"$__reported\" ]; then __reported=1; "
+        f"echo \"guide-test: FAILED {name} block $__block (line $__line): "
+        "$BASH_COMMAND (exit $__rc)\" >&2; fi' ERR",
+    ]
+    skipped, n = [], 0
+    for info, line, body in blocks(path):
+        if info != "sh":
+            continue
+        n += 1
+        first = body[0].strip() if body else ""
+        if first.startswith("# needs:"):
+            skipped.append((n, line, first[len("# needs:"):].strip()))
+            continue
+        parts.append(f"__block={n}; __line={line}")
+        parts.append(f"echo '--- {name} block {n} (line {line})'")
+        parts.extend(body)
+    parts.append(f"echo '--- {name}: all blocks ran'")
+    return "\n".join(parts) + "\n", n, skipped
+
+
+def group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop_group(pgid):
+    """Ends every process of the group: TERM, then KILL after 5 s. True if any was left."""
+    if not group_alive(pgid):
+        return False
+    os.killpg(pgid, signal.SIGTERM)
+    deadline = time.time() + 5
+    while time.time() < deadline and group_alive(pgid):
+        time.sleep(0.1)
+    if group_alive(pgid):
+        os.killpg(pgid, signal.SIGKILL)
+    return True
+
+
+def run(path, bindir, timeout):
+    """Runs one guide; True if it passed."""
+    name = os.path.relpath(path, ROOT)
+    text, count, skipped = script(path)
+    for n, line, why in skipped:
+        print(f"SKIP {name} block {n} (line {line}): needs {why}")
+    work = tempfile.mkdtemp(prefix="guide-")
+    with open(os.path.join(work, ".guide.sh"), "w", encoding="utf-8") as f:
+        f.write(text)
+    env = dict(os.environ)
+    env["PATH"] = bindir + os.pathsep + env["PATH"]
+    env["HOME"] = work
+    print(f"== {name}: {count} sh blocks, {len(skipped)} not run, in {work}", flush=True)
+    proc = subprocess.Popen(["bash", ".guide.sh"], cwd=work, env=env, start_new_session=True)
+    ok = True
+    try:
+        rc = proc.wait(timeout=timeout)
+        if rc != 0:
+            print(f"FAIL {name}: exit {rc} (the block named above failed)")
+            ok = False
+    except subprocess.TimeoutExpired:
+        print(f"FAIL {name}: still running after {timeout} s")
+        ok = False
+    # The shell is gone (or about to be); anything left in its group was started by the guide.
+    time.sleep(0.2)
+    if stop_group(proc.pid) and ok:
+        print(f"FAIL {name}: left processes running after its last block (killed now)")
+        ok = False
+    proc.wait()
+    if os.environ.get("GUIDE_KEEP") == "1":
+        print(f"   kept {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{'ok' if ok else 'FAILED'}  {name}", flush=True)
+    return ok
+
+
+def main():
+    binary = os.environ.get("FERRITE_BIN")
+    if not binary:
+        for cand in ("target/release/ferrite", "target/debug/ferrite"):
+            if os.access(os.path.join(ROOT, cand), os.X_OK):
+                binary = os.path.join(ROOT, cand)
+                break
+    if not binary or not os.access(binary, os.X_OK):
+        sys.exit("guide-test: no ferrite binary: build it or set FERRITE_BIN")
+    binary = os.path.abspath(binary)
+    guides = sys.argv[1:] or sorted(
+        os.path.join(ROOT, "docs/guide", g)
+        for g in os.listdir(os.path.join(ROOT, "docs/guide"))
+        if g.endswith(".md") and g != "README.md"
+    )
+    bindir = tempfile.mkdtemp(prefix="guide-bin-")
+    os.symlink(binary, os.path.join(bindir, "ferrite"))
+    timeout = int(os.environ.get("GUIDE_TIMEOUT", "300"))
+    print(f"guide-test: ferrite = {binary}")
+    try:
+        failed = [g for g in guides if not run(os.path.abspath(g), bindir, timeout)]
+    finally:
+        shutil.rmtree(bindir, ignore_errors=True)
+    if failed:
+        print("guide-test: failed: " + " ".join(os.path.relpath(g, ROOT) for g in failed))
+        sys.exit(1)
+    print(f"guide-test: all {len(guides)} guides passed")
+
+
+if __name__ == "__main__":
+    main()
