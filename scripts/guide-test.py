@@ -3,7 +3,7 @@
 
 A guide is run as one bash script (so variables and background jobs carry from block to block)
 under `set -eE -o pipefail`, in a fresh temporary folder, with `ferrite` on PATH. The first
-command that fails stops the guide and names the guide, the block, its line and the command.
+command that fails stops the guide; the test prints the guide's file, line and text of it.
 
 Fenced blocks:
   ```sh                     run by the test (and what a user types)
@@ -22,6 +22,7 @@ Environment: FERRITE_BIN (default: target/release/ferrite, else target/debug/fer
 GUIDE_TIMEOUT (seconds per guide, default 300), GUIDE_KEEP=1 keeps the temporary folders.
 """
 
+import functools
 import os
 import re
 import shutil
@@ -30,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+print = functools.partial(print, flush=True)  # noqa: A001 (in order with the guides' output)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FENCE = re.compile(r"^(`{3,}|~{3,})\s*([^`\s]*)")
@@ -62,14 +65,16 @@ def blocks(path):
 def script(path):
     """The bash script of a guide, and the reasons of the blocks it leaves out."""
     name = os.path.relpath(path, ROOT)
+    # Script line -> guide line, so that a failure names the guide's line (even when it fails
+    # inside a function the guide defined): the ERR trap writes the outermost line it ran.
     parts = [
         "set -eE -o pipefail",
-        "__block=0; __line=0; __reported=",
-        # Report once: with -E the trap would fire again in each function the failure leaves.
-        "trap '__rc=$?; if [ -z \"$__reported\" ]; then __reported=1; "
-        f"echo \"guide-test: FAILED {name} block $__block (line $__line): "
-        "$BASH_COMMAND (exit $__rc)\" >&2; fi' ERR",
+        "__block=0; __reported=",
+        "__fail() { local rc=$1 n=${#BASH_LINENO[@]}; [ -n \"$__reported\" ] && return; __reported=1;"
+        " echo \"$__block ${BASH_LINENO[n-2]} $rc\" > .guide.failed; }",
+        "trap '__fail $?' ERR",
     ]
+    lines = {}
     skipped, n = [], 0
     for info, line, body in blocks(path):
         if info != "sh":
@@ -79,11 +84,29 @@ def script(path):
         if first.startswith("# needs:"):
             skipped.append((n, line, first[len("# needs:"):].strip()))
             continue
-        parts.append(f"__block={n}; __line={line}")
+        parts.append(f"__block={n}")
         parts.append(f"echo '--- {name} block {n} (line {line})'")
-        parts.extend(body)
+        for k, text in enumerate(body):
+            parts.append(text)
+            lines[len(parts)] = line + k
     parts.append(f"echo '--- {name}: all blocks ran'")
-    return "\n".join(parts) + "\n", n, skipped
+    return "\n".join(parts) + "\n", n, skipped, lines
+
+
+def failed_at(path, work, lines):
+    """Prints the guide line whose command failed, from what the ERR trap left."""
+    try:
+        with open(os.path.join(work, ".guide.failed"), encoding="utf-8") as f:
+            block, sline, rc = f.read().split()
+    except (OSError, ValueError):
+        return
+    gline = lines.get(int(sline))
+    if gline is None:
+        print(f"     in block {block}, exit {rc}")
+        return
+    with open(path, encoding="utf-8") as f:
+        text = f.read().split("\n")[gline - 1]
+    print(f"     {os.path.relpath(path, ROOT)}:{gline} (block {block}) exit {rc}: {text.strip()}")
 
 
 def group_alive(pgid):
@@ -110,7 +133,7 @@ def stop_group(pgid):
 def run(path, bindir, timeout):
     """Runs one guide; True if it passed."""
     name = os.path.relpath(path, ROOT)
-    text, count, skipped = script(path)
+    text, count, skipped, lines = script(path)
     for n, line, why in skipped:
         print(f"SKIP {name} block {n} (line {line}): needs {why}")
     work = tempfile.mkdtemp(prefix="guide-")
@@ -125,7 +148,8 @@ def run(path, bindir, timeout):
     try:
         rc = proc.wait(timeout=timeout)
         if rc != 0:
-            print(f"FAIL {name}: exit {rc} (the block named above failed)")
+            print(f"FAIL {name}: exit {rc}")
+            failed_at(path, work, lines)
             ok = False
     except subprocess.TimeoutExpired:
         print(f"FAIL {name}: still running after {timeout} s")
