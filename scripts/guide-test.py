@@ -9,7 +9,8 @@ Fenced blocks:
   ```sh                     run by the test (and what a user types)
   ```sh whose first line is `# needs: REASON`
                             not run: the reason (root, a kernel module, a VM...) is shown to
-                            the reader and printed by the test as a skip
+                            the reader and printed by the test as a skip; with a second line
+                            `# run if: SHELL-CONDITION` it is run where the condition holds
   any other info string     (text, json, console...) an example, never run
 
 Guides run one at a time (each uses its own TCP ports as well, so it may run beside other
@@ -18,7 +19,7 @@ tear-down) is killed afterwards: the guide runs in a process group of its own. A
 passes but leaves a process running fails. Its temporary folder is removed in all cases.
 
 Usage: scripts/guide-test.py [GUIDE.md ...]   (default: every docs/guide/*.md but README.md)
-Environment: FERRITE_BIN (default: target/release/ferrite, else target/debug/ferrite),
+Environment: FERRITE_BIN (default: the newer of target/release/ferrite and target/debug/ferrite),
 GUIDE_TIMEOUT (seconds per guide, default 300), GUIDE_KEEP=1 keeps the temporary folders.
 """
 
@@ -81,14 +82,25 @@ def script(path):
             continue
         n += 1
         first = body[0].strip() if body else ""
+        second = body[1].strip() if len(body) > 1 else ""
+        cond = None
         if first.startswith("# needs:"):
-            skipped.append((n, line, first[len("# needs:"):].strip()))
-            continue
+            why = first[len("# needs:"):].strip()
+            if not second.startswith("# run if:"):
+                skipped.append((n, line, why))
+                continue
+            cond = second[len("# run if:"):].strip()
         parts.append(f"__block={n}")
+        if cond:
+            # Only the condition is exempt from -e: the block's commands are checked as usual.
+            parts.append(f"if {cond}; then")
         parts.append(f"echo '--- {name} block {n} (line {line})'")
         for k, text in enumerate(body):
             parts.append(text)
             lines[len(parts)] = line + k
+        if cond:
+            why_q = why.replace("'", "")
+            parts.append(f"else echo 'SKIP {name} block {n} (line {line}): needs {why_q}'; fi")
     parts.append(f"echo '--- {name}: all blocks ran'")
     return "\n".join(parts) + "\n", n, skipped, lines
 
@@ -171,10 +183,10 @@ def run(path, bindir, timeout):
 def main():
     binary = os.environ.get("FERRITE_BIN")
     if not binary:
-        for cand in ("target/release/ferrite", "target/debug/ferrite"):
-            if os.access(os.path.join(ROOT, cand), os.X_OK):
-                binary = os.path.join(ROOT, cand)
-                break
+        # The newer of the two builds, so that a stale release binary does not shadow a fresh one.
+        found = [os.path.join(ROOT, c) for c in ("target/release/ferrite", "target/debug/ferrite")]
+        found = [b for b in found if os.access(b, os.X_OK)]
+        binary = max(found, key=os.path.getmtime) if found else None
     if not binary or not os.access(binary, os.X_OK):
         sys.exit("guide-test: no ferrite binary: build it or set FERRITE_BIN")
     binary = os.path.abspath(binary)
