@@ -166,6 +166,11 @@ def run(path, bindir, timeout):
     except subprocess.TimeoutExpired:
         print(f"FAIL {name}: still running after {timeout} s")
         ok = False
+    except BaseException:
+        # Interrupted (Ctrl-C): take the guide's processes and folder down with the runner.
+        stop_group(proc.pid)
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     # The shell is gone (or about to be); anything left in its group was started by the guide.
     time.sleep(0.2)
     if stop_group(proc.pid) and ok:
@@ -181,6 +186,8 @@ def run(path, bindir, timeout):
 
 
 def main():
+    # A runner that is stopped takes the running guide's processes down with it (see run()).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     binary = os.environ.get("FERRITE_BIN")
     if not binary:
         # The newer of the two builds, so that a stale release binary does not shadow a fresh one.
