@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every test Ferrite has: format, lints, unit/property/integration tests (which start the real
-# daemon and use real clients), the guest-kernel NBD, NVMe/TCP, lvol, vhost-user-blk and iSCSI
-# tests (and reservations across iSCSI and NVMe/TCP, and the nexus with two node crashes under a
-# guest's fio), and a short fuzz run of each parser.
+# daemon and use real clients), the user guides' commands (docs/guide), the guest-kernel NBD,
+# NVMe/TCP, lvol, vhost-user-blk and iSCSI tests (and reservations across iSCSI and NVMe/TCP,
+# and the nexus with two node crashes under a guest's fio), and a short fuzz run of each parser.
 # Works on a fresh Debian machine with Rust (rustup) installed; installs what else it needs.
 # FUZZ_SECONDS=0 skips fuzzing, VM_TESTS=0 the guest kernel tests.
 set -euo pipefail
@@ -33,8 +33,10 @@ command -v tgtd >/dev/null || need_pkgs+=(tgt)
 command -v etcd >/dev/null || need_pkgs+=(etcd-server)
 # Prometheus and its promtool (crates/ferrite/tests/metrics.rs scrapes the daemon with both).
 command -v prometheus >/dev/null || need_pkgs+=(prometheus)
-# tmux, the terminal `ferrite top` is read from (crates/ferrite/tests/top.rs).
+# tmux, the terminal `ferrite top` is read from (crates/ferrite/tests/top.rs, docs/guide/observe.md).
 command -v tmux >/dev/null || need_pkgs+=(tmux)
+# curl, the user guides' Prometheus scrape (docs/guide/observe.md, run by scripts/guide-test.py).
+command -v curl >/dev/null || need_pkgs+=(curl)
 if [ ${#need_pkgs[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   echo "== installing ${need_pkgs[*]}"
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null 2>&1 ||
@@ -73,6 +75,10 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+# The user guides, every command as a user types it, against the binary cargo test just built
+# (one guide at a time; each on ports of its own).
+echo "== user guides (docs/guide)"
+FERRITE_BIN=target/debug/ferrite python3 scripts/guide-test.py
 if [ "${VM_TESTS:-1}" != 0 ]; then
   echo "== guest kernel tests (QEMU, ../shared/vm)"
   bash tests/vm/nbd-guest.sh
