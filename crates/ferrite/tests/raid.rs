@@ -274,6 +274,29 @@ fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) {
     );
 }
 
+/// raid5f has no Flush (nothing volatile to flush, as SPDK's): qemu-io's writes, which carry
+/// FUA (its cache mode is writethrough), complete without the flush the NBD server would add
+/// for them, and whole stripes read back.
+#[test]
+fn raid5f_takes_qemu_io_fua_writes_of_whole_stripes_over_nbd() {
+    if !have("raid5f_takes_qemu_io_fua_writes_of_whole_stripes_over_nbd", &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("raid5f-fua");
+    let d = Daemon::start(&dir, &[]);
+    for n in ["F0", "F1", "F2"] {
+        d.call("bdev_malloc_create", Some(json!({"name": n, "num_blocks": 4096, "block_size": 4096})));
+    }
+    d.call(
+        "bdev_raid_create",
+        Some(json!({"name": "R5", "raid_level": "raid5f", "base_bdevs": ["F0", "F1", "F2"], "strip_size_kb": 64})),
+    );
+    assert_eq!(d.bdevs().iter().find(|b| b["name"] == "R5").unwrap()["supported_io_types"]["flush"], false);
+    let u = nbd(&d, "R5", "r5");
+    qemu_io(&dir, &u, "write -P 0x5f 0 128k; write -P 0x60 256k 256k; read -P 0x5f 0 128k; read -P 0x60 256k 256k");
+    d.assert_serving();
+}
+
 #[test]
 fn raid1_rebuilds_a_new_member_while_writes_go_on() {
     if !have("raid1_rebuilds_a_new_member_while_writes_go_on", &["qemu-io"]) {

@@ -468,7 +468,8 @@ impl IoCompleter for Conn {
         let req = slot.req;
         let fua =
             req.flags & FLAG_FUA != 0 && matches!(req.command, Command::Write | Command::Trim | Command::WriteZeroes);
-        if io.status.is_ok() && fua && !slot.flushing {
+        // A bdev without Flush has no volatile cache: what it completed is durable already.
+        if io.status.is_ok() && fua && !slot.flushing && self.limits.flush {
             // Forced unit access: acknowledge only after a flush makes the write durable.
             if let Some(s) = self.slots.borrow_mut()[tag as usize].as_mut() {
                 s.flushing = true;
