@@ -563,6 +563,71 @@ fn spdk_reads_a_raid1_ferrite_made() {
     assert!(got[3 * mib..4 * mib].iter().all(|&b| b == 0xa5), "the second write");
 }
 
+/// True if this SPDK build has raid5f (configure --with-raid5f): its code is in spdk_dd or in
+/// a library beside it.
+fn spdk_has_raid5f(spdk: &Path) -> bool {
+    let mut files = vec![spdk.join("build/bin/spdk_dd")];
+    if let Ok(rd) = std::fs::read_dir(spdk.join("build/lib")) {
+        files.extend(rd.flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().contains("raid")));
+    }
+    files.iter().any(|f| std::fs::read(f).is_ok_and(|b| b.windows(12).any(|w| w == b"raid5f_start")))
+}
+
+#[test]
+fn spdk_reads_a_raid5f_ferrite_made() {
+    let test = "spdk_reads_a_raid5f_ferrite_made";
+    let Some(spdk) = spdk(test) else { return };
+    if !spdk_has_raid5f(&spdk) {
+        println!("SKIP {test}: this SPDK build has no raid5f (configure --with-raid5f; see ../shared/anchors)");
+        return;
+    }
+    if !have(test, &["qemu-io"]) {
+        return;
+    }
+    let dir = TempDir::new("raid5f-to-spdk");
+    let f = files_n(&dir, 3);
+    let d = daemon_on(&dir, &f);
+    d.call(
+        "bdev_raid_create",
+        Some(json!({"name": "F5", "raid_level": "raid5f", "strip_size_kb": 64, "base_bdevs": ["U0", "U1", "U2"],
+            "superblock": true})),
+    );
+    let u = nbd(&d, "F5", "f5");
+    // Whole stripes (2 x 64 KiB of data): Ferrite's layout and parity.
+    qemu_io(&dir, &u, "write -P 0x5a 1M 2M; write -P 0xa5 3M 1M; flush");
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    let mut d = d;
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    let mib = MIB as usize;
+    let check = |got: &[u8], what: &str| {
+        assert!(got[..mib].iter().all(|&b| b == 0), "{what}: the first MiB was never written");
+        assert!(got[mib..3 * mib].iter().all(|&b| b == 0x5a), "{what}: the first write");
+        assert!(got[3 * mib..4 * mib].iter().all(|&b| b == 0xa5), "{what}: the second write");
+    };
+    // spdk_dd's examine assembles the raid5f from the superblocks Ferrite wrote.
+    let out = dir.join("f5.bin");
+    let of = format!("--of={}", out.display());
+    spdk_dd(&spdk, &dir, aio(&f), &["--ib=F5", &of, "--bs=1048576", "--count=5"]);
+    check(&std::fs::read(&out).unwrap(), "SPDK reading Ferrite's raid5f");
+    // Member 1 leaves in Ferrite and a write follows: its strips of that write exist only as
+    // Ferrite's parity, and the superblocks say member 1 is out. SPDK assembles the raid
+    // degraded (member 1's superblock is older) and reads them from the parity.
+    let d = daemon_on(&dir, &f);
+    assert_eq!(d.call("bdev_raid_remove_base_bdev", Some(json!({"name": "U1"}))), json!(true));
+    let u = nbd(&d, "F5", "f5");
+    qemu_io(&dir, &u, "write -P 0x3c 1M 1M; flush");
+    d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
+    let mut d = d;
+    d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
+    let out = dir.join("f5-degraded.bin");
+    let of = format!("--of={}", out.display());
+    spdk_dd(&spdk, &dir, aio(&f), &["--ib=F5", &of, "--bs=1048576", "--count=5"]);
+    let got = std::fs::read(&out).unwrap();
+    assert!(got[mib..2 * mib].iter().all(|&b| b == 0x3c), "the write made without member 1");
+    assert!(got[2 * mib..3 * mib].iter().all(|&b| b == 0x5a), "the first write's rest");
+    assert!(got[3 * mib..4 * mib].iter().all(|&b| b == 0xa5), "the second write");
+}
+
 #[test]
 fn raid1_drops_a_member_that_fails_writes_and_verifies_on() {
     let dir = TempDir::new("raid-wfault");
