@@ -35,6 +35,8 @@ command -v etcd >/dev/null || need_pkgs+=(etcd-server)
 command -v prometheus >/dev/null || need_pkgs+=(prometheus)
 # tmux, the terminal `ferrite top` is read from (crates/ferrite/tests/top.rs).
 command -v tmux >/dev/null || need_pkgs+=(tmux)
+# Headless Chromium renders `ferrite perf --plot FILE.html` (crates/ferrite/tests/perf_plot.rs).
+command -v chromium >/dev/null || need_pkgs+=(chromium)
 if [ ${#need_pkgs[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   echo "== installing ${need_pkgs[*]}"
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null 2>&1 ||

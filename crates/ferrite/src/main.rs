@@ -5,8 +5,10 @@ mod blobstore_cmd;
 mod logger;
 mod metrics;
 mod perf_cmd;
+mod perf_html;
 mod perf_plot;
 mod perf_series;
+mod plot_cmd;
 mod rpc_cmd;
 mod serve;
 mod signals;
@@ -34,6 +36,8 @@ enum Cmd {
     Blobstore(blobstore_cmd::BlobstoreArgs),
     /// Watch a running daemon live (SPDK's spdk_top): reactors, bdevs and targets, each second.
     Top(top::TopArgs),
+    /// Draw runs' IOPS-per-second series side by side in one SVG (the bench scripts' PLOT=DIR).
+    Plot(plot_cmd::PlotArgs),
 }
 
 fn main() {
@@ -43,6 +47,7 @@ fn main() {
         Cmd::Rpc(a) => rpc_cmd::run(a),
         Cmd::Perf(a) => perf_cmd::run(a),
         Cmd::Top(a) => top::run(a),
+        Cmd::Plot(a) => plot_cmd::run(a),
         Cmd::Blobstore(a) => {
             // A reader that goes away (`dump | head`) ends the command quietly, as with other
             // Unix tools, instead of a panic on the broken pipe.
