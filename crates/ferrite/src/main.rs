@@ -1,8 +1,11 @@
 //! `ferrite`: the target daemon (`serve`), its JSON-RPC client (`rpc`), a bdevperf-style
-//! benchmark (`perf`), a live view of a daemon (`top`) and offline blobstore tools (`blobstore`).
+//! benchmark (`perf`), a live view of a daemon (`top`), offline blobstore tools (`blobstore`),
+//! pictures of runs (`plot`), and its own shell completions and man page.
 
 mod blobstore_cmd;
+mod completions_cmd;
 mod logger;
+mod man_cmd;
 mod metrics;
 mod perf_cmd;
 mod perf_html;
@@ -14,7 +17,7 @@ mod serve;
 mod signals;
 mod top;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Ferrite: a polled, lock-free, thread-per-core user-space storage stack.
 #[derive(Parser)]
@@ -38,6 +41,10 @@ enum Cmd {
     Top(top::TopArgs),
     /// Draw runs' IOPS-per-second series side by side in one SVG (the bench scripts' PLOT=DIR).
     Plot(plot_cmd::PlotArgs),
+    /// Print a shell completion script: `ferrite completions bash > /etc/bash_completion.d/ferrite`.
+    Completions(completions_cmd::CompletionsArgs),
+    /// Print the man page (roff): `ferrite man > ferrite.1`, `ferrite man perf > ferrite-perf.1`.
+    Man(man_cmd::ManArgs),
 }
 
 fn main() {
@@ -48,6 +55,8 @@ fn main() {
         Cmd::Perf(a) => perf_cmd::run(a),
         Cmd::Top(a) => top::run(a),
         Cmd::Plot(a) => plot_cmd::run(a),
+        Cmd::Completions(a) => completions_cmd::run(a, Cli::command()),
+        Cmd::Man(a) => man_cmd::run(a, Cli::command()),
         Cmd::Blobstore(a) => {
             // A reader that goes away (`dump | head`) ends the command quietly, as with other
             // Unix tools, instead of a panic on the broken pipe.
@@ -57,6 +66,20 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Writes `bytes` to stdout for `ferrite WHAT`; returns the exit code (a reader that went away,
+/// as `| head` does, is no error).
+pub(crate) fn write_stdout(what: &str, bytes: &[u8]) -> i32 {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(bytes) {
+        Ok(()) => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            eprintln!("ferrite {what}: {e}");
+            1
+        }
+    }
 }
 
 /// Builds the method registry of everything this binary serves.
