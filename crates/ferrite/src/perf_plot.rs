@@ -47,7 +47,7 @@ fn draw_run(svg: &mut String, title: &str, points: &[Point], latency: &Histogram
         .y_label_area_size(80)
         .build_cartesian_2d(0.0..max_t, 0.0..max_iops)
         .map_err(e)?;
-    c.configure_mesh().x_desc("seconds").y_desc("IOPS").draw().map_err(e)?;
+    c.configure_mesh().x_desc("seconds").y_desc("IOPS").y_label_formatter(&iops_label).draw().map_err(e)?;
     c.draw_series(LineSeries::new(points.iter().map(|p| (p.t_secs, p.iops)), BLUE.stroke_width(2))).map_err(e)?;
     // The histogram up to p99.9 (the tail past it would squeeze the rest into a bar or two).
     let us = |ns: u64| ns as f64 / 1000.0;
@@ -67,6 +67,15 @@ fn draw_run(svg: &mut String, title: &str, points: &[Point], latency: &Histogram
         .map_err(e)?;
     root.present().map_err(e)?;
     Ok(())
+}
+
+/// An IOPS axis label: 1.25M, 830k, 12.
+fn iops_label(v: &f64) -> String {
+    match v.abs() {
+        a if a >= 1e6 => format!("{:.2}M", v / 1e6),
+        a if a >= 1e3 => format!("{:.0}k", v / 1e3),
+        _ => format!("{v:.0}"),
+    }
 }
 
 /// One run's series for [`side_by_side`]: its label and (seconds, IOPS) points.
@@ -105,7 +114,7 @@ fn draw_side_by_side(svg: &mut String, title: &str, series: &[Series]) -> Result
             .y_label_area_size(80)
             .build_cartesian_2d(0.0..max_t, 0.0..max_iops)
             .map_err(e)?;
-        c.configure_mesh().x_desc("seconds").y_desc("IOPS").draw().map_err(e)?;
+        c.configure_mesh().x_desc("seconds").y_desc("IOPS").y_label_formatter(&iops_label).draw().map_err(e)?;
         let colour = colours[i % colours.len()];
         c.draw_series(LineSeries::new(s.points.iter().copied(), colour.stroke_width(2))).map_err(e)?;
         c.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, colour.filled()))).map_err(e)?;
