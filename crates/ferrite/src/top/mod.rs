@@ -5,7 +5,8 @@
 //! the difference of two reads: the p99 of the interval's I/O, "-" for a bdev without one.
 //! Histograms cost the daemon a little per I/O, so top enables them only when asked
 //! (`--histograms`, or the `h` key), on the bdevs that have none, and disables those again on
-//! `h` or when it quits; histograms enabled by others are read and left alone.
+//! `h` or when it quits; histograms enabled by others are read and left alone. Each refresh
+//! reads the histograms of the bdevs that had one; every [`RESCAN`] refreshes, those of all.
 
 mod draw;
 mod hist;
@@ -31,6 +32,10 @@ pub struct TopArgs {
     #[arg(long)]
     histograms: bool,
 }
+
+/// Every this many refreshes, top reads the histograms of all bdevs, not only of those that
+/// had one at the last refresh.
+const RESCAN: u64 = 10;
 
 /// What the view shows now: the tab, each tab's sort column, the last two samples.
 struct View {
@@ -77,7 +82,7 @@ pub fn run(a: TopArgs) -> i32 {
             return 1;
         }
     };
-    let cur = match poll::sample(&mut client) {
+    let cur = match poll::sample(&mut client, poll::HistReads::All) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("ferrite top: {e}");
@@ -93,6 +98,7 @@ pub fn run(a: TopArgs) -> i32 {
     let mut term = ratatui::init();
     let delay = Duration::from_secs_f64(a.delay);
     let mut next = Instant::now() + delay;
+    let (mut refreshes, mut rescan_now) = (0u64, false);
     let res: std::io::Result<()> = (|| loop {
         let t = table::build(view.tab, view.prev.as_ref(), &view.cur, view.sort[view.tab]);
         let col = view.sort[view.tab] % table::columns(view.tab);
@@ -112,8 +118,9 @@ pub fn run(a: TopArgs) -> i32 {
                     KeyCode::Char(c @ '1'..='3') => view.tab = c as usize - '1' as usize,
                     KeyCode::Char('h') => {
                         view.toggle_histograms(&mut client, &status);
-                        // Read at once: the next interval starts now.
+                        // Read at once, every bdev's: the next interval starts now.
                         next = Instant::now();
+                        rescan_now = true;
                     }
                     KeyCode::Char('s') => {
                         view.sort[view.tab] =
@@ -125,7 +132,18 @@ pub fn run(a: TopArgs) -> i32 {
             continue;
         }
         next = Instant::now() + delay;
-        match poll::sample(&mut client) {
+        // Every bdev's histogram every RESCAN refreshes (one enabled by another client shows
+        // up then) and after `h`; in between only those that had one.
+        refreshes += 1;
+        let with_hist: Vec<String>;
+        let hists = if refreshes % RESCAN == 0 || rescan_now {
+            poll::HistReads::All
+        } else {
+            with_hist = view.cur.bdevs.iter().filter(|(_, b)| b.hist.is_some()).map(|(n, _)| n.clone()).collect();
+            poll::HistReads::Only(&with_hist)
+        };
+        rescan_now = false;
+        match poll::sample(&mut client, hists) {
             Ok(s) => {
                 view.prev = Some(std::mem::replace(&mut view.cur, s));
                 view.status = match view.enabled.len() {

@@ -118,8 +118,18 @@ fn count_into(out: &mut BTreeMap<(String, String), u64>, target: &str, items: &[
     }
 }
 
-/// Reads one sample; fails only when the daemon does not answer `framework_get_reactors`.
-pub fn sample(c: &mut RpcClient) -> Result<Sample, String> {
+/// Whose latency histograms a sample reads (a call per bdev: with many bdevs, asking every
+/// bdev every second would cost more than the rest of the sample).
+pub enum HistReads<'a> {
+    /// Every bdev's (those without one answer with an error).
+    All,
+    /// Only these bdevs'.
+    Only(&'a [String]),
+}
+
+/// Reads one sample, with the histograms of `hists`; fails only when the daemon does not answer
+/// `framework_get_reactors`.
+pub fn sample(c: &mut RpcClient, hists: HistReads) -> Result<Sample, String> {
     let r = c.call("framework_get_reactors", None).map_err(|e| format!("framework_get_reactors: {e}"))?;
     let at = Instant::now();
     let tick_rate = n(&r, "tick_rate").max(1);
@@ -158,6 +168,11 @@ pub fn sample(c: &mut RpcClient) -> Result<Sample, String> {
     }
     // The histograms (an error, for a bdev without one enabled, leaves None).
     for (name, b) in bdevs.iter_mut() {
+        if let HistReads::Only(names) = hists {
+            if !names.contains(name) {
+                continue;
+            }
+        }
         b.hist = try_call(c, "bdev_get_histogram", Some(json!({ "name": name }))).and_then(|v| Hist::from_rpc(&v));
     }
     Ok(Sample { at, tick_rate, reactors, bdevs, connections: connections(c) })
