@@ -127,3 +127,29 @@ need_spdk() {
     fi
   done
 }
+
+# --- pictures (PLOT=DIR) --------------------------------------------------------------------
+# PLOT=DIR: the scripts that support it (perf_vs_spdk.sh, vhost_vs_spdk.sh) also write, for each
+# cell, DIR/CELL.svg: Ferrite's and its peer's IOPS in each second of one run, side by side on
+# one scale (`ferrite plot`). Empty: no pictures, and the runs are as without it.
+PLOT=${PLOT:-}
+[ -z "$PLOT" ] || mkdir -p "$PLOT"
+
+# bdevperf_series: reads bdevperf -S 1's output on stdin, prints "SECONDS IOPS" for each second.
+# Each second bdevperf prints a job line (" NAME : RUNTIME IOPS MiB/s ...") whose IOPS is the
+# average since the start (its runtime column grows 1.00, 2.00, ...): the rate of the second is
+# the difference of the I/O counts (IOPS x runtime) over the difference of the runtimes. The
+# final report repeats the last runtime and is skipped. One job (one bdev on one core) expected.
+bdevperf_series() {
+  tr '\r' '\n' | awk '$2 == ":" && $1 != "Total" && $1 != "Device" && NF >= 9 && $3 + 0 > 0 {
+    t = $3 + 0; n = $4 * t
+    if (t - lt >= 0.5) { printf "%.2f %.1f\n", t, (n - ln) / (t - lt); lt = t; ln = n }
+  }'
+}
+
+# plot_cell NAME TITLE FERRITE_SERIES PEER PEER_SERIES: with PLOT set, draws PLOT/NAME.svg, the
+# two series files (a `ferrite perf --results-json` file or "SECONDS IOPS" lines) side by side.
+plot_cell() {
+  [ -n "$PLOT" ] || return 0
+  "$FERRITE" plot -o "$PLOT/$1.svg" --title "$2" "ferrite=$3" "$4=$5" || fail "ferrite plot $1 failed"
+}

@@ -6,9 +6,11 @@
 # Cells: randread and randwrite at QD 1 and QD 128: IOPS and mean latency per target, and
 # Ferrite's ratio. The targets run one after the other (both poll core 0), in the order
 # ORDER (default "ferrite spdk spdk ferrite": drift hits both alike); medians are reported.
+# PLOT=DIR (bench/common.sh): each target's first run of each cell also goes into
+# DIR/vhost-CELL.svg, the IOPS of each second side by side (bdevperf then runs with -S 1).
 # Needs SPDK (../shared/anchors) and 2 MiB hugepages for SPDK's virtio-user (root: reserved here
 # and given back); prints SKIP otherwise.
-# Usage: bench/vhost_vs_spdk.sh [SECONDS]
+# Usage: [PLOT=DIR] bench/vhost_vs_spdk.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
 T=${1:-5}
 ORDER=${ORDER:-ferrite spdk spdk ferrite}
@@ -46,21 +48,28 @@ start_target() {
   [ -S "$TMP/$1/vhost.0" ] || fail "$1: no vhost socket ($(tail -3 "$TMP/$1.log"))"
 }
 
-# bdevperf NAME WORKLOAD QD SIZE SECONDS: one client run against NAME; prints "IOPS AVG_US".
+# bdevperf NAME WORKLOAD QD SIZE SECONDS [SERIES]: one client run against NAME; prints
+# "IOPS AVG_US" (the final Total line). With SERIES, bdevperf prints each second (-S 1) and
+# those IOPS go into that file.
 bdevperf() {
+  local periodic=()
+  [ -z "${6:-}" ] || periodic=(-S 1)
   cat >"$TMP/bp.json" <<J
 {"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_virtio_attach_controller","params":{"name":"V","trtype":"user","traddr":"$TMP/$1/vhost.0","dev_type":"blk","vq_count":2,"vq_size":512}}]}]}
 J
   "$SPDK_DIR/build/examples/bdevperf" --json "$TMP/bp.json" -w "$2" -q "$3" -o "$4" -t "$5" -m 0x2 -g -s 512 \
-    --no-pci --disable-cpumask-locks -r "$TMP/bp.sock" >"$TMP/bp.out" 2>&1 || fail "bdevperf $*: $(tail -3 "$TMP/bp.out")"
-  tr '\r' '\n' <"$TMP/bp.out" | awk '$1 == "Total" {print $3, $7}'
+    --no-pci --disable-cpumask-locks -r "$TMP/bp.sock" "${periodic[@]}" >"$TMP/bp.out" 2>&1 || fail "bdevperf $*: $(tail -3 "$TMP/bp.out")"
+  [ -z "${6:-}" ] || bdevperf_series <"$TMP/bp.out" >"$6"
+  tr '\r' '\n' <"$TMP/bp.out" | awk '$1 == "Total" {print $3, $7}' | tail -1
 }
 
 for who in $ORDER; do
   start_target "$who"
   bdevperf "$who" write 32 131072 3 >/dev/null   # every block written once
   for c in $CELLS; do
-    r=$(bdevperf "$who" "${c%%:*}" "${c##*:}" 4096 "$T")
+    series=''
+    [ -z "$PLOT" ] || [ -e "$TMP/series-$who-$c" ] || series="$TMP/series-$who-$c" # the first run's
+    r=$(bdevperf "$who" "${c%%:*}" "${c##*:}" 4096 "$T" "$series")
     echo "$who $c $r" >>"$TMP/records"
     echo "  $who ${c%%:*} QD ${c##*:}: $r (IOPS, mean us)"
   done
@@ -85,3 +94,8 @@ print(f"{w:<10} {qd:>4} {fi:12.0f} {si:12.0f} {fl:10.2f} {sl:10.2f} {fi / si:8.2
 P
 done
 echo "(IOPS x = Ferrite / SPDK; lat x = SPDK's mean latency / Ferrite's: above 1, Ferrite is better)"
+for c in $CELLS; do
+  [ -e "$TMP/series-ferrite-$c" ] && [ -e "$TMP/series-spdk-$c" ] || continue
+  plot_cell "vhost-${c%%:*}-qd${c##*:}" "vhost-user-blk malloc ${c%%:*} 4 KiB QD ${c##*:} (bdevperf virtio-user client)" \
+    "$TMP/series-ferrite-$c" spdk-vhost "$TMP/series-spdk-$c"
+done

@@ -37,6 +37,12 @@ command -v prometheus >/dev/null || need_pkgs+=(prometheus)
 command -v tmux >/dev/null || need_pkgs+=(tmux)
 # curl, the user guides' Prometheus scrape (docs/guide/observe.md, run by scripts/guide-test.py).
 command -v curl >/dev/null || need_pkgs+=(curl)
+# Headless Chromium renders `ferrite perf --plot FILE.html` (crates/ferrite/tests/perf_plot.rs).
+command -v chromium >/dev/null || need_pkgs+=(chromium)
+# groff renders `ferrite man`, systemd-analyze checks contrib/systemd/ferrite.service
+# (crates/ferrite/tests/packaging.rs).
+command -v groff >/dev/null || need_pkgs+=(groff-base)
+command -v systemd-analyze >/dev/null || need_pkgs+=(systemd)
 if [ ${#need_pkgs[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   echo "== installing ${need_pkgs[*]}"
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null 2>&1 ||

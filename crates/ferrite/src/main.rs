@@ -1,18 +1,23 @@
 //! `ferrite`: the target daemon (`serve`), its JSON-RPC client (`rpc`), a bdevperf-style
-//! benchmark (`perf`), a live view of a daemon (`top`) and offline blobstore tools (`blobstore`).
+//! benchmark (`perf`), a live view of a daemon (`top`), offline blobstore tools (`blobstore`),
+//! pictures of runs (`plot`), and its own shell completions and man page.
 
 mod blobstore_cmd;
+mod completions_cmd;
 mod logger;
+mod man_cmd;
 mod metrics;
 mod perf_cmd;
+mod perf_html;
 mod perf_plot;
 mod perf_series;
+mod plot_cmd;
 mod rpc_cmd;
 mod serve;
 mod signals;
 mod top;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Ferrite: a polled, lock-free, thread-per-core user-space storage stack.
 #[derive(Parser)]
@@ -34,6 +39,12 @@ enum Cmd {
     Blobstore(blobstore_cmd::BlobstoreArgs),
     /// Watch a running daemon live (SPDK's spdk_top): reactors, bdevs and targets, each second.
     Top(top::TopArgs),
+    /// Draw runs' IOPS-per-second series side by side in one SVG (the bench scripts' PLOT=DIR).
+    Plot(plot_cmd::PlotArgs),
+    /// Print a shell completion script: `ferrite completions bash > /etc/bash_completion.d/ferrite`.
+    Completions(completions_cmd::CompletionsArgs),
+    /// Print the man page (roff): `ferrite man > ferrite.1`, `ferrite man perf > ferrite-perf.1`.
+    Man(man_cmd::ManArgs),
 }
 
 fn main() {
@@ -43,6 +54,9 @@ fn main() {
         Cmd::Rpc(a) => rpc_cmd::run(a),
         Cmd::Perf(a) => perf_cmd::run(a),
         Cmd::Top(a) => top::run(a),
+        Cmd::Plot(a) => plot_cmd::run(a),
+        Cmd::Completions(a) => completions_cmd::run(a, Cli::command()),
+        Cmd::Man(a) => man_cmd::run(a, Cli::command()),
         Cmd::Blobstore(a) => {
             // A reader that goes away (`dump | head`) ends the command quietly, as with other
             // Unix tools, instead of a panic on the broken pipe.
@@ -52,6 +66,20 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Writes `bytes` to stdout for `ferrite WHAT`; returns the exit code (a reader that went away,
+/// as `| head` does, is no error).
+pub(crate) fn write_stdout(what: &str, bytes: &[u8]) -> i32 {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(bytes) {
+        Ok(()) => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            eprintln!("ferrite {what}: {e}");
+            1
+        }
+    }
 }
 
 /// Builds the method registry of everything this binary serves.

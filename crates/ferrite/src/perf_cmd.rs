@@ -51,8 +51,9 @@ pub struct PerfArgs {
     /// and the series of each -S interval (IOPS, MiB/s, mean latency).
     #[arg(long = "results-json", value_name = "FILE")]
     results_json: Option<String>,
-    /// Draw IOPS over time and the latency histogram into this SVG file.
-    #[arg(long, value_name = "FILE.svg")]
+    /// Draw IOPS over time and the latency histogram into this file: an SVG, or with a name
+    /// ending in .html a self-contained page with the SVG inline and tables of the numbers.
+    #[arg(long, value_name = "FILE.svg|FILE.html")]
     plot: Option<PathBuf>,
     /// Seconds between progress lines, printed only when stdout is a terminal, and between the
     /// points of the series (bdevperf's -S).
@@ -360,7 +361,8 @@ pub fn run(a: PerfArgs) -> i32 {
         let mut latency = ferrite_perf::hist::Histogram::new();
         results.iter().for_each(|r| latency.merge(&r.latency));
         let title = format!("{} {} q{}", bdevs.join(","), a.workload.of_core(0).name(), a.queue_depth);
-        if let Err(e) = crate::perf_plot::write_svg(path, &title, &series, &latency) {
+        let total = ferrite_perf::report::to_json(&results).get("total").cloned().unwrap_or_default();
+        if let Err(e) = crate::perf_plot::write(path, &title, &series, &latency, &total) {
             errors.push(e);
         }
     }

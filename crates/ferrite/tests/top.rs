@@ -1,12 +1,14 @@
 //! `ferrite top` against a loaded daemon, read off a tmux pane: the reactors tab lists a row
-//! per reactor, the bdevs tab the bdev under I/O with a non-zero IOPS, the targets tab the NBD
-//! connections, and `q` ends it.
+//! per reactor, the bdevs tab the bdev under I/O with a non-zero IOPS and, once `h` enabled the
+//! bdevs' histograms, its p99 latency (which `h` and quitting turn off again), the targets tab
+//! the NBD connections, and `q` ends it.
 
 mod common;
 mod nbd_common;
 
 use common::{TempDir, FERRITE};
 use nbd_common::{have, NbdDaemon};
+use serde_json::json;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -71,7 +73,22 @@ fn top_shows_reactors_bdevs_and_targets_of_a_loaded_daemon() {
         });
         assert!(screen.contains("IOPS") && screen.contains("MiB/s") && screen.contains("Queue depth"), "{screen}");
         let cells = row(&screen, "Malloc7");
-        assert!(cells.len() == 5 && cells[4].parse::<u64>().is_ok(), "{cells:?} in\n{screen}");
+        // No histogram enabled yet: no p99.
+        assert!(cells.len() == 6 && cells[4] == "-" && cells[5].parse::<u64>().is_ok(), "{cells:?} in\n{screen}");
+        // `h` enables the histograms; the next refresh shows the p99 of its interval.
+        tmux(&server, &["send-keys", "-t", "top", "h"]);
+        let screen = wait_screen(&server, "a p99 for Malloc7", |s| {
+            row(s, "Malloc7").get(4).and_then(|v| v.parse::<f64>().ok()).is_some_and(|p99| p99 > 0.0)
+        });
+        assert!(screen.contains("p99 lat (us)") && screen.contains("histograms enabled by top on"), "{screen}");
+        let h = n.d.call("bdev_get_histogram", Some(json!({"name": "Malloc7"})));
+        assert!(h["histogram"].as_str().is_some_and(|b| !b.is_empty()), "{h}");
+        // `h` again turns off what top turned on.
+        tmux(&server, &["send-keys", "-t", "top", "h"]);
+        wait_screen(&server, "no p99 once the histogram is off", |s| row(s, "Malloc7").get(4) == Some(&"-"));
+        n.d.call_err("bdev_get_histogram", Some(json!({"name": "Malloc7"})));
+        tmux(&server, &["send-keys", "-t", "top", "h"]);
+        wait_screen(&server, "a p99 again", |s| row(s, "Malloc7").get(4).is_some_and(|v| v.parse::<f64>().is_ok()));
         // `s` moves the sort mark to the next column.
         tmux(&server, &["send-keys", "-t", "top", "s"]);
         wait_screen(&server, "sorted by IOPS", |s| s.contains("IOPS *"));
@@ -85,6 +102,8 @@ fn top_shows_reactors_bdevs_and_targets_of_a_loaded_daemon() {
             assert!(t0.elapsed() < Duration::from_secs(5), "ferrite top did not quit on q");
             std::thread::sleep(Duration::from_millis(100));
         }
+        // Quitting disabled the histogram top had enabled.
+        n.d.call_err("bdev_get_histogram", Some(json!({"name": "Malloc7"})));
     });
     let _ = Command::new("tmux").args(["-L", &server, "kill-server"]).stderr(Stdio::null()).status();
     stop.store(true, Ordering::Relaxed);

@@ -43,5 +43,8 @@ pub fn draw(f: &mut Frame, s: &Screen) {
     let rows = s.table.rows.iter().map(|r| Row::new(r.iter().cloned()));
     let table = Table::new(rows, widths).header(header).block(Block::bordered());
     f.render_widget(table, body);
-    f.render_widget(Paragraph::new(format!("Tab/1-3: tabs  s: sort  q: quit  | {}", s.status)), status);
+    f.render_widget(
+        Paragraph::new(format!("Tab/1-3: tabs  s: sort  h: p99 (histograms)  q: quit  | {}", s.status)),
+        status,
+    );
 }

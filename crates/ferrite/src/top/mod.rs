@@ -1,7 +1,15 @@
 //! `ferrite top`: a live view of a running daemon (SPDK's spdk_top), read over its RPC socket
 //! each second: reactors, bdevs and targets on tabs.
+//!
+//! The bdevs tab's p99 comes from the bdevs' latency histograms (`bdev_get_histogram`), from
+//! the difference of two reads: the p99 of the interval's I/O, "-" for a bdev without one.
+//! Histograms cost the daemon a little per I/O, so top enables them only when asked
+//! (`--histograms`, or the `h` key), on the bdevs that have none, and disables those again on
+//! `h` or when it quits; histograms enabled by others are read and left alone. Each refresh
+//! reads the histograms of the bdevs that had one; every [`RESCAN`] refreshes, those of all.
 
 mod draw;
+mod hist;
 mod poll;
 mod table;
 
@@ -19,7 +27,15 @@ pub struct TopArgs {
     /// Seconds between refreshes.
     #[arg(short = 'd', long = "delay", default_value_t = 1.0)]
     delay: f64,
+    /// Enable the latency histogram of every bdev without one at the start (for the p99
+    /// column; `h` toggles), and disable them again at the end.
+    #[arg(long)]
+    histograms: bool,
 }
+
+/// Every this many refreshes, top reads the histograms of all bdevs, not only of those that
+/// had one at the last refresh.
+const RESCAN: u64 = 10;
 
 /// What the view shows now: the tab, each tab's sort column, the last two samples.
 struct View {
@@ -28,6 +44,29 @@ struct View {
     prev: Option<poll::Sample>,
     cur: poll::Sample,
     status: String,
+    /// The bdevs whose histograms this view enabled (and disables again).
+    enabled: Vec<String>,
+}
+
+impl View {
+    /// `h`: enables the histograms of the bdevs without one, or disables those this view
+    /// enabled; sets the status line.
+    fn toggle_histograms(&mut self, client: &mut RpcClient, socket: &str) {
+        let (enable, names): (bool, Vec<String>) = if self.enabled.is_empty() {
+            (true, self.cur.bdevs.iter().filter(|(_, b)| b.hist.is_none()).map(|(n, _)| n.clone()).collect())
+        } else {
+            (false, std::mem::take(&mut self.enabled))
+        };
+        let (done, error) = poll::set_histograms(client, &names, enable);
+        let verb = if enable { "enabled" } else { "disabled" };
+        self.status = match error {
+            Some(e) => format!("{socket}: {e}"),
+            None => format!("{socket}: histograms {verb} on {} bdev(s)", done.len()),
+        };
+        if enable {
+            self.enabled = done;
+        }
+    }
 }
 
 /// Runs the view until `q` (or Esc, or Ctrl-C); returns the exit code.
@@ -43,7 +82,7 @@ pub fn run(a: TopArgs) -> i32 {
             return 1;
         }
     };
-    let cur = match poll::sample(&mut client) {
+    let cur = match poll::sample(&mut client, poll::HistReads::All) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("ferrite top: {e}");
@@ -51,10 +90,15 @@ pub fn run(a: TopArgs) -> i32 {
         }
     };
     let status = a.server.display().to_string();
-    let mut view = View { tab: 0, sort: [0; table::TABS.len()], prev: None, cur, status: status.clone() };
+    let mut view =
+        View { tab: 0, sort: [0; table::TABS.len()], prev: None, cur, status: status.clone(), enabled: Vec::new() };
+    if a.histograms {
+        view.toggle_histograms(&mut client, &status);
+    }
     let mut term = ratatui::init();
     let delay = Duration::from_secs_f64(a.delay);
     let mut next = Instant::now() + delay;
+    let (mut refreshes, mut rescan_now) = (0u64, false);
     let res: std::io::Result<()> = (|| loop {
         let t = table::build(view.tab, view.prev.as_ref(), &view.cur, view.sort[view.tab]);
         let col = view.sort[view.tab] % table::columns(view.tab);
@@ -72,6 +116,12 @@ pub fn run(a: TopArgs) -> i32 {
                     KeyCode::Tab => view.tab = (view.tab + 1) % table::TABS.len(),
                     KeyCode::BackTab => view.tab = (view.tab + table::TABS.len() - 1) % table::TABS.len(),
                     KeyCode::Char(c @ '1'..='3') => view.tab = c as usize - '1' as usize,
+                    KeyCode::Char('h') => {
+                        view.toggle_histograms(&mut client, &status);
+                        // Read at once, every bdev's: the next interval starts now.
+                        next = Instant::now();
+                        rescan_now = true;
+                    }
                     KeyCode::Char('s') => {
                         view.sort[view.tab] =
                             (view.sort[view.tab] % table::columns(view.tab) + 1) % table::columns(view.tab)
@@ -82,15 +132,33 @@ pub fn run(a: TopArgs) -> i32 {
             continue;
         }
         next = Instant::now() + delay;
-        match poll::sample(&mut client) {
+        // Every bdev's histogram every RESCAN refreshes (one enabled by another client shows
+        // up then) and after `h`; in between only those that had one.
+        refreshes += 1;
+        let with_hist: Vec<String>;
+        let hists = if refreshes % RESCAN == 0 || rescan_now {
+            poll::HistReads::All
+        } else {
+            with_hist = view.cur.bdevs.iter().filter(|(_, b)| b.hist.is_some()).map(|(n, _)| n.clone()).collect();
+            poll::HistReads::Only(&with_hist)
+        };
+        rescan_now = false;
+        match poll::sample(&mut client, hists) {
             Ok(s) => {
                 view.prev = Some(std::mem::replace(&mut view.cur, s));
-                view.status = status.clone();
+                view.status = match view.enabled.len() {
+                    0 => status.clone(),
+                    n => format!("{status} | histograms enabled by top on {n} bdev(s)"),
+                };
             }
             Err(e) => view.status = format!("{status}: {e}"),
         }
     })();
     ratatui::restore();
+    let (_, error) = poll::set_histograms(&mut client, &view.enabled, false);
+    if let Some(e) = error {
+        eprintln!("ferrite top: {e}");
+    }
     match res {
         Ok(()) => 0,
         Err(e) => {

@@ -1,6 +1,7 @@
 //! What `ferrite top` shows, read over the RPC socket: one [`Sample`] per refresh (the counters
 //! of the reactors and bdevs, and the targets' connections), and the rates between two samples.
 
+use super::hist::Hist;
 use ferrite_rpc::client::RpcClient;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -30,6 +31,8 @@ pub struct BdevCounters {
     pub latency_ticks: u64,
     /// I/O outstanding when sampled, if the daemon reports it.
     pub queue_depth: Option<u64>,
+    /// Its latency histogram, if one is enabled (`bdev_enable_histogram`).
+    pub hist: Option<Hist>,
 }
 
 /// Everything one refresh reads.
@@ -75,6 +78,9 @@ pub struct BdevRow {
     pub mean_lat_us: f64,
     /// I/O outstanding when sampled, if reported.
     pub queue_depth: Option<u64>,
+    /// 99th percentile latency of the interval's I/O, in microseconds, from the bdev's
+    /// histogram (None: no histogram enabled, or no I/O counted in the interval).
+    pub p99_us: Option<f64>,
 }
 
 /// A row of the targets tab.
@@ -112,8 +118,18 @@ fn count_into(out: &mut BTreeMap<(String, String), u64>, target: &str, items: &[
     }
 }
 
-/// Reads one sample; fails only when the daemon does not answer `framework_get_reactors`.
-pub fn sample(c: &mut RpcClient) -> Result<Sample, String> {
+/// Whose latency histograms a sample reads (a call per bdev: with many bdevs, asking every
+/// bdev every second would cost more than the rest of the sample).
+pub enum HistReads<'a> {
+    /// Every bdev's (those without one answer with an error).
+    All,
+    /// Only these bdevs'.
+    Only(&'a [String]),
+}
+
+/// Reads one sample, with the histograms of `hists`; fails only when the daemon does not answer
+/// `framework_get_reactors`.
+pub fn sample(c: &mut RpcClient, hists: HistReads) -> Result<Sample, String> {
     let r = c.call("framework_get_reactors", None).map_err(|e| format!("framework_get_reactors: {e}"))?;
     let at = Instant::now();
     let tick_rate = n(&r, "tick_rate").max(1);
@@ -145,11 +161,37 @@ pub fn sample(c: &mut RpcClient) -> Result<Sample, String> {
                     .sum();
             if let Some(name) = b["name"].as_str() {
                 let queue_depth = b["queue_depth"].as_u64();
-                bdevs.insert(name.to_string(), BdevCounters { ops, bytes, latency_ticks, queue_depth });
+                let hist = None;
+                bdevs.insert(name.to_string(), BdevCounters { ops, bytes, latency_ticks, queue_depth, hist });
             }
         }
     }
+    // The histograms (an error, for a bdev without one enabled, leaves None).
+    for (name, b) in bdevs.iter_mut() {
+        if let HistReads::Only(names) = hists {
+            if !names.contains(name) {
+                continue;
+            }
+        }
+        b.hist = try_call(c, "bdev_get_histogram", Some(json!({ "name": name }))).and_then(|v| Hist::from_rpc(&v));
+    }
     Ok(Sample { at, tick_rate, reactors, bdevs, connections: connections(c) })
+}
+
+/// Enables (or with `enable` false disables) the latency histogram of each of `names`; returns
+/// the names it changed, and the first error.
+pub fn set_histograms(c: &mut RpcClient, names: &[String], enable: bool) -> (Vec<String>, Option<String>) {
+    let mut done = Vec::new();
+    let mut error = None;
+    for name in names {
+        match c.call("bdev_enable_histogram", Some(json!({ "name": name, "enable": enable }))) {
+            Ok(_) => done.push(name.clone()),
+            Err(e) => {
+                error.get_or_insert_with(|| format!("bdev_enable_histogram {name}: {e}"));
+            }
+        }
+    }
+    (done, error)
 }
 
 /// The targets' connections by (target, reactor).
@@ -195,7 +237,8 @@ pub fn reactor_rows(prev: Option<&Sample>, cur: &Sample) -> Vec<ReactorRow> {
         .collect()
 }
 
-/// The bdevs' rows between `prev` and `cur` (rates are 0 for the first sample).
+/// The bdevs' rows between `prev` and `cur` (rates are 0 for the first sample; its p99 is over
+/// everything the histogram counted).
 pub fn bdev_rows(prev: Option<&Sample>, cur: &Sample) -> Vec<BdevRow> {
     let secs = prev.map_or(0.0, |p| cur.at.duration_since(p.at).as_secs_f64());
     cur.bdevs
@@ -213,6 +256,7 @@ pub fn bdev_rows(prev: Option<&Sample>, cur: &Sample) -> Vec<BdevRow> {
                 mib_per_sec: rate(bytes) / (1024.0 * 1024.0),
                 mean_lat_us: if ops > 0.0 { ticks / ops / cur.tick_rate as f64 * 1e6 } else { 0.0 },
                 queue_depth: c.queue_depth,
+                p99_us: c.hist.as_ref().and_then(|h| h.percentile_since(p.hist.as_ref(), 99.0)),
             }
         })
         .collect()
@@ -240,7 +284,7 @@ mod tests {
             connections: BTreeMap::new(),
         };
         s.reactors.insert(0, ReactorCounters { busy, idle, turns, sleeping: false });
-        s.bdevs.insert("M0".into(), BdevCounters { ops, bytes, latency_ticks: lat, queue_depth: Some(3) });
+        s.bdevs.insert("M0".into(), BdevCounters { ops, bytes, latency_ticks: lat, queue_depth: Some(3), hist: None });
         s
     }
 
@@ -253,7 +297,7 @@ mod tests {
         assert_eq!((r.iops, r.mib_per_sec), (100.0, 2.0));
         // 2000 ticks over 200 I/O at 1 MHz: 10 µs each.
         assert!((r.mean_lat_us - 10.0).abs() < 1e-9, "{r:?}");
-        assert_eq!(r.queue_depth, Some(3));
+        assert_eq!((r.queue_depth, r.p99_us), (Some(3), None));
         let x = &reactor_rows(Some(&a), &b)[0];
         assert!((x.busy_pct - 75.0).abs() < 1e-9 && (x.idle_pct - 25.0).abs() < 1e-9, "{x:?}");
         assert_eq!((x.turns_per_sec, x.state), (1000.0, "polling"));

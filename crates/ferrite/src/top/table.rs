@@ -33,7 +33,7 @@ fn sorted(mut rows: Vec<(Vec<Key>, Vec<String>)>, col: usize) -> Vec<Vec<String>
 pub fn columns(tab: usize) -> usize {
     match tab {
         0 => 5,
-        1 => 5,
+        1 => 6,
         _ => 3,
     }
 }
@@ -71,18 +71,30 @@ pub fn build(tab: usize, prev: Option<&Sample>, cur: &Sample, col: usize) -> Tex
                 .into_iter()
                 .map(|r| {
                     let qd = r.queue_depth.map_or(-1.0, |q| q as f64);
-                    let keys = vec![Text(r.name.clone()), Num(r.iops), Num(r.mib_per_sec), Num(r.mean_lat_us), Num(qd)];
+                    let p99 = r.p99_us.unwrap_or(-1.0);
+                    let keys = vec![
+                        Text(r.name.clone()),
+                        Num(r.iops),
+                        Num(r.mib_per_sec),
+                        Num(r.mean_lat_us),
+                        Num(p99),
+                        Num(qd),
+                    ];
                     let cells = vec![
                         r.name,
                         format!("{:.0}", r.iops),
                         format!("{:.2}", r.mib_per_sec),
                         format!("{:.1}", r.mean_lat_us),
+                        r.p99_us.map_or("-".to_string(), |p| format!("{p:.1}")),
                         r.queue_depth.map_or("-".to_string(), |q| q.to_string()),
                     ];
                     (keys, cells)
                 })
                 .collect();
-            TextTable { header: vec!["Bdev", "IOPS", "MiB/s", "Mean lat (us)", "Queue depth"], rows: sorted(rows, col) }
+            TextTable {
+                header: vec!["Bdev", "IOPS", "MiB/s", "Mean lat (us)", "p99 lat (us)", "Queue depth"],
+                rows: sorted(rows, col),
+            }
         }
         _ => {
             let rows = poll::target_rows(cur)
