@@ -662,19 +662,47 @@ fn while_the_store_is_unreachable_only_writes_a_child_missed_wait_then_fail() {
     d.assert_serving();
 }
 
+/// SPDK's bdevperf (`-w verify`) over NVMe/TCP to a published nexus while one child starts
+/// failing its writes mid-run: bdevperf sees no failed I/O and no miscompare; the child is
+/// faulted, then rebuilt, and every child holds the same bytes.
+#[test]
+fn spdk_bdevperf_verifies_over_nvmf_to_a_published_nexus_while_a_child_fails() {
+    let test = "spdk_bdevperf_verifies_over_nvmf_to_a_published_nexus_while_a_child_fails";
+    let spdk = match common::spdk_dir() {
+        Ok(d) => d,
+        Err(why) => {
+            println!("SKIP {test}: {why}");
+            return;
+        }
+    };
+    let s = setup("nexus-bdevperf", None);
+    let (d, dir) = (&s.d, &s.dir);
+    let port = nbd_common::free_port();
+    let uri = d.call("nexus_publish", Some(json!({"name": "NX", "trsvcid": port.to_string()})));
+    let nqn = uri.as_str().and_then(|u| u.rsplit('/').next()).unwrap_or_else(|| panic!("{uri}")).to_string();
+    common::bdevperf_verify_over_nvmf(&spdk, dir, port, &nqn, 4096, 8, Duration::from_secs(4), || {
+        d.call(
+            "bdev_error_inject_error",
+            Some(json!({"name": "EE_U2", "io_type": "write", "error_type": "failure", "num": 1000000})),
+        );
+    });
+    let n = nexus(d, "NX");
+    let c = child(&n, "bdev:///EE_U2");
+    assert!(c["state"] == "faulted" && c["reason"].as_str().unwrap().starts_with("io_error"), "{n}");
+    d.call("bdev_error_inject_error", Some(json!({"name": "EE_U2", "io_type": "clear", "error_type": "failure"})));
+    d.call("nexus_online_child", Some(json!({"name": "NX", "uri": "bdev:///EE_U2"})));
+    let st = wait_rebuilt(d, "NX", "bdev:///EE_U2", Duration::from_secs(60));
+    assert_eq!(st["state"], "completed", "{st}");
+    for f in &s.files[1..3] {
+        same_bytes(&s.files[0], f);
+    }
+    d.assert_serving();
+}
+
 /// A daemon exporting a malloc bdev `bdev` of 16 MiB over NVMe/TCP as `nqn`; its port.
 fn nvmf_target(t: &Daemon, bdev: &str, nqn: &str) -> u16 {
-    let port = nbd_common::free_port();
     t.call("bdev_malloc_create", Some(json!({"name": bdev, "num_blocks": 32768, "block_size": 512})));
-    t.call("nvmf_create_transport", Some(json!({"trtype": "TCP"})));
-    t.call("nvmf_create_subsystem", Some(json!({"nqn": nqn, "allow_any_host": true, "serial_number": "FENCE01"})));
-    t.call("nvmf_subsystem_add_ns", Some(json!({"nqn": nqn, "namespace": {"bdev_name": bdev}})));
-    t.call(
-        "nvmf_subsystem_add_listener",
-        Some(json!({"nqn": nqn, "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
-            "trsvcid": port.to_string()}})),
-    );
-    port
+    common::nvmf_export(t, bdev, nqn)
 }
 
 #[test]

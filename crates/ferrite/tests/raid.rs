@@ -155,6 +155,75 @@ fn raid1_reads_go_on_when_a_member_fails_them() {
     verify_ok(&dir, "fault", &cfg, "RF");
 }
 
+/// Waits until `name` has `n` members discovered and no rebuild runs; the raid.
+fn wait_whole(d: &Daemon, name: &str, n: u64) -> Value {
+    let t0 = std::time::Instant::now();
+    loop {
+        let r = raid(d, name);
+        if r["num_base_bdevs_discovered"] == n && r.get("process").is_none_or(Value::is_null) {
+            return r;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "{name} whole again: {r}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// SPDK's bdevperf verifies over NVMe/TCP on raid1 and raid5f (full stripes) while a member
+/// starts failing its writes mid-run: no error reaches bdevperf, the member is dropped; a new
+/// member is rebuilt, and then with each member out in turn the volume reads the same (every
+/// member, parity included, holds what it should).
+#[test]
+fn spdk_bdevperf_verifies_over_nvmf_while_a_member_fails() {
+    let test = "spdk_bdevperf_verifies_over_nvmf_while_a_member_fails";
+    let Some(spdk) = spdk(test) else { return };
+    if !have(test, &["qemu-img"]) {
+        return;
+    }
+    for (level, members, io_size, strip) in [("raid1", 2, 4096, 0), ("raid5f", 3, 131072, 64)] {
+        let dir = TempDir::new(&format!("raid-bdevperf-{level}"));
+        let d = Daemon::start(&dir, &[]);
+        let names: Vec<String> = (0..members).map(|i| format!("M{i}")).collect();
+        for n in names.iter().chain([&"N0".to_string()]) {
+            d.call("bdev_malloc_create", Some(json!({"name": n, "num_blocks": 16384, "block_size": 512})));
+        }
+        d.call("bdev_error_create", Some(json!({"base_name": "M1"})));
+        let mut base: Vec<String> = names.clone();
+        base[1] = "EE_M1".into();
+        let mut p = json!({"name": "RB", "raid_level": level, "base_bdevs": base});
+        if strip > 0 {
+            p["strip_size_kb"] = json!(strip);
+        }
+        d.call("bdev_raid_create", Some(p));
+        let nqn = format!("nqn.2016-06.io.spdk:{level}");
+        let port = common::nvmf_export(&d, "RB", &nqn);
+        common::bdevperf_verify_over_nvmf(&spdk, &dir, port, &nqn, io_size, 6, Duration::from_secs(3), || {
+            d.call(
+                "bdev_error_inject_error",
+                Some(json!({"name": "EE_M1", "io_type": "write", "error_type": "failure", "num": 1000000})),
+            );
+        });
+        let r = raid(&d, "RB");
+        assert_eq!(r["num_base_bdevs_discovered"], members - 1, "{level}: the failing member is dropped: {r}");
+        d.call("bdev_raid_add_base_bdev", Some(json!({"raid_bdev": "RB", "base_bdev": "N0"})));
+        wait_whole(&d, "RB", members);
+        let u = nbd(&d, "RB", "rb");
+        let whole = nbd_read(&dir, &u, usize::MAX);
+        let members_now: Vec<String> = raid(&d, "RB")["base_bdevs_list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["name"].as_str().unwrap().to_string())
+            .collect();
+        for m in &members_now {
+            assert_eq!(d.call("bdev_raid_remove_base_bdev", Some(json!({"name": m}))), json!(true));
+            assert!(nbd_read(&dir, &u, usize::MAX) == whole, "{level}: the volume without {m} reads the same");
+            d.call("bdev_raid_add_base_bdev", Some(json!({"raid_bdev": "RB", "base_bdev": m})));
+            wait_whole(&d, "RB", members);
+        }
+        d.assert_serving();
+    }
+}
+
 /// The daemon's RAID, by bdev_raid_get_bdevs.
 fn raid(d: &Daemon, name: &str) -> Value {
     let all = d.call("bdev_raid_get_bdevs", Some(json!({"category": "all"})));

@@ -36,6 +36,7 @@ use ferrite_bdev::{BackendChannel, BdevError, BdevIo, IoChannel, IoRequest, IoSt
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// One member as a channel sees it.
@@ -48,8 +49,19 @@ pub(crate) struct LMember {
     pub(crate) size: u64,
     /// Reads may go to it (configured and not being rebuilt).
     pub(crate) readable: bool,
+    /// Set (on any core) the moment it fails a request, before that request completes and
+    /// before this layout is replaced: a read after a write it missed must not come here.
+    failing: Arc<AtomicBool>,
     /// Blocks of reads outstanding on it from this core (raid1 picks the least loaded).
     reads: Cell<u64>,
+}
+
+impl LMember {
+    /// Reads may go to it now.
+    #[inline]
+    fn serves_reads(&self) -> bool {
+        self.readable && self.ch.is_some() && !self.failing.load(Ordering::Acquire)
+    }
 }
 
 /// The members as a channel sees them.
@@ -145,8 +157,15 @@ impl Layout {
     }
 
     /// Adds the next slot.
-    pub(crate) fn push(&mut self, ch: Option<IoChannel>, offset: u64, size: u64, readable: bool) {
-        self.members.push(LMember { ch, offset, size, readable, reads: Cell::new(0) });
+    pub(crate) fn push(
+        &mut self,
+        ch: Option<IoChannel>,
+        offset: u64,
+        size: u64,
+        readable: bool,
+        failing: Arc<AtomicBool>,
+    ) {
+        self.members.push(LMember { ch, offset, size, readable, failing, reads: Cell::new(0) });
         self.sizes.push(size);
     }
 }
@@ -258,7 +277,7 @@ fn next_reader(lay: &Layout, tried: &Mask) -> Option<usize> {
     lay.members
         .iter()
         .enumerate()
-        .filter(|(i, m)| m.readable && m.ch.is_some() && !tried.has(*i))
+        .filter(|(i, m)| m.serves_reads() && !tried.has(*i))
         .min_by_key(|(_, m)| m.reads.get())
         .map(|(i, _)| i)
 }
@@ -394,6 +413,10 @@ struct R5 {
     streams: u16,
     /// Where the request was (a reconstructing read's offset is not moved; kept for checks).
     offset: u64,
+    /// A write's members, in the order of the fan-out's statuses (ascending slots).
+    written: Mask,
+    /// Members of the RAID when the write began (a write to all of them survives one failing).
+    members: u16,
 }
 
 /// Slot indexes 0, 1, 2, ...: the sources of an XOR over streams.
@@ -423,13 +446,13 @@ fn r5f_read(st: &Rc<ChanState>, lay: &Layout, mut io: BdevIo) {
     let slot = raid5f_data_slot(stripe, (in_stripe / strip) as usize, n);
     let member_off = stripe * strip + chunk_off;
     let m = &lay.members[slot];
-    if let (Some(ch), true) = (&m.ch, m.readable) {
+    if let (Some(ch), true) = (&m.ch, m.serves_reads()) {
         io.set_ctx(Remap { offset: off, blocks: num });
         io.req.offset_blocks = m.offset + member_off;
         return ch.forward_then(io, remapped);
     }
     // Degraded: every other member's blocks at the same place, XORed.
-    if lay.members.iter().enumerate().any(|(i, m)| i != slot && (m.ch.is_none() || !m.readable)) {
+    if lay.members.iter().enumerate().any(|(i, m)| i != slot && !m.serves_reads()) {
         return io.complete_deferred(IoStatus::Failed(libc::EIO));
     }
     let len = io.len_bytes() as usize;
@@ -440,7 +463,14 @@ fn r5f_read(st: &Rc<ChanState>, lay: &Layout, mut io: BdevIo) {
     let mut bufs = std::mem::take(&mut io.req.bufs);
     let segs = bufs.len() as u16;
     bufs.push(tmp);
-    io.set_ctx(R5 { segs, len: len as u32, streams: (n - 1) as u16, offset: off });
+    io.set_ctx(R5 {
+        segs,
+        len: len as u32,
+        streams: (n - 1) as u16,
+        offset: off,
+        written: Mask::default(),
+        members: 0,
+    });
     let flags = io.req.flags;
     let fan = FanOut::for_caller(bufs, st.clone(), io.into_raw());
     let mut k = 0;
@@ -482,24 +512,47 @@ fn r5f_write(st: &Rc<ChanState>, lay: &Layout, mut io: BdevIo) {
         bufs.push(pb);
         crate::xor::xor_streams(&mut bufs, cl, n - 1, &STREAMS[..n - 1]);
     }
-    io.set_ctx(R5 { segs, len: cl as u32, streams: 0, offset: off });
+    let mut written = Mask::default();
+    for (slot, m) in lay.members.iter().enumerate() {
+        if m.ch.is_some() {
+            written.set(slot);
+        }
+    }
+    io.set_ctx(R5 { segs, len: cl as u32, streams: 0, offset: off, written, members: n as u16 });
     let flags = io.req.flags;
     let base = stripe * strip;
     let fan = FanOut::for_caller(bufs, st.clone(), io.into_raw());
-    for k in 0..n - 1 {
-        let m = &lay.members[raid5f_data_slot(stripe, k, n)];
-        if let Some(ch) = &m.ch {
-            fan.submit(
-                ch,
-                IoRequest::new(IoType::Write, m.offset + base, strip).with_flags(flags),
-                k * cl..(k + 1) * cl,
-            );
-        }
+    // In slot order (the statuses' order): slot s holds data strip s, or s - 1 past the parity.
+    for slot in written.iter() {
+        let m = &lay.members[slot];
+        let stream = match slot.cmp(&p) {
+            std::cmp::Ordering::Less => slot,
+            std::cmp::Ordering::Equal => n - 1,
+            std::cmp::Ordering::Greater => slot - 1,
+        };
+        debug_assert!(stream == n - 1 || raid5f_data_slot(stripe, stream, n) == slot);
+        let ch = m.ch.as_ref().expect("a written member has a channel");
+        fan.submit(
+            ch,
+            IoRequest::new(IoType::Write, m.offset + base, strip).with_flags(flags),
+            stream * cl..(stream + 1) * cl,
+        );
     }
-    if parity {
-        let m = &lay.members[p];
-        let ch = m.ch.as_ref().expect("checked above");
-        fan.submit(ch, IoRequest::new(IoType::Write, m.offset + base, strip).with_flags(flags), (n - 1) * cl..n * cl);
+}
+
+impl ChanState {
+    /// A raid5f stripe write that some member failed: when the stripe went to every member and
+    /// exactly one failed it (not an abort or a lack of memory), that member is removed and the
+    /// write succeeds, degraded (its strip is the XOR of the others, parity included, as a
+    /// degraded read computes it); otherwise it fails with `first`.
+    fn r5f_write_failed(&self, r: &R5, statuses: &[IoStatus], first: IoStatus) -> IoStatus {
+        let mut failed = r.written.iter().zip(statuses).filter(|(_, s)| !s.is_ok());
+        let (Some((slot, &s)), None) = (failed.next(), failed.next()) else { return first };
+        if r.written.iter().count() != r.members as usize || matches!(s, IoStatus::Aborted | IoStatus::NoMem) {
+            return first;
+        }
+        self.raid.member_failed(slot, s);
+        IoStatus::Success
     }
 }
 
@@ -513,7 +566,10 @@ impl FanOutCompleter for ChanState {
         let r = *io.ctx::<R5>().expect("a raid5f fan-out's request keeps its context");
         debug_assert_eq!(r.offset, io.req.offset_blocks);
         let mut bufs = done.bufs;
-        let status = done.statuses.iter().copied().find(|s| !s.is_ok()).unwrap_or(IoStatus::Success);
+        let mut status = done.statuses.iter().copied().find(|s| !s.is_ok()).unwrap_or(IoStatus::Success);
+        if !status.is_ok() && r.streams == 0 {
+            status = self.r5f_write_failed(&r, &done.statuses, status);
+        }
         if status.is_ok() && r.streams > 0 {
             crate::xor::xor_streams(&mut bufs, r.len as usize, 0, &STREAMS[..r.streams as usize]);
         }

@@ -13,6 +13,7 @@ use crate::level::Level;
 use crate::sb::{self, MemberState, Superblock};
 use ferrite_bdev::{Bdev, BdevBackend, BdevDesc, BdevError, BdevEvent, BdevProps, IoStatus, IoType, IoTypes, Limits};
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use uuid::Uuid;
 
@@ -62,6 +63,9 @@ pub(crate) struct Slot {
     pub(crate) target: bool,
     /// Its removal is under way.
     pub(crate) removing: bool,
+    /// It failed a request: reads stay away from it on every core at once (the layouts'
+    /// refresh follows).
+    pub(crate) failing: Arc<AtomicBool>,
 }
 
 /// A background process (rebuild) as the control plane sees it.
@@ -235,7 +239,7 @@ impl Raid {
                 (Some(d), true) => Some(d.channel()?),
                 _ => None,
             };
-            l.push(ch, s.data_offset, s.data_size, s.configured && !s.target && !s.removing);
+            l.push(ch, s.data_offset, s.data_size, s.configured && !s.target && !s.removing, s.failing.clone());
         }
         Ok(l)
     }
@@ -248,6 +252,7 @@ impl Raid {
             if s.removing || !s.configured {
                 return;
             }
+            s.failing.store(true, Ordering::Release);
             s.removing = true;
             s.name.clone().unwrap_or_default()
         };
@@ -531,6 +536,8 @@ pub(crate) async fn configure_member(raid: &Arc<Raid>, i: usize, check_sb: bool)
     s.configured = true;
     s.target = online;
     s.removing = false;
+    // A new member: layouts made from now on see it healthy; older ones keep the old flag.
+    s.failing = Arc::new(AtomicBool::new(false));
     st.discovered += 1;
     debug_assert!(st.discovered <= st.slots.len());
     log::info!("raid {}: base bdev {name} is claimed (slot {i})", raid.name);

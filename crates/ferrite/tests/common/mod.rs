@@ -4,7 +4,7 @@
 
 use ferrite_rpc::client::{CallError, RpcClient};
 use ferrite_rpc::RpcError;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::fs::File;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -397,4 +397,85 @@ impl Drop for Hugepages {
     fn drop(&mut self) {
         let _ = std::fs::write("/proc/sys/vm/nr_hugepages", self.before.to_string());
     }
+}
+
+/// SPDK's bdevperf, `-w verify -q 32 -o IO_SIZE` for `secs` seconds on core 1, attached over
+/// NVMe/TCP to 127.0.0.1:`port`, subsystem `nqn`; `mid_run` runs `after` into the run (a fault
+/// injected while the I/O goes on). Checks that bdevperf verified: exit status 0, no
+/// miscompare or error line, some I/O, no failed or timed-out I/O. Returns its output.
+#[allow(clippy::too_many_arguments)]
+pub fn bdevperf_verify_over_nvmf(
+    spdk: &Path,
+    dir: &TempDir,
+    port: u16,
+    nqn: &str,
+    io_size: u32,
+    secs: u32,
+    after: Duration,
+    mid_run: impl FnOnce(),
+) -> String {
+    let cfg = dir.write_json(
+        "bdevperf.json",
+        &json!({"subsystems": [{"subsystem": "bdev", "config": [
+            {"method": "bdev_nvme_attach_controller", "params": {"name": "Nvme0", "trtype": "TCP", "adrfam": "IPv4",
+                "traddr": "127.0.0.1", "trsvcid": port.to_string(), "subnqn": nqn}},
+            {"method": "bdev_wait_for_examine"}]}]}),
+    );
+    let proc = Command::new(spdk.join("build/examples/bdevperf"))
+        .args([
+            "--json",
+            cfg.to_str().unwrap(),
+            "-q",
+            "32",
+            "-o",
+            &io_size.to_string(),
+            "-w",
+            "verify",
+            "-t",
+            &secs.to_string(),
+        ])
+        .args(["-m", "0x2", "--disable-cpumask-locks", "--no-pci", "--no-huge", "-s", "1024"])
+        .arg("-r")
+        .arg(dir.join("bdevperf.sock"))
+        .env("LD_LIBRARY_PATH", spdk.join("build/lib"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bdevperf runs");
+    std::thread::sleep(after);
+    mid_run();
+    let out = proc.wait_with_output().expect("bdevperf ends");
+    let text = format!("{}{}", text(&out.stdout), text(&out.stderr)).replace('\r', "\n");
+    assert!(out.status.success(), "bdevperf: {text}");
+    for bad in ["Buffer mismatch", "miscompare", "Miscompare", "verify failed", "ERROR"] {
+        assert!(!text.contains(bad), "{bad:?} in bdevperf's output:\n{text}");
+    }
+    let total = text
+        .lines()
+        .rfind(|l| l.trim_start().starts_with("Total") && l.contains(':'))
+        .unwrap_or_else(|| panic!("no Total line:\n{text}"));
+    let v: Vec<f64> = total.split(':').nth(1).unwrap().split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    assert!(v.len() >= 4 && v[0] > 0.0 && v[2] == 0.0 && v[3] == 0.0, "IOPS, MiB/s, Fail/s, TO/s: {total}");
+    text
+}
+
+/// Exports `bdev` of the daemon `d` over NVMe/TCP on 127.0.0.1 as subsystem `nqn` (any host);
+/// the port, a free one.
+pub fn nvmf_export(d: &Daemon, bdev: &str, nqn: &str) -> u16 {
+    let port = free_port();
+    d.call("nvmf_create_transport", Some(json!({"trtype": "TCP"})));
+    d.call("nvmf_create_subsystem", Some(json!({"nqn": nqn, "allow_any_host": true, "serial_number": "FERRITE01"})));
+    d.call("nvmf_subsystem_add_ns", Some(json!({"nqn": nqn, "namespace": {"bdev_name": bdev}})));
+    d.call(
+        "nvmf_subsystem_add_listener",
+        Some(json!({"nqn": nqn, "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
+            "trsvcid": port.to_string()}})),
+    );
+    port
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().unwrap().port()
 }
