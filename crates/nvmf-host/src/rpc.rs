@@ -7,11 +7,11 @@
 use crate::ctrlr::{AttachOpts, Mode};
 use crate::options::{resiliency_ok, Defaults};
 use crate::trid::{PathFilter, Trid};
-use ferrite_rpc::{errno_error, Params, Registry, RpcError};
+use ferrite_rpc::{errno_error, Registry, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Attach {
     name: String,
@@ -56,7 +56,7 @@ struct Attach {
 }
 
 /// `multipath_opts` of an attach (rpc.py groups `--policy`, `--selector`, `--rr-min-io`).
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MultipathOpts {
     policy: Option<String>,
@@ -112,7 +112,7 @@ impl Attach {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Detach {
     name: String,
@@ -188,8 +188,7 @@ fn attach_opts(a: Attach, set: Option<&Value>) -> Result<AttachOpts, RpcError> {
 /// Registers the methods.
 pub fn register(reg: &mut Registry) {
     crate::options::register(reg);
-    reg.method("bdev_nvme_attach_controller", |ctx, p: Params| async move {
-        let a: Attach = p.parse()?;
+    reg.typed("bdev_nvme_attach_controller", "Connects to an NVMe/TCP controller and makes its namespaces bdevs.", |ctx, a: Attach| async move {
         if a.num_io_queues.is_some_and(|n| n == 0 || n > u32::from(u16::MAX) + 1) {
             // As SPDK checks it (the value itself is not used: one I/O queue per reactor).
             return Err(errno_error(libc::EINVAL, "num_io_queues out of bounds, min: 1 max: 65536"));
@@ -215,55 +214,73 @@ pub fn register(reg: &mut Registry) {
         }
         Ok(json!(names))
     });
-    reg.method("bdev_nvme_detach_controller", |_, p: Params| async move {
-        let a: Detach = p.parse()?;
-        if a.trtype.as_deref().is_some_and(|t| !t.eq_ignore_ascii_case("tcp")) {
-            return Err(errno_error(libc::EINVAL, format!("Failed to parse trtype: {}", a.trtype.unwrap_or_default())));
-        }
-        let f = PathFilter { traddr: a.traddr, trsvcid: a.trsvcid, adrfam: a.adrfam, subnqn: a.subnqn };
-        crate::group::detach(&a.name, &f).await?;
-        Ok(json!(true))
-    });
-    reg.method("bdev_nvme_reset_controller", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Reset {
-            name: String,
-            #[serde(default)]
-            cntlid: u16,
-        }
-        let a: Reset = p.parse()?;
-        crate::group::reset(&a.name, a.cntlid).await?;
-        Ok(json!(true))
-    });
-    reg.method("bdev_nvme_get_controllers", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Get {
-            name: Option<String>,
-        }
-        let a: Get = p.parse()?;
-        if let Some(n) = &a.name {
-            let g = crate::group::get(n)
-                .ok_or_else(|| errno_error(libc::EINVAL, format!("Controller {n} does not exist")))?;
-            return Ok(json!([g.info_json()]));
-        }
-        Ok(Value::Array(crate::group::all().iter().map(|g| g.info_json()).collect()))
-    });
-    reg.method("bdev_nvme_set_multipath_policy", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Policy {
-            name: String,
-            policy: String,
-            selector: Option<String>,
-            rr_min_io: Option<u32>,
-        }
-        let a: Policy = p.parse()?;
-        let active_active = policy(&a.policy, a.selector.as_deref(), a.rr_min_io)?;
-        crate::group::set_policy(&a.name, active_active)?;
-        Ok(json!(true))
-    });
+    reg.typed(
+        "bdev_nvme_detach_controller",
+        "Disconnects an NVMe/TCP controller (or one of its paths).",
+        |_, a: Detach| async move {
+            if a.trtype.as_deref().is_some_and(|t| !t.eq_ignore_ascii_case("tcp")) {
+                return Err(errno_error(
+                    libc::EINVAL,
+                    format!("Failed to parse trtype: {}", a.trtype.unwrap_or_default()),
+                ));
+            }
+            let f = PathFilter { traddr: a.traddr, trsvcid: a.trsvcid, adrfam: a.adrfam, subnqn: a.subnqn };
+            crate::group::detach(&a.name, &f).await?;
+            Ok(json!(true))
+        },
+    );
+    /// Params of `bdev_nvme_reset_controller`.
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct BdevNvmeResetController {
+        name: String,
+        #[serde(default)]
+        cntlid: u16,
+    }
+    reg.typed(
+        "bdev_nvme_reset_controller",
+        "Resets an NVMe/TCP controller (reconnects its queues).",
+        |_, a: BdevNvmeResetController| async move {
+            crate::group::reset(&a.name, a.cntlid).await?;
+            Ok(json!(true))
+        },
+    );
+    /// Params of `bdev_nvme_get_controllers`.
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct BdevNvmeGetControllers {
+        name: Option<String>,
+    }
+    reg.typed(
+        "bdev_nvme_get_controllers",
+        "The NVMe/TCP controllers, or the one named.",
+        |_, a: BdevNvmeGetControllers| async move {
+            if let Some(n) = &a.name {
+                let g = crate::group::get(n)
+                    .ok_or_else(|| errno_error(libc::EINVAL, format!("Controller {n} does not exist")))?;
+                return Ok(json!([g.info_json()]));
+            }
+            Ok(Value::Array(crate::group::all().iter().map(|g| g.info_json()).collect()))
+        },
+    );
+    /// Params of `bdev_nvme_set_multipath_policy`.
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct BdevNvmeSetMultipathPolicy {
+        name: String,
+        policy: String,
+        selector: Option<String>,
+        rr_min_io: Option<u32>,
+    }
+    reg.typed(
+        "bdev_nvme_set_multipath_policy",
+        "Sets how I/O to a multipath NVMe bdev picks its path.",
+        |_, a: BdevNvmeSetMultipathPolicy| async move {
+            let active_active = policy(&a.policy, a.selector.as_deref(), a.rr_min_io)?;
+            crate::group::set_policy(&a.name, active_active)?;
+            Ok(json!(true))
+        },
+    );
 }
 
 /// Detaches every controller (daemon shutdown; on the first reactor, after bdevs are gone).

@@ -103,6 +103,14 @@ pub struct MethodDoc {
     pub params: ParamsDoc,
 }
 
+impl MethodDoc {
+    /// The doc of a method whose params are those of `P` (for a handler that decodes them by
+    /// hand, as `P` describes).
+    pub fn of<P: schemars::JsonSchema>(summary: &'static str) -> MethodDoc {
+        MethodDoc { summary: summary.into(), params: ParamsDoc::Schema(schema_of::<P>) }
+    }
+}
+
 /// A method's parameters, as its handler decodes them.
 #[derive(Clone)]
 pub enum ParamsDoc {
@@ -236,24 +244,6 @@ impl Registry {
         let handler: Handler = Arc::new(move |c, p| Box::pin(f(c, p)));
         let prev = self.methods.insert(name, Method { handler, states, doc });
         assert!(prev.is_none(), "method {name} registered twice");
-    }
-
-    /// Adds a method callable at runtime (transitional: undocumented).
-    pub fn method<F, Fut>(&mut self, name: &'static str, f: F)
-    where
-        F: Fn(Ctx, Params) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = RpcResult> + 'static,
-    {
-        self.method_in(name, RUNTIME, f);
-    }
-
-    /// Adds a method callable in `states` (transitional: undocumented).
-    pub fn method_in<F, Fut>(&mut self, name: &'static str, states: u8, f: F)
-    where
-        F: Fn(Ctx, Params) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = RpcResult> + 'static,
-    {
-        self.raw(name, states, MethodDoc { summary: "".into(), params: ParamsDoc::None }, f);
     }
 
     /// Adds an SPDK option method, as the crate that owns its options defines it: the method

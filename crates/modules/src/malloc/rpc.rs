@@ -1,12 +1,12 @@
 //! JSON-RPC methods of the malloc module: bdev_malloc_create, bdev_malloc_delete.
 
 use super::{create, MallocOpts};
-use ferrite_bdev::rpc::{bdev_err, check_default, check_no_metadata, delete};
-use ferrite_rpc::{Params, Registry, RpcError};
+use ferrite_bdev::rpc::{bdev_err, check_default, check_no_metadata, delete, NameParam};
+use ferrite_rpc::{Registry, RpcError};
 use serde::Deserialize;
 use serde_json::json;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MallocCreate {
     name: Option<String>,
@@ -25,8 +25,7 @@ struct MallocCreate {
 
 /// Registers the malloc module's methods.
 pub fn register(reg: &mut Registry) {
-    reg.method("bdev_malloc_create", |_, p: Params| async move {
-        let p: MallocCreate = p.parse()?;
+    reg.typed("bdev_malloc_create", "Creates a bdev in memory.", |_, p: MallocCreate| async move {
         check_no_metadata(p.md_size, p.dif_type)?;
         let _ = (p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
         // SPDK writes -1 (any NUMA node); Ferrite places the memory where the kernel does.
@@ -46,5 +45,9 @@ pub fn register(reg: &mut Registry) {
             .map_err(bdev_err)?;
         Ok(json!(b.name()))
     });
-    reg.method("bdev_malloc_delete", |_, p: Params| async move { delete(p, "malloc").await });
+    reg.typed(
+        "bdev_malloc_delete",
+        "Deletes a malloc bdev.",
+        |_, p: NameParam| async move { delete(p, "malloc").await },
+    );
 }

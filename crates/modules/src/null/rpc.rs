@@ -1,12 +1,12 @@
 //! JSON-RPC methods of the null module: bdev_null_create, bdev_null_delete.
 
 use super::{create, NullOpts};
-use ferrite_bdev::rpc::{bdev_err, check_default, check_no_metadata, delete};
-use ferrite_rpc::{Params, Registry};
+use ferrite_bdev::rpc::{bdev_err, check_default, check_no_metadata, delete, NameParam};
+use ferrite_rpc::Registry;
 use serde::Deserialize;
 use serde_json::json;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NullCreate {
     name: String,
@@ -26,7 +26,7 @@ struct NullCreate {
     preferred_unmap_alignment: Option<u32>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NullResize {
     name: String,
@@ -35,35 +35,37 @@ struct NullResize {
 
 /// Registers the null module's methods.
 pub fn register(reg: &mut Registry) {
-    reg.method("bdev_null_create", |_, p: Params| async move {
-        let p: NullCreate = p.parse()?;
-        check_no_metadata(p.md_size, p.dif_type)?;
-        let _ = (p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
-        // SPDK v26.05 writes these hints for every null bdev; only their defaults mean nothing
-        // (Ferrite's bdevs have no write hints; the unmap ones are reported, as SPDK does).
-        for (k, v) in [
-            ("preferred_write_granularity", p.preferred_write_granularity),
-            ("preferred_write_alignment", p.preferred_write_alignment),
-            ("optimal_write_size", p.optimal_write_size),
-        ] {
-            check_default(k, v, 0)?;
-        }
-        let b = create(NullOpts {
-            name: p.name,
-            num_blocks: p.num_blocks,
-            block_size: p.block_size,
-            physical_block_size: p.physical_block_size,
-            uuid: p.uuid,
-            preferred_unmap_granularity: p.preferred_unmap_granularity.unwrap_or(0),
-            preferred_unmap_alignment: p.preferred_unmap_alignment.unwrap_or(0),
-        })
-        .map_err(bdev_err)?;
-        Ok(json!(b.name()))
-    });
-    reg.method("bdev_null_resize", |_, p: Params| async move {
-        let p: NullResize = p.parse()?;
+    reg.typed(
+        "bdev_null_create",
+        "Creates a null bdev (writes are dropped, reads return zeroes).",
+        |_, p: NullCreate| async move {
+            check_no_metadata(p.md_size, p.dif_type)?;
+            let _ = (p.md_interleave, p.dif_is_head_of_md, p.dif_pi_format);
+            // SPDK v26.05 writes these hints for every null bdev; only their defaults mean nothing
+            // (Ferrite's bdevs have no write hints; the unmap ones are reported, as SPDK does).
+            for (k, v) in [
+                ("preferred_write_granularity", p.preferred_write_granularity),
+                ("preferred_write_alignment", p.preferred_write_alignment),
+                ("optimal_write_size", p.optimal_write_size),
+            ] {
+                check_default(k, v, 0)?;
+            }
+            let b = create(NullOpts {
+                name: p.name,
+                num_blocks: p.num_blocks,
+                block_size: p.block_size,
+                physical_block_size: p.physical_block_size,
+                uuid: p.uuid,
+                preferred_unmap_granularity: p.preferred_unmap_granularity.unwrap_or(0),
+                preferred_unmap_alignment: p.preferred_unmap_alignment.unwrap_or(0),
+            })
+            .map_err(bdev_err)?;
+            Ok(json!(b.name()))
+        },
+    );
+    reg.typed("bdev_null_resize", "Resizes a null bdev.", |_, p: NullResize| async move {
         super::resize(&p.name, p.new_size).map_err(bdev_err)?;
         Ok(json!(true))
     });
-    reg.method("bdev_null_delete", |_, p: Params| async move { delete(p, "null").await });
+    reg.typed("bdev_null_delete", "Deletes a null bdev.", |_, p: NameParam| async move { delete(p, "null").await });
 }
