@@ -37,6 +37,8 @@ pub fn rows(doc: &MethodDoc) -> Option<Vec<ParamRow>> {
 fn schema_rows(root: &Value) -> Vec<ParamRow> {
     let mut out: Vec<ParamRow> = Vec::new();
     collect(root, resolve(root, root), true, &mut out);
+    // Required ones first, each part by name (schemars lists properties by name).
+    out.sort_by_key(|r| !r.required);
     out
 }
 
@@ -311,7 +313,8 @@ pub fn markdown(reg: &Registry) -> String {
             }
         }
     }
-    while s.ends_with("\n\n") {
+    // Without its last newline: the printer adds one.
+    while s.ends_with('\n') {
         s.pop();
     }
     s
@@ -395,6 +398,9 @@ mod tests {
         let reg = reg();
         let s = section(&reg, "frob_create").unwrap();
         assert!(s.contains("Makes a frob."), "{s}");
+        let order: Vec<&str> =
+            s.lines().filter_map(|l| l.strip_prefix("| `")).map(|l| &l[..l.find('`').unwrap()]).collect();
+        assert_eq!(order, ["block_size", "name", "tags", "count", "mode"], "required first");
         assert!(s.contains("| `name` | string | yes |  | The bdev's name. |"), "{s}");
         assert!(s.contains("| `block_size` | uint32 | yes |"), "{s}");
         assert!(s.contains("| `count` | uint64 | no | `4` | How many. |"), "{s}");
