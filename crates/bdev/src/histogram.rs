@@ -255,17 +255,24 @@ pub(crate) fn config_entry(b: &Bdev) -> Option<Value> {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct EnableParams {
+    /// The bdev.
     name: String,
+    /// On or off.
     enable: bool,
+    /// Only this I/O type (`read`, `write`, ...): all if not given.
     opc: Option<String>,
+    /// SPDK's bucket granularity (only its default).
     granularity: Option<u32>,
+    /// SPDK's lowest tracked latency (only its default).
     min_nsec: Option<u64>,
+    /// SPDK's highest tracked latency (only its default).
     max_nsec: Option<u64>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GetParams {
+    /// The bdev.
     name: String,
 }
 

@@ -418,10 +418,15 @@ pub(crate) fn config_entry(b: &Bdev) -> Option<Value> {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetParams {
+    /// The bdev.
     name: String,
+    /// Read and write I/Os per second (0: no limit).
     rw_ios_per_sec: Option<u64>,
+    /// Read and write MB/s (0: no limit).
     rw_mbytes_per_sec: Option<u64>,
+    /// Read MB/s (0: no limit).
     r_mbytes_per_sec: Option<u64>,
+    /// Write MB/s (0: no limit).
     w_mbytes_per_sec: Option<u64>,
 }
 

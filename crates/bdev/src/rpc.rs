@@ -170,7 +170,9 @@ pub struct NameParam {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ResetParams {
+    /// The bdev (all if not given).
     name: Option<String>,
+    /// `all`, `maxmin` or `none`.
     mode: Option<String>,
 }
 
@@ -186,7 +188,9 @@ fn reset_mode(name: Option<&str>, default: ResetMode) -> Result<ResetMode, RpcEr
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct OptionalName {
+    /// The bdev (all if not given).
     name: Option<String>,
+    /// Milliseconds to wait for the named bdev to appear.
     timeout: Option<u64>,
 }
 
@@ -195,9 +199,13 @@ struct OptionalName {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct IostatParams {
+    /// The bdev (all if not given).
     name: Option<String>,
+    /// The bdevs (all if not given).
     names: Option<Vec<String>>,
+    /// Statistics per channel (reactor) too.
     per_channel: Option<bool>,
+    /// Reset after reading: `all`, `maxmin` or `none`.
     reset_mode: Option<String>,
 }
 

@@ -31,14 +31,18 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Add {
+    /// The bdev to export.
     bdev_name: String,
+    /// Path of the file to create (its directory is mounted over).
     path: String,
+    /// Read-only export.
     read_only: Option<bool>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Path {
+    /// Path of the exported file.
     path: String,
 }
 

@@ -19,14 +19,18 @@ use std::sync::atomic::Ordering;
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// Name of the bdev.
     name: String,
+    /// The LUN: `iscsi://[user[%password]@]host[:port]/iqn/lun`.
     url: String,
+    /// The initiator's IQN.
     initiator_iqn: String,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Delete {
+    /// The iSCSI bdev.
     name: String,
 }
 

@@ -61,7 +61,9 @@ fn pick_lvs(uuid: Option<&str>, name: Option<&str>) -> Result<Arc<Lvstore>, RpcE
 #[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LvsRef {
+    /// The lvstore's UUID (or give `lvs_name`).
     uuid: Option<String>,
+    /// The lvstore's name (or give `uuid`).
     lvs_name: Option<String>,
 }
 
@@ -69,6 +71,7 @@ struct LvsRef {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Named {
+    /// The lvol: its bdev name, alias (`lvs/lvol`) or UUID.
     name: String,
 }
 
@@ -76,7 +79,9 @@ struct Named {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Rename {
+    /// Its name now.
     old_name: String,
+    /// Its new name.
     new_name: String,
 }
 
@@ -130,11 +135,17 @@ pub fn register(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevLvolCreateLvstore {
+        /// The base bdev.
         bdev_name: String,
+        /// The lvstore's name.
         lvs_name: String,
+        /// Cluster size in bytes (0 or not given: 4 MiB).
         cluster_sz: Option<u32>,
+        /// How space is cleared: `none`, `unmap` or `write_zeroes`.
         clear_method: Option<String>,
+        /// Metadata pages reserved per cluster.
         num_md_pages_per_cluster_ratio: Option<u32>,
+        /// Metadata page size: only 4096.
         md_page_size: Option<u32>,
     }
     reg.typed(
@@ -181,12 +192,19 @@ pub fn register(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevLvolCreate {
+        /// The lvol's name.
         lvol_name: String,
+        /// Size in MiB (give this or `size`).
         size_in_mib: Option<u64>,
+        /// Size in bytes (give this or `size_in_mib`).
         size: Option<u64>,
+        /// Allocate clusters on first write.
         thin_provision: Option<bool>,
+        /// The lvstore's UUID (or give `lvs_name`).
         uuid: Option<String>,
+        /// The lvstore's name (or give `uuid`).
         lvs_name: Option<String>,
+        /// How space is cleared: `none`, `unmap` or `write_zeroes`.
         clear_method: Option<String>,
     }
     reg.typed("bdev_lvol_create", "Creates an lvol in an lvstore.", |_, a: BdevLvolCreate| async move {
@@ -206,7 +224,9 @@ pub fn register(reg: &mut Registry) {
     #[derive(Deserialize, Default, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevLvolGetLvols {
+        /// Only this lvstore (by UUID).
         lvs_uuid: Option<String>,
+        /// Only this lvstore (by name).
         lvs_name: Option<String>,
     }
     reg.typed("bdev_lvol_get_lvols", "The lvols, of every lvstore or of one.", |_, a: BdevLvolGetLvols| async move {
@@ -238,8 +258,11 @@ pub fn register(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevLvolResize {
+        /// The lvol.
         name: String,
+        /// Size in MiB (give this or `size`).
         size_in_mib: Option<u64>,
+        /// Size in bytes (give this or `size_in_mib`).
         size: Option<u64>,
     }
     reg.typed("bdev_lvol_resize", "Resizes an lvol.", |_, a: BdevLvolResize| async move {
@@ -268,7 +291,9 @@ fn register_family(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevLvolSnapshot {
+        /// The lvol.
         lvol_name: String,
+        /// The snapshot's name.
         snapshot_name: String,
     }
     reg.typed(
@@ -284,8 +309,11 @@ fn register_family(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevLvolCloneBdev {
+        /// The read-only bdev to clone (outside the lvstore).
         bdev: String,
+        /// The lvstore of the clone.
         lvs_name: String,
+        /// The clone's name.
         clone_name: String,
     }
     reg.typed(
@@ -301,7 +329,9 @@ fn register_family(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevLvolClone {
+        /// The snapshot.
         snapshot_name: String,
+        /// The clone's name.
         clone_name: String,
     }
     reg.typed("bdev_lvol_clone", "Makes a writable clone of a snapshot.", |_, a: BdevLvolClone| async move {
@@ -328,7 +358,9 @@ fn register_family(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevLvolSetParent {
+        /// The thin lvol.
         lvol_name: String,
+        /// The snapshot to make its parent.
         parent_name: String,
     }
     reg.typed(

@@ -19,14 +19,18 @@ use std::sync::Arc;
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Address {
+    /// The server's address.
     address: String,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Start {
+    /// `host:port` for TCP or a path for a unix socket.
     address: String,
+    /// Seconds a client has for its handshake.
     handshake_max_seconds: Option<u32>,
+    /// Most connections at once.
     max_connections: Option<usize>,
 }
 
@@ -47,15 +51,20 @@ impl Start {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AddExport {
+    /// The bdev to export.
     bdev_name: String,
+    /// The export's name (the bdev's if not given).
     name: Option<String>,
+    /// Read-only export.
     read_only: Option<bool>,
+    /// The export's description (NBD_INFO_DESCRIPTION).
     description: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Name {
+    /// The export.
     name: String,
 }
 

@@ -26,20 +26,31 @@ fn bad(msg: impl Into<String>) -> RpcError {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// Name of the nexus (its bdev).
     name: String,
+    /// The volume's UUID (random if not given).
     uuid: Option<String>,
+    /// Size in bytes (at most the smallest child's).
     #[serde(default)]
     size: u64,
+    /// Children by URI (`bdev:///name`, `malloc:///...`, `uring:///path`, `nvmf://...`).
     children: Vec<String>,
+    /// NVMe reservation key for `nvmf://` children (0: no fencing).
     #[serde(default)]
     resv_key: u64,
+    /// Key to preempt when acquiring the reservation.
     #[serde(default)]
     preempt_key: u64,
+    /// NVMe reservation type to acquire.
     resv_type: Option<u8>,
+    /// Read from local children first.
     #[serde(default)]
     local_first: bool,
+    /// Health store (a file, `etcd://...` or `memory://`); the module's if not given.
     store: Option<String>,
+    /// Rebuild window in KiB.
     rebuild_window_kb: Option<u32>,
+    /// Rebuild rate bound in MB/s (0: none).
     #[serde(default)]
     rebuild_max_mb_sec: u32,
 }
@@ -47,46 +58,58 @@ struct Create {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Name {
+    /// The nexus.
     name: String,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Child {
+    /// The nexus.
     name: String,
+    /// The child's URI.
     uri: String,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Get {
+    /// Only this nexus.
     name: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Rate {
+    /// The nexus.
     name: String,
+    /// Rebuild rate bound in MB/s (0: none).
     max_mb_sec: u32,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Publish {
+    /// The nexus.
     name: String,
+    /// `nvmf` only.
     protocol: Option<String>,
+    /// Address to listen on (`host:port`).
     traddr: Option<String>,
     /// A string (SPDK's type) or a number.
     trsvcid: Option<Value>,
     /// Mayastor's name for the port.
     port: Option<u16>,
+    /// The subsystem's NQN (`nqn.2019-05.io.openebs:<uuid>` if not given).
     nqn: Option<String>,
+    /// ANA state of the listener.
     ana_state: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetOptions {
+    /// Default health store of nexuses.
     store: Option<String>,
 }
 

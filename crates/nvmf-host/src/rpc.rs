@@ -14,44 +14,72 @@ use serde_json::{json, Value};
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Attach {
+    /// Name of the controller (its bdevs are `<name>n<nsid>`).
     name: String,
+    /// Transport type: `tcp`.
     trtype: String,
+    /// Transport address (an IP address).
     traddr: String,
+    /// Address family: `ipv4` or `ipv6`.
     adrfam: Option<String>,
+    /// Transport service ID (the TCP port).
     #[serde(default, deserialize_with = "port_text")]
     trsvcid: Option<String>,
+    /// The subsystem's NQN.
     subnqn: Option<String>,
+    /// The host NQN to connect as.
     hostnqn: Option<String>,
+    /// Local address to connect from (ignored).
     #[allow(dead_code)]
     hostaddr: Option<String>,
+    /// Local port to connect from (ignored).
     #[allow(dead_code)]
     hostsvcid: Option<String>,
+    /// SPDK's socket priority (kept).
     #[allow(dead_code)]
     priority: Option<String>,
+    /// Check reference tags (SPDK's; no protection information here).
     prchk_reftag: Option<bool>,
+    /// Check guards (SPDK's; no protection information here).
     prchk_guard: Option<bool>,
+    /// Header digests.
     hdgst: Option<bool>,
+    /// Data digests.
     ddgst: Option<bool>,
     // SPDK's name (after v26.05) for Connect CATTR bit 2.
+    /// Ask the controller to disable SQ flow control.
     disable_sq_flow_control: Option<bool>,
     // SPDK's types (int32, uint32): larger values are refused, not wrapped.
+    /// Seconds to keep reconnecting before the controller is given up (-1: for ever).
     ctrlr_loss_timeout_sec: Option<i32>,
+    /// Seconds between reconnection attempts.
     reconnect_delay_sec: Option<u32>,
+    /// Seconds after which I/O fails while reconnecting.
     fast_io_fail_timeout_sec: Option<u32>,
+    /// `disable`, `failover` or `multipath`: what a second path to the same controller name does.
     multipath: Option<String>,
+    /// I/O queues to ask for.
     num_io_queues: Option<u32>,
+    /// TLS PSK (SPDK's; Ferrite has no TLS).
     psk: Option<String>,
+    /// Attach namespaces of unknown command sets (SPDK's).
     #[allow(dead_code)]
     allow_unrecognized_csi: Option<bool>,
+    /// SPDK's (kept).
     #[allow(dead_code)]
     drives_per_ctrlr: Option<u32>,
     // Bounds the Connect; Ferrite bounds a controller's whole initialization (Connect
     // included) by its admin timeout instead.
+    /// Timeout of the Fabrics Connect (µs).
     #[allow(dead_code)]
     fabrics_connect_timeout_us: Option<u64>,
+    /// Most bdevs to make.
     max_bdevs: Option<u32>,
+    /// DH-HMAC-CHAP key (SPDK's; Ferrite has no in-band authentication).
     dhchap_key: Option<String>,
+    /// DH-HMAC-CHAP controller key (SPDK's; Ferrite has no in-band authentication).
     dhchap_ctrlr_key: Option<String>,
+    /// Multipath options.
     multipath_opts: Option<MultipathOpts>,
 }
 
@@ -59,8 +87,11 @@ struct Attach {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MultipathOpts {
+    /// `active_passive` or `active_active`.
     policy: Option<String>,
+    /// `round_robin` only.
     selector: Option<String>,
+    /// I/Os per path before moving on (1 only).
     min_io: Option<u32>,
 }
 
@@ -115,15 +146,23 @@ impl Attach {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Detach {
+    /// The controller.
     name: String,
+    /// Transport type: `tcp`.
     trtype: Option<String>,
+    /// Transport address (an IP address).
     traddr: Option<String>,
+    /// Address family: `ipv4` or `ipv6`.
     adrfam: Option<String>,
+    /// Transport service ID (the TCP port).
     #[serde(default, deserialize_with = "port_text")]
     trsvcid: Option<String>,
+    /// The subsystem's NQN.
     subnqn: Option<String>,
+    /// Local address to connect from (ignored).
     #[allow(dead_code)]
     hostaddr: Option<String>,
+    /// Local port to connect from (ignored).
     #[allow(dead_code)]
     hostsvcid: Option<String>,
 }
@@ -233,7 +272,9 @@ pub fn register(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevNvmeResetController {
+        /// The controller.
         name: String,
+        /// Only the path to this controller ID.
         #[serde(default)]
         cntlid: u16,
     }
@@ -249,6 +290,7 @@ pub fn register(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevNvmeGetControllers {
+        /// Only this controller.
         name: Option<String>,
     }
     reg.typed(
@@ -267,9 +309,13 @@ pub fn register(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevNvmeSetMultipathPolicy {
+        /// The NVMe bdev.
         name: String,
+        /// `active_passive` or `active_active`.
         policy: String,
+        /// `round_robin` only.
         selector: Option<String>,
+        /// I/Os per path before moving on (1 only).
         rr_min_io: Option<u32>,
     }
     reg.typed(

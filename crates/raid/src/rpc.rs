@@ -40,11 +40,17 @@ fn strerror(e: &BdevError) -> String {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// Name of the RAID bdev.
     name: String,
+    /// `raid0`, `raid1`, `raid5f` or `concat` (also `0`, `1`, ...).
     raid_level: String,
+    /// The base bdevs: a list, or names separated by spaces.
     base_bdevs: BaseBdevs,
+    /// Strip size in KiB (not for raid1).
     strip_size_kb: Option<u32>,
+    /// The UUID to give (random if not given).
     uuid: Option<String>,
+    /// Write SPDK's superblock to the base bdevs (examine reassembles the RAID).
     superblock: Option<bool>,
 }
 
@@ -59,26 +65,32 @@ enum BaseBdevs {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Delete {
+    /// The RAID bdev.
     name: String,
+    /// Clear the superblock on the base bdevs.
     clear_sb: Option<bool>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GetBdevs {
+    /// `all`, `online`, `configuring` or `offline`.
     category: String,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AddBase {
+    /// The base bdev to add.
     base_bdev: String,
+    /// The RAID bdev.
     raid_bdev: String,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RemoveBase {
+    /// The base bdev.
     name: String,
 }
 

@@ -372,6 +372,7 @@ mod tests {
         count: u64,
         /// Optional.
         mode: Option<Mode>,
+        /// Tags.
         tags: Vec<String>,
     }
 

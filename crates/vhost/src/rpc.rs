@@ -16,31 +16,42 @@ use std::sync::Arc;
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateBlk {
+    /// The controller's name (its socket in the socket directory).
     ctrlr: String,
+    /// The bdev.
     dev_name: String,
+    /// Reactors its queues may run on (a mask or list).
     cpumask: Option<String>,
+    /// Read-only device.
     readonly: Option<bool>,
+    /// Offer packed virtqueues.
     packed_ring: Option<bool>,
+    /// SPDK's transport (`vhost_user_blk` only).
     transport: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Ctrlr {
+    /// The controller.
     ctrlr: String,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetCoalescing {
+    /// The controller.
     ctrlr: String,
+    /// Base delay of an interrupt (µs; 0: no coalescing).
     delay_base_us: u32,
+    /// IOPS above which interrupts are coalesced.
     iops_threshold: u32,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GetControllers {
+    /// Only this controller.
     name: Option<String>,
 }
 

@@ -15,11 +15,17 @@ const DEFAULT_VQ_SIZE: u32 = 512;
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Attach {
+    /// Name of the controller (its bdev is `<name>`).
     name: String,
+    /// `user` only.
     trtype: String,
+    /// The vhost-user socket's path.
     traddr: String,
+    /// `blk` only.
     dev_type: String,
+    /// Virtqueues.
     vq_count: Option<u32>,
+    /// Entries of a virtqueue.
     vq_size: Option<u32>,
 }
 
@@ -90,6 +96,7 @@ pub fn register(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct BdevVirtioDetachController {
+        /// The controller.
         name: String,
     }
     reg.typed(

@@ -14,16 +14,22 @@ use serde_json::{json, Value};
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SecretParams {
+    /// CHAP user name.
     user: String,
+    /// CHAP secret.
     secret: String,
+    /// Mutual CHAP user name.
     muser: Option<String>,
+    /// Mutual CHAP secret.
     msecret: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// The auth group's tag (a number above 0).
     tag: i32,
+    /// Its secrets.
     #[serde(default)]
     secrets: Vec<SecretParams>,
 }
@@ -31,23 +37,31 @@ struct Create {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Tag {
+    /// The auth group's tag.
     tag: i32,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AddSecret {
+    /// The auth group's tag.
     tag: i32,
+    /// CHAP user name.
     user: String,
+    /// CHAP secret.
     secret: String,
+    /// Mutual CHAP user name.
     muser: Option<String>,
+    /// Mutual CHAP secret.
     msecret: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RemoveSecret {
+    /// The auth group's tag.
     tag: i32,
+    /// The CHAP user name whose secret goes.
     user: String,
 }
 
@@ -55,9 +69,13 @@ struct RemoveSecret {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Chap {
+    /// CHAP is not used.
     disable_chap: Option<bool>,
+    /// CHAP is required.
     require_chap: Option<bool>,
+    /// CHAP is mutual (the target authenticates too).
     mutual_chap: Option<bool>,
+    /// The auth group whose secrets CHAP uses (0: the default).
     chap_group: Option<i32>,
 }
 

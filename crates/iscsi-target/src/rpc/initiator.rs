@@ -14,17 +14,23 @@ use serde_json::{json, Value};
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// The initiator group's tag (a number above 0).
     tag: i32,
+    /// Initiator names (IQNs, `ANY`, or with a leading `!` to deny).
     initiators: Vec<String>,
+    /// Netmasks initiators may connect from (`ANY`, or address/prefix).
     netmasks: Vec<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Change {
+    /// The initiator group's tag.
     tag: i32,
+    /// Initiator names.
     #[serde(default)]
     initiators: Vec<String>,
+    /// Netmasks.
     #[serde(default)]
     netmasks: Vec<String>,
 }
@@ -32,6 +38,7 @@ struct Change {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Tag {
+    /// The initiator group's tag.
     tag: i32,
 }
 

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MapParams {
+    /// A portal group's tag.
     pg_tag: i32,
+    /// An initiator group's tag.
     ig_tag: i32,
 }
 
@@ -31,26 +33,37 @@ struct LunParams {
     /// SPDK's decoder leaves an absent id at 0.
     #[serde(default)]
     lun_id: i32,
+    /// The bdev of the LUN.
     bdev_name: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// The target node's name (an IQN, or a suffix of the node base).
     name: String,
     /// Required by SPDK's decoder, yet SPDK's save_config leaves it out for a node without an
     /// alias (so SPDK cannot load such a config of its own): optional here.
     #[serde(default)]
     alias_name: String,
+    /// Portal group to initiator group maps.
     pg_ig_maps: Vec<MapParams>,
+    /// The LUNs.
     luns: Vec<LunParams>,
+    /// Commands outstanding per session.
     queue_depth: i32,
+    /// CHAP is not used.
     disable_chap: Option<bool>,
+    /// CHAP is required.
     require_chap: Option<bool>,
+    /// CHAP is mutual (the target authenticates too).
     mutual_chap: Option<bool>,
+    /// The auth group whose secrets CHAP uses (0: the default).
     chap_group: Option<i32>,
+    /// Require the header digest (CRC32C).
     #[serde(default)]
     header_digest: bool,
+    /// Require the data digest (CRC32C).
     #[serde(default)]
     data_digest: bool,
 }
@@ -58,47 +71,64 @@ struct Create {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Name {
+    /// The target node.
     name: String,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AddLun {
+    /// The target node.
     name: String,
+    /// The bdev of the LUN.
     bdev_name: String,
+    /// The LUN number (the next free one if not given).
     lun_id: Option<i32>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Maps {
+    /// The target node.
     name: String,
+    /// Portal group to initiator group maps.
     pg_ig_maps: Vec<MapParams>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetAuth {
+    /// The target node.
     name: String,
+    /// CHAP is not used.
     disable_chap: Option<bool>,
+    /// CHAP is required.
     require_chap: Option<bool>,
+    /// CHAP is mutual (the target authenticates too).
     mutual_chap: Option<bool>,
+    /// The auth group whose secrets CHAP uses (0: the default).
     chap_group: Option<i32>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetRedirect {
+    /// The target node.
     name: String,
+    /// The portal group whose logins are redirected.
     pg_tag: i32,
+    /// Address to redirect to (none: stop redirecting).
     redirect_host: Option<String>,
+    /// Port to redirect to.
     redirect_port: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Logout {
+    /// The target node.
     name: String,
+    /// Only sessions through this portal group (all if not given).
     pg_tag: Option<i32>,
 }
 

@@ -17,17 +17,23 @@ use serde_json::{json, Value};
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PortalParams {
+    /// Address to listen on.
     host: String,
+    /// Port to listen on.
     port: String,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// The portal group's tag (a number above 0).
     tag: i32,
+    /// The portals.
     portals: Vec<PortalParams>,
+    /// Not announced by SendTargets (for redirection).
     #[serde(default)]
     private: bool,
+    /// Do not listen until `iscsi_start_portal_group`.
     #[serde(default)]
     wait: bool,
 }
@@ -35,16 +41,22 @@ struct Create {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Tag {
+    /// The portal group's tag.
     tag: i32,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetAuth {
+    /// The portal group's tag.
     tag: i32,
+    /// CHAP is not used.
     disable_chap: Option<bool>,
+    /// CHAP is required.
     require_chap: Option<bool>,
+    /// CHAP is mutual (the target authenticates too).
     mutual_chap: Option<bool>,
+    /// The auth group whose secrets CHAP uses (0: the default).
     chap_group: Option<i32>,
 }
 

@@ -11,12 +11,19 @@ use serde_json::json;
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DelayCreate {
+    /// The base bdev.
     base_bdev_name: String,
+    /// Name of the delay bdev.
     name: String,
+    /// Average read latency (µs).
     avg_read_latency: u64,
+    /// P99 read latency (µs).
     p99_read_latency: u64,
+    /// Average write latency (µs).
     avg_write_latency: u64,
+    /// P99 write latency (µs).
     p99_write_latency: u64,
+    /// The UUID to give (random if not given).
     uuid: Option<String>,
 }
 
@@ -32,8 +39,11 @@ enum Latency {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct UpdateLatency {
+    /// The delay bdev.
     delay_bdev_name: String,
+    /// Which latency.
     latency_type: Latency,
+    /// The latency (µs).
     latency_us: u64,
 }
 

@@ -12,7 +12,9 @@ use serde_json::json;
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ErrorCreate {
+    /// The base bdev.
     base_name: String,
+    /// The UUID to give (random if not given).
     uuid: Option<String>,
 }
 
@@ -46,19 +48,28 @@ fn default_num() -> u32 {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct InjectError {
+    /// The error bdev (`EE_...`).
     name: String,
+    /// Which I/Os: a type, `all`, or `clear` to disarm.
     io_type: InjectIoType,
+    /// What happens to them.
     error_type: InjectErrorType,
+    /// How many I/Os.
     #[serde(default = "default_num")]
     num: u32,
+    /// Only while this many I/Os are outstanding or more.
     #[serde(default)]
     queue_depth: u64,
+    /// Byte of the data to corrupt (`corrupt_data`).
     #[serde(default)]
     corrupt_offset: u64,
+    /// Value XORed into it (`corrupt_data`, not 0).
     #[serde(default)]
     corrupt_value: u8,
+    /// NVMe status code type (`nvme`).
     #[serde(default)]
     nvme_sct: u32,
+    /// NVMe status code (`nvme`).
     #[serde(default)]
     nvme_sc: u32,
 }

@@ -9,17 +9,29 @@ use serde_json::json;
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MallocCreate {
+    /// Name of the bdev (`MallocN` if not given).
     name: Option<String>,
+    /// Number of blocks.
     num_blocks: u64,
+    /// Block size in bytes.
     block_size: u32,
+    /// The UUID to give (random if not given).
     uuid: Option<String>,
+    /// Boundary in blocks I/O should not cross (0: none).
     optimal_io_boundary: Option<u32>,
+    /// Physical block size in bytes reported to users (0: the block size).
     physical_block_size: Option<u32>,
+    /// Metadata bytes per block: only 0 (no metadata/DIF).
     md_size: Option<u32>,
+    /// Metadata interleaved with data (SPDK's; no metadata here).
     md_interleave: Option<bool>,
+    /// DIF type: only 0.
     dif_type: Option<u32>,
+    /// DIF at the head of the metadata (SPDK's; no metadata here).
     dif_is_head_of_md: Option<bool>,
+    /// DIF PI format (SPDK's; no metadata here).
     dif_pi_format: Option<u32>,
+    /// SPDK's NUMA node (-1: any); Ferrite places memory where the kernel does.
     numa_id: Option<i32>,
 }
 

@@ -9,27 +9,44 @@ use serde_json::json;
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NullCreate {
+    /// Name of the bdev.
     name: String,
+    /// Number of blocks.
     num_blocks: u64,
+    /// Block size in bytes.
     block_size: u32,
+    /// The UUID to give (random if not given).
     uuid: Option<String>,
+    /// Physical block size in bytes reported to users (0: the block size).
     physical_block_size: Option<u32>,
+    /// Metadata bytes per block: only 0 (no metadata/DIF).
     md_size: Option<u32>,
+    /// Metadata interleaved with data (SPDK's; no metadata here).
     md_interleave: Option<bool>,
+    /// DIF type: only 0.
     dif_type: Option<u32>,
+    /// DIF at the head of the metadata (SPDK's; no metadata here).
     dif_is_head_of_md: Option<bool>,
+    /// DIF PI format (SPDK's; no metadata here).
     dif_pi_format: Option<u32>,
+    /// SPDK's hint (only its default).
     preferred_write_granularity: Option<u32>,
+    /// SPDK's hint (only its default).
     preferred_write_alignment: Option<u32>,
+    /// SPDK's hint (only its default).
     optimal_write_size: Option<u32>,
+    /// SPDK's hint (only its default).
     preferred_unmap_granularity: Option<u32>,
+    /// SPDK's hint (only its default).
     preferred_unmap_alignment: Option<u32>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NullResize {
+    /// The null bdev.
     name: String,
+    /// New size in MiB.
     new_size: u64,
 }
 

@@ -9,8 +9,11 @@ use serde_json::json;
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PassthruCreate {
+    /// The base bdev.
     base_bdev_name: String,
+    /// Name of the passthru bdev.
     name: String,
+    /// The UUID to give (random if not given).
     uuid: Option<String>,
 }
 

@@ -10,20 +10,30 @@ use serde_json::json;
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct UringCreate {
+    /// Name of the bdev.
     name: String,
+    /// The file or block device.
     filename: String,
+    /// Block size in bytes (the device's logical block size if not given).
     block_size: Option<u32>,
+    /// The UUID to give (random if not given).
     uuid: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AioCreate {
+    /// Name of the bdev.
     name: String,
+    /// The file or block device.
     filename: String,
+    /// Block size in bytes (the device's logical block size if not given).
     block_size: Option<u32>,
+    /// Read-only.
     readonly: Option<bool>,
+    /// Allocate a file's space with fallocate before write zeroes.
     fallocate: Option<bool>,
+    /// The UUID to give (random if not given).
     uuid: Option<String>,
     /// SPDK's RWF_NOWAIT for libaio submissions (rpc.py v26.05 always sends it). Accepted and
     /// ignored: an io_uring submission never blocks the reactor (the kernel queues what would
@@ -44,6 +54,7 @@ async fn create_off_reactor(opts: UringOpts) -> RpcResult {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NameOnly {
+    /// The bdev.
     name: String,
 }
 

@@ -27,9 +27,13 @@ fn lacks(param: &str, why: &str) -> RpcError {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ListenAddress {
+    /// Transport type: `tcp`.
     trtype: String,
+    /// Address family: `ipv4` or `ipv6`.
     adrfam: Option<String>,
+    /// Transport address (an IP address).
     traddr: String,
+    /// Transport service ID (the TCP port).
     #[serde(default, deserialize_with = "port_text")]
     trsvcid: Option<String>,
 }
@@ -248,26 +252,42 @@ fn create_transport(p: Params) -> Result<Value, RpcError> {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateSubsystem {
+    /// The subsystem's NQN.
     nqn: String,
+    /// Serial number.
     serial_number: Option<String>,
+    /// Model number.
     model_number: Option<String>,
+    /// Any host may connect.
     #[serde(default)]
     allow_any_host: bool,
+    /// Most namespaces (0: SPDK's default).
     max_namespaces: Option<u32>,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
+    /// Lowest controller ID.
     min_cntlid: Option<u16>,
+    /// Highest controller ID.
     max_cntlid: Option<u16>,
+    /// ANA reporting.
     #[serde(default)]
     ana_reporting: bool,
     // Size limits hosts are told in Identify Controller (0: none, which is what Ferrite
     // reports); SPDK v26.05 takes the KiB forms (deprecated) and DMRSL/WZSL themselves.
+    /// Discard limit in KiB (0 or SPDK's default).
     max_discard_size_kib: Option<u64>,
+    /// Write Zeroes limit in KiB (0 or SPDK's default).
     max_write_zeroes_size_kib: Option<u64>,
+    /// SPDK's DMRSL (0 or its default).
     dmrsl: Option<u32>,
+    /// SPDK's WZSL (0 or its default).
     wzsl: Option<u8>,
+    /// SPDK's passthrough of identify data (only false).
     passthrough: Option<bool>,
+    /// NVM subsystem reset (only false).
     enable_nssr: Option<bool>,
+    /// SPDK's admin label (kept).
     #[allow(dead_code)]
     admin_label: Option<String>,
 }
@@ -354,7 +374,9 @@ fn create_subsystem(a: CreateSubsystem, max_subsystems: usize) -> Result<Value, 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Nqn {
+    /// The subsystem's NQN.
     nqn: String,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
@@ -434,6 +456,7 @@ fn ns_json(s: &Subsystem, n: &Namespace) -> Value {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct TgtOnly {
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
@@ -441,7 +464,9 @@ struct TgtOnly {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GetSubsystems {
+    /// The subsystem's NQN.
     nqn: Option<String>,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
@@ -449,16 +474,24 @@ struct GetSubsystems {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Listener {
+    /// The subsystem's NQN.
     nqn: String,
+    /// The address.
     listen_address: ListenAddress,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
+    /// SPDK's TLS flag (Ferrite has no TLS: only false).
     #[serde(default)]
     secure_channel: bool,
+    /// SPDK's socket implementation (kept; Ferrite has one).
     sock_impl: Option<String>,
+    /// ANA state: `optimized`, `non_optimized`, `inaccessible` (and SPDK's others).
     ana_state: Option<String>,
+    /// ANA group ID.
     anagrpid: Option<u32>,
     // rpc.py v26.05 sends it; SPDK's relaxed decoder drops it too (no per-node listeners).
+    /// SPDK's NUMA node (-1: any); Ferrite places memory where the kernel does.
     #[allow(dead_code)]
     numa_id: Option<i32>,
 }
@@ -479,15 +512,24 @@ impl Listener {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NsParams {
+    /// The bdev.
     bdev_name: String,
+    /// Namespace ID (the next free one if not given).
     nsid: Option<u32>,
+    /// NGUID (32 hex digits).
     nguid: Option<String>,
+    /// EUI-64 (16 hex digits).
     eui64: Option<String>,
+    /// The namespace's UUID (the bdev's if not given).
     uuid: Option<String>,
+    /// ANA group ID.
     anagrpid: Option<u32>,
+    /// File persisting reservations through power loss.
     ptpl_file: Option<String>,
+    /// Hidden until nvmf_ns_add_host (only false).
     no_auto_visible: Option<bool>,
     // Ferrite's bdevs carry no metadata, so there is none to hide.
+    /// SPDK's (only false).
     #[allow(dead_code)]
     hide_metadata: Option<bool>,
 }
@@ -495,8 +537,11 @@ struct NsParams {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AddNs {
+    /// The subsystem's NQN.
     nqn: String,
+    /// The namespace.
     namespace: NsParams,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
@@ -504,8 +549,11 @@ struct AddNs {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RemoveNs {
+    /// The subsystem's NQN.
     nqn: String,
+    /// Namespace ID.
     nsid: u32,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
@@ -513,12 +561,18 @@ struct RemoveNs {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Host {
+    /// The subsystem's NQN.
     nqn: String,
+    /// The host's NQN.
     host: String,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
+    /// TLS PSK (SPDK's; Ferrite has no TLS).
     psk: Option<String>,
+    /// DH-HMAC-CHAP key (SPDK's; Ferrite has no in-band authentication).
     dhchap_key: Option<String>,
+    /// DH-HMAC-CHAP controller key (SPDK's; Ferrite has no in-band authentication).
     dhchap_ctrlr_key: Option<String>,
 }
 
@@ -538,12 +592,16 @@ impl Host {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RemoveHost {
+    /// The subsystem's NQN.
     nqn: String,
+    /// The host's NQN.
     host: String,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
     // SPDK bounds its wait for the host's connections to go; Ferrite answers once they are
     // closed on every reactor, which does not wait on the host.
+    /// SPDK's (kept).
     #[allow(dead_code)]
     timeout_ms: Option<u64>,
 }
@@ -551,8 +609,11 @@ struct RemoveHost {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AllowAny {
+    /// The subsystem's NQN.
     nqn: String,
+    /// Any host may connect.
     allow_any_host: bool,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
@@ -560,10 +621,14 @@ struct AllowAny {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReferralParams {
+    /// The referred discovery service's address.
     address: ListenAddress,
+    /// The referred subsystem (the discovery NQN if not given).
     subnqn: Option<String>,
+    /// SPDK's TLS flag (Ferrite has no TLS: only false).
     #[serde(default)]
     secure_channel: bool,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
@@ -738,7 +803,9 @@ pub fn register(reg: &mut Registry) {
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct NvmfGetTransports {
+        /// Only this transport.
         trtype: Option<String>,
+        /// SPDK's target name (Ferrite has one target; any value names it).
         #[allow(dead_code)]
         tgt_name: Option<String>,
     }
