@@ -136,8 +136,10 @@ pub fn register(reg: &mut Registry) {
     #[serde(deny_unknown_fields)]
     struct BdevLvolCreateLvstore {
         /// The base bdev.
+        #[schemars(example = &"Malloc0")]
         bdev_name: String,
         /// The lvstore's name.
+        #[schemars(example = &"lvs0")]
         lvs_name: String,
         /// Cluster size in bytes (0 or not given: 4 MiB).
         cluster_sz: Option<u32>,
@@ -193,8 +195,10 @@ pub fn register(reg: &mut Registry) {
     #[serde(deny_unknown_fields)]
     struct BdevLvolCreate {
         /// The lvol's name.
+        #[schemars(example = &"lvol0")]
         lvol_name: String,
         /// Size in MiB (give this or `size`).
+        #[schemars(example = 64)]
         size_in_mib: Option<u64>,
         /// Size in bytes (give this or `size_in_mib`).
         size: Option<u64>,
@@ -203,6 +207,7 @@ pub fn register(reg: &mut Registry) {
         /// The lvstore's UUID (or give `lvs_name`).
         uuid: Option<String>,
         /// The lvstore's name (or give `uuid`).
+        #[schemars(example = &"lvs0")]
         lvs_name: Option<String>,
         /// How space is cleared: `none`, `unmap` or `write_zeroes`.
         clear_method: Option<String>,

@@ -27,6 +27,7 @@ struct Address {
 #[serde(deny_unknown_fields)]
 struct Start {
     /// `host:port` for TCP or a path for a unix socket.
+    #[schemars(example = &"127.0.0.1:10809")]
     address: String,
     /// Seconds a client has for its handshake.
     handshake_max_seconds: Option<u32>,
@@ -52,6 +53,7 @@ impl Start {
 #[serde(deny_unknown_fields)]
 struct AddExport {
     /// The bdev to export.
+    #[schemars(example = &"Malloc0")]
     bdev_name: String,
     /// The export's name (the bdev's if not given).
     name: Option<String>,

@@ -27,6 +27,7 @@ fn bad(msg: impl Into<String>) -> RpcError {
 #[serde(deny_unknown_fields)]
 struct Create {
     /// Name of the nexus (its bdev).
+    #[schemars(example = &"nexus0")]
     name: String,
     /// The volume's UUID (random if not given).
     uuid: Option<String>,
@@ -34,6 +35,7 @@ struct Create {
     #[serde(default)]
     size: u64,
     /// Children by URI (`bdev:///name`, `malloc:///...`, `uring:///path`, `nvmf://...`).
+    #[schemars(example = &["malloc:///m0?size_mb=64", "malloc:///m1?size_mb=64"])]
     children: Vec<String>,
     /// NVMe reservation key for `nvmf://` children (0: no fencing).
     #[serde(default)]

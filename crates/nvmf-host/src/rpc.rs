@@ -15,17 +15,22 @@ use serde_json::{json, Value};
 #[serde(deny_unknown_fields)]
 struct Attach {
     /// Name of the controller (its bdevs are `<name>n<nsid>`).
+    #[schemars(example = &"Nvme0")]
     name: String,
     /// Transport type: `tcp`.
+    #[schemars(example = &"tcp")]
     trtype: String,
     /// Transport address (an IP address).
+    #[schemars(example = &"127.0.0.1")]
     traddr: String,
     /// Address family: `ipv4` or `ipv6`.
     adrfam: Option<String>,
     /// Transport service ID (the TCP port).
     #[serde(default, deserialize_with = "port_text")]
+    #[schemars(example = &"4420")]
     trsvcid: Option<String>,
     /// The subsystem's NQN.
+    #[schemars(example = &"nqn.2016-06.io.spdk:cnode1")]
     subnqn: Option<String>,
     /// The host NQN to connect as.
     hostnqn: Option<String>,

@@ -41,10 +41,13 @@ fn strerror(e: &BdevError) -> String {
 #[serde(deny_unknown_fields)]
 struct Create {
     /// Name of the RAID bdev.
+    #[schemars(example = &"Raid0")]
     name: String,
     /// `raid0`, `raid1`, `raid5f` or `concat` (also `0`, `1`, ...).
+    #[schemars(example = &"raid1")]
     raid_level: String,
     /// The base bdevs: a list, or names separated by spaces.
+    #[schemars(example = &["Malloc0", "Malloc1"])]
     base_bdevs: BaseBdevs,
     /// Strip size in KiB (not for raid1).
     strip_size_kb: Option<u32>,

@@ -141,7 +141,7 @@ fn requires_none(method: &'static str, p: Params) -> Result<(), RpcError> {
 
 /// The doc of a method whose params are ignored.
 fn doc(summary: &'static str) -> MethodDoc {
-    MethodDoc { summary: summary.into(), params: ParamsDoc::Rows(Vec::new()) }
+    MethodDoc { summary: summary.into(), params: ParamsDoc::Rows(Vec::new()), params_required: false }
 }
 
 /// A subsystem that only holds what option methods set.

@@ -201,13 +201,14 @@ fn placeholder(name: &str) -> String {
     format!("<{name}>")
 }
 
-/// The example call of `method` with its required params.
-pub fn example(method: &str, rows: Option<&[ParamRow]>) -> String {
+/// The example call of `method` with its required params (`{}` if it must have params but
+/// none is required).
+pub fn example(method: &str, rows: Option<&[ParamRow]>, params_required: bool) -> String {
     let mut m = Map::new();
     for r in rows.unwrap_or_default().iter().filter(|r| r.required) {
         m.insert(r.name.clone(), r.example.clone());
     }
-    if m.is_empty() {
+    if m.is_empty() && !params_required {
         format!("ferrite rpc {method}")
     } else {
         format!("ferrite rpc {method} '{}'", Value::Object(m))
@@ -260,7 +261,7 @@ pub fn section(reg: &Registry, method: &str) -> Option<String> {
             s.push('\n');
         }
     }
-    let _ = writeln!(s, "Example:\n\n```sh\n{}\n```\n", example(method, rows.as_deref()));
+    let _ = writeln!(s, "Example:\n\n```sh\n{}\n```\n", example(method, rows.as_deref(), doc.params_required));
     Some(s)
 }
 

@@ -101,13 +101,15 @@ pub struct MethodDoc {
     pub summary: std::borrow::Cow<'static, str>,
     /// Its parameters.
     pub params: ParamsDoc,
+    /// A call must give params (an object), even if none of its members is required.
+    pub params_required: bool,
 }
 
 impl MethodDoc {
     /// The doc of a method whose params are those of `P` (for a handler that decodes them by
     /// hand, as `P` describes).
     pub fn of<P: schemars::JsonSchema>(summary: &'static str) -> MethodDoc {
-        MethodDoc { summary: summary.into(), params: ParamsDoc::Schema(schema_of::<P>) }
+        MethodDoc { summary: summary.into(), params: ParamsDoc::Schema(schema_of::<P>), params_required: false }
     }
 }
 
@@ -195,7 +197,7 @@ impl Registry {
         F: Fn(Ctx, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = RpcResult> + 'static,
     {
-        let doc = MethodDoc { summary: summary.into(), params: ParamsDoc::Schema(schema_of::<P>) };
+        let doc = MethodDoc::of::<P>(summary);
         self.raw(name, states, doc, move |c, p| {
             let fut = decode(name, p).map(|p| f(c, p));
             async move { fut?.await }
@@ -227,7 +229,7 @@ impl Registry {
         F: Fn(Ctx) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = RpcResult> + 'static,
     {
-        let doc = MethodDoc { summary: summary.into(), params: ParamsDoc::None };
+        let doc = MethodDoc { summary: summary.into(), params: ParamsDoc::None, params_required: false };
         self.raw(name, states, doc, move |c, p| {
             let fut = check(name, p).map(|()| f(c));
             async move { fut?.await }

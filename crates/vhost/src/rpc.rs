@@ -17,8 +17,10 @@ use std::sync::Arc;
 #[serde(deny_unknown_fields)]
 struct CreateBlk {
     /// The controller's name (its socket in the socket directory).
+    #[schemars(example = &"vhost.0")]
     ctrlr: String,
     /// The bdev.
+    #[schemars(example = &"Malloc0")]
     dev_name: String,
     /// Reactors its queues may run on (a mask or list).
     cpumask: Option<String>,

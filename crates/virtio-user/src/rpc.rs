@@ -16,12 +16,16 @@ const DEFAULT_VQ_SIZE: u32 = 512;
 #[serde(deny_unknown_fields)]
 struct Attach {
     /// Name of the controller (its bdev is `<name>`).
+    #[schemars(example = &"VirtioUser0")]
     name: String,
     /// `user` only.
+    #[schemars(example = &"user")]
     trtype: String,
     /// The vhost-user socket's path.
+    #[schemars(example = &"/var/tmp/vhost.0")]
     traddr: String,
     /// `blk` only.
+    #[schemars(example = &"blk")]
     dev_type: String,
     /// Virtqueues.
     vq_count: Option<u32>,

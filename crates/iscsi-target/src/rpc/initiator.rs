@@ -17,8 +17,10 @@ struct Create {
     /// The initiator group's tag (a number above 0).
     tag: i32,
     /// Initiator names (IQNs, `ANY`, or with a leading `!` to deny).
+    #[schemars(example = &["ANY"])]
     initiators: Vec<String>,
     /// Netmasks initiators may connect from (`ANY`, or address/prefix).
+    #[schemars(example = &["ANY"])]
     netmasks: Vec<String>,
 }
 

@@ -34,6 +34,7 @@ struct LunParams {
     #[serde(default)]
     lun_id: i32,
     /// The bdev of the LUN.
+    #[schemars(example = &"Malloc0")]
     bdev_name: Option<String>,
 }
 
@@ -41,6 +42,7 @@ struct LunParams {
 #[serde(deny_unknown_fields)]
 struct Create {
     /// The target node's name (an IQN, or a suffix of the node base).
+    #[schemars(example = &"disk1")]
     name: String,
     /// Required by SPDK's decoder, yet SPDK's save_config leaves it out for a node without an
     /// alias (so SPDK cannot load such a config of its own): optional here.
@@ -51,6 +53,7 @@ struct Create {
     /// The LUNs.
     luns: Vec<LunParams>,
     /// Commands outstanding per session.
+    #[schemars(example = 64)]
     queue_depth: i32,
     /// CHAP is not used.
     disable_chap: Option<bool>,

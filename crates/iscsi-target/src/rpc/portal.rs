@@ -18,8 +18,10 @@ use serde_json::{json, Value};
 #[serde(deny_unknown_fields)]
 struct PortalParams {
     /// Address to listen on.
+    #[schemars(example = &"127.0.0.1")]
     host: String,
     /// Port to listen on.
+    #[schemars(example = &"3260")]
     port: String,
 }
 

@@ -12,16 +12,22 @@ use serde_json::json;
 #[serde(deny_unknown_fields)]
 struct DelayCreate {
     /// The base bdev.
+    #[schemars(example = &"Malloc0")]
     base_bdev_name: String,
     /// Name of the delay bdev.
+    #[schemars(example = &"Delay0")]
     name: String,
     /// Average read latency (µs).
+    #[schemars(example = 100)]
     avg_read_latency: u64,
     /// P99 read latency (µs).
+    #[schemars(example = 200)]
     p99_read_latency: u64,
     /// Average write latency (µs).
+    #[schemars(example = 100)]
     avg_write_latency: u64,
     /// P99 write latency (µs).
+    #[schemars(example = 200)]
     p99_write_latency: u64,
     /// The UUID to give (random if not given).
     uuid: Option<String>,

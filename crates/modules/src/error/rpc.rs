@@ -13,6 +13,7 @@ use serde_json::json;
 #[serde(deny_unknown_fields)]
 struct ErrorCreate {
     /// The base bdev.
+    #[schemars(example = &"Malloc0")]
     base_name: String,
     /// The UUID to give (random if not given).
     uuid: Option<String>,
@@ -49,8 +50,10 @@ fn default_num() -> u32 {
 #[serde(deny_unknown_fields)]
 struct InjectError {
     /// The error bdev (`EE_...`).
+    #[schemars(example = &"EE_Malloc0")]
     name: String,
     /// Which I/Os: a type, `all`, or `clear` to disarm.
+    #[schemars(example = &"read")]
     io_type: InjectIoType,
     /// What happens to them.
     error_type: InjectErrorType,

@@ -12,8 +12,10 @@ struct MallocCreate {
     /// Name of the bdev (`MallocN` if not given).
     name: Option<String>,
     /// Number of blocks.
+    #[schemars(example = 16384)]
     num_blocks: u64,
     /// Block size in bytes.
+    #[schemars(example = 512)]
     block_size: u32,
     /// The UUID to give (random if not given).
     uuid: Option<String>,

@@ -10,10 +10,13 @@ use serde_json::json;
 #[serde(deny_unknown_fields)]
 struct NullCreate {
     /// Name of the bdev.
+    #[schemars(example = &"Null0")]
     name: String,
     /// Number of blocks.
+    #[schemars(example = 16384)]
     num_blocks: u64,
     /// Block size in bytes.
+    #[schemars(example = 512)]
     block_size: u32,
     /// The UUID to give (random if not given).
     uuid: Option<String>,

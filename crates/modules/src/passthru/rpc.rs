@@ -10,8 +10,10 @@ use serde_json::json;
 #[serde(deny_unknown_fields)]
 struct PassthruCreate {
     /// The base bdev.
+    #[schemars(example = &"Malloc0")]
     base_bdev_name: String,
     /// Name of the passthru bdev.
+    #[schemars(example = &"Passthru0")]
     name: String,
     /// The UUID to give (random if not given).
     uuid: Option<String>,

@@ -11,8 +11,10 @@ use serde_json::json;
 #[serde(deny_unknown_fields)]
 struct UringCreate {
     /// Name of the bdev.
+    #[schemars(example = &"Uring0")]
     name: String,
     /// The file or block device.
+    #[schemars(example = &"/tmp/disk.img")]
     filename: String,
     /// Block size in bytes (the device's logical block size if not given).
     block_size: Option<u32>,
@@ -24,8 +26,10 @@ struct UringCreate {
 #[serde(deny_unknown_fields)]
 struct AioCreate {
     /// Name of the bdev.
+    #[schemars(example = &"Aio0")]
     name: String,
     /// The file or block device.
+    #[schemars(example = &"/tmp/disk.img")]
     filename: String,
     /// Block size in bytes (the device's logical block size if not given).
     block_size: Option<u32>,

@@ -28,13 +28,17 @@ fn lacks(param: &str, why: &str) -> RpcError {
 #[serde(deny_unknown_fields)]
 struct ListenAddress {
     /// Transport type: `tcp`.
+    #[schemars(example = &"tcp")]
     trtype: String,
     /// Address family: `ipv4` or `ipv6`.
+    #[schemars(example = &"ipv4")]
     adrfam: Option<String>,
     /// Transport address (an IP address).
+    #[schemars(example = &"127.0.0.1")]
     traddr: String,
     /// Transport service ID (the TCP port).
     #[serde(default, deserialize_with = "port_text")]
+    #[schemars(example = &"4420")]
     trsvcid: Option<String>,
 }
 
@@ -253,6 +257,7 @@ fn create_transport(p: Params) -> Result<Value, RpcError> {
 #[serde(deny_unknown_fields)]
 struct CreateSubsystem {
     /// The subsystem's NQN.
+    #[schemars(example = &"nqn.2016-06.io.spdk:cnode1")]
     nqn: String,
     /// Serial number.
     serial_number: Option<String>,
@@ -475,6 +480,7 @@ struct GetSubsystems {
 #[serde(deny_unknown_fields)]
 struct Listener {
     /// The subsystem's NQN.
+    #[schemars(example = &"nqn.2016-06.io.spdk:cnode1")]
     nqn: String,
     /// The address.
     listen_address: ListenAddress,
@@ -513,6 +519,7 @@ impl Listener {
 #[serde(deny_unknown_fields)]
 struct NsParams {
     /// The bdev.
+    #[schemars(example = &"Malloc0")]
     bdev_name: String,
     /// Namespace ID (the next free one if not given).
     nsid: Option<u32>,
@@ -538,6 +545,7 @@ struct NsParams {
 #[serde(deny_unknown_fields)]
 struct AddNs {
     /// The subsystem's NQN.
+    #[schemars(example = &"nqn.2016-06.io.spdk:cnode1")]
     nqn: String,
     /// The namespace.
     namespace: NsParams,

@@ -75,7 +75,11 @@ fn no_arguments(_: &'static str, p: Params) -> Result<(), RpcError> {
 pub(crate) fn add(reg: &mut Registry, def: &'static OptionMethod) {
     let m = Arc::new(Defined::parse(def).unwrap_or_else(|e| panic!("option method {}: {e}", def.spec.method)));
     reg.settings_mut().add(m.clone());
-    let doc = MethodDoc { summary: summary(def).into(), params: ParamsDoc::Rows(rows(&m)) };
+    let doc = MethodDoc {
+        summary: summary(def).into(),
+        params: ParamsDoc::Rows(rows(&m)),
+        params_required: !def.spec.params_optional,
+    };
     reg.raw(def.spec.method, def.spec.states, doc, move |ctx, p: Params| {
         let m = m.clone();
         async move { set(&ctx.registry, &m, p) }
