@@ -98,7 +98,7 @@ pub fn method_help(reg: &ferrite_rpc::Registry, method: &str) -> Result<String, 
         None => {
             let close = ferrite_rpc::reference::close_names(reg, method);
             let hint = if close.is_empty() {
-                "`ferrite rpc --doc-markdown` lists every method".to_string()
+                "docs/RPC.md lists every method".to_string()
             } else {
                 format!("close names: {}", close.join(", "))
             };

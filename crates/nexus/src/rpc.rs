@@ -35,7 +35,7 @@ struct Create {
     #[serde(default)]
     size: u64,
     /// Children by URI (`bdev:///name`, `malloc:///...`, `uring:///path`, `nvmf://...`).
-    #[schemars(example = &["malloc:///m0?size_mb=64", "malloc:///m1?size_mb=64"])]
+    #[schemars(example = two_malloc_children())]
     children: Vec<String>,
     /// NVMe reservation key for `nvmf://` children (0: no fencing).
     #[serde(default)]
@@ -280,4 +280,9 @@ pub fn register(reg: &mut Registry) {
             Ok(json!(true))
         },
     );
+}
+
+/// The example of a nexus's children: two malloc bdevs made by the nexus.
+fn two_malloc_children() -> [&'static str; 2] {
+    ["malloc:///m0?size_mb=64", "malloc:///m1?size_mb=64"]
 }

@@ -47,7 +47,7 @@ struct Create {
     #[schemars(example = &"raid1")]
     raid_level: String,
     /// The base bdevs: a list, or names separated by spaces.
-    #[schemars(example = &["Malloc0", "Malloc1"])]
+    #[schemars(example = two_bases())]
     base_bdevs: BaseBdevs,
     /// Strip size in KiB (not for raid1).
     strip_size_kb: Option<u32>,
@@ -204,4 +204,9 @@ pub fn register(reg: &mut Registry) {
             Ok(json!(true))
         },
     );
+}
+
+/// The example of a RAID's base bdevs.
+fn two_bases() -> [&'static str; 2] {
+    ["Malloc0", "Malloc1"]
 }
