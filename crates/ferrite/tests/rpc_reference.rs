@@ -67,6 +67,10 @@ fn every_method_a_daemon_serves_is_documented_with_its_params() {
             "{m} documents no parameters:\n{body}"
         );
         assert!(body.contains(&format!("ferrite rpc {m}")), "{m} has no example:\n{body}");
+        // Each parameter says what it is (a doc comment on its field, or the option method's policy).
+        for row in body.lines().filter(|l| l.starts_with("| `")) {
+            assert!(!row.ends_with("|  |"), "{m}: a parameter without a description (add a doc comment): {row}");
+        }
     }
     assert_eq!(secs.len(), served.len(), "the reference lists methods the daemon does not serve");
 }
