@@ -266,10 +266,14 @@ pub fn section(reg: &Registry, method: &str) -> Option<String> {
 }
 
 /// The group a method is listed under: its first word, or for `bdev_X_*` methods of which
-/// there are several, `bdev_X` (a bdev module's methods).
+/// there are several, `bdev_X` (a bdev module's methods); the application's own methods
+/// (`spdk_*`, `rpc_get_methods`, `save_config`) are the framework's.
 pub fn group_of(names: &[&str], method: &str) -> String {
     let mut parts = method.split('_');
     let first = parts.next().unwrap_or(method);
+    if matches!(first, "spdk" | "rpc" | "save") {
+        return "framework".into();
+    }
     if first == "bdev" {
         if let Some(second) = parts.next() {
             let prefix = format!("bdev_{second}_");
@@ -446,6 +450,7 @@ mod tests {
         assert_eq!(group_of(&names, "bdev_malloc_create"), "bdev_malloc");
         assert_eq!(group_of(&names, "bdev_get_bdevs"), "bdev");
         assert_eq!(group_of(&names, "nbd_start"), "nbd");
+        assert_eq!(group_of(&names, "save_config"), "framework");
         let reg = reg();
         assert_eq!(close_names(&reg, "frob_creat"), vec!["frob_create", "frob_list"]);
         assert!(close_names(&reg, "zzz").is_empty());
