@@ -1,6 +1,11 @@
 //! The method registry: JSON-RPC method names mapped to handlers that run on the first reactor,
 //! each allowed in SPDK's RPC states (startup, runtime), plus the config writers of each
 //! subsystem (for `save_config`).
+//!
+//! A method is registered with the type its params decode into ([`Registry::typed`]: the
+//! handler receives it decoded; [`Registry::bare`] for none) and a one-line summary, so what
+//! documents it ([`MethodDoc`]: the type's JSON schema, for [`crate::reference`]) is what the
+//! handler really decodes.
 
 use crate::jsonrpc::{RpcError, INVALID_PARAMS};
 use ferrite_reactor::Engine;
