@@ -15,7 +15,7 @@
 use crate::bdev::{lookup, Bdev};
 use crate::io::IoType;
 use crate::rpc::not_found;
-use ferrite_rpc::{errno_error, Params, Registry, RpcError};
+use ferrite_rpc::{errno_error, Registry, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Mutex;
@@ -252,57 +252,73 @@ pub(crate) fn config_entry(b: &Bdev) -> Option<Value> {
     Some(json!({"method": "bdev_enable_histogram", "params": params}))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct EnableParams {
+    /// The bdev.
     name: String,
+    /// On or off.
     enable: bool,
+    /// Only this I/O type (`read`, `write`, ...): all if not given.
     opc: Option<String>,
+    /// SPDK's bucket granularity (only its default).
     granularity: Option<u32>,
+    /// SPDK's lowest tracked latency (only its default).
     min_nsec: Option<u64>,
+    /// SPDK's highest tracked latency (only its default).
     max_nsec: Option<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GetParams {
+    /// The bdev.
     name: String,
 }
 
 /// Registers `bdev_enable_histogram` and `bdev_get_histogram`.
 pub(crate) fn register(reg: &mut Registry) {
-    reg.method("bdev_enable_histogram", |ctx, p: Params| async move {
-        let p: EnableParams = p.parse()?;
-        let b = lookup(&p.name).ok_or_else(|| not_found(&p.name))?;
-        let opc = match p.opc.as_deref() {
-            None => None,
-            Some(n) => {
-                Some(io_type_by_name(n).ok_or_else(|| errno_error(libc::EINVAL, format!("Invalid Io type {n:?}")))?)
+    reg.typed(
+        "bdev_enable_histogram",
+        "Turns the latency histogram of a bdev on or off (optionally for one I/O type).",
+        |ctx, p: EnableParams| async move {
+            let b = lookup(&p.name).ok_or_else(|| not_found(&p.name))?;
+            let opc = match p.opc.as_deref() {
+                None => None,
+                Some(n) => Some(
+                    io_type_by_name(n).ok_or_else(|| errno_error(libc::EINVAL, format!("Invalid Io type {n:?}")))?,
+                ),
+            };
+            let granularity = p.granularity.unwrap_or(DEFAULT_GRANULARITY);
+            if !(1..=MAX_GRANULARITY).contains(&granularity) {
+                return Err(errno_error(
+                    libc::EINVAL,
+                    format!("granularity {granularity} must be 1 to {MAX_GRANULARITY}"),
+                ));
             }
-        };
-        let granularity = p.granularity.unwrap_or(DEFAULT_GRANULARITY);
-        if !(1..=MAX_GRANULARITY).contains(&granularity) {
-            return Err(errno_error(libc::EINVAL, format!("granularity {granularity} must be 1 to {MAX_GRANULARITY}")));
-        }
-        let (min_ns, max_ns) = (p.min_nsec.unwrap_or(DEFAULT_MIN_NSEC), p.max_nsec.unwrap_or(DEFAULT_MAX_NSEC));
-        let (min_val, max_val) = (nsec_to_ticks(min_ns), nsec_to_ticks(max_ns));
-        if min_val >= max_val {
-            return Err(errno_error(libc::EINVAL, format!("min_nsec {min_ns} must be below max_nsec {max_ns}")));
-        }
-        let cfg = p.enable.then_some((opc, granularity, min_val, max_val));
-        enable(&ctx.engine, &b, cfg).await;
-        log::info!("bdev {}: histogram {}", b.name().escape_debug(), if p.enable { "enabled" } else { "disabled" });
-        Ok(json!(true))
-    });
-    reg.method("bdev_get_histogram", |ctx, p: Params| async move {
-        let p: GetParams = p.parse()?;
-        let b = lookup(&p.name).ok_or_else(|| not_found(&p.name))?;
-        let h = merged(&ctx.engine, &b)
-            .await
-            .ok_or_else(|| RpcError::internal(format!("histogram is not enabled on bdev {}", p.name)))?;
-        Ok(json!({"histogram": h.to_base64(), "granularity": h.granularity(), "min_range": h.min_range(),
+            let (min_ns, max_ns) = (p.min_nsec.unwrap_or(DEFAULT_MIN_NSEC), p.max_nsec.unwrap_or(DEFAULT_MAX_NSEC));
+            let (min_val, max_val) = (nsec_to_ticks(min_ns), nsec_to_ticks(max_ns));
+            if min_val >= max_val {
+                return Err(errno_error(libc::EINVAL, format!("min_nsec {min_ns} must be below max_nsec {max_ns}")));
+            }
+            let cfg = p.enable.then_some((opc, granularity, min_val, max_val));
+            enable(&ctx.engine, &b, cfg).await;
+            log::info!("bdev {}: histogram {}", b.name().escape_debug(), if p.enable { "enabled" } else { "disabled" });
+            Ok(json!(true))
+        },
+    );
+    reg.typed(
+        "bdev_get_histogram",
+        "A bdev's latency histogram, merged over the cores, in SPDK's encoding.",
+        |ctx, p: GetParams| async move {
+            let b = lookup(&p.name).ok_or_else(|| not_found(&p.name))?;
+            let h = merged(&ctx.engine, &b)
+                .await
+                .ok_or_else(|| RpcError::internal(format!("histogram is not enabled on bdev {}", p.name)))?;
+            Ok(json!({"histogram": h.to_base64(), "granularity": h.granularity(), "min_range": h.min_range(),
             "max_range": h.max_range(), "tsc_rate": ferrite_reactor::tsc::ticks_per_sec()}))
-    });
+        },
+    );
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use crate::bdev::{lookup, Bdev, BdevError};
 use crate::channel::ChannelInner;
 use crate::io::{BdevIo, IoType};
 use crate::rpc::not_found;
-use ferrite_rpc::{errno_error, Params, Registry};
+use ferrite_rpc::{errno_error, Registry};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
@@ -415,33 +415,41 @@ pub(crate) fn config_entry(b: &Bdev) -> Option<Value> {
     Some(json!({"method": "bdev_set_qos_limit", "params": params}))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetParams {
+    /// The bdev.
     name: String,
+    /// Read and write I/Os per second (0: no limit).
     rw_ios_per_sec: Option<u64>,
+    /// Read and write MB/s (0: no limit).
     rw_mbytes_per_sec: Option<u64>,
+    /// Read MB/s (0: no limit).
     r_mbytes_per_sec: Option<u64>,
+    /// Write MB/s (0: no limit).
     w_mbytes_per_sec: Option<u64>,
 }
 
 /// Registers `bdev_set_qos_limit`.
 pub(crate) fn register(reg: &mut Registry) {
-    reg.method("bdev_set_qos_limit", |ctx, p: Params| async move {
-        let p: SetParams = p.parse()?;
-        let b = lookup(&p.name).ok_or_else(|| not_found(&p.name))?;
-        let u = QosUpdate {
-            rw_ios_per_sec: p.rw_ios_per_sec,
-            rw_mbytes_per_sec: p.rw_mbytes_per_sec,
-            r_mbytes_per_sec: p.r_mbytes_per_sec,
-            w_mbytes_per_sec: p.w_mbytes_per_sec,
-        };
-        if u == QosUpdate::default() {
-            return Err(errno_error(libc::EINVAL, "No rate limits specified"));
-        }
-        let l = set_limits(&b, u).map_err(crate::rpc::bdev_err)?;
-        apply_everywhere(&ctx.engine, &b).await;
-        log::info!("bdev {}: QoS limits {l:?}", b.name().escape_debug());
-        Ok(json!(true))
-    });
+    reg.typed(
+        "bdev_set_qos_limit",
+        "Sets or clears the QoS rate limits (IOPS and MB/s) of a bdev.",
+        |ctx, p: SetParams| async move {
+            let b = lookup(&p.name).ok_or_else(|| not_found(&p.name))?;
+            let u = QosUpdate {
+                rw_ios_per_sec: p.rw_ios_per_sec,
+                rw_mbytes_per_sec: p.rw_mbytes_per_sec,
+                r_mbytes_per_sec: p.r_mbytes_per_sec,
+                w_mbytes_per_sec: p.w_mbytes_per_sec,
+            };
+            if u == QosUpdate::default() {
+                return Err(errno_error(libc::EINVAL, "No rate limits specified"));
+            }
+            let l = set_limits(&b, u).map_err(crate::rpc::bdev_err)?;
+            apply_everywhere(&ctx.engine, &b).await;
+            log::info!("bdev {}: QoS limits {l:?}", b.name().escape_debug());
+            Ok(json!(true))
+        },
+    );
 }

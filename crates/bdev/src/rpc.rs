@@ -8,7 +8,7 @@ use crate::channel::{local_iostat, local_iostat_if_used, prune_local_iostat, res
 use crate::module::wait_for_examine;
 use crate::stats::{IoStat, ResetMode, ERROR_KINDS};
 use crate::IoType;
-use ferrite_rpc::{errno_error, Ctx, Params, Registry, RpcError, RpcResult, Subsystem};
+use ferrite_rpc::{errno_error, Ctx, Registry, RpcError, RpcResult, Subsystem};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -158,17 +158,21 @@ pub async fn iostat_and_reset(ctx: &Ctx, bdevs: &[Bdev], mode: ResetMode) -> Vec
     total
 }
 
-#[derive(Deserialize)]
+/// Params that name one bdev (a module's delete method, `bdev_examine`).
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct NameParam {
-    name: String,
+pub struct NameParam {
+    /// The bdev's name.
+    pub name: String,
 }
 
 /// `bdev_reset_iostat` params.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ResetParams {
+    /// The bdev (all if not given).
     name: Option<String>,
+    /// `all`, `maxmin` or `none`.
     mode: Option<String>,
 }
 
@@ -181,21 +185,27 @@ fn reset_mode(name: Option<&str>, default: ResetMode) -> Result<ResetMode, RpcEr
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct OptionalName {
+    /// The bdev (all if not given).
     name: Option<String>,
+    /// Milliseconds to wait for the named bdev to appear.
     timeout: Option<u64>,
 }
 
 /// `bdev_get_iostat` params: SPDK 24.01's `name`, and the `names` list and `reset_mode` of later
 /// releases.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct IostatParams {
+    /// The bdev (all if not given).
     name: Option<String>,
+    /// The bdevs (all if not given).
     names: Option<Vec<String>>,
+    /// Statistics per channel (reactor) too.
     per_channel: Option<bool>,
+    /// Reset after reading: `all`, `maxmin` or `none`.
     reset_mode: Option<String>,
 }
 
@@ -208,8 +218,7 @@ fn selected(name: Option<String>) -> Result<Vec<Bdev>, RpcError> {
 
 /// A module's delete method: unregisters the bdev (if it is the module's) and answers once
 /// every opener has closed it.
-pub async fn delete(p: Params, module: &'static str) -> RpcResult {
-    let p: NameParam = p.parse()?;
+pub async fn delete(p: NameParam, module: &'static str) -> RpcResult {
     let name = p.name;
     let done = unregister(&name, Some(module)).map_err(|e| match e {
         BdevError::NotFound(_) => errno_error(libc::ENODEV, format!("No such device: {e}")),
@@ -253,99 +262,110 @@ pub fn check_no_metadata(md_size: Option<u32>, dif_type: Option<u32>) -> Result<
 /// bdev, followed by bdev_wait_for_examine as SPDK writes it).
 pub fn register(reg: &mut Registry) {
     reg.option_method(&crate::options::BDEV_SET_OPTIONS);
-    reg.method("bdev_get_bdevs", |_, p: Params| async move {
-        let p: OptionalName = p.parse()?;
-        // As in SPDK, `timeout` (ms) waits for a named bdev to appear.
-        if let (Some(name), Some(ms)) = (&p.name, p.timeout) {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms.min(3_600_000));
-            while lookup(name).is_none() && std::time::Instant::now() < deadline {
-                ferrite_reactor::sleep(std::time::Duration::from_millis(10)).await;
+    reg.typed(
+        "bdev_get_bdevs",
+        "Every bdev, or the one named (waiting up to `timeout` ms for it to appear).",
+        |_, p: OptionalName| async move {
+            // As in SPDK, `timeout` (ms) waits for a named bdev to appear.
+            if let (Some(name), Some(ms)) = (&p.name, p.timeout) {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms.min(3_600_000));
+                while lookup(name).is_none() && std::time::Instant::now() < deadline {
+                    ferrite_reactor::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                if lookup(name).is_none() {
+                    // As SPDK: the wait ran out.
+                    return Err(errno_error(libc::ETIMEDOUT, format!("bdev {name} did not appear within {ms} ms")));
+                }
             }
-            if lookup(name).is_none() {
-                // As SPDK: the wait ran out.
-                return Err(errno_error(libc::ETIMEDOUT, format!("bdev {name} did not appear within {ms} ms")));
-            }
-        }
-        Ok(Value::Array(selected(p.name)?.iter().map(bdev_json).collect()))
-    });
-    reg.method("bdev_get_iostat", |ctx, p: Params| async move {
-        let p: IostatParams = p.parse()?;
-        let mode = reset_mode(p.reset_mode.as_deref(), ResetMode::None)?;
-        let bdevs: Vec<Bdev> = match p.names {
-            Some(names) => names.iter().map(|n| lookup(n).ok_or_else(|| not_found(n))).collect::<Result<_, _>>()?,
-            None => selected(p.name)?,
-        };
-        if p.per_channel == Some(true) {
-            // As SPDK: one bdev, one entry per core that has used it, with the core's thread id
-            // (the reactor index, as `framework_get_reactors` names its threads).
-            let [b] = &bdevs[..] else {
-                return Err(errno_error(libc::EINVAL, "Can't use per_channel with multiple bdevs"));
+            Ok(Value::Array(selected(p.name)?.iter().map(bdev_json).collect()))
+        },
+    );
+    reg.typed(
+        "bdev_get_iostat",
+        "I/O statistics of every bdev or of those named, optionally per channel.",
+        |ctx, p: IostatParams| async move {
+            let mode = reset_mode(p.reset_mode.as_deref(), ResetMode::None)?;
+            let bdevs: Vec<Bdev> = match p.names {
+                Some(names) => names.iter().map(|n| lookup(n).ok_or_else(|| not_found(n))).collect::<Result<_, _>>()?,
+                None => selected(p.name)?,
             };
-            let id = b.id();
+            if p.per_channel == Some(true) {
+                // As SPDK: one bdev, one entry per core that has used it, with the core's thread id
+                // (the reactor index, as `framework_get_reactors` names its threads).
+                let [b] = &bdevs[..] else {
+                    return Err(errno_error(libc::EINVAL, "Can't use per_channel with multiple bdevs"));
+                };
+                let id = b.id();
+                let per_core = ctx
+                    .engine
+                    .on_all(move |core| {
+                        let s = local_iostat_if_used(id);
+                        reset_local_iostat(id, mode);
+                        s.map(|s| (core, s))
+                    })
+                    .await
+                    .unwrap_or_default();
+                let channels: Vec<Value> = per_core
+                    .into_iter()
+                    .flatten()
+                    .map(|(core, s)| {
+                        let mut v = stat_fields(&s);
+                        v["thread_id"] = json!(core);
+                        v
+                    })
+                    .collect();
+                return Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(),
+                "ticks": ferrite_reactor::tsc::ticks(), "name": b.name(), "channels": channels}));
+            }
+            let stats = iostat_and_reset(&ctx, &bdevs, mode).await;
+            // Ferrite's addition (as SPDK's with queue-depth sampling on): the I/O outstanding on
+            // each bdev now, summed over the reactors.
+            let ids: Arc<Vec<u64>> = Arc::new(bdevs.iter().map(|b| b.id()).collect());
             let per_core = ctx
                 .engine
-                .on_all(move |core| {
-                    let s = local_iostat_if_used(id);
-                    reset_local_iostat(id, mode);
-                    s.map(|s| (core, s))
-                })
+                .on_all(move |_| ids.iter().map(|id| crate::channel::local_queue_depth(*id)).collect::<Vec<u64>>())
                 .await
                 .unwrap_or_default();
-            let channels: Vec<Value> = per_core
-                .into_iter()
-                .flatten()
-                .map(|(core, s)| {
-                    let mut v = stat_fields(&s);
-                    v["thread_id"] = json!(core);
+            let list: Vec<Value> = bdevs
+                .iter()
+                .zip(stats.iter())
+                .enumerate()
+                .map(|(i, (b, s))| {
+                    let mut v = iostat_json(b, s);
+                    v["queue_depth"] = json!(per_core.iter().map(|c| c.get(i).copied().unwrap_or(0)).sum::<u64>());
                     v
                 })
                 .collect();
-            return Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(),
-                "ticks": ferrite_reactor::tsc::ticks(), "name": b.name(), "channels": channels}));
-        }
-        let stats = iostat_and_reset(&ctx, &bdevs, mode).await;
-        // Ferrite's addition (as SPDK's with queue-depth sampling on): the I/O outstanding on
-        // each bdev now, summed over the reactors.
-        let ids: Arc<Vec<u64>> = Arc::new(bdevs.iter().map(|b| b.id()).collect());
-        let per_core = ctx
-            .engine
-            .on_all(move |_| ids.iter().map(|id| crate::channel::local_queue_depth(*id)).collect::<Vec<u64>>())
-            .await
-            .unwrap_or_default();
-        let list: Vec<Value> = bdevs
-            .iter()
-            .zip(stats.iter())
-            .enumerate()
-            .map(|(i, (b, s))| {
-                let mut v = iostat_json(b, s);
-                v["queue_depth"] = json!(per_core.iter().map(|c| c.get(i).copied().unwrap_or(0)).sum::<u64>());
-                v
-            })
-            .collect();
-        Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(),
+            Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(),
             "ticks": ferrite_reactor::tsc::ticks(), "bdevs": list}))
-    });
-    reg.method("bdev_reset_iostat", |ctx, p: Params| async move {
-        let p: ResetParams = p.parse()?;
-        let mode = reset_mode(p.mode.as_deref(), ResetMode::All)?;
-        let ids: Arc<Vec<u64>> = Arc::new(selected(p.name)?.iter().map(|b| b.id()).collect());
-        if mode != ResetMode::None {
-            let _ = ctx.engine.on_all(move |_| ids.iter().for_each(|id| reset_local_iostat(*id, mode))).await;
-        }
-        Ok(json!(true))
-    });
+        },
+    );
+    reg.typed(
+        "bdev_reset_iostat",
+        "Resets the I/O statistics of one bdev or of all.",
+        |ctx, p: ResetParams| async move {
+            let mode = reset_mode(p.mode.as_deref(), ResetMode::All)?;
+            let ids: Arc<Vec<u64>> = Arc::new(selected(p.name)?.iter().map(|b| b.id()).collect());
+            if mode != ResetMode::None {
+                let _ = ctx.engine.on_all(move |_| ids.iter().for_each(|id| reset_local_iostat(*id, mode))).await;
+            }
+            Ok(json!(true))
+        },
+    );
     crate::qos::register(reg);
     crate::histogram::register(reg);
     for m in crate::module::modules() {
         m.register_rpcs(reg);
     }
-    reg.method("bdev_wait_for_examine", |_, p: Params| async move {
-        p.none()?;
-        wait_for_examine().await.map_err(|e| RpcError::internal(e.to_string()))?;
-        Ok(json!(true))
-    });
-    reg.method("bdev_examine", |_, p: Params| async move {
-        let p: NameParam = p.parse()?;
+    reg.bare(
+        "bdev_wait_for_examine",
+        "Answers once every module has examined every bdev registered so far.",
+        |_| async move {
+            wait_for_examine().await.map_err(|e| RpcError::internal(e.to_string()))?;
+            Ok(json!(true))
+        },
+    );
+    reg.typed("bdev_examine", "Examines a bdev (when automatic examine is off).", |_, p: NameParam| async move {
         if crate::module::auto_examine() {
             return Err(errno_error(libc::EINVAL, "Manual examine is not allowed if auto examine is enabled"));
         }

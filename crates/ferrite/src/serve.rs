@@ -1,6 +1,7 @@
 //! `ferrite serve`: start the reactors, load a config, serve JSON-RPC, stop cleanly on a signal.
 
 use ferrite_reactor::{cpumask::parse_cpumask, Engine, EngineConfig, ReactorMode};
+use ferrite_rpc::registry::{MethodDoc, RUNTIME};
 use ferrite_rpc::{server::RpcServer, Ctx};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -136,7 +137,8 @@ fn add_test_panic_method(reg: &mut ferrite_rpc::Registry) {
     }
     log::warn!("FERRITE_TEST_PANIC_ON: method {name} panics a reactor (test hook)");
     let name: &'static str = Box::leak(name.into_boxed_str());
-    reg.method(name, |ctx, params| async move {
+    let doc = MethodDoc::of::<PanicParams>("Test hook: panics a reactor (FERRITE_TEST_PANIC_ON).");
+    reg.raw(name, RUNTIME, doc, |ctx, params| async move {
         let reactor = params.0.as_ref().and_then(|p| p.get("reactor")).and_then(|v| v.as_u64()).unwrap_or(0) as usize;
         if reactor == 0 {
             panic!("FERRITE_TEST_PANIC_ON: requested panic on reactor 0");
@@ -148,6 +150,15 @@ fn add_test_panic_method(reg: &mut ferrite_rpc::Registry) {
             .await;
         Ok(serde_json::Value::Bool(true))
     });
+}
+
+/// What the test hook of `FERRITE_TEST_PANIC_ON` reads of its params (by hand: anything else
+/// is ignored).
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct PanicParams {
+    /// The reactor to panic (0 by default).
+    reactor: Option<u64>,
 }
 
 /// Deletes every bdev (waiting for openers to close, at most a few seconds) and stops the reactors.

@@ -2,7 +2,7 @@
 //! fuse_export_remove, fuse_get_exports; kept by save_config as the "fuse" subsystem.
 
 use crate::file::{close_local, open_local, BdevFile};
-use ferrite_rpc::{errno_error, Ctx, Params, Registry, RpcError, Subsystem};
+use ferrite_rpc::{errno_error, Ctx, Registry, RpcError, Subsystem};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -28,17 +28,21 @@ fn exports() -> ferrite_reactor::StateGuard<Exports> {
 }
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Add {
+    /// The bdev to export.
     bdev_name: String,
+    /// Path of the file to create (its directory is mounted over).
     path: String,
+    /// Read-only export.
     read_only: Option<bool>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Path {
+    /// Path of the exported file.
     path: String,
 }
 
@@ -149,20 +153,17 @@ fn unmount(engine: &ferrite_reactor::Engine, path: &str) -> Result<(), RpcError>
 pub fn register(reg: &mut Registry) {
     // Mounting and unmounting block on the kernel, so they run on a helper thread, never on the
     // reactor (the FUSE session's first requests are served by the reactors).
-    reg.method("fuse_export_add", |ctx, p: Params| async move {
-        let a: Add = p.parse()?;
+    reg.typed("fuse_export_add", "Exports a bdev as a regular file through FUSE.", |ctx, a: Add| async move {
         let c = ctx.clone();
         blocking(move || mount(&c, a)).await?;
         Ok(json!(true))
     });
-    reg.method("fuse_export_remove", |ctx, p: Params| async move {
-        let a: Path = p.parse()?;
+    reg.typed("fuse_export_remove", "Removes a FUSE export (unmounts it).", |ctx, a: Path| async move {
         let c = ctx.clone();
         blocking(move || unmount(&c.engine, &a.path)).await?;
         Ok(json!(true))
     });
-    reg.method("fuse_get_exports", |_, p: Params| async move {
-        p.none()?;
+    reg.bare("fuse_get_exports", "The FUSE exports.", |_| async move {
         Ok(Value::Array(
             exports()
                 .0

@@ -9,28 +9,33 @@
 use crate::attach::{attach, AttachError, AttachOpts};
 use crate::lun::{lun_of, MODULE};
 use ferrite_rpc::jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS};
+use ferrite_rpc::registry::RUNTIME;
 use ferrite_rpc::{errno_error, Params, Registry, RpcError};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::atomic::Ordering;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// Name of the bdev.
     name: String,
+    /// The LUN: `iscsi://[user[%password]@]host[:port]/iqn/lun`.
     url: String,
+    /// The initiator's IQN.
     initiator_iqn: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Delete {
+    /// The iSCSI bdev.
     name: String,
 }
 
 /// Params decoded as SPDK's handlers do (-32603 when they do not).
-fn decode<T: DeserializeOwned>(p: Params) -> Result<T, RpcError> {
+fn decode<T: DeserializeOwned>(_: &'static str, p: Params) -> Result<T, RpcError> {
     p.parse().map_err(|e: RpcError| {
         let why = e.message.strip_prefix("Invalid parameters: ").unwrap_or(&e.message).to_string();
         RpcError::new(INTERNAL_ERROR, format!("spdk_json_decode_object failed: {why}"))
@@ -48,16 +53,20 @@ fn create_error(e: AttachError) -> RpcError {
 /// Registers the methods (and the option method).
 pub fn register(reg: &mut Registry) {
     crate::options::register(reg);
-    reg.method("bdev_iscsi_create", |ctx, p: Params| async move {
-        let a: Create = decode(p)?;
-        let set = ctx.registry.settings().get("bdev_iscsi_set_options", None);
-        let timeout_sec = crate::options::timeout_sec(set.as_ref());
-        let opts = AttachOpts { name: a.name, url: a.url, initiator_iqn: a.initiator_iqn, timeout_sec };
-        let bdev = attach(opts).await.map_err(create_error)?;
-        Ok(json!(bdev.name()))
-    });
-    reg.method("bdev_iscsi_delete", |_, p: Params| async move {
-        let a: Delete = decode(p)?;
+    reg.typed_with(
+        "bdev_iscsi_create",
+        RUNTIME,
+        "Attaches a remote iSCSI LUN as a bdev.",
+        decode,
+        |ctx, a: Create| async move {
+            let set = ctx.registry.settings().get("bdev_iscsi_set_options", None);
+            let timeout_sec = crate::options::timeout_sec(set.as_ref());
+            let opts = AttachOpts { name: a.name, url: a.url, initiator_iqn: a.initiator_iqn, timeout_sec };
+            let bdev = attach(opts).await.map_err(create_error)?;
+            Ok(json!(bdev.name()))
+        },
+    );
+    reg.typed_with("bdev_iscsi_delete", RUNTIME, "Detaches an iSCSI bdev.", decode, |_, a: Delete| async move {
         let no_such = || errno_error(libc::ENODEV, format!("No such device: bdev {} not found", a.name));
         let bdev = ferrite_bdev::lookup(&a.name).ok_or_else(no_such)?;
         let lun = lun_of(&bdev).ok_or_else(no_such)?;

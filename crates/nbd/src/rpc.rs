@@ -11,22 +11,27 @@
 //! `nbd_server_get_exports` nor save_config lists exports that nothing serves.
 
 use crate::{conn, export, server};
-use ferrite_rpc::{errno_error, Params, Registry, RpcError, Subsystem};
+use ferrite_rpc::{errno_error, Registry, RpcError, Subsystem};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Address {
+    /// The server's address.
     address: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Start {
+    /// `host:port` for TCP or a path for a unix socket.
+    #[schemars(example = &"127.0.0.1:10809")]
     address: String,
+    /// Seconds a client has for its handshake.
     handshake_max_seconds: Option<u32>,
+    /// Most connections at once.
     max_connections: Option<usize>,
 }
 
@@ -44,18 +49,24 @@ impl Start {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AddExport {
+    /// The bdev to export.
+    #[schemars(example = &"Malloc0")]
     bdev_name: String,
+    /// The export's name (the bdev's if not given).
     name: Option<String>,
+    /// Read-only export.
     read_only: Option<bool>,
+    /// The export's description (NBD_INFO_DESCRIPTION).
     description: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Name {
+    /// The export.
     name: String,
 }
 
@@ -65,33 +76,34 @@ fn invalid(msg: String) -> RpcError {
 
 /// Registers the methods and the "nbd" subsystem.
 pub fn register(reg: &mut Registry) {
-    reg.method("nbd_server_start", |_, p: Params| async move {
-        let a: Start = p.parse()?;
+    reg.typed("nbd_server_start", "Starts the NBD server on a TCP or unix socket address.", |_, a: Start| async move {
         let bound = server::start(&a.address, a.options()).map_err(invalid)?;
         Ok(json!({ "address": bound }))
     });
-    reg.method("nbd_server_stop", |ctx, p: Params| async move {
-        let a: Address = p.parse()?;
-        server::stop(&a.address).map_err(|e| errno_error(libc::ENOENT, e))?;
-        if server::addresses().is_empty() {
-            // The NBD server is gone as a whole: so are its exports.
-            let names = export::remove_all();
-            if !names.is_empty() {
-                let n = names.clone();
-                let closed: usize = ctx
-                    .engine
-                    .on_all(move |_| n.iter().map(|name| conn::close_export_local(name)).sum::<usize>())
-                    .await
-                    .unwrap_or_default()
-                    .iter()
-                    .sum();
-                log::info!("last nbd server stopped: removed exports {names:?} ({closed} connection(s) closed)");
+    reg.typed(
+        "nbd_server_stop",
+        "Stops the NBD server on an address (its connections are closed).",
+        |ctx, a: Address| async move {
+            server::stop(&a.address).map_err(|e| errno_error(libc::ENOENT, e))?;
+            if server::addresses().is_empty() {
+                // The NBD server is gone as a whole: so are its exports.
+                let names = export::remove_all();
+                if !names.is_empty() {
+                    let n = names.clone();
+                    let closed: usize = ctx
+                        .engine
+                        .on_all(move |_| n.iter().map(|name| conn::close_export_local(name)).sum::<usize>())
+                        .await
+                        .unwrap_or_default()
+                        .iter()
+                        .sum();
+                    log::info!("last nbd server stopped: removed exports {names:?} ({closed} connection(s) closed)");
+                }
             }
-        }
-        Ok(json!(true))
-    });
-    reg.method("nbd_server_add_export", |_, p: Params| async move {
-        let a: AddExport = p.parse()?;
+            Ok(json!(true))
+        },
+    );
+    reg.typed("nbd_server_add_export", "Exports a bdev over NBD under a name.", |_, a: AddExport| async move {
         let Some(bdev) = ferrite_bdev::lookup(&a.bdev_name) else {
             return Err(errno_error(libc::ENODEV, format!("No such device: bdev {} not found", a.bdev_name)));
         };
@@ -125,17 +137,19 @@ pub fn register(reg: &mut Registry) {
         .map_err(|e| errno_error(libc::EEXIST, e))?;
         Ok(json!(name))
     });
-    reg.method("nbd_server_remove_export", |ctx, p: Params| async move {
-        let a: Name = p.parse()?;
-        export::remove(&a.name).ok_or_else(|| errno_error(libc::ENOENT, format!("no export named {}", a.name)))?;
-        let name = a.name.clone();
-        let closed: usize =
-            ctx.engine.on_all(move |_| conn::close_export_local(&name)).await.unwrap_or_default().iter().sum();
-        log::info!("removed nbd export {} ({closed} connection(s) closed)", a.name);
-        Ok(json!(true))
-    });
-    reg.method("nbd_server_get_exports", |_, p: Params| async move {
-        p.none()?;
+    reg.typed(
+        "nbd_server_remove_export",
+        "Removes an NBD export (its connections are closed).",
+        |ctx, a: Name| async move {
+            export::remove(&a.name).ok_or_else(|| errno_error(libc::ENOENT, format!("no export named {}", a.name)))?;
+            let name = a.name.clone();
+            let closed: usize =
+                ctx.engine.on_all(move |_| conn::close_export_local(&name)).await.unwrap_or_default().iter().sum();
+            log::info!("removed nbd export {} ({closed} connection(s) closed)", a.name);
+            Ok(json!(true))
+        },
+    );
+    reg.bare("nbd_server_get_exports", "The NBD exports and their connections.", |_| async move {
         let conns = export::connections();
         Ok(Value::Array(
             export::list()
@@ -151,8 +165,7 @@ pub fn register(reg: &mut Registry) {
                 .collect(),
         ))
     });
-    reg.method("nbd_server_get_connections", |_, p: Params| async move {
-        p.none()?;
+    reg.bare("nbd_server_get_connections", "The NBD connections.", |_| async move {
         Ok(Value::Array(
             export::connections()
                 .into_iter()

@@ -7,60 +7,96 @@
 use crate::ctrlr::{AttachOpts, Mode};
 use crate::options::{resiliency_ok, Defaults};
 use crate::trid::{PathFilter, Trid};
-use ferrite_rpc::{errno_error, Params, Registry, RpcError};
+use ferrite_rpc::{errno_error, Registry, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Attach {
+    /// Name of the controller (its bdevs are `<name>n<nsid>`).
+    #[schemars(example = &"Nvme0")]
     name: String,
+    /// Transport type: `tcp`.
+    #[schemars(example = &"tcp")]
     trtype: String,
+    /// Transport address (an IP address).
+    #[schemars(example = &"127.0.0.1")]
     traddr: String,
+    /// Address family: `ipv4` or `ipv6`.
     adrfam: Option<String>,
+    /// Transport service ID (the TCP port).
     #[serde(default, deserialize_with = "port_text")]
+    #[schemars(example = &"4420")]
     trsvcid: Option<String>,
+    /// The subsystem's NQN.
+    #[schemars(example = &"nqn.2016-06.io.spdk:cnode1")]
     subnqn: Option<String>,
+    /// The host NQN to connect as.
     hostnqn: Option<String>,
+    /// Local address to connect from (ignored).
     #[allow(dead_code)]
     hostaddr: Option<String>,
+    /// Local port to connect from (ignored).
     #[allow(dead_code)]
     hostsvcid: Option<String>,
+    /// SPDK's socket priority (kept).
     #[allow(dead_code)]
     priority: Option<String>,
+    /// Check reference tags (SPDK's; no protection information here).
     prchk_reftag: Option<bool>,
+    /// Check guards (SPDK's; no protection information here).
     prchk_guard: Option<bool>,
+    /// Header digests.
     hdgst: Option<bool>,
+    /// Data digests.
     ddgst: Option<bool>,
     // SPDK's name (after v26.05) for Connect CATTR bit 2.
+    /// Ask the controller to disable SQ flow control.
     disable_sq_flow_control: Option<bool>,
     // SPDK's types (int32, uint32): larger values are refused, not wrapped.
+    /// Seconds to keep reconnecting before the controller is given up (-1: for ever).
     ctrlr_loss_timeout_sec: Option<i32>,
+    /// Seconds between reconnection attempts.
     reconnect_delay_sec: Option<u32>,
+    /// Seconds after which I/O fails while reconnecting.
     fast_io_fail_timeout_sec: Option<u32>,
+    /// `disable`, `failover` or `multipath`: what a second path to the same controller name does.
     multipath: Option<String>,
+    /// I/O queues to ask for.
     num_io_queues: Option<u32>,
+    /// TLS PSK (SPDK's; Ferrite has no TLS).
     psk: Option<String>,
+    /// Attach namespaces of unknown command sets (SPDK's).
     #[allow(dead_code)]
     allow_unrecognized_csi: Option<bool>,
+    /// SPDK's (kept).
     #[allow(dead_code)]
     drives_per_ctrlr: Option<u32>,
     // Bounds the Connect; Ferrite bounds a controller's whole initialization (Connect
     // included) by its admin timeout instead.
+    /// Timeout of the Fabrics Connect (µs).
     #[allow(dead_code)]
     fabrics_connect_timeout_us: Option<u64>,
+    /// Most bdevs to make.
     max_bdevs: Option<u32>,
+    /// DH-HMAC-CHAP key (SPDK's; Ferrite has no in-band authentication).
     dhchap_key: Option<String>,
+    /// DH-HMAC-CHAP controller key (SPDK's; Ferrite has no in-band authentication).
     dhchap_ctrlr_key: Option<String>,
+    /// Multipath options.
     multipath_opts: Option<MultipathOpts>,
 }
 
 /// `multipath_opts` of an attach (rpc.py groups `--policy`, `--selector`, `--rr-min-io`).
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MultipathOpts {
+    /// `active_passive` or `active_active`.
     policy: Option<String>,
+    /// `round_robin` only.
     selector: Option<String>,
+    /// I/Os per path before moving on (1 only).
     min_io: Option<u32>,
 }
 
@@ -112,18 +148,26 @@ impl Attach {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Detach {
+    /// The controller.
     name: String,
+    /// Transport type: `tcp`.
     trtype: Option<String>,
+    /// Transport address (an IP address).
     traddr: Option<String>,
+    /// Address family: `ipv4` or `ipv6`.
     adrfam: Option<String>,
+    /// Transport service ID (the TCP port).
     #[serde(default, deserialize_with = "port_text")]
     trsvcid: Option<String>,
+    /// The subsystem's NQN.
     subnqn: Option<String>,
+    /// Local address to connect from (ignored).
     #[allow(dead_code)]
     hostaddr: Option<String>,
+    /// Local port to connect from (ignored).
     #[allow(dead_code)]
     hostsvcid: Option<String>,
 }
@@ -188,8 +232,7 @@ fn attach_opts(a: Attach, set: Option<&Value>) -> Result<AttachOpts, RpcError> {
 /// Registers the methods.
 pub fn register(reg: &mut Registry) {
     crate::options::register(reg);
-    reg.method("bdev_nvme_attach_controller", |ctx, p: Params| async move {
-        let a: Attach = p.parse()?;
+    reg.typed("bdev_nvme_attach_controller", "Connects to an NVMe/TCP controller and makes its namespaces bdevs.", |ctx, a: Attach| async move {
         if a.num_io_queues.is_some_and(|n| n == 0 || n > u32::from(u16::MAX) + 1) {
             // As SPDK checks it (the value itself is not used: one I/O queue per reactor).
             return Err(errno_error(libc::EINVAL, "num_io_queues out of bounds, min: 1 max: 65536"));
@@ -215,55 +258,80 @@ pub fn register(reg: &mut Registry) {
         }
         Ok(json!(names))
     });
-    reg.method("bdev_nvme_detach_controller", |_, p: Params| async move {
-        let a: Detach = p.parse()?;
-        if a.trtype.as_deref().is_some_and(|t| !t.eq_ignore_ascii_case("tcp")) {
-            return Err(errno_error(libc::EINVAL, format!("Failed to parse trtype: {}", a.trtype.unwrap_or_default())));
-        }
-        let f = PathFilter { traddr: a.traddr, trsvcid: a.trsvcid, adrfam: a.adrfam, subnqn: a.subnqn };
-        crate::group::detach(&a.name, &f).await?;
-        Ok(json!(true))
-    });
-    reg.method("bdev_nvme_reset_controller", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Reset {
-            name: String,
-            #[serde(default)]
-            cntlid: u16,
-        }
-        let a: Reset = p.parse()?;
-        crate::group::reset(&a.name, a.cntlid).await?;
-        Ok(json!(true))
-    });
-    reg.method("bdev_nvme_get_controllers", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Get {
-            name: Option<String>,
-        }
-        let a: Get = p.parse()?;
-        if let Some(n) = &a.name {
-            let g = crate::group::get(n)
-                .ok_or_else(|| errno_error(libc::EINVAL, format!("Controller {n} does not exist")))?;
-            return Ok(json!([g.info_json()]));
-        }
-        Ok(Value::Array(crate::group::all().iter().map(|g| g.info_json()).collect()))
-    });
-    reg.method("bdev_nvme_set_multipath_policy", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Policy {
-            name: String,
-            policy: String,
-            selector: Option<String>,
-            rr_min_io: Option<u32>,
-        }
-        let a: Policy = p.parse()?;
-        let active_active = policy(&a.policy, a.selector.as_deref(), a.rr_min_io)?;
-        crate::group::set_policy(&a.name, active_active)?;
-        Ok(json!(true))
-    });
+    reg.typed(
+        "bdev_nvme_detach_controller",
+        "Disconnects an NVMe/TCP controller (or one of its paths).",
+        |_, a: Detach| async move {
+            if a.trtype.as_deref().is_some_and(|t| !t.eq_ignore_ascii_case("tcp")) {
+                return Err(errno_error(
+                    libc::EINVAL,
+                    format!("Failed to parse trtype: {}", a.trtype.unwrap_or_default()),
+                ));
+            }
+            let f = PathFilter { traddr: a.traddr, trsvcid: a.trsvcid, adrfam: a.adrfam, subnqn: a.subnqn };
+            crate::group::detach(&a.name, &f).await?;
+            Ok(json!(true))
+        },
+    );
+    /// Params of `bdev_nvme_reset_controller`.
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct BdevNvmeResetController {
+        /// The controller.
+        name: String,
+        /// Only the path to this controller ID.
+        #[serde(default)]
+        cntlid: u16,
+    }
+    reg.typed(
+        "bdev_nvme_reset_controller",
+        "Resets an NVMe/TCP controller (reconnects its queues).",
+        |_, a: BdevNvmeResetController| async move {
+            crate::group::reset(&a.name, a.cntlid).await?;
+            Ok(json!(true))
+        },
+    );
+    /// Params of `bdev_nvme_get_controllers`.
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct BdevNvmeGetControllers {
+        /// Only this controller.
+        name: Option<String>,
+    }
+    reg.typed(
+        "bdev_nvme_get_controllers",
+        "The NVMe/TCP controllers, or the one named.",
+        |_, a: BdevNvmeGetControllers| async move {
+            if let Some(n) = &a.name {
+                let g = crate::group::get(n)
+                    .ok_or_else(|| errno_error(libc::EINVAL, format!("Controller {n} does not exist")))?;
+                return Ok(json!([g.info_json()]));
+            }
+            Ok(Value::Array(crate::group::all().iter().map(|g| g.info_json()).collect()))
+        },
+    );
+    /// Params of `bdev_nvme_set_multipath_policy`.
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct BdevNvmeSetMultipathPolicy {
+        /// The NVMe bdev.
+        name: String,
+        /// `active_passive` or `active_active`.
+        policy: String,
+        /// `round_robin` only.
+        selector: Option<String>,
+        /// I/Os per path before moving on (1 only).
+        rr_min_io: Option<u32>,
+    }
+    reg.typed(
+        "bdev_nvme_set_multipath_policy",
+        "Sets how I/O to a multipath NVMe bdev picks its path.",
+        |_, a: BdevNvmeSetMultipathPolicy| async move {
+            let active_active = policy(&a.policy, a.selector.as_deref(), a.rr_min_io)?;
+            crate::group::set_policy(&a.name, active_active)?;
+            Ok(json!(true))
+        },
+    );
 }
 
 /// Detaches every controller (daemon shutdown; on the first reactor, after bdevs are gone).

@@ -2,7 +2,7 @@
 //! shutdown.
 
 use crate::jsonrpc::{RpcError, INTERNAL_ERROR, INVALID_PARAMS};
-use crate::registry::{Params, Registry, Subsystem, RUNTIME, STARTUP};
+use crate::registry::{MethodDoc, Params, ParamsDoc, Registry, Subsystem, RUNTIME, STARTUP};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -11,46 +11,34 @@ use std::sync::Arc;
 /// framework_get_reactors, framework_get_subsystems, framework_get_config, save_config and
 /// spdk_kill_instance.
 pub fn register(reg: &mut Registry) {
-    reg.method_in("spdk_get_version", STARTUP | RUNTIME, |_, p| async move {
-        p.none()?;
+    reg.bare_in("spdk_get_version", STARTUP | RUNTIME, "The version of Ferrite, in SPDK's layout.", |_| async move {
         let v = env!("CARGO_PKG_VERSION");
         let mut parts = v.split('.').map(|s| s.parse::<u32>().unwrap_or(0));
         Ok(json!({"version": format!("Ferrite v{v}"), "fields": {
             "major": parts.next().unwrap_or(0), "minor": parts.next().unwrap_or(0),
             "patch": parts.next().unwrap_or(0), "suffix": ""}}))
     });
-    reg.method_in("rpc_get_methods", STARTUP | RUNTIME, |ctx, p| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct P {
-            current: Option<bool>,
-            /// Ferrite has no deprecated aliases, so this changes nothing.
-            #[allow(dead_code)]
-            include_aliases: Option<bool>,
-        }
-        let P { current, .. } = p.parse()?;
-        if current == Some(true) {
+    reg.typed_in("rpc_get_methods", STARTUP | RUNTIME, "The names of the methods.", |ctx, p: GetMethods| async move {
+        if p.current == Some(true) {
             return Ok(json!(ctx.registry.current_method_names()));
         }
         Ok(json!(ctx.registry.method_names()))
     });
-    reg.method_in("framework_start_init", STARTUP, |ctx, p| async move {
-        if p.0.is_some() {
-            return Err(RpcError::new(INVALID_PARAMS, "framework_start_init requires no parameters"));
-        }
+    let summary = "Starts the framework (`--wait-for-rpc`): applies the deferred config entries, moves to runtime.";
+    reg.bare_with("framework_start_init", STARTUP, summary, requires_none, |ctx| async move {
         let n = crate::config::start_init(&ctx).await.map_err(|e| RpcError::new(INTERNAL_ERROR, e))?;
         log::info!("framework started (RPC state runtime); {n} deferred config entries applied");
         Ok(json!(true))
     });
-    reg.method_in("framework_wait_init", STARTUP | RUNTIME, |ctx, _| async move {
+    let summary = "Answers once the framework has started.";
+    reg.raw("framework_wait_init", STARTUP | RUNTIME, doc(summary), |ctx, _| async move {
         // Like SPDK's, it answers once the framework has started, however long that takes.
         while ctx.registry.state() != RUNTIME {
             ferrite_reactor::sleep(std::time::Duration::from_millis(10)).await;
         }
         Ok(json!(true))
     });
-    reg.method("framework_get_reactors", |ctx, p| async move {
-        p.none()?;
+    reg.bare("framework_get_reactors", "The reactors: their cores, state and time spent busy and idle.", |ctx| async move {
         let reactors: Vec<Value> = ctx
             .engine
             .stats()
@@ -67,56 +55,93 @@ pub fn register(reg: &mut Registry) {
             .collect();
         Ok(json!({"tick_rate": ferrite_reactor::tsc::ticks_per_sec(), "pid": std::process::id(), "reactors": reactors}))
     });
-    reg.method("framework_get_subsystems", |ctx, p| async move {
-        p.none()?;
+    reg.bare("framework_get_subsystems", "The subsystems and what each depends on.", |ctx| async move {
         Ok(ctx.registry.subsystems().iter().map(|s| json!({"subsystem": s.name, "depends_on": s.depends_on})).collect())
     });
-    reg.method("framework_get_config", |ctx, p| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct P {
-            name: String,
-            /// Newer rpc.py sends this; Ferrite never writes batches, so it changes nothing.
-            #[allow(dead_code)]
-            with_batches: Option<bool>,
-        }
-        let P { name, .. } = p.parse()?;
-        let sub = ctx
-            .registry
-            .subsystems()
-            .iter()
-            .find(|s| s.name == name)
-            .ok_or_else(|| RpcError::new(INVALID_PARAMS, format!("subsystem {name:?} not found")))?;
-        Ok(Value::Array(ctx.registry.subsystem_config(sub)))
-    });
-    reg.method("save_config", |ctx, p| async move {
-        p.none()?;
+    reg.typed(
+        "framework_get_config",
+        "One subsystem's config entries, as save_config writes them.",
+        |ctx, p: GetConfig| async move {
+            let name = p.name;
+            let sub = ctx
+                .registry
+                .subsystems()
+                .iter()
+                .find(|s| s.name == name)
+                .ok_or_else(|| RpcError::new(INVALID_PARAMS, format!("subsystem {name:?} not found")))?;
+            Ok(Value::Array(ctx.registry.subsystem_config(sub)))
+        },
+    );
+    reg.bare("save_config", "The config of every subsystem (JSON that `ferrite serve -c` loads).", |ctx| async move {
         Ok(crate::config::save(&ctx.registry))
     });
-    reg.method("spdk_kill_instance", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct P {
-            sig_name: String,
-        }
-        let P { sig_name } = p.parse()?;
-        let sig = match sig_name.trim_start_matches("SIG") {
-            "INT" => libc::SIGINT,
-            "TERM" => libc::SIGTERM,
-            "QUIT" => libc::SIGQUIT,
-            "HUP" => libc::SIGHUP,
-            "KILL" => libc::SIGKILL,
-            _ => return Err(RpcError::new(INVALID_PARAMS, format!("unknown signal {sig_name:?}"))),
-        };
-        log::info!("spdk_kill_instance: raising {sig_name}");
-        // Raised from a helper thread after a moment, so this reply reaches the client first.
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            // SAFETY: kill with our own pid and a valid signal number.
-            unsafe { libc::kill(libc::getpid(), sig) };
-        });
-        Ok(json!(true))
-    });
+    reg.typed(
+        "spdk_kill_instance",
+        "Raises a signal in the daemon (SIGINT and SIGTERM stop it).",
+        |_, p: Kill| async move {
+            let sig_name = p.sig_name;
+            let sig = match sig_name.trim_start_matches("SIG") {
+                "INT" => libc::SIGINT,
+                "TERM" => libc::SIGTERM,
+                "QUIT" => libc::SIGQUIT,
+                "HUP" => libc::SIGHUP,
+                "KILL" => libc::SIGKILL,
+                _ => return Err(RpcError::new(INVALID_PARAMS, format!("unknown signal {sig_name:?}"))),
+            };
+            log::info!("spdk_kill_instance: raising {sig_name}");
+            // Raised from a helper thread after a moment, so this reply reaches the client first.
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                // SAFETY: kill with our own pid and a valid signal number.
+                unsafe { libc::kill(libc::getpid(), sig) };
+            });
+            Ok(json!(true))
+        },
+    );
+}
+
+/// Params of `rpc_get_methods`.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GetMethods {
+    /// Only the methods callable in the current RPC state.
+    current: Option<bool>,
+    /// Ferrite has no deprecated aliases, so this changes nothing.
+    #[allow(dead_code)]
+    include_aliases: Option<bool>,
+}
+
+/// Params of `framework_get_config`.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GetConfig {
+    /// The subsystem, e.g. `bdev`.
+    name: String,
+    /// Newer rpc.py sends this; Ferrite never writes batches, so it changes nothing.
+    #[allow(dead_code)]
+    with_batches: Option<bool>,
+}
+
+/// Params of `spdk_kill_instance`.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Kill {
+    /// The signal: `SIGINT`, `SIGTERM`, `SIGQUIT`, `SIGHUP` or `SIGKILL` (`SIG` may be left out).
+    #[schemars(example = &"SIGTERM")]
+    sig_name: String,
+}
+
+/// SPDK's answer to params given to `framework_start_init`.
+fn requires_none(method: &'static str, p: Params) -> Result<(), RpcError> {
+    match p.0 {
+        Some(_) => Err(RpcError::new(INVALID_PARAMS, format!("{method} requires no parameters"))),
+        None => Ok(()),
+    }
+}
+
+/// The doc of a method whose params are ignored.
+fn doc(summary: &'static str) -> MethodDoc {
+    MethodDoc { summary: summary.into(), params: ParamsDoc::Rows(Vec::new()), params_required: false }
 }
 
 /// A subsystem that only holds what option methods set.

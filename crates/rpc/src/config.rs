@@ -141,7 +141,12 @@ mod tests {
         let state = Arc::new(Mutex::new(Vec::<Value>::new()));
         let mut reg = Registry::default();
         let s = state.clone();
-        reg.method("thing_create", move |_, p: Params| {
+        let doc = crate::registry::MethodDoc {
+            summary: "".into(),
+            params: crate::registry::ParamsDoc::None,
+            params_required: false,
+        };
+        reg.raw("thing_create", crate::registry::RUNTIME, doc, move |_, p: Params| {
             let s = s.clone();
             async move {
                 s.lock().unwrap().push(p.0.unwrap_or(Value::Null));

@@ -8,6 +8,7 @@ mod conn;
 pub mod jsonrpc;
 pub mod logctl;
 pub mod options;
+pub mod reference;
 pub mod registry;
 mod reject;
 pub mod server;

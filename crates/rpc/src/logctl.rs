@@ -119,8 +119,51 @@ pub fn init_from_filter(filter: LevelFilter) {
     update_gate();
 }
 
+/// Params of the level setters: the level's index in [`LEVELS`] once decoded.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct LevelParams {
+    /// `ERROR`, `WARNING` (or `WARN`), `NOTICE`, `INFO` or `DEBUG`, in any case.
+    #[schemars(example = &"NOTICE")]
+    level: String,
+}
+
+/// A level, as its index in [`LEVELS`].
+#[derive(schemars::JsonSchema)]
+#[schemars(with = "LevelParams")]
+struct LevelIx(u8);
+
+/// Params of the flag methods: the flag's index in [`FLAGS`] (`usize::MAX`: all) once decoded.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct FlagParams {
+    /// A log flag (see `log_get_flags`) or `all`.
+    #[schemars(example = &"all")]
+    flag: String,
+}
+
+/// A flag, as its index in [`FLAGS`] (`usize::MAX`: all).
+#[derive(schemars::JsonSchema)]
+#[schemars(with = "FlagParams")]
+struct Flag(usize);
+
+/// Params of `log_enable_timestamps`.
+#[derive(schemars::JsonSchema)]
+struct Timestamps {
+    /// Whether log lines carry a timestamp.
+    enabled: bool,
+}
+
+/// Decodes `log_enable_timestamps`'s params as SPDK's decoder does.
+fn parse_timestamps(_: &'static str, p: Params) -> Result<Timestamps, RpcError> {
+    let fail = || RpcError::new(INTERNAL_ERROR, "spdk_json_decode_object failed");
+    let Some(Value::Object(o)) = p.0 else { return Err(fail()) };
+    let enabled = o.get("enabled").and_then(Value::as_bool).filter(|_| o.len() == 1).ok_or_else(fail)?;
+    Ok(Timestamps { enabled })
+}
+
 /// Parses a level name as SPDK's decoder does (case-insensitive; WARN for WARNING too).
-fn parse_level(p: Params) -> Result<u8, RpcError> {
+fn parse_level(_: &'static str, p: Params) -> Result<LevelIx, RpcError> {
     let fail = || RpcError::new(INTERNAL_ERROR, "spdk_json_decode_object failed");
     let Some(Value::Object(o)) = p.0 else { return Err(fail()) };
     if o.len() != 1 {
@@ -128,10 +171,11 @@ fn parse_level(p: Params) -> Result<u8, RpcError> {
     }
     let name = o.get("level").and_then(Value::as_str).ok_or_else(fail)?.to_ascii_uppercase();
     let name = if name == "WARN" { "WARNING".to_string() } else { name };
-    LEVELS.iter().position(|l| *l == name).map(|i| i as u8).ok_or_else(fail)
+    LEVELS.iter().position(|l| *l == name).map(|i| LevelIx(i as u8)).ok_or_else(fail)
 }
 
-fn parse_flag(p: Params) -> Result<usize, RpcError> {
+/// Parses a flag name as SPDK's decoder does.
+fn parse_flag(_: &'static str, p: Params) -> Result<Flag, RpcError> {
     let fail = || RpcError::new(INTERNAL_ERROR, "spdk_json_decode_object failed");
     let Some(Value::Object(o)) = p.0 else { return Err(fail()) };
     if o.len() != 1 {
@@ -139,12 +183,12 @@ fn parse_flag(p: Params) -> Result<usize, RpcError> {
     }
     let name = o.get("flag").and_then(Value::as_str).ok_or_else(fail)?;
     if name == "all" {
-        return Ok(usize::MAX);
+        return Ok(Flag(usize::MAX));
     }
-    FLAGS.iter().position(|f| *f == name).ok_or_else(|| RpcError::new(INVALID_PARAMS, "invalid log flag"))
+    FLAGS.iter().position(|f| *f == name).map(Flag).ok_or_else(|| RpcError::new(INVALID_PARAMS, "invalid log flag"))
 }
 
-fn no_params(p: Params, method: &str) -> Result<(), RpcError> {
+fn no_params(method: &'static str, p: Params) -> Result<(), RpcError> {
     match p.0 {
         None => Ok(()),
         Some(_) => Err(RpcError::new(INVALID_PARAMS, format!("{method} requires no parameters"))),
@@ -162,41 +206,54 @@ fn mask(i: usize) -> u32 {
 /// Registers the log methods (allowed in both RPC states, as in SPDK).
 pub fn register(reg: &mut Registry) {
     let both = STARTUP | RUNTIME;
-    reg.method_in("log_set_level", both, |_, p| async move {
-        LOG_LEVEL.store(parse_level(p)?, Ordering::Relaxed);
-        update_gate();
-        Ok(json!(true))
-    });
-    reg.method_in("log_get_level", both, |_, p| async move {
-        no_params(p, "log_get_level")?;
+    reg.typed_with(
+        "log_set_level",
+        both,
+        "Sets the level of what is logged.",
+        parse_level,
+        |_, l: LevelIx| async move {
+            LOG_LEVEL.store(l.0, Ordering::Relaxed);
+            update_gate();
+            Ok(json!(true))
+        },
+    );
+    reg.bare_with("log_get_level", both, "The level of what is logged.", no_params, |_| async move {
         Ok(json!(LEVELS[LOG_LEVEL.load(Ordering::Relaxed) as usize]))
     });
-    reg.method_in("log_set_print_level", both, |_, p| async move {
-        PRINT_LEVEL.store(parse_level(p)?, Ordering::Relaxed);
-        update_gate();
-        Ok(json!(true))
-    });
-    reg.method_in("log_get_print_level", both, |_, p| async move {
-        no_params(p, "log_get_print_level")?;
+    reg.typed_with(
+        "log_set_print_level",
+        both,
+        "Sets the level of what is printed.",
+        parse_level,
+        |_, l: LevelIx| async move {
+            PRINT_LEVEL.store(l.0, Ordering::Relaxed);
+            update_gate();
+            Ok(json!(true))
+        },
+    );
+    reg.bare_with("log_get_print_level", both, "The level of what is printed.", no_params, |_| async move {
         Ok(json!(LEVELS[PRINT_LEVEL.load(Ordering::Relaxed) as usize]))
     });
-    reg.method_in("log_set_flag", both, |_, p| async move {
-        FLAG_BITS.fetch_or(mask(parse_flag(p)?), Ordering::Relaxed);
+    reg.typed_with(
+        "log_set_flag",
+        both,
+        "Enables a log flag (a component's debug messages).",
+        parse_flag,
+        |_, f: Flag| async move {
+            FLAG_BITS.fetch_or(mask(f.0), Ordering::Relaxed);
+            Ok(json!(true))
+        },
+    );
+    reg.typed_with("log_clear_flag", both, "Disables a log flag.", parse_flag, |_, f: Flag| async move {
+        FLAG_BITS.fetch_and(!mask(f.0), Ordering::Relaxed);
         Ok(json!(true))
     });
-    reg.method_in("log_clear_flag", both, |_, p| async move {
-        FLAG_BITS.fetch_and(!mask(parse_flag(p)?), Ordering::Relaxed);
+    let summary = "Turns timestamps in log lines on or off.";
+    reg.typed_with("log_enable_timestamps", both, summary, parse_timestamps, |_, t: Timestamps| async move {
+        TIMESTAMPS.store(t.enabled, Ordering::Relaxed);
         Ok(json!(true))
     });
-    reg.method_in("log_enable_timestamps", both, |_, p| async move {
-        let fail = || RpcError::new(INTERNAL_ERROR, "spdk_json_decode_object failed");
-        let Some(Value::Object(o)) = p.0 else { return Err(fail()) };
-        let on = o.get("enabled").and_then(Value::as_bool).filter(|_| o.len() == 1).ok_or_else(fail)?;
-        TIMESTAMPS.store(on, Ordering::Relaxed);
-        Ok(json!(true))
-    });
-    reg.method_in("log_get_flags", both, |_, p| async move {
-        no_params(p, "log_get_flags")?;
+    reg.bare_with("log_get_flags", both, "Every log flag and whether it is on.", no_params, |_| async move {
         let bits = FLAG_BITS.load(Ordering::Relaxed);
         let m: Map<String, Value> =
             FLAGS.iter().enumerate().map(|(i, f)| (f.to_string(), json!(bits & (1 << i) != 0))).collect();
@@ -215,8 +272,8 @@ mod tests {
         assert_eq!(flag_of("io_uring"), None);
         assert_eq!(component("ferrite_iscsi_target::engine::conn"), "iscsi_target");
         assert_eq!(component("io_uring::squeue"), "io_uring");
-        assert_eq!(parse_level(Params(Some(json!({"level": "warn"})))).unwrap(), 1);
-        assert_eq!(parse_level(Params(Some(json!({"level": "LOUD"})))).unwrap_err().code, INTERNAL_ERROR);
-        assert_eq!(parse_flag(Params(Some(json!({"flag": "x"})))).unwrap_err().code, INVALID_PARAMS);
+        assert_eq!(parse_level("", Params(Some(json!({"level": "warn"})))).ok().map(|l| l.0), Some(1));
+        assert_eq!(parse_level("", Params(Some(json!({"level": "LOUD"})))).err().map(|e| e.code), Some(INTERNAL_ERROR));
+        assert_eq!(parse_flag("", Params(Some(json!({"flag": "x"})))).err().map(|e| e.code), Some(INVALID_PARAMS));
     }
 }

@@ -1,6 +1,11 @@
 //! The method registry: JSON-RPC method names mapped to handlers that run on the first reactor,
 //! each allowed in SPDK's RPC states (startup, runtime), plus the config writers of each
 //! subsystem (for `save_config`).
+//!
+//! A method is registered with the type its params decode into ([`Registry::typed`]: the
+//! handler receives it decoded; [`Registry::bare`] for none) and a one-line summary, so what
+//! documents it ([`MethodDoc`]: the type's JSON schema, for [`crate::reference`]) is what the
+//! handler really decodes.
 
 use crate::jsonrpc::{RpcError, INVALID_PARAMS};
 use ferrite_reactor::Engine;
@@ -87,6 +92,56 @@ pub const INVALID_STATE: i32 = -1;
 struct Method {
     handler: Handler,
     states: u8,
+    doc: MethodDoc,
+}
+
+/// Decodes a method's params into what its handler takes (the method's name is given for
+/// error messages that name it).
+pub type Decode<P> = fn(&'static str, Params) -> Result<P, RpcError>;
+
+/// What a method takes and does, for `docs/RPC.md` and `ferrite rpc --help`.
+#[derive(Clone)]
+pub struct MethodDoc {
+    /// One line: what the method does.
+    pub summary: std::borrow::Cow<'static, str>,
+    /// Its parameters.
+    pub params: ParamsDoc,
+    /// A call must give params (an object), even if none of its members is required.
+    pub params_required: bool,
+}
+
+impl MethodDoc {
+    /// The doc of a method whose params are those of `P` (for a handler that decodes them by
+    /// hand, as `P` describes).
+    pub fn of<P: schemars::JsonSchema>(summary: &'static str) -> MethodDoc {
+        MethodDoc { summary: summary.into(), params: ParamsDoc::Schema(schema_of::<P>), params_required: false }
+    }
+}
+
+/// A method's parameters, as its handler decodes them.
+#[derive(Clone)]
+pub enum ParamsDoc {
+    /// It takes none.
+    None,
+    /// The JSON schema of the type its params decode into.
+    Schema(fn() -> schemars::Schema),
+    /// A table made by the registrant (SPDK's option methods: their schema fragment).
+    Rows(Vec<crate::reference::ParamRow>),
+}
+
+/// The schema of `P` (a function per type, so the schema is made only when documented).
+fn schema_of<P: schemars::JsonSchema>() -> schemars::Schema {
+    schemars::generate::SchemaSettings::draft2020_12().into_generator().into_root_schema_for::<P>()
+}
+
+/// [`Params::parse`] as a [`Decode`].
+fn parse<P: DeserializeOwned>(_: &'static str, p: Params) -> Result<P, RpcError> {
+    p.parse()
+}
+
+/// [`Params::none`] as a [`Decode`].
+fn none(_: &'static str, p: Params) -> Result<(), RpcError> {
+    p.none()
 }
 
 /// Registered methods and subsystems, the RPC state, and what option methods have set. Built
@@ -112,23 +167,89 @@ impl Default for Registry {
 }
 
 impl Registry {
-    /// Adds a method callable at runtime (after `framework_start_init`), like most of SPDK's.
-    pub fn method<F, Fut>(&mut self, name: &'static str, f: F)
+    /// Adds a method callable at runtime (after `framework_start_init`), like most of SPDK's,
+    /// whose params decode into `P` ([`Params::parse`]); `P`'s schema documents them.
+    pub fn typed<P, F, Fut>(&mut self, name: &'static str, summary: &'static str, f: F)
     where
-        F: Fn(Ctx, Params) -> Fut + Send + Sync + 'static,
+        P: DeserializeOwned + schemars::JsonSchema + 'static,
+        F: Fn(Ctx, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = RpcResult> + 'static,
     {
-        self.method_in(name, RUNTIME, f);
+        self.typed_with(name, RUNTIME, summary, parse::<P>, f);
     }
 
-    /// Adds a method callable in `states` ([`STARTUP`], [`RUNTIME`] or both).
-    pub fn method_in<F, Fut>(&mut self, name: &'static str, states: u8, f: F)
+    /// [`Registry::typed`] for a method callable in `states` ([`STARTUP`], [`RUNTIME`] or both).
+    pub fn typed_in<P, F, Fut>(&mut self, name: &'static str, states: u8, summary: &'static str, f: F)
+    where
+        P: DeserializeOwned + schemars::JsonSchema + 'static,
+        F: Fn(Ctx, P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = RpcResult> + 'static,
+    {
+        self.typed_with(name, states, summary, parse::<P>, f);
+    }
+
+    /// Adds a method callable in `states` whose params `decode` turns into `P` (for methods
+    /// that answer bad params in their own words); `P`'s schema documents them.
+    pub fn typed_with<P, F, Fut>(
+        &mut self,
+        name: &'static str,
+        states: u8,
+        summary: &'static str,
+        decode: Decode<P>,
+        f: F,
+    ) where
+        P: schemars::JsonSchema + 'static,
+        F: Fn(Ctx, P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = RpcResult> + 'static,
+    {
+        let doc = MethodDoc::of::<P>(summary);
+        self.raw(name, states, doc, move |c, p| {
+            let fut = decode(name, p).map(|p| f(c, p));
+            async move { fut?.await }
+        });
+    }
+
+    /// Adds a method callable at runtime that takes no params ([`Params::none`]).
+    pub fn bare<F, Fut>(&mut self, name: &'static str, summary: &'static str, f: F)
+    where
+        F: Fn(Ctx) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = RpcResult> + 'static,
+    {
+        self.bare_with(name, RUNTIME, summary, none, f);
+    }
+
+    /// [`Registry::bare`] for a method callable in `states`.
+    pub fn bare_in<F, Fut>(&mut self, name: &'static str, states: u8, summary: &'static str, f: F)
+    where
+        F: Fn(Ctx) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = RpcResult> + 'static,
+    {
+        self.bare_with(name, states, summary, none, f);
+    }
+
+    /// Adds a method callable in `states` that takes no params, refused by `check` (for
+    /// methods that answer params in their own words).
+    pub fn bare_with<F, Fut>(&mut self, name: &'static str, states: u8, summary: &'static str, check: Decode<()>, f: F)
+    where
+        F: Fn(Ctx) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = RpcResult> + 'static,
+    {
+        let doc = MethodDoc { summary: summary.into(), params: ParamsDoc::None, params_required: false };
+        self.raw(name, states, doc, move |c, p| {
+            let fut = check(name, p).map(|()| f(c));
+            async move { fut?.await }
+        });
+    }
+
+    /// Adds a method callable in `states` whose handler decodes its params itself, documented
+    /// by `doc` (for the registry's own kinds of method, such as option methods).
+    pub fn raw<F, Fut>(&mut self, name: &'static str, states: u8, doc: MethodDoc, f: F)
     where
         F: Fn(Ctx, Params) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = RpcResult> + 'static,
     {
         let handler: Handler = Arc::new(move |c, p| Box::pin(f(c, p)));
-        let prev = self.methods.insert(name, Method { handler, states });
+        let prev = self.methods.insert(name, Method { handler, states, doc });
         assert!(prev.is_none(), "method {name} registered twice");
     }
 
@@ -159,6 +280,11 @@ impl Registry {
     /// The states `method` may be called in, if it exists.
     pub fn states_of(&self, method: &str) -> Option<u8> {
         self.methods.get(method).map(|m| m.states)
+    }
+
+    /// What documents `method`, if it exists.
+    pub fn doc_of(&self, method: &str) -> Option<&MethodDoc> {
+        self.methods.get(method).map(|m| &m.doc)
     }
 
     /// The subsystems, in registration order.

@@ -11,7 +11,7 @@
 //! buffers, size, free ones, chunks received, receives ended by an empty ring (`enobufs`).
 
 use crate::jsonrpc::{RpcError, INVALID_PARAMS};
-use crate::registry::{Ctx, Params, Registry};
+use crate::registry::{Ctx, Params, Registry, RUNTIME};
 use ferrite_reactor::cpumask::format_cpumask;
 use serde_json::{json, Value};
 
@@ -24,7 +24,7 @@ pub fn thread_name(id: usize, core: usize) -> String {
     }
 }
 
-fn no_params(p: Params, method: &str) -> Result<(), RpcError> {
+fn no_params(method: &'static str, p: Params) -> Result<(), RpcError> {
     match p.0 {
         None => Ok(()),
         Some(_) => Err(RpcError::new(INVALID_PARAMS, format!("'{method}' requires no arguments"))),
@@ -40,55 +40,70 @@ fn per_thread(ctx: &Ctx, f: impl Fn(&ferrite_reactor::ReactorStats, Value) -> Va
 
 /// Registers the thread methods.
 pub fn register(reg: &mut Registry) {
-    reg.method("thread_get_stats", |ctx, p| async move {
-        no_params(p, "thread_get_stats")?;
-        // Each reactor's payload buffer pool, beside SPDK's fields (Ferrite's addition): what its
-        // classes hold, and how the heap budget of the bdev layer's requests is spent.
-        let pools = ctx
-            .engine
-            .on_all(|_| (ferrite_reactor::buf_pool().map(|p| p.stats()), ferrite_reactor::recv_buf_stats()))
-            .await
-            .unwrap_or_default();
-        Ok(per_thread(&ctx, |s, mut t| {
-            t["cpumask"] = json!(format_cpumask(&[s.core]).trim_start_matches("0x"));
-            t["busy"] = json!(s.busy_ticks);
-            t["idle"] = json!(s.idle_ticks);
-            t["active_pollers_count"] = json!(0);
-            t["timed_pollers_count"] = json!(0);
-            t["paused_pollers_count"] = json!(0);
-            if let Some((Some(b), _)) = pools.get(s.id) {
-                t["buffers"] = json!({"pooled": b.pooled, "heap_fallbacks": b.heap_fallbacks,
+    reg.bare_with(
+        "thread_get_stats",
+        RUNTIME,
+        "Each reactor as an SPDK thread: busy and idle ticks, with its buffer pool's use (Ferrite's addition).",
+        no_params,
+        |ctx| async move {
+            // Each reactor's payload buffer pool, beside SPDK's fields (Ferrite's addition): what its
+            // classes hold, and how the heap budget of the bdev layer's requests is spent.
+            let pools = ctx
+                .engine
+                .on_all(|_| (ferrite_reactor::buf_pool().map(|p| p.stats()), ferrite_reactor::recv_buf_stats()))
+                .await
+                .unwrap_or_default();
+            Ok(per_thread(&ctx, |s, mut t| {
+                t["cpumask"] = json!(format_cpumask(&[s.core]).trim_start_matches("0x"));
+                t["busy"] = json!(s.busy_ticks);
+                t["idle"] = json!(s.idle_ticks);
+                t["active_pollers_count"] = json!(0);
+                t["timed_pollers_count"] = json!(0);
+                t["paused_pollers_count"] = json!(0);
+                if let Some((Some(b), _)) = pools.get(s.id) {
+                    t["buffers"] = json!({"pooled": b.pooled, "heap_fallbacks": b.heap_fallbacks,
                     "small_free": b.small_free, "large_free": b.large_free, "jumbo_free": b.jumbo_free,
                     "heap_bytes": b.heap_bytes, "heap_budget": b.heap_budget, "refused": b.refused,
                     "small_count": b.small_count, "large_count": b.large_count,
                     "small_bufsize": b.small_size, "large_bufsize": b.large_size, "registered": b.registered});
-            }
-            if let Some((_, Some(r))) = pools.get(s.id) {
-                t["recv_buffers"] = json!({"count": r.count, "bufsize": r.size, "free": r.free,
+                }
+                if let Some((_, Some(r))) = pools.get(s.id) {
+                    t["recv_buffers"] = json!({"count": r.count, "bufsize": r.size, "free": r.free,
                     "chunks": r.chunks, "enobufs": r.enobufs, "multishot": r.multishot});
-            }
-            t
-        }))
-    });
-    reg.method("thread_get_pollers", |ctx, p| async move {
-        no_params(p, "thread_get_pollers")?;
-        Ok(per_thread(&ctx, |_, mut t| {
-            t["active_pollers"] = json!([]);
-            t["timed_pollers"] = json!([]);
-            t["paused_pollers"] = json!([]);
-            t
-        }))
-    });
-    reg.method("thread_get_io_channels", |ctx, p| async move {
-        no_params(p, "thread_get_io_channels")?;
-        Ok(per_thread(&ctx, |_, mut t| {
-            if let Some(o) = t.as_object_mut() {
-                o.remove("id"); // SPDK lists only the name here
-            }
-            t["io_channels"] = json!([]);
-            t
-        }))
-    });
+                }
+                t
+            }))
+        },
+    );
+    reg.bare_with(
+        "thread_get_pollers",
+        RUNTIME,
+        "Each reactor's pollers, in SPDK's layout (the lists are empty: Ferrite's pollers are not named).",
+        no_params,
+        |ctx| async move {
+            Ok(per_thread(&ctx, |_, mut t| {
+                t["active_pollers"] = json!([]);
+                t["timed_pollers"] = json!([]);
+                t["paused_pollers"] = json!([]);
+                t
+            }))
+        },
+    );
+    reg.bare_with(
+        "thread_get_io_channels",
+        RUNTIME,
+        "Each reactor's I/O channels, in SPDK's layout (the lists are empty).",
+        no_params,
+        |ctx| async move {
+            Ok(per_thread(&ctx, |_, mut t| {
+                if let Some(o) = t.as_object_mut() {
+                    o.remove("id"); // SPDK lists only the name here
+                }
+                t["io_channels"] = json!([]);
+                t
+            }))
+        },
+    );
 }
 
 #[cfg(test)]

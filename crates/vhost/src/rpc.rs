@@ -7,40 +7,53 @@
 use crate::backend::CtrlrInfo;
 use crate::control;
 use crate::vring::Device;
-use ferrite_rpc::{errno_error, Params, Registry, Subsystem};
+use ferrite_rpc::{errno_error, Registry, Subsystem};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateBlk {
+    /// The controller's name (its socket in the socket directory).
+    #[schemars(example = &"vhost.0")]
     ctrlr: String,
+    /// The bdev.
+    #[schemars(example = &"Malloc0")]
     dev_name: String,
+    /// Reactors its queues may run on (a mask or list).
     cpumask: Option<String>,
+    /// Read-only device.
     readonly: Option<bool>,
+    /// Offer packed virtqueues.
     packed_ring: Option<bool>,
+    /// SPDK's transport (`vhost_user_blk` only).
     transport: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Ctrlr {
+    /// The controller.
     ctrlr: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetCoalescing {
+    /// The controller.
     ctrlr: String,
+    /// Base delay of an interrupt (µs; 0: no coalescing).
     delay_base_us: u32,
+    /// IOPS above which interrupts are coalesced.
     iops_threshold: u32,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GetControllers {
+    /// Only this controller.
     name: Option<String>,
 }
 
@@ -69,121 +82,131 @@ fn describe(c: &control::Controller) -> Value {
 
 /// Registers the methods and the "vhost_blk" subsystem.
 pub fn register(reg: &mut Registry) {
-    reg.method("vhost_create_blk_controller", |ctx, p: Params| async move {
-        let a: CreateBlk = p.parse()?;
-        let invalid = |m: String| errno_error(libc::EINVAL, m);
-        if a.ctrlr.is_empty() || a.ctrlr.len() > 255 || a.ctrlr.contains('/') || a.ctrlr == "." || a.ctrlr == ".." {
-            return Err(invalid(format!("controller name {:?} must be 1 to 255 bytes, not a path", a.ctrlr)));
-        }
-        if a.ctrlr.chars().any(|c| c.is_control()) {
-            return Err(invalid(format!("controller name {:?} contains control characters", a.ctrlr)));
-        }
-        if let Some(t) = a.transport.as_deref().filter(|t| *t != "vhost_user_blk") {
-            return Err(invalid(format!("transport {t} is not available (vhost_user_blk is)")));
-        }
-        let Some(bdev) = ferrite_bdev::lookup(&a.dev_name) else {
-            return Err(errno_error(libc::ENODEV, format!("No such device: bdev {} not found", a.dev_name)));
-        };
-        let readonly = a.readonly.unwrap_or(false) || !bdev.supports(ferrite_bdev::IoType::Write);
-        if bdev.claimed_by().is_some() && !readonly {
-            return Err(errno_error(
-                libc::EPERM,
-                format!(
-                    "bdev {} is claimed by module {}; export it read-only",
-                    bdev.name(),
-                    bdev.claimed_by().unwrap_or_default()
+    reg.typed(
+        "vhost_create_blk_controller",
+        "Creates a vhost-user-blk controller (a unix socket) over a bdev.",
+        |ctx, a: CreateBlk| async move {
+            let invalid = |m: String| errno_error(libc::EINVAL, m);
+            if a.ctrlr.is_empty() || a.ctrlr.len() > 255 || a.ctrlr.contains('/') || a.ctrlr == "." || a.ctrlr == ".." {
+                return Err(invalid(format!("controller name {:?} must be 1 to 255 bytes, not a path", a.ctrlr)));
+            }
+            if a.ctrlr.chars().any(|c| c.is_control()) {
+                return Err(invalid(format!("controller name {:?} contains control characters", a.ctrlr)));
+            }
+            if let Some(t) = a.transport.as_deref().filter(|t| *t != "vhost_user_blk") {
+                return Err(invalid(format!("transport {t} is not available (vhost_user_blk is)")));
+            }
+            let Some(bdev) = ferrite_bdev::lookup(&a.dev_name) else {
+                return Err(errno_error(libc::ENODEV, format!("No such device: bdev {} not found", a.dev_name)));
+            };
+            let readonly = a.readonly.unwrap_or(false) || !bdev.supports(ferrite_bdev::IoType::Write);
+            if bdev.claimed_by().is_some() && !readonly {
+                return Err(errno_error(
+                    libc::EPERM,
+                    format!(
+                        "bdev {} is claimed by module {}; export it read-only",
+                        bdev.name(),
+                        bdev.claimed_by().unwrap_or_default()
+                    ),
+                ));
+            }
+            let engine = ctx.engine.clone();
+            let all: Vec<usize> = (0..engine.count()).collect();
+            let (reactors, cpumask) = match a.cpumask.as_deref() {
+                None => (
+                    all.clone(),
+                    ferrite_reactor::cpumask::format_cpumask(
+                        &all.iter().map(|&r| engine.core_of(r)).collect::<Vec<_>>(),
+                    ),
                 ),
-            ));
-        }
-        let engine = ctx.engine.clone();
-        let all: Vec<usize> = (0..engine.count()).collect();
-        let (reactors, cpumask) = match a.cpumask.as_deref() {
-            None => (
-                all.clone(),
-                ferrite_reactor::cpumask::format_cpumask(&all.iter().map(|&r| engine.core_of(r)).collect::<Vec<_>>()),
-            ),
-            Some(m) => {
-                let cores =
-                    ferrite_reactor::cpumask::parse_cpumask(m).map_err(|e| invalid(format!("cpumask {m}: {e}")))?;
-                let rs: Vec<usize> = all.iter().copied().filter(|&r| cores.contains(&engine.core_of(r))).collect();
-                if rs.is_empty() {
-                    return Err(invalid(format!("cpumask {m} has no core this daemon runs a reactor on")));
-                }
-                (rs, m.to_string())
-            }
-        };
-        let dev = Arc::new(Device {
-            ctrlr: a.ctrlr.clone(),
-            bdev: bdev.name().to_string(),
-            readonly,
-            packed_ring: a.packed_ring.unwrap_or(false),
-            seg_max: crate::backend::SEG_MAX,
-            serial: serial(bdev.name()),
-            coalescing: Default::default(),
-            writeback: true.into(),
-        });
-        let id = control::next_id();
-        let name = a.ctrlr.clone();
-        let desc = ferrite_bdev::Bdev::open_ext(bdev.name(), !readonly, move |e| match e {
-            ferrite_bdev::BdevEvent::Resize => control::config_changed(id),
-            ferrite_bdev::BdevEvent::Remove => {
-                log::warn!("vhost controller {name}: its bdev is being removed; the disk fails I/O from now on");
-                // Dropped after the callback: the layer is in the middle of telling its openers.
-                let name = name.clone();
-                ferrite_reactor::spawn_local(async move {
-                    if let Some(c) = control::find(&name) {
-                        c.desc.lock().unwrap().take();
+                Some(m) => {
+                    let cores =
+                        ferrite_reactor::cpumask::parse_cpumask(m).map_err(|e| invalid(format!("cpumask {m}: {e}")))?;
+                    let rs: Vec<usize> = all.iter().copied().filter(|&r| cores.contains(&engine.core_of(r))).collect();
+                    if rs.is_empty() {
+                        return Err(invalid(format!("cpumask {m} has no core this daemon runs a reactor on")));
                     }
-                })
-                .detach();
-            }
-            _ => {}
-        })
-        .map_err(|e| errno_error(e.errno(), format!("bdev {}: {e}", bdev.name())))?;
-        let info = Arc::new(CtrlrInfo { id, dev, reactors, engine });
-        control::add(info, cpumask, desc).map_err(|e| errno_error(libc::EEXIST, e))?;
-        Ok(json!(true))
-    });
-    reg.method("vhost_delete_controller", |_, p: Params| async move {
-        let a: Ctrlr = p.parse()?;
+                    (rs, m.to_string())
+                }
+            };
+            let dev = Arc::new(Device {
+                ctrlr: a.ctrlr.clone(),
+                bdev: bdev.name().to_string(),
+                readonly,
+                packed_ring: a.packed_ring.unwrap_or(false),
+                seg_max: crate::backend::SEG_MAX,
+                serial: serial(bdev.name()),
+                coalescing: Default::default(),
+                writeback: true.into(),
+            });
+            let id = control::next_id();
+            let name = a.ctrlr.clone();
+            let desc = ferrite_bdev::Bdev::open_ext(bdev.name(), !readonly, move |e| match e {
+                ferrite_bdev::BdevEvent::Resize => control::config_changed(id),
+                ferrite_bdev::BdevEvent::Remove => {
+                    log::warn!("vhost controller {name}: its bdev is being removed; the disk fails I/O from now on");
+                    // Dropped after the callback: the layer is in the middle of telling its openers.
+                    let name = name.clone();
+                    ferrite_reactor::spawn_local(async move {
+                        if let Some(c) = control::find(&name) {
+                            c.desc.lock().unwrap().take();
+                        }
+                    })
+                    .detach();
+                }
+                _ => {}
+            })
+            .map_err(|e| errno_error(e.errno(), format!("bdev {}: {e}", bdev.name())))?;
+            let info = Arc::new(CtrlrInfo { id, dev, reactors, engine });
+            control::add(info, cpumask, desc).map_err(|e| errno_error(libc::EEXIST, e))?;
+            Ok(json!(true))
+        },
+    );
+    reg.typed("vhost_delete_controller", "Deletes a vhost controller.", |_, a: Ctrlr| async move {
         control::remove(&a.ctrlr, false).await.map_err(|(errno, m)| errno_error(errno, m))?;
         Ok(json!(true))
     });
-    reg.method("vhost_controller_set_coalescing", |_, p: Params| async move {
-        let a: SetCoalescing = p.parse()?;
-        let c = control::find(&a.ctrlr)
-            .ok_or_else(|| errno_error(libc::ENODEV, format!("controller {} not found", a.ctrlr)))?;
-        c.info.dev.coalescing.set(a.delay_base_us, a.iops_threshold).map_err(|e| errno_error(libc::EINVAL, e))?;
-        Ok(json!(true))
-    });
-    reg.method("vhost_get_controllers", |ctx, p: Params| async move {
-        let a: GetControllers = if p.0.is_some() { p.parse()? } else { GetControllers { name: None } };
-        let mut all = control::controllers();
-        if let Some(n) = &a.name {
-            all.retain(|c| &c.info.dev.ctrlr == n);
-            if all.is_empty() {
-                return Err(errno_error(libc::ENODEV, format!("controller {n} not found")));
-            }
-        }
-        let mut out = Vec::new();
-        for c in all {
-            let mut v = describe(&c);
-            // Ferrite's addition: each queue's state, from the reactor that serves it.
-            let mut queues = Vec::new();
-            let mut reactors = c.info.reactors.clone();
-            reactors.dedup();
-            for r in reactors {
-                let id = c.info.id;
-                if let Ok(s) = ctx.engine.call(r, move || crate::vring::stats(id)).await {
-                    queues.extend(s);
+    reg.typed(
+        "vhost_controller_set_coalescing",
+        "Sets a vhost controller's interrupt coalescing.",
+        |_, a: SetCoalescing| async move {
+            let c = control::find(&a.ctrlr)
+                .ok_or_else(|| errno_error(libc::ENODEV, format!("controller {} not found", a.ctrlr)))?;
+            c.info.dev.coalescing.set(a.delay_base_us, a.iops_threshold).map_err(|e| errno_error(libc::EINVAL, e))?;
+            Ok(json!(true))
+        },
+    );
+    reg.typed(
+        "vhost_get_controllers",
+        "The vhost controllers, or the one named.",
+        |ctx, a: GetControllers| async move {
+            let mut all = control::controllers();
+            if let Some(n) = &a.name {
+                all.retain(|c| &c.info.dev.ctrlr == n);
+                if all.is_empty() {
+                    return Err(errno_error(libc::ENODEV, format!("controller {n} not found")));
                 }
             }
-            queues.sort_by_key(|q| q.index);
-            v["queues"] = serde_json::to_value(queues).unwrap_or_default();
-            out.push(v);
-        }
-        Ok(Value::Array(out))
-    });
+            let mut out = Vec::new();
+            for c in all {
+                let mut v = describe(&c);
+                // Ferrite's addition: each queue's state, from the reactor that serves it.
+                let mut queues = Vec::new();
+                let mut reactors = c.info.reactors.clone();
+                reactors.dedup();
+                for r in reactors {
+                    let id = c.info.id;
+                    if let Ok(s) = ctx.engine.call(r, move || crate::vring::stats(id)).await {
+                        queues.extend(s);
+                    }
+                }
+                queues.sort_by_key(|q| q.index);
+                v["queues"] = serde_json::to_value(queues).unwrap_or_default();
+                out.push(v);
+            }
+            Ok(Value::Array(out))
+        },
+    );
     reg.subsystem(Subsystem {
         name: "vhost_blk",
         depends_on: vec!["bdev"],

@@ -4,7 +4,7 @@
 
 use crate::bdev::{attach, AttachOpts, MODULE};
 use ferrite_bdev::BdevError;
-use ferrite_rpc::{errno_error, Params, Registry, RpcError};
+use ferrite_rpc::{errno_error, Registry, RpcError};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -12,14 +12,24 @@ use serde_json::json;
 const DEFAULT_VQ_COUNT: u32 = 1;
 const DEFAULT_VQ_SIZE: u32 = 512;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Attach {
+    /// Name of the controller (its bdev is `<name>`).
+    #[schemars(example = &"VirtioUser0")]
     name: String,
+    /// `user` only.
+    #[schemars(example = &"user")]
     trtype: String,
+    /// The vhost-user socket's path.
+    #[schemars(example = &"/var/tmp/vhost.0")]
     traddr: String,
+    /// `blk` only.
+    #[schemars(example = &"blk")]
     dev_type: String,
+    /// Virtqueues.
     vq_count: Option<u32>,
+    /// Entries of a virtqueue.
     vq_size: Option<u32>,
 }
 
@@ -77,24 +87,32 @@ fn attach_error(e: BdevError) -> RpcError {
 
 /// Registers the methods.
 pub fn register(reg: &mut Registry) {
-    reg.method("bdev_virtio_attach_controller", |_, p: Params| async move {
-        let a: Attach = p.parse()?;
-        let bdev = attach(a.opts()?).await.map_err(attach_error)?;
-        // SPDK names a blk device's bdev after the controller and answers the list of bdevs.
-        Ok(json!([bdev.name()]))
-    });
-    reg.method("bdev_virtio_detach_controller", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Detach {
-            name: String,
-        }
-        let d: Detach = p.parse()?;
-        let done = ferrite_bdev::unregister(&d.name, Some(MODULE)).map_err(|e| match e {
-            BdevError::NotFound(_) => errno_error(libc::ENODEV, format!("No such device: {}", d.name)),
-            e => ferrite_bdev::rpc::bdev_err(e),
-        })?;
-        done.await.map_err(|e| RpcError::internal(e.to_string()))?;
-        Ok(json!(true))
-    });
+    reg.typed(
+        "bdev_virtio_attach_controller",
+        "Connects to a vhost-user-blk socket and makes the device a bdev.",
+        |_, a: Attach| async move {
+            let bdev = attach(a.opts()?).await.map_err(attach_error)?;
+            // SPDK names a blk device's bdev after the controller and answers the list of bdevs.
+            Ok(json!([bdev.name()]))
+        },
+    );
+    /// Params of `bdev_virtio_detach_controller`.
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct BdevVirtioDetachController {
+        /// The controller.
+        name: String,
+    }
+    reg.typed(
+        "bdev_virtio_detach_controller",
+        "Disconnects a virtio-user controller (its bdev goes).",
+        |_, d: BdevVirtioDetachController| async move {
+            let done = ferrite_bdev::unregister(&d.name, Some(MODULE)).map_err(|e| match e {
+                BdevError::NotFound(_) => errno_error(libc::ENODEV, format!("No such device: {}", d.name)),
+                e => ferrite_bdev::rpc::bdev_err(e),
+            })?;
+            done.await.map_err(|e| RpcError::internal(e.to_string()))?;
+            Ok(json!(true))
+        },
+    );
 }

@@ -7,7 +7,7 @@ mod http;
 mod render;
 
 use ferrite_rpc::registry::{RUNTIME, STARTUP};
-use ferrite_rpc::{errno_error, Ctx, Params, Registry, Subsystem};
+use ferrite_rpc::{errno_error, Ctx, Registry, Subsystem};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -42,7 +42,7 @@ pub fn stop(ctx: &Ctx) {
     let _ = set(ctx, None);
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetParams {
     /// `host:port` to serve on, or null to stop.
@@ -51,24 +51,32 @@ struct SetParams {
 
 /// Registers `framework_set_metrics`, `framework_get_metrics` and the "metrics" subsystem.
 pub fn register(reg: &mut Registry) {
-    reg.method_in("framework_set_metrics", STARTUP | RUNTIME, |ctx, p: Params| async move {
-        let p: SetParams = p.parse()?;
-        let c = ctx.clone();
-        let res = ferrite_reactor::spawn_blocking(move || set(&c, p.address.as_deref()))
-            .await
-            .map_err(|_| errno_error(libc::EIO, "metrics endpoint change panicked"))?;
-        match res {
-            Ok(addr) => Ok(addr.map_or(json!(true), |a| json!({"address": a.to_string()}))),
-            Err(e) => Err(errno_error(libc::EINVAL, e)),
-        }
-    });
-    reg.method_in("framework_get_metrics", STARTUP | RUNTIME, |_, p: Params| async move {
-        p.none()?;
-        Ok(match &*running() {
-            Some((asked, s)) => json!({"address": asked, "bound": s.addr().to_string()}),
-            None => json!({"address": Value::Null}),
-        })
-    });
+    reg.typed_in(
+        "framework_set_metrics",
+        STARTUP | RUNTIME,
+        "Starts, moves or stops the Prometheus metrics endpoint (`address` null stops it).",
+        |ctx, p: SetParams| async move {
+            let c = ctx.clone();
+            let res = ferrite_reactor::spawn_blocking(move || set(&c, p.address.as_deref()))
+                .await
+                .map_err(|_| errno_error(libc::EIO, "metrics endpoint change panicked"))?;
+            match res {
+                Ok(addr) => Ok(addr.map_or(json!(true), |a| json!({"address": a.to_string()}))),
+                Err(e) => Err(errno_error(libc::EINVAL, e)),
+            }
+        },
+    );
+    reg.bare_in(
+        "framework_get_metrics",
+        STARTUP | RUNTIME,
+        "Where the Prometheus metrics endpoint listens, if it does.",
+        |_| async move {
+            Ok(match &*running() {
+                Some((asked, s)) => json!({"address": asked, "bound": s.addr().to_string()}),
+                None => json!({"address": Value::Null}),
+            })
+        },
+    );
     reg.subsystem(Subsystem {
         name: "metrics",
         depends_on: vec![],

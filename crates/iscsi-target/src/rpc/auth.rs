@@ -6,57 +6,76 @@ use super::{at_most, no_params, parse, strerror};
 use crate::limits::MAX_SECRETS_PER_CALL;
 use crate::state::{chap, with_read, with_write};
 use ferrite_rpc::jsonrpc::INVALID_PARAMS;
-use ferrite_rpc::{Params, Registry, RpcError};
+use ferrite_rpc::registry::RUNTIME;
+use ferrite_rpc::{Registry, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SecretParams {
+    /// CHAP user name.
     user: String,
+    /// CHAP secret.
     secret: String,
+    /// Mutual CHAP user name.
     muser: Option<String>,
+    /// Mutual CHAP secret.
     msecret: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// The auth group's tag (a number above 0).
     tag: i32,
+    /// Its secrets.
     #[serde(default)]
     secrets: Vec<SecretParams>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Tag {
+    /// The auth group's tag.
     tag: i32,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AddSecret {
+    /// The auth group's tag.
     tag: i32,
+    /// CHAP user name.
     user: String,
+    /// CHAP secret.
     secret: String,
+    /// Mutual CHAP user name.
     muser: Option<String>,
+    /// Mutual CHAP secret.
     msecret: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RemoveSecret {
+    /// The auth group's tag.
     tag: i32,
+    /// The CHAP user name whose secret goes.
     user: String,
 }
 
 /// The four CHAP members of `iscsi_set_discovery_auth` and the other `*_set_auth` methods.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Chap {
+    /// CHAP is not used.
     disable_chap: Option<bool>,
+    /// CHAP is required.
     require_chap: Option<bool>,
+    /// CHAP is mutual (the target authenticates too).
     mutual_chap: Option<bool>,
+    /// The auth group whose secrets CHAP uses (0: the default).
     chap_group: Option<i32>,
 }
 
@@ -65,8 +84,7 @@ fn err(msg: String) -> RpcError {
     RpcError::new(INVALID_PARAMS, msg)
 }
 
-fn create(p: Params) -> Result<Value, RpcError> {
-    let a: Create = parse(p)?;
+fn create(a: Create) -> Result<Value, RpcError> {
     at_most(&a.secrets, MAX_SECRETS_PER_CALL, "secrets")?;
     with_write(|s| {
         if s.auth_group(a.tag).is_some() {
@@ -85,8 +103,7 @@ fn create(p: Params) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-fn add_secret(p: Params) -> Result<Value, RpcError> {
-    let a: AddSecret = parse(p)?;
+fn add_secret(a: AddSecret) -> Result<Value, RpcError> {
     with_write(|s| {
         if s.auth_group(a.tag).is_none() {
             return Err(err(format!("Could not find auth group ({})", a.tag)));
@@ -98,8 +115,7 @@ fn add_secret(p: Params) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-fn remove_secret(p: Params) -> Result<Value, RpcError> {
-    let a: RemoveSecret = parse(p)?;
+fn remove_secret(a: RemoveSecret) -> Result<Value, RpcError> {
     with_write(|s| {
         if s.auth_group(a.tag).is_none() {
             return Err(err(format!("Could not find auth group ({})", a.tag)));
@@ -110,8 +126,7 @@ fn remove_secret(p: Params) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-fn set_discovery_auth(p: Params) -> Result<Value, RpcError> {
-    let a: Chap = parse(p)?;
+fn set_discovery_auth(a: Chap) -> Result<Value, RpcError> {
     let c = chap(a.disable_chap, a.require_chap, a.mutual_chap, a.chap_group).map_err(|e| {
         log::warn!("iscsi: discovery auth: {e}");
         RpcError::new(INVALID_PARAMS, "Invalid combination of CHAP params")
@@ -123,18 +138,52 @@ fn set_discovery_auth(p: Params) -> Result<Value, RpcError> {
 
 /// Registers the methods.
 pub(super) fn register(reg: &mut Registry) {
-    reg.method("iscsi_create_auth_group", |_, p| async move { create(p) });
-    reg.method("iscsi_delete_auth_group", |_, p| async move {
-        let a: Tag = parse(p)?;
-        with_write(|s| s.delete_auth_group(a.tag))
-            .map_err(|_| err(format!("Could not find auth group ({})", a.tag)))?;
-        Ok(json!(true))
-    });
-    reg.method("iscsi_auth_group_add_secret", |_, p| async move { add_secret(p) });
-    reg.method("iscsi_auth_group_remove_secret", |_, p| async move { remove_secret(p) });
-    reg.method("iscsi_get_auth_groups", |_, p| async move {
-        no_params(&p, "iscsi_get_auth_groups")?;
-        Ok(Value::Array(with_read(|s| s.auth_groups.iter().map(|g| crate::json::auth_group(g)).collect())))
-    });
-    reg.method("iscsi_set_discovery_auth", |_, p| async move { set_discovery_auth(p) });
+    reg.typed_with(
+        "iscsi_create_auth_group",
+        RUNTIME,
+        "Creates a CHAP authentication group.",
+        parse,
+        |_, a: Create| async move { create(a) },
+    );
+    reg.typed_with(
+        "iscsi_delete_auth_group",
+        RUNTIME,
+        "Deletes an authentication group.",
+        parse,
+        |_, a: Tag| async move {
+            with_write(|s| s.delete_auth_group(a.tag))
+                .map_err(|_| err(format!("Could not find auth group ({})", a.tag)))?;
+            Ok(json!(true))
+        },
+    );
+    reg.typed_with(
+        "iscsi_auth_group_add_secret",
+        RUNTIME,
+        "Adds a CHAP secret to an authentication group.",
+        parse,
+        |_, a: AddSecret| async move { add_secret(a) },
+    );
+    reg.typed_with(
+        "iscsi_auth_group_remove_secret",
+        RUNTIME,
+        "Removes a CHAP secret from an authentication group.",
+        parse,
+        |_, a: RemoveSecret| async move { remove_secret(a) },
+    );
+    reg.bare_with(
+        "iscsi_get_auth_groups",
+        RUNTIME,
+        "The authentication groups and their secrets.",
+        no_params,
+        |_| async move {
+            Ok(Value::Array(with_read(|s| s.auth_groups.iter().map(|g| crate::json::auth_group(g)).collect())))
+        },
+    );
+    reg.typed_with(
+        "iscsi_set_discovery_auth",
+        RUNTIME,
+        "Sets how discovery sessions authenticate (CHAP, mutual CHAP, the auth group).",
+        parse,
+        |_, a: Chap| async move { set_discovery_auth(a) },
+    );
 }

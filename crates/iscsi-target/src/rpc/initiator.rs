@@ -6,31 +6,41 @@ use super::{at_most, invalid, no_params, parse, refused};
 use crate::initiator::{added, new_group, removed};
 use crate::limits::{MAX_INITIATORS, MAX_NETMASKS};
 use crate::state::{with_read, with_write};
-use ferrite_rpc::{Params, Registry, RpcError};
+use ferrite_rpc::registry::RUNTIME;
+use ferrite_rpc::{Registry, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// The initiator group's tag (a number above 0).
     tag: i32,
+    /// Initiator names (IQNs, `ANY`, or with a leading `!` to deny).
+    #[schemars(example = any())]
     initiators: Vec<String>,
+    /// Netmasks initiators may connect from (`ANY`, or address/prefix).
+    #[schemars(example = any())]
     netmasks: Vec<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Change {
+    /// The initiator group's tag.
     tag: i32,
+    /// Initiator names.
     #[serde(default)]
     initiators: Vec<String>,
+    /// Netmasks.
     #[serde(default)]
     netmasks: Vec<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Tag {
+    /// The initiator group's tag.
     tag: i32,
 }
 
@@ -39,8 +49,7 @@ fn counts(initiators: &[String], netmasks: &[String]) -> Result<(), RpcError> {
     at_most(netmasks, MAX_NETMASKS, "netmasks")
 }
 
-fn create(p: Params) -> Result<Value, RpcError> {
-    let a: Create = parse(p)?;
+fn create(a: Create) -> Result<Value, RpcError> {
     counts(&a.initiators, &a.netmasks)?;
     let g = new_group(a.tag, &a.initiators, &a.netmasks).map_err(refused)?;
     with_write(|s| s.insert_initiator_group(g)).map_err(refused)?;
@@ -48,8 +57,7 @@ fn create(p: Params) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-fn change(p: Params, add: bool) -> Result<Value, RpcError> {
-    let a: Change = parse(p)?;
+fn change(a: Change, add: bool) -> Result<Value, RpcError> {
     counts(&a.initiators, &a.netmasks)?;
     with_write(|s| {
         s.change_initiator_group(a.tag, |g| {
@@ -66,18 +74,45 @@ fn change(p: Params, add: bool) -> Result<Value, RpcError> {
 
 /// Registers the methods.
 pub(super) fn register(reg: &mut Registry) {
-    reg.method("iscsi_create_initiator_group", |_, p| async move { create(p) });
-    reg.method("iscsi_initiator_group_add_initiators", |_, p| async move { change(p, true) });
-    reg.method("iscsi_initiator_group_remove_initiators", |_, p| async move { change(p, false) });
-    reg.method("iscsi_delete_initiator_group", |_, p| async move {
-        let a: Tag = parse(p)?;
-        with_write(|s| s.remove_initiator_group(a.tag))
-            .ok_or_else(|| invalid(format!("initiator group {} not found", a.tag)))?;
-        log::info!("iscsi: initiator group {} deleted (and unmapped from every target node)", a.tag);
-        Ok(json!(true))
-    });
-    reg.method("iscsi_get_initiator_groups", |_, p| async move {
-        no_params(&p, "iscsi_get_initiator_groups")?;
+    reg.typed_with(
+        "iscsi_create_initiator_group",
+        RUNTIME,
+        "Creates an initiator group (initiator names and netmasks).",
+        parse,
+        |_, a: Create| async move { create(a) },
+    );
+    reg.typed_with(
+        "iscsi_initiator_group_add_initiators",
+        RUNTIME,
+        "Adds initiator names and netmasks to an initiator group.",
+        parse,
+        |_, a: Change| async move { change(a, true) },
+    );
+    reg.typed_with(
+        "iscsi_initiator_group_remove_initiators",
+        RUNTIME,
+        "Removes initiator names and netmasks from an initiator group.",
+        parse,
+        |_, a: Change| async move { change(a, false) },
+    );
+    reg.typed_with(
+        "iscsi_delete_initiator_group",
+        RUNTIME,
+        "Deletes an initiator group (and its maps in every target node).",
+        parse,
+        |_, a: Tag| async move {
+            with_write(|s| s.remove_initiator_group(a.tag))
+                .ok_or_else(|| invalid(format!("initiator group {} not found", a.tag)))?;
+            log::info!("iscsi: initiator group {} deleted (and unmapped from every target node)", a.tag);
+            Ok(json!(true))
+        },
+    );
+    reg.bare_with("iscsi_get_initiator_groups", RUNTIME, "The initiator groups.", no_params, |_| async move {
         Ok(Value::Array(with_read(|s| s.initiator_groups.iter().map(|g| crate::json::initiator_group(g)).collect())))
     });
+}
+
+/// The example of an initiator group's lists: anyone.
+fn any() -> [&'static str; 1] {
+    ["ANY"]
 }

@@ -37,7 +37,7 @@ pub(crate) fn strerror(errno: i32) -> String {
 
 /// Decodes params that SPDK's handler requires (it refuses a call without any, even when every
 /// member is optional).
-pub(crate) fn parse<T: DeserializeOwned>(p: Params) -> Result<T, RpcError> {
+pub(crate) fn parse<T: DeserializeOwned>(_: &'static str, p: Params) -> Result<T, RpcError> {
     if p.0.is_none() {
         return Err(invalid("parameters required"));
     }
@@ -45,7 +45,7 @@ pub(crate) fn parse<T: DeserializeOwned>(p: Params) -> Result<T, RpcError> {
 }
 
 /// SPDK's answer to params given to a method that takes none (an empty object counts).
-pub(crate) fn no_params(p: &Params, method: &str) -> Result<(), RpcError> {
+pub(crate) fn no_params(method: &'static str, p: Params) -> Result<(), RpcError> {
     match p.0 {
         None => Ok(()),
         Some(_) => Err(RpcError::new(INVALID_PARAMS, format!("{method} requires no parameters"))),

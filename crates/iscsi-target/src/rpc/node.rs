@@ -10,94 +10,128 @@ use crate::limits::{MAX_LUNS_PER_CALL, MAX_PG_IG_MAPS_PER_CALL, MAX_TARGET_NAME}
 use crate::model::{Redirect, Refused, TargetNode};
 use crate::state::{chap, lun_id, with_read, with_write};
 use ferrite_rpc::jsonrpc::INVALID_PARAMS;
-use ferrite_rpc::{Params, Registry, RpcError};
+use ferrite_rpc::registry::RUNTIME;
+use ferrite_rpc::{Registry, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MapParams {
+    /// A portal group's tag.
     pg_tag: i32,
+    /// An initiator group's tag.
     ig_tag: i32,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LunParams {
     /// SPDK's decoder leaves an absent id at 0.
     #[serde(default)]
     lun_id: i32,
+    /// The bdev of the LUN.
+    #[schemars(example = &"Malloc0")]
     bdev_name: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// The target node's name (an IQN, or a suffix of the node base).
+    #[schemars(example = &"disk1")]
     name: String,
     /// Required by SPDK's decoder, yet SPDK's save_config leaves it out for a node without an
     /// alias (so SPDK cannot load such a config of its own): optional here.
     #[serde(default)]
     alias_name: String,
+    /// Portal group to initiator group maps.
     pg_ig_maps: Vec<MapParams>,
+    /// The LUNs.
     luns: Vec<LunParams>,
+    /// Commands outstanding per session.
+    #[schemars(example = 64)]
     queue_depth: i32,
+    /// CHAP is not used.
     disable_chap: Option<bool>,
+    /// CHAP is required.
     require_chap: Option<bool>,
+    /// CHAP is mutual (the target authenticates too).
     mutual_chap: Option<bool>,
+    /// The auth group whose secrets CHAP uses (0: the default).
     chap_group: Option<i32>,
+    /// Require the header digest (CRC32C).
     #[serde(default)]
     header_digest: bool,
+    /// Require the data digest (CRC32C).
     #[serde(default)]
     data_digest: bool,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Name {
+    /// The target node.
     name: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AddLun {
+    /// The target node.
     name: String,
+    /// The bdev of the LUN.
     bdev_name: String,
+    /// The LUN number (the next free one if not given).
     lun_id: Option<i32>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Maps {
+    /// The target node.
     name: String,
+    /// Portal group to initiator group maps.
     pg_ig_maps: Vec<MapParams>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetAuth {
+    /// The target node.
     name: String,
+    /// CHAP is not used.
     disable_chap: Option<bool>,
+    /// CHAP is required.
     require_chap: Option<bool>,
+    /// CHAP is mutual (the target authenticates too).
     mutual_chap: Option<bool>,
+    /// The auth group whose secrets CHAP uses (0: the default).
     chap_group: Option<i32>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetRedirect {
+    /// The target node.
     name: String,
+    /// The portal group whose logins are redirected.
     pg_tag: i32,
+    /// Address to redirect to (none: stop redirecting).
     redirect_host: Option<String>,
+    /// Port to redirect to.
     redirect_port: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Logout {
+    /// The target node.
     name: String,
+    /// Only sessions through this portal group (all if not given).
     pg_tag: Option<i32>,
 }
 
@@ -124,8 +158,7 @@ fn open_luns(node: &mut TargetNode, luns: &[LunParams]) -> Result<(), Refused> {
     Ok(())
 }
 
-fn create(p: Params) -> Result<Value, RpcError> {
-    let a: Create = parse(p)?;
+fn create(a: Create) -> Result<Value, RpcError> {
     at_most(&a.pg_ig_maps, MAX_PG_IG_MAPS_PER_CALL, "pg_ig_maps")?;
     at_most(&a.luns, MAX_LUNS_PER_CALL, "luns")?;
     let c = chap(a.disable_chap, a.require_chap, a.mutual_chap, a.chap_group).map_err(invalid)?;
@@ -176,8 +209,7 @@ fn create(p: Params) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-async fn delete(p: Params) -> Result<Value, RpcError> {
-    let a: Name = parse(p)?;
+async fn delete(a: Name) -> Result<Value, RpcError> {
     let Some(t) = with_write(|s| s.remove_target(&a.name)) else {
         return Err(RpcError::new(-libc::ENOENT, super::strerror(libc::ENOENT)));
     };
@@ -198,8 +230,7 @@ async fn delete(p: Params) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-fn add_lun(p: Params) -> Result<Value, RpcError> {
-    let a: AddLun = parse(p)?;
+fn add_lun(a: AddLun) -> Result<Value, RpcError> {
     let t =
         with_read(|s| s.target(&a.name).cloned()).ok_or_else(|| invalid(format!("target {} is not found", a.name)))?;
     if let Some(n) = sessions().map(|s| s.active_connections(&t.name)).filter(|n| *n > 0) {
@@ -222,8 +253,7 @@ fn add_lun(p: Params) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-fn change_maps(p: Params, add: bool) -> Result<Value, RpcError> {
-    let a: Maps = parse(p)?;
+fn change_maps(a: Maps, add: bool) -> Result<Value, RpcError> {
     at_most(&a.pg_ig_maps, MAX_PG_IG_MAPS_PER_CALL, "pg_ig_maps")?;
     let maps = pairs(&a.pg_ig_maps);
     with_write(|s| {
@@ -233,8 +263,7 @@ fn change_maps(p: Params, add: bool) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-fn set_auth(p: Params) -> Result<Value, RpcError> {
-    let a: SetAuth = parse(p)?;
+fn set_auth(a: SetAuth) -> Result<Value, RpcError> {
     if with_read(|s| s.target(&a.name).is_none()) {
         return Err(RpcError::new(INVALID_PARAMS, format!("Could not find target {}", a.name)));
     }
@@ -263,8 +292,7 @@ fn redirect_addr(host: &str, port: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn set_redirect(p: Params) -> Result<Value, RpcError> {
-    let a: SetRedirect = parse(p)?;
+fn set_redirect(a: SetRedirect) -> Result<Value, RpcError> {
     if with_read(|s| s.target(&a.name).is_none()) {
         return Err(RpcError::new(INVALID_PARAMS, format!("Target {} is not found", a.name)));
     }
@@ -306,8 +334,7 @@ fn set_redirect(p: Params) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-fn request_logout(p: Params) -> Result<Value, RpcError> {
-    let a: Logout = parse(p)?;
+fn request_logout(a: Logout) -> Result<Value, RpcError> {
     let name = with_read(|s| s.target(&a.name).map(|t| t.name.clone()))
         .ok_or_else(|| RpcError::new(INVALID_PARAMS, format!("Target {} is not found", a.name)))?;
     if let Some(s) = sessions() {
@@ -318,16 +345,63 @@ fn request_logout(p: Params) -> Result<Value, RpcError> {
 
 /// Registers the methods.
 pub(super) fn register(reg: &mut Registry) {
-    reg.method("iscsi_create_target_node", |_, p| async move { create(p) });
-    reg.method("iscsi_delete_target_node", |_, p| delete(p));
-    reg.method("iscsi_target_node_add_lun", |_, p| async move { add_lun(p) });
-    reg.method("iscsi_target_node_add_pg_ig_maps", |_, p| async move { change_maps(p, true) });
-    reg.method("iscsi_target_node_remove_pg_ig_maps", |_, p| async move { change_maps(p, false) });
-    reg.method("iscsi_target_node_set_auth", |_, p| async move { set_auth(p) });
-    reg.method("iscsi_target_node_set_redirect", |_, p| async move { set_redirect(p) });
-    reg.method("iscsi_target_node_request_logout", |_, p| async move { request_logout(p) });
-    reg.method("iscsi_get_target_nodes", |_, p| async move {
-        no_params(&p, "iscsi_get_target_nodes")?;
+    reg.typed_with(
+        "iscsi_create_target_node",
+        RUNTIME,
+        "Creates an iSCSI target node with LUNs over bdevs and portal/initiator group maps.",
+        parse,
+        |_, a: Create| async move { create(a) },
+    );
+    reg.typed_with(
+        "iscsi_delete_target_node",
+        RUNTIME,
+        "Deletes a target node (its sessions are closed).",
+        parse,
+        |_, a: Name| delete(a),
+    );
+    reg.typed_with(
+        "iscsi_target_node_add_lun",
+        RUNTIME,
+        "Adds a LUN over a bdev to a target node.",
+        parse,
+        |_, a: AddLun| async move { add_lun(a) },
+    );
+    reg.typed_with(
+        "iscsi_target_node_add_pg_ig_maps",
+        RUNTIME,
+        "Maps portal groups to initiator groups for a target node.",
+        parse,
+        |_, a: Maps| async move { change_maps(a, true) },
+    );
+    reg.typed_with(
+        "iscsi_target_node_remove_pg_ig_maps",
+        RUNTIME,
+        "Removes portal group to initiator group maps from a target node.",
+        parse,
+        |_, a: Maps| async move { change_maps(a, false) },
+    );
+    reg.typed_with(
+        "iscsi_target_node_set_auth",
+        RUNTIME,
+        "Sets how a target node's sessions authenticate.",
+        parse,
+        |_, a: SetAuth| async move { set_auth(a) },
+    );
+    reg.typed_with(
+        "iscsi_target_node_set_redirect",
+        RUNTIME,
+        "Redirects logins to a target node through a portal group to another address.",
+        parse,
+        |_, a: SetRedirect| async move { set_redirect(a) },
+    );
+    reg.typed_with(
+        "iscsi_target_node_request_logout",
+        RUNTIME,
+        "Asks the initiators of a target node (through one portal group, or all) to log out.",
+        parse,
+        |_, a: Logout| async move { request_logout(a) },
+    );
+    reg.bare_with("iscsi_get_target_nodes", RUNTIME, "The target nodes.", no_params, |_| async move {
         Ok(Value::Array(with_read(|s| s.targets.iter().map(|t| crate::json::target_node(t)).collect())))
     });
 }

@@ -9,46 +9,60 @@ use crate::limits::MAX_PORTALS;
 use crate::model::PortalGroup;
 use crate::state::{chap, with_read, with_write};
 use ferrite_rpc::jsonrpc::INVALID_PARAMS;
-use ferrite_rpc::{Params, Registry, RpcError};
+use ferrite_rpc::registry::RUNTIME;
+use ferrite_rpc::{Registry, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PortalParams {
+    /// Address to listen on.
+    #[schemars(example = &"127.0.0.1")]
     host: String,
+    /// Port to listen on.
+    #[schemars(example = &"3260")]
     port: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Create {
+    /// The portal group's tag (a number above 0).
     tag: i32,
+    /// The portals.
     portals: Vec<PortalParams>,
+    /// Not announced by SendTargets (for redirection).
     #[serde(default)]
     private: bool,
+    /// Do not listen until `iscsi_start_portal_group`.
     #[serde(default)]
     wait: bool,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Tag {
+    /// The portal group's tag.
     tag: i32,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetAuth {
+    /// The portal group's tag.
     tag: i32,
+    /// CHAP is not used.
     disable_chap: Option<bool>,
+    /// CHAP is required.
     require_chap: Option<bool>,
+    /// CHAP is mutual (the target authenticates too).
     mutual_chap: Option<bool>,
+    /// The auth group whose secrets CHAP uses (0: the default).
     chap_group: Option<i32>,
 }
 
-fn create(p: Params) -> Result<Value, RpcError> {
-    let a: Create = parse(p)?;
+fn create(a: Create) -> Result<Value, RpcError> {
     at_most(&a.portals, MAX_PORTALS, "portals")?;
     let portals = a
         .portals
@@ -84,8 +98,7 @@ fn create(p: Params) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-fn start(p: Params) -> Result<Value, RpcError> {
-    let a: Tag = parse(p)?;
+fn start(a: Tag) -> Result<Value, RpcError> {
     if !with_write(|s| s.change_portal_group(a.tag, |pg| pg.started = true)) {
         return Err(invalid(format!("portal group {} not found", a.tag)));
     }
@@ -95,8 +108,7 @@ fn start(p: Params) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-fn delete(p: Params) -> Result<Value, RpcError> {
-    let a: Tag = parse(p)?;
+fn delete(a: Tag) -> Result<Value, RpcError> {
     let pg = with_write(|s| s.remove_portal_group(a.tag))
         .ok_or_else(|| invalid(format!("portal group {} not found", a.tag)))?;
     if let Some(l) = listener() {
@@ -106,8 +118,7 @@ fn delete(p: Params) -> Result<Value, RpcError> {
     Ok(json!(true))
 }
 
-fn set_auth(p: Params) -> Result<Value, RpcError> {
-    let a: SetAuth = parse(p)?;
+fn set_auth(a: SetAuth) -> Result<Value, RpcError> {
     if with_read(|s| s.portal_group(a.tag).is_none()) {
         return Err(RpcError::new(INVALID_PARAMS, format!("Could not find portal group {}", a.tag)));
     }
@@ -121,12 +132,31 @@ fn set_auth(p: Params) -> Result<Value, RpcError> {
 
 /// Registers the methods.
 pub(super) fn register(reg: &mut Registry) {
-    reg.method("iscsi_create_portal_group", |_, p| async move { create(p) });
-    reg.method("iscsi_start_portal_group", |_, p| async move { start(p) });
-    reg.method("iscsi_delete_portal_group", |_, p| async move { delete(p) });
-    reg.method("iscsi_portal_group_set_auth", |_, p| async move { set_auth(p) });
-    reg.method("iscsi_get_portal_groups", |_, p| async move {
-        no_params(&p, "iscsi_get_portal_groups")?;
+    reg.typed_with(
+        "iscsi_create_portal_group",
+        RUNTIME,
+        "Creates a portal group (listening addresses), started unless `wait` is set.",
+        parse,
+        |_, a: Create| async move { create(a) },
+    );
+    reg.typed_with(
+        "iscsi_start_portal_group",
+        RUNTIME,
+        "Starts listening on a portal group created with `wait`.",
+        parse,
+        |_, a: Tag| async move { start(a) },
+    );
+    reg.typed_with("iscsi_delete_portal_group", RUNTIME, "Deletes a portal group.", parse, |_, a: Tag| async move {
+        delete(a)
+    });
+    reg.typed_with(
+        "iscsi_portal_group_set_auth",
+        RUNTIME,
+        "Sets how sessions through a portal group authenticate.",
+        parse,
+        |_, a: SetAuth| async move { set_auth(a) },
+    );
+    reg.bare_with("iscsi_get_portal_groups", RUNTIME, "The portal groups.", no_params, |_| async move {
         Ok(Value::Array(with_read(|s| s.portal_groups.iter().map(|g| crate::json::portal_group(g)).collect())))
     });
 }

@@ -249,9 +249,10 @@ impl BaseBdev {
 }
 
 /// Params of a virtual bdev's delete method.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NameParam {
+    /// The bdev's name.
     pub(crate) name: String,
 }
 

@@ -8,6 +8,7 @@ use super::exec;
 use super::model::{self, tables, AnaState, Namespace, Referral, Subsystem, TransportOpts, Trid};
 use super::qpair;
 use crate::spec::nqn;
+use ferrite_rpc::registry::{MethodDoc, RUNTIME};
 use ferrite_rpc::{errno_error, Params, Registry, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -23,13 +24,21 @@ fn lacks(param: &str, why: &str) -> RpcError {
     invalid(format!("Invalid parameters: {param} is not supported: {why}"))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ListenAddress {
+    /// Transport type: `tcp`.
+    #[schemars(example = &"tcp")]
     trtype: String,
+    /// Address family: `ipv4` or `ipv6`.
+    #[schemars(example = &"ipv4")]
     adrfam: Option<String>,
+    /// Transport address (an IP address).
+    #[schemars(example = &"127.0.0.1")]
     traddr: String,
+    /// Transport service ID (the TCP port).
     #[serde(default, deserialize_with = "port_text")]
+    #[schemars(example = &"4420")]
     trsvcid: Option<String>,
 }
 
@@ -115,6 +124,42 @@ fn num<T: TryFrom<u64>>(m: &Map<String, Value>, k: &str) -> Result<Option<T>, Rp
             .map(Some)
             .ok_or_else(|| invalid(format!("Invalid parameters: {k} must be a number in range"))),
     }
+}
+
+/// What `nvmf_create_transport` takes (decoded by hand in [`create_transport`]: members beyond
+/// these are kept and written back by save_config).
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct TransportParams {
+    /// The transport: `TCP` (any case) only.
+    #[schemars(example = &"TCP")]
+    trtype: String,
+    /// SPDK's target name (one target here).
+    tgt_name: Option<String>,
+    /// Entries of an I/O queue (at least 2).
+    max_queue_depth: Option<u16>,
+    /// I/O queues per controller (admin queue not counted).
+    max_io_qpairs_per_ctrlr: Option<u16>,
+    /// Queues per controller, the admin queue counted (SPDK's deprecated form).
+    max_qpairs_per_ctrlr: Option<u16>,
+    /// Bytes of data a command capsule may carry (a multiple of 16, at most 128 KiB).
+    in_capsule_data_size: Option<u32>,
+    /// Largest I/O in bytes (4 KiB to 32 MiB).
+    max_io_size: Option<u32>,
+    /// I/O unit size in bytes (kept and reported).
+    io_unit_size: Option<u32>,
+    /// Entries of the admin queue (at least 2).
+    max_aq_depth: Option<u16>,
+    /// Seconds before an abort gives up.
+    abort_timeout_sec: Option<u32>,
+    /// SO_PRIORITY of the connections' sockets.
+    sock_priority: Option<u32>,
+    /// Whether a read's last data PDU carries the success flag (no response capsule).
+    c2h_success: Option<bool>,
+    /// ONCS features to hide (Ferrite cannot hide the ones it has: `nvmcmps`, `nvmdsmsv`, `nvmwzsv`).
+    masked_oncs: Option<Vec<String>>,
+    /// Fused operations to hide (`fcws` cannot be hidden).
+    masked_fuses: Option<Vec<String>>,
 }
 
 fn create_transport(p: Params) -> Result<Value, RpcError> {
@@ -208,29 +253,46 @@ fn create_transport(p: Params) -> Result<Value, RpcError> {
 
 // ---------------------------------------------------------------- subsystems
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateSubsystem {
+    /// The subsystem's NQN.
+    #[schemars(example = &"nqn.2016-06.io.spdk:cnode1")]
     nqn: String,
+    /// Serial number.
     serial_number: Option<String>,
+    /// Model number.
     model_number: Option<String>,
+    /// Any host may connect.
     #[serde(default)]
     allow_any_host: bool,
+    /// Most namespaces (0: SPDK's default).
     max_namespaces: Option<u32>,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
+    /// Lowest controller ID.
     min_cntlid: Option<u16>,
+    /// Highest controller ID.
     max_cntlid: Option<u16>,
+    /// ANA reporting.
     #[serde(default)]
     ana_reporting: bool,
     // Size limits hosts are told in Identify Controller (0: none, which is what Ferrite
     // reports); SPDK v26.05 takes the KiB forms (deprecated) and DMRSL/WZSL themselves.
+    /// Discard limit in KiB (0 or SPDK's default).
     max_discard_size_kib: Option<u64>,
+    /// Write Zeroes limit in KiB (0 or SPDK's default).
     max_write_zeroes_size_kib: Option<u64>,
+    /// SPDK's DMRSL (0 or its default).
     dmrsl: Option<u32>,
+    /// SPDK's WZSL (0 or its default).
     wzsl: Option<u8>,
+    /// SPDK's passthrough of identify data (only false).
     passthrough: Option<bool>,
+    /// NVM subsystem reset (only false).
     enable_nssr: Option<bool>,
+    /// SPDK's admin label (kept).
     #[allow(dead_code)]
     admin_label: Option<String>,
 }
@@ -247,8 +309,7 @@ const SPDK_DMRSL: u64 = 2_097_152;
 /// SPDK's default `wzsl` of a subsystem.
 const SPDK_WZSL: u64 = 12;
 
-fn create_subsystem(p: Params, max_subsystems: usize) -> Result<Value, RpcError> {
-    let a: CreateSubsystem = p.parse()?;
+fn create_subsystem(a: CreateSubsystem, max_subsystems: usize) -> Result<Value, RpcError> {
     // SPDK v26.05 saves every subsystem with its defaults (dmrsl 2097152 blocks, wzsl 12: 16 MiB):
     // those load, as 0 does; Ferrite tells hosts no limit and splits what it must itself.
     let limits = [
@@ -315,10 +376,12 @@ fn create_subsystem(p: Params, max_subsystems: usize) -> Result<Value, RpcError>
     Ok(json!(true))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Nqn {
+    /// The subsystem's NQN.
     nqn: String,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
@@ -395,34 +458,46 @@ fn ns_json(s: &Subsystem, n: &Namespace) -> Value {
 }
 
 /// Params of the methods that take only the target's name (there is one target).
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct TgtOnly {
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GetSubsystems {
+    /// The subsystem's NQN.
     nqn: Option<String>,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Listener {
+    /// The subsystem's NQN.
+    #[schemars(example = &"nqn.2016-06.io.spdk:cnode1")]
     nqn: String,
+    /// The address.
     listen_address: ListenAddress,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
+    /// SPDK's TLS flag (Ferrite has no TLS: only false).
     #[serde(default)]
     secure_channel: bool,
+    /// SPDK's socket implementation (kept; Ferrite has one).
     sock_impl: Option<String>,
+    /// ANA state: `optimized`, `non_optimized`, `inaccessible` (and SPDK's others).
     ana_state: Option<String>,
+    /// ANA group ID.
     anagrpid: Option<u32>,
     // rpc.py v26.05 sends it; SPDK's relaxed decoder drops it too (no per-node listeners).
+    /// SPDK's NUMA node (-1: any); Ferrite places memory where the kernel does.
     #[allow(dead_code)]
     numa_id: Option<i32>,
 }
@@ -440,49 +515,72 @@ impl Listener {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NsParams {
+    /// The bdev.
+    #[schemars(example = &"Malloc0")]
     bdev_name: String,
+    /// Namespace ID (the next free one if not given).
     nsid: Option<u32>,
+    /// NGUID (32 hex digits).
     nguid: Option<String>,
+    /// EUI-64 (16 hex digits).
     eui64: Option<String>,
+    /// The namespace's UUID (the bdev's if not given).
     uuid: Option<String>,
+    /// ANA group ID.
     anagrpid: Option<u32>,
+    /// File persisting reservations through power loss.
     ptpl_file: Option<String>,
+    /// Hidden until nvmf_ns_add_host (only false).
     no_auto_visible: Option<bool>,
     // Ferrite's bdevs carry no metadata, so there is none to hide.
+    /// SPDK's (only false).
     #[allow(dead_code)]
     hide_metadata: Option<bool>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AddNs {
+    /// The subsystem's NQN.
+    #[schemars(example = &"nqn.2016-06.io.spdk:cnode1")]
     nqn: String,
+    /// The namespace.
     namespace: NsParams,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RemoveNs {
+    /// The subsystem's NQN.
     nqn: String,
+    /// Namespace ID.
     nsid: u32,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Host {
+    /// The subsystem's NQN.
     nqn: String,
+    /// The host's NQN.
     host: String,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
+    /// TLS PSK (SPDK's; Ferrite has no TLS).
     psk: Option<String>,
+    /// DH-HMAC-CHAP key (SPDK's; Ferrite has no in-band authentication).
     dhchap_key: Option<String>,
+    /// DH-HMAC-CHAP controller key (SPDK's; Ferrite has no in-band authentication).
     dhchap_ctrlr_key: Option<String>,
 }
 
@@ -499,41 +597,51 @@ impl Host {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RemoveHost {
+    /// The subsystem's NQN.
     nqn: String,
+    /// The host's NQN.
     host: String,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
     // SPDK bounds its wait for the host's connections to go; Ferrite answers once they are
     // closed on every reactor, which does not wait on the host.
+    /// SPDK's (kept).
     #[allow(dead_code)]
     timeout_ms: Option<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AllowAny {
+    /// The subsystem's NQN.
     nqn: String,
+    /// Any host may connect.
     allow_any_host: bool,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReferralParams {
+    /// The referred discovery service's address.
     address: ListenAddress,
+    /// The referred subsystem (the discovery NQN if not given).
     subnqn: Option<String>,
+    /// SPDK's TLS flag (Ferrite has no TLS: only false).
     #[serde(default)]
     secure_channel: bool,
+    /// SPDK's target name (Ferrite has one target; any value names it).
     #[allow(dead_code)]
     tgt_name: Option<String>,
 }
 
-fn add_ns(p: Params) -> Result<Value, RpcError> {
-    let a: AddNs = p.parse()?;
+fn add_ns(a: AddNs) -> Result<Value, RpcError> {
     let n = &a.namespace;
     if n.no_auto_visible == Some(true) {
         return Err(lacks("no_auto_visible", "every host sees every namespace (no nvmf_ns_add_host)"));
@@ -697,22 +805,25 @@ fn listeners_json(s: &Subsystem) -> Value {
 /// Registers the methods and the "nvmf" subsystem.
 pub fn register(reg: &mut Registry) {
     super::options::register(reg);
-    reg.method("nvmf_create_transport", |_, p: Params| async move { create_transport(p) });
-    reg.method("nvmf_get_transports", |_, p: Params| async move {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            trtype: Option<String>,
-            #[allow(dead_code)]
-            tgt_name: Option<String>,
-        }
-        let a: A = p.parse()?;
+    let doc = MethodDoc::of::<TransportParams>("Creates the NVMe-oF transport (TCP).");
+    reg.raw("nvmf_create_transport", RUNTIME, doc, |_, p: Params| async move { create_transport(p) });
+    /// Params of `nvmf_get_transports`.
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct NvmfGetTransports {
+        /// Only this transport.
+        trtype: Option<String>,
+        /// SPDK's target name (Ferrite has one target; any value names it).
+        #[allow(dead_code)]
+        tgt_name: Option<String>,
+    }
+    reg.typed("nvmf_get_transports", "The NVMe-oF transports.", |_, a: NvmfGetTransports| async move {
         if a.trtype.as_deref().is_some_and(|t| !t.eq_ignore_ascii_case("tcp")) {
             return Err(invalid("Invalid parameters: transport not found"));
         }
         Ok(Value::Array(tables().transport.iter().map(transport_json).collect()))
     });
-    reg.method("nvmf_create_subsystem", |ctx, p: Params| async move {
+    reg.typed("nvmf_create_subsystem", "Creates an NVMe-oF subsystem.", |ctx, a: CreateSubsystem| async move {
         // nvmf_set_max_subsystems (an option method, kept by the registry) sets the limit.
         let max = ctx
             .registry
@@ -722,34 +833,36 @@ pub fn register(reg: &mut Registry) {
             // 0 is SPDK's default too (`spdk_nvmf_tgt_create`).
             .filter(|&n| n != 0)
             .unwrap_or(u64::from(model::DEFAULT_MAX_SUBSYSTEMS));
-        create_subsystem(p, max as usize)
+        create_subsystem(a, max as usize)
     });
-    reg.method("nvmf_delete_subsystem", |ctx, p: Params| async move {
-        let a: Nqn = p.parse()?;
-        let (s, was) = {
-            let mut t = tables();
-            if a.nqn == nqn::DISCOVERY_NQN {
-                return Err(invalid("Invalid parameters: the discovery subsystem cannot be deleted"));
+    reg.typed(
+        "nvmf_delete_subsystem",
+        "Deletes an NVMe-oF subsystem (its controllers are disconnected).",
+        |ctx, a: Nqn| async move {
+            let (s, was) = {
+                let mut t = tables();
+                if a.nqn == nqn::DISCOVERY_NQN {
+                    return Err(invalid("Invalid parameters: the discovery subsystem cannot be deleted"));
+                }
+                let was: Vec<Trid> = t.listen_addrs().into_iter().collect();
+                let s = t.subsystems.remove(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
+                admin::notify_discovery_changed(&mut t);
+                prune_listeners(&t, &was);
+                (s, was)
+            };
+            let _ = was;
+            for c in s.ctrlrs.values() {
+                exec::destroy_ctrlr(c);
             }
-            let was: Vec<Trid> = t.listen_addrs().into_iter().collect();
-            let s = t.subsystems.remove(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
-            admin::notify_discovery_changed(&mut t);
-            prune_listeners(&t, &was);
-            (s, was)
-        };
-        let _ = was;
-        for c in s.ctrlrs.values() {
-            exec::destroy_ctrlr(c);
-        }
-        s.shared.bump();
-        close_conns(&ctx, a.nqn.clone(), None).await;
-        purge(&ctx).await;
-        drop(s);
-        log::info!("nvmf subsystem {} deleted", a.nqn);
-        Ok(json!(true))
-    });
-    reg.method("nvmf_get_subsystems", |_, p: Params| async move {
-        let a: GetSubsystems = p.parse()?;
+            s.shared.bump();
+            close_conns(&ctx, a.nqn.clone(), None).await;
+            purge(&ctx).await;
+            drop(s);
+            log::info!("nvmf subsystem {} deleted", a.nqn);
+            Ok(json!(true))
+        },
+    );
+    reg.typed("nvmf_get_subsystems", "The NVMe-oF subsystems, or the one named.", |_, a: GetSubsystems| async move {
         let t = tables();
         if let Some(n) = &a.nqn {
             let s = t.subsystem(n).ok_or_else(|| no_subsystem(n))?;
@@ -757,106 +870,116 @@ pub fn register(reg: &mut Registry) {
         }
         Ok(Value::Array(t.subsystems.values().map(subsystem_json).collect()))
     });
-    reg.method("nvmf_subsystem_add_listener", |_, p: Params| async move {
-        let a: Listener = p.parse()?;
-        a.check_plain()?;
-        let trid = a.listen_address.trid()?;
-        let state = a
-            .ana_state
-            .as_deref()
-            .map(|s| AnaState::parse(s).ok_or_else(|| invalid(format!("Invalid parameters: ANA state {s}"))))
-            .transpose()?;
-        if tables().transport.is_none() {
-            return Err(invalid("Invalid parameters: transport TCP not created (nvmf_create_transport)"));
-        }
-        {
-            let t = tables();
-            let s = t.subsystem(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
-            if s.listens_on(&trid) {
-                return Err(invalid("Invalid parameters: listener already exists"));
+    reg.typed(
+        "nvmf_subsystem_add_listener",
+        "Adds a listener (address) to a subsystem.",
+        |_, a: Listener| async move {
+            a.check_plain()?;
+            let trid = a.listen_address.trid()?;
+            let state = a
+                .ana_state
+                .as_deref()
+                .map(|s| AnaState::parse(s).ok_or_else(|| invalid(format!("Invalid parameters: ANA state {s}"))))
+                .transpose()?;
+            if tables().transport.is_none() {
+                return Err(invalid("Invalid parameters: transport TCP not created (nvmf_create_transport)"));
             }
-        }
-        super::listen::listen(&trid).map_err(|e| RpcError::internal(format!("Unable to add listener: {e}")))?;
-        let mut t = tables();
-        let Some(s) = t.subsystems.get_mut(&a.nqn) else {
-            drop(t);
-            let now = tables().listen_addrs();
-            if !now.contains(&trid) {
-                super::listen::unlisten(&trid);
+            {
+                let t = tables();
+                let s = t.subsystem(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
+                if s.listens_on(&trid) {
+                    return Err(invalid("Invalid parameters: listener already exists"));
+                }
             }
-            return Err(no_subsystem(&a.nqn));
-        };
-        let mut l = model::SubListener { trid: trid.clone(), ana: Default::default() };
-        if state.is_some() && !s.ana_reporting {
-            drop(t);
-            return Err(invalid("Invalid parameters: ana_state needs a subsystem with ana_reporting"));
-        }
-        if let Some(st) = state {
-            l.ana.insert(a.anagrpid.unwrap_or(1), st);
-        }
-        s.listeners.push(l);
-        admin::notify_discovery_changed(&mut t);
-        log::info!("nvmf subsystem {}: listening on {}", a.nqn, trid.socket_addr());
-        Ok(json!(true))
-    });
-    reg.method("nvmf_subsystem_remove_listener", |ctx, p: Params| async move {
-        let a: Listener = p.parse()?;
-        let trid = a.listen_address.trid()?;
-        {
+            super::listen::listen(&trid).map_err(|e| RpcError::internal(format!("Unable to add listener: {e}")))?;
             let mut t = tables();
-            let was: Vec<Trid> = t.listen_addrs().into_iter().collect();
+            let Some(s) = t.subsystems.get_mut(&a.nqn) else {
+                drop(t);
+                let now = tables().listen_addrs();
+                if !now.contains(&trid) {
+                    super::listen::unlisten(&trid);
+                }
+                return Err(no_subsystem(&a.nqn));
+            };
+            let mut l = model::SubListener { trid: trid.clone(), ana: Default::default() };
+            if state.is_some() && !s.ana_reporting {
+                drop(t);
+                return Err(invalid("Invalid parameters: ana_state needs a subsystem with ana_reporting"));
+            }
+            if let Some(st) = state {
+                l.ana.insert(a.anagrpid.unwrap_or(1), st);
+            }
+            s.listeners.push(l);
+            admin::notify_discovery_changed(&mut t);
+            log::info!("nvmf subsystem {}: listening on {}", a.nqn, trid.socket_addr());
+            Ok(json!(true))
+        },
+    );
+    reg.typed(
+        "nvmf_subsystem_remove_listener",
+        "Removes a listener from a subsystem.",
+        |ctx, a: Listener| async move {
+            let trid = a.listen_address.trid()?;
+            {
+                let mut t = tables();
+                let was: Vec<Trid> = t.listen_addrs().into_iter().collect();
+                let s = t.subsystems.get_mut(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
+                let before = s.listeners.len();
+                s.listeners.retain(|l| l.trid != trid);
+                if s.listeners.len() == before {
+                    return Err(invalid("Invalid parameters: no such listener"));
+                }
+                s.shared.bump();
+                admin::notify_discovery_changed(&mut t);
+                prune_listeners(&t, &was);
+            }
+            close_conns(&ctx, a.nqn.clone(), Some(trid)).await;
+            Ok(json!(true))
+        },
+    );
+    reg.typed(
+        "nvmf_subsystem_listener_set_ana_state",
+        "Sets the ANA state of a subsystem's listener.",
+        |_, a: Listener| async move {
+            let trid = a.listen_address.trid()?;
+            let Some(state) = a.ana_state.as_deref() else {
+                return Err(invalid("Invalid parameters: ana_state is required"));
+            };
+            let state =
+                AnaState::parse(state).ok_or_else(|| invalid(format!("Invalid parameters: ANA state {state}")))?;
+            let mut t = tables();
             let s = t.subsystems.get_mut(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
-            let before = s.listeners.len();
-            s.listeners.retain(|l| l.trid != trid);
-            if s.listeners.len() == before {
-                return Err(invalid("Invalid parameters: no such listener"));
+            if !s.ana_reporting {
+                // Hosts could not read the states (no ANA log, no ANA bit in CMIC), yet I/O would
+                // fail with ANA statuses. SPDK answers the same.
+                return Err(RpcError::internal("error setting ANA state: -22 (ANA reporting is disabled)"));
+            }
+            let groups: Vec<u32> = match a.anagrpid {
+                Some(g) => vec![g],
+                None => s.ana_groups().into_iter().chain(std::iter::once(1)).collect(),
+            };
+            let l = s
+                .listeners
+                .iter_mut()
+                .find(|l| l.trid == trid)
+                .ok_or_else(|| invalid("Invalid parameters: no such listener"))?;
+            for g in groups {
+                l.ana.insert(g, state);
             }
             s.shared.bump();
-            admin::notify_discovery_changed(&mut t);
-            prune_listeners(&t, &was);
-        }
-        close_conns(&ctx, a.nqn.clone(), Some(trid)).await;
-        Ok(json!(true))
-    });
-    reg.method("nvmf_subsystem_listener_set_ana_state", |_, p: Params| async move {
-        let a: Listener = p.parse()?;
-        let trid = a.listen_address.trid()?;
-        let Some(state) = a.ana_state.as_deref() else {
-            return Err(invalid("Invalid parameters: ana_state is required"));
-        };
-        let state = AnaState::parse(state).ok_or_else(|| invalid(format!("Invalid parameters: ANA state {state}")))?;
-        let mut t = tables();
-        let s = t.subsystems.get_mut(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
-        if !s.ana_reporting {
-            // Hosts could not read the states (no ANA log, no ANA bit in CMIC), yet I/O would
-            // fail with ANA statuses. SPDK answers the same.
-            return Err(RpcError::internal("error setting ANA state: -22 (ANA reporting is disabled)"));
-        }
-        let groups: Vec<u32> = match a.anagrpid {
-            Some(g) => vec![g],
-            None => s.ana_groups().into_iter().chain(std::iter::once(1)).collect(),
-        };
-        let l = s
-            .listeners
-            .iter_mut()
-            .find(|l| l.trid == trid)
-            .ok_or_else(|| invalid("Invalid parameters: no such listener"))?;
-        for g in groups {
-            l.ana.insert(g, state);
-        }
-        s.shared.bump();
-        admin::notify_ana_changed(s);
-        Ok(json!(true))
-    });
-    reg.method("nvmf_subsystem_get_listeners", |_, p: Params| async move {
-        let a: Nqn = p.parse()?;
+            admin::notify_ana_changed(s);
+            Ok(json!(true))
+        },
+    );
+    reg.typed("nvmf_subsystem_get_listeners", "The listeners of a subsystem.", |_, a: Nqn| async move {
         let t = tables();
         let s = t.subsystem(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
         Ok(listeners_json(s))
     });
-    reg.method("nvmf_subsystem_add_ns", |_, p: Params| async move { add_ns(p) });
-    reg.method("nvmf_subsystem_remove_ns", |ctx, p: Params| async move {
-        let a: RemoveNs = p.parse()?;
+    reg.typed("nvmf_subsystem_add_ns", "Adds a namespace over a bdev to a subsystem.", |_, a: AddNs| async move {
+        add_ns(a)
+    });
+    reg.typed("nvmf_subsystem_remove_ns", "Removes a namespace from a subsystem.", |ctx, a: RemoveNs| async move {
         let ns = {
             let mut t = tables();
             let s = t.subsystems.get_mut(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
@@ -874,8 +997,7 @@ pub fn register(reg: &mut Registry) {
         drop(ns);
         Ok(json!(true))
     });
-    reg.method("nvmf_subsystem_add_host", |_, p: Params| async move {
-        let a: Host = p.parse()?;
+    reg.typed("nvmf_subsystem_add_host", "Allows a host NQN to connect to a subsystem.", |_, a: Host| async move {
         a.check_no_keys()?;
         nqn::validate(&a.host).map_err(|e| invalid(format!("Invalid parameters: host NQN {}: {e}", a.host)))?;
         let mut t = tables();
@@ -884,42 +1006,49 @@ pub fn register(reg: &mut Registry) {
         admin::notify_discovery_changed(&mut t);
         Ok(json!(true))
     });
-    reg.method("nvmf_subsystem_remove_host", |ctx, p: Params| async move {
-        let a: RemoveHost = p.parse()?;
-        let gone: Vec<Arc<Ctrlr>> = {
-            let mut t = tables();
-            let s = t.subsystems.get_mut(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
-            if !s.hosts.remove(&a.host) {
-                return Err(invalid(format!("Invalid parameters: host {} not found", a.host)));
+    reg.typed(
+        "nvmf_subsystem_remove_host",
+        "Removes a host NQN from a subsystem (its controllers are disconnected).",
+        |ctx, a: RemoveHost| async move {
+            let gone: Vec<Arc<Ctrlr>> = {
+                let mut t = tables();
+                let s = t.subsystems.get_mut(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
+                if !s.hosts.remove(&a.host) {
+                    return Err(invalid(format!("Invalid parameters: host {} not found", a.host)));
+                }
+                let gone = s.ctrlrs.values().filter(|c| c.hostnqn == a.host).cloned().collect();
+                admin::notify_discovery_changed(&mut t);
+                gone
+            };
+            // Its controllers go (SPDK disconnects the host too), as any controller ends: out of
+            // the subsystem (their controller IDs free again), then their queue pairs close.
+            for c in &gone {
+                exec::destroy_ctrlr(c);
             }
-            let gone = s.ctrlrs.values().filter(|c| c.hostnqn == a.host).cloned().collect();
+            let (nqn, host) = (a.nqn.clone(), a.host.clone());
+            let _ = ctx
+                .engine
+                .on_all(move |_| {
+                    qpair::close_local(&|c: &qpair::Conn| {
+                        c.ctrl().is_some_and(|x| x.subnqn == nqn && x.hostnqn == host)
+                    })
+                })
+                .await;
+            Ok(json!(true))
+        },
+    );
+    reg.typed(
+        "nvmf_subsystem_allow_any_host",
+        "Lets any host connect to a subsystem, or only those added.",
+        |_, a: AllowAny| async move {
+            let mut t = tables();
+            let s = t.subsystems.get_mut(&a.nqn).filter(|s| !s.discovery).ok_or_else(|| no_subsystem(&a.nqn))?;
+            s.allow_any_host = a.allow_any_host;
             admin::notify_discovery_changed(&mut t);
-            gone
-        };
-        // Its controllers go (SPDK disconnects the host too), as any controller ends: out of
-        // the subsystem (their controller IDs free again), then their queue pairs close.
-        for c in &gone {
-            exec::destroy_ctrlr(c);
-        }
-        let (nqn, host) = (a.nqn.clone(), a.host.clone());
-        let _ = ctx
-            .engine
-            .on_all(move |_| {
-                qpair::close_local(&|c: &qpair::Conn| c.ctrl().is_some_and(|x| x.subnqn == nqn && x.hostnqn == host))
-            })
-            .await;
-        Ok(json!(true))
-    });
-    reg.method("nvmf_subsystem_allow_any_host", |_, p: Params| async move {
-        let a: AllowAny = p.parse()?;
-        let mut t = tables();
-        let s = t.subsystems.get_mut(&a.nqn).filter(|s| !s.discovery).ok_or_else(|| no_subsystem(&a.nqn))?;
-        s.allow_any_host = a.allow_any_host;
-        admin::notify_discovery_changed(&mut t);
-        Ok(json!(true))
-    });
-    reg.method("nvmf_subsystem_get_controllers", |_, p: Params| async move {
-        let a: Nqn = p.parse()?;
+            Ok(json!(true))
+        },
+    );
+    reg.typed("nvmf_subsystem_get_controllers", "The controllers of a subsystem.", |_, a: Nqn| async move {
         let t = tables();
         let s = t.subsystem(&a.nqn).ok_or_else(|| no_subsystem(&a.nqn))?;
         Ok(Value::Array(
@@ -937,8 +1066,7 @@ pub fn register(reg: &mut Registry) {
                 .collect(),
         ))
     });
-    reg.method("nvmf_subsystem_get_qpairs", |ctx, p: Params| async move {
-        let a: Nqn = p.parse()?;
+    reg.typed("nvmf_subsystem_get_qpairs", "The queue pairs of a subsystem.", |ctx, a: Nqn| async move {
         if tables().subsystem(&a.nqn).is_none() {
             return Err(no_subsystem(&a.nqn));
         }
@@ -954,8 +1082,7 @@ pub fn register(reg: &mut Registry) {
                 .collect(),
         ))
     });
-    reg.method("nvmf_get_stats", |ctx, p: Params| async move {
-        let _: TgtOnly = p.parse()?;
+    reg.typed("nvmf_get_stats", "Per-reactor statistics of the NVMe-oF target.", |ctx, _: TgtOnly| async move {
         let all = ctx.engine.on_all(|_| qpair::local_qpairs()).await.unwrap_or_default();
         let groups: Vec<Value> = all
             .iter()
@@ -968,33 +1095,38 @@ pub fn register(reg: &mut Registry) {
             .collect();
         Ok(json!({"tick_rate": 1_000_000_000u64, "poll_groups": groups}))
     });
-    reg.method("nvmf_discovery_add_referral", |_, p: Params| async move {
-        let a: ReferralParams = p.parse()?;
-        let trid = a.address.trid()?;
-        let subnqn = a.subnqn.unwrap_or_else(|| nqn::DISCOVERY_NQN.into());
-        nqn::validate(&subnqn).map_err(|e| invalid(format!("Invalid parameters: {e}")))?;
-        let mut t = tables();
-        if t.referrals.iter().any(|r| r.trid == trid && r.subnqn == subnqn) {
-            return Err(errno_error(libc::EEXIST, "Referral already exists"));
-        }
-        t.referrals.push(Referral { trid, subnqn, secure_channel: a.secure_channel });
-        admin::notify_discovery_changed(&mut t);
-        Ok(json!(true))
-    });
-    reg.method("nvmf_discovery_remove_referral", |_, p: Params| async move {
-        let a: ReferralParams = p.parse()?;
-        let trid = a.address.trid()?;
-        let mut t = tables();
-        let before = t.referrals.len();
-        t.referrals.retain(|r| !(r.trid == trid && a.subnqn.as_ref().is_none_or(|n| &r.subnqn == n)));
-        if t.referrals.len() == before {
-            return Err(errno_error(libc::ENOENT, "Referral not found"));
-        }
-        admin::notify_discovery_changed(&mut t);
-        Ok(json!(true))
-    });
-    reg.method("nvmf_discovery_get_referrals", |_, p: Params| async move {
-        let _: TgtOnly = p.parse()?;
+    reg.typed(
+        "nvmf_discovery_add_referral",
+        "Adds a referral to the discovery log page.",
+        |_, a: ReferralParams| async move {
+            let trid = a.address.trid()?;
+            let subnqn = a.subnqn.unwrap_or_else(|| nqn::DISCOVERY_NQN.into());
+            nqn::validate(&subnqn).map_err(|e| invalid(format!("Invalid parameters: {e}")))?;
+            let mut t = tables();
+            if t.referrals.iter().any(|r| r.trid == trid && r.subnqn == subnqn) {
+                return Err(errno_error(libc::EEXIST, "Referral already exists"));
+            }
+            t.referrals.push(Referral { trid, subnqn, secure_channel: a.secure_channel });
+            admin::notify_discovery_changed(&mut t);
+            Ok(json!(true))
+        },
+    );
+    reg.typed(
+        "nvmf_discovery_remove_referral",
+        "Removes a referral from the discovery log page.",
+        |_, a: ReferralParams| async move {
+            let trid = a.address.trid()?;
+            let mut t = tables();
+            let before = t.referrals.len();
+            t.referrals.retain(|r| !(r.trid == trid && a.subnqn.as_ref().is_none_or(|n| &r.subnqn == n)));
+            if t.referrals.len() == before {
+                return Err(errno_error(libc::ENOENT, "Referral not found"));
+            }
+            admin::notify_discovery_changed(&mut t);
+            Ok(json!(true))
+        },
+    );
+    reg.typed("nvmf_discovery_get_referrals", "The referrals of the discovery log page.", |_, _: TgtOnly| async move {
         let t = tables();
         Ok(Value::Array(
             t.referrals

@@ -32,7 +32,7 @@ pub use settings::Settings;
 pub use spec::{Check, OptionMethod, Spec};
 
 use crate::jsonrpc::{RpcError, INTERNAL_ERROR, INVALID_PARAMS};
-use crate::registry::{Params, Registry, RUNTIME, STARTUP};
+use crate::registry::{MethodDoc, Params, ParamsDoc, Registry, RUNTIME, STARTUP};
 use serde_json::{json, Value};
 use spec::Defined;
 use std::sync::Arc;
@@ -49,24 +49,87 @@ pub fn register(reg: &mut Registry) {
     for m in framework::METHODS.iter().chain(&absent::METHODS) {
         reg.option_method(m);
     }
-    reg.method_in("framework_get_scheduler", STARTUP | RUNTIME, |ctx, p| async move {
-        if p.0.is_some() {
-            return Err(RpcError::new(INVALID_PARAMS, "'rpc_get_scheduler' requires no arguments"));
-        }
-        let period = ctx.registry.settings().get("framework_set_scheduler", None).and_then(|v| v["period"].as_u64());
-        Ok(json!({"scheduler_name": "static", "scheduler_period": period.unwrap_or(0),
+    reg.bare_with(
+        "framework_get_scheduler",
+        STARTUP | RUNTIME,
+        "The scheduler (always `static`) and the period `framework_set_scheduler` set.",
+        no_arguments,
+        |ctx| async move {
+            let period =
+                ctx.registry.settings().get("framework_set_scheduler", None).and_then(|v| v["period"].as_u64());
+            Ok(json!({"scheduler_name": "static", "scheduler_period": period.unwrap_or(0),
             "isolated_core_mask": "", "scheduling_core": 0}))
-    });
+        },
+    );
+}
+
+/// SPDK's answer to params given to `framework_get_scheduler`.
+fn no_arguments(_: &'static str, p: Params) -> Result<(), RpcError> {
+    match p.0 {
+        Some(_) => Err(RpcError::new(INVALID_PARAMS, "'rpc_get_scheduler' requires no arguments")),
+        None => Ok(()),
+    }
 }
 
 /// Adds `def`'s method to `reg` (see [`Registry::option_method`]).
 pub(crate) fn add(reg: &mut Registry, def: &'static OptionMethod) {
     let m = Arc::new(Defined::parse(def).unwrap_or_else(|e| panic!("option method {}: {e}", def.spec.method)));
     reg.settings_mut().add(m.clone());
-    reg.method_in(def.spec.method, def.spec.states, move |ctx, p: Params| {
+    let doc = MethodDoc {
+        summary: summary(def).into(),
+        params: ParamsDoc::Rows(rows(&m)),
+        params_required: !def.spec.params_optional,
+    };
+    reg.raw(def.spec.method, def.spec.states, doc, move |ctx, p: Params| {
         let m = m.clone();
         async move { set(&ctx.registry, &m, p) }
     });
+}
+
+/// The summary of option method `def`.
+fn summary(def: &OptionMethod) -> String {
+    let required = if def.spec.params_optional { "" } else { "; params are required" };
+    format!(
+        "Sets options of the `{}` subsystem, as SPDK's method (SPDK's schema and defaults; what a call sets \
+         is kept for `save_config`{required}).",
+        def.spec.subsystem
+    )
+}
+
+/// The parameter rows of option method `m`: SPDK's schema, its defaults, and what each member
+/// does here ([`policy`]).
+fn rows(m: &Defined) -> Vec<crate::reference::ParamRow> {
+    let def = m.def;
+    let inert = |f: &str| def.inert.iter().any(|i| *i == "*" || *i == f);
+    let key = def.spec.key;
+    m.schema
+        .params()
+        .iter()
+        .map(|(name, field)| {
+            let default = match key {
+                None => m.default_of(None, name).cloned(),
+                Some(_) => None,
+            };
+            let description = if Some(name.as_str()) == key {
+                "Which instance the options are for (calls for different ones are kept apart)."
+            } else if def.honoured.contains(&name.as_str()) {
+                "Honoured: Ferrite acts on it."
+            } else if inert(name) {
+                "Inert: tunes SPDK machinery Ferrite does not have; any valid value is taken and kept."
+            } else {
+                "Only SPDK's default is accepted (Ferrite has no such behaviour)."
+            };
+            let example = default.clone().unwrap_or_else(|| m.schema.example(field));
+            crate::reference::ParamRow {
+                name: name.clone(),
+                ty: m.schema.type_text(field),
+                required: field["required"] == true,
+                default,
+                description: description.into(),
+                example,
+            }
+        })
+        .collect()
 }
 
 /// A call of option method `m`: decoded, checked, kept, then acted on.

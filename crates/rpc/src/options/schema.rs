@@ -38,6 +38,38 @@ impl Schema {
         &self.params
     }
 
+    /// A readable type of parameter entry `field` ({type, class?}), e.g. `uint32`,
+    /// `"posix" | "ssl"`, `array of "crc32c" | "none"`, `object {policy}`.
+    pub fn type_text(&self, field: &Value) -> String {
+        let class = field["class"].as_str().unwrap_or("");
+        let enum_text = |class: &str| {
+            let names = self.classes["enums"][class].as_array().cloned().unwrap_or_default();
+            names.iter().map(Value::to_string).collect::<Vec<_>>().join(" | ")
+        };
+        match field["type"].as_str().unwrap_or("") {
+            "enum" => enum_text(class),
+            "array" => format!("array of {}", enum_text(self.classes["arrays"][class]["class"].as_str().unwrap_or(""))),
+            "object" => {
+                let names: Vec<&str> =
+                    self.classes["objects"][class].as_object().into_iter().flatten().map(|(k, _)| k.as_str()).collect();
+                format!("object {{{}}}", names.join(", "))
+            }
+            t => t.to_string(),
+        }
+    }
+
+    /// An example value of parameter entry `field`: the first of an enum, else by type.
+    pub fn example(&self, field: &Value) -> Value {
+        let class = field["class"].as_str().unwrap_or("");
+        match field["type"].as_str().unwrap_or("") {
+            "enum" => self.classes["enums"][class][0].clone(),
+            "boolean" => Value::Bool(true),
+            "string" => Value::String("<value>".into()),
+            "array" | "object" => Value::Null,
+            _ => Value::from(1),
+        }
+    }
+
     /// Checks `params` against the method's table; `relaxed` ignores unknown members (SPDK's
     /// spdk_json_decode_object_relaxed). Returns what is wrong.
     pub fn check(&self, params: &Value, relaxed: bool) -> Result<(), String> {
