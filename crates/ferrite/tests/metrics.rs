@@ -71,6 +71,12 @@ fn scrape_passes_promtool_and_follows_framework_set_metrics() {
         let turns = sample(&text, &format!("ferrite_reactor_loop_turns_total{{reactor=\"{r}\",core=\"{r}\"}}"));
         assert!(turns.unwrap() > 0.0, "{text}");
     }
+    // Scrapes count themselves and what they cost reactor 0.
+    let scrapes = sample(&text, "ferrite_metrics_scrapes_total").unwrap();
+    let (_, again) = http_get(&addr, "/metrics").unwrap();
+    assert_eq!(sample(&again, "ferrite_metrics_scrapes_total"), Some(scrapes + 1.0), "{again}");
+    let cost = sample(&again, "ferrite_metrics_gather_seconds_total").unwrap();
+    assert!(cost > 0.0 && cost < 1.0, "{again}");
     assert_eq!(http_get(&addr, "/nothing").unwrap().0, 404);
     if which("promtool") {
         let mut p = Command::new("promtool")

@@ -152,7 +152,7 @@ pub fn register(reg: &mut Registry) {
                     store,
                     rebuild_window_kb: c.rebuild_window_kb.unwrap_or(1024),
                     rebuild_max_mb_sec: c.rebuild_max_mb_sec,
-                auto_online_ms: c.auto_online_ms,
+                    auto_online_ms: c.auto_online_ms,
                 },
             )
             .await

@@ -7,7 +7,8 @@ use ferrite_bdev::snapshot::BdevSnapshot;
 use ferrite_reactor::ReactorStats;
 use ferrite_rpc::{Ctx, Params, Registry};
 use serde_json::{json, Value};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Everything one scrape shows.
 pub struct Snapshot {
@@ -40,8 +41,29 @@ async fn call(ctx: &Ctx, method: &str, params: Option<Value>) -> Option<Value> {
     Registry::call(ctx, method, Params(params)).await.ok()
 }
 
-/// Gathers the part that lives on the reactors (run on reactor 0).
+/// Nanoseconds reactors spent gathering for scrapes, summed (wall time of the gathering task
+/// on reactor 0 from its start to its end: an upper bound of what scrapes took from the data
+/// path, since reactor 0 serves I/O while the task waits for the other reactors).
+static GATHER_NANOS: AtomicU64 = AtomicU64::new(0);
+/// Scrapes gathered.
+static GATHERS: AtomicU64 = AtomicU64::new(0);
+
+/// (Seconds reactors spent gathering, scrapes gathered) so far: what scraping has cost the
+/// data path at most ([`GATHER_NANOS`]).
+pub fn gather_cost() -> (f64, u64) {
+    (GATHER_NANOS.load(Ordering::Relaxed) as f64 / 1e9, GATHERS.load(Ordering::Relaxed))
+}
+
+/// Gathers the part that lives on the reactors (run on reactor 0), timed into [`GATHER_NANOS`].
 async fn on_reactor0(ctx: Ctx) -> (Vec<BdevSnapshot>, serde_json::Map<String, Value>) {
+    let t0 = Instant::now();
+    let out = gather_on_reactor0(ctx).await;
+    GATHER_NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    GATHERS.fetch_add(1, Ordering::Relaxed);
+    out
+}
+
+async fn gather_on_reactor0(ctx: Ctx) -> (Vec<BdevSnapshot>, serde_json::Map<String, Value>) {
     let bdevs = ferrite_bdev::snapshot::snapshot(&ctx.engine).await;
     let mut lists = serde_json::Map::new();
     for (method, params) in LISTS {

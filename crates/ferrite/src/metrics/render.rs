@@ -24,7 +24,19 @@ pub fn render(s: &Snapshot) -> String {
     }
     targets(&mut e, s);
     volumes(&mut e, s);
+    scrapes(&mut e);
     e.finish()
+}
+
+/// What scrapes themselves cost the reactors (`gather::gather_cost`).
+fn scrapes(e: &mut Exposition) {
+    let (secs, n) = super::gather::gather_cost();
+    let name = "ferrite_metrics_gather_seconds_total";
+    e.family(name, Kind::Counter, "Time reactor 0 spent gathering for scrapes (an upper bound of their cost).");
+    e.sample(name, &[], secs);
+    let name = "ferrite_metrics_scrapes_total";
+    e.family(name, Kind::Counter, "Scrapes gathered from the reactors.");
+    e.sample(name, &[], n as f64);
 }
 
 /// A reactor metric's value from its counters and the tick rate.
