@@ -49,22 +49,33 @@ fn draw_run(svg: &mut String, title: &str, points: &[Point], latency: &Histogram
         .map_err(e)?;
     c.configure_mesh().x_desc("seconds").y_desc("IOPS").y_label_formatter(&iops_label).draw().map_err(e)?;
     c.draw_series(LineSeries::new(points.iter().map(|p| (p.t_secs, p.iops)), BLUE.stroke_width(2))).map_err(e)?;
-    // The histogram up to p99.9 (the tail past it would squeeze the rest into a bar or two).
+    // The histogram up to p99.9 (the tail past it would squeeze the rest into a bar or two), on
+    // a log scale of latency: the buckets grow with it, and a run whose tail is a thousand times
+    // its median (a busy machine) still shows its bulk as bars, not as a sliver at zero.
     let us = |ns: u64| ns as f64 / 1000.0;
     let max_x = us(latency.percentile(99.9).max(1)) * 1.05;
     let bars: Vec<(f64, f64, f64)> =
         latency.buckets().filter(|b| us(b.0) <= max_x).map(|(lo, hi, n)| (us(lo), us(hi + 1), n as f64)).collect();
+    let min_x = bars.iter().map(|b| b.0).filter(|&lo| lo > 0.0).fold(max_x, f64::min).min(max_x / 2.0) * 0.9;
     let max_n = bars.iter().map(|b| b.2).fold(1.0, f64::max) * 1.1;
     let mut h = ChartBuilder::on(&bottom)
         .caption("Latency histogram (to p99.9)", ("sans-serif", 20))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(80)
-        .build_cartesian_2d(0.0..max_x, 0.0..max_n)
+        .build_cartesian_2d((min_x..max_x).log_scale(), 0.0..max_n)
         .map_err(e)?;
-    h.configure_mesh().x_desc("latency (us)").y_desc("I/Os").draw().map_err(e)?;
-    h.draw_series(bars.iter().map(|&(lo, hi, n)| Rectangle::new([(lo, 0.0), (hi.min(max_x), n)], RED.filled())))
+    h.configure_mesh()
+        .x_desc("latency (us, log scale)")
+        .y_desc("I/Os")
+        .x_label_formatter(&|v| format!("{v:.3}").trim_end_matches('0').trim_end_matches('.').to_string())
+        .y_label_formatter(&iops_label)
+        .draw()
         .map_err(e)?;
+    h.draw_series(
+        bars.iter().map(|&(lo, hi, n)| Rectangle::new([(lo.max(min_x), 0.0), (hi.min(max_x), n)], RED.filled())),
+    )
+    .map_err(e)?;
     root.present().map_err(e)?;
     Ok(())
 }
