@@ -26,6 +26,29 @@ cpu_ticks() {
   read -r -a f <<<"$s"
   echo $((f[11] + f[12]))
 }
+# thread_of PID NAME: the id of PID's thread named NAME (a reactor_N), or nothing.
+thread_of() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    [ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { echo "${t##*/}"; return 0; }
+  done
+  return 0
+}
+# sched_ns PID TID: "RUN WAIT" of thread TID of PID so far, in ns (/proc/PID/task/TID/schedstat):
+# its time on a CPU and its time runnable but waiting for one; "0 0" if it is gone. A polling
+# reactor is always runnable, so RUN / (RUN + WAIT) is the share of its core it was given.
+sched_ns() {
+  local r w s
+  { read -r r w s <"/proc/$1/task/$2/schedstat"; } 2>/dev/null || { echo "0 0"; return 0; }
+  echo "$r $w"
+}
+# core_share RUN0 WAIT0 RUN1 WAIT1: the percentage of its core a polling thread was given
+# between two sched_ns samples (100 if it was neither on a CPU nor waiting for one).
+core_share() {
+  local run=$(($3 - $1)) wait=$(($4 - $2))
+  [ $((run + wait)) -gt 0 ] || { echo 100; return 0; }
+  echo $((100 * run / (run + wait)))
+}
 # json_get FILE EXPR: evaluate a Python expression on the parsed JSON document `d`.
 json_get() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 

@@ -25,6 +25,11 @@ export LD_LIBRARY_PATH=$SPDK_DIR/build/lib
 RPCPY() { PYTHONPATH=$SPDK_DIR/python python3 "$SPDK_DIR/scripts/rpc.py" "$@"; }
 BLOCKS=65536
 CELLS="randread:1 randread:128 randwrite:1 randwrite:128"
+# A run whose target or client reactor had less than STARVED percent of its core (both poll, so
+# they want all of it) is flagged: on a shared machine other threads on core 0 or 1 (every
+# Ferrite reactor_0 and SPDK reactor 0 on the machine polls core 0 by default) can take a polled
+# core for hundreds of milliseconds, and the run then measures them (docs/perf-log/2026-11-30-vhost-stall.md).
+STARVED=${STARVED:-50}
 : >"$TMP/records"
 
 # start_target NAME: starts it on core 0 with M0 exported as controller vhost.0 in $TMP/NAME.
@@ -49,18 +54,38 @@ start_target() {
 }
 
 # bdevperf NAME WORKLOAD QD SIZE SECONDS [SERIES]: one client run against NAME; prints
-# "IOPS AVG_US" (the final Total line). With SERIES, bdevperf prints each second (-S 1) and
-# those IOPS go into that file.
+# "IOPS AVG_US TARGET_SHARE CLIENT_SHARE" (the final Total line, then the percentage of its
+# core the target's reactor and bdevperf's were given: both poll, so anything under 100 is time
+# other threads held their core). With SERIES, bdevperf prints each second (-S 1) and those
+# IOPS go into that file.
 bdevperf() {
-  local periodic=()
+  local periodic=() tt t0 t1 bp sampler
   [ -z "${6:-}" ] || periodic=(-S 1)
   cat >"$TMP/bp.json" <<J
 {"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_virtio_attach_controller","params":{"name":"V","trtype":"user","traddr":"$TMP/$1/vhost.0","dev_type":"blk","vq_count":2,"vq_size":512}}]}]}
 J
+  tt=$(thread_of "$TPID" reactor_0)
+  t0=$(sched_ns "$TPID" "${tt:-0}")
   "$SPDK_DIR/build/examples/bdevperf" --json "$TMP/bp.json" -w "$2" -q "$3" -o "$4" -t "$5" -m 0x2 -g -s 512 \
-    --no-pci --disable-cpumask-locks -r "$TMP/bp.sock" "${periodic[@]}" >"$TMP/bp.out" 2>&1 || fail "bdevperf $*: $(tail -3 "$TMP/bp.out")"
+    --no-pci --disable-cpumask-locks -r "$TMP/bp.sock" "${periodic[@]}" >"$TMP/bp.out" 2>&1 &
+  bp=$!
+  # The client's reactor, sampled until it exits (its last 0.2 s are not counted).
+  echo "0 0" >"$TMP/bp.sched"
+  (
+    bt=
+    while kill -0 "$bp" 2>/dev/null; do
+      [ -n "$bt" ] || bt=$(thread_of "$bp" reactor_1)
+      [ -z "$bt" ] || { s=$(sched_ns "$bp" "$bt"); [ "$s" = "0 0" ] || echo "$s" >"$TMP/bp.sched"; }
+      sleep 0.2
+    done
+  ) &
+  sampler=$!
+  wait "$bp" || fail "bdevperf $*: $(tail -3 "$TMP/bp.out")"
+  wait "$sampler"
+  t1=$(sched_ns "$TPID" "${tt:-0}")
   [ -z "${6:-}" ] || bdevperf_series <"$TMP/bp.out" >"$6"
-  tr '\r' '\n' <"$TMP/bp.out" | awk '$1 == "Total" {print $3, $7}' | tail -1
+  echo "$(tr '\r' '\n' <"$TMP/bp.out" | awk '$1 == "Total" {print $3, $7}' | tail -1)" \
+    "$(core_share $t0 $t1)" "$(core_share 0 0 $(cat "$TMP/bp.sched"))"
 }
 
 for who in $ORDER; do
@@ -71,7 +96,11 @@ for who in $ORDER; do
     [ -z "$PLOT" ] || [ -e "$TMP/series-$who-$c" ] || series="$TMP/series-$who-$c" # the first run's
     r=$(bdevperf "$who" "${c%%:*}" "${c##*:}" 4096 "$T" "$series")
     echo "$who $c $r" >>"$TMP/records"
-    echo "  $who ${c%%:*} QD ${c##*:}: $r (IOPS, mean us)"
+    read -r iops lat ts cs <<<"$r"
+    note=
+    [ "$ts" -ge "$STARVED" ] && [ "$cs" -ge "$STARVED" ] ||
+      note="  STARVED: other threads held the target's core $((100 - ts))% of the run, the client's $((100 - cs))% (a measure of the machine, not the target)"
+    echo "  $who ${c%%:*} QD ${c##*:}: $iops $lat (IOPS, mean us); core given to target $ts%, client $cs%$note"
   done
   stop_pids "$TPID"
   TPID=
@@ -94,6 +123,8 @@ print(f"{w:<10} {qd:>4} {fi:12.0f} {si:12.0f} {fl:10.2f} {sl:10.2f} {fi / si:8.2
 P
 done
 echo "(IOPS x = Ferrite / SPDK; lat x = SPDK's mean latency / Ferrite's: above 1, Ferrite is better)"
+starved=$(awk -v s="$STARVED" '$5 < s || $6 < s' "$TMP/records" | wc -l)
+[ "$starved" = 0 ] || echo "$starved of $(wc -l <"$TMP/records") runs were STARVED (marked above): other threads held a polled core; their cells measure the machine's load as much as the targets"
 for c in $CELLS; do
   [ -e "$TMP/series-ferrite-$c" ] && [ -e "$TMP/series-spdk-$c" ] || continue
   plot_cell "vhost-${c%%:*}-qd${c##*:}" "vhost-user-blk malloc ${c%%:*} 4 KiB QD ${c##*:} (bdevperf virtio-user client)" \
