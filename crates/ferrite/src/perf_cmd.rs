@@ -178,7 +178,22 @@ fn check_args(a: &PerfArgs) -> Result<Duration, String> {
     }
     let cores = ferrite_reactor::cpumask::parse_cpumask(&a.cpumask).map_err(|e| e.to_string())?;
     check_memory(a, cores.len() as u64)?;
+    // The outputs are tried before the run, so that a run is not lost to a typo in a path.
+    let outputs = a.results_json.iter().filter(|p| *p != "-").map(std::path::Path::new);
+    for path in outputs.chain(a.plot.as_deref()) {
+        writable(path)?;
+    }
     Ok(Duration::from_secs_f64(a.time))
+}
+
+/// Fails unless `path` can be opened for writing (made, empty, if it does not exist).
+fn writable(path: &std::path::Path) -> Result<(), String> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 fn fail(msg: String) -> i32 {
@@ -339,9 +354,6 @@ pub fn run(a: PerfArgs) -> i32 {
         out(format_args!("{}", t.summary(&bdevs)));
         t.to_json(&bdevs)
     });
-    for e in &errors {
-        eprintln!("ferrite perf: {e}");
-    }
     if let Some(path) = &a.results_json {
         let mut doc = ferrite_perf::report::to_json(&results);
         if let Some(t) = turns_json {
@@ -365,6 +377,9 @@ pub fn run(a: PerfArgs) -> i32 {
         if let Err(e) = crate::perf_plot::write(path, &title, &series, &latency, &total) {
             errors.push(e);
         }
+    }
+    for e in &errors {
+        eprintln!("ferrite perf: {e}");
     }
     if let Some(s) = server.as_mut() {
         s.stop();

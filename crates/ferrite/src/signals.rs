@@ -29,6 +29,10 @@ pub fn wait() -> &'static str {
     let mut sig = 0;
     // SAFETY: set and sig are valid for the call.
     unsafe { libc::sigwait(&set, &mut sig) };
+    name(sig)
+}
+
+fn name(sig: i32) -> &'static str {
     match sig {
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",

@@ -225,3 +225,48 @@ fn prometheus_scrapes_perf_and_stores_what_iostat_reports() {
     prometheus.sigterm();
     let _ = prometheus.wait_timeout(Duration::from_secs(10));
 }
+
+/// Hostile and careless clients of the endpoint: clients that trickle their request a byte at
+/// a time or send nothing neither keep a scrape out nor block the daemon (its RPC, a change of
+/// the endpoint, or its shutdown); a call without `address` or with a bad one changes nothing.
+#[test]
+fn slow_and_idle_clients_block_neither_scrapes_nor_the_daemon() {
+    let dir = TempDir::new("metrics-slow");
+    let mut d = Daemon::start_with(&dir, "rpc.sock", "0x1", &["--no-pin"]);
+    let r = d.call("framework_set_metrics", Some(json!({"address": "127.0.0.1:0"})));
+    let addr = r["address"].as_str().unwrap().to_string();
+    let slow = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            for b in b"GET /metrics HTTP/1.1\r\nX-Pad: aaaaaaaaaaaaaaaaaaaa" {
+                if s.write_all(&[*b]).is_err() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            false
+        })
+    };
+    let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let (code, _) = http_get(&addr, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(t0.elapsed() < Duration::from_secs(2), "a scrape beside them took {:?}", t0.elapsed());
+    let t0 = Instant::now();
+    assert_eq!(d.call("framework_get_metrics", None)["address"], "127.0.0.1:0");
+    d.call("bdev_get_bdevs", None);
+    // Refused, and the endpoint stays: no address, a bad one.
+    assert_eq!(d.call_err("framework_set_metrics", Some(json!({}))).code, -32602);
+    assert_eq!(d.call_err("framework_set_metrics", Some(json!({"address": "127.0.0.1:99999"}))).code, -libc::EINVAL);
+    assert_eq!(http_get(&addr, "/metrics").unwrap().0, 200);
+    assert!(t0.elapsed() < Duration::from_secs(2), "RPC beside them took {:?}", t0.elapsed());
+    // The trickler is dropped by its deadline.
+    assert!(slow.join().unwrap(), "a client trickling its request head was not dropped");
+    drop(idle);
+    let t0 = Instant::now();
+    d.proc.sigterm();
+    d.proc.expect_exit(Duration::from_secs(10), "SIGTERM");
+    assert!(t0.elapsed() < Duration::from_secs(5), "shutdown took {:?}", t0.elapsed());
+}

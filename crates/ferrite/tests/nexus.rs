@@ -539,10 +539,19 @@ fn bad_nexus_requests_get_errors_and_the_daemon_goes_on() {
         (json!({"name": "X", "children": ["bdev:///A"], "store": "relative"}), -32602, "a bad store"),
         (json!({"name": "X", "children": ["bdev:///A"], "frob": 1}), -32602, "an unknown param"),
         (json!({"children": ["bdev:///A"]}), -32602, "no name"),
+        (
+            with(json!(["malloc:///z1?size_mb=8&blk_size=4096", "malloc:///z2?size_mb=16&blk_size=4096"])),
+            -libc::EINVAL,
+            "children it makes of different sizes",
+        ),
     ] {
         let e = create(p);
         assert_eq!(e.code, code, "{what}: {e:?}");
     }
+    // What a failed create made is gone: the corrected request finds no leftover.
+    assert!(!d.bdev_names().iter().any(|n| n.starts_with('z')), "{:?}", d.bdev_names());
+    d.call("nexus_create", Some(with(json!(["malloc:///z2?size_mb=8&blk_size=4096"]))));
+    d.call("nexus_destroy", Some(json!({"name": "X"})));
     // Nothing is left claimed by the failed creates.
     assert_eq!(d.call("nexus_get_nexuses", None), json!([]));
     assert_eq!(d.call("bdev_get_bdevs", Some(json!({"name": "A"})))[0]["claimed"], false);

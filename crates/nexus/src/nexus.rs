@@ -634,12 +634,24 @@ pub async fn create(ctx: &Ctx, o: CreateOpts) -> Result<Arc<Nexus>, BdevError> {
     for (uri, p) in o.children.iter().zip(parsed) {
         let healthy =
             record.as_ref().is_none_or(|r| r.healthy(uri) == Some(true)) && reference.as_ref().is_none_or(|r| r == uri);
-        let res = open_child(ctx, uri, &p, &o.name, &fencing).await.and_then(|(desc, made)| {
-            let b = desc.bdev().clone();
-            check_geometry(uri, &b, geometry)?;
-            geometry.get_or_insert((b.block_size(), b.num_blocks()));
-            Ok(Child::new(uri.clone(), p.clone(), b.name().to_string(), made, desc, healthy))
-        });
+        let res = match open_child(ctx, uri, &p, &o.name, &fencing).await {
+            Ok((desc, made)) => {
+                let b = desc.bdev().clone();
+                let c = Child::new(uri.clone(), p.clone(), b.name().to_string(), made, desc, healthy);
+                match check_geometry(uri, &b, geometry) {
+                    Ok(()) => {
+                        geometry.get_or_insert((b.block_size(), b.num_blocks()));
+                        Ok(c)
+                    }
+                    Err(e) => {
+                        // What it made goes too (a retry with the right size must not find it).
+                        close_child(ctx, c, &fencing).await;
+                        Err(e)
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
         match res {
             Ok(c) => children.push(c),
             Err(e) => {

@@ -1,18 +1,26 @@
-//! The HTTP endpoint: one plain thread (never a reactor) that accepts connections one at a
-//! time and answers `GET /metrics` with a fresh [`super::gather`] snapshot. HTTP/1.1 with
-//! `Connection: close`; anything else is 404 or 405. Slow or silent clients time out.
+//! The HTTP endpoint: plain threads (never a reactor): one accepts, and each client is served
+//! on a thread of its own, at most [`MAX_CLIENTS`] at once (more are closed at once), so that
+//! idle or slow clients cannot keep Prometheus out. `GET /metrics` answers a fresh
+//! [`super::gather`] snapshot; HTTP/1.1 with `Connection: close`; anything else is 404 or 405.
+//! Every client has a deadline for its whole request head and one for the whole answer, so a
+//! client that sends or reads a byte at a time is dropped within seconds, and stopping the
+//! endpoint waits for no client longer than that.
 
 use super::expo::CONTENT_TYPE;
 use ferrite_rpc::Ctx;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How long a client may take to send its request or read the answer.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to send its whole request head.
+const HEAD_DEADLINE: Duration = Duration::from_secs(2);
+/// How long a client may take to read the whole answer.
+const WRITE_DEADLINE: Duration = Duration::from_secs(5);
+/// Clients served at once; more are closed as they come.
+pub const MAX_CLIENTS: usize = 32;
 /// How long a scrape waits for reactor 0.
 const GATHER_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the accept loop looks at its stop flag.
@@ -24,7 +32,17 @@ const MAX_HEAD: usize = 8192;
 pub struct Server {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
+    clients: Arc<AtomicUsize>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// One client counted while it is served.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Server {
@@ -34,10 +52,12 @@ impl Server {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::Builder::new().name("metrics".into()).spawn(move || accept_loop(listener, ctx, s))?;
+        let clients = Arc::new(AtomicUsize::new(0));
+        let (s, c) = (stop.clone(), clients.clone());
+        let thread =
+            std::thread::Builder::new().name("metrics".into()).spawn(move || accept_loop(listener, ctx, s, c))?;
         log::info!("metrics: serving Prometheus metrics on http://{addr}/metrics");
-        Ok(Server { addr, stop, thread: Some(thread) })
+        Ok(Server { addr, stop, clients, thread: Some(thread) })
     }
 
     /// The bound address (the port chosen when ADDR had port 0).
@@ -45,10 +65,17 @@ impl Server {
         self.addr
     }
 
-    /// Stops accepting; returns the thread to join (the listener closes when it ends).
-    pub fn stop(mut self) -> Option<JoinHandle<()>> {
+    /// Stops: the listener closes, and the clients being served end (each within its
+    /// deadlines); waits for both, at most a few seconds.
+    pub fn stop(mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        self.thread.take()
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let t0 = Instant::now();
+        while self.clients.load(Ordering::SeqCst) > 0 && t0.elapsed() < HEAD_DEADLINE + WRITE_DEADLINE {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -71,13 +98,26 @@ fn avoid_reactor_cores(engine: &ferrite_reactor::Engine) {
     }
 }
 
-fn accept_loop(listener: TcpListener, ctx: Ctx, stop: Arc<AtomicBool>) {
+fn accept_loop(listener: TcpListener, ctx: Ctx, stop: Arc<AtomicBool>, clients: Arc<AtomicUsize>) {
     avoid_reactor_cores(&ctx.engine);
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
-            Ok((conn, _)) => {
-                if let Err(e) = serve(conn, &ctx) {
-                    log::debug!("metrics: client: {e}");
+            Ok((conn, peer)) => {
+                if clients.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
+                    clients.fetch_sub(1, Ordering::SeqCst);
+                    log::debug!("metrics: {peer}: {MAX_CLIENTS} clients served already; closed");
+                    continue;
+                }
+                let counted = Counted(clients.clone());
+                let (ctx, stop) = (ctx.clone(), stop.clone());
+                let spawned = std::thread::Builder::new().name("metrics-client".into()).spawn(move || {
+                    let _counted = counted;
+                    if let Err(e) = serve(conn, &ctx, &stop) {
+                        log::debug!("metrics: client {peer}: {e}");
+                    }
+                });
+                if let Err(e) = spawned {
+                    log::warn!("metrics: no thread for a client: {e}");
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -94,11 +134,23 @@ fn accept_loop(listener: TcpListener, ctx: Ctx, stop: Arc<AtomicBool>) {
     }
 }
 
-/// The request line's method and path, once the head has arrived.
+/// The time left before `deadline`, or a timeout error.
+fn left(deadline: Instant) -> std::io::Result<Duration> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "client too slow"));
+    }
+    Ok(d)
+}
+
+/// The request line's method and path, once the head has arrived (all of it within
+/// [`HEAD_DEADLINE`]).
 fn read_head(conn: &mut TcpStream) -> std::io::Result<(String, String)> {
+    let deadline = Instant::now() + HEAD_DEADLINE;
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        conn.set_read_timeout(Some(left(deadline)?))?;
         let n = conn.read(&mut buf)?;
         if n == 0 {
             break;
@@ -113,13 +165,21 @@ fn read_head(conn: &mut TcpStream) -> std::io::Result<(String, String)> {
     Ok((parts.next().unwrap_or("").to_string(), parts.next().unwrap_or("").to_string()))
 }
 
-fn serve(mut conn: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
+/// Writes all of `bytes` by `deadline`.
+fn write_by(conn: &mut TcpStream, bytes: &[u8], deadline: Instant) -> std::io::Result<()> {
+    for chunk in bytes.chunks(64 << 10) {
+        conn.set_write_timeout(Some(left(deadline)?))?;
+        conn.write_all(chunk)?;
+    }
+    Ok(())
+}
+
+fn serve(mut conn: TcpStream, ctx: &Ctx, stop: &AtomicBool) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
-    conn.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-    conn.set_write_timeout(Some(CLIENT_TIMEOUT))?;
     let (method, path) = read_head(&mut conn)?;
     let path = path.split('?').next().unwrap_or("");
     let (status, ctype, body) = match (method.as_str(), path) {
+        _ if stop.load(Ordering::SeqCst) => ("503 Service Unavailable", "text/plain", "stopping\n".into()),
         ("GET" | "HEAD", "/metrics") => {
             let snap = super::gather::snapshot(ctx, GATHER_TIMEOUT);
             ("200 OK", CONTENT_TYPE, super::render::render(&snap))
@@ -136,9 +196,10 @@ fn serve(mut conn: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    conn.write_all(head.as_bytes())?;
+    let deadline = Instant::now() + WRITE_DEADLINE;
+    write_by(&mut conn, head.as_bytes(), deadline)?;
     if method != "HEAD" {
-        conn.write_all(body.as_bytes())?;
+        write_by(&mut conn, body.as_bytes(), deadline)?;
     }
     conn.flush()
 }

@@ -12,29 +12,38 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 
-/// The running endpoint and the address it was asked for (as given, for save_config).
+/// The running endpoint and the address it was asked for (as given, for save_config). Held
+/// only for a look or a swap, never across a bind or a stop: reactor 0 reads it
+/// (`framework_get_metrics`, `save_config`).
 static RUNNING: Mutex<Option<(String, http::Server)>> = Mutex::new(None);
+/// Orders changes of the endpoint (taken off the reactors only).
+static CHANGING: Mutex<()> = Mutex::new(());
 
 fn running() -> std::sync::MutexGuard<'static, Option<(String, http::Server)>> {
     RUNNING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Serves metrics on `addr` (None: stops serving); replaces an endpoint already running.
-/// Blocks (bind, and the join of a previous endpoint): call off the reactors. Returns the
-/// bound address.
+/// Serves metrics on `addr` (None: stops serving); replaces an endpoint already running, once
+/// the new address is bound (a bad address leaves the running endpoint as it was). Blocks
+/// (bind, the stop of a previous endpoint): call off the reactors. Returns the bound address.
 pub fn set(ctx: &Ctx, addr: Option<&str>) -> Result<Option<std::net::SocketAddr>, String> {
-    let mut cur = running();
-    if let Some((_, old)) = cur.take() {
-        if let Some(t) = old.stop() {
-            let _ = t.join();
+    let _order = CHANGING.lock().unwrap_or_else(|e| e.into_inner());
+    if let (Some(a), Some((asked, s))) = (addr, &*running()) {
+        if a == asked {
+            return Ok(Some(s.addr()));
         }
+    }
+    let new = match addr {
+        Some(a) => Some(http::Server::start(a, ctx.clone()).map_err(|e| format!("metrics address {a}: {e}"))?),
+        None => None,
+    };
+    let bound = new.as_ref().map(http::Server::addr);
+    let old = std::mem::replace(&mut *running(), new.map(|s| (addr.unwrap_or_default().to_string(), s)));
+    if let Some((_, old)) = old {
+        old.stop();
         log::info!("metrics: stopped");
     }
-    let Some(addr) = addr else { return Ok(None) };
-    let server = http::Server::start(addr, ctx.clone()).map_err(|e| format!("metrics address {addr}: {e}"))?;
-    let bound = server.addr();
-    *cur = Some((addr.to_string(), server));
-    Ok(Some(bound))
+    Ok(bound)
 }
 
 /// Stops serving (at shutdown, before the reactors stop).
@@ -45,7 +54,10 @@ pub fn stop(ctx: &Ctx) {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SetParams {
-    /// `host:port` to serve on, or null to stop.
+    /// `host:port` to serve on, or null to stop (required: a call without it is refused, not
+    /// taken as a stop).
+    #[serde(deserialize_with = "Option::deserialize")]
+    #[schemars(required)]
     address: Option<String>,
 }
 

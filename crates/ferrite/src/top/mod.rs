@@ -66,10 +66,37 @@ impl View {
         if enable {
             self.enabled = done;
         }
+        *ENABLED.lock().unwrap_or_else(|e| e.into_inner()) = self.enabled.clone();
     }
 }
 
-/// Runs the view until `q` (or Esc, or Ctrl-C); returns the exit code.
+/// The bdevs whose histograms top enabled, for the signal thread's clean-up.
+static ENABLED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// SIGTERM, SIGHUP (the terminal closed) and SIGINT end top as `q` does, from a thread of their
+/// own (the terminal library may be stuck reading a terminal that hung up): the histograms top
+/// enabled are disabled again over a connection of its own, the terminal restored, and the
+/// process ends.
+fn watch_signals(server: std::path::PathBuf) {
+    crate::signals::block();
+    let spawned = std::thread::Builder::new().name("top-signals".into()).spawn(move || {
+        let sig = crate::signals::wait();
+        let names = ENABLED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if !names.is_empty() {
+            if let Ok(mut c) = RpcClient::connect(&server, Duration::from_secs(5)) {
+                let _ = poll::set_histograms(&mut c, &names, false);
+            }
+        }
+        ratatui::restore();
+        eprintln!("ferrite top: {sig}");
+        std::process::exit(0);
+    });
+    if let Err(e) = spawned {
+        eprintln!("ferrite top: no signal thread: {e}");
+    }
+}
+
+/// Runs the live view until `q`, Esc, Ctrl-C or a stop signal; returns the exit code.
 pub fn run(a: TopArgs) -> i32 {
     if !a.delay.is_finite() || !(0.1..=3600.0).contains(&a.delay) {
         eprintln!("ferrite top: --delay {} must be 0.1 to 3600 seconds", a.delay);
@@ -95,6 +122,7 @@ pub fn run(a: TopArgs) -> i32 {
     if a.histograms {
         view.toggle_histograms(&mut client, &status);
     }
+    watch_signals(a.server.clone());
     let mut term = ratatui::init();
     let delay = Duration::from_secs_f64(a.delay);
     let mut next = Instant::now() + delay;
