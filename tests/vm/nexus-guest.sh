@@ -72,9 +72,16 @@ crash() {
 rpc() { local n=$1; shift; "$FERRITE" rpc -s "$TMP/$n.sock" "$@"; }
 cleanup() {
   if [ -n "$SERVER" ]; then kill "$SERVER" 2>/dev/null || true; fi
-  for n in a b c; do [ -f "$TMP/$n.pid" ] && kill "$(cat "$TMP/$n.pid")" 2>/dev/null || true; done
+  local pids=() p
+  for n in a b c; do [ -f "$TMP/$n.pid" ] && pids+=("$(cat "$TMP/$n.pid")"); done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$TMP"
+  # Daemons restarted by the request loop are not this shell's children: wait for them too (a
+  # nexus records its clean shutdown in the store file under $TMP as it stops).
+  for p in "${pids[@]}"; do
+    for _ in $(seq 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+  done
+  rm -rf "$TMP" || true
 }
 trap cleanup EXIT
 listener() { echo "{\"trtype\":\"tcp\",\"adrfam\":\"ipv4\",\"traddr\":\"127.0.0.1\",\"trsvcid\":\"$1\"}"; }
