@@ -44,9 +44,23 @@ SRC=$!
 bash "$VM/run-guest.sh" -m 512M -t "${TMO:-300}" -b "$TMP/vhost.dst" -q -qmp -q "unix:$TMP/dst.qmp,server=on,wait=off" \
   -q -incoming -q "tcp:127.0.0.1:$PORT" -l "$LOGS/console-dst.log" "$GUEST" >/dev/null 2>&1 &
 DST=$!
-fail() { echo "vhost-migrate: FAIL: $* (consoles and daemon log in $LOGS)"; exit 1; }
-for _ in $(seq 1200); do grep -q "=== migrate now" "$LOGS/console-src.log" 2>/dev/null && break; sleep 0.1; done
-grep -q "=== migrate now" "$LOGS/console-src.log" || fail "the guest did not start fio within 120 s"
+fail() {
+  echo "vhost-migrate: FAIL: $* (consoles and daemon log in $LOGS)"
+  echo "--- last lines of the source's console:"
+  tail -n 15 "$LOGS/console-src.log" 2>/dev/null || true
+  echo "--- last lines of the daemon's log:"
+  tail -n 10 "$LOGS/daemon.log" 2>/dev/null || true
+  exit 1
+}
+# Under emulation (no KVM) the boot and the 64 MiB fill take minutes: wait as long as the guest
+# may run, and stop waiting as soon as the source QEMU is gone.
+WAIT=${TMO:-300}
+for _ in $(seq $((WAIT * 10))); do
+  grep -q "=== migrate now" "$LOGS/console-src.log" 2>/dev/null && break
+  kill -0 "$SRC" 2>/dev/null || break
+  sleep 0.1
+done
+grep -q "=== migrate now" "$LOGS/console-src.log" || fail "the guest did not start fio within $WAIT s"
 qmp "$TMP/src.qmp" migrate-set-parameters '{"max-bandwidth": 1073741824}' >/dev/null
 T0=$EPOCHREALTIME
 qmp "$TMP/src.qmp" migrate "{\"uri\":\"tcp:127.0.0.1:$PORT\"}" >/dev/null || fail "QEMU refused to migrate"
