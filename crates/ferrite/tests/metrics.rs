@@ -78,6 +78,13 @@ fn scrape_passes_promtool_and_follows_framework_set_metrics() {
     let cost = sample(&again, "ferrite_metrics_gather_seconds_total").unwrap();
     assert!(cost > 0.0 && cost < 1.0, "{again}");
     assert_eq!(http_get(&addr, "/nothing").unwrap().0, 404);
+    // An absolute-form target (what a client sends through a proxy) names the same page.
+    let (code, absolute) = http_get(&addr, &format!("http://{addr}/metrics")).unwrap();
+    assert_eq!(code, 200, "{absolute}");
+    assert!(absolute.contains("ferrite_bdev_read_ops_total"), "{absolute}");
+    // A head longer than the endpoint reads is answered 431, not dropped.
+    let (code, _) = http_get(&addr, &format!("/metrics?{}", "a".repeat(9000))).unwrap();
+    assert_eq!(code, 431);
     if which("promtool") {
         let mut p = Command::new("promtool")
             .args(["check", "metrics"])

@@ -143,9 +143,17 @@ fn left(deadline: Instant) -> std::io::Result<Duration> {
     Ok(d)
 }
 
-/// The request line's method and path, once the head has arrived (all of it within
-/// [`HEAD_DEADLINE`]).
-fn read_head(conn: &mut TcpStream) -> std::io::Result<(String, String)> {
+/// What a client asked for.
+enum Head {
+    /// The request line's method and path (origin form: an absolute-form target's scheme and
+    /// authority are dropped, as RFC 9112 3.2.2 has a server accept them).
+    Request(String, String),
+    /// A head longer than [`MAX_HEAD`]: answered 431.
+    TooLarge,
+}
+
+/// The request line, once the head has arrived (all of it within [`HEAD_DEADLINE`]).
+fn read_head(conn: &mut TcpStream) -> std::io::Result<Head> {
     let deadline = Instant::now() + HEAD_DEADLINE;
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
@@ -157,12 +165,27 @@ fn read_head(conn: &mut TcpStream) -> std::io::Result<(String, String)> {
         }
         head.extend_from_slice(&buf[..n]);
         if head.len() > MAX_HEAD {
-            return Err(std::io::Error::other("request head too long"));
+            return Ok(Head::TooLarge);
         }
     }
     let text = String::from_utf8_lossy(&head);
     let mut parts = text.lines().next().unwrap_or("").split_whitespace();
-    Ok((parts.next().unwrap_or("").to_string(), parts.next().unwrap_or("").to_string()))
+    let method = parts.next().unwrap_or("").to_string();
+    Ok(Head::Request(method, origin_form(parts.next().unwrap_or("")).to_string()))
+}
+
+/// The path of a request target: `http://host:port/metrics?x` gives `/metrics?x`; an origin-form
+/// target is returned as it is.
+fn origin_form(target: &str) -> &str {
+    let lower = target.get(..8).unwrap_or(target).to_ascii_lowercase();
+    let rest = if lower.starts_with("http://") {
+        &target[7..]
+    } else if lower.starts_with("https://") {
+        &target[8..]
+    } else {
+        return target;
+    };
+    rest.find('/').map_or("/", |i| &rest[i..])
 }
 
 /// Writes all of `bytes` by `deadline`.
@@ -176,7 +199,14 @@ fn write_by(conn: &mut TcpStream, bytes: &[u8], deadline: Instant) -> std::io::R
 
 fn serve(mut conn: TcpStream, ctx: &Ctx, stop: &AtomicBool) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
-    let (method, path) = read_head(&mut conn)?;
+    let (method, path) = match read_head(&mut conn)? {
+        Head::Request(method, path) => (method, path),
+        Head::TooLarge => {
+            let body = "request head too long\n";
+            answer(&mut conn, "431 Request Header Fields Too Large", "text/plain", body, true)?;
+            return drain(conn);
+        }
+    };
     let path = path.split('?').next().unwrap_or("");
     let (status, ctype, body) = match (method.as_str(), path) {
         _ if stop.load(Ordering::SeqCst) => ("503 Service Unavailable", "text/plain", "stopping\n".into()),
@@ -192,14 +222,50 @@ fn serve(mut conn: TcpStream, ctx: &Ctx, stop: &AtomicBool) -> std::io::Result<(
         ("GET" | "HEAD", _) => ("404 Not Found", "text/plain", "not found\n".into()),
         _ => ("405 Method Not Allowed", "text/plain", "only GET\n".into()),
     };
+    answer(&mut conn, status, ctype, &body, method != "HEAD")
+}
+
+/// Reads what the client still sends, briefly and boundedly, after the answer: closing a socket
+/// with unread input resets the connection, and the client may lose the answer with it.
+fn drain(mut conn: TcpStream) -> std::io::Result<()> {
+    conn.shutdown(std::net::Shutdown::Write)?;
+    let deadline = Instant::now() + Duration::from_millis(500);
+    let (mut buf, mut total) = ([0u8; 4096], 0);
+    while total < 64 << 10 {
+        let Ok(wait) = left(deadline) else { break };
+        conn.set_read_timeout(Some(wait))?;
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
+    Ok(())
+}
+
+/// Writes the answer: status line, headers and (unless `with_body` is false, for HEAD) the body.
+fn answer(conn: &mut TcpStream, status: &str, ctype: &str, body: &str, with_body: bool) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let deadline = Instant::now() + WRITE_DEADLINE;
-    write_by(&mut conn, head.as_bytes(), deadline)?;
-    if method != "HEAD" {
-        write_by(&mut conn, body.as_bytes(), deadline)?;
+    write_by(conn, head.as_bytes(), deadline)?;
+    if with_body {
+        write_by(conn, body.as_bytes(), deadline)?;
     }
     conn.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::origin_form;
+
+    #[test]
+    fn absolute_form_targets_become_paths() {
+        assert_eq!(origin_form("/metrics"), "/metrics");
+        assert_eq!(origin_form("http://127.0.0.1:9100/metrics?a=1"), "/metrics?a=1");
+        assert_eq!(origin_form("HTTP://host/metrics"), "/metrics");
+        assert_eq!(origin_form("http://host"), "/");
+        assert_eq!(origin_form("*"), "*");
+    }
 }
