@@ -171,7 +171,11 @@ fn parse_level(_: &'static str, p: Params) -> Result<LevelIx, RpcError> {
     }
     let name = o.get("level").and_then(Value::as_str).ok_or_else(fail)?.to_ascii_uppercase();
     let name = if name == "WARN" { "WARNING".to_string() } else { name };
-    LEVELS.iter().position(|l| *l == name).map(|i| LevelIx(i as u8)).ok_or_else(fail)
+    LEVELS
+        .iter()
+        .position(|l| *l == name)
+        .map(|i| LevelIx(i as u8))
+        .ok_or_else(|| RpcError::new(INVALID_PARAMS, "invalid log level"))
 }
 
 /// Parses a flag name as SPDK's decoder does.
@@ -273,7 +277,7 @@ mod tests {
         assert_eq!(component("ferrite_iscsi_target::engine::conn"), "iscsi_target");
         assert_eq!(component("io_uring::squeue"), "io_uring");
         assert_eq!(parse_level("", Params(Some(json!({"level": "warn"})))).ok().map(|l| l.0), Some(1));
-        assert_eq!(parse_level("", Params(Some(json!({"level": "LOUD"})))).err().map(|e| e.code), Some(INTERNAL_ERROR));
+        assert_eq!(parse_level("", Params(Some(json!({"level": "LOUD"})))).err().map(|e| e.code), Some(INVALID_PARAMS));
         assert_eq!(parse_flag("", Params(Some(json!({"flag": "x"})))).err().map(|e| e.code), Some(INVALID_PARAMS));
     }
 }
