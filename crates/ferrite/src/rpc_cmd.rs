@@ -28,7 +28,7 @@ pub struct RpcArgs {
     #[arg(short = 'h', long = "help", value_name = "METHOD", num_args = 0..=1)]
     help: Option<Option<String>>,
     /// Print the reference of every method as Markdown (docs/RPC.md).
-    #[arg(long = "doc-markdown", hide = true)]
+    #[arg(long = "doc-markdown", hide = true, conflicts_with_all = ["help", "method"])]
     doc_markdown: bool,
     /// Method name, e.g. bdev_get_bdevs.
     #[arg(required_unless_present_any = ["help", "doc_markdown"])]
@@ -102,7 +102,9 @@ pub fn method_help(reg: &ferrite_rpc::Registry, method: &str) -> Result<String, 
             } else {
                 format!("close names: {}", close.join(", "))
             };
-            Err(format!("no method named {method:?} ({hint})"))
+            let shown: String = method.chars().take(64).collect();
+            let more = if shown.len() < method.len() { "..." } else { "" };
+            Err(format!("no method named {shown:?}{more} ({hint})"))
         }
     }
 }

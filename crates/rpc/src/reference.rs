@@ -325,9 +325,16 @@ pub fn markdown(reg: &Registry) -> String {
     s
 }
 
+/// Names longer than twice this get no suggestions (the longest method name is shorter).
+const MAX_NAME_HINT: usize = 48;
+
 /// Method names close to `name` (sharing a word with it, or within a small edit distance),
 /// best first, at most 8.
 pub fn close_names(reg: &Registry, name: &str) -> Vec<&'static str> {
+    // No method name is near this long; the edit distance of a huge one would take seconds.
+    if name.len() > 2 * MAX_NAME_HINT {
+        return Vec::new();
+    }
     let words: Vec<&str> = name.split('_').filter(|w| w.len() > 2).collect();
     let mut scored: Vec<(usize, &'static str)> = reg
         .method_names()
