@@ -112,3 +112,36 @@ fn top_shows_reactors_bdevs_and_targets_of_a_loaded_daemon() {
         std::panic::resume_unwind(e);
     }
 }
+
+/// A daemon that goes away while top watches it: the status line says so, and quitting then
+/// exits 1 (a script that runs top learns that it lost the daemon).
+#[test]
+fn top_exits_nonzero_after_losing_its_daemon() {
+    if !have("top_exits_nonzero_after_losing_its_daemon", &["tmux"]) {
+        return;
+    }
+    let dir = TempDir::new("top-lost");
+    let mut d = common::Daemon::start_with(&dir, "rpc.sock", "0x1", &["--no-pin"]);
+    let rc_file = dir.join("rc");
+    let server = format!("ferrite-top-lost-{}", std::process::id());
+    let cmd = format!("{FERRITE} top -d 0.2 -s {}; echo $? > {}", d.sock.display(), rc_file.display());
+    tmux(&server, &["new-session", "-d", "-s", "top", "-x", "160", "-y", "40", &cmd]);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_screen(&server, "a row for reactor_0", |s| s.contains("reactor_0"));
+        d.proc.sigterm();
+        d.proc.expect_exit(Duration::from_secs(10), "the daemon after SIGTERM");
+        wait_screen(&server, "the lost daemon on the status line", |s| s.contains(&format!("{}:", d.sock.display())));
+        tmux(&server, &["send-keys", "-t", "top", "q"]);
+        let t0 = Instant::now();
+        while !rc_file.exists() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "ferrite top did not quit on q");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let rc = std::fs::read_to_string(&rc_file).unwrap();
+        assert_eq!(rc.trim(), "1", "exit code of top after losing its daemon");
+    }));
+    let _ = Command::new("tmux").args(["-L", &server, "kill-server"]).stderr(Stdio::null()).status();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}

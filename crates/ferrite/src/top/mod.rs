@@ -127,6 +127,8 @@ pub fn run(a: TopArgs) -> i32 {
     let delay = Duration::from_secs_f64(a.delay);
     let mut next = Instant::now() + delay;
     let (mut refreshes, mut rescan_now) = (0u64, false);
+    // The error of the last refresh, while the daemon does not answer.
+    let mut lost: Option<String> = None;
     let res: std::io::Result<()> = (|| loop {
         let t = table::build(view.tab, view.prev.as_ref(), &view.cur, view.sort[view.tab]);
         let col = view.sort[view.tab] % table::columns(view.tab);
@@ -173,22 +175,37 @@ pub fn run(a: TopArgs) -> i32 {
         rescan_now = false;
         match poll::sample(&mut client, hists) {
             Ok(s) => {
+                lost = None;
                 view.prev = Some(std::mem::replace(&mut view.cur, s));
                 view.status = match view.enabled.len() {
                     0 => status.clone(),
                     n => format!("{status} | histograms enabled by top on {n} bdev(s)"),
                 };
             }
-            Err(e) => view.status = format!("{status}: {e}"),
+            Err(e) => {
+                view.status = format!("{status}: {e}");
+                lost = Some(e.to_string());
+                // A daemon that comes back (restarted on the same socket) is picked up again.
+                if let Ok(c) = RpcClient::connect(&a.server, delay.min(Duration::from_secs(1))) {
+                    client = c;
+                }
+            }
         }
     })();
     ratatui::restore();
     let (_, error) = poll::set_histograms(&mut client, &view.enabled, false);
-    if let Some(e) = error {
+    if let Some(e) = &error {
         eprintln!("ferrite top: {e}");
     }
     match res {
-        Ok(()) => 0,
+        // Quit while the daemon could not be read: the exit code says so.
+        Ok(()) => match lost {
+            Some(e) => {
+                eprintln!("ferrite top: the daemon did not answer at the end: {e}");
+                1
+            }
+            None => i32::from(error.is_some()),
+        },
         Err(e) => {
             eprintln!("ferrite top: {e}");
             1
