@@ -56,9 +56,9 @@ pub struct PerfArgs {
     #[arg(long, value_name = "FILE.svg|FILE.html")]
     plot: Option<PathBuf>,
     /// Seconds between progress lines, printed only when stdout is a terminal, and between the
-    /// points of the series (bdevperf's -S).
-    #[arg(short = 'S', value_name = "SECONDS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=86400))]
-    stats_interval: u64,
+    /// points of the series (bdevperf's -S; here also fractions, 0.1 or more).
+    #[arg(short = 'S', value_name = "SECONDS", default_value_t = 1.0, value_parser = parse_interval)]
+    stats_interval: f64,
     /// Every core runs a job on every bdev (bdevperf's -C; always the case here, accepted for
     /// compatibility).
     #[arg(short = 'C')]
@@ -394,6 +394,14 @@ pub fn run(a: PerfArgs) -> i32 {
     }
 }
 
+/// Parses -S: seconds, 0.1 to 86400, fractions allowed.
+fn parse_interval(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(s) if (0.1..=86400.0).contains(&s) => Ok(s),
+        _ => Err(format!("{v:?} is not a number of seconds from 0.1 to 86400")),
+    }
+}
+
 /// Runs one job per bdev of `bdevs` per core for `spec.duration` and waits for all of them;
 /// samples the series every `progress_secs` seconds if given (printing a progress line each time
 /// when stdout is a terminal). Returns the results, the errors and the series.
@@ -401,7 +409,7 @@ fn run_jobs(
     engine: &ferrite_reactor::Engine,
     bdevs: &[String],
     spec: &JobSpec,
-    progress_secs: Option<u64>,
+    progress_secs: Option<f64>,
 ) -> (Vec<JobResult>, Vec<String>, Vec<crate::perf_series::Point>) {
     let abort = &spec.abort;
     let (tx, rx) = mpsc::channel::<(String, usize, Result<JobResult, String>)>();
@@ -432,7 +440,7 @@ fn run_jobs(
     let mut sampler = crate::perf_series::Sampler::new(progress, t0);
     let print = progress_secs.is_some() && std::io::stdout().is_terminal();
     let mut tick = 1;
-    let interval = progress_secs.unwrap_or(1);
+    let interval = Duration::from_secs_f64(progress_secs.unwrap_or(1.0));
     // Jobs stop on their own timer and abort what is still outstanding DRAIN_GRACE later; if
     // they overrun that (e.g. slow buffer setup), stop them.
     let overrun = t0 + spec.duration + ferrite_perf::job::DRAIN_GRACE;
@@ -453,7 +461,7 @@ fn run_jobs(
                 break;
             }
         }
-        let next_tick = t0 + Duration::from_secs(tick * interval);
+        let next_tick = t0 + interval * tick;
         let wake = if abort.load(Ordering::SeqCst) { next_tick } else { next_tick.min(overrun) };
         match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
             Ok((_, _, Ok(r))) => results.push(r),
@@ -463,7 +471,8 @@ fn run_jobs(
                 if progress_secs.is_some() {
                     let (_, (ios, bytes, secs)) = sampler.sample();
                     if print {
-                        let line = ferrite_perf::report::progress_line(tick * interval, ios, bytes, secs);
+                        let line =
+                            ferrite_perf::report::progress_line((interval * tick).as_secs_f64(), ios, bytes, secs);
                         out(format_args!("{line}\n"));
                     }
                 }
@@ -473,7 +482,7 @@ fn run_jobs(
         }
     }
     // The run's last part, if the last tick left more than half an interval of it out.
-    if progress_secs.is_some() && sampler.since_last() > interval as f64 / 2.0 {
+    if progress_secs.is_some() && sampler.since_last() > interval.as_secs_f64() / 2.0 {
         sampler.sample();
     }
     (results, errors, sampler.points)

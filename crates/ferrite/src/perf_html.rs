@@ -70,7 +70,7 @@ mod tests {
 
     #[test]
     fn page_inlines_the_svg_and_tabulates_the_numbers() {
-        let pts = vec![Point { t_secs: 1.0, iops: 1234.0, mibps: 4.82, mean_lat_us: 3.25 }];
+        let pts = vec![Point { t_secs: 1.0, iops: 1234.0, mibps: 4.82, mean_lat_us: 3.25, unix_secs: 0.0 }];
         let svg = "<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\"><rect/></svg>";
         let total = json!({"iops": 1234.6, "p99_latency_us": 7.5});
         let p = page("a<b", svg, &pts, &total);

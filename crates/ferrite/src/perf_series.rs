@@ -5,7 +5,7 @@ use ferrite_perf::Progress;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// One interval of the run.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,12 +18,17 @@ pub struct Point {
     pub mibps: f64,
     /// Mean latency of the interval's I/O, in microseconds (0 without I/O).
     pub mean_lat_us: f64,
+    /// Wall-clock time at the interval's end, in seconds since the Unix epoch (to line a run up
+    /// with what else happened on the machine, e.g. bench/metrics_cost.sh's scrapes).
+    pub unix_secs: f64,
 }
 
 /// Samples the summed progress counters of every job into [`Point`]s.
 pub struct Sampler {
     progress: Vec<Arc<Progress>>,
     t0: Instant,
+    /// Wall-clock seconds at `t0`.
+    unix0: f64,
     last: (u64, u64, u64, Instant),
     /// The points so far.
     pub points: Vec<Point>,
@@ -32,7 +37,9 @@ pub struct Sampler {
 impl Sampler {
     /// A sampler of `progress`, the run having started at `t0`.
     pub fn new(progress: Vec<Arc<Progress>>, t0: Instant) -> Sampler {
-        Sampler { progress, t0, last: (0, 0, 0, t0), points: Vec::new() }
+        let unix0 =
+            SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()) - t0.elapsed().as_secs_f64();
+        Sampler { progress, t0, unix0, last: (0, 0, 0, t0), points: Vec::new() }
     }
 
     /// (I/Os, bytes, latency ns) summed over the jobs.
@@ -54,8 +61,10 @@ impl Sampler {
         let (di, db, dl) = (ios.wrapping_sub(li), bytes.wrapping_sub(lb), lat.wrapping_sub(ll));
         let secs = (now - lt).as_secs_f64();
         let rate = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+        let t_secs = (now - self.t0).as_secs_f64();
         let p = Point {
-            t_secs: (now - self.t0).as_secs_f64(),
+            t_secs,
+            unix_secs: self.unix0 + t_secs,
             iops: rate(di as f64),
             mibps: rate(db as f64) / (1024.0 * 1024.0),
             mean_lat_us: if di > 0 { dl as f64 / di as f64 / 1000.0 } else { 0.0 },
@@ -71,10 +80,13 @@ impl Sampler {
     }
 }
 
-/// `[{"time": s, "iops", "mibps", "mean_latency_us"}, ...]`.
+/// `[{"time": s, "unix_time": s, "iops", "mibps", "mean_latency_us"}, ...]`.
 pub fn to_json(points: &[Point]) -> Value {
     points
         .iter()
-        .map(|p| json!({"time": p.t_secs, "iops": p.iops, "mibps": p.mibps, "mean_latency_us": p.mean_lat_us}))
+        .map(|p| {
+            json!({"time": p.t_secs, "unix_time": p.unix_secs, "iops": p.iops, "mibps": p.mibps,
+                "mean_latency_us": p.mean_lat_us})
+        })
         .collect()
 }

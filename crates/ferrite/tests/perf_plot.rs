@@ -65,6 +65,37 @@ fn results_json_holds_the_series_and_plot_draws_it() {
     assert!(text.contains("IOPS over time") && text.contains("Latency histogram"), "{text}");
 }
 
+/// `-S 0.5`: a point every half second, each with the wall-clock time of its end (what
+/// bench/metrics_cost.sh lines its scrapes up with).
+#[test]
+fn fractional_intervals_and_wall_clock_times_in_the_series() {
+    let dir = TempDir::new("perfseries");
+    let cfg = null_config(&dir);
+    let results = dir.join("results.json");
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let args = ["perf", "--json", cfg.to_str().unwrap(), "-q", "4", "-o", "4k", "-w", "randread", "-t", "2"];
+    let out =
+        run_ferrite(&[&args[..], &["-S", "0.5", "--no-pin", "--results-json", results.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let after = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    let series = doc["series"].as_array().unwrap_or_else(|| panic!("no series in {doc}"));
+    assert_eq!(series.len(), 4, "a point every half second of a 2 s run: {doc}");
+    for (i, p) in series.iter().enumerate() {
+        let (t, unix) = (p["time"].as_f64().unwrap(), p["unix_time"].as_f64().unwrap());
+        assert!((t - (i + 1) as f64 * 0.5).abs() < 0.45, "point {i} at {t} s: {doc}");
+        assert!(unix > before && unix < after, "point {i} at {unix}, run from {before} to {after}");
+        if i > 0 {
+            let gap = unix - series[i - 1]["unix_time"].as_f64().unwrap();
+            assert!((gap - (t - series[i - 1]["time"].as_f64().unwrap())).abs() < 1e-3, "{doc}");
+        }
+    }
+    for bad in ["0.05", "x", "-1"] {
+        let out = run_ferrite(&[&args[..], &["-S", bad]].concat());
+        assert!(!out.status.success(), "-S {bad} was accepted");
+    }
+}
+
 /// A null bdev's config in `dir`.
 fn null_config(dir: &TempDir) -> std::path::PathBuf {
     dir.write_json(

@@ -180,7 +180,7 @@ impl Stats {
 
 /// The once-a-second progress line, e.g. `[  3s]  4163000.00 IOPS,  16261.72 MiB/s`, where `ios` and
 /// `bytes` were done during the last `interval_secs` seconds (rates are 0 for a zero interval).
-pub fn progress_line(elapsed_secs: u64, ios: u64, bytes: u64, interval_secs: f64) -> String {
+pub fn progress_line(elapsed_secs: f64, ios: u64, bytes: u64, interval_secs: f64) -> String {
     let iops = per_sec(ios as f64, interval_secs);
     let mibps = per_sec(bytes as f64 / MIB, interval_secs);
     format!("[{elapsed_secs:>3}s]{iops:>12.2} IOPS,{mibps:>10.2} MiB/s")
@@ -571,8 +571,9 @@ mod tests {
 
     #[test]
     fn progress_lines() {
-        assert_eq!(progress_line(3, 4_163_000, 4_163_000 * 4096, 1.0), "[  3s]  4163000.00 IOPS,  16261.72 MiB/s");
-        assert_eq!(progress_line(12, 500, 500 * 512, 0.5), "[ 12s]     1000.00 IOPS,      0.49 MiB/s");
-        assert_eq!(progress_line(1, 100, 100, 0.0), "[  1s]        0.00 IOPS,      0.00 MiB/s");
+        assert_eq!(progress_line(3.0, 4_163_000, 4_163_000 * 4096, 1.0), "[  3s]  4163000.00 IOPS,  16261.72 MiB/s");
+        assert_eq!(progress_line(12.0, 500, 500 * 512, 0.5), "[ 12s]     1000.00 IOPS,      0.49 MiB/s");
+        assert_eq!(progress_line(1.0, 100, 100, 0.0), "[  1s]        0.00 IOPS,      0.00 MiB/s");
+        assert_eq!(progress_line(2.5, 100, 100, 0.5), "[2.5s]      200.00 IOPS,      0.00 MiB/s");
     }
 }
