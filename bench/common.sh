@@ -74,7 +74,8 @@ say_tcp_cc() {
   echo "TCP congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control)$([ -n "${FERRITE_BENCH_NETNS:-}" ] && echo " (TCP_CC, in a network namespace of this run's own)")"
 }
 
-# spdk_memory MB: sets SPDK_MEM, the memory flags of an SPDK program given MB MiB, and
+# spdk_memory MB [PROCS]: sets SPDK_MEM, the memory flags of an SPDK program given MB MiB
+# (hugepages reserved for PROCS such programs running at once, default 1), and
 # FERRITE_MEM, the matching flags of `ferrite perf`. Ferrite's malloc bdevs ask for transparent
 # huge pages, so SPDK gets 2 MiB hugepages too where this can reserve them (root; the count is
 # given back at exit): SPDK `-s MB`, Ferrite nothing. Elsewhere, or with SPDK_HUGE=0, neither
@@ -87,7 +88,7 @@ spdk_memory() {
     echo "Memory: 4 KiB pages on both sides (SPDK --no-huge -s $1, Ferrite --no-huge)"
     return 0
   fi
-  local want=$(($1 / 2 + 16)) have free
+  local want=$((${2:-1} * ($1 / 2 + 16))) have free
   have=$(cat /proc/sys/vm/nr_hugepages)
   if [ "$have" -lt "$want" ]; then
     [ -n "$HUGE_RESTORE" ] || HUGE_RESTORE=$have
@@ -143,9 +144,19 @@ J
 need_spdk() {
   SPDK_DIR=${SPDK_DIR:-$(bash "$ROOT/../shared/anchors/spdk.sh" 2>/dev/null || true)}
   local b
+  local rc
   for b in "$@"; do
     if [ -z "$SPDK_DIR" ] || [ ! -x "$SPDK_DIR/build/$b" ]; then
       echo "SKIP: SPDK's $(basename "$b") not available (run ../shared/anchors/spdk.sh, or set SPDK_DIR)"
+      exit 0
+    fi
+    # A build for a CPU with AVX-512 dies of SIGILL before main on one without ("; exit" keeps
+    # the subshell, whose report of the signal goes to /dev/null).
+    rc=0
+    (LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/$b" --help >/dev/null 2>&1; exit $?) 2>/dev/null || rc=$?
+    if [ "$rc" -ge 128 ]; then
+      echo "SKIP: SPDK's $(basename "$b") in $SPDK_DIR does not run on this CPU (killed by signal $((rc - 128)));" \
+        "build SPDK here (../shared/anchors/README.md) and set SPDK_DIR"
       exit 0
     fi
   done

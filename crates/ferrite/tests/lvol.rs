@@ -620,10 +620,10 @@ fn bad_lvol_requests_get_spdks_errors() {
 
 /// SPDK v26.05 (`SPDK_DIR`), or None with the reason printed.
 fn spdk_dir(test: &str) -> Option<std::path::PathBuf> {
-    match std::env::var("SPDK_DIR") {
-        Ok(d) if std::path::Path::new(&d).join("build/bin/spdk_tgt").exists() => Some(d.into()),
-        _ => {
-            println!("SKIP {test}: SPDK_DIR is not set to an SPDK build (../shared/anchors/spdk.sh)");
+    match common::spdk_dir() {
+        Ok(d) => Some(d),
+        Err(why) => {
+            println!("SKIP {test}: {why}");
             None
         }
     }

@@ -510,10 +510,10 @@ fn ptpl_file_brings_the_reservation_back() {
 
 /// SPDK v26.05 (`SPDK_DIR`), or None with the reason printed.
 fn spdk_dir(test: &str) -> Option<std::path::PathBuf> {
-    match std::env::var("SPDK_DIR") {
-        Ok(d) if std::path::Path::new(&d).join("build/bin/spdk_tgt").exists() => Some(d.into()),
-        _ => {
-            println!("SKIP {test}: SPDK_DIR is not set to an SPDK build (../shared/anchors/spdk.sh)");
+    match common::spdk_dir() {
+        Ok(d) => Some(d),
+        Err(why) => {
+            println!("SKIP {test}: {why}");
             None
         }
     }

@@ -503,7 +503,7 @@ fn spdk_save_config_loads_in_ferrite() {
     // 2. SPDK's rpc.py load_config into a daemon waiting in the startup state (the methods
     //    only allowed before framework_start_init are applied too), by both clients.
     let mut clients: Vec<(String, ClientCmd)> = Vec::new();
-    match common::spdk_dir() {
+    match common::spdk_python_dir() {
         Ok(spdk) => clients.push((
             "rpc.py v26.05".into(),
             Box::new(move |sock: &Path| {

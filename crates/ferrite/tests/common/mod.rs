@@ -287,8 +287,36 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// SPDK v26.05 unpacked by ../shared/anchors/spdk.sh ($SPDK_DIR), if it is set and usable.
+/// SPDK v26.05 unpacked by ../shared/anchors/spdk.sh ($SPDK_DIR), if it is set, and its
+/// programs run on this CPU (a build made with -march of a CPU with AVX-512 dies of SIGILL
+/// before main on one without: the tests that need its programs then say SKIP with that reason).
 pub fn spdk_dir() -> Result<PathBuf, String> {
+    static RUNS: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    RUNS.get_or_init(|| {
+        let dir = spdk_python_dir()?;
+        let tgt = dir.join("build/bin/spdk_tgt");
+        let status = Command::new(&tgt)
+            .arg("--help")
+            .env("LD_LIBRARY_PATH", dir.join("build/lib"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| format!("{}: {e}", tgt.display()))?;
+        match std::os::unix::process::ExitStatusExt::signal(&status) {
+            Some(sig) => Err(format!(
+                "SPDK's programs do not run on this CPU ({} --help: killed by signal {sig}; the build uses \
+                 instructions this CPU lacks, e.g. AVX-512)",
+                tgt.display()
+            )),
+            None => Ok(dir),
+        }
+    })
+    .clone()
+}
+
+/// $SPDK_DIR when it holds an SPDK build, for what needs only its python client (rpc.py), which
+/// runs on any CPU.
+pub fn spdk_python_dir() -> Result<PathBuf, String> {
     let dir = std::env::var("SPDK_DIR").map_err(|_| "SPDK_DIR is not set (scripts/test.sh sets it)".to_string())?;
     let dir = PathBuf::from(dir);
     if !dir.join("build/bin/spdk_tgt").exists() {
