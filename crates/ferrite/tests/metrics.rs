@@ -4,10 +4,10 @@
 
 mod common;
 
-use common::{Daemon, Proc, TempDir};
+use common::{free_port, Daemon, Proc, TempDir};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,11 +21,6 @@ fn http_get(addr: &str, path: &str) -> std::io::Result<(u32, String)> {
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     Ok((code, body.to_string()))
-}
-
-/// A port free on loopback now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn which(cmd: &str) -> bool {

@@ -10,7 +10,7 @@ mod common;
 mod nbd_common;
 
 use common::{Daemon, TempDir};
-use nbd_common::{have, run_tool};
+use nbd_common::{export_nbd, have, qemu_io_script};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -50,30 +50,6 @@ fn wait_rebuilt(d: &Daemon, name: &str, uri: &str, limit: Duration) -> Value {
         assert!(t0.elapsed() < limit, "rebuild of {uri} ends: {s}");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn nbd(d: &Daemon, bdev: &str, name: &str) -> String {
-    let s = d.call("nbd_server_start", Some(json!({"address": "127.0.0.1:0"})));
-    let addr = s["address"].as_str().unwrap().to_string();
-    d.call("nbd_server_add_export", Some(json!({"bdev_name": bdev, "name": name})));
-    format!("nbd://{addr}/{name}")
-}
-
-fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) {
-    let mut args = vec!["-f", "raw"];
-    for c in cmd.split("; ") {
-        args.extend(["-c", c]);
-    }
-    args.push(uri);
-    let out = run_tool(dir, "qemu-io", &args, Duration::from_secs(60));
-    let all = format!("{}\n{}", out.stdout, out.stderr);
-    assert!(
-        out.status.success()
-            && !all.contains("failed")
-            && !all.contains("error")
-            && !all.contains("Pattern verification"),
-        "qemu-io {cmd}: {all}"
-    );
 }
 
 /// Empty files of `mib` MiB.
@@ -209,7 +185,7 @@ fn setup_with(tag: &str, store: Option<&str>, auto_online_ms: u32) -> Setup {
         Some(json!({"name": "NX", "uuid": "1d2c3b4a-5e6f-4a7b-8c9d-0e1f2a3b4c5d", "size": 32 * MIB,
             "children": uris, "store": store.unwrap_or(&store_s), "auto_online_ms": auto_online_ms})),
     );
-    let nbd = nbd(&d, "NX", "nx");
+    let nbd = export_nbd(&d, "NX", "nx");
     Setup { dir, d, files, uris, nbd }
 }
 
@@ -221,13 +197,17 @@ fn a_child_that_fails_writes_is_faulted_then_partially_rebuilt() {
     let s = setup("nexus-partial", None);
     let (d, dir) = (&s.d, &s.dir);
     assert_eq!(nexus(d, "NX")["state"], "online");
-    qemu_io(dir, &s.nbd, "write -P 0x11 0 32M; flush");
+    qemu_io_script(dir, &s.nbd, "write -P 0x11 0 32M; flush");
     d.call(
         "bdev_error_inject_error",
         Some(json!({"name": "EE_U2", "io_type": "write", "error_type": "failure", "num": 1000})),
     );
     // No error reaches the client: the others complete the writes.
-    qemu_io(dir, &s.nbd, "write -P 0x22 1M 64k; write -P 0x33 9M 2M; flush; read -P 0x22 1M 64k; read -P 0x33 9M 2M");
+    qemu_io_script(
+        dir,
+        &s.nbd,
+        "write -P 0x22 1M 64k; write -P 0x33 9M 2M; flush; read -P 0x22 1M 64k; read -P 0x33 9M 2M",
+    );
     let n = nexus(d, "NX");
     assert_eq!(n["state"], "degraded", "{n}");
     let c = child(&n, "bdev:///EE_U2");
@@ -235,7 +215,7 @@ fn a_child_that_fails_writes_is_faulted_then_partially_rebuilt() {
     assert!(c["reason"].as_str().unwrap().starts_with("io_error"), "{n}");
     assert!(n["logged_segments"].as_u64().unwrap() >= 3, "{n}");
     // Reads go on from the healthy children; more writes while it is away.
-    qemu_io(dir, &s.nbd, "write -P 0x44 20M 1M; read -P 0x11 0 1M; read -P 0x44 20M 1M");
+    qemu_io_script(dir, &s.nbd, "write -P 0x44 20M 1M; read -P 0x11 0 1M; read -P 0x44 20M 1M");
     // It is back (the error cleared): only the logged segments are copied.
     d.call("bdev_error_inject_error", Some(json!({"name": "EE_U2", "io_type": "clear", "error_type": "failure"})));
     assert_eq!(d.call("nexus_online_child", Some(json!({"name": "NX", "uri": "bdev:///EE_U2"}))), json!(true));
@@ -248,7 +228,11 @@ fn a_child_that_fails_writes_is_faulted_then_partially_rebuilt() {
     let n = nexus(d, "NX");
     assert_eq!(n["state"], "online", "{n}");
     assert_eq!(n["logged_segments"], 0, "{n}");
-    qemu_io(dir, &s.nbd, "read -P 0x11 0 1M; read -P 0x22 1M 64k; read -P 0x33 9M 2M; read -P 0x44 20M 1M; flush");
+    qemu_io_script(
+        dir,
+        &s.nbd,
+        "read -P 0x11 0 1M; read -P 0x22 1M 64k; read -P 0x33 9M 2M; read -P 0x44 20M 1M; flush",
+    );
     for f in &s.files[1..3] {
         same_bytes(&s.files[0], f);
     }
@@ -276,12 +260,12 @@ fn with_auto_online_a_child_that_answers_again_is_rebuilt_without_being_asked() 
     }
     let s = setup_with("nexus-auto-online", None, 100);
     let (d, dir) = (&s.d, &s.dir);
-    qemu_io(dir, &s.nbd, "write -P 0x51 0 32M; flush");
+    qemu_io_script(dir, &s.nbd, "write -P 0x51 0 32M; flush");
     d.call(
         "bdev_error_inject_error",
         Some(json!({"name": "EE_U2", "io_type": "write", "error_type": "failure", "num": 100000})),
     );
-    qemu_io(dir, &s.nbd, "write -P 0x52 2M 1M; flush; read -P 0x52 2M 1M");
+    qemu_io_script(dir, &s.nbd, "write -P 0x52 2M 1M; flush; read -P 0x52 2M 1M");
     wait_child(d, "bdev:///EE_U2", Duration::from_secs(5), |c| c["state"] == "faulted");
     // Its reads work, so it is tried; its writes still fail, so every rebuild fails, and the
     // tries back off (100 ms, 200, 400, ...): a few in 3 s, not 30.
@@ -299,14 +283,14 @@ fn with_auto_online_a_child_that_answers_again_is_rebuilt_without_being_asked() 
     assert!(tries <= 10, "each failed rebuild is one failed write: {tries} in 3 s is no back-off");
     let failed = child(&nexus(d, "NX"), "bdev:///EE_U2").clone();
     assert_ne!(failed["state"], "online", "{failed}");
-    qemu_io(dir, &s.nbd, "write -P 0x53 20M 1M; flush");
+    qemu_io_script(dir, &s.nbd, "write -P 0x53 20M 1M; flush");
     // The errors clear: the next try rebuilds it (partially: the log holds what it missed).
     d.call("bdev_error_inject_error", Some(json!({"name": "EE_U2", "io_type": "clear", "error_type": "failure"})));
     let n = wait_child(d, "bdev:///EE_U2", Duration::from_secs(30), |c| c["state"] == "online");
     assert_eq!(n["state"], "online", "{n}");
     let st = wait_rebuilt(d, "NX", "bdev:///EE_U2", Duration::from_secs(10));
     assert_eq!((st["state"].as_str(), st["is_partial"].as_bool()), (Some("completed"), Some(true)), "{st}");
-    qemu_io(dir, &s.nbd, "read -P 0x51 0 2M; read -P 0x52 2M 1M; read -P 0x53 20M 1M; flush");
+    qemu_io_script(dir, &s.nbd, "read -P 0x51 0 2M; read -P 0x52 2M 1M; read -P 0x53 20M 1M; flush");
     for f in &s.files[1..3] {
         same_bytes(&s.files[0], f);
     }
@@ -328,7 +312,7 @@ fn a_new_child_is_rebuilt_fully_while_qemu_io_writes() {
     }
     let s = setup("nexus-full", None);
     let (d, dir) = (&s.d, &s.dir);
-    qemu_io(dir, &s.nbd, "write -P 0x51 0 16M; write -P 0x52 16M 16M; flush");
+    qemu_io_script(dir, &s.nbd, "write -P 0x51 0 16M; write -P 0x52 16M 16M; flush");
     d.call("nexus_set_rebuild_rate", Some(json!({"name": "NX", "max_mb_sec": 16})));
     let new = uring_uri(&s.files[3]);
     assert_eq!(d.call("nexus_add_child", Some(json!({"name": "NX", "uri": new}))), json!(true));
@@ -336,11 +320,11 @@ fn a_new_child_is_rebuilt_fully_while_qemu_io_writes() {
     assert_eq!(e.code, -libc::EEXIST, "a child added twice: {e:?}");
     assert_eq!(child(&nexus(d, "NX"), &new)["state"], "rebuilding");
     // Writes during the rebuild, pause and resume.
-    qemu_io(dir, &s.nbd, "write -P 0x53 30M 1M; write -P 0x54 100k 64k; flush");
+    qemu_io_script(dir, &s.nbd, "write -P 0x53 30M 1M; write -P 0x54 100k 64k; flush");
     d.call("nexus_rebuild_pause", Some(json!({"name": "NX", "uri": new})));
     let p = d.call("nexus_rebuild_get_stats", Some(json!({"name": "NX", "uri": new})));
     assert_eq!(p["state"], "paused", "{p}");
-    qemu_io(dir, &s.nbd, "write -P 0x55 5M 1M; flush");
+    qemu_io_script(dir, &s.nbd, "write -P 0x55 5M 1M; flush");
     d.call("nexus_rebuild_resume", Some(json!({"name": "NX", "uri": new})));
     let st = wait_rebuilt(d, "NX", &new, Duration::from_secs(30));
     assert_eq!((st["state"].as_str(), st["is_partial"].as_bool()), (Some("completed"), Some(false)), "{st}");
@@ -352,7 +336,7 @@ fn a_new_child_is_rebuilt_fully_while_qemu_io_writes() {
     }
     let n = nexus(d, "NX");
     assert_eq!(child(&n, &new)["state"], "online", "{n}");
-    qemu_io(
+    qemu_io_script(
         dir,
         &s.nbd,
         "read -P 0x51 0 100k; read -P 0x54 100k 64k; read -P 0x51 164k 4956k; read -P 0x55 5M 1M; read -P 0x51 6M 10M; read -P 0x52 16M 14M; read -P 0x53 30M 1M; read -P 0x52 31M 1M",
@@ -370,13 +354,13 @@ fn a_new_child_is_rebuilt_fully_while_qemu_io_writes() {
 fn crash_and_reassemble(tag: &str, store: Option<&str>) {
     let s = setup(tag, store);
     let (d, dir) = (&s.d, &s.dir);
-    qemu_io(dir, &s.nbd, "write -P 0x61 0 32M; flush");
+    qemu_io_script(dir, &s.nbd, "write -P 0x61 0 32M; flush");
     // The bdev subsystem of the saved config (the NBD export is made again below).
     let mut saved = d.call("save_config", None);
     saved["subsystems"].as_array_mut().unwrap().retain(|s| s["subsystem"] == "bdev");
     let cfg = dir.write_json("saved.json", &saved);
     assert_eq!(d.call("nexus_fault_child", Some(json!({"name": "NX", "uri": s.uris[0]}))), json!(true));
-    qemu_io(dir, &s.nbd, "write -P 0x62 3M 2M; write -P 0x63 17M 1M; flush");
+    qemu_io_script(dir, &s.nbd, "write -P 0x62 3M 2M; write -P 0x63 17M 1M; flush");
     let mut d = s.d;
     d.proc.signal(libc::SIGKILL);
     d.proc.expect_exit(Duration::from_secs(10), "killed");
@@ -401,8 +385,8 @@ fn crash_and_reassemble(tag: &str, store: Option<&str>) {
         );
     }
     assert_eq!(nexus(&d, "NX")["state"], "online");
-    let u = nbd(&d, "NX", "nx");
-    qemu_io(
+    let u = export_nbd(&d, "NX", "nx");
+    qemu_io_script(
         dir,
         &u,
         "read -P 0x61 0 3M; read -P 0x62 3M 2M; read -P 0x61 5M 12M; read -P 0x63 17M 1M; read -P 0x61 18M 14M; flush",
@@ -420,7 +404,7 @@ fn after_a_clean_shutdown_every_current_child_is_trusted_without_a_rebuild() {
     }
     let s = setup("nexus-clean", None);
     let (d, dir) = (&s.d, &s.dir);
-    qemu_io(dir, &s.nbd, "write -P 0x71 0 32M; flush; write -P 0x72 4M 1M");
+    qemu_io_script(dir, &s.nbd, "write -P 0x71 0 32M; flush; write -P 0x72 4M 1M");
     let mut saved = d.call("save_config", None);
     saved["subsystems"].as_array_mut().unwrap().retain(|s| s["subsystem"] == "bdev");
     let cfg = dir.write_json("saved.json", &saved);
@@ -441,8 +425,8 @@ fn after_a_clean_shutdown_every_current_child_is_trusted_without_a_rebuild() {
         let e = d.call_err("nexus_rebuild_get_stats", Some(json!({"name": "NX", "uri": u})));
         assert_eq!(e.code, -libc::ENOENT, "no rebuild of {u}: {e:?}");
     }
-    let u = nbd(&d, "NX", "nx");
-    qemu_io(dir, &u, "read -P 0x71 0 4M; read -P 0x72 4M 1M; read -P 0x71 5M 27M");
+    let u = export_nbd(&d, "NX", "nx");
+    qemu_io_script(dir, &u, "read -P 0x71 0 4M; read -P 0x72 4M 1M; read -P 0x71 5M 27M");
     d.assert_serving();
 }
 
@@ -621,17 +605,17 @@ fn an_nvmf_child_over_a_second_daemon_takes_the_writes_and_serves_reads() {
     );
     let n = nexus(&d, "NV");
     assert_eq!(n["state"], "online", "{n}");
-    let u = nbd(&d, "NV", "nv");
-    qemu_io(&dir, &u, "write -P 0x71 0 8M; write -P 0x72 8M 8M; flush; read -P 0x71 0 8M");
+    let u = export_nbd(&d, "NV", "nv");
+    qemu_io_script(&dir, &u, "write -P 0x71 0 8M; write -P 0x72 8M 8M; flush; read -P 0x71 0 8M");
     // With the local child out, every read comes from the remote one.
     d.call("nexus_fault_child", Some(json!({"name": "NV", "uri": "bdev:///L0"})));
-    qemu_io(&dir, &u, "read -P 0x71 0 8M; read -P 0x72 8M 8M; write -P 0x73 1M 1M; read -P 0x73 1M 1M");
+    qemu_io_script(&dir, &u, "read -P 0x71 0 8M; read -P 0x72 8M 8M; write -P 0x73 1M 1M; read -P 0x73 1M 1M");
     d.call("nexus_online_child", Some(json!({"name": "NV", "uri": "bdev:///L0"})));
     let st = wait_rebuilt(&d, "NV", "bdev:///L0", Duration::from_secs(30));
     assert_eq!((st["state"].as_str(), st["is_partial"].as_bool()), (Some("completed"), Some(true)), "{st}");
     assert_eq!(st["source"], remote, "{st}");
     d.call("nexus_fault_child", Some(json!({"name": "NV", "uri": remote})));
-    qemu_io(&dir, &u, "read -P 0x71 0 1M; read -P 0x73 1M 1M; read -P 0x71 2M 6M; read -P 0x72 8M 8M");
+    qemu_io_script(&dir, &u, "read -P 0x71 0 1M; read -P 0x73 1M 1M; read -P 0x71 2M 6M; read -P 0x72 8M 8M");
     d.call("nbd_server_remove_export", Some(json!({"name": "nv"})));
     assert_eq!(d.call("nexus_destroy", Some(json!({"name": "NV"}))), json!(true));
     assert_eq!(d.call("bdev_nvme_get_controllers", None), json!([]), "the attach made for the child is gone");
@@ -649,11 +633,11 @@ fn while_the_store_is_unreachable_only_writes_a_child_missed_wait_then_fail() {
     let e = start_etcd(&edir);
     let s = setup("nexus-store-gone", Some(&format!("etcd://{}", e.1)));
     let (d, dir) = (&s.d, &s.dir);
-    qemu_io(dir, &s.nbd, "write -P 0x81 0 4M; flush");
+    qemu_io_script(dir, &s.nbd, "write -P 0x81 0 4M; flush");
     drop(e);
     // Every child takes these: they complete as usual without the store.
     let t0 = Instant::now();
-    qemu_io(dir, &s.nbd, "write -P 0x82 0 1M; flush; read -P 0x82 0 1M");
+    qemu_io_script(dir, &s.nbd, "write -P 0x82 0 1M; flush; read -P 0x82 0 1M");
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     // A write the third child misses cannot be acknowledged before the store records it: it
     // waits (bounded) and fails.
@@ -734,8 +718,8 @@ fn a_nexus_preempted_by_a_new_one_is_fenced_off_the_remote_child() {
         Some(json!({"name": "N1", "size": 16 * MIB, "children": ["bdev:///LA", remote], "resv_key": 0xa1,
             "store": store("a")})),
     );
-    let ua = nbd(&a, "N1", "n1");
-    qemu_io(&dir, &ua, "write -P 0x11 0 4M; flush; read -P 0x11 0 4M");
+    let ua = export_nbd(&a, "N1", "n1");
+    qemu_io_script(&dir, &ua, "write -P 0x11 0 4M; flush; read -P 0x11 0 4M");
     // Daemon B: a nexus that asks for an exclusive reservation without preempting is refused
     // (A holds one), and leaves nothing attached behind.
     let b = Daemon::start_with(&dir, "b.sock", "0x1", &["--no-pin"]);
@@ -752,23 +736,23 @@ fn a_nexus_preempted_by_a_new_one_is_fenced_off_the_remote_child() {
         Some(json!({"name": "N2", "children": [remote], "resv_key": 0xb2, "preempt_key": 0xa1, "store": store("b")})),
     );
     assert_eq!(nexus(&b, "N2")["state"], "online");
-    let ub = nbd(&b, "N2", "n2");
-    qemu_io(&dir, &ub, "read -P 0x11 0 4M; write -P 0x22 0 2M; flush; read -P 0x22 0 2M");
+    let ub = export_nbd(&b, "N2", "n2");
+    qemu_io_script(&dir, &ub, "read -P 0x11 0 4M; write -P 0x22 0 2M; flush; read -P 0x22 0 2M");
     // A, which does not know it was replaced, writes: the remote child refuses (reservation
     // conflict) and is faulted for it; the write completes on A's local child alone.
-    qemu_io(&dir, &ua, "write -P 0x33 0 1M; write -P 0x34 3M 1M; flush; read -P 0x33 0 1M; read -P 0x34 3M 1M");
+    qemu_io_script(&dir, &ua, "write -P 0x33 0 1M; write -P 0x34 3M 1M; flush; read -P 0x33 0 1M; read -P 0x34 3M 1M");
     let n = nexus(&a, "N1");
     let c = child(&n, &remote);
     assert_eq!(c["state"], "faulted", "{n}");
     assert!(c["reason"].as_str().unwrap().starts_with("reservation_conflict"), "{n}");
     assert_eq!(n["state"], "degraded", "{n}");
     // Nothing of A's reached the remote child: B reads its own data and A's from before.
-    qemu_io(&dir, &ub, "read -P 0x22 0 2M; read -P 0x11 2M 2M; read -P 0x11 4M 0");
+    qemu_io_script(&dir, &ub, "read -P 0x22 0 2M; read -P 0x11 2M 2M; read -P 0x11 4M 0");
     // A cannot bring the child back by onlining it.
     let e = a.call_err("nexus_online_child", Some(json!({"name": "N1", "uri": remote})));
     assert_eq!(e.code, -libc::EACCES, "{e:?}");
     // B's nexus keeps serving; what it wrote reads back after A's attempts.
-    qemu_io(&dir, &ub, "write -P 0x44 1M 1M; flush; read -P 0x22 0 1M; read -P 0x44 1M 1M; read -P 0x11 2M 2M");
+    qemu_io_script(&dir, &ub, "write -P 0x44 1M 1M; flush; read -P 0x22 0 1M; read -P 0x44 1M 1M; read -P 0x11 2M 2M");
     // save_config keeps the keys.
     let saved = b.call("save_config", None);
     let entries = common::saved_entries(&saved, "nexus_create");
@@ -803,7 +787,7 @@ fn attach_and_export(host: &Daemon, uri: &str, name: &str, export: &str) -> Stri
             "subnqn": nqn})),
     );
     assert_eq!(bdevs, json!([format!("{name}n1")]));
-    nbd(host, &format!("{name}n1"), export)
+    export_nbd(host, &format!("{name}n1"), export)
 }
 
 #[test]
@@ -843,20 +827,20 @@ fn a_published_nexus_serves_a_host_over_nvmf_and_save_config_keeps_the_publicati
     // A host (Ferrite's NVMe/TCP host on another daemon) writes and reads back.
     let h = Daemon::start_with(&dir, "h.sock", "0x1", &["--no-pin"]);
     let u = attach_and_export(&h, uri.as_str().unwrap(), "H0", "h0");
-    qemu_io(&dir, &u, "write -P 0x5a 0 4M; write -P 0x5b 4M 4M; flush; read -P 0x5a 0 4M; read -P 0x5b 4M 4M");
+    qemu_io_script(&dir, &u, "write -P 0x5a 0 4M; write -P 0x5b 4M 4M; flush; read -P 0x5a 0 4M; read -P 0x5b 4M 4M");
     // The listener's ANA state moves (the nexus about to move elsewhere); non-optimized still
     // serves.
     a.call("nexus_publish", Some(json!({"name": "NP", "trsvcid": port.to_string(), "ana_state": "non_optimized"})));
     let ls = a.call("nvmf_subsystem_get_listeners", Some(json!({"nqn": nqn})));
     assert_eq!(ls[0]["ana_states"][0]["ana_state"], "non_optimized", "{ls}");
-    qemu_io(&dir, &u, "read -P 0x5a 0 4M; write -P 0x5c 1M 1M; read -P 0x5c 1M 1M");
+    qemu_io_script(&dir, &u, "read -P 0x5a 0 4M; write -P 0x5c 1M 1M; read -P 0x5c 1M 1M");
     // Each child holds what the host wrote: reads from one, then from the other.
     a.call("nexus_fault_child", Some(json!({"name": "NP", "uri": uris[0]})));
-    qemu_io(&dir, &u, "read -P 0x5a 0 1M; read -P 0x5c 1M 1M; read -P 0x5a 2M 2M; read -P 0x5b 4M 4M");
+    qemu_io_script(&dir, &u, "read -P 0x5a 0 1M; read -P 0x5c 1M 1M; read -P 0x5a 2M 2M; read -P 0x5b 4M 4M");
     a.call("nexus_online_child", Some(json!({"name": "NP", "uri": uris[0]})));
     wait_rebuilt(&a, "NP", &uris[0], Duration::from_secs(30));
     a.call("nexus_fault_child", Some(json!({"name": "NP", "uri": uris[1]})));
-    qemu_io(&dir, &u, "read -P 0x5a 0 1M; read -P 0x5c 1M 1M; read -P 0x5a 2M 2M; read -P 0x5b 4M 4M");
+    qemu_io_script(&dir, &u, "read -P 0x5a 0 1M; read -P 0x5c 1M 1M; read -P 0x5a 2M 2M; read -P 0x5b 4M 4M");
     a.call("nexus_online_child", Some(json!({"name": "NP", "uri": uris[1]})));
     wait_rebuilt(&a, "NP", &uris[1], Duration::from_secs(30));
     same_bytes(&fs[0], &fs[1]);
@@ -873,7 +857,7 @@ fn a_published_nexus_serves_a_host_over_nvmf_and_save_config_keeps_the_publicati
     let a = Daemon::start_with(&dir, "a2.sock", "0x1", &["--no-pin", "--json", cfg.to_str().unwrap()]);
     assert_eq!(nexus(&a, "NP")["published"], json!([uri]));
     let u = attach_and_export(&h, uri.as_str().unwrap(), "H1", "h1");
-    qemu_io(&dir, &u, "read -P 0x5a 0 1M; read -P 0x5c 1M 1M; read -P 0x5a 2M 2M; read -P 0x5b 4M 4M");
+    qemu_io_script(&dir, &u, "read -P 0x5a 0 1M; read -P 0x5c 1M 1M; read -P 0x5a 2M 2M; read -P 0x5b 4M 4M");
     h.call("nbd_server_remove_export", Some(json!({"name": "h1"})));
     h.call("bdev_nvme_detach_controller", Some(json!({"name": "H1"})));
     // Unpublished: the subsystem goes; destroy unpublishes too.

@@ -22,7 +22,7 @@
 
 mod common;
 
-use common::{TempDir, FERRITE};
+use common::{free_port, TempDir, FERRITE};
 use ferrite_rpc::client::RpcClient;
 use serde_json::{json, Value};
 use std::fs::File;
@@ -104,11 +104,6 @@ impl Env {
     fn client_mask(&self) -> String {
         format!("{:#x}", 1u32 << self.client_core())
     }
-}
-
-/// A TCP port that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().unwrap().port()
 }
 
 fn listen_address(port: u16) -> Value {

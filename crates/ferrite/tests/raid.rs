@@ -13,7 +13,7 @@ mod common;
 mod nbd_common;
 
 use common::{Daemon, Proc, TempDir};
-use nbd_common::{have, run_tool};
+use nbd_common::{export_nbd, have, qemu_io_script, run_tool};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -206,7 +206,7 @@ fn spdk_bdevperf_verifies_over_nvmf_while_a_member_fails() {
         assert_eq!(r["num_base_bdevs_discovered"], members - 1, "{level}: the failing member is dropped: {r}");
         d.call("bdev_raid_add_base_bdev", Some(json!({"raid_bdev": "RB", "base_bdev": "N0"})));
         wait_whole(&d, "RB", members);
-        let u = nbd(&d, "RB", "rb");
+        let u = export_nbd(&d, "RB", "rb");
         let whole = nbd_read(&dir, &u, usize::MAX);
         let members_now: Vec<String> = raid(&d, "RB")["base_bdevs_list"]
             .as_array()
@@ -319,30 +319,6 @@ fn save_config_restores_a_raid() {
     assert_eq!(d2.call("save_config", None), saved);
 }
 
-fn nbd(d: &Daemon, bdev: &str, name: &str) -> String {
-    let s = d.call("nbd_server_start", Some(json!({"address": "127.0.0.1:0"})));
-    let addr = s["address"].as_str().unwrap().to_string();
-    d.call("nbd_server_add_export", Some(json!({"bdev_name": bdev, "name": name})));
-    format!("nbd://{addr}/{name}")
-}
-
-fn qemu_io(dir: &TempDir, uri: &str, cmd: &str) {
-    let mut args = vec!["-f", "raw"];
-    for c in cmd.split("; ") {
-        args.extend(["-c", c]);
-    }
-    args.push(uri);
-    let out = run_tool(dir, "qemu-io", &args, Duration::from_secs(60));
-    let all = format!("{}\n{}", out.stdout, out.stderr);
-    assert!(
-        out.status.success()
-            && !all.contains("failed")
-            && !all.contains("error")
-            && !all.contains("Pattern verification"),
-        "qemu-io {cmd}: {all}"
-    );
-}
-
 /// raid5f has no Flush (nothing volatile to flush, as SPDK's): qemu-io's writes, which carry
 /// FUA (its cache mode is writethrough), complete without the flush the NBD server would add
 /// for them, and whole stripes read back.
@@ -361,8 +337,12 @@ fn raid5f_takes_qemu_io_fua_writes_of_whole_stripes_over_nbd() {
         Some(json!({"name": "R5", "raid_level": "raid5f", "base_bdevs": ["F0", "F1", "F2"], "strip_size_kb": 64})),
     );
     assert_eq!(d.bdevs().iter().find(|b| b["name"] == "R5").unwrap()["supported_io_types"]["flush"], false);
-    let u = nbd(&d, "R5", "r5");
-    qemu_io(&dir, &u, "write -P 0x5f 0 128k; write -P 0x60 256k 256k; read -P 0x5f 0 128k; read -P 0x60 256k 256k");
+    let u = export_nbd(&d, "R5", "r5");
+    qemu_io_script(
+        &dir,
+        &u,
+        "write -P 0x5f 0 128k; write -P 0x60 256k 256k; read -P 0x5f 0 128k; read -P 0x60 256k 256k",
+    );
     d.assert_serving();
 }
 
@@ -380,20 +360,20 @@ fn raid1_rebuilds_a_new_member_while_writes_go_on() {
         "bdev_raid_create",
         Some(json!({"name": "RR", "raid_level": "raid1", "base_bdevs": ["D0", "D1"], "superblock": true})),
     );
-    let u = nbd(&d, "RR", "rr");
-    qemu_io(&dir, &u, "write -P 0x11 0 8M; write -P 0x22 8M 8M; flush");
+    let u = export_nbd(&d, "RR", "rr");
+    qemu_io_script(&dir, &u, "write -P 0x11 0 8M; write -P 0x22 8M 8M; flush");
     assert_eq!(d.call("bdev_raid_remove_base_bdev", Some(json!({"name": "D0"}))), json!(true));
     let r = raid(&d, "RR");
     assert_eq!((r["state"].as_str(), r["num_base_bdevs_operational"].as_u64()), (Some("online"), Some(1)), "{r}");
     assert!(r["base_bdevs_list"][0]["name"].is_null(), "{r}");
-    qemu_io(&dir, &u, "write -P 0x33 4M 1M; flush");
+    qemu_io_script(&dir, &u, "write -P 0x33 4M 1M; flush");
     // A slow rebuild (8 MB/s of 16 MiB), in 64 KiB windows, with writes during it.
     d.call("bdev_raid_set_options", Some(json!({"process_window_size_kb": 64, "process_max_bandwidth_mb_sec": 8})));
     assert_eq!(d.call("bdev_raid_add_base_bdev", Some(json!({"raid_bdev": "RR", "base_bdev": "D2"}))), json!(true));
     let r = raid(&d, "RR");
     assert_eq!(r["process"]["type"], "rebuild", "{r}");
     assert_eq!(r["process"]["target"], "D2", "{r}");
-    qemu_io(&dir, &u, "write -P 0x44 12M 2M; write -P 0x55 100k 64k; flush");
+    qemu_io_script(&dir, &u, "write -P 0x44 12M 2M; write -P 0x55 100k 64k; flush");
     let t0 = Instant::now();
     let mut seen = vec![];
     loop {
@@ -411,7 +391,7 @@ fn raid1_rebuilds_a_new_member_while_writes_go_on() {
     assert_eq!(r["num_base_bdevs_discovered"], 2, "{r}");
     // With the old member gone, every read comes from the rebuilt one.
     assert_eq!(d.call("bdev_raid_remove_base_bdev", Some(json!({"name": "D1"}))), json!(true));
-    qemu_io(
+    qemu_io_script(
         &dir,
         &u,
         "read -P 0x11 0 100k; read -P 0x55 100k 64k; read -P 0x11 164k 3932k; read -P 0x33 4M 1M; read -P 0x11 5M 3M; read -P 0x22 8M 4M; read -P 0x44 12M 2M; read -P 0x22 14M 2M",
@@ -550,7 +530,7 @@ fn a_raid1_spdk_made_assembles_in_ferrite() {
     assert_eq!(r["superblock"], true);
     assert_eq!(r["num_base_bdevs_discovered"], 2, "{r}");
     assert_eq!(r["base_bdevs_list"][0]["data_offset"], 2048, "{r}");
-    let u = nbd(&d, "SR", "sr");
+    let u = export_nbd(&d, "SR", "sr");
     let got = nbd_read(&dir, &u, 6 * MIB as usize);
     assert!(got[..2 * MIB as usize].iter().all(|&b| b == 0));
     assert!(got[2 * MIB as usize..] == data[..], "the pattern SPDK wrote");
@@ -590,7 +570,7 @@ fn a_raid5f_spdk_made_reads_back_in_ferrite_whole_and_degraded() {
     assert_eq!(r["state"], "online", "{r}");
     assert_eq!((r["raid_level"].as_str(), r["strip_size_kb"].as_u64()), (Some("raid5f"), Some(64)), "{r}");
     assert_eq!(r["num_base_bdevs_discovered"], 3, "{r}");
-    let u = nbd(&d, "S5", "s5");
+    let u = export_nbd(&d, "S5", "s5");
     let got = nbd_read(&dir, &u, 6 * MIB as usize);
     assert!(got[..2 * MIB as usize].iter().all(|&b| b == 0));
     assert!(got[2 * MIB as usize..] == data[..], "the pattern SPDK wrote");
@@ -616,8 +596,8 @@ fn spdk_reads_a_raid1_ferrite_made() {
         "bdev_raid_create",
         Some(json!({"name": "FR", "raid_level": "raid1", "base_bdevs": ["U0", "U1"], "superblock": true})),
     );
-    let u = nbd(&d, "FR", "fr");
-    qemu_io(&dir, &u, "write -P 0x5a 1M 2M; write -P 0xa5 3M 1M; flush");
+    let u = export_nbd(&d, "FR", "fr");
+    qemu_io_script(&dir, &u, "write -P 0x5a 1M 2M; write -P 0xa5 3M 1M; flush");
     d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
     let mut d = d;
     d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
@@ -661,9 +641,9 @@ fn spdk_reads_a_raid5f_ferrite_made() {
         Some(json!({"name": "F5", "raid_level": "raid5f", "strip_size_kb": 64, "base_bdevs": ["U0", "U1", "U2"],
             "superblock": true})),
     );
-    let u = nbd(&d, "F5", "f5");
+    let u = export_nbd(&d, "F5", "f5");
     // Whole stripes (2 x 64 KiB of data): Ferrite's layout and parity.
-    qemu_io(&dir, &u, "write -P 0x5a 1M 2M; write -P 0xa5 3M 1M; flush");
+    qemu_io_script(&dir, &u, "write -P 0x5a 1M 2M; write -P 0xa5 3M 1M; flush");
     d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
     let mut d = d;
     d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
@@ -683,8 +663,8 @@ fn spdk_reads_a_raid5f_ferrite_made() {
     // degraded (member 1's superblock is older) and reads them from the parity.
     let d = daemon_on(&dir, &f);
     assert_eq!(d.call("bdev_raid_remove_base_bdev", Some(json!({"name": "U1"}))), json!(true));
-    let u = nbd(&d, "F5", "f5");
-    qemu_io(&dir, &u, "write -P 0x3c 1M 1M; flush");
+    let u = export_nbd(&d, "F5", "f5");
+    qemu_io_script(&dir, &u, "write -P 0x3c 1M 1M; flush");
     d.call("spdk_kill_instance", Some(json!({"sig_name": "SIGTERM"})));
     let mut d = d;
     d.proc.expect_exit(Duration::from_secs(15), "clean shutdown");
@@ -732,12 +712,12 @@ fn deleting_members_degrades_a_raid1_and_takes_a_raid0_offline() {
         "bdev_raid_create",
         Some(json!({"name": "HS", "raid_level": "raid0", "strip_size_kb": 8, "base_bdevs": ["H2", "H3"]})),
     );
-    let u = nbd(&d, "HM", "hm");
-    qemu_io(&dir, &u, "write -P 0x61 0 2M; flush");
+    let u = export_nbd(&d, "HM", "hm");
+    qemu_io_script(&dir, &u, "write -P 0x61 0 2M; flush");
     assert_eq!(d.call("bdev_malloc_delete", Some(json!({"name": "H0"}))), json!(true));
     let r = raid(&d, "HM");
     assert_eq!((r["state"].as_str(), r["num_base_bdevs_discovered"].as_u64()), (Some("online"), Some(1)), "{r}");
-    qemu_io(&dir, &u, "read -P 0x61 0 2M; write -P 0x62 1M 64k; read -P 0x62 1M 64k");
+    qemu_io_script(&dir, &u, "read -P 0x61 0 2M; write -P 0x62 1M 64k; read -P 0x62 1M 64k");
     assert_eq!(d.call("bdev_malloc_delete", Some(json!({"name": "H3"}))), json!(true));
     assert_eq!(raid(&d, "HS")["state"], "offline");
     assert!(!d.bdev_names().contains(&"HS".to_string()));
@@ -765,8 +745,8 @@ fn raid1_writes_back_what_a_member_failed_to_read_and_fails_it_if_that_fails() {
     d.call("bdev_error_create", Some(json!({"base_name": "E1"})));
     // The error bdev first: with nothing else outstanding, reads go to the first member.
     d.call("bdev_raid_create", Some(json!({"name": "RE", "raid_level": "raid1", "base_bdevs": ["EE_E1", "E0"]})));
-    let u = nbd(&d, "RE", "re");
-    qemu_io(&dir, &u, "write -P 0x5a 0 1M");
+    let u = export_nbd(&d, "RE", "re");
+    qemu_io_script(&dir, &u, "write -P 0x5a 0 1M");
     // Three reads fail on EE_E1: E0 serves them, and each is written back to EE_E1 (SPDK's
     // raid1_correct_read_error); EE_E1 stays a member.
     let before = write_ops(&d, "EE_E1");
@@ -774,10 +754,10 @@ fn raid1_writes_back_what_a_member_failed_to_read_and_fails_it_if_that_fails() {
         "bdev_error_inject_error",
         Some(json!({"name": "EE_E1", "io_type": "read", "error_type": "failure", "num": 3})),
     );
-    qemu_io(&dir, &u, "read -P 0x5a 0 64k; read -P 0x5a 64k 64k; read -P 0x5a 128k 64k");
+    qemu_io_script(&dir, &u, "read -P 0x5a 0 64k; read -P 0x5a 64k 64k; read -P 0x5a 128k 64k");
     assert_eq!(write_ops(&d, "EE_E1") - before, 3, "each failed read written back");
     assert_eq!(raid(&d, "RE")["num_base_bdevs_discovered"], 2);
-    qemu_io(&dir, &u, "read -P 0x5a 0 1M");
+    qemu_io_script(&dir, &u, "read -P 0x5a 0 1M");
     // Now the write-back fails too: EE_E1 is failed out, the read still succeeds.
     for t in ["read", "write"] {
         d.call(
@@ -785,7 +765,7 @@ fn raid1_writes_back_what_a_member_failed_to_read_and_fails_it_if_that_fails() {
             Some(json!({"name": "EE_E1", "io_type": t, "error_type": "failure", "num": 1})),
         );
     }
-    qemu_io(&dir, &u, "read -P 0x5a 256k 64k");
+    qemu_io_script(&dir, &u, "read -P 0x5a 256k 64k");
     let deadline = Instant::now() + Duration::from_secs(10);
     while raid(&d, "RE")["num_base_bdevs_discovered"] != 1 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -793,6 +773,6 @@ fn raid1_writes_back_what_a_member_failed_to_read_and_fails_it_if_that_fails() {
     let r = raid(&d, "RE");
     assert_eq!((r["state"].as_str(), r["num_base_bdevs_discovered"].as_u64()), (Some("online"), Some(1)), "{r}");
     assert!(!r["base_bdevs_list"].to_string().contains("EE_E1"), "{r}");
-    qemu_io(&dir, &u, "read -P 0x5a 0 1M; write -P 0x5b 0 64k; read -P 0x5b 0 64k");
+    qemu_io_script(&dir, &u, "read -P 0x5a 0 1M; write -P 0x5b 0 64k; read -P 0x5b 0 64k");
     d.assert_serving();
 }

@@ -25,10 +25,9 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The node base target names get.
 pub const BASE: &str = "iqn.2016-06.io.spdk";
 
-/// A TCP port that was free a moment ago.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+/// The one in common, here too for the tests that import it from this module.
+#[allow(unused_imports)]
+pub use crate::common::free_port;
 
 /// `name` on the PATH, if there.
 pub fn tool(name: &str) -> Option<PathBuf> {

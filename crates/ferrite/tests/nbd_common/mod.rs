@@ -39,10 +39,17 @@ pub fn have(test: &str, bins: &[&str]) -> bool {
     true
 }
 
-/// A TCP port that was free a moment ago (bound to 127.0.0.1:0, then released).
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
+/// The one in common, here too for the tests that import it from this module.
+#[allow(unused_imports)]
+pub use crate::common::free_port;
+
+/// Starts `d`'s NBD server on a port of its choosing and exports `bdev` as `name`; the export's
+/// nbd:// URI.
+pub fn export_nbd(d: &Daemon, bdev: &str, name: &str) -> String {
+    let s = d.call("nbd_server_start", Some(json!({"address": "127.0.0.1:0"})));
+    let addr = s["address"].as_str().expect("the bound address").to_string();
+    d.call("nbd_server_add_export", Some(json!({"bdev_name": bdev, "name": name})));
+    format!("nbd://{addr}/{name}")
 }
 
 /// A running daemon with one NBD server on 127.0.0.1:`port` and one on the unix socket `unix`.
@@ -259,7 +266,7 @@ pub fn qemu_io(dir: &TempDir, uri: &str, cmds: &[String]) -> String {
         args.push(c);
     }
     args.push(uri);
-    let out = run_tool(dir, "qemu-io", &args, Duration::from_secs(30));
+    let out = run_tool(dir, "qemu-io", &args, Duration::from_secs(60));
     out.assert_ok("qemu-io");
     let all = format!("{}\n{}", out.stdout, out.stderr);
     for bad in ["Pattern verification failed", "failed", "error", "Error"] {
@@ -270,6 +277,12 @@ pub fn qemu_io(dir: &TempDir, uri: &str, cmds: &[String]) -> String {
     let io_lines = out.stdout.lines().filter(|l| l.contains(" bytes at offset ")).count();
     assert_eq!(io_lines, io_cmds, "qemu-io ran fewer commands than given:\n{all}");
     out.stdout
+}
+
+/// [`qemu_io`] with the commands in one string, separated by "; ".
+pub fn qemu_io_script(dir: &TempDir, uri: &str, script: &str) -> String {
+    let cmds: Vec<String> = script.split("; ").map(str::to_string).collect();
+    qemu_io(dir, uri, &cmds)
 }
 
 /// Runs `qemu-io -f raw -c cmd uri` (one command, 60 s at most): whether it worked (exit 0, no

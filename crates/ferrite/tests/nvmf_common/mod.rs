@@ -54,11 +54,9 @@ pub const HOSTNQN: &str = "nqn.2016-06.io.ferrite:host-good";
 pub const SERIAL: &str = "FERRITE-SN-0001";
 pub const MODEL: &str = "Ferrite NVMe test controller";
 
-/// A TCP port that was free a moment ago (bound to 127.0.0.1:0, then released).
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
-}
+/// The one in common, here too for the tests that import it from this module.
+#[allow(unused_imports)]
+pub use crate::common::free_port;
 
 /// `len` bytes of a deterministic pseudo-random sequence chosen by `seed`.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
