@@ -425,6 +425,9 @@ pub(crate) struct BdevShared {
     pub(crate) timeouts: crate::timeout::TimeoutShared,
     /// Persistent reservations (see `reservation`).
     pub(crate) reservations: crate::reservation::Reservations,
+    /// The bdev that made this one for its own use (a nexus's `uring:///` child), if any: its
+    /// own config entry makes this one again, so save_config leaves this one out.
+    pub(crate) made_for: Mutex<Option<String>>,
 }
 
 /// Who has the bdev open, who claims it, and who waits for its removal.
@@ -473,6 +476,16 @@ impl Bdev {
             *x = new.to_string();
         }
         Ok(())
+    }
+    /// Records that `owner` made this bdev for its own use and makes it again from its own
+    /// config entry: save_config then leaves this bdev out (else, after a restart, the bdev would
+    /// exist before its owner, which would find it instead of making it, and not remove it).
+    pub fn set_made_for(&self, owner: &str) {
+        *self.0.made_for.lock().unwrap() = Some(owner.to_string());
+    }
+    /// The bdev that made this one for its own use ([`Bdev::set_made_for`]), if any.
+    pub fn made_for(&self) -> Option<String> {
+        self.0.made_for.lock().unwrap().clone()
     }
     /// UUID.
     pub fn uuid(&self) -> uuid::Uuid {
@@ -829,6 +842,7 @@ pub fn register(props: BdevProps, backend: Arc<dyn BdevBackend>) -> Result<Bdev,
         histogram: Default::default(),
         timeouts: Default::default(),
         reservations: Default::default(),
+        made_for: Mutex::new(None),
     }));
     for a in &props.aliases {
         reg.aliases.insert(a.clone(), props.name.clone());

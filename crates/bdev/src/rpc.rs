@@ -379,8 +379,10 @@ pub fn register(reg: &mut Registry) {
         depends_on: vec![],
         config: Arc::new(|| {
             // As SPDK: each bdev's create call, then its QoS limits and histogram setting.
+            // A bdev made by another for its own use is made again by its owner's entry.
             let mut entries: Vec<Value> = list()
                 .iter()
+                .filter(|b| b.made_for().is_none())
                 .flat_map(|b| {
                     b.backend().config_entry(b).map(|create| {
                         // An array stands for several create calls (a module that makes

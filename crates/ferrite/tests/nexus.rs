@@ -576,6 +576,36 @@ fn bad_nexus_requests_get_errors_and_the_daemon_goes_on() {
     assert_eq!((n["state"].as_str(), n["size"].as_u64()), (Some("online"), Some(2 * MIB)), "{n}");
 }
 
+/// Children the nexus makes (uring://, malloc:///) are the nexus's: save_config writes no
+/// create call of their own, so after a restart the nexus makes them again and nexus_destroy
+/// removes them, as before the restart.
+#[test]
+fn children_the_nexus_made_stay_its_own_across_save_config_and_a_restart() {
+    let dir = TempDir::new("nexus-made");
+    let d = Daemon::start(&dir, &[]);
+    let img = files(&dir, &["u.img"], 8).remove(0);
+    let (u, mu) = (uring_uri(&img), "malloc:///Mz?size_mb=8&blk_size=512".to_string());
+    let store = dir.join("store.json");
+    d.call("nexus_create", Some(json!({"name": "NM", "children": [u, mu], "store": store})));
+    let made = |d: &Daemon| {
+        let names = d.bdev_names();
+        (names.iter().any(|n| n == img.to_str().unwrap()), names.iter().any(|n| n == "Mz"))
+    };
+    assert_eq!(made(&d), (true, true));
+    let saved = d.call("save_config", None);
+    assert!(common::saved_entries(&saved, "bdev_uring_create").is_empty(), "{saved}");
+    assert!(common::saved_entries(&saved, "bdev_malloc_create").is_empty(), "{saved}");
+    assert_eq!(common::saved_entries(&saved, "nexus_create").len(), 1, "{saved}");
+    drop(d);
+    let cfg = dir.write_json("saved.json", &saved);
+    let d2 = Daemon::start_with(&dir, "again.sock", "0x1", &["--json", cfg.to_str().unwrap()]);
+    assert_eq!(nexus(&d2, "NM")["state"], "online");
+    assert_eq!(made(&d2), (true, true));
+    assert_eq!(d2.call("nexus_destroy", Some(json!({"name": "NM"}))), json!(true));
+    assert_eq!(made(&d2), (false, false), "{:?}", d2.bdev_names());
+    d2.assert_serving();
+}
+
 #[test]
 fn an_nvmf_child_over_a_second_daemon_takes_the_writes_and_serves_reads() {
     if !have("an_nvmf_child_over_a_second_daemon_takes_the_writes_and_serves_reads", &["qemu-io"]) {

@@ -97,6 +97,11 @@ pub(crate) async fn open_child(
     fencing: &Fencing,
 ) -> Result<(BdevDesc, bool), BdevError> {
     let (name, made) = bdev_for(ctx, uri, p).await?;
+    if made {
+        if let Some(b) = ferrite_bdev::lookup(&name) {
+            b.set_made_for(nexus);
+        }
+    }
     let (nx, bname) = (nexus.to_string(), name.clone());
     let opened = Bdev::open_ext(&name, true, move |ev| {
         if ev == BdevEvent::Remove {
