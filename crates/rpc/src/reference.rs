@@ -21,6 +21,9 @@ pub struct ParamRow {
     pub description: String,
     /// A value for the example call.
     pub example: Value,
+    /// Whether that value is the schema's own (an example or the default), not a placeholder
+    /// or a made-up value of its type.
+    pub example_given: bool,
 }
 
 /// The parameters of a method as rows (None: it takes none).
@@ -56,6 +59,10 @@ fn collect(root: &Value, s: &Value, all: bool, out: &mut Vec<ParamRow>) {
             let description = text_of(p).or_else(|| text_of(t)).unwrap_or_default();
             let default = p.get("default").or_else(|| t.get("default")).filter(|d| !d.is_null()).cloned();
             let example = example_of(root, p, name);
+            let example_given = [p, t].iter().any(|x| {
+                x["examples"].as_array().is_some_and(|e| !e.is_empty())
+                    || x.get("default").is_some_and(|d| !d.is_null())
+            });
             out.push(ParamRow {
                 name: name.clone(),
                 ty: type_of(root, p),
@@ -63,6 +70,7 @@ fn collect(root: &Value, s: &Value, all: bool, out: &mut Vec<ParamRow>) {
                 default,
                 description,
                 example,
+                example_given,
             });
         }
     }
@@ -202,16 +210,26 @@ fn placeholder(name: &str) -> String {
 }
 
 /// The example call of `method` with its required params (`{}` if it must have params but
-/// none is required).
+/// none is required) and, when some optional ones have an example or a default in the schema, a
+/// second call with those too.
 pub fn example(method: &str, rows: Option<&[ParamRow]>, params_required: bool) -> String {
-    let mut m = Map::new();
-    for r in rows.unwrap_or_default().iter().filter(|r| r.required) {
-        m.insert(r.name.clone(), r.example.clone());
-    }
-    if m.is_empty() && !params_required {
-        format!("ferrite rpc {method}")
+    let rows = rows.unwrap_or_default();
+    let call = |all: bool| {
+        let m: Map<String, Value> = rows
+            .iter()
+            .filter(|r| r.required || (all && r.example_given))
+            .map(|r| (r.name.clone(), r.example.clone()))
+            .collect();
+        if m.is_empty() && !params_required {
+            format!("ferrite rpc {method}")
+        } else {
+            format!("ferrite rpc {method} '{}'", Value::Object(m))
+        }
+    };
+    if rows.iter().all(|r| r.required || !r.example_given) {
+        call(false)
     } else {
-        format!("ferrite rpc {method} '{}'", Value::Object(m))
+        format!("{}\n# with optional parameters (their examples or defaults):\n{}", call(false), call(true))
     }
 }
 

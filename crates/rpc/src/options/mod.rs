@@ -119,6 +119,7 @@ fn rows(m: &Defined) -> Vec<crate::reference::ParamRow> {
             } else {
                 "Only SPDK's default is accepted (Ferrite has no such behaviour)."
             };
+            let example_given = default.is_some();
             let example = default.clone().unwrap_or_else(|| m.schema.example(field));
             crate::reference::ParamRow {
                 name: name.clone(),
@@ -127,6 +128,7 @@ fn rows(m: &Defined) -> Vec<crate::reference::ParamRow> {
                 default,
                 description: description.into(),
                 example,
+                example_given,
             }
         })
         .collect()
