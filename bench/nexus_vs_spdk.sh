@@ -4,7 +4,8 @@
 #           (bdevperf), 4 KiB randread and randwrite at QD 128, one core each, same run;
 #   remote: a nexus over one local malloc and one NVMe/TCP child (a malloc exported by a
 #           Ferrite target on its own core, loopback) vs SPDK's raid1 over a malloc and a
-#           bdev_nvme namespace of SPDK's own nvmf_tgt (on its own core);
+#           bdev_nvme namespace of SPDK's own nvmf_tgt (on its own core; each target runs only
+#           during its own side's runs: SPDK's would take half of that core from Ferrite's);
 #   rebuild: a full rebuild of a 4 GiB malloc child in a daemon, no foreground I/O (GiB/s);
 #           then foreground 4 KiB randwrite QD 32 (`ferrite perf` over NVMe/TCP to the published
 #           nexus) alone and during a rebuild bounded to REBUILD_MBS MiB/s: the share of its
@@ -18,7 +19,8 @@ source "$(dirname "$0")/common.sh"
 T=${1:-5}
 ROUNDS=${ROUNDS:-3}
 need_spdk examples/bdevperf bin/nvmf_tgt
-spdk_memory 3072
+# Two SPDK programs at once: nvmf_tgt (the remote child) and bdevperf.
+spdk_memory 2048 2
 MB=512 # malloc children of the IOPS cells
 BLKS=$((MB * 256))
 NQN=nqn.2016-06.io.spdk:nexus-bench
@@ -90,14 +92,42 @@ spdk_iops() { # CONFIG BDEV WORKLOAD QD: bdevperf -z, a fill pass, then the time
   echo "$out"
 }
 median() { python3 -c "import statistics,sys; print(int(statistics.median(float(x) for x in sys.argv[1:])))" "$@"; }
-# targets: a Ferrite target and SPDK's nvmf_tgt, each on core 1 (the clients on core 0).
-"$FERRITE" serve -m 0x2 -r "$TMP/ft.sock" --json "$TMP/f_target.json" "${FERRITE_MEM[@]}" >"$TMP/ft.log" 2>&1 &
-FT=$!
-LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/bin/nvmf_tgt" -m 0x2 "${SPDK_MEM[@]}" -r "$TMP/st.sock" \
-  --json "$TMP/s_target.json" >"$TMP/st.log" 2>&1 &
-ST=$!
-trap 'stop_pids "$FT" "$ST" ${RD:-}; rm -rf "$TMP"; [ -z "$HUGE_RESTORE" ] || echo "$HUGE_RESTORE" >/proc/sys/vm/nr_hugepages' EXIT
-sleep 2
+# The remote child's target, on core 1 (the clients on core 0): Ferrite's for Ferrite's runs,
+# SPDK's nvmf_tgt for SPDK's, each running only during its side's remote runs (SPDK's polls
+# its core all the time: left running, it would take half of core 1 from Ferrite's target).
+TGT=
+trap 'stop_pids ${TGT:-} ${RD:-}; rm -rf "$TMP"; [ -z "$HUGE_RESTORE" ] || echo "$HUGE_RESTORE" >/proc/sys/vm/nr_hugepages' EXIT
+start_target() { # f|s
+  local port=$FPORT
+  if [ "$1" = f ]; then
+    "$FERRITE" serve -m 0x2 -r "$TMP/ft.sock" --json "$TMP/f_target.json" "${FERRITE_MEM[@]}" >>"$TMP/ft.log" 2>&1 &
+  else
+    port=$SPORT
+    LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/bin/nvmf_tgt" -m 0x2 "${SPDK_MEM[@]}" -r "$TMP/st.sock" \
+      --json "$TMP/s_target.json" >>"$TMP/st.log" 2>&1 &
+  fi
+  TGT=$!
+  for _ in $(seq 200); do
+    python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2).close()' "$port" 2>/dev/null && return
+    kill -0 "$TGT" 2>/dev/null || break
+    sleep 0.05
+  done
+  fail "the $1 target did not listen on $port (logs: $(tail -3 "$TMP/ft.log" "$TMP/st.log" 2>/dev/null))"
+}
+stop_target() { # SIGINT: SPDK gives its hugepages back as it exits
+  kill -INT "$TGT" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$TGT" 2>/dev/null || break; sleep 0.05; done
+  stop_pids "$TGT"
+  TGT=
+}
+# side_iops f|s CELL WORKLOAD: one run of that side, with its target for the remote cell.
+side_iops() {
+  local out
+  [ "$2" = local ] || start_target "$1"
+  if [ "$1" = f ]; then out=$(ferrite_iops "$TMP/f_$2.json" NX "$3" 128); else out=$(spdk_iops "$TMP/s_$2.json" R1 "$3" 128); fi
+  [ "$2" = local ] || stop_target
+  echo "$out"
+}
 
 printf '%-8s %-10s %4s %12s %12s %7s\n' cell workload qd ferrite spdk ratio
 for cell in local remote; do
@@ -105,9 +135,9 @@ for cell in local remote; do
     f=() s=()
     for r in $(seq 1 "$ROUNDS"); do
       if [ $((r % 2)) = 1 ]; then
-        f+=("$(ferrite_iops "$TMP/f_$cell.json" NX $w 128)"); s+=("$(spdk_iops "$TMP/s_$cell.json" R1 $w 128)")
+        f+=("$(side_iops f $cell $w)"); s+=("$(side_iops s $cell $w)")
       else
-        s+=("$(spdk_iops "$TMP/s_$cell.json" R1 $w 128)"); f+=("$(ferrite_iops "$TMP/f_$cell.json" NX $w 128)")
+        s+=("$(side_iops s $cell $w)"); f+=("$(side_iops f $cell $w)")
       fi
     done
     fm=$(median "${f[@]}"); sm=$(median "${s[@]}")
@@ -115,7 +145,6 @@ for cell in local remote; do
       "$(python3 -c "print($fm/$sm)")" "${f[*]}" "${s[*]}"
   done
 done
-stop_pids "$FT" "$ST"
 
 # --- rebuild of a 4 GiB malloc child
 GIB=${REBUILD_GIB:-4}
