@@ -163,9 +163,9 @@ need_spdk() {
 }
 
 # --- pictures (PLOT=DIR) --------------------------------------------------------------------
-# PLOT=DIR: the scripts that support it (perf_vs_spdk.sh, vhost_vs_spdk.sh) also write, for each
-# cell, DIR/CELL.svg: Ferrite's and its peer's IOPS in each second of one run, side by side on
-# one scale (`ferrite plot`). Empty: no pictures, and the runs are as without it.
+# PLOT=DIR: the scripts that support it (perf_vs_spdk.sh, vhost_vs_spdk.sh, raid_vs_spdk.sh)
+# also write, for each cell, DIR/CELL.svg: Ferrite's and its peer's IOPS in each second of one
+# run, side by side on one scale (`ferrite plot`). Empty: no pictures, and the runs are as without it.
 PLOT=${PLOT:-}
 [ -z "$PLOT" ] || mkdir -p "$PLOT"
 

@@ -9,7 +9,9 @@
 # creation (really there). Each cell alternates the two programs ROUNDS times, prints medians
 # and the ratio Ferrite/SPDK. SPDK builds raid5f only with --with-raid5f: a build without it
 # (the project's) gives Ferrite's raid5f numbers alone (ratio "-").
-# Usage: [ROUNDS=1] bench/raid_vs_spdk.sh [SECONDS]
+# PLOT=DIR (bench/common.sh): the first round of each cell also draws DIR/raid-CELL.svg, both
+# programs' IOPS in each second side by side.
+# Usage: [ROUNDS=1] [PLOT=DIR] bench/raid_vs_spdk.sh [SECONDS]
 source "$(dirname "$0")/common.sh"
 T=${1:-5}
 ROUNDS=${ROUNDS:-1}
@@ -29,19 +31,24 @@ mk R0 raid0 64 M0 M1
 mk R1 raid1 0 M0 M1
 mk R5 raid5f 64 M0 M1 M2
 
-# ferrite_iops BDEV QD SIZE WORKLOAD
+# ferrite_iops BDEV QD SIZE WORKLOAD [SERIES]: with SERIES, the run's results (and its series)
+# are kept in that file.
 ferrite_iops() {
-  local res="$TMP/f.json"
+  local res=${5:-$TMP/f.json}
   "$FERRITE" perf --json "$TMP/$1.json" -T "$1" -q "$2" -o "$3" -w "$4" -t "$T" -m 0x1 --fill "${FERRITE_MEM[@]}" \
     --results-json "$res" >"$TMP/f.out" 2>&1 || { cat "$TMP/f.out" >&2; fail "ferrite perf failed on $*"; }
   json_get "$res" "int(d['total']['iops'])"
 }
 
-# spdk_iops BDEV QD SIZE WORKLOAD: bdevperf's Total line (its report lines start with \r).
+# spdk_iops BDEV QD SIZE WORKLOAD [SERIES]: bdevperf's Total line (its report lines start with
+# \r); with SERIES, bdevperf runs with -S 1 and its IOPS of each second go into that file.
 spdk_iops() {
+  local periodic=()
+  [ -z "${5:-}" ] || periodic=(-S 1)
   LD_LIBRARY_PATH="$SPDK_DIR/build/lib" "$SPDK_DIR/build/examples/bdevperf" --json "$TMP/$1.json" -T "$1" -q "$2" \
-    -o "$3" -w "$4" -t "$T" -m 0x1 --no-pci "${SPDK_MEM[@]}" 2>/dev/null | tr '\r' '\n' |
-    awk '/^ *Total *:/ {printf "%d\n", $3}' | tail -1 || true
+    -o "$3" -w "$4" -t "$T" -m 0x1 --no-pci "${SPDK_MEM[@]}" "${periodic[@]}" 2>/dev/null >"$TMP/bp.out" || true
+  [ -z "${5:-}" ] || bdevperf_series <"$TMP/bp.out" >"$5"
+  tr '\r' '\n' <"$TMP/bp.out" | awk '/^ *Total *:/ {printf "%d\n", $3}' | tail -1
 }
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -53,10 +60,16 @@ printf '%-5s %-10s %5s %4s %12s %12s %6s\n' bdev workload size qd ferrite spdk r
 IFS=';' read -r -a cells <<<"${CELLS:-R0 randread 4096 128;R0 randwrite 4096 128;R0 randwrite 128k 32;R1 randread 4096 128;R1 randwrite 4096 128;R1 randwrite 128k 32;R5 randwrite 128k 32;R5 randread 4096 128}"
 for cell in "${cells[@]}"; do
   read -r b w sz qd <<<"$cell"
-  f=() s=()
+  f=() s=() keep_f='' keep_s=''
+  [ -z "$PLOT" ] || keep_f="$TMP/series-f.json" keep_s="$TMP/series-s.txt"
   for _ in $(seq "$ROUNDS"); do
-    f+=("$(ferrite_iops "$b" "$qd" "$sz" "$w")")
-    s+=("$(spdk_iops "$b" "$qd" "$sz" "$w")")
+    f+=("$(ferrite_iops "$b" "$qd" "$sz" "$w" "$keep_f")")
+    s+=("$(spdk_iops "$b" "$qd" "$sz" "$w" "$keep_s")")
+    if [ -n "$keep_f" ]; then # the first round's runs are the picture
+      [ -s "$keep_s" ] && plot_cell "raid-$b-$w-$sz-qd$qd" "ferrite perf vs bdevperf: $b $w $sz QD $qd, one core" \
+        "$keep_f" bdevperf "$keep_s"
+      keep_f='' keep_s=''
+    fi
   done
   fm=$(printf '%s\n' "${f[@]}" | median)
   sm=$(printf '%s\n' "${s[@]}" | grep . | median || true)
