@@ -24,18 +24,21 @@ pub trait Served: 'static {
 pub struct ConnTable<T: Served> {
     conns: BTreeMap<u64, Rc<T>>,
     watchdog: bool,
+    /// The watchdog's list of the connections of one tick, kept with its capacity: a tick
+    /// allocates no new list.
+    scratch: Vec<Rc<T>>,
 }
 
 impl<T: Served> Default for ConnTable<T> {
     fn default() -> Self {
-        ConnTable { conns: BTreeMap::new(), watchdog: false }
+        Self::new()
     }
 }
 
 impl<T: Served> ConnTable<T> {
     /// An empty table (a `const` initialiser for the reactor-local).
     pub const fn new() -> Self {
-        ConnTable { conns: BTreeMap::new(), watchdog: false }
+        ConnTable { conns: BTreeMap::new(), watchdog: false, scratch: Vec::new() }
     }
 
     /// Adds a connection.
@@ -117,7 +120,14 @@ pub fn unregister<T: Served>(table: &'static LocalKey<RefCell<ConnTable<T>>>, id
 
 fn tick<T: Served>(table: &'static LocalKey<RefCell<ConnTable<T>>>, opts: WatchdogOptions) {
     let now = ferrite_reactor::tsc::ticks();
-    let conns = table.with(|t| t.borrow().all());
+    // The connections in the table's scratch list (the table is released while they are
+    // watched: closing one removes it).
+    let mut conns = table.with(|t| {
+        let mut t = t.borrow_mut();
+        let mut v = std::mem::take(&mut t.scratch);
+        v.extend(t.conns.values().cloned());
+        v
+    });
     for c in &conns {
         let core = c.core();
         if core.is_dead() {
@@ -136,8 +146,10 @@ fn tick<T: Served>(table: &'static LocalKey<RefCell<ConnTable<T>>>, opts: Watchd
             c.watch(now);
         }
     }
+    conns.clear();
     let any = table.with(|t| {
         let mut t = t.borrow_mut();
+        t.scratch = conns;
         t.watchdog = !t.is_empty();
         t.watchdog
     });

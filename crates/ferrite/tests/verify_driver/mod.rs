@@ -34,14 +34,16 @@ const CHUNKS: u64 = 256;
 const QD: usize = 16;
 /// Allocations a side may make in one measured run, besides `SLACK_PER_S` per second of it:
 /// timers that fire by the clock, not by I/O, land in a run. Idle, a target allocates about once
-/// a second (its connection watchdog collects the live connections into a `Vec`), the NVMe/TCP
+/// a second (its connection watchdog re-arms its timer, a boxed callback), the NVMe/TCP
 /// host three times per keep-alive (every 5 s), and the iSCSI initiator's session watchdog arms
 /// a timer once a second while there is work. A run lasts well under a second in a release
 /// build and several seconds in a debug build on a busy machine; an allocation per I/O, or per
 /// 1% of I/Os, is still far beyond this.
 const SLACK: u64 = 3;
-/// Allocations a side may make per second of a measured run (see `SLACK`).
-const SLACK_PER_S: u64 = 2;
+/// Allocations a side may make per second of a measured run (see `SLACK`): measured 1.5-2.3 a
+/// second in debug builds on a loaded 2-core machine (2 was exceeded in CI); an allocation per
+/// 1% of a run's I/Os is still beyond it.
+const SLACK_PER_S: u64 = 3;
 
 /// What a run of the driver does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
