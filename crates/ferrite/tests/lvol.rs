@@ -618,17 +618,6 @@ fn bad_lvol_requests_get_spdks_errors() {
     d.assert_serving();
 }
 
-/// SPDK v26.05 (`SPDK_DIR`), or None with the reason printed.
-fn spdk_dir(test: &str) -> Option<std::path::PathBuf> {
-    match common::spdk_dir() {
-        Ok(d) => Some(d),
-        Err(why) => {
-            println!("SKIP {test}: {why}");
-            None
-        }
-    }
-}
-
 /// SPDK's spdk_tgt on its own socket in `dir`, with rpc.py to talk to it; killed on drop.
 struct SpdkTgt {
     spdk: std::path::PathBuf,
@@ -710,7 +699,7 @@ fn spdk_dd(spdk: &std::path::Path, dir: &TempDir, img: &std::path::Path, args: &
 #[test]
 fn spdk_opens_the_lvstore_ferrite_wrote() {
     let test = "spdk_opens_the_lvstore_ferrite_wrote";
-    let Some(spdk) = spdk_dir(test) else { return };
+    let Some(spdk) = common::spdk_or_skip(test) else { return };
     if !have(test, &["qemu-io"]) {
         return;
     }
@@ -770,7 +759,7 @@ fn spdk_opens_the_lvstore_ferrite_wrote() {
 #[test]
 fn ferrite_opens_an_lvstore_spdk_wrote() {
     let test = "ferrite_opens_an_lvstore_spdk_wrote";
-    let Some(spdk) = spdk_dir(test) else { return };
+    let Some(spdk) = common::spdk_or_skip(test) else { return };
     if !have(test, &["qemu-io"]) {
         return;
     }
@@ -1148,7 +1137,7 @@ fn snapshot_families_cross_between_spdk_and_ferrite() {
     // range reads the snapshot's data again, as SPDK does), and a resized thick lvol, made by
     // one implementation, open in the other with the same names, UUIDs, flags, sizes and bytes.
     let test = "snapshot_families_cross_between_spdk_and_ferrite";
-    let Some(spdk) = spdk_dir(test) else { return };
+    let Some(spdk) = common::spdk_or_skip(test) else { return };
     if !have(test, &["qemu-io", "qemu-img"]) {
         return;
     }
@@ -1795,7 +1784,7 @@ fn lvol_failures_answer_spdks_json_rpc_codes() {
     // or -32603 for what the operation's completion reports), so a client that branches on the
     // code behaves the same. Ferrite's messages stay its own.
     let test = "lvol_failures_answer_spdks_json_rpc_codes";
-    let Some(spdk) = spdk_dir(test) else { return };
+    let Some(spdk) = common::spdk_or_skip(test) else { return };
     let dir = TempDir::new("lvol-codes");
     let s = SpdkTgt::start(&spdk, &dir);
     let d = Daemon::start(&dir, &[]);
@@ -1911,7 +1900,7 @@ fn a_grow_cut_short_by_kill_9_loads_again() {
     assert_eq!(code, Some(3), "a grow cut short is what the next load repairs: {out}");
     assert!(out.contains("used cluster mask covers 64 of 256 clusters (a grow cut short)"), "{out}");
     // SPDK v26.05 loads it (it recovers a store not unloaded cleanly), with the grown size.
-    if let Some(spdk) = spdk_dir(test) {
+    if let Some(spdk) = common::spdk_or_skip(test) {
         let copy = dir.join("spdk.img");
         std::fs::copy(&img, &copy).unwrap();
         let tgt = SpdkTgt::start(&spdk, &dir);
@@ -1976,7 +1965,7 @@ fn examine_says_why_no_lvstore_loads() {
     stop(d);
     // SPDK v26.05: no lvstore from either super blob; from io_unit_size 1 it does load one, but
     // its lvol is a bdev of 1-byte blocks whose I/O fails (the check calls that a problem too).
-    if let Some(spdk) = spdk_dir(test) {
+    if let Some(spdk) = common::spdk_or_skip(test) {
         let tgt = SpdkTgt::start(&spdk, &dir);
         for (name, path, _, _) in &cases {
             tgt.rpc(&["bdev_aio_create", path.to_str().unwrap(), name, "4096"]);

@@ -508,17 +508,6 @@ fn ptpl_file_brings_the_reservation_back() {
 
 // ---- SPDK's NVMe host ----------------------------------------------------------------------
 
-/// SPDK v26.05 (`SPDK_DIR`), or None with the reason printed.
-fn spdk_dir(test: &str) -> Option<std::path::PathBuf> {
-    match common::spdk_dir() {
-        Ok(d) => Some(d),
-        Err(why) => {
-            println!("SKIP {test}: {why}");
-            None
-        }
-    }
-}
-
 /// An spdk_tgt: one NVMe host (SPDK draws a random Host Identifier per process), with rpc.py
 /// to talk to it; killed on drop.
 struct SpdkHost {
@@ -642,7 +631,7 @@ fn sqe(opc: u8, cdw10: u32, cdw11: u32, cdw12: u32) -> [u8; 64] {
 
 #[test]
 fn spdk_hosts_fence_each_other() {
-    let Some(spdk) = spdk_dir("spdk_hosts_fence_each_other") else { return };
+    let Some(spdk) = common::spdk_or_skip("spdk_hosts_fence_each_other") else { return };
     let (dir, n) = setup("nvmfresvspdk");
     let (a, b) = (SpdkHost::start(&spdk, &dir, "hosta"), SpdkHost::start(&spdk, &dir, "hostb"));
     let port = n.port.to_string();

@@ -175,7 +175,7 @@ fn wait_whole(d: &Daemon, name: &str, n: u64) -> Value {
 #[test]
 fn spdk_bdevperf_verifies_over_nvmf_while_a_member_fails() {
     let test = "spdk_bdevperf_verifies_over_nvmf_while_a_member_fails";
-    let Some(spdk) = spdk(test) else { return };
+    let Some(spdk) = common::spdk_or_skip(test) else { return };
     if !have(test, &["qemu-img"]) {
         return;
     }
@@ -399,17 +399,6 @@ fn raid1_rebuilds_a_new_member_while_writes_go_on() {
     d.assert_serving();
 }
 
-/// SPDK v26.05, or None with the reason printed.
-fn spdk(test: &str) -> Option<std::path::PathBuf> {
-    match common::spdk_dir() {
-        Ok(d) => Some(d),
-        Err(why) => {
-            println!("SKIP {test}: {why}");
-            None
-        }
-    }
-}
-
 /// Runs spdk_dd with `entries` as its bdev config and `args`; expects success.
 fn spdk_dd(spdk: &Path, dir: &TempDir, entries: Vec<Value>, args: &[&str]) {
     let out = spdk_dd_run(spdk, dir, entries, args);
@@ -504,7 +493,7 @@ fn nbd_read(dir: &TempDir, uri: &str, len: usize) -> Vec<u8> {
 #[test]
 fn a_raid1_spdk_made_assembles_in_ferrite() {
     let test = "a_raid1_spdk_made_assembles_in_ferrite";
-    let Some(spdk) = spdk(test) else { return };
+    let Some(spdk) = common::spdk_or_skip(test) else { return };
     if !have(test, &["qemu-img"]) {
         return;
     }
@@ -539,7 +528,7 @@ fn a_raid1_spdk_made_assembles_in_ferrite() {
 #[test]
 fn a_raid5f_spdk_made_reads_back_in_ferrite_whole_and_degraded() {
     let test = "a_raid5f_spdk_made_reads_back_in_ferrite_whole_and_degraded";
-    let Some(spdk) = spdk(test) else { return };
+    let Some(spdk) = common::spdk_or_skip(test) else { return };
     if !have(test, &["qemu-img"]) {
         return;
     }
@@ -585,7 +574,7 @@ fn a_raid5f_spdk_made_reads_back_in_ferrite_whole_and_degraded() {
 #[test]
 fn spdk_reads_a_raid1_ferrite_made() {
     let test = "spdk_reads_a_raid1_ferrite_made";
-    let Some(spdk) = spdk(test) else { return };
+    let Some(spdk) = common::spdk_or_skip(test) else { return };
     if !have(test, &["qemu-io"]) {
         return;
     }
@@ -625,7 +614,7 @@ fn spdk_has_raid5f(spdk: &Path) -> bool {
 #[test]
 fn spdk_reads_a_raid5f_ferrite_made() {
     let test = "spdk_reads_a_raid5f_ferrite_made";
-    let Some(spdk) = spdk(test) else { return };
+    let Some(spdk) = common::spdk_or_skip(test) else { return };
     if !spdk_has_raid5f(&spdk) {
         println!("SKIP {test}: this SPDK build has no raid5f (configure --with-raid5f; see ../shared/anchors)");
         return;

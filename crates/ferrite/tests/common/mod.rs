@@ -314,6 +314,17 @@ pub fn spdk_dir() -> Result<PathBuf, String> {
     .clone()
 }
 
+/// [`spdk_dir`] for test `test`, or None after printing why it is skipped.
+pub fn spdk_or_skip(test: &str) -> Option<PathBuf> {
+    match spdk_dir() {
+        Ok(d) => Some(d),
+        Err(why) => {
+            println!("SKIP {test}: {why}");
+            None
+        }
+    }
+}
+
 /// $SPDK_DIR when it holds an SPDK build, for what needs only its python client (rpc.py), which
 /// runs on any CPU.
 pub fn spdk_python_dir() -> Result<PathBuf, String> {
